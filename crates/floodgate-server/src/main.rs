@@ -1,0 +1,2 @@
+//! The `floodgate` command.
+fn main() {}

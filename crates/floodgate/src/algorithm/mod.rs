@@ -1,0 +1,104 @@
+//! The classic rate-limiting algorithms, as pure transition functions.
+//!
+//! Each algorithm is a small, validated parameter struct implementing [`Algorithm`]: given one
+//! key's state, the current instant and an [`Op`], it updates the state in place and returns a
+//! [`Decision`]. Algorithms know nothing of storage, keys or time sources: a
+//! [`crate::store::Store`] applies the transition atomically, with `now` from its clock.
+//!
+//! Shared conventions, which every algorithm's module documentation makes precise:
+//! - rates are per second, durations are `std::time::Duration`, instants are [`Nanos`];
+//! - cost is a whole number of units; cost 0 is a read-only probe that changes nothing;
+//! - a request whose cost is more than can ever be granted at once is denied with
+//!   `retry_after == None`, and consumes nothing;
+//! - a denied request consumes nothing unless the module says otherwise;
+//! - an instant earlier than one already seen counts as "no time passed": never negative, never
+//!   a panic.
+
+use crate::{Decision, Nanos, Op, OpKind};
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod leaky_queue;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod smooth;
+pub mod token_bucket;
+
+/// A rate-limiting algorithm: its parameters, and the transition it applies to one key's state.
+///
+/// Implementations must be deterministic functions of `(state, now, op)`: no clock reads, no
+/// randomness, no I/O. That is what lets the Redis store run a Lua twin of each one and a single
+/// conformance suite prove they agree.
+pub trait Algorithm: Send + Sync + 'static {
+    /// One key's state. Its size is documented per algorithm.
+    type State: Clone + Send + std::fmt::Debug + 'static;
+
+    /// The algorithm's name as written in specs (`"token_bucket"`, `"gcra"`, …).
+    fn name(&self) -> &'static str;
+
+    /// The state of a key seen for the first time at `now`.
+    fn fresh(&self, now: Nanos) -> Self::State;
+
+    /// Applies `op` at `now` to `state`, returning the decision. Must not panic on any input.
+    ///
+    /// Callers (stores) only pass operations for which [`Algorithm::supports`] is true; an
+    /// unsupported operation must leave `state` unchanged.
+    fn apply(&self, state: &mut Self::State, now: Nanos, op: Op) -> Decision;
+
+    /// Whether `state`, at `now`, is indistinguishable from `self.fresh(now)` for every future
+    /// operation. Stores drop such keys to bound memory, so a `true` here must never be wrong:
+    /// eviction must not change any decision.
+    fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// Whether this algorithm implements operations of this kind. Every algorithm supports
+    /// [`OpKind::Check`].
+    fn supports(&self, op: OpKind) -> bool {
+        op == OpKind::Check
+    }
+}
+
+/// Validation and conversions shared by the algorithms' constructors and transitions.
+pub(crate) mod param {
+    use crate::ConfigError;
+    use std::time::Duration;
+
+    /// A rate (per second) must be finite and strictly positive.
+    pub(crate) fn rate(field: &'static str, value: f64) -> Result<f64, ConfigError> {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(field, value, "must be a finite number above 0"))
+        }
+    }
+
+    /// A count (capacity, limit, queue length) must be at least 1.
+    pub(crate) fn count(field: &'static str, value: u64) -> Result<u64, ConfigError> {
+        if value >= 1 {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(field, value, "must be at least 1"))
+        }
+    }
+
+    /// A period or window must be at least one nanosecond and fit in `u64` nanoseconds.
+    pub(crate) fn period(field: &'static str, value: Duration) -> Result<u64, ConfigError> {
+        match u64::try_from(value.as_nanos()) {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(ConfigError::invalid(
+                field,
+                format!("{value:?}"),
+                "must be between 1ns and 584 years",
+            )),
+        }
+    }
+
+    /// Seconds as a `Duration`, saturating: negative and NaN give zero, huge values the maximum.
+    pub(crate) fn secs(value: f64) -> Duration {
+        if value.is_nan() || value <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Where per-key state lives.
