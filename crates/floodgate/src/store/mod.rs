@@ -1,1 +1,66 @@
-//! Where per-key state lives.
+//! Where per-key state lives, and the one thing a store does: apply an algorithm's transition to
+//! one key's state atomically.
+//!
+//! [`Store`] is the contract every backend implements: the embedded [`MemoryStore`] answers at
+//! once; a remote store (Redis) runs the algorithm's twin server-side. Either way:
+//! - each [`Store::apply`] is linearizable per key: concurrent calls on one key behave as if they
+//!   ran one after the other, so no update is lost and nothing is over-admitted;
+//! - "now" is the store's own clock (the memory store's injected [`crate::Clock`], Redis `TIME`),
+//!   read once per decision;
+//! - an operation the algorithm does not support is refused with
+//!   [`StoreError::Unsupported`] before any state is touched;
+//! - [`Store::apply_many`] applies several independent operations (for example the per-user and
+//!   the per-endpoint limits of one request) in one call, which a remote store makes one round
+//!   trip; each is atomic on its own key, and they are not a transaction together.
+
+use std::future::Future;
+
+use crate::algorithm::Algorithm;
+use crate::{Decision, Op, StoreError};
+
+mod memory;
+
+pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
+
+/// One operation of a batch given to [`Store::apply_many`].
+#[derive(Debug)]
+pub struct Request<'a, K: ?Sized, A> {
+    /// The algorithm (with its parameters) that decides this operation.
+    pub algorithm: &'a A,
+    /// The key whose state the operation reads and updates.
+    pub key: &'a K,
+    /// The operation.
+    pub op: Op,
+}
+
+impl<K: ?Sized, A> Clone for Request<'_, K, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: ?Sized, A> Copy for Request<'_, K, A> {}
+
+/// A keyed state store that applies algorithm transitions atomically.
+///
+/// `K` is the borrowed key type callers pass (`str`, `u64`, `[u8]`); `A` the algorithm.
+pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
+    /// Applies `op` to `key`'s state under `algorithm`, atomically, at the store's current time.
+    ///
+    /// `Err` only for infrastructure failures and unsupported operations; a denial is an
+    /// `Ok(Decision)` with `allowed == false`.
+    fn apply(
+        &self,
+        algorithm: &A,
+        key: &K,
+        op: Op,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Applies each request in order, each atomically on its own key, in one call; the
+    /// decisions come back in the same order. If the call fails, none or some of the requests
+    /// may have been applied (each one either fully or not at all).
+    fn apply_many(
+        &self,
+        requests: &[Request<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+}

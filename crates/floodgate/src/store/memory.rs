@@ -1,0 +1,649 @@
+//! The embedded store: keyed state in memory, sharded, bounded, linearizable per key.
+//!
+//! Keys are spread over a power-of-two number of shards by hash; each shard is a
+//! [`hashbrown::HashTable`] behind its own mutex, so threads working on different keys rarely
+//! meet, and a decision holds exactly one lock for the time of one transition (tens of
+//! nanoseconds). The key is hashed once per call (with a per-store random seed, so that clients
+//! cannot aim keys at one shard) and looked up by its borrowed form: checking an existing key
+//! allocates nothing.
+//!
+//! **Bound.** The store holds at most `max_keys` keys, enforced per shard (`max_keys / shards`
+//! each, rounded up), so eviction can start a little before `max_keys` keys are live when keys
+//! spread unevenly. When a new key arrives at a full shard:
+//! 1. *idle eviction*: the shard drops every key whose state is indistinguishable from a fresh
+//!    key's ([`Algorithm::is_fresh`]). This never changes a decision: a dropped key behaves
+//!    exactly as if it had been kept. To keep this O(1) amortized, a sweep that leaves the shard
+//!    full is not repeated until a quarter of the shard's capacity of new keys has arrived;
+//! 2. if the shard is still full of live keys, the [`Overflow`] policy decides, and the event is
+//!    counted in [`StoreStats`].
+//!
+//! A key whose state after its first operation is still fresh (a probe, or a request denied
+//! because its cost can never pass) is not stored at all.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::future::{ready, Future};
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+
+use super::{Request, Store};
+use crate::algorithm::Algorithm;
+use crate::{Clock, ConfigError, Decision, Nanos, Op, StoreError, SystemClock};
+
+/// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// Forget one live key of the shard (an arbitrary one) to make room. Memory stays bounded
+    /// and every request gets a decision; the forgotten key starts again from a fresh state, so
+    /// it can be over-admitted by at most one fresh allowance (one burst) per eviction.
+    #[default]
+    EvictLive,
+    /// Keep every tracked key exact and refuse requests from new keys (`allowed == false`,
+    /// `retry_after == None`) until room frees up. Choose this where over-admission is worse
+    /// than refusing unknown keys under a flood of distinct keys.
+    RefuseNew,
+}
+
+/// Counters of a [`MemoryStore`]'s bookkeeping, summed over its shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Keys held now.
+    pub keys: u64,
+    /// Keys dropped because their state was fresh (lossless).
+    pub evicted_idle: u64,
+    /// Live keys forgotten under [`Overflow::EvictLive`].
+    pub evicted_live: u64,
+    /// Requests refused under [`Overflow::RefuseNew`].
+    pub refused_new: u64,
+}
+
+/// Default bound on the number of keys.
+const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// Builds a [`MemoryStore`] with chosen bounds, shard count, overflow policy and clock.
+#[derive(Debug, Clone)]
+pub struct MemoryStoreBuilder<C = SystemClock> {
+    clock: C,
+    max_keys: usize,
+    shards: Option<usize>,
+    overflow: Overflow,
+}
+
+impl MemoryStoreBuilder<SystemClock> {
+    fn new() -> Self {
+        MemoryStoreBuilder {
+            clock: SystemClock::new(),
+            max_keys: DEFAULT_MAX_KEYS,
+            shards: None,
+            overflow: Overflow::default(),
+        }
+    }
+}
+
+impl<C: Clock> MemoryStoreBuilder<C> {
+    /// The most keys the store holds (default 1,000,000). At least 1.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// The number of shards, a power of two between 1 and 4096 (default: 16 per available
+    /// core, at least 64).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// What to do when a shard is full of live keys (default [`Overflow::EvictLive`]).
+    pub fn overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// The clock the store reads "now" from (default [`SystemClock`]).
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
+        MemoryStoreBuilder {
+            clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            overflow: self.overflow,
+        }
+    }
+
+    /// Validates the settings and builds the store.
+    pub fn build<K, S>(self) -> Result<MemoryStore<K, S, C>, ConfigError> {
+        if self.max_keys == 0 {
+            return Err(ConfigError::invalid("max_keys", 0, "must be at least 1"));
+        }
+        let shards = match self.shards {
+            Some(n) if n.is_power_of_two() && n <= 4096 => n,
+            Some(n) => {
+                return Err(ConfigError::invalid(
+                    "shards",
+                    n,
+                    "must be a power of two between 1 and 4096",
+                ))
+            }
+            None => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (cores * 16).next_power_of_two().clamp(64, 4096)
+            }
+        };
+        let per_shard = self.max_keys.div_ceil(shards);
+        Ok(MemoryStore {
+            shards: (0..shards)
+                .map(|_| Shard {
+                    map: Mutex::new(ShardMap {
+                        table: HashTable::new(),
+                        sweep_credit: 0,
+                        evicted_idle: 0,
+                        evicted_live: 0,
+                        refused_new: 0,
+                    }),
+                })
+                .collect(),
+            shard_mask: shards - 1,
+            hasher: foldhash::fast::RandomState::default(),
+            clock: self.clock,
+            per_shard,
+            overflow: self.overflow,
+        })
+    }
+}
+
+/// The embedded keyed store: `K` is the owned key type (`u64`, `String`, …), `S` the algorithm
+/// state it holds, `C` its clock. See the [module documentation](self) for the exact bound and
+/// eviction rules.
+pub struct MemoryStore<K, S, C = SystemClock> {
+    shards: Box<[Shard<K, S>]>,
+    /// `shards.len() - 1`: the shard index is `(hash >> 32) & shard_mask` (see `shard_of`).
+    shard_mask: usize,
+    hasher: foldhash::fast::RandomState,
+    clock: C,
+    per_shard: usize,
+    overflow: Overflow,
+}
+
+// Each shard on its own cache lines, so that two threads on two shards never share one.
+#[repr(align(128))]
+struct Shard<K, S> {
+    map: Mutex<ShardMap<K, S>>,
+}
+
+struct ShardMap<K, S> {
+    table: HashTable<(K, S)>,
+    /// New keys that must arrive at a full shard before the next idle sweep.
+    sweep_credit: usize,
+    evicted_idle: u64,
+    evicted_live: u64,
+    refused_new: u64,
+}
+
+impl<K, S, C: fmt::Debug> fmt::Debug for MemoryStore<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shards.len())
+            .field("max_keys_per_shard", &self.per_shard)
+            .field("overflow", &self.overflow)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore<(), ()> {
+    /// A builder with the defaults: [`SystemClock`], 1,000,000 keys, [`Overflow::EvictLive`].
+    pub fn builder() -> MemoryStoreBuilder<SystemClock> {
+        MemoryStoreBuilder::new()
+    }
+}
+
+impl<K, S> MemoryStore<K, S, SystemClock> {
+    /// A store with the default settings (see [`MemoryStore::builder`]).
+    pub fn new() -> Self {
+        match MemoryStoreBuilder::new().build() {
+            Ok(store) => store,
+            // The defaults are valid by construction.
+            Err(e) => unreachable!("default memory store settings rejected: {e}"),
+        }
+    }
+}
+
+impl<K, S> Default for MemoryStore<K, S, SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    #[inline]
+    fn shard_of(&self, hash: u64) -> &Shard<K, S> {
+        // hashbrown uses the low bits (bucket index) and the top 7 bits (tag) of the hash;
+        // the shard index comes from the middle bits, so keys of one shard still spread over
+        // its table.
+        &self.shards[(hash >> 32) as usize & self.shard_mask]
+    }
+
+    /// Applies `op` to `key`'s state under `algorithm`, now, and returns the decision.
+    ///
+    /// This is [`Store::apply`] without the future: the memory store answers at once.
+    #[inline]
+    pub fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !algorithm.supports(op.kind()) {
+            return Err(StoreError::Unsupported {
+                algorithm: algorithm.name(),
+                op: op.kind(),
+            });
+        }
+        let now = self.clock.now();
+        Ok(self.apply_at(algorithm, key, op, now))
+    }
+
+    #[inline]
+    fn apply_at<Q, A>(&self, algorithm: &A, key: &Q, op: Op, now: Nanos) -> Decision
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut map = self.shard_of(hash).map.lock();
+        if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return algorithm.apply(state, now, op);
+        }
+        let mut state = algorithm.fresh(now);
+        let decision = algorithm.apply(&mut state, now, op);
+        if algorithm.is_fresh(&state, now) {
+            return decision;
+        }
+        if map.table.len() >= self.per_shard && !self.make_room(&mut map, algorithm, now) {
+            map.refused_new += 1;
+            return Decision::deny(decision.limit, 0, decision.reset_after, None);
+        }
+        let hasher = &self.hasher;
+        map.table
+            .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+        decision
+    }
+
+    /// Frees one place in a full shard; false if the overflow policy refuses the new key.
+    #[cold]
+    fn make_room<A: Algorithm<State = S>>(
+        &self,
+        map: &mut ShardMap<K, S>,
+        algorithm: &A,
+        now: Nanos,
+    ) -> bool {
+        if map.sweep_credit == 0 {
+            let before = map.table.len();
+            map.table.retain(|(_, s)| !algorithm.is_fresh(s, now));
+            map.evicted_idle += (before - map.table.len()) as u64;
+            if map.table.len() < self.per_shard {
+                return true;
+            }
+            map.sweep_credit = (self.per_shard / 4).max(1);
+        }
+        map.sweep_credit -= 1;
+        match self.overflow {
+            Overflow::RefuseNew => false,
+            Overflow::EvictLive => {
+                let victim = map
+                    .table
+                    .iter()
+                    .next()
+                    .map(|(k, _)| self.hasher.hash_one(k));
+                if let Some(victim_hash) = victim {
+                    // The table's first entry is an arbitrary key (the order is the seeded
+                    // hash order). Any entry with the same full hash is as good a victim.
+                    let hasher = &self.hasher;
+                    if let Ok(entry) = map
+                        .table
+                        .find_entry(victim_hash, |(k, _)| hasher.hash_one(k) == victim_hash)
+                    {
+                        entry.remove();
+                        map.evicted_live += 1;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Drops every key whose state is fresh at the store's current time (lossless; see
+    /// [`Algorithm::is_fresh`]). The store does this by itself when a shard fills up; calling it
+    /// periodically returns memory earlier. Returns the number of keys dropped.
+    pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
+        let now = self.clock.now();
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.map.lock();
+            let before = map.table.len();
+            map.table.retain(|(_, s)| !algorithm.is_fresh(s, now));
+            let n = before - map.table.len();
+            map.evicted_idle += n as u64;
+            dropped += n;
+        }
+        dropped
+    }
+
+    /// The number of keys held now.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.map.lock().table.len()).sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bookkeeping counters, summed over the shards.
+    pub fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats::default();
+        for shard in self.shards.iter() {
+            let map = shard.map.lock();
+            stats.keys += map.table.len() as u64;
+            stats.evicted_idle += map.evicted_idle;
+            stats.evicted_live += map.evicted_live;
+            stats.refused_new += map.refused_new;
+        }
+        stats
+    }
+
+    /// Bytes the shards' tables have allocated (keys and states stored inline; not counting
+    /// heap memory the keys or states own themselves, such as a `String`'s buffer).
+    pub fn table_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.map.lock().table.allocation_size())
+            .sum::<usize>()
+            + std::mem::size_of_val(&*self.shards)
+    }
+
+    /// A copy of `key`'s state, if the store holds it (for inspection and tests).
+    pub fn state<Q>(&self, key: &Q) -> Option<S>
+    where
+        S: Clone,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let map = self.shard_of(hash).map.lock();
+        map.table
+            .find(hash, |(k, _)| k.borrow() == key)
+            .map(|(_, s)| s.clone())
+    }
+}
+
+impl<K, Q, A, C> Store<Q, A> for MemoryStore<K, A::State, C>
+where
+    A: Algorithm,
+    K: Borrow<Q> + Hash + Eq + Send + Sync,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    C: Clock,
+{
+    fn apply(
+        &self,
+        algorithm: &A,
+        key: &Q,
+        op: Op,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        ready(self.apply_now(algorithm, key, op))
+    }
+
+    fn apply_many(
+        &self,
+        requests: &[Request<'_, Q, A>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        // Refuse an unsupported operation before applying anything.
+        let result = match requests.iter().find(|r| !r.algorithm.supports(r.op.kind())) {
+            Some(r) => Err(StoreError::Unsupported {
+                algorithm: r.algorithm.name(),
+                op: r.op.kind(),
+            }),
+            None => {
+                let now = self.clock.now();
+                Ok(requests
+                    .iter()
+                    .map(|r| self.apply_at(r.algorithm, r.key, r.op, now))
+                    .collect())
+            }
+        };
+        ready(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, OpKind};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A minimal per-second quota, so that these tests do not depend on a real algorithm.
+    #[derive(Debug)]
+    struct PerSecond(u64);
+
+    impl Algorithm for PerSecond {
+        type State = (u64, u64); // (second, used)
+        fn name(&self) -> &'static str {
+            "per_second"
+        }
+        fn fresh(&self, now: Nanos) -> (u64, u64) {
+            (now.0 / 1_000_000_000, 0)
+        }
+        fn apply(&self, s: &mut (u64, u64), now: Nanos, op: Op) -> Decision {
+            let sec = now.0 / 1_000_000_000;
+            if sec > s.0 {
+                *s = (sec, 0);
+            }
+            let cost = match op {
+                Op::Check { cost } => cost,
+                _ => 0,
+            };
+            if s.1 + cost <= self.0 {
+                s.1 += cost;
+                Decision::allow(self.0, self.0 - s.1, Duration::from_secs(1))
+            } else {
+                Decision::deny(self.0, self.0 - s.1, Duration::from_secs(1), None)
+            }
+        }
+        fn is_fresh(&self, s: &(u64, u64), now: Nanos) -> bool {
+            s.1 == 0 || now.0 / 1_000_000_000 > s.0
+        }
+    }
+
+    fn check(cost: u64) -> Op {
+        Op::Check { cost }
+    }
+
+    fn store(
+        max_keys: usize,
+        shards: usize,
+        overflow: Overflow,
+    ) -> (MemoryStore<String, (u64, u64), ManualClock>, ManualClock) {
+        let clock = ManualClock::new(Nanos::from_secs(100));
+        let store = MemoryStore::builder()
+            .max_keys(max_keys)
+            .shards(shards)
+            .overflow(overflow)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        (store, clock)
+    }
+
+    #[test]
+    fn looks_up_by_borrowed_key_and_keeps_state_per_key() {
+        let (s, _) = store(100, 4, Overflow::EvictLive);
+        let alg = PerSecond(2);
+        assert!(s.apply_now(&alg, "a", check(1)).unwrap().allowed);
+        assert!(s.apply_now(&alg, "a", check(1)).unwrap().allowed);
+        assert!(!s.apply_now(&alg, "a", check(1)).unwrap().allowed);
+        assert!(s.apply_now(&alg, "b", check(2)).unwrap().allowed);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.state("a"), Some((100, 2)));
+    }
+
+    #[test]
+    fn probes_and_impossible_requests_do_not_store_keys() {
+        let (s, _) = store(100, 4, Overflow::EvictLive);
+        let alg = PerSecond(2);
+        assert!(s.apply_now(&alg, "a", check(0)).unwrap().allowed);
+        assert!(!s.apply_now(&alg, "b", check(3)).unwrap().allowed);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn unsupported_operations_are_refused_before_any_change() {
+        let (s, _) = store(100, 4, Overflow::EvictLive);
+        let alg = PerSecond(2);
+        let err = s.apply_now(&alg, "a", Op::Reserve { cost: 1 }).unwrap_err();
+        assert!(matches!(
+            err,
+            StoreError::Unsupported {
+                algorithm: "per_second",
+                op: OpKind::Reserve
+            }
+        ));
+        assert!(!err.is_transient());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn idle_eviction_is_lossless_and_counted() {
+        // One shard of 4 places: the fifth key forces a sweep.
+        let (s, clock) = store(4, 1, Overflow::RefuseNew);
+        let alg = PerSecond(1);
+        for k in ["a", "b", "c", "d"] {
+            assert!(s.apply_now(&alg, k, check(1)).unwrap().allowed);
+        }
+        // Still the same second: all four are live, so a fifth key is refused.
+        assert!(!s.apply_now(&alg, "e", check(1)).unwrap().allowed);
+        assert_eq!(s.stats().refused_new, 1);
+        // A second later all four are fresh again and the next sweep drops them.
+        clock.advance(Duration::from_secs(1));
+        assert!(s.apply_now(&alg, "e", check(1)).unwrap().allowed);
+        let stats = s.stats();
+        assert_eq!(stats.keys, 1);
+        assert_eq!(stats.evicted_idle, 4);
+        assert!(!s.apply_now(&alg, "e", check(1)).unwrap().allowed);
+    }
+
+    #[test]
+    fn live_overflow_evicts_one_key_and_keeps_memory_bounded() {
+        let (s, _) = store(8, 1, Overflow::EvictLive);
+        let alg = PerSecond(1);
+        for i in 0..100 {
+            assert!(
+                s.apply_now(&alg, &format!("k{i}"), check(1))
+                    .unwrap()
+                    .allowed
+            );
+            assert!(s.len() <= 8);
+        }
+        let stats = s.stats();
+        assert_eq!(stats.keys, 8);
+        assert_eq!(stats.evicted_live, 92);
+    }
+
+    #[test]
+    fn eviction_on_and_off_give_identical_decisions() {
+        // 64 keys, at most 16 live in any second; bounded store of 16 vs unbounded.
+        let (small, c1) = store(16, 1, Overflow::RefuseNew);
+        let (big, c2) = store(1 << 20, 1, Overflow::RefuseNew);
+        let alg = PerSecond(3);
+        let mut x: u64 = 7;
+        for step in 0..5_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let second = step / 40;
+            c1.set(Nanos::from_secs(100 + second));
+            c2.set(Nanos::from_secs(100 + second));
+            let key = format!("k{}", (second * 16 + (x >> 33) % 16) % 64);
+            let cost = (x >> 20) % 3;
+            assert_eq!(
+                small.apply_now(&alg, key.as_str(), check(cost)).unwrap(),
+                big.apply_now(&alg, key.as_str(), check(cost)).unwrap(),
+                "step {step}"
+            );
+        }
+        assert!(small.stats().evicted_idle > 0);
+        assert_eq!(small.stats().refused_new, 0);
+    }
+
+    #[test]
+    fn threads_on_one_key_admit_exactly_the_bound() {
+        let (s, _) = store(1000, 16, Overflow::EvictLive);
+        let s = Arc::new(s);
+        let alg = Arc::new(PerSecond(10_000));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (s, alg) = (s.clone(), alg.clone());
+                std::thread::spawn(move || {
+                    (0..5_000)
+                        .filter(|_| s.apply_now(&*alg, "hot", check(1)).unwrap().allowed)
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(admitted, 10_000);
+    }
+
+    #[test]
+    fn apply_many_checks_every_op_before_applying_any() {
+        let (s, _) = store(100, 4, Overflow::EvictLive);
+        let alg = PerSecond(5);
+        let ok = Request {
+            algorithm: &alg,
+            key: "a",
+            op: check(1),
+        };
+        let bad = Request {
+            algorithm: &alg,
+            key: "b",
+            op: Op::SetRate { rate: 1.0 },
+        };
+        let poll = poll_ready(Store::apply_many(&s, &[ok, bad]));
+        assert!(matches!(poll, Err(StoreError::Unsupported { .. })));
+        assert!(s.is_empty());
+        let got = poll_ready(Store::apply_many(&s, &[ok, ok])).unwrap();
+        assert_eq!(got.iter().map(|d| d.remaining).collect::<Vec<_>>(), [4, 3]);
+    }
+
+    #[test]
+    fn invalid_settings_name_the_field() {
+        let e = MemoryStore::builder()
+            .max_keys(0)
+            .build::<u64, ()>()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_keys"));
+        let e = MemoryStore::builder()
+            .shards(3)
+            .build::<u64, ()>()
+            .unwrap_err();
+        assert!(e.to_string().contains("shards"));
+    }
+
+    /// Polls a future that must be ready at once (the memory store's are).
+    fn poll_ready<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("memory store future was not ready"),
+        }
+    }
+}
