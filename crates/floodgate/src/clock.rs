@@ -1,14 +1,22 @@
 //! Time sources. Every algorithm and store takes "now" from a [`Clock`], never from the OS, so
 //! that tests are deterministic ([`ManualClock`]) and production can pick a cheap source.
 //!
-//! Instants are [`Nanos`]: whole nanoseconds since the clock's epoch. [`SystemClock`]'s epoch is
+//! Two production clocks, both anchored to the Unix epoch and never going backwards:
+//! - [`SystemClock`] reads the OS monotonic clock on every call: exact to the nanosecond, about
+//!   25 ns a read on this project's benchmark machine;
+//! - [`CoarseClock`] is a cached instant that a background thread refreshes every `resolution`
+//!   (1 ms by default): a read is one atomic load (about 1 ns), and instants are up to one
+//!   resolution late. The in-memory store uses it by default; see BENCHMARKS.md for the numbers
+//!   behind that choice.
+//!
+//! Instants are [`Nanos`]: whole nanoseconds since the clock's epoch. The system clocks' epoch is
 //! the Unix epoch, so windows "aligned to the epoch" (fixed windows) line up with wall-clock
 //! seconds, minutes and hours; it never goes backwards, because it advances with the monotonic
 //! clock from a wall-clock anchor taken once. Algorithms still treat a clock going backwards as
 //! "no time passed", so any `Clock` is safe to plug in.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,6 +144,75 @@ impl Clock for SystemClock {
     }
 }
 
+/// A cached clock: one atomic load a read, refreshed by a background thread every `resolution`.
+///
+/// Instants lag the true time by at most about one resolution (plus scheduling delay when the
+/// machine is overloaded), and never go backwards. Clones share the cache and its thread; the
+/// thread stops once every clone is dropped. [`CoarseClock::shared`] gives the process-wide
+/// 1 ms clock that [`crate::store::MemoryStore`] uses by default.
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    inner: Arc<CoarseInner>,
+}
+
+#[derive(Debug)]
+#[repr(align(128))] // alone on its cache lines: readers never share them with other writes
+struct CoarseInner {
+    nanos: AtomicU64,
+    /// False if the refresh thread could not be started: reads then go to the OS clock.
+    ticking: AtomicBool,
+    source: SystemClock,
+}
+
+impl CoarseClock {
+    /// A clock refreshed every `resolution` (at least 100 µs) by a new background thread.
+    pub fn new(resolution: Duration) -> CoarseClock {
+        let resolution = resolution.max(Duration::from_micros(100));
+        let source = SystemClock::new();
+        let inner = Arc::new(CoarseInner {
+            nanos: AtomicU64::new(source.now().0),
+            ticking: AtomicBool::new(true),
+            source,
+        });
+        // The thread holds only a weak reference, so dropping the last clone stops it.
+        let weak = Arc::downgrade(&inner);
+        let spawned = std::thread::Builder::new()
+            .name("floodgate-clock".into())
+            .spawn(move || {
+                while let Some(inner) = weak.upgrade() {
+                    inner
+                        .nanos
+                        .fetch_max(inner.source.now().0, Ordering::Relaxed);
+                    drop(inner);
+                    std::thread::sleep(resolution);
+                }
+            });
+        if spawned.is_err() {
+            inner.ticking.store(false, Ordering::Relaxed);
+        }
+        CoarseClock { inner }
+    }
+
+    /// The process-wide clock with 1 ms resolution, started on first use.
+    pub fn shared() -> CoarseClock {
+        static SHARED: std::sync::OnceLock<CoarseClock> = std::sync::OnceLock::new();
+        SHARED
+            .get_or_init(|| CoarseClock::new(Duration::from_millis(1)))
+            .clone()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        if self.inner.ticking.load(Ordering::Relaxed) {
+            Nanos(self.inner.nanos.load(Ordering::Relaxed))
+        } else {
+            self.inner.source.now()
+        }
+    }
+}
+
 /// A clock that moves only when told to: for tests and simulations, ours and our users'.
 ///
 /// Clones share the same time, so a test can keep one handle and give another to a store.
@@ -198,6 +275,26 @@ mod tests {
         // Later than 2020-01-01 and earlier than 2200: proves the Unix anchor.
         assert!(a > Nanos::from_secs(1_577_836_800));
         assert!(a < Nanos::from_secs(7_258_118_400));
+    }
+
+    #[test]
+    fn coarse_clock_follows_the_system_clock_within_its_resolution() {
+        let coarse = CoarseClock::new(Duration::from_millis(1));
+        let system = SystemClock::new();
+        let a = coarse.now();
+        // Wait (boundedly) until the refresh thread has moved the cache at least once.
+        let mut moved = false;
+        for _ in 0..10_000_000 {
+            if coarse.now() > a {
+                moved = true;
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let (c, s) = (coarse.now(), system.now());
+        assert!(moved, "the refresh thread never ticked");
+        // Two clocks anchored separately agree to well within a second.
+        assert!(c.0.abs_diff(s.0) < 1_000_000_000, "coarse {c} vs system {s}");
     }
 
     #[test]

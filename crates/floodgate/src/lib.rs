@@ -19,6 +19,6 @@ mod decision;
 mod error;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use decision::{Decision, Op, OpKind};
 pub use error::{ConfigError, StoreError};

@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 
 use super::{Request, Store};
 use crate::algorithm::Algorithm;
-use crate::{Clock, ConfigError, Decision, Nanos, Op, StoreError, SystemClock};
+use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
 /// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,17 +64,17 @@ const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Builds a [`MemoryStore`] with chosen bounds, shard count, overflow policy and clock.
 #[derive(Debug, Clone)]
-pub struct MemoryStoreBuilder<C = SystemClock> {
+pub struct MemoryStoreBuilder<C = CoarseClock> {
     clock: C,
     max_keys: usize,
     shards: Option<usize>,
     overflow: Overflow,
 }
 
-impl MemoryStoreBuilder<SystemClock> {
+impl MemoryStoreBuilder<CoarseClock> {
     fn new() -> Self {
         MemoryStoreBuilder {
-            clock: SystemClock::new(),
+            clock: CoarseClock::shared(),
             max_keys: DEFAULT_MAX_KEYS,
             shards: None,
             overflow: Overflow::default(),
@@ -102,7 +102,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// The clock the store reads "now" from (default [`SystemClock`]).
+    /// The clock the store reads "now" from (default [`CoarseClock::shared`]; use
+    /// [`crate::SystemClock`] where nanosecond precision matters more than ~20 ns a decision).
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
         MemoryStoreBuilder {
             clock,
@@ -156,7 +157,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 /// The embedded keyed store: `K` is the owned key type (`u64`, `String`, …), `S` the algorithm
 /// state it holds, `C` its clock. See the [module documentation](self) for the exact bound and
 /// eviction rules.
-pub struct MemoryStore<K, S, C = SystemClock> {
+pub struct MemoryStore<K, S, C = CoarseClock> {
     shards: Box<[Shard<K, S>]>,
     /// `shards.len() - 1`: the shard index is `(hash >> 32) & shard_mask` (see `shard_of`).
     shard_mask: usize,
@@ -193,13 +194,13 @@ impl<K, S, C: fmt::Debug> fmt::Debug for MemoryStore<K, S, C> {
 }
 
 impl MemoryStore<(), ()> {
-    /// A builder with the defaults: [`SystemClock`], 1,000,000 keys, [`Overflow::EvictLive`].
-    pub fn builder() -> MemoryStoreBuilder<SystemClock> {
+    /// A builder with the defaults: [`CoarseClock::shared`] (1 ms resolution), 1,000,000 keys, [`Overflow::EvictLive`].
+    pub fn builder() -> MemoryStoreBuilder<CoarseClock> {
         MemoryStoreBuilder::new()
     }
 }
 
-impl<K, S> MemoryStore<K, S, SystemClock> {
+impl<K, S> MemoryStore<K, S, CoarseClock> {
     /// A store with the default settings (see [`MemoryStore::builder`]).
     pub fn new() -> Self {
         match MemoryStoreBuilder::new().build() {
@@ -210,7 +211,7 @@ impl<K, S> MemoryStore<K, S, SystemClock> {
     }
 }
 
-impl<K, S> Default for MemoryStore<K, S, SystemClock> {
+impl<K, S> Default for MemoryStore<K, S, CoarseClock> {
     fn default() -> Self {
         Self::new()
     }
