@@ -17,6 +17,7 @@ pub mod algorithm;
 pub mod clock;
 mod decision;
 mod error;
+pub mod limiter;
 pub mod store;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
