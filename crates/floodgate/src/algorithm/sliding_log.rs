@@ -47,7 +47,9 @@
 //! # Edge cases
 //!
 //! - First request, or after an idle time of at least `window`: nothing counts, `limit` passes.
-//! - Cost 0: a read-only probe; it reports the numbers above and changes nothing.
+//! - Cost 0: a read-only probe; it reports the numbers above and changes nothing (it passes
+//!   whenever the counted cost is at most `limit`, which is always for a state built by these
+//!   parameters).
 //! - Cost above `limit`: denied with `retry_after: None`, consumes nothing.
 //! - Denied requests consume nothing (they are not logged).
 //! - Huge values: instants near `u64::MAX` and costs up to `u64::MAX` never overflow (differences
@@ -200,13 +202,6 @@ impl Algorithm for SlidingLog {
         };
         let now = now.0;
         let view = self.view(state, now);
-        if cost == 0 {
-            return Decision::allow(
-                self.limit,
-                self.limit.saturating_sub(view.live),
-                self.reset_after(state, view.live, now),
-            );
-        }
         if cost > self.limit {
             return Decision::deny(
                 self.limit,
@@ -221,6 +216,13 @@ impl Algorithm for SlidingLog {
                 self.limit.saturating_sub(view.live),
                 self.reset_after(state, view.live, now),
                 Some(self.retry_after(state, &view, now, cost)),
+            );
+        }
+        if cost == 0 {
+            return Decision::allow(
+                self.limit,
+                self.limit - view.live,
+                self.reset_after(state, view.live, now),
             );
         }
         state.entries.drain(..view.expired);
