@@ -40,7 +40,8 @@
 //! # `CL.THROTTLE` replies
 //!
 //! [`Gcra::throttle`] returns the five integers redis-cell replies with ([`CellReply`]), computed as
-//! redis-cell (0.3 and later) computes them:
+//! its current code (0.4) computes them (early releases truncated seconds instead of rounding
+//! them up):
 //!
 //! - `limited`: 1 when denied, else 0; `limit`: `max_burst + 1`;
 //! - `remaining`: `trunc(µs(τ − ttl) as f64 / µs(e) as f64)` where `µs` truncates nanoseconds to

@@ -38,7 +38,9 @@
 //! at `kW − 1`, then `L − ⌈L/W⌉` at `(k+1)W − 1`. So the estimate can admit up to `L − ⌈L/W⌉`
 //! (almost `L`) above `limit` in a window straddling a boundary.
 //!
-//! State: two counts, the window start and the latest admission instant.
+//! State: two counts, the window start and the latest admission instant. Deciding takes no
+//! division; `remaining` takes one when `previous > 0`, and moving to a window more than one
+//! window ahead takes one.
 //!
 //! # Sub-bucket counters (`buckets: Some(N)`)
 //!
@@ -63,15 +65,15 @@
 //! to the epoch (`window = 60 s` with `buckets = 7` is refused; 6, 10, 12, 60 are fine).
 //! State: `N + 1` counters on the heap (8 bytes each), a head index, the head bucket's start
 //! and their total: O(N) per key. Deciding is O(1) while time stays in one bucket and
-//! O(buckets crossed) otherwise; `retry_after` walks at most `N + 1` buckets; nothing allocates
-//! after the key's first decision.
+//! O(buckets crossed) otherwise; `retry_after` walks at most `N + 1` buckets; the counters are
+//! allocated once, by [`Algorithm::fresh`], and nothing allocates afterwards.
 //!
 //! # Both modes
 //!
 //! - State size: `size_of::<SlidingWindowState>() == 40` bytes (plus `8 × (N + 1)` heap bytes in
 //!   sub-bucket mode).
-//! - First request, or after an idle time of `2W` (weighted) or `W + b` (sub-buckets): nothing
-//!   counts, `L` passes.
+//! - First request, or once `2W` (weighted) or `W + b` (sub-buckets) have passed since the
+//!   latest admission: nothing counts, `L` passes.
 //! - Cost 0: a read-only probe, changes nothing. Cost above `L`: denied, `retry_after: None`,
 //!   consumes nothing.
 //! - Time: probes and denials change nothing, so the latest instant a state knows is its latest
