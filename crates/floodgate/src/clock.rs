@@ -62,7 +62,12 @@ impl Nanos {
 
 impl fmt::Display for Nanos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:09}s", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+        write!(
+            f,
+            "{}.{:09}s",
+            self.0 / 1_000_000_000,
+            self.0 % 1_000_000_000
+        )
     }
 }
 
@@ -198,7 +203,10 @@ mod tests {
     #[test]
     fn saturating_arithmetic_never_panics() {
         assert_eq!(Nanos(5).saturating_since(Nanos(9)), Duration::ZERO);
-        assert_eq!(Nanos(u64::MAX).saturating_add(Duration::MAX), Nanos(u64::MAX));
+        assert_eq!(
+            Nanos(u64::MAX).saturating_add(Duration::MAX),
+            Nanos(u64::MAX)
+        );
         assert_eq!(Nanos::from_secs_f64(-1.0), Nanos(0));
         assert_eq!(Nanos::from_secs_f64(f64::NAN), Nanos(0));
         assert_eq!(Nanos::from_secs_f64(1.5), Nanos(1_500_000_000));

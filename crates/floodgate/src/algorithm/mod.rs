@@ -68,7 +68,11 @@ pub(crate) mod param {
         if value.is_finite() && value > 0.0 {
             Ok(value)
         } else {
-            Err(ConfigError::invalid(field, value, "must be a finite number above 0"))
+            Err(ConfigError::invalid(
+                field,
+                value,
+                "must be a finite number above 0",
+            ))
         }
     }
 
