@@ -9,8 +9,8 @@
 //! # Rule
 //!
 //! Requests are served in arrival order, one *slot* apart; a slot lasts `1/rate` seconds rounded
-//! up to a whole nanosecond (`slot = ceil(1e9 / rate)` ns; a quotient within 1e-12 (relative) of a whole
-//! number counts as that number, so decimal rates keep their exact slot). The state is the
+//! up to a whole nanosecond (`slot = ceil(1e9 / rate)` ns; a quotient within a relative 1e-12 of
+//! a whole number counts as that number, so decimal rates keep their exact slot). The state is the
 //! instant `next_free` at which the next slot is free (virtual scheduling: no queue is stored,
 //! only where it ends).
 //!
