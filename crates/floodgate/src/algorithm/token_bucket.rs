@@ -25,8 +25,9 @@
 //! `k` whole seconds. Two deliberate differences, invisible in the script's own use (one call per
 //! request, a clock that does not go backwards): a `now` earlier than the last update counts as no
 //! time passed and the later instant is kept (the script would store the earlier one), and a cost
-//! of 0 is read-only (the script would store the refilled bucket; the next refill gives the same
-//! value). The test module holds a model of the script run by Redis and compares the two.
+//! of 0 is read-only (the script stores the refilled bucket; with whole-number rates the next
+//! refill gives the same value, with fractional ones it may differ in the last bit). The test
+//! module holds a model of the script as Redis runs it and compares the two on random calls.
 //!
 //! # Decision
 //!
