@@ -17,6 +17,10 @@
 //! 2. if the shard is still full of live keys, the [`Overflow`] policy decides, and the event is
 //!    counted in [`StoreStats`].
 //!
+//! "Now" is read from the store's clock while holding the key's shard lock, so that with a
+//! monotonic clock (all of Floodgate's are) the instants one key sees never go backwards, and a
+//! key found fresh at one instant stays droppable for every later operation.
+//!
 //! A key whose state after its first operation is still fresh (a probe, or a request denied
 //! because its cost can never pass) is not stored at all.
 
@@ -247,12 +251,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                 op: op.kind(),
             });
         }
-        let now = self.clock.now();
-        Ok(self.apply_at(algorithm, key, op, now))
+        Ok(self.apply_locked(algorithm, key, op))
     }
 
     #[inline]
-    fn apply_at<Q, A>(&self, algorithm: &A, key: &Q, op: Op, now: Nanos) -> Decision
+    fn apply_locked<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Decision
     where
         A: Algorithm<State = S>,
         K: Borrow<Q>,
@@ -260,6 +263,10 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     {
         let hash = self.hasher.hash_one(key);
         let mut map = self.shard_of(hash).map.lock();
+        // Read the clock under the shard lock: with a monotonic clock, the instants a shard
+        // sees are then in lock order, so no key ever sees time go backwards and idle
+        // eviction (decided at one instant, valid for all later ones) stays lossless.
+        let now = self.clock.now();
         if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             return algorithm.apply(state, now, op);
         }
@@ -325,10 +332,10 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     /// [`Algorithm::is_fresh`]). The store does this by itself when a shard fills up; calling it
     /// periodically returns memory earlier. Returns the number of keys dropped.
     pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
-        let now = self.clock.now();
         let mut dropped = 0;
         for shard in self.shards.iter() {
             let mut map = shard.map.lock();
+            let now = self.clock.now();
             let before = map.table.len();
             map.table.retain(|(_, s)| !algorithm.is_fresh(s, now));
             let n = before - map.table.len();
@@ -412,13 +419,10 @@ where
                 algorithm: r.algorithm.name(),
                 op: r.op.kind(),
             }),
-            None => {
-                let now = self.clock.now();
-                Ok(requests
-                    .iter()
-                    .map(|r| self.apply_at(r.algorithm, r.key, r.op, now))
-                    .collect())
-            }
+            None => Ok(requests
+                .iter()
+                .map(|r| self.apply_locked(r.algorithm, r.key, r.op))
+                .collect()),
         };
         ready(result)
     }
