@@ -294,7 +294,10 @@ mod tests {
         let (c, s) = (coarse.now(), system.now());
         assert!(moved, "the refresh thread never ticked");
         // Two clocks anchored separately agree to well within a second.
-        assert!(c.0.abs_diff(s.0) < 1_000_000_000, "coarse {c} vs system {s}");
+        assert!(
+            c.0.abs_diff(s.0) < 1_000_000_000,
+            "coarse {c} vs system {s}"
+        );
     }
 
     #[test]

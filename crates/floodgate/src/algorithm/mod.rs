@@ -23,6 +23,7 @@ pub mod leaky_queue;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
+pub mod spec;
 pub mod token_bucket;
 
 /// A rate-limiting algorithm: its parameters, and the transition it applies to one key's state.
@@ -94,15 +95,6 @@ pub(crate) mod param {
                 format!("{value:?}"),
                 "must be between 1ns and 584 years",
             )),
-        }
-    }
-
-    /// Seconds as a `Duration`, saturating: negative and NaN give zero, huge values the maximum.
-    pub(crate) fn secs(value: f64) -> Duration {
-        if value.is_nan() || value <= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX)
         }
     }
 }

@@ -1,0 +1,380 @@
+//! Choosing an algorithm at run time: [`AlgorithmSpec`] is what a user writes (in a replay
+//! `--limiter` spec or a config file), [`AnyAlgorithm`] the validated algorithm it builds.
+//!
+//! A spec is an object tagged by `algorithm`, with the parameters of DESIGN.md §5:
+//!
+//! | `algorithm` | parameters |
+//! |---|---|
+//! | `token_bucket` | `rate`, `capacity` |
+//! | `leaky_bucket` | `rate`, `capacity` |
+//! | `leaky_queue` | `rate`, `queue` |
+//! | `fixed_window` | `limit`, `window` |
+//! | `sliding_log` | `limit`, `window` |
+//! | `sliding_window` | `limit`, `window`, optional `buckets` |
+//! | `gcra` | `max_burst`, `count`, `period` |
+//! | `smooth_bursty` | `rate`, optional `max_burst_seconds` (default 1) |
+//! | `smooth_warming_up` | `rate`, `warmup`, optional `cold_factor` (default 3) |
+//!
+//! Rates are per second; counts are whole numbers; durations are seconds (a JSON number) or a
+//! string with a unit: `"250us"`, `"500ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"1d"`, `"1w"`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::fixed_window::FixedWindow;
+use super::gcra::Gcra;
+use super::leaky_bucket::LeakyBucket;
+use super::leaky_queue::LeakyQueue;
+use super::sliding_log::SlidingLog;
+use super::sliding_window::SlidingWindow;
+use super::smooth::{SmoothBursty, SmoothWarmingUp};
+use super::token_bucket::TokenBucket;
+use super::Algorithm;
+use crate::{ConfigError, Decision, Nanos, Op, OpKind};
+
+/// A duration as users write it: seconds as a number, or a string with a unit (see the
+/// [module documentation](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "DurationRepr")]
+pub struct SpecDuration(pub Duration);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DurationRepr {
+    Seconds(f64),
+    Text(String),
+}
+
+impl TryFrom<DurationRepr> for SpecDuration {
+    type Error = String;
+    fn try_from(repr: DurationRepr) -> Result<Self, String> {
+        match repr {
+            DurationRepr::Seconds(s) => seconds_to_duration(s),
+            DurationRepr::Text(t) => parse_duration(&t),
+        }
+        .map(SpecDuration)
+    }
+}
+
+fn seconds_to_duration(secs: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        format!("`{secs}` is not a duration: expected a non-negative number of seconds")
+    })
+}
+
+/// Parses `"500ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"1d"`, `"1w"`, `"250us"`, `"10ns"`, or a bare
+/// number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as \"500ms\", \"1s\" or \"1h\""))?;
+    let unit_secs = match unit.trim() {
+        "" | "s" => 1.0,
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        "w" => 604_800.0,
+        other => {
+            return Err(format!(
+                "`{text}` has an unknown unit `{other}` (use ns, us, ms, s, m, h, d or w)"
+            ))
+        }
+    };
+    seconds_to_duration(value * unit_secs)
+}
+
+fn default_max_burst_seconds() -> f64 {
+    1.0
+}
+
+fn default_cold_factor() -> f64 {
+    3.0
+}
+
+/// An algorithm and its parameters, as written by a user; [`AlgorithmSpec::build`] validates it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AlgorithmSpec {
+    /// [`TokenBucket`]
+    TokenBucket {
+        /// Tokens per second.
+        rate: f64,
+        /// Bucket size (the burst).
+        capacity: u64,
+    },
+    /// [`LeakyBucket`] (meter)
+    LeakyBucket {
+        /// Drain rate per second.
+        rate: f64,
+        /// Bucket size.
+        capacity: u64,
+    },
+    /// [`LeakyQueue`] (shaper)
+    LeakyQueue {
+        /// Release rate per second.
+        rate: f64,
+        /// Places in the queue.
+        queue: u64,
+    },
+    /// [`FixedWindow`]
+    FixedWindow {
+        /// Cost allowed per window.
+        limit: u64,
+        /// Window length.
+        window: SpecDuration,
+    },
+    /// [`SlidingLog`]
+    SlidingLog {
+        /// Cost allowed in any window.
+        limit: u64,
+        /// Window length.
+        window: SpecDuration,
+    },
+    /// [`SlidingWindow`]
+    SlidingWindow {
+        /// Cost allowed per window.
+        limit: u64,
+        /// Window length.
+        window: SpecDuration,
+        /// Sub-buckets; absent for the two-window weighted estimate.
+        #[serde(default)]
+        buckets: Option<u32>,
+    },
+    /// [`Gcra`], with redis-cell's parameters.
+    Gcra {
+        /// Burst beyond the first request (`limit` = `max_burst` + 1).
+        max_burst: u64,
+        /// Requests per `period`.
+        count: u64,
+        /// The period `count` is measured over.
+        period: SpecDuration,
+    },
+    /// [`SmoothBursty`] (Guava)
+    SmoothBursty {
+        /// Permits per second.
+        rate: f64,
+        /// Seconds of unused permits that may be saved up.
+        #[serde(default = "default_max_burst_seconds")]
+        max_burst_seconds: f64,
+    },
+    /// [`SmoothWarmingUp`] (Guava)
+    SmoothWarmingUp {
+        /// Stable permits per second.
+        rate: f64,
+        /// Time to go from cold to the stable rate.
+        warmup: SpecDuration,
+        /// How much slower than stable the cold rate is.
+        #[serde(default = "default_cold_factor")]
+        cold_factor: f64,
+    },
+}
+
+impl AlgorithmSpec {
+    /// Validates the parameters and builds the algorithm.
+    pub fn build(&self) -> Result<AnyAlgorithm, ConfigError> {
+        Ok(match *self {
+            AlgorithmSpec::TokenBucket { rate, capacity } => {
+                AnyAlgorithm::TokenBucket(TokenBucket::new(rate, capacity)?)
+            }
+            AlgorithmSpec::LeakyBucket { rate, capacity } => {
+                AnyAlgorithm::LeakyBucket(LeakyBucket::new(rate, capacity)?)
+            }
+            AlgorithmSpec::LeakyQueue { rate, queue } => {
+                AnyAlgorithm::LeakyQueue(LeakyQueue::new(rate, queue)?)
+            }
+            AlgorithmSpec::FixedWindow { limit, window } => {
+                AnyAlgorithm::FixedWindow(FixedWindow::new(limit, window.0)?)
+            }
+            AlgorithmSpec::SlidingLog { limit, window } => {
+                AnyAlgorithm::SlidingLog(SlidingLog::new(limit, window.0)?)
+            }
+            AlgorithmSpec::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            } => AnyAlgorithm::SlidingWindow(SlidingWindow::new(limit, window.0, buckets)?),
+            AlgorithmSpec::Gcra {
+                max_burst,
+                count,
+                period,
+            } => AnyAlgorithm::Gcra(Gcra::new(max_burst, count, period.0)?),
+            AlgorithmSpec::SmoothBursty {
+                rate,
+                max_burst_seconds,
+            } => AnyAlgorithm::SmoothBursty(SmoothBursty::new(rate, max_burst_seconds)?),
+            AlgorithmSpec::SmoothWarmingUp {
+                rate,
+                warmup,
+                cold_factor,
+            } => AnyAlgorithm::SmoothWarmingUp(SmoothWarmingUp::new(rate, warmup.0, cold_factor)?),
+        })
+    }
+}
+
+macro_rules! any_algorithm {
+    ($($variant:ident($ty:ty)),* $(,)?) => {
+        /// Any of Floodgate's algorithms, chosen at run time (for example from a spec).
+        #[derive(Clone, Debug)]
+        pub enum AnyAlgorithm {
+            $(
+                #[doc = concat!("[`", stringify!($ty), "`]")]
+                $variant($ty),
+            )*
+        }
+
+        /// The state of an [`AnyAlgorithm`] key: the state of the algorithm that wrote it.
+        #[derive(Clone, Debug)]
+        pub enum AnyState {
+            $(
+                #[doc = concat!("State of [`", stringify!($ty), "`]")]
+                $variant(<$ty as Algorithm>::State),
+            )*
+        }
+
+        impl Algorithm for AnyAlgorithm {
+            type State = AnyState;
+
+            fn name(&self) -> &'static str {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.name(),)*
+                }
+            }
+
+            fn fresh(&self, now: Nanos) -> AnyState {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => AnyState::$variant(a.fresh(now)),)*
+                }
+            }
+
+            /// A state written by another algorithm (a key whose algorithm was changed by a
+            /// config reload) is replaced by a fresh one before applying `op`.
+            fn apply(&self, state: &mut AnyState, now: Nanos, op: Op) -> Decision {
+                match (self, &mut *state) {
+                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.apply(s, now, op),)*
+                    _ => {
+                        *state = self.fresh(now);
+                        self.apply(state, now, op)
+                    }
+                }
+            }
+
+            fn is_fresh(&self, state: &AnyState, now: Nanos) -> bool {
+                match (self, state) {
+                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.is_fresh(s, now),)*
+                    // Another algorithm's state is replaced on the next operation anyway.
+                    _ => true,
+                }
+            }
+
+            fn supports(&self, op: OpKind) -> bool {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.supports(op),)*
+                }
+            }
+        }
+    };
+}
+
+any_algorithm! {
+    TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
+    LeakyQueue(LeakyQueue),
+    FixedWindow(FixedWindow),
+    SlidingLog(SlidingLog),
+    SlidingWindow(SlidingWindow),
+    Gcra(Gcra),
+    SmoothBursty(SmoothBursty),
+    SmoothWarmingUp(SmoothWarmingUp),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> Result<AlgorithmSpec, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn durations_accept_numbers_and_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("1 fortnight")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn every_algorithm_builds_from_its_spec() {
+        let specs = [
+            r#"{"algorithm":"token_bucket","rate":100,"capacity":500}"#,
+            r#"{"algorithm":"leaky_bucket","rate":2.5,"capacity":10}"#,
+            r#"{"algorithm":"leaky_queue","rate":10,"queue":5}"#,
+            r#"{"algorithm":"fixed_window","limit":10,"window":"1m"}"#,
+            r#"{"algorithm":"sliding_log","limit":10,"window":60}"#,
+            r#"{"algorithm":"sliding_window","limit":10,"window":"1m"}"#,
+            r#"{"algorithm":"sliding_window","limit":10,"window":"1m","buckets":6}"#,
+            r#"{"algorithm":"gcra","max_burst":15,"count":30,"period":60}"#,
+            r#"{"algorithm":"smooth_bursty","rate":5}"#,
+            r#"{"algorithm":"smooth_warming_up","rate":2,"warmup":"4s"}"#,
+        ];
+        for json in specs {
+            let alg = spec(json).unwrap().build().unwrap();
+            let expected = json.split('"').nth(3).unwrap();
+            assert_eq!(alg.name(), expected);
+        }
+    }
+
+    #[test]
+    fn bad_specs_name_the_problem() {
+        assert!(spec(r#"{"algorithm":"magic","rate":1}"#)
+            .unwrap_err()
+            .contains("magic"));
+        assert!(spec(r#"{"algorithm":"token_bucket","rate":1}"#)
+            .unwrap_err()
+            .contains("capacity"));
+        assert!(
+            spec(r#"{"algorithm":"token_bucket","rate":1,"capacity":2,"burst":3}"#)
+                .unwrap_err()
+                .contains("burst")
+        );
+        let zero = spec(r#"{"algorithm":"token_bucket","rate":0,"capacity":2}"#)
+            .unwrap()
+            .build()
+            .unwrap_err();
+        assert!(zero.to_string().contains("`rate`"), "{zero}");
+        let neg = spec(r#"{"algorithm":"gcra","max_burst":1,"count":-3,"period":1}"#).unwrap_err();
+        assert!(neg.contains("-3"), "{neg}");
+    }
+
+    #[test]
+    fn a_state_from_another_algorithm_is_replaced() {
+        let fw = spec(r#"{"algorithm":"fixed_window","limit":1,"window":1}"#)
+            .unwrap()
+            .build()
+            .unwrap();
+        let tb = spec(r#"{"algorithm":"token_bucket","rate":1,"capacity":3}"#)
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut state = fw.fresh(Nanos(0));
+        let d = tb.apply(&mut state, Nanos(0), Op::Check { cost: 3 });
+        assert!(d.allowed);
+        assert!(matches!(state, AnyState::TokenBucket(_)));
+    }
+}
