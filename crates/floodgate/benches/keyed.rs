@@ -1,0 +1,188 @@
+//! The keyed check, Floodgate against `governor`, on identical workloads.
+//!
+//! Both run GCRA with the same quota: `allowed` is 1e9 per second (every check passes),
+//! `denied` is 1 per second with no burst (every check after the first is refused). Keys are
+//! `u64` or short strings (`"user-123456"`); 1, 1k or 1m of them, visited in a fixed random
+//! order; 1 or 2 threads (with 2 threads each takes half of the keys; with one key both hit
+//! it). Ids differ only in their last part: `…/floodgate` and `…/governor`.
+//!
+//! Floodgate runs with its defaults: the memory store on the shared coarse clock. `clock/*`
+//! measures the clock choices themselves.
+
+// Benchmarks time themselves with the OS clock; the rule against it is for library code.
+#![allow(clippy::disallowed_methods)]
+
+use std::hash::Hash;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::Algorithm;
+use floodgate::store::MemoryStore;
+use floodgate::{Clock, CoarseClock, Op, SystemClock};
+use governor::{Quota, RateLimiter};
+
+type Governor<K> = governor::DefaultKeyedRateLimiter<K>;
+
+#[derive(Clone, Copy)]
+enum Workload {
+    Allowed,
+    Denied,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Allowed => "allowed",
+            Workload::Denied => "denied",
+        }
+    }
+
+    fn gcra(self) -> Gcra {
+        let made = match self {
+            Workload::Allowed => Gcra::new(999_999_999, 1_000_000_000, Duration::from_secs(1)),
+            Workload::Denied => Gcra::new(0, 1, Duration::from_secs(1)),
+        };
+        made.expect("valid quota")
+    }
+
+    fn quota(self) -> Quota {
+        match self {
+            Workload::Allowed => Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap()),
+            Workload::Denied => Quota::per_second(NonZeroU32::new(1).unwrap()),
+        }
+    }
+}
+
+/// A fixed pseudo-random visiting order over `n` keys (xorshift, so runs are repeatable).
+fn order(n: usize) -> Vec<u32> {
+    let len = n.clamp(1 << 16, 1 << 20);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as u32
+        })
+        .collect()
+}
+
+const KEY_COUNTS: [(usize, &str); 3] = [(1, "1"), (1_000, "1k"), (1_000_000, "1m")];
+
+/// Runs `op(key_index)` `iters` times on `threads` threads, each over its own share of the
+/// visiting order, and returns the wall time.
+fn run_threads(iters: u64, threads: usize, order: &[u32], op: &(dyn Fn(u32) + Sync)) -> Duration {
+    if threads == 1 {
+        let start = Instant::now();
+        for i in 0..iters as usize {
+            op(order[i % order.len()]);
+        }
+        return start.elapsed();
+    }
+    let barrier = Barrier::new(threads + 1);
+    let per_thread = iters as usize / threads;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per_thread {
+                    let k = order[i % order.len()];
+                    // Distinct keys per thread: thread t takes the keys ≡ t (mod threads);
+                    // with one key (clamped by `op`) all threads share it.
+                    op(k - k % threads as u32 + t as u32);
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Leaving the scope joins the threads.
+        start
+    })
+    .elapsed()
+}
+
+fn bench_keyed<K, Q>(
+    c: &mut Criterion,
+    key_kind: &str,
+    make_key: fn(u32) -> K,
+    borrow: fn(&K) -> &Q,
+) where
+    K: Hash + Eq + Clone + Send + Sync + std::borrow::Borrow<Q> + 'static,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+{
+    for workload in [Workload::Allowed, Workload::Denied] {
+        for threads in [1usize, 2] {
+            let mut group = c.benchmark_group(format!(
+                "keyed/{key_kind}/{}/{threads}-thread",
+                workload.name()
+            ));
+            group.warm_up_time(Duration::from_millis(500));
+            group.measurement_time(Duration::from_secs(2));
+            group.sample_size(30);
+            for (n, label) in KEY_COUNTS {
+                let keys: Vec<K> = (0..n as u32).map(make_key).collect();
+                let order = &order(n);
+
+                let gcra = workload.gcra();
+                let store: MemoryStore<K, <Gcra as Algorithm>::State> = MemoryStore::builder()
+                    .max_keys(4_000_000)
+                    .build()
+                    .expect("valid store");
+                for k in &keys {
+                    let _ = store.apply_now(&gcra, borrow(k), Op::Check { cost: 1 });
+                }
+                let check = |k: u32| {
+                    let key = borrow(&keys[(k as usize).min(n - 1)]);
+                    black_box(store.apply_now(&gcra, key, Op::Check { cost: 1 }).is_ok());
+                };
+                group.bench_function(BenchmarkId::new(label, "floodgate"), |b| {
+                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                });
+                drop(store);
+
+                let governor: Governor<K> = RateLimiter::keyed(workload.quota());
+                for k in &keys {
+                    let _ = governor.check_key(k);
+                }
+                let check = |k: u32| {
+                    let key = &keys[(k as usize).min(n - 1)];
+                    black_box(governor.check_key(key).is_ok());
+                };
+                group.bench_function(BenchmarkId::new(label, "governor"), |b| {
+                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+fn keyed_u64(c: &mut Criterion) {
+    bench_keyed::<u64, u64>(c, "u64", |i| i as u64, |k| k);
+}
+
+fn keyed_string(c: &mut Criterion) {
+    bench_keyed::<String, str>(c, "string", |i| format!("user-{i:06}"), |k| k.as_str());
+}
+
+/// What one read of each clock choice costs.
+fn clocks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    let system = SystemClock::new();
+    group.bench_function("system_instant", |b| b.iter(|| black_box(system.now())));
+    let coarse = CoarseClock::shared();
+    group.bench_function("coarse_1ms", |b| b.iter(|| black_box(coarse.now())));
+    let quanta = quanta::Clock::new();
+    group.bench_function("quanta_raw", |b| b.iter(|| black_box(quanta.raw())));
+    group.finish();
+}
+
+criterion_group!(benches, clocks, keyed_u64, keyed_string);
+criterion_main!(benches);
