@@ -1,7 +1,7 @@
 //! The embedded store: keyed state in memory, sharded, bounded, linearizable per key.
 //!
 //! Keys are spread over a power-of-two number of shards by hash; each shard is a
-//! [`hashbrown::HashTable`] behind its own mutex, so threads working on different keys rarely
+//! [`hashbrown::HashTable`] behind its own lock (`shard_lock.rs`), so threads working on different keys rarely
 //! meet, and a decision holds exactly one lock for the time of one transition (tens of
 //! nanoseconds). The key is hashed once per call (with a per-store random seed, so that clients
 //! cannot aim keys at one shard) and looked up by its borrowed form: checking an existing key
@@ -30,8 +30,8 @@ use std::future::{ready, Future};
 use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
 
+use super::shard_lock::ShardLock;
 use super::{Request, Store};
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -140,7 +140,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         Ok(MemoryStore {
             shards: (0..shards)
                 .map(|_| Shard {
-                    map: Mutex::new(ShardMap {
+                    map: ShardLock::new(ShardMap {
                         table: HashTable::new(),
                         sweep_credit: 0,
                         evicted_idle: 0,
@@ -171,10 +171,10 @@ pub struct MemoryStore<K, S, C = CoarseClock> {
     overflow: Overflow,
 }
 
-// Each shard on its own cache lines, so that two threads on two shards never share one.
-#[repr(align(128))]
+// Each shard on its own cache line, so that two threads on two shards never share one.
+#[repr(align(64))]
 struct Shard<K, S> {
-    map: Mutex<ShardMap<K, S>>,
+    map: ShardLock<ShardMap<K, S>>,
 }
 
 struct ShardMap<K, S> {

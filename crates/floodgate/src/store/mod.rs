@@ -19,6 +19,7 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
 mod memory;
+mod shard_lock;
 
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 
