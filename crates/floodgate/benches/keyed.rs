@@ -57,9 +57,10 @@ impl Workload {
     }
 }
 
-/// A fixed pseudo-random visiting order over `n` keys (xorshift, so runs are repeatable).
+/// A fixed pseudo-random visiting order over `n` keys (xorshift, so runs are repeatable). Its
+/// length is a power of two, so that the benchmark loop indexes it with a mask, not a division.
 fn order(n: usize) -> Vec<u32> {
-    let len = n.clamp(1 << 16, 1 << 20);
+    let len = n.next_power_of_two().clamp(1 << 16, 1 << 20);
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     (0..len)
         .map(|_| {
@@ -75,23 +76,25 @@ const KEY_COUNTS: [(usize, &str); 3] = [(1, "1"), (1_000, "1k"), (1_000_000, "1m
 
 /// Runs `op(key_index)` `iters` times on `threads` threads, each over its own share of the
 /// visiting order, and returns the wall time.
-fn run_threads(iters: u64, threads: usize, order: &[u32], op: &(dyn Fn(u32) + Sync)) -> Duration {
+fn run_threads(iters: u64, threads: usize, order: &[u32], op: &(impl Fn(u32) + Sync)) -> Duration {
     if threads == 1 {
+        let mask = order.len() - 1;
         let start = Instant::now();
         for i in 0..iters as usize {
-            op(order[i % order.len()]);
+            op(order[i & mask]);
         }
         return start.elapsed();
     }
     let barrier = Barrier::new(threads + 1);
     let per_thread = iters as usize / threads;
+    let mask = order.len() - 1;
     std::thread::scope(|s| {
         for t in 0..threads {
             let barrier = &barrier;
             s.spawn(move || {
                 barrier.wait();
                 for i in 0..per_thread {
-                    let k = order[i % order.len()];
+                    let k = order[i & mask];
                     // Distinct keys per thread: thread t takes the keys ≡ t (mod threads);
                     // with one key (clamped by `op`) all threads share it.
                     op(k - k % threads as u32 + t as u32);
