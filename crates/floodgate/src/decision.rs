@@ -88,6 +88,20 @@ pub enum Op {
         /// The new rate, permits per second; must be finite and positive.
         rate: f64,
     },
+    /// Concurrency and fleet limiters: take one in-flight place for `lease` until it is
+    /// released or expires. Acquiring a lease that is already held renews it.
+    Acquire {
+        /// The caller's lease id (random, so that two callers never share one).
+        lease: u64,
+        /// Whether the request is critical (the fleet shedder never refuses those).
+        critical: bool,
+    },
+    /// Concurrency and fleet limiters: give back `lease`'s place. The decision's `allowed`
+    /// tells whether the lease was held (an unknown or expired lease is a no-op).
+    Release {
+        /// The lease to give back.
+        lease: u64,
+    },
 }
 
 impl Op {
@@ -98,6 +112,19 @@ impl Op {
             Op::Reserve { .. } => OpKind::Reserve,
             Op::TryAcquire { .. } => OpKind::TryAcquire,
             Op::SetRate { .. } => OpKind::SetRate,
+            Op::Acquire { .. } => OpKind::Acquire,
+            Op::Release { .. } => OpKind::Release,
+        }
+    }
+
+    /// The units the operation asks for: its `cost`, 1 for [`Op::Acquire`], 0 for
+    /// [`Op::SetRate`] and [`Op::Release`]. Algorithms answer operations they do not support as
+    /// a read-only probe of this cost.
+    pub fn cost(&self) -> u64 {
+        match *self {
+            Op::Check { cost } | Op::Reserve { cost } | Op::TryAcquire { cost, .. } => cost,
+            Op::Acquire { .. } => 1,
+            Op::SetRate { .. } | Op::Release { .. } => 0,
         }
     }
 }
@@ -113,6 +140,10 @@ pub enum OpKind {
     TryAcquire,
     /// [`Op::SetRate`]
     SetRate,
+    /// [`Op::Acquire`]
+    Acquire,
+    /// [`Op::Release`]
+    Release,
 }
 
 impl OpKind {
@@ -123,6 +154,8 @@ impl OpKind {
             OpKind::Reserve => "reserve",
             OpKind::TryAcquire => "try_acquire",
             OpKind::SetRate => "set_rate",
+            OpKind::Acquire => "acquire",
+            OpKind::Release => "release",
         }
     }
 }

@@ -247,10 +247,7 @@ impl Algorithm for FixedWindow {
         match op {
             Op::Check { cost } => self.count_in(state, now, cost, true),
             // Not supported: answer as a read-only probe of the same cost.
-            Op::Reserve { cost } | Op::TryAcquire { cost, .. } => {
-                self.count_in(state, now, cost, false)
-            }
-            Op::SetRate { .. } => self.count_in(state, now, 0, false),
+            other => self.count_in(state, now, other.cost(), false),
         }
     }
 

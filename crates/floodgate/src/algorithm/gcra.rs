@@ -318,7 +318,7 @@ impl Algorithm for Gcra {
         let cost = match op {
             Op::Check { cost } => cost,
             // Unsupported: a read-only probe.
-            Op::Reserve { .. } | Op::TryAcquire { .. } | Op::SetRate { .. } => 0,
+            _ => 0,
         };
         let step = self.step(state, now.0, cost);
         Decision {

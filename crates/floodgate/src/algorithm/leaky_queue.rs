@@ -228,8 +228,7 @@ impl Algorithm for LeakyQueue {
         match op {
             Op::Check { cost } | Op::Reserve { cost } => self.schedule(state, now, cost, true),
             // Not supported: answer as a read-only probe of the same cost.
-            Op::TryAcquire { cost, .. } => self.schedule(state, now, cost, false),
-            Op::SetRate { .. } => self.schedule(state, now, 0, false),
+            other => self.schedule(state, now, other.cost(), false),
         }
     }
 

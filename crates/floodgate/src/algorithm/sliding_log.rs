@@ -198,7 +198,7 @@ impl Algorithm for SlidingLog {
         let cost = match op {
             Op::Check { cost } => cost,
             // Unsupported: a read-only probe.
-            Op::Reserve { .. } | Op::TryAcquire { .. } | Op::SetRate { .. } => 0,
+            _ => 0,
         };
         let now = now.0;
         let view = self.view(state, now);

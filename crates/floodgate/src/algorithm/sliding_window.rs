@@ -480,7 +480,7 @@ impl Algorithm for SlidingWindow {
         let cost = match op {
             Op::Check { cost } => cost,
             // Unsupported: a read-only probe.
-            Op::Reserve { .. } | Op::TryAcquire { .. } | Op::SetRate { .. } => 0,
+            _ => 0,
         };
         if !self.matches(state) {
             // Built with other parameters: decide as for a fresh key, without touching the state

@@ -659,6 +659,11 @@ fn apply_smooth<F: Flavour>(f: &F, st: &mut SmoothState, now: Nanos, op: Op) -> 
             st.seen = at;
             report(st, &new, at, now, true, 0, None)
         }
+        // Not supported (leases): a read-only probe.
+        Op::Acquire { .. } | Op::Release { .. } => {
+            let wait = st.next_free.saturating_sub(at).max(0);
+            report(st, &d, at, now, true, wait, None)
+        }
     }
 }
 

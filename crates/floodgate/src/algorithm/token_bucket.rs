@@ -223,10 +223,7 @@ impl Bucket {
         match op {
             Op::Check { cost } => self.take(state, now, cost),
             // Not supported: answer as a read-only probe of the same cost.
-            Op::Reserve { cost } | Op::TryAcquire { cost, .. } => {
-                self.take(&mut state.clone(), now, cost)
-            }
-            Op::SetRate { .. } => self.take(&mut state.clone(), now, 0),
+            other => self.take(&mut state.clone(), now, other.cost()),
         }
     }
 
@@ -288,10 +285,7 @@ pub(crate) mod laws {
 
     /// The cost an operation asks for (0 for `set_rate`).
     pub(crate) fn cost(op: &Op) -> u64 {
-        match *op {
-            Op::Check { cost } | Op::Reserve { cost } | Op::TryAcquire { cost, .. } => cost,
-            Op::SetRate { .. } => 0,
-        }
+        op.cost()
     }
 
     /// A time step: mostly small forward steps up to `scale` ns, some repeats of the same

@@ -600,10 +600,7 @@ fn run(smooth: &Smooth, mut st: SmoothState, ops: &[(u64, Op)]) -> Vec<Decision>
 }
 
 fn cost_of(op: Op) -> u64 {
-    match op {
-        Op::Reserve { cost } | Op::Check { cost } | Op::TryAcquire { cost, .. } => cost,
-        Op::SetRate { .. } => 0,
-    }
+    op.cost()
 }
 
 proptest! {
