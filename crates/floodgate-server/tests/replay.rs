@@ -1,0 +1,171 @@
+//! `floodgate replay` end to end: the real binary, a trace on stdin, decisions on stdout.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+struct Run {
+    status: i32,
+    decisions: Vec<Value>,
+    stderr: String,
+}
+
+fn replay(spec: &str, trace: &str) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["replay", "--limiter", spec])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the floodgate binary starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(trace.as_bytes())
+        .expect("trace written");
+    let out = child.wait_with_output().expect("the binary finishes");
+    Run {
+        status: out.status.code().unwrap_or(-1),
+        decisions: String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("each output line is JSON"))
+            .collect(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn allowed(run: &Run) -> Vec<bool> {
+    run.decisions
+        .iter()
+        .map(|d| d["allowed"].as_bool().expect("allowed is a bool"))
+        .collect()
+}
+
+#[test]
+fn stripe_token_bucket_example() {
+    // Stripe's example plan: 100 requests per second, bursts of 500, whole-second clock.
+    let spec = r#"{"algorithm":"token_bucket","rate":100,"capacity":500}"#;
+    let trace = "{\"t\":0,\"key\":\"u\",\"cost\":500}\n{\"t\":0,\"key\":\"u\"}\n{\"t\":1,\"key\":\"u\",\"cost\":60}\n{\"t\":1,\"key\":\"u\",\"cost\":41}\n";
+    let run = replay(spec, trace);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert_eq!(allowed(&run), [true, false, true, false]);
+    let remaining: Vec<u64> = run
+        .decisions
+        .iter()
+        .map(|d| d["remaining"].as_u64().unwrap())
+        .collect();
+    assert_eq!(remaining, [0, 0, 40, 40]);
+    assert_eq!(run.decisions[1]["retry_after"], 0.01);
+    assert_eq!(run.decisions[3]["retry_after"], 0.01);
+}
+
+#[test]
+fn redis_cell_readme_example() {
+    // CL.THROTTLE user123 15 30 60 1 → 0 16 15 -1 2
+    let spec = r#"{"algorithm":"gcra","max_burst":15,"count":30,"period":60}"#;
+    let run = replay(spec, "{\"t\":0,\"key\":\"user123\"}\n");
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let d = &run.decisions[0];
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["limit"], 16);
+    assert_eq!(d["remaining"], 15);
+    assert_eq!(d["retry_after"], Value::Null);
+    assert_eq!(d["reset_after"], 2.0);
+}
+
+#[test]
+fn guava_smooth_bursty_waits_and_the_next_caller_pays() {
+    // RateLimiter.create(5): acquire(10) returns 0, the next acquire() waits 2 s.
+    let spec = r#"{"algorithm":"smooth_bursty","rate":5}"#;
+    let trace = "{\"t\":0,\"op\":\"reserve\",\"cost\":10}\n{\"t\":0,\"op\":\"reserve\"}\n{\"t\":0,\"op\":\"try_acquire\",\"timeout\":\"1s\"}\n";
+    let run = replay(spec, trace);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let waits: Vec<f64> = run
+        .decisions
+        .iter()
+        .map(|d| d["wait"].as_f64().unwrap())
+        .collect();
+    assert_eq!(waits[..2], [0.0, 2.0]);
+    assert_eq!(allowed(&run), [true, true, false]);
+}
+
+#[test]
+fn every_algorithm_replays() {
+    let specs = [
+        r#"{"algorithm":"token_bucket","rate":1,"capacity":2}"#,
+        r#"{"algorithm":"leaky_bucket","rate":1,"capacity":2}"#,
+        r#"{"algorithm":"leaky_queue","rate":1,"queue":1}"#,
+        r#"{"algorithm":"fixed_window","limit":2,"window":"1s"}"#,
+        r#"{"algorithm":"sliding_log","limit":2,"window":"1s"}"#,
+        r#"{"algorithm":"sliding_window","limit":2,"window":"1s"}"#,
+        r#"{"algorithm":"sliding_window","limit":2,"window":"1s","buckets":2}"#,
+        r#"{"algorithm":"gcra","max_burst":1,"count":1,"period":1}"#,
+    ];
+    for spec in specs {
+        let run = replay(spec, "{\"t\":0}\n{\"t\":0}\n{\"t\":0}\n");
+        assert_eq!(run.status, 0, "{spec}: {}", run.stderr);
+        assert_eq!(allowed(&run), [true, true, false], "{spec}");
+        assert!(
+            run.decisions[2]["retry_after"].as_f64().unwrap() > 0.0,
+            "{spec}"
+        );
+    }
+}
+
+#[test]
+fn a_yaml_spec_file_and_the_shipped_example_work() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let spec = format!("{dir}/../../examples/token_bucket.yaml");
+    let trace = std::fs::read_to_string(format!("{dir}/../../examples/burst.jsonl")).unwrap();
+    let run = replay(&spec, &trace);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert_eq!(run.decisions.len(), trace.lines().count());
+    // The burst of 25 gets 20 through.
+    assert_eq!(allowed(&run)[..25].iter().filter(|a| **a).count(), 20);
+}
+
+#[test]
+fn bad_input_stops_with_the_line_and_field_and_a_nonzero_status() {
+    let tb = r#"{"algorithm":"token_bucket","rate":1,"capacity":2}"#;
+    let cases: [(&str, &str, &str); 6] = [
+        (r#"{"algorithm":"bogus"}"#, "{\"t\":0}\n", "bogus"),
+        (
+            r#"{"algorithm":"token_bucket","rate":0,"capacity":2}"#,
+            "{\"t\":0}\n",
+            "`rate`",
+        ),
+        (
+            r#"{"algorithm":"token_bucket","rate":-1,"capacity":2}"#,
+            "{\"t\":0}\n",
+            "`rate`",
+        ),
+        (
+            r#"{"algorithm":"token_bucket","rate":1}"#,
+            "{\"t\":0}\n",
+            "capacity",
+        ),
+        (tb, "{\"t\":0}\n{oops\n", "line 2"),
+        (tb, "{\"t\":0,\"cost\":-2}\n", "`cost`"),
+    ];
+    for (spec, trace, needle) in cases {
+        let run = replay(spec, trace);
+        assert_ne!(run.status, 0, "{spec} {trace}");
+        assert!(
+            run.stderr.contains(needle),
+            "{needle} not in: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+    let run = replay(tb, "{\"t\":2}\n{\"t\":1}\n");
+    assert_ne!(run.status, 0);
+    assert!(
+        run.stderr.contains("line 2") && run.stderr.contains("`t`"),
+        "{}",
+        run.stderr
+    );
+    // The decisions before the bad line were written.
+    assert_eq!(run.decisions.len(), 1);
+}
