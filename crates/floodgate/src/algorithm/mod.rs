@@ -16,6 +16,7 @@
 
 use crate::{Decision, Nanos, Op, OpKind};
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
