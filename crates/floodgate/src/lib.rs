@@ -18,6 +18,7 @@ pub mod clock;
 mod decision;
 mod error;
 pub mod limiter;
+pub mod pipeline;
 pub mod store;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};

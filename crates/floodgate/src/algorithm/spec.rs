@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::concurrency::{Concurrency, Fleet};
 use super::fixed_window::FixedWindow;
 use super::gcra::Gcra;
 use super::leaky_bucket::LeakyBucket;
@@ -220,6 +221,28 @@ impl AlgorithmSpec {
     }
 }
 
+impl AnyAlgorithm {
+    /// What the algorithm allows, as `(units, window)`: `rate` per second for the buckets, the
+    /// leaky queue and the smooth limiters, `limit` per `window` for the windows, `count` per
+    /// `period` for GCRA; `None` for the in-flight limits (concurrency, fleet), which have no
+    /// window. For messages ("50 requests per second") and `RateLimit-Policy`.
+    pub fn quota(&self) -> Option<(f64, Duration)> {
+        let second = Duration::from_secs(1);
+        Some(match self {
+            AnyAlgorithm::TokenBucket(a) => (a.rate(), second),
+            AnyAlgorithm::LeakyBucket(a) => (a.rate(), second),
+            AnyAlgorithm::LeakyQueue(a) => (a.rate(), second),
+            AnyAlgorithm::FixedWindow(a) => (a.limit() as f64, a.window()),
+            AnyAlgorithm::SlidingLog(a) => (a.limit() as f64, a.window()),
+            AnyAlgorithm::SlidingWindow(a) => (a.limit() as f64, a.window()),
+            AnyAlgorithm::Gcra(a) => (a.count() as f64, a.period()),
+            AnyAlgorithm::SmoothBursty(a) => (a.rate(), second),
+            AnyAlgorithm::SmoothWarmingUp(a) => (a.rate(), second),
+            AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_) => return None,
+        })
+    }
+}
+
 macro_rules! any_algorithm {
     ($($variant:ident($ty:ty)),* $(,)?) => {
         /// Any of Floodgate's algorithms, chosen at run time (for example from a spec).
@@ -294,6 +317,8 @@ any_algorithm! {
     Gcra(Gcra),
     SmoothBursty(SmoothBursty),
     SmoothWarmingUp(SmoothWarmingUp),
+    Concurrency(Concurrency),
+    Fleet(Fleet),
 }
 
 #[cfg(test)]

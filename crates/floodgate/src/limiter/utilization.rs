@@ -20,9 +20,11 @@
 //! with `s = max(shed_amount, 0)`: test mode `clamp(3s, 0, 1)`, GET `clamp(3s − 1, 0, 1)`,
 //! POST `clamp(3s − 2, 0, 1)`, critical never.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::{ConfigError, Nanos};
+use crate::{Clock, ConfigError, Nanos};
 
 /// How important a request is to the load shedders, least important last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,15 +190,20 @@ impl ShedController {
 
     /// The probability that a request of `priority` is shed at the current amount.
     pub fn drop_probability(&self, priority: Priority) -> f64 {
-        let s = self.shed_amount.max(0.0) * 3.0;
-        let offset = match priority {
-            Priority::Critical => return 0.0,
-            Priority::Test => 0.0,
-            Priority::Get => 1.0,
-            Priority::Post => 2.0,
-        };
-        (s - offset).clamp(0.0, 1.0)
+        drop_probability(self.shed_amount, priority)
     }
+}
+
+/// Each class is shed over its own third of the amount's range; critical never.
+fn drop_probability(shed_amount: f64, priority: Priority) -> f64 {
+    let s = shed_amount.max(0.0) * 3.0;
+    let offset = match priority {
+        Priority::Critical => return 0.0,
+        Priority::Test => 0.0,
+        Priority::Get => 1.0,
+        Priority::Post => 2.0,
+    };
+    (s - offset).clamp(0.0, 1.0)
 }
 
 fn clamp_utilization(u: f64) -> f64 {
@@ -204,6 +211,219 @@ fn clamp_utilization(u: f64) -> f64 {
         1.0
     } else {
         u.clamp(0.0, 1.0)
+    }
+}
+
+/// Where the shedder reads utilization from: a number in 0..=1 (busy workers / workers).
+pub trait UtilizationSource: Send + Sync {
+    /// The current utilization, 0 (idle) to 1 (every worker busy).
+    fn utilization(&self) -> f64;
+}
+
+/// A utilization set from outside (tests, or a signal the application computes itself).
+#[derive(Debug, Default)]
+pub struct SettableUtilization(AtomicU64);
+
+impl SettableUtilization {
+    /// Starts at `value`.
+    pub fn new(value: f64) -> Self {
+        SettableUtilization(AtomicU64::new(value.to_bits()))
+    }
+
+    /// Sets the utilization.
+    pub fn set(&self, value: f64) {
+        self.0.store(value.to_bits(), Ordering::Relaxed);
+    }
+}
+
+impl UtilizationSource for SettableUtilization {
+    fn utilization(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// The built-in gauge: requests in flight over worker capacity. The middleware enters it when
+/// a request starts and the returned guard leaves it when the request ends.
+#[derive(Debug)]
+pub struct WorkerGauge {
+    busy: AtomicU64,
+    workers: u64,
+}
+
+impl WorkerGauge {
+    /// A gauge for `workers` workers (at least 1).
+    pub fn new(workers: u64) -> Result<WorkerGauge, ConfigError> {
+        if workers == 0 {
+            return Err(ConfigError::invalid("workers", 0, "must be at least 1"));
+        }
+        Ok(WorkerGauge {
+            busy: AtomicU64::new(0),
+            workers,
+        })
+    }
+
+    /// Marks one worker busy until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> BusyWorker {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        BusyWorker(self.clone())
+    }
+
+    /// Workers busy now.
+    pub fn busy(&self) -> u64 {
+        self.busy.load(Ordering::Relaxed)
+    }
+}
+
+impl UtilizationSource for WorkerGauge {
+    fn utilization(&self) -> f64 {
+        (self.busy() as f64 / self.workers as f64).min(1.0)
+    }
+}
+
+/// One busy worker of a [`WorkerGauge`]; dropping it frees the worker.
+#[derive(Debug)]
+pub struct BusyWorker(Arc<WorkerGauge>);
+
+impl Drop for BusyWorker {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What the utilization shedder decided for one request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShedDecision {
+    /// Whether the request is shed (refused with 503).
+    pub shed: bool,
+    /// The controller's shed amount after this request's sample.
+    pub shed_amount: f64,
+    /// The probability with which this request's class is shed.
+    pub drop_probability: f64,
+}
+
+/// The worker utilization load shedder: a [`ShedController`] fed by a [`UtilizationSource`],
+/// and a seedable random draw per request.
+///
+/// The controller is sampled at most once per `sample_interval` (default 1 s; Stripe's
+/// constants assume samples a few seconds apart, and more frequent samples change nothing but
+/// the granularity). Between samples a request only reads the current amount: the hot path
+/// takes no lock unless the request's class is being shed or a sample is due.
+pub struct UtilizationShedder {
+    controller: Mutex<ShedController>,
+    /// The controller's amount, readable without the lock (f64 bits).
+    amount: AtomicU64,
+    /// The instant the next sample is due (nanoseconds).
+    next_sample: AtomicU64,
+    sample_interval: u64,
+    rng: Mutex<SplitMix64>,
+    source: Arc<dyn UtilizationSource>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for UtilizationShedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UtilizationShedder")
+            .field("shed_amount", &self.shed_amount())
+            .field("sample_interval_ns", &self.sample_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UtilizationShedder {
+    /// A shedder at rest, sampling `source` at most every `sample_interval`, drawing from a
+    /// random generator seeded with `seed`.
+    pub fn new(
+        settings: ControllerSettings,
+        sample_interval: Duration,
+        seed: u64,
+        source: Arc<dyn UtilizationSource>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<UtilizationShedder, ConfigError> {
+        let controller = ShedController::new(settings)?;
+        Ok(UtilizationShedder {
+            amount: AtomicU64::new(controller.shed_amount().to_bits()),
+            controller: Mutex::new(controller),
+            next_sample: AtomicU64::new(0),
+            sample_interval: crate::clock::duration_nanos(sample_interval),
+            rng: Mutex::new(SplitMix64(seed)),
+            source,
+            clock,
+        })
+    }
+
+    /// Decides for one request of `priority`, sampling the source if a sample is due.
+    pub fn check(&self, priority: Priority) -> ShedDecision {
+        let now = self.clock.now();
+        if now.0 >= self.next_sample.load(Ordering::Relaxed) {
+            self.sample(self.source.utilization(), now);
+        }
+        self.decide(priority)
+    }
+
+    /// Samples `utilization` now, whatever the interval (for replays and tests), then decides
+    /// for one request of `priority`.
+    pub fn check_with(&self, priority: Priority, utilization: f64) -> ShedDecision {
+        self.sample(utilization, self.clock.now());
+        self.decide(priority)
+    }
+
+    fn sample(&self, utilization: f64, now: Nanos) {
+        let mut controller = lock(&self.controller);
+        let amount = controller.sample(utilization, now);
+        self.amount.store(amount.to_bits(), Ordering::Relaxed);
+        self.next_sample.store(
+            now.0.saturating_add(self.sample_interval),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn decide(&self, priority: Priority) -> ShedDecision {
+        let shed_amount = self.shed_amount();
+        let drop_probability = drop_probability(shed_amount, priority);
+        let shed = drop_probability > 0.0 && {
+            let draw = lock(&self.rng).next_f64();
+            draw < drop_probability
+        };
+        ShedDecision {
+            shed,
+            shed_amount,
+            drop_probability,
+        }
+    }
+
+    /// The current shed amount (see the module documentation).
+    pub fn shed_amount(&self) -> f64 {
+        f64::from_bits(self.amount.load(Ordering::Relaxed))
+    }
+
+    /// A copy of the controller's state.
+    pub fn controller(&self) -> ShedController {
+        lock(&self.controller).clone()
+    }
+}
+
+/// The controller's lock: its state is a few numbers updated together, so a panic elsewhere
+/// cannot leave it torn; a poisoned lock is used as is.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// SplitMix64: a tiny, seedable generator, plenty for a drop draw.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -334,5 +554,78 @@ mod tests {
                 prop_assert!(p_test >= p_get && p_get >= p_post);
             }
         }
+    }
+
+    fn shedder(
+        sample_interval: Duration,
+        seed: u64,
+    ) -> (
+        UtilizationShedder,
+        Arc<SettableUtilization>,
+        crate::ManualClock,
+    ) {
+        let clock = crate::ManualClock::new(Nanos::ZERO);
+        let gauge = Arc::new(SettableUtilization::new(0.0));
+        let s = UtilizationShedder::new(
+            ControllerSettings::default(),
+            sample_interval,
+            seed,
+            gauge.clone(),
+            Arc::new(clock.clone()),
+        )
+        .unwrap();
+        (s, gauge, clock)
+    }
+
+    #[test]
+    fn shedder_samples_its_source_and_sheds_by_class() {
+        let (s, gauge, clock) = shedder(Duration::from_secs(1), 42);
+        gauge.set(1.0);
+        for t in 0..=68 {
+            clock.set(Nanos::from_secs(t));
+            assert!(!s.check(Priority::Critical).shed);
+        }
+        // 40 s into shedding: all test-mode traffic is shed, no GET yet.
+        assert!((s.shed_amount() - 40.0 / 120.0).abs() < 1e-9);
+        assert!((0..100).all(|_| s.check(Priority::Test).shed));
+        assert!((0..100).all(|_| !s.check(Priority::Get).shed));
+        assert_eq!(s.controller().shed_amount(), s.shed_amount());
+    }
+
+    #[test]
+    fn the_draw_is_seeded_and_matches_the_probability() {
+        let run = |seed| {
+            let (s, _, clock) = shedder(Duration::ZERO, seed);
+            for t in [0, 28, 48] {
+                // Full load from rest: after 20 s of shedding, test mode is shed half the time.
+                clock.set(Nanos::from_secs(t));
+                s.check_with(Priority::Critical, 1.0);
+            }
+            (0..4000)
+                .map(|_| s.decide(Priority::Test))
+                .collect::<Vec<_>>()
+        };
+        let a = run(7);
+        assert_eq!(a, run(7));
+        assert_ne!(a, run(8));
+        assert!((a[0].drop_probability - 0.5).abs() < 1e-9);
+        let shed = a.iter().filter(|d| d.shed).count();
+        assert!(
+            (1800..2200).contains(&shed),
+            "{shed} of 4000 shed at p = 0.5"
+        );
+    }
+
+    #[test]
+    fn worker_gauge_counts_busy_workers() {
+        let gauge = Arc::new(WorkerGauge::new(4).unwrap());
+        let a = gauge.enter();
+        let b = gauge.enter();
+        assert_eq!(gauge.utilization(), 0.5);
+        drop(a);
+        assert_eq!(gauge.utilization(), 0.25);
+        drop(b);
+        assert_eq!(gauge.busy(), 0);
+        assert!(WorkerGauge::new(0).is_err());
     }
 }

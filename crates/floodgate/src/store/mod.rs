@@ -64,4 +64,17 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
         &self,
         requests: &[Request<'_, K, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Applies `op` without waiting for its decision, for callers that cannot wait: a lease
+    /// returned from a `Drop` implementation. Failures are not reported (a lease that is not
+    /// returned expires after its TTL).
+    ///
+    /// The default polls [`Store::apply`]'s future once and drops it if it is not ready, which
+    /// is right for stores that answer at once (the memory store). Remote stores override it to
+    /// send the operation in the background.
+    fn apply_detached(&self, algorithm: &A, key: &K, op: Op) {
+        let future = std::pin::pin!(self.apply(algorithm, key, op));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let _ = future.poll(&mut cx);
+    }
 }
