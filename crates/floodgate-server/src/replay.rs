@@ -1,11 +1,25 @@
 //! `floodgate replay`: run a recorded trace through one limiter, one decision per event.
 //!
+//! The limiter is an algorithm spec (`{"algorithm": "gcra", …}`) or one of the limiters
+//! `{"limiter": "concurrency", "capacity", "lease_ttl"}`, `{"limiter": "fleet", "capacity",
+//! "reserved_for_critical", "lease_ttl"}`, `{"limiter": "utilization", "seed"?, and optional
+//! overrides of `end_of_good`, `start_of_bad`, `seconds_before_shedding`,
+//! `seconds_to_shed_all`}`.
+//!
 //! Input: one JSON object per line (blank lines are skipped), in time order:
 //! `t` (seconds from the trace's start, required), `key` (default `""`), `op` (default
 //! `check`), `cost` (default 1), and per op: `timeout` (`try_acquire`, seconds or a duration
-//! string, default 0) and `rate` (`set_rate`). Output: one JSON object per event, same order:
-//! `t` (as given), `key`, `allowed`, `limit`, `remaining`, `reset_after`, `retry_after` (`null`
-//! when allowed or never possible), and `wait` for shaping algorithms; times in seconds.
+//! string, default 0), `rate` (`set_rate`), `lease` (`acquire`: optional, the caller's own id;
+//! `release`: required), `priority` (`critical`, `post`, `get` (default) or `test`: the fleet
+//! treats `critical` as critical; the utilization shedder sheds by class) and `utilization`
+//! (utilization shedder: the sample, 0..1; default the previous event's, 0 at first).
+//!
+//! Output: one JSON object per event, same order: `t` (as given), `key`, `allowed`, `limit`,
+//! `remaining`, `reset_after`, `retry_after` (`null` when allowed or never possible), and per
+//! op: `wait` (shaping algorithms), `lease` and `in_flight` (`acquire`; `in_flight` counts the
+//! request's class), `released` and `in_flight` (`release`), `shed_amount` and
+//! `drop_probability` (utilization shedder, which has no `limit`, `remaining` or
+//! `reset_after`); times in seconds.
 //!
 //! The trace's time 0 is the clock's epoch, so fixed windows align to whole multiples of their
 //! length from the trace's start. Input is streamed: memory grows with the number of live keys
@@ -15,18 +29,30 @@
 use std::io::{self, BufRead, BufWriter, Write};
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{parse_duration, AlgorithmSpec, AnyAlgorithm, AnyState};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use floodgate::algorithm::concurrency::{Concurrency, Fleet};
+use floodgate::algorithm::spec::{
+    parse_duration, AlgorithmSpec, AnyAlgorithm, AnyState, SpecDuration,
+};
 use floodgate::algorithm::Algorithm;
+use floodgate::limiter::utilization::{
+    ControllerSettings, SettableUtilization, UtilizationShedder,
+};
+use floodgate::limiter::Priority;
+use floodgate::pipeline::SHED_RETRY_AFTER;
 use floodgate::store::MemoryStore;
-use floodgate::{Decision, ManualClock, Nanos, Op, OpKind};
-use serde::Serialize;
+use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Arguments of `floodgate replay`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
-    /// The limiter: a JSON spec such as '{"algorithm":"token_bucket","rate":10,"capacity":20}',
-    /// or the path of a YAML or JSON file holding one.
+    /// The limiter: a JSON spec such as '{"algorithm":"token_bucket","rate":10,"capacity":20}'
+    /// or '{"limiter":"concurrency","capacity":20,"lease_ttl":"60s"}', or the path of a YAML
+    /// or JSON file holding one.
     #[arg(long, value_name = "SPEC")]
     limiter: String,
     /// Where the keys' state lives. Only `memory` (the embedded store) is available here.
@@ -66,7 +92,7 @@ impl ReplayError {
 
 /// Runs the replay on stdin and stdout.
 pub(crate) fn run(args: &Args) -> Result<(), ReplayError> {
-    let algorithm = load_spec(&args.limiter)?
+    let subject = load_spec(&args.limiter)?
         .build()
         .map_err(|e| ReplayError::Spec(e.to_string()))?;
     if !matches!(args.store.as_str(), "memory" | "memory://") {
@@ -77,63 +103,173 @@ pub(crate) fn run(args: &Args) -> Result<(), ReplayError> {
     }
     let stdin = io::stdin().lock();
     let stdout = BufWriter::new(io::stdout().lock());
-    match replay(&algorithm, args.max_keys, stdin, stdout) {
+    match replay(subject, args.max_keys, stdin, stdout) {
         // A closed stdout (`| head`) is the reader saying it has seen enough.
         Err(ReplayError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
 }
 
+/// The limiters a replay can run besides the algorithms.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "limiter", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum LimiterSpec {
+    Concurrency {
+        capacity: u64,
+        lease_ttl: SpecDuration,
+    },
+    Fleet {
+        capacity: u64,
+        reserved_for_critical: f64,
+        lease_ttl: SpecDuration,
+    },
+    Utilization {
+        #[serde(default)]
+        seed: u64,
+        end_of_good: Option<f64>,
+        start_of_bad: Option<f64>,
+        seconds_before_shedding: Option<f64>,
+        seconds_to_shed_all: Option<f64>,
+    },
+}
+
+/// A parsed `--limiter` spec.
+#[derive(Debug)]
+pub(crate) enum Spec {
+    Algorithm(AlgorithmSpec),
+    Limiter(LimiterSpec),
+}
+
+/// What a replay runs: a keyed algorithm (leases included) on the memory store, or the
+/// utilization shedder with the trace's utilization samples.
+pub(crate) enum Subject {
+    Keyed(AnyAlgorithm),
+    Utilization {
+        seed: u64,
+        settings: ControllerSettings,
+    },
+}
+
+impl Spec {
+    pub(crate) fn build(&self) -> Result<Subject, ConfigError> {
+        Ok(match self {
+            Spec::Algorithm(spec) => Subject::Keyed(spec.build()?),
+            Spec::Limiter(LimiterSpec::Concurrency {
+                capacity,
+                lease_ttl,
+            }) => Subject::Keyed(AnyAlgorithm::Concurrency(Concurrency::new(
+                *capacity,
+                lease_ttl.0,
+            )?)),
+            Spec::Limiter(LimiterSpec::Fleet {
+                capacity,
+                reserved_for_critical,
+                lease_ttl,
+            }) => Subject::Keyed(AnyAlgorithm::Fleet(Fleet::new(
+                *capacity,
+                *reserved_for_critical,
+                lease_ttl.0,
+            )?)),
+            Spec::Limiter(LimiterSpec::Utilization {
+                seed,
+                end_of_good,
+                start_of_bad,
+                seconds_before_shedding,
+                seconds_to_shed_all,
+            }) => {
+                let d = ControllerSettings::default();
+                let settings = ControllerSettings {
+                    end_of_good: end_of_good.unwrap_or(d.end_of_good),
+                    start_of_bad: start_of_bad.unwrap_or(d.start_of_bad),
+                    seconds_before_shedding: seconds_before_shedding
+                        .unwrap_or(d.seconds_before_shedding),
+                    seconds_to_shed_all: seconds_to_shed_all.unwrap_or(d.seconds_to_shed_all),
+                };
+                settings.validate()?;
+                Subject::Utilization {
+                    seed: *seed,
+                    settings,
+                }
+            }
+        })
+    }
+}
+
 /// Reads a spec given inline (JSON) or as a file path (YAML or JSON).
-fn load_spec(arg: &str) -> Result<AlgorithmSpec, ReplayError> {
-    let spec = if arg.trim_start().starts_with('{') {
-        serde_json::from_str(arg).map_err(|e| e.to_string())
+pub(crate) fn load_spec(arg: &str) -> Result<Spec, ReplayError> {
+    let value: Value = if arg.trim_start().starts_with('{') {
+        serde_json::from_str(arg).map_err(|e| ReplayError::Spec(e.to_string()))?
     } else {
         let text = std::fs::read_to_string(arg)
             .map_err(|e| ReplayError::Spec(format!("cannot read `{arg}`: {e}")))?;
-        serde_norway::from_str(&text).map_err(|e| format!("{arg}: {e}"))
+        serde_norway::from_str(&text).map_err(|e| ReplayError::Spec(format!("{arg}: {e}")))?
     };
-    spec.map_err(ReplayError::Spec)
+    let spec = if value.get("limiter").is_some() {
+        serde_json::from_value(value).map(Spec::Limiter)
+    } else {
+        serde_json::from_value(value).map(Spec::Algorithm)
+    };
+    spec.map_err(|e| ReplayError::Spec(e.to_string()))
 }
 
 /// One event of the trace, validated.
-struct Event {
+pub(crate) struct Event {
     t: Value,
     at: Nanos,
     key: String,
     op: Op,
+    /// The lease as the trace names it (`acquire`, `release`).
+    lease: Option<String>,
+    priority: Priority,
+    utilization: Option<f64>,
 }
 
-#[derive(Serialize)]
-struct Output<'a> {
-    t: &'a Value,
+#[derive(Serialize, Default)]
+pub(crate) struct Output<'a> {
+    t: Value,
     key: &'a str,
     allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset_after: Option<f64>,
     retry_after: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_flight: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shed_amount: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drop_probability: Option<f64>,
+}
+
+/// A lease id as the algorithms take it: a stable hash of the trace's name for it.
+fn lease_id(name: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// Replays `input` into `output`; the core of `run`, separated for tests.
 pub(crate) fn replay(
-    algorithm: &AnyAlgorithm,
+    subject: Subject,
     max_keys: usize,
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<(), ReplayError> {
     let clock = ManualClock::new(Nanos::ZERO);
-    let store: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
-        .max_keys(max_keys)
-        .clock(clock.clone())
-        .build()
-        .map_err(|e| ReplayError::Spec(e.to_string()))?;
-    let shapes = algorithm.supports(OpKind::Reserve);
+    let mut decide = decider(subject, max_keys, clock.clone())?;
     let mut last = Nanos::ZERO;
     let mut line = String::new();
     let mut number = 0u64;
+    let mut made_up = 0u64;
     loop {
         line.clear();
         if input.read_line(&mut line)? == 0 {
@@ -147,7 +283,7 @@ pub(crate) fn replay(
             line: number,
             message,
         };
-        let event = parse_event(&line).map_err(bad)?;
+        let mut event = parse_event(&line).map_err(bad)?;
         if event.at < last {
             return Err(bad(format!(
                 "field `t`: {} is earlier than the previous event's {} (events must be in time order)",
@@ -157,28 +293,102 @@ pub(crate) fn replay(
         }
         last = event.at;
         clock.set(event.at);
-        let decision = store
-            .apply_now(algorithm, event.key.as_str(), event.op)
-            .map_err(|e| bad(format!("field `op`: {e}")))?;
-        serde_json::to_writer(&mut output, &output_of(&event, &decision, shapes))
-            .map_err(io::Error::from)?;
+        if let Op::Acquire { lease, .. } = &mut event.op {
+            // A lease the trace does not name gets the next made-up name.
+            let name = event.lease.get_or_insert_with(|| {
+                made_up += 1;
+                format!("lease-{made_up}")
+            });
+            *lease = lease_id(name);
+        }
+        let out = decide(&event).map_err(bad)?;
+        serde_json::to_writer(&mut output, &out).map_err(io::Error::from)?;
         output.write_all(b"\n")?;
     }
     output.flush()?;
     Ok(())
 }
 
-fn output_of<'a>(event: &'a Event, d: &Decision, shapes: bool) -> Output<'a> {
-    Output {
-        t: &event.t,
+/// Turns one event into its output line.
+type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, String>>;
+
+/// The function that decides events for `subject`.
+fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Decide, ReplayError> {
+    match subject {
+        Subject::Keyed(algorithm) => {
+            let store: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
+                .max_keys(max_keys)
+                .clock(clock)
+                .build()
+                .map_err(|e| ReplayError::Spec(e.to_string()))?;
+            let shapes = algorithm.supports(OpKind::Reserve);
+            Ok(Box::new(move |event: &Event| {
+                let d = store
+                    .apply_now(&algorithm, event.key.as_str(), event.op)
+                    .map_err(|e| format!("field `op`: {e}"))?;
+                Ok(keyed_output(event, &d, shapes))
+            }))
+        }
+        Subject::Utilization { seed, settings } => {
+            let gauge = Arc::new(SettableUtilization::new(0.0));
+            let shedder =
+                UtilizationShedder::new(settings, Duration::ZERO, seed, gauge, Arc::new(clock))
+                    .map_err(|e| ReplayError::Spec(e.to_string()))?;
+            let mut utilization = 0.0;
+            Ok(Box::new(move |event: &Event| {
+                if !matches!(event.op, Op::Check { .. }) {
+                    return Err(format!(
+                        "field `op`: the utilization shedder only takes `check`, got `{}`",
+                        event.op.kind()
+                    ));
+                }
+                utilization = event.utilization.unwrap_or(utilization);
+                let shed = shedder.check_with(event.priority, utilization);
+                Ok(Output {
+                    t: event.t.clone(),
+                    key: &event.key,
+                    allowed: !shed.shed,
+                    retry_after: shed.shed.then_some(SHED_RETRY_AFTER.as_secs_f64()),
+                    shed_amount: Some(shed.shed_amount),
+                    drop_probability: Some(shed.drop_probability),
+                    ..Output::default()
+                })
+            }))
+        }
+    }
+}
+
+fn keyed_output<'e>(event: &'e Event, d: &Decision, shapes: bool) -> Output<'e> {
+    let in_flight = d.limit.saturating_sub(d.remaining);
+    let mut out = Output {
+        t: event.t.clone(),
         key: &event.key,
         allowed: d.allowed,
-        limit: d.limit,
-        remaining: d.remaining,
-        reset_after: d.reset_after.as_secs_f64(),
+        limit: Some(d.limit),
+        remaining: Some(d.remaining),
+        reset_after: Some(d.reset_after.as_secs_f64()),
         retry_after: d.retry_after.map(|r| r.as_secs_f64()),
         wait: shapes.then_some(d.wait.as_secs_f64()),
+        ..Output::default()
+    };
+    match event.op {
+        Op::Acquire { .. } => {
+            out.lease = if d.allowed {
+                event.lease.as_deref()
+            } else {
+                None
+            };
+            out.in_flight = Some(in_flight);
+        }
+        Op::Release { .. } => {
+            // A release is never refused; `released` tells whether the lease was held.
+            out.allowed = true;
+            out.released = Some(d.allowed);
+            out.in_flight = Some(in_flight);
+        }
+        _ => {}
     }
+    out
 }
 
 fn parse_event(line: &str) -> Result<Event, String> {
@@ -211,8 +421,33 @@ fn parse_event(line: &str) -> Result<Event, String> {
             .as_u64()
             .ok_or_else(|| format!("field `cost`: expected a whole number ≥ 0, got {v}"))?,
     };
+    let lease = match fields.get("lease") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(other) => return Err(format!("field `lease`: expected a string, got {other}")),
+    };
+    let priority = match fields.get("priority") {
+        None => Priority::Get,
+        Some(Value::String(s)) => Priority::from_name(s).ok_or_else(|| {
+            format!("field `priority`: `{s}` is not one of critical, post, get, test")
+        })?,
+        Some(other) => return Err(format!("field `priority`: expected a string, got {other}")),
+    };
+    let utilization = match fields.get("utilization") {
+        None => None,
+        Some(v) => match v.as_f64() {
+            Some(u) if (0.0..=1.0).contains(&u) => Some(u),
+            _ => {
+                return Err(format!(
+                    "field `utilization`: expected a number in 0..1, got {v}"
+                ))
+            }
+        },
+    };
     let op = match op_name {
         "check" => Op::Check { cost },
+
         "reserve" => Op::Reserve { cost },
         "try_acquire" => Op::TryAcquire {
             cost,
@@ -234,18 +469,34 @@ fn parse_event(line: &str) -> Result<Event, String> {
                 }
             }
         }
-        "acquire" | "release" => {
-            return Err(format!(
-                "field `op`: `{op_name}` needs a concurrency or fleet limiter, not an algorithm"
-            ))
+        "acquire" => Op::Acquire {
+            lease: 0, // named (or made up) by the caller
+            critical: priority == Priority::Critical,
+        },
+        "release" => {
+            let Some(name) = lease.as_deref() else {
+                return Err("missing field `lease` (needed by `release`)".to_string());
+            };
+            Op::Release {
+                lease: lease_id(name),
+            }
         }
         other => {
             return Err(format!(
-                "field `op`: unknown operation `{other}` (check, reserve, try_acquire, set_rate)"
+                "field `op`: unknown operation `{other}` (check, reserve, try_acquire, set_rate, \
+                 acquire, release)"
             ))
         }
     };
-    Ok(Event { t, at, key, op })
+    Ok(Event {
+        t,
+        at,
+        key,
+        op,
+        lease,
+        priority,
+        utilization,
+    })
 }
 
 fn duration_field(name: &str, value: &Value) -> Result<Duration, String> {
@@ -265,12 +516,9 @@ mod tests {
     use super::*;
 
     fn run_trace(spec: &str, trace: &str) -> Result<Vec<Value>, ReplayError> {
-        let alg = serde_json::from_str::<AlgorithmSpec>(spec)
-            .unwrap()
-            .build()
-            .unwrap();
+        let subject = load_spec(spec).unwrap().build().unwrap();
         let mut out = Vec::new();
-        replay(&alg, 1000, trace.as_bytes(), &mut out)?;
+        replay(subject, 1000, trace.as_bytes(), &mut out)?;
         Ok(String::from_utf8(out)
             .unwrap()
             .lines()
@@ -303,6 +551,9 @@ mod tests {
             ("{\"t\":5}\n{\"t\":4}\n", 2, "`t`"),
             ("{\"t\":0,\"op\":\"jump\"}\n", 1, "`op`"),
             ("{\"t\":0,\"op\":\"reserve\"}\n", 1, "`op`"),
+            ("{\"t\":0,\"op\":\"acquire\"}\n", 1, "`op`"),
+            ("{\"t\":0,\"priority\":\"urgent\"}\n", 1, "`priority`"),
+            ("{\"t\":0,\"utilization\":2}\n", 1, "`utilization`"),
             ("{\"t\":0,\"key\":7}\n", 1, "`key`"),
         ];
         for (trace, line, field) in cases {
