@@ -15,6 +15,8 @@
 
 pub mod algorithm;
 pub mod clock;
+#[doc = include_str!("../../../docs/limiters.md")]
+pub mod guide {}
 mod decision;
 mod error;
 pub mod limiter;
