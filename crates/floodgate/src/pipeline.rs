@@ -131,7 +131,8 @@ impl Verdict {
     }
 }
 
-/// Counters of what the pipeline did, per limiter (index: [`LimiterKind`] order).
+/// Counters of what the pipeline did, per limiter (index: [`LimiterKind`] order; the methods
+/// take the kind).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PipelineStats {
     /// Requests refused (enforce mode).
@@ -142,6 +143,28 @@ pub struct PipelineStats {
     pub fail_open: [u64; 4],
     /// Store errors that refused the request (fail closed).
     pub fail_closed: [u64; 4],
+}
+
+impl PipelineStats {
+    /// Requests `kind` refused.
+    pub fn refused_by(&self, kind: LimiterKind) -> u64 {
+        self.refused[kind.index()]
+    }
+
+    /// Requests `kind` would have refused in shadow mode.
+    pub fn shadow_refused_by(&self, kind: LimiterKind) -> u64 {
+        self.shadow_refused[kind.index()]
+    }
+
+    /// Store errors of `kind` that let the request through.
+    pub fn fail_open_of(&self, kind: LimiterKind) -> u64 {
+        self.fail_open[kind.index()]
+    }
+
+    /// Store errors of `kind` that refused the request.
+    pub fn fail_closed_of(&self, kind: LimiterKind) -> u64 {
+        self.fail_closed[kind.index()]
+    }
 }
 
 #[derive(Debug, Default)]
@@ -192,10 +215,13 @@ pub struct Pipeline<S> {
     counters: Counters,
 }
 
-/// Assembles a [`Pipeline`]; every limiter is optional.
+/// Assembles a [`Pipeline`]; every limiter is optional. Modes and failure policies may be set
+/// before or after the limiter they concern is added; they apply at [`PipelineBuilder::build`].
 #[derive(Debug)]
 pub struct PipelineBuilder<S> {
     pipeline: Pipeline<S>,
+    modes: Vec<(LimiterKind, Mode)>,
+    policies: Vec<(LimiterKind, OnStoreError)>,
 }
 
 impl<S> Pipeline<S> {
@@ -209,6 +235,8 @@ impl<S> Pipeline<S> {
                 utilization: None,
                 counters: Counters::default(),
             },
+            modes: Vec::new(),
+            policies: Vec::new(),
         }
     }
 }
@@ -239,27 +267,33 @@ impl<S> PipelineBuilder<S> {
     }
 
     /// Sets a limiter's starting mode (default `enforce`).
-    pub fn mode(self, kind: LimiterKind, mode: Mode) -> Self {
-        self.pipeline.set_mode(kind, mode);
+    pub fn mode(mut self, kind: LimiterKind, mode: Mode) -> Self {
+        self.modes.push((kind, mode));
         self
     }
 
-    /// Sets what a limiter does when its store fails (default fail open).
+    /// Sets what a limiter does when its store fails (default fail open; the utilization
+    /// shedder has no store).
     pub fn on_store_error(mut self, kind: LimiterKind, policy: OnStoreError) -> Self {
-        let p = &mut self.pipeline;
-        match kind {
-            LimiterKind::RequestRate => p.request_rate.as_mut().map(|s| s.on_error = policy),
-            LimiterKind::Concurrency => p.concurrency.as_mut().map(|s| s.on_error = policy),
-            LimiterKind::Fleet => p.fleet.as_mut().map(|s| s.on_error = policy),
-            // The utilization shedder has no store.
-            LimiterKind::Utilization => None,
-        };
+        self.policies.push((kind, policy));
         self
     }
 
     /// The pipeline.
     pub fn build(self) -> Pipeline<S> {
-        self.pipeline
+        let mut p = self.pipeline;
+        for (kind, mode) in self.modes {
+            p.set_mode(kind, mode);
+        }
+        for (kind, policy) in self.policies {
+            match kind {
+                LimiterKind::RequestRate => p.request_rate.as_mut().map(|s| s.on_error = policy),
+                LimiterKind::Concurrency => p.concurrency.as_mut().map(|s| s.on_error = policy),
+                LimiterKind::Fleet => p.fleet.as_mut().map(|s| s.on_error = policy),
+                LimiterKind::Utilization => None,
+            };
+        }
+        p
     }
 }
 

@@ -159,8 +159,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 }
 
 /// The embedded keyed store: `K` is the owned key type (`u64`, `String`, …), `S` the algorithm
-/// state it holds, `C` its clock. See the [module documentation](self) for the exact bound and
-/// eviction rules.
+/// state it holds, `C` its clock. See the [`crate::store`] module documentation and the
+/// builder for the exact bound and eviction rules: at most `max_keys` keys, idle keys dropped
+/// losslessly when a shard fills up, then the [`Overflow`] policy.
 pub struct MemoryStore<K, S, C = CoarseClock> {
     shards: Box<[Shard<K, S>]>,
     /// `shards.len() - 1`: the shard index is `(hash >> 32) & shard_mask` (see `shard_of`).
