@@ -21,10 +21,33 @@ use proptest::prelude::*;
 
 type Mem = MemoryStore<String, AnyState, ManualClock>;
 
-/// The real memory store, with a switch that makes it fail as a store that went down would.
+/// The real memory store, with a switch that makes it fail as a store that went down would,
+/// and one that makes it answer a poll late, as a remote store does.
 struct Switchable {
     store: Mem,
     down: Arc<AtomicBool>,
+    slow: Arc<AtomicBool>,
+}
+
+/// A future that is pending on its first poll (waking itself), then ready.
+struct Late<T> {
+    value: Option<T>,
+    waited: bool,
+}
+
+impl<T: Unpin> Future for Late<T> {
+    type Output = T;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        if !self.waited {
+            self.waited = true;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(self.value.take().expect("polled after completion"))
+    }
 }
 
 impl Store<str, AnyAlgorithm> for Switchable {
@@ -39,7 +62,17 @@ impl Store<str, AnyAlgorithm> for Switchable {
         } else {
             self.store.apply_now(algorithm, key, op)
         };
-        std::future::ready(result)
+        Late {
+            value: Some(result),
+            waited: !self.slow.load(Ordering::SeqCst),
+        }
+    }
+
+    /// As a remote store sends a detached operation in the background.
+    fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
+        if !self.down.load(Ordering::SeqCst) {
+            let _ = self.store.apply_now(algorithm, key, op);
+        }
     }
 
     fn apply_many(
@@ -67,18 +100,21 @@ struct Rig {
     pipeline: Pipeline<Switchable>,
     clock: ManualClock,
     down: Arc<AtomicBool>,
+    slow: Arc<AtomicBool>,
     utilization: Arc<SettableUtilization>,
 }
 
 fn rig(concurrency: u64, fleet: u64, reserved: f64) -> Rig {
     let clock = ManualClock::new(Nanos::from_secs(1_000));
     let down = Arc::new(AtomicBool::new(false));
+    let slow = Arc::new(AtomicBool::new(false));
     let store = || Switchable {
         store: MemoryStore::builder()
             .clock(clock.clone())
             .build()
             .expect("valid store"),
         down: down.clone(),
+        slow: slow.clone(),
     };
     let utilization = Arc::new(SettableUtilization::new(0.0));
     let ttl = Duration::from_secs(60);
@@ -101,6 +137,7 @@ fn rig(concurrency: u64, fleet: u64, reserved: f64) -> Rig {
         pipeline,
         clock,
         down,
+        slow,
         utilization,
     }
 }
@@ -259,6 +296,7 @@ fn a_store_outage_fails_open_by_default_and_closed_when_asked() {
             let store = Switchable {
                 store: MemoryStore::builder().clock(clock).build().unwrap(),
                 down: rig.down.clone(),
+                slow: rig.slow.clone(),
             };
             Pipeline::builder()
                 .request_rate(RequestRateLimiter::new(Plan::examples(), "free", store).unwrap())
@@ -267,6 +305,7 @@ fn a_store_outage_fails_open_by_default_and_closed_when_asked() {
         },
         clock: rig.clock.clone(),
         down: rig.down.clone(),
+        slow: rig.slow.clone(),
         utilization: rig.utilization.clone(),
     };
     let v = poll(closed.pipeline.evaluate(&get("u")));
@@ -278,6 +317,35 @@ fn a_store_outage_fails_open_by_default_and_closed_when_asked() {
         .contains("cannot reach its store"));
     rig.down.store(false, Ordering::SeqCst);
     assert!(poll(closed.pipeline.evaluate(&get("u"))).allowed());
+}
+
+#[test]
+fn a_cancelled_evaluation_gives_back_the_leases_it_took() {
+    let rig = rig(1, 100, 0.0);
+    rig.slow.store(true, Ordering::SeqCst);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // Poll until the concurrency lease is taken and the fleet's store has granted one whose
+    // answer is still on its way, then drop the future, as a client that disconnects makes a
+    // server do.
+    let request = get("u");
+    let mut evaluation = Box::pin(rig.pipeline.evaluate(&request));
+    for _ in 0..3 {
+        assert!(evaluation.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(in_flight(&rig, LimiterKind::Concurrency, "u"), 1);
+    assert_eq!(in_flight(&rig, LimiterKind::Fleet, "fleet"), 1);
+    drop(evaluation);
+    assert_eq!(in_flight(&rig, LimiterKind::Concurrency, "u"), 0);
+    assert_eq!(in_flight(&rig, LimiterKind::Fleet, "fleet"), 0);
+    // Polled to the end, a slow store gives the same verdict as a fast one.
+    let mut evaluation = Box::pin(rig.pipeline.evaluate(&request));
+    let verdict = loop {
+        if let std::task::Poll::Ready(v) = evaluation.as_mut().poll(&mut cx) {
+            break v;
+        }
+    };
+    assert!(verdict.allowed());
+    assert_eq!(verdict.leases.len(), 2);
 }
 
 #[test]

@@ -54,15 +54,22 @@ impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
             lease: id,
             critical,
         };
+        // Armed before the store is asked: if this future is dropped while the store works (a
+        // client gone), the store may have granted the lease, so it is given back (releasing a
+        // lease that was never granted is a no-op).
+        let returner: Arc<dyn ReturnLease> = self.inner.clone();
+        let guard = Lease::new(id, key.to_string(), returner);
         let decision = self
             .inner
             .store
             .apply(&self.inner.algorithm, key, op)
             .await?;
-        let lease = decision.allowed.then(|| {
-            let returner: Arc<dyn ReturnLease> = self.inner.clone();
-            Lease::new(id, key.to_string(), returner)
-        });
+        let lease = if decision.allowed {
+            Some(guard)
+        } else {
+            guard.keep(); // nothing was granted: nothing to give back
+            None
+        };
         Ok(Acquired { decision, lease })
     }
 
