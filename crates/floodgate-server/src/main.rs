@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod replay;
+use floodgate_server::replay;
 
 /// Floodgate: rate limiting and load shedding.
 #[derive(Parser, Debug)]

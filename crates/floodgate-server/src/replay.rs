@@ -49,7 +49,7 @@ use serde_json::{Map, Value};
 
 /// Arguments of `floodgate replay`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct Args {
+pub struct Args {
     /// The limiter: a JSON spec such as '{"algorithm":"token_bucket","rate":10,"capacity":20}'
     /// or '{"limiter":"concurrency","capacity":20,"lease_ttl":"60s"}', or the path of a YAML
     /// or JSON file holding one.
@@ -65,7 +65,7 @@ pub(crate) struct Args {
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReplayError {
+pub enum ReplayError {
     /// The `--limiter` spec could not be read or is invalid.
     #[error("--limiter: {0}")]
     Spec(String),
@@ -74,7 +74,12 @@ pub(crate) enum ReplayError {
     Store(String),
     /// An input line is malformed or out of order.
     #[error("line {line}: {message}")]
-    Event { line: u64, message: String },
+    Event {
+        /// The 1-based line number.
+        line: u64,
+        /// What is wrong, naming the field.
+        message: String,
+    },
     /// Reading the trace or writing the decisions failed.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -82,7 +87,7 @@ pub(crate) enum ReplayError {
 
 impl ReplayError {
     /// 2 for bad arguments (as for usage errors), 1 for bad input or I/O.
-    pub(crate) fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             ReplayError::Spec(_) | ReplayError::Store(_) => 2,
             ReplayError::Event { .. } | ReplayError::Io(_) => 1,
@@ -91,7 +96,7 @@ impl ReplayError {
 }
 
 /// Runs the replay on stdin and stdout.
-pub(crate) fn run(args: &Args) -> Result<(), ReplayError> {
+pub fn run(args: &Args) -> Result<(), ReplayError> {
     let subject = load_spec(&args.limiter)?
         .build()
         .map_err(|e| ReplayError::Spec(e.to_string()))?;
@@ -151,7 +156,7 @@ pub(crate) enum Subject {
 }
 
 impl Spec {
-    pub(crate) fn build(&self) -> Result<Subject, ConfigError> {
+    pub fn build(&self) -> Result<Subject, ConfigError> {
         Ok(match self {
             Spec::Algorithm(spec) => Subject::Keyed(spec.build()?),
             Spec::Limiter(LimiterSpec::Concurrency {

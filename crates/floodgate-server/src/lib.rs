@@ -1,0 +1,6 @@
+//! The `floodgate` command's library: everything but argument parsing lives here, so that the
+//! binary's `main.rs` stays thin and integration tests can start a real server in-process.
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod replay;
+pub mod rls;
