@@ -42,6 +42,28 @@ impl<K: ?Sized, A> Clone for Request<'_, K, A> {
 
 impl<K: ?Sized, A> Copy for Request<'_, K, A> {}
 
+impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A> for std::sync::Arc<T> {
+    fn apply(
+        &self,
+        algorithm: &A,
+        key: &K,
+        op: Op,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).apply(algorithm, key, op)
+    }
+
+    fn apply_many(
+        &self,
+        requests: &[Request<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).apply_many(requests)
+    }
+
+    fn apply_detached(&self, algorithm: &A, key: &K, op: Op) {
+        (**self).apply_detached(algorithm, key, op)
+    }
+}
+
 /// A keyed state store that applies algorithm transitions atomically.
 ///
 /// `K` is the borrowed key type callers pass (`str`, `u64`, `[u8]`); `A` the algorithm.
