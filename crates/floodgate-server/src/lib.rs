@@ -2,5 +2,6 @@
 //! binary's `main.rs` stays thin and integration tests can start a real server in-process.
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod metrics;
 pub mod replay;
 pub mod rls;

@@ -1,0 +1,271 @@
+//! The service's Prometheus metrics, kept in atomics and rendered in the text exposition
+//! format on `GET /metrics`.
+//!
+//! Per-request work is a few relaxed atomic additions; everything the limiters already count
+//! (refusals, shadow refusals, fail-opens, the shed amount) is read from them at scrape time.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use floodgate::limiter::{LimiterKind, Priority};
+use floodgate::pipeline::PipelineStats;
+
+/// Which API answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/check`
+    Check,
+    /// `POST /v1/evaluate`
+    Evaluate,
+    /// `POST /v1/release`
+    Release,
+    /// `POST /json` (envoyproxy/ratelimit's JSON API)
+    Json,
+    /// gRPC `ShouldRateLimit`
+    Grpc,
+}
+
+const ENDPOINTS: [(Endpoint, &str); 5] = [
+    (Endpoint::Check, "check"),
+    (Endpoint::Evaluate, "evaluate"),
+    (Endpoint::Release, "release"),
+    (Endpoint::Json, "json"),
+    (Endpoint::Grpc, "grpc"),
+];
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Allowed (or released).
+    Allowed,
+    /// Refused by a limit.
+    Refused,
+    /// Bad input (4xx / INVALID_ARGUMENT).
+    Invalid,
+    /// The store failed and the answer failed open.
+    FailedOpen,
+}
+
+const OUTCOMES: [(Outcome, &str); 4] = [
+    (Outcome::Allowed, "allowed"),
+    (Outcome::Refused, "refused"),
+    (Outcome::Invalid, "invalid"),
+    (Outcome::FailedOpen, "failed_open"),
+];
+
+/// Upper bounds of the latency histogram's buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.1,
+    1.0,
+];
+
+/// The service's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    calls: [[AtomicU64; 4]; 5],
+    store_seconds_buckets: [AtomicU64; 12],
+    store_seconds_count: AtomicU64,
+    store_nanos_sum: AtomicU64,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts one call.
+    pub fn call(&self, endpoint: Endpoint, outcome: Outcome) {
+        let e = ENDPOINTS
+            .iter()
+            .position(|(x, _)| *x == endpoint)
+            .unwrap_or(0);
+        let o = OUTCOMES
+            .iter()
+            .position(|(x, _)| *x == outcome)
+            .unwrap_or(0);
+        self.calls[e][o].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how long a decision spent in the store.
+    pub fn store_latency(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.store_seconds_buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.store_seconds_count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.store_nanos_sum.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Counts a configuration reload.
+    pub fn reload(&self, ok: bool) {
+        let c = if ok {
+            &self.reloads_ok
+        } else {
+            &self.reloads_failed
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders every metric in Prometheus' text format; `live` holds what is read from the
+    /// limiters at scrape time.
+    pub fn render(&self, live: &Live) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = self.write(&mut out, live);
+        out
+    }
+
+    fn write(&self, out: &mut String, live: &Live) -> std::fmt::Result {
+        writeln!(
+            out,
+            "# HELP floodgate_calls_total API calls by endpoint and outcome."
+        )?;
+        writeln!(out, "# TYPE floodgate_calls_total counter")?;
+        for (e, (_, endpoint)) in ENDPOINTS.iter().enumerate() {
+            for (o, (_, outcome)) in OUTCOMES.iter().enumerate() {
+                let n = self.calls[e][o].load(Ordering::Relaxed);
+                writeln!(
+                    out,
+                    "floodgate_calls_total{{endpoint=\"{endpoint}\",outcome=\"{outcome}\"}} {n}"
+                )?;
+            }
+        }
+        let s = &live.stats;
+        let per_limiter: [(&str, &str, &str, [u64; 4]); 4] = [
+            (
+                "floodgate_refusals_total",
+                "counter",
+                "Requests refused, by limiter (enforce mode).",
+                s.refused,
+            ),
+            (
+                "floodgate_shadow_refusals_total",
+                "counter",
+                "Requests a shadow-mode limiter would have refused.",
+                s.shadow_refused,
+            ),
+            (
+                "floodgate_fail_open_total",
+                "counter",
+                "Store errors that let the request through.",
+                s.fail_open,
+            ),
+            (
+                "floodgate_fail_closed_total",
+                "counter",
+                "Store errors that refused the request.",
+                s.fail_closed,
+            ),
+        ];
+        for (name, kind, help, values) in per_limiter {
+            writeln!(out, "# HELP {name} {help}")?;
+            writeln!(out, "# TYPE {name} {kind}")?;
+            for k in LimiterKind::ALL {
+                let mode = live.modes[k as usize];
+                writeln!(
+                    out,
+                    "{name}{{limiter=\"{k}\",mode=\"{mode}\"}} {}",
+                    values[k as usize]
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "# HELP floodgate_store_seconds Time a decision spent in its store."
+        )?;
+        writeln!(out, "# TYPE floodgate_store_seconds histogram")?;
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
+            writeln!(
+                out,
+                "floodgate_store_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            )?;
+        }
+        let count = self.store_seconds_count.load(Ordering::Relaxed);
+        let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / 1e9;
+        writeln!(out, "floodgate_store_seconds_bucket{{le=\"+Inf\"}} {count}")?;
+        writeln!(out, "floodgate_store_seconds_sum {sum}")?;
+        writeln!(out, "floodgate_store_seconds_count {count}")?;
+        writeln!(
+            out,
+            "# HELP floodgate_in_flight Requests holding a place, by limiter."
+        )?;
+        writeln!(out, "# TYPE floodgate_in_flight gauge")?;
+        writeln!(
+            out,
+            "floodgate_in_flight{{limiter=\"fleet\"}} {}",
+            live.fleet_in_flight
+        )?;
+        writeln!(
+            out,
+            "floodgate_in_flight{{limiter=\"workers\"}} {}",
+            live.busy_workers
+        )?;
+        writeln!(
+            out,
+            "# HELP floodgate_shed_amount The utilization shedder's shed amount."
+        )?;
+        writeln!(out, "# TYPE floodgate_shed_amount gauge")?;
+        writeln!(out, "floodgate_shed_amount {}", live.shed_amount)?;
+        writeln!(
+            out,
+            "# HELP floodgate_drop_probability Probability of shedding, by class."
+        )?;
+        writeln!(out, "# TYPE floodgate_drop_probability gauge")?;
+        for (class, p) in &live.drop_probability {
+            writeln!(
+                out,
+                "floodgate_drop_probability{{class=\"{}\"}} {p}",
+                class.name()
+            )?;
+        }
+        writeln!(
+            out,
+            "# HELP floodgate_reloads_total Configuration reloads by result."
+        )?;
+        writeln!(out, "# TYPE floodgate_reloads_total counter")?;
+        let ok = self.reloads_ok.load(Ordering::Relaxed);
+        let failed = self.reloads_failed.load(Ordering::Relaxed);
+        writeln!(out, "floodgate_reloads_total{{result=\"ok\"}} {ok}")?;
+        writeln!(out, "floodgate_reloads_total{{result=\"failed\"}} {failed}")?;
+        Ok(())
+    }
+}
+
+/// What the metrics read from the limiters at scrape time.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// The pipeline's counters.
+    pub stats: PipelineStats,
+    /// Each limiter's mode name (`enforce`, `shadow`, `off`, or `none` if not configured).
+    pub modes: [&'static str; 4],
+    /// Fleet leases in flight.
+    pub fleet_in_flight: u64,
+    /// Workers busy (the utilization gauge).
+    pub busy_workers: u64,
+    /// The utilization shedder's amount.
+    pub shed_amount: f64,
+    /// The drop probability per class.
+    pub drop_probability: Vec<(Priority, f64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_a_cumulative_histogram() {
+        let m = Metrics::default();
+        m.call(Endpoint::Check, Outcome::Allowed);
+        m.call(Endpoint::Check, Outcome::Allowed);
+        m.call(Endpoint::Json, Outcome::Refused);
+        m.store_latency(Duration::from_micros(3));
+        m.store_latency(Duration::from_millis(3));
+        let text = m.render(&Live::default());
+        assert!(text.contains("floodgate_calls_total{endpoint=\"check\",outcome=\"allowed\"} 2"));
+        assert!(text.contains("floodgate_calls_total{endpoint=\"json\",outcome=\"refused\"} 1"));
+        assert!(text.contains("floodgate_store_seconds_bucket{le=\"0.00001\"} 1"));
+        assert!(text.contains("floodgate_store_seconds_bucket{le=\"0.005\"} 2"));
+        assert!(text.contains("floodgate_store_seconds_count 2"));
+    }
+}
