@@ -3,5 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod metrics;
+pub mod config;
+pub mod envoy;
 pub mod replay;
 pub mod rls;
