@@ -5,5 +5,6 @@
 pub mod metrics;
 pub mod config;
 pub mod envoy;
+pub mod grpc;
 pub mod replay;
 pub mod rls;

@@ -1,0 +1,562 @@
+//! Envoy's rate limit service v3 over gRPC:
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, wire compatible with Envoy.
+//!
+//! [`service`] turns any [`RlsBackend`] into a tonic service to add to a
+//! `tonic::transport::Server`. It only translates: the backend decides.
+//!
+//! # Mapping
+//!
+//! The messages are minimal copies of Envoy's (`proto/`): same packages, names and field
+//! numbers; the fields Floodgate does not use are left out, so a peer's values for them are
+//! skipped as unknown fields (notably a descriptor's `limit` override, which is ignored).
+//!
+//! - Request → [`RlsRequest`]: `domain`; each descriptor's `entries` as `(key, value)` pairs in
+//!   order; the request's `hits_addend` (0 means 1); each descriptor's `hits_addend`
+//!   (`UInt64Value`; when set, it overrides the request's, and may be 0, a probe). Strings are
+//!   moved, not copied.
+//! - [`RlsResponse`] → response: `overall_code`; one `statuses` entry per descriptor, in order,
+//!   with `code`, `current_limit` (`name`, empty when the limit has none; `requests_per_unit`;
+//!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, WEEK 7, as Envoy numbers them),
+//!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years).
+//!
+//! # Refusals
+//!
+//! A malformed request gets gRPC `INVALID_ARGUMENT` with a message naming the problem, and the
+//! backend is not called ([`InvalidRequest`]): bytes that are not a `RateLimitRequest` (tonic's
+//! own codec would answer `INTERNAL`; this module's codec answers `INVALID_ARGUMENT`), an empty
+//! `domain`, no descriptors, a descriptor without entries, an entry with an empty key. An empty
+//! value is allowed, as in Envoy's current API. A message above [`MAX_REQUEST_BYTES`] gets
+//! tonic's `OUT_OF_RANGE` before it is buffered; gRPC framing errors (a body that ends inside a
+//! frame, no message at all) keep tonic's `INTERNAL`, as gRPC's status code guide says.
+//!
+//! # Benchmark body
+//!
+//! `bench/rls_body.bin` is one gRPC-framed `ShouldRateLimit` request (5-byte prefix: 0, then
+//! the big-endian u32 length; domain `"bench"`, one descriptor `[("key", "value")]`,
+//! `hits_addend` 1) for `h2load -d`. It is written by
+//! `cargo test -p floodgate-server --test grpc -- --ignored write_bench_body`, and the test
+//! `bench_body_is_current` fails if the checked-in file differs from what that would write.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::algorithm::fixed_window::Unit;
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::Status;
+
+use crate::rls::{Code, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+
+/// Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
+/// the protobuf packages.
+pub mod proto {
+    /// Envoy's API packages.
+    pub mod envoy {
+        /// `envoy.extensions`.
+        pub mod extensions {
+            /// `envoy.extensions.common`.
+            pub mod common {
+                /// `envoy.extensions.common.ratelimit`.
+                pub mod ratelimit {
+                    /// `envoy.extensions.common.ratelimit.v3`: the request descriptor.
+                    pub mod v3 {
+                        include!(concat!(
+                            env!("OUT_DIR"),
+                            "/envoy.extensions.common.ratelimit.v3.rs"
+                        ));
+                    }
+                }
+            }
+        }
+
+        /// `envoy.service`.
+        pub mod service {
+            /// `envoy.service.ratelimit`.
+            pub mod ratelimit {
+                /// `envoy.service.ratelimit.v3`: the service, its request and response, and
+                /// the generated tonic server and client.
+                pub mod v3 {
+                    include!(concat!(env!("OUT_DIR"), "/envoy.service.ratelimit.v3.rs"));
+                }
+            }
+        }
+    }
+}
+
+use proto::envoy::service::ratelimit::v3 as rls_v3;
+use rls_v3::rate_limit_response::{self as response, rate_limit};
+
+pub use proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+pub use rls_v3::rate_limit_service_client::RateLimitServiceClient;
+pub use rls_v3::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+pub use rls_v3::{RateLimitRequest, RateLimitResponse};
+
+/// The largest request message accepted, in bytes (64 KiB; Envoy's requests are well under
+/// 1 KiB). A larger one is refused by tonic with `OUT_OF_RANGE` before it is buffered.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// What answers `ShouldRateLimit` calls: the transport-free half of the service.
+///
+/// The request given is valid: a non-empty domain, at least one descriptor, each with at least
+/// one entry, every key non-empty. The response should hold one status per descriptor, in the
+/// request's order; the service sends whatever the backend returns.
+pub trait RlsBackend: Send + Sync + 'static {
+    /// Decides one call. There is no error: a backend that cannot decide answers for itself
+    /// (fails open, say) in the response.
+    fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send;
+}
+
+/// The tonic service for `backend`: add it to a `tonic::transport::Server` with `add_service`.
+/// Requests above [`MAX_REQUEST_BYTES`] are refused; see the [module documentation](self) for
+/// the mapping and the refusals.
+pub fn service<B: RlsBackend>(backend: Arc<B>) -> RateLimitServiceServer<RlsService<B>> {
+    RateLimitServiceServer::new(RlsService { backend }).max_decoding_message_size(MAX_REQUEST_BYTES)
+}
+
+/// The generated `RateLimitService` trait implemented over an [`RlsBackend`]: validates and
+/// translates each request, calls the backend, translates its response. Built by [`service`].
+pub struct RlsService<B> {
+    backend: Arc<B>,
+}
+
+impl<B> std::fmt::Debug for RlsService<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RlsService").finish_non_exhaustive()
+    }
+}
+
+#[tonic::async_trait]
+impl<B: RlsBackend> RateLimitService for RlsService<B> {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, Status> {
+        let request = RlsRequest::try_from(request.into_inner()).map_err(|e| {
+            tracing::debug!(error = %e, "ShouldRateLimit: invalid request");
+            Status::invalid_argument(e.to_string())
+        })?;
+        let response = self.backend.should_rate_limit(request).await;
+        Ok(tonic::Response::new(response.into()))
+    }
+}
+
+/// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the
+/// field, with its index in the request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRequest {
+    /// `domain` is empty.
+    #[error("domain: must not be empty")]
+    EmptyDomain,
+    /// `descriptors` is empty.
+    #[error("descriptors: must hold at least one descriptor")]
+    NoDescriptors,
+    /// A descriptor has no entries.
+    #[error("descriptors[{descriptor}].entries: must hold at least one entry")]
+    NoEntries {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+    },
+    /// An entry's key is empty.
+    #[error("descriptors[{descriptor}].entries[{entry}].key: must not be empty")]
+    EmptyKey {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+        /// The entry's index in the descriptor.
+        entry: usize,
+    },
+}
+
+/// Checks what Envoy's API requires of a request and prost cannot: see [`InvalidRequest`].
+fn validate(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
+    if request.domain.is_empty() {
+        return Err(InvalidRequest::EmptyDomain);
+    }
+    if request.descriptors.is_empty() {
+        return Err(InvalidRequest::NoDescriptors);
+    }
+    for (descriptor, d) in request.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return Err(InvalidRequest::NoEntries { descriptor });
+        }
+        if let Some(entry) = d.entries.iter().position(|e| e.key.is_empty()) {
+            return Err(InvalidRequest::EmptyKey { descriptor, entry });
+        }
+    }
+    Ok(())
+}
+
+impl TryFrom<RateLimitRequest> for RlsRequest {
+    type Error = InvalidRequest;
+
+    /// Validates `request` and moves its strings into an [`RlsRequest`]. The vectors are
+    /// rebuilt with `into_iter().map().collect()` over same-sized elements, which the standard
+    /// library does in place: no allocation beyond what decoding made.
+    fn try_from(request: RateLimitRequest) -> Result<RlsRequest, InvalidRequest> {
+        validate(&request)?;
+        Ok(RlsRequest {
+            domain: request.domain,
+            descriptors: request
+                .descriptors
+                .into_iter()
+                .map(|d| RlsDescriptor {
+                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                    hits_addend: d.hits_addend,
+                })
+                .collect(),
+            hits_addend: request.hits_addend,
+        })
+    }
+}
+
+impl From<RlsResponse> for RateLimitResponse {
+    fn from(response: RlsResponse) -> RateLimitResponse {
+        RateLimitResponse {
+            overall_code: code_to_proto(response.overall_code) as i32,
+            statuses: response.statuses.into_iter().map(status_to_proto).collect(),
+        }
+    }
+}
+
+fn code_to_proto(code: Code) -> response::Code {
+    match code {
+        Code::Unknown => response::Code::Unknown,
+        Code::Ok => response::Code::Ok,
+        Code::OverLimit => response::Code::OverLimit,
+    }
+}
+
+/// Envoy's number for each unit: WEEK is 7, after MONTH (5) and YEAR (6), which Floodgate does
+/// not have.
+fn unit_to_proto(unit: Unit) -> rate_limit::Unit {
+    match unit {
+        Unit::Second => rate_limit::Unit::Second,
+        Unit::Minute => rate_limit::Unit::Minute,
+        Unit::Hour => rate_limit::Unit::Hour,
+        Unit::Day => rate_limit::Unit::Day,
+        Unit::Week => rate_limit::Unit::Week,
+    }
+}
+
+/// The longest duration protobuf's `Duration` holds: 10,000 years, in seconds.
+const MAX_PROTO_DURATION_SECS: u64 = 315_576_000_000;
+
+/// `d` as a protobuf `Duration`, saturating at protobuf's 10,000 years.
+fn duration_to_proto(d: Duration) -> prost_types::Duration {
+    if d.as_secs() > MAX_PROTO_DURATION_SECS {
+        return prost_types::Duration {
+            seconds: MAX_PROTO_DURATION_SECS as i64,
+            nanos: 0,
+        };
+    }
+    prost_types::Duration {
+        // Both fit: seconds ≤ 315,576,000,000 and nanoseconds < 1,000,000,000.
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn status_to_proto(status: RlsStatus) -> response::DescriptorStatus {
+    response::DescriptorStatus {
+        code: code_to_proto(status.code) as i32,
+        current_limit: status
+            .current_limit
+            .map(|limit: RlsLimit| response::RateLimit {
+                name: limit.name.unwrap_or_default(),
+                requests_per_unit: limit.requests_per_unit,
+                unit: unit_to_proto(limit.unit) as i32,
+            }),
+        limit_remaining: status.limit_remaining,
+        duration_until_reset: status.duration_until_reset.map(duration_to_proto),
+    }
+}
+
+/// Buffers sized for rate limit messages (tens of bytes): tonic allocates `buffer_size` per call
+/// for each direction and grows by that much when a message is larger.
+fn buffers() -> BufferSettings {
+    BufferSettings::new(512, 32 * 1024)
+}
+
+/// The gRPC codec of the generated server and client (`build.rs` names it): prost's encoding,
+/// with small buffers, and a decoding failure answered with `INVALID_ARGUMENT` (tonic's
+/// `ProstCodec` answers `INTERNAL`).
+#[derive(Debug)]
+struct RlsCodec<T, U>(PhantomData<fn() -> (T, U)>);
+
+impl<T, U> Default for RlsCodec<T, U> {
+    fn default() -> Self {
+        RlsCodec(PhantomData)
+    }
+}
+
+impl<T, U> Codec for RlsCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = tonic_prost::ProstEncoder<T>;
+    type Decoder = RlsDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::new(buffers())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RlsDecoder(PhantomData)
+    }
+}
+
+/// Decodes one protobuf message; malformed bytes are `INVALID_ARGUMENT`.
+#[derive(Debug)]
+struct RlsDecoder<U>(PhantomData<fn() -> U>);
+
+impl<U: Message + Default> Decoder for RlsDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        U::decode(buf)
+            .map(Some)
+            .map_err(|e| Status::invalid_argument(format!("malformed protobuf message: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        buffers()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|&(key, value)| Entry {
+                    key: key.into(),
+                    value: value.into(),
+                })
+                .collect(),
+            hits_addend,
+        }
+    }
+
+    #[test]
+    fn request_maps_every_field() {
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![
+                descriptor(&[("remote_address", "10.0.0.1"), ("path", "")], None),
+                descriptor(&[("user", "u1")], Some(0)),
+            ],
+            hits_addend: 4,
+        };
+        let rls = RlsRequest::try_from(request).unwrap();
+        assert_eq!(
+            rls,
+            RlsRequest {
+                domain: "edge".into(),
+                descriptors: vec![
+                    RlsDescriptor {
+                        entries: vec![
+                            ("remote_address".into(), "10.0.0.1".into()),
+                            ("path".into(), "".into())
+                        ],
+                        hits_addend: None,
+                    },
+                    RlsDescriptor {
+                        entries: vec![("user".into(), "u1".into())],
+                        hits_addend: Some(0),
+                    },
+                ],
+                hits_addend: 4,
+            }
+        );
+        assert_eq!(rls.hits_for(&rls.descriptors[0]), 4);
+        assert_eq!(rls.hits_for(&rls.descriptors[1]), 0);
+    }
+
+    #[test]
+    fn invalid_requests_name_the_field() {
+        let ok = || RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![descriptor(&[("k", "v")], None)],
+            hits_addend: 0,
+        };
+        let cases = [
+            (
+                RateLimitRequest {
+                    domain: String::new(),
+                    ..ok()
+                },
+                InvalidRequest::EmptyDomain,
+                "domain: must not be empty",
+            ),
+            (
+                RateLimitRequest {
+                    descriptors: vec![],
+                    ..ok()
+                },
+                InvalidRequest::NoDescriptors,
+                "descriptors: must hold at least one descriptor",
+            ),
+            (
+                RateLimitRequest {
+                    descriptors: vec![descriptor(&[("k", "v")], None), descriptor(&[], None)],
+                    ..ok()
+                },
+                InvalidRequest::NoEntries { descriptor: 1 },
+                "descriptors[1].entries: must hold at least one entry",
+            ),
+            (
+                RateLimitRequest {
+                    descriptors: vec![descriptor(&[("k", "v"), ("", "v")], None)],
+                    ..ok()
+                },
+                InvalidRequest::EmptyKey {
+                    descriptor: 0,
+                    entry: 1,
+                },
+                "descriptors[0].entries[1].key: must not be empty",
+            ),
+        ];
+        for (request, error, message) in cases {
+            let e = RlsRequest::try_from(request).unwrap_err();
+            assert_eq!(e, error);
+            assert_eq!(e.to_string(), message);
+        }
+        assert!(RlsRequest::try_from(ok()).is_ok());
+    }
+
+    #[test]
+    fn response_maps_every_field() {
+        let limit = |name: Option<&str>, unit| RlsLimit {
+            name: name.map(Into::into),
+            requests_per_unit: 10,
+            unit,
+        };
+        let response = RlsResponse {
+            overall_code: Code::OverLimit,
+            statuses: vec![
+                RlsStatus {
+                    code: Code::Ok,
+                    current_limit: Some(limit(Some("per-ip"), Unit::Minute)),
+                    limit_remaining: 9,
+                    duration_until_reset: Some(Duration::from_millis(1_500)),
+                },
+                RlsStatus {
+                    code: Code::OverLimit,
+                    current_limit: Some(limit(None, Unit::Week)),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(Duration::MAX),
+                },
+                RlsStatus::default(),
+            ],
+        };
+        let proto = RateLimitResponse::from(response);
+        assert_eq!(proto.overall_code, 2);
+        let s = &proto.statuses;
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].code, 1);
+        assert_eq!(
+            s[0].current_limit,
+            Some(response::RateLimit {
+                name: "per-ip".into(),
+                requests_per_unit: 10,
+                unit: 2,
+            })
+        );
+        assert_eq!(s[0].limit_remaining, 9);
+        assert_eq!(
+            s[0].duration_until_reset,
+            Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 500_000_000
+            })
+        );
+        assert_eq!(s[1].code, 2);
+        let week = s[1].current_limit.as_ref().unwrap();
+        assert_eq!((week.name.as_str(), week.unit), ("", 7));
+        assert_eq!(
+            s[1].duration_until_reset.unwrap().seconds,
+            315_576_000_000,
+            "saturates at protobuf's maximum"
+        );
+        assert_eq!(s[2], response::DescriptorStatus::default());
+    }
+
+    #[test]
+    fn units_have_envoys_numbers() {
+        for (unit, number) in [
+            (Unit::Second, 1),
+            (Unit::Minute, 2),
+            (Unit::Hour, 3),
+            (Unit::Day, 4),
+            (Unit::Week, 7),
+        ] {
+            assert_eq!(unit_to_proto(unit) as i32, number, "{unit}");
+        }
+        assert_eq!(
+            (
+                code_to_proto(Code::Unknown) as i32,
+                code_to_proto(Code::Ok) as i32,
+                code_to_proto(Code::OverLimit) as i32
+            ),
+            (0, 1, 2)
+        );
+    }
+
+    /// Field numbers checked against hand-encoded bytes, independent of the generated code.
+    #[test]
+    fn wire_format_is_envoys() {
+        // domain (1) "d"; descriptors (2) { entries (1) { key (1) "k", value (2) "v" },
+        // hits_addend (3) { value (1) 5 } }; hits_addend (3) 2.
+        let bytes = [
+            0x0a, 1, b'd', //
+            0x12, 12, //
+            0x0a, 6, 0x0a, 1, b'k', 0x12, 1, b'v', //
+            0x1a, 2, 0x08, 5, //
+            0x18, 2,
+        ];
+        let request = RateLimitRequest::decode(&bytes[..]).unwrap();
+        assert_eq!(request.domain, "d");
+        assert_eq!(request.hits_addend, 2);
+        assert_eq!(request.descriptors[0].hits_addend, Some(5));
+        assert_eq!(request.descriptors[0].entries[0].key, "k");
+        assert_eq!(request.descriptors[0].entries[0].value, "v");
+
+        let response = RateLimitResponse {
+            overall_code: 1,
+            statuses: vec![response::DescriptorStatus {
+                code: 1,
+                current_limit: Some(response::RateLimit {
+                    name: "n".into(),
+                    requests_per_unit: 3,
+                    unit: 7,
+                }),
+                limit_remaining: 2,
+                duration_until_reset: Some(prost_types::Duration {
+                    seconds: 4,
+                    nanos: 0,
+                }),
+            }],
+        };
+        // overall_code (1) 1; statuses (2) { code (1) 1, current_limit (2) { requests_per_unit
+        // (1) 3, unit (2) 7, name (3) "n" }, limit_remaining (3) 2, duration_until_reset (4)
+        // { seconds (1) 4 } }.
+        let expected = [
+            0x08, 1, //
+            0x12, 17, //
+            0x08, 1, //
+            0x12, 7, 0x08, 3, 0x10, 7, 0x1a, 1, b'n', //
+            0x18, 2, //
+            0x22, 2, 0x08, 4,
+        ];
+        assert_eq!(response.encode_to_vec(), expected);
+    }
+}

@@ -1,0 +1,522 @@
+//! Envoy's `ShouldRateLimit` over real gRPC: a tonic server on an ephemeral port, a small real
+//! backend (a fixed window per descriptor on the memory store, on a manual clock), and the
+//! generated tonic client, a raw-bytes gRPC client and raw HTTP/2 requests.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::algorithm::fixed_window::{FixedWindow, FixedWindowState, Unit};
+use floodgate::store::MemoryStore;
+use floodgate::{ManualClock, Nanos, Op};
+use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use floodgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code as ProtoCode, RateLimit,
+};
+use floodgate_server::grpc::{
+    service, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
+    RlsBackend,
+};
+use floodgate_server::rls::{Code, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use prost::bytes::{Buf, BufMut};
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::{self, uri::PathAndQuery};
+use tonic::codegen::Service;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+
+const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+const LIMIT: u32 = 3;
+
+/// At most [`LIMIT`] hits per minute for each descriptor of each domain.
+struct TestBackend {
+    limiter: FixedWindow,
+    store: MemoryStore<String, FixedWindowState, ManualClock>,
+    calls: AtomicUsize,
+}
+
+impl TestBackend {
+    /// The clock stands 15 s into a minute: windows reset 45 s later.
+    fn new() -> (Arc<TestBackend>, ManualClock) {
+        let clock = ManualClock::new(Nanos::from_secs(615));
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .build()
+            .expect("valid store settings");
+        let backend = TestBackend {
+            limiter: FixedWindow::per_unit(u64::from(LIMIT), Unit::Minute).expect("valid limit"),
+            store,
+            calls: AtomicUsize::new(0),
+        };
+        (Arc::new(backend), clock)
+    }
+}
+
+impl RlsBackend for TestBackend {
+    fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let statuses: Vec<RlsStatus> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let mut key = request.domain.clone();
+                for (k, v) in &d.entries {
+                    key.push_str(&format!("\0{k}={v}"));
+                }
+                let op = Op::Check {
+                    cost: request.hits_for(d),
+                };
+                let decision = self
+                    .store
+                    .apply_now(&self.limiter, key.as_str(), op)
+                    .expect("the fixed window supports checks");
+                RlsStatus {
+                    code: if decision.allowed {
+                        Code::Ok
+                    } else {
+                        Code::OverLimit
+                    },
+                    current_limit: Some(RlsLimit {
+                        name: Some("per_descriptor".into()),
+                        requests_per_unit: LIMIT,
+                        unit: Unit::Minute,
+                    }),
+                    limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+                    duration_until_reset: Some(decision.reset_after),
+                }
+            })
+            .collect();
+        let overall_code = if statuses.iter().any(|s| s.code == Code::OverLimit) {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        std::future::ready(RlsResponse {
+            overall_code,
+            statuses,
+        })
+    }
+}
+
+/// Serves `backend` on 127.0.0.1 (an ephemeral port) until the test's runtime ends.
+async fn start(backend: Arc<TestBackend>) -> (RateLimitServiceClient<Channel>, SocketAddr) {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
+    let addr = incoming.local_addr().expect("a bound address");
+    tokio::spawn(
+        Server::builder()
+            .add_service(service(backend))
+            .serve_with_incoming(incoming),
+    );
+    let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    (client, addr)
+}
+
+fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.into(),
+                value: value.into(),
+            })
+            .collect(),
+        hits_addend,
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "test".into(),
+        descriptors,
+        hits_addend,
+    }
+}
+
+async fn call(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+/// `(code, limit_remaining)` of each status.
+fn outcomes(response: &RateLimitResponse) -> Vec<(ProtoCode, u32)> {
+    response
+        .statuses
+        .iter()
+        .map(|s| (s.code(), s.limit_remaining))
+        .collect()
+}
+
+#[tokio::test]
+async fn allows_up_to_the_limit_then_refuses_until_the_window_resets() {
+    let (backend, clock) = TestBackend::new();
+    let (mut client, _) = start(backend).await;
+    let one = || request(vec![descriptor(&[("remote_address", "10.0.0.1")], None)], 0);
+
+    for remaining in [2, 1, 0] {
+        let response = call(&mut client, one()).await;
+        assert_eq!(response.overall_code(), ProtoCode::Ok);
+        assert_eq!(outcomes(&response), [(ProtoCode::Ok, remaining)]);
+        let status = &response.statuses[0];
+        assert_eq!(
+            status.current_limit,
+            Some(RateLimit {
+                name: "per_descriptor".into(),
+                requests_per_unit: LIMIT,
+                unit: 2, // MINUTE
+            })
+        );
+        assert_eq!(
+            status.duration_until_reset,
+            Some(prost_types::Duration {
+                seconds: 45,
+                nanos: 0
+            })
+        );
+    }
+    let response = call(&mut client, one()).await;
+    assert_eq!(response.overall_code(), ProtoCode::OverLimit);
+    assert_eq!(outcomes(&response), [(ProtoCode::OverLimit, 0)]);
+
+    // Another value is another counter.
+    let other = request(vec![descriptor(&[("remote_address", "10.0.0.2")], None)], 0);
+    let response = call(&mut client, other).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
+
+    clock.advance(Duration::from_secs(45));
+    let response = call(&mut client, one()).await;
+    assert_eq!(response.overall_code(), ProtoCode::Ok);
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
+}
+
+#[tokio::test]
+async fn hits_addend_of_the_request_and_of_each_descriptor() {
+    let (backend, _clock) = TestBackend::new();
+    let (mut client, _) = start(backend).await;
+    let d = |hits| descriptor(&[("user", "u1")], hits);
+
+    // The request's hits_addend counts for every descriptor without its own.
+    let response = call(&mut client, request(vec![d(None)], 2)).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 1)]);
+    // A descriptor's own hits_addend overrides the request's (2 would not fit).
+    let response = call(&mut client, request(vec![d(Some(1))], 2)).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 0)]);
+    // A descriptor's hits_addend 0 probes without counting.
+    let response = call(&mut client, request(vec![d(Some(0))], 2)).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 0)]);
+    // The request's hits_addend 0 means 1.
+    let response = call(&mut client, request(vec![d(None)], 0)).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::OverLimit, 0)]);
+
+    // A cost above the limit is refused and consumes nothing.
+    let big = descriptor(&[("user", "u2")], Some(u64::from(LIMIT) + 1));
+    let response = call(&mut client, request(vec![big], 0)).await;
+    assert_eq!(outcomes(&response), [(ProtoCode::OverLimit, LIMIT)]);
+}
+
+#[tokio::test]
+async fn one_status_per_descriptor_in_order() {
+    let (backend, _clock) = TestBackend::new();
+    let (mut client, _) = start(backend).await;
+    let both = || {
+        request(
+            vec![
+                descriptor(&[("path", "/a")], None),
+                descriptor(&[("path", "/b")], Some(3)),
+                // Entries are ordered: this is not the first descriptor.
+                descriptor(&[("path", "/a"), ("method", "GET")], None),
+            ],
+            0,
+        )
+    };
+    let response = call(&mut client, both()).await;
+    assert_eq!(response.overall_code(), ProtoCode::Ok);
+    assert_eq!(
+        outcomes(&response),
+        [(ProtoCode::Ok, 2), (ProtoCode::Ok, 0), (ProtoCode::Ok, 2)]
+    );
+    let response = call(&mut client, both()).await;
+    assert_eq!(response.overall_code(), ProtoCode::OverLimit);
+    assert_eq!(
+        outcomes(&response),
+        [
+            (ProtoCode::Ok, 1),
+            (ProtoCode::OverLimit, 0),
+            (ProtoCode::Ok, 1)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn empty_values_are_allowed() {
+    let (backend, _clock) = TestBackend::new();
+    let (mut client, _) = start(backend).await;
+    let response = call(
+        &mut client,
+        request(vec![descriptor(&[("header", "")], None)], 0),
+    )
+    .await;
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
+}
+
+#[tokio::test]
+async fn invalid_requests_get_invalid_argument() {
+    let (backend, _clock) = TestBackend::new();
+    let (mut client, _) = start(backend.clone()).await;
+    let cases = [
+        (
+            RateLimitRequest {
+                domain: String::new(),
+                ..request(vec![descriptor(&[("k", "v")], None)], 0)
+            },
+            "domain: must not be empty",
+        ),
+        (
+            request(vec![], 0),
+            "descriptors: must hold at least one descriptor",
+        ),
+        (
+            request(
+                vec![descriptor(&[("k", "v")], None), descriptor(&[], None)],
+                0,
+            ),
+            "descriptors[1].entries: must hold at least one entry",
+        ),
+        (
+            request(vec![descriptor(&[("k", "v"), ("", "v")], None)], 0),
+            "descriptors[0].entries[1].key: must not be empty",
+        ),
+    ];
+    for (bad, message) in cases {
+        let status = client.should_rate_limit(bad).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{message}");
+        assert_eq!(status.message(), message);
+    }
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        0,
+        "the backend is not called"
+    );
+    // The server keeps serving.
+    let response = call(
+        &mut client,
+        request(vec![descriptor(&[("k", "v")], None)], 0),
+    )
+    .await;
+    assert_eq!(response.overall_code(), ProtoCode::Ok);
+}
+
+/// Sends and receives message bytes as they are, so that anything can be sent.
+#[derive(Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// One `ShouldRateLimit` call with `message` as the request message's bytes (tonic frames them).
+async fn call_raw(addr: SocketAddr, message: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    grpc.unary(
+        tonic::Request::new(message),
+        PathAndQuery::from_static(METHOD),
+        RawCodec,
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_a_request_get_invalid_argument() {
+    let (backend, _clock) = TestBackend::new();
+    let (_, addr) = start(backend.clone()).await;
+    let cases: [&[u8]; 6] = [
+        // Field 31, wire type 7: no such wire type.
+        &[0xff, 0xff, 0xff, 0xff],
+        // domain (1) says 5 bytes, 1 follows.
+        &[0x0a, 0x05, b'a'],
+        // domain (1) is not UTF-8.
+        &[0x0a, 0x02, 0xff, 0xfe],
+        // descriptors (2) holds a truncated entry.
+        &[0x12, 0x03, 0x0a, 0x05, b'k'],
+        // hits_addend (3) is a varint that never ends.
+        &[0x18, 0x80, 0x80, 0x80],
+        // domain (1) sent with the varint wire type.
+        &[0x08, 0x01],
+    ];
+    for bytes in cases {
+        let status = call_raw(addr, bytes.to_vec()).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bytes:x?}");
+        assert!(
+            status.message().starts_with("malformed protobuf message"),
+            "{bytes:x?}: {}",
+            status.message()
+        );
+    }
+    // An empty message decodes (every field at its default) and is refused for its domain.
+    let status = call_raw(addr, Vec::new()).await.unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::InvalidArgument, "domain: must not be empty")
+    );
+    assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
+
+    // Unknown fields (here Envoy's descriptor `limit` override, 2) are skipped.
+    let mut with_override = descriptor(&[("k", "v")], None).encode_to_vec();
+    with_override.extend([0x12, 2, 0x08, 9]); // limit { requests_per_unit: 9 }
+    let mut message = b"\x0a\x01d".to_vec();
+    message.push(0x12);
+    message.push(u8::try_from(with_override.len()).expect("short"));
+    message.extend(with_override);
+    let answer = call_raw(addr, message).await.expect("an answer");
+    let response = RateLimitResponse::decode(&answer[..]).expect("a response");
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
+}
+
+/// POSTs `body` as it is (gRPC framing included) to the method over HTTP/2, and returns the
+/// gRPC status of the answer (a trailers-only response carries it in its headers).
+async fn post_raw(addr: SocketAddr, body: String) -> Option<tonic::Status> {
+    let mut channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .expect("connect");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{METHOD}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(tonic::body::Body::new(body))
+        .expect("a request");
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .expect("ready");
+    let response = channel.call(request).await.expect("an HTTP response");
+    assert_eq!(response.status(), http::StatusCode::OK);
+    tonic::Status::from_header_map(response.headers())
+}
+
+#[tokio::test]
+async fn framing_errors_get_tonics_answers_and_the_server_keeps_serving() {
+    let (backend, _clock) = TestBackend::new();
+    let (mut client, addr) = start(backend).await;
+    // The frame announces 100 bytes; the body ends after 2.
+    let truncated = String::from("\0\0\0\0\x64ab");
+    let status = post_raw(addr, truncated).await.expect("a status");
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    // No frame at all.
+    let status = post_raw(addr, String::new()).await.expect("a status");
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    // A message above the cap is refused before it is read.
+    let oversized = String::from("\0\0\x01\0\x01");
+    let status = post_raw(addr, oversized).await.expect("a status");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+
+    let response = call(
+        &mut client,
+        request(vec![descriptor(&[("k", "v")], None)], 0),
+    )
+    .await;
+    assert_eq!(response.overall_code(), ProtoCode::Ok);
+}
+
+// The benchmark body: see the `floodgate_server::grpc` module documentation.
+
+fn bench_body_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/rls_body.bin")
+}
+
+/// One gRPC-framed request: 0 (not compressed), the message's length (big-endian u32), the
+/// message: domain "bench", one descriptor [("key", "value")], hits_addend 1.
+fn bench_body() -> Vec<u8> {
+    let message = RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![descriptor(&[("key", "value")], None)],
+        hits_addend: 1,
+    }
+    .encode_to_vec();
+    let length = u32::try_from(message.len()).expect("a short message");
+    let mut framed = vec![0];
+    framed.extend(length.to_be_bytes());
+    framed.extend(message);
+    framed
+}
+
+/// Writes `bench/rls_body.bin`:
+/// `cargo test -p floodgate-server --test grpc -- --ignored write_bench_body`.
+#[test]
+#[ignore = "writes bench/rls_body.bin; run on purpose"]
+fn write_bench_body() {
+    std::fs::write(bench_body_path(), bench_body()).expect("bench/rls_body.bin is written");
+}
+
+#[test]
+fn bench_body_is_current() {
+    let on_disk = std::fs::read(bench_body_path()).expect("bench/rls_body.bin exists");
+    assert_eq!(
+        on_disk,
+        bench_body(),
+        "regenerate: cargo test -p floodgate-server --test grpc -- --ignored write_bench_body"
+    );
+}
+
+#[tokio::test]
+async fn bench_body_gets_an_answer() {
+    let (backend, _clock) = TestBackend::new();
+    let (_, addr) = start(backend).await;
+    let body = bench_body();
+    // The checked-in bytes, as h2load sends them (all ASCII, so a String body carries them).
+    let status = post_raw(addr, String::from_utf8(body.clone()).expect("ASCII")).await;
+    assert!(status.is_none(), "no error status: {status:?}");
+    let answer = call_raw(addr, body[5..].to_vec()).await.expect("an answer");
+    let response = RateLimitResponse::decode(&answer[..]).expect("a response");
+    assert_eq!(response.overall_code(), ProtoCode::Ok);
+    assert_eq!(outcomes(&response), [(ProtoCode::Ok, 1)], "the second hit");
+}
