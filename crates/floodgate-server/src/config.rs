@@ -642,9 +642,10 @@ impl Config {
     }
 
     /// Builds the configured limiters into a [`Pipeline`] with their modes and failure
-    /// policies, after [`Config::validate`]. `new_store` is called once per limiter that keeps
-    /// state (request rate, concurrency, fleet: each needs its own store, as they keep
-    /// different state under the same user keys); `clock` drives the utilization shedder.
+    /// policies, after [`Config::validate`]. `new_store(kind)` is called once per limiter that
+    /// keeps state (request rate, concurrency, fleet: each needs its own store, as they keep
+    /// different state under the same user keys; the kind lets a caller hand back the same
+    /// store on every reload); `clock` drives the utilization shedder.
     /// Endpoint costs are applied to the request rate limiter.
     pub fn build_pipeline<S, F>(
         &self,
@@ -653,15 +654,19 @@ impl Config {
     ) -> Result<BuiltPipeline<S>, ConfigFileError>
     where
         S: Store<str, AnyAlgorithm> + 'static,
-        F: FnMut() -> S,
+        F: FnMut(LimiterKind) -> S,
     {
         self.validate()?;
         let mut builder = Pipeline::builder();
         let limiters = &self.limiters;
         if let Some(r) = &limiters.request_rate {
             let default_plan = self.default_plan.as_deref().unwrap_or_default();
-            let mut limiter = RequestRateLimiter::new(self.plans()?, default_plan, new_store())
-                .map_err(|e| ConfigFileError::from_config_error("", e))?;
+            let mut limiter = RequestRateLimiter::new(
+                self.plans()?,
+                default_plan,
+                new_store(LimiterKind::RequestRate),
+            )
+            .map_err(|e| ConfigFileError::from_config_error("", e))?;
             for (endpoint, cost) in &self.endpoint_costs {
                 limiter = limiter.with_endpoint_cost(endpoint, *cost).map_err(|e| {
                     ConfigFileError::from_config_error(&key_path("endpoint_costs", endpoint), e)
@@ -673,8 +678,12 @@ impl Config {
                 .on_store_error(LimiterKind::RequestRate, r.on_store_error);
         }
         if let Some(c) = &limiters.concurrency {
-            let limiter = ConcurrencyLimiter::new(c.capacity, c.lease_ttl.0, new_store())
-                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
+            let limiter = ConcurrencyLimiter::new(
+                c.capacity,
+                c.lease_ttl.0,
+                new_store(LimiterKind::Concurrency),
+            )
+            .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
             builder = builder
                 .concurrency(limiter)
                 .mode(LimiterKind::Concurrency, c.mode)
@@ -685,7 +694,7 @@ impl Config {
                 f.capacity,
                 f.reserved_for_critical,
                 f.lease_ttl.0,
-                new_store(),
+                new_store(LimiterKind::Fleet),
             )
             .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
             builder = builder
@@ -994,7 +1003,7 @@ domains:
     #[test]
     fn the_builtin_pipeline_runs_stripes_example() {
         let clock = ManualClock::new(Nanos::from_secs(1_000));
-        let store = || {
+        let store = |_: LimiterKind| {
             MemoryStore::builder()
                 .clock(clock.clone())
                 .build::<String, AnyState>()

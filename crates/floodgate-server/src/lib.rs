@@ -2,9 +2,12 @@
 //! binary's `main.rs` stays thin and integration tests can start a real server in-process.
 #![warn(missing_docs, missing_debug_implementations)]
 
-pub mod metrics;
 pub mod config;
 pub mod envoy;
 pub mod grpc;
+pub mod http;
+pub mod metrics;
 pub mod replay;
 pub mod rls;
+pub mod serve;
+pub mod server;

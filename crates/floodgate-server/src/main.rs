@@ -1,11 +1,12 @@
-//! The `floodgate` command: parse the command line, run the subcommand, map errors to an exit
-//! status. Everything else lives in the subcommands' modules.
+//! The `floodgate` command. `main` does five things: parse the command line, start logging,
+//! load the config, run the subcommand, map its error to an exit status. Everything else lives
+//! in the library.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-use floodgate_server::replay;
+use floodgate_server::{config, replay, serve};
 
 /// Floodgate: rate limiting and load shedding.
 #[derive(Parser, Debug)]
@@ -17,21 +18,57 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serves decisions: the HTTP JSON API and Envoy's rate-limit gRPC API.
+    Serve(serve::ServeArgs),
     /// Replays a JSON-lines trace of requests (stdin) against one limiter and writes one JSON
     /// decision per line (stdout), in order.
     Replay(replay::Args),
+    /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format) without serving.
+    CheckConfig {
+        /// The file to check.
+        file: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Replay(args) => replay::run(&args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("floodgate: {e}");
-            ExitCode::from(e.exit_code())
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match cli.command {
+        Command::Serve(args) => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&format!("cannot start the runtime: {e}"), 1),
+            };
+            match runtime.block_on(serve::serve(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e.to_string(), 1),
+            }
         }
+        Command::Replay(args) => match replay::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e.to_string(), e.exit_code()),
+        },
+        Command::CheckConfig { file } => match config::Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e.to_string(), 1),
+        },
     }
+}
+
+fn fail(message: &str, code: u8) -> ExitCode {
+    eprintln!("floodgate: {message}");
+    ExitCode::from(code)
 }

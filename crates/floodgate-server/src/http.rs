@@ -1,0 +1,338 @@
+//! The HTTP JSON API (DESIGN.md §5): decisions, leases, envoyproxy/ratelimit's `/json`,
+//! health, metrics and the admin endpoints. Handlers are thin: they parse, call the
+//! [`Server`], and shape the answer.
+//!
+//! Every error is `{"error": {"type", "message"}}` with a 4xx/5xx status: malformed JSON, wrong
+//! types and missing fields get 400, bodies over [`MAX_BODY`] get 413, unknown limiters 404.
+//! Bad input never changes state.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::metrics::{Endpoint, Outcome};
+use crate::server::{AdminError, EvaluateRequest, Server};
+
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The API's routes over a shared [`Server`].
+pub fn router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/evaluate", post(evaluate))
+        .route("/v1/release", post(release))
+        .route("/json", post(envoy_json))
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/admin/mode", post(admin_mode))
+        .route("/admin/plan", post(admin_plan))
+        .route("/admin/reload", post(admin_reload))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(server)
+}
+
+/// An API error: a status and `{"error": {"type", "message"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"type": self.kind, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// Reads a JSON body into `T`, turning every failure into a clear 4xx.
+fn parse<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "invalid_request"
+        };
+        ApiError::new(status, kind, rejection.body_text())
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    limiter: String,
+    key: String,
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let request: CheckRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => {
+            server.metrics().call(Endpoint::Check, Outcome::Invalid);
+            return e.into_response();
+        }
+    };
+    match server
+        .check(&request.limiter, &request.key, request.cost)
+        .await
+    {
+        Ok(Some(d)) => {
+            let outcome = if d.allowed {
+                Outcome::Allowed
+            } else {
+                Outcome::Refused
+            };
+            server.metrics().call(Endpoint::Check, outcome);
+            Json(json!({
+                "allowed": d.allowed,
+                "limit": d.limit,
+                "remaining": d.remaining,
+                "reset_after": d.reset_after.as_secs_f64(),
+                "retry_after": d.retry_after.map(|r| r.as_secs_f64()),
+            }))
+            .into_response()
+        }
+        Ok(None) => {
+            server.metrics().call(Endpoint::Check, Outcome::Invalid);
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_limiter",
+                format!("no limit named `{}` is configured", request.limiter),
+            )
+            .into_response()
+        }
+        Err(e) => {
+            // Fail open: the caller gets an answer that lets the request through.
+            server.metrics().call(Endpoint::Check, Outcome::FailedOpen);
+            tracing::warn!(error = %e, "store failed; /v1/check fails open");
+            Json(
+                json!({"allowed": true, "limit": 0, "remaining": 0, "reset_after": 0.0,
+                "retry_after": null, "failed_open": true}),
+            )
+            .into_response()
+        }
+    }
+}
+
+async fn evaluate(
+    State(server): State<Arc<Server>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: EvaluateRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => {
+            server.metrics().call(Endpoint::Evaluate, Outcome::Invalid);
+            return e.into_response();
+        }
+    };
+    match server.evaluate(&request).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(message) => {
+            server.metrics().call(Endpoint::Evaluate, Outcome::Invalid);
+            ApiError::bad_request(message).into_response()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    lease: String,
+}
+
+async fn release(
+    State(server): State<Arc<Server>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: ReleaseRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => {
+            server.metrics().call(Endpoint::Release, Outcome::Invalid);
+            return e.into_response();
+        }
+    };
+    match server.release(&request.lease).await {
+        Ok(released) => {
+            server.metrics().call(Endpoint::Release, Outcome::Allowed);
+            Json(json!({"released": released})).into_response()
+        }
+        Err(message) => {
+            server.metrics().call(Endpoint::Release, Outcome::Invalid);
+            ApiError::bad_request(message).into_response()
+        }
+    }
+}
+
+async fn envoy_json(
+    State(server): State<Arc<Server>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let value: Value = match parse(body) {
+        Ok(v) => v,
+        Err(e) => {
+            server.metrics().call(Endpoint::Json, Outcome::Invalid);
+            return e.into_response();
+        }
+    };
+    match server.envoy_json(&value).await {
+        Ok((over_limit, answer)) => {
+            let status = if over_limit {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(answer)).into_response()
+        }
+        Err(message) => {
+            server.metrics().call(Endpoint::Json, Outcome::Invalid);
+            ApiError::bad_request(message).into_response()
+        }
+    }
+}
+
+async fn metrics(State(server): State<Arc<Server>>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        server.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn livez() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(server): State<Arc<Server>>) -> Response {
+    if server.is_ready() {
+        "ready".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+fn admin_error(e: AdminError) -> Response {
+    match e {
+        AdminError::Disabled => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin API is disabled: set FLOODGATE_ADMIN_TOKEN to enable it",
+        ),
+        AdminError::Unauthorized => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong `Authorization: Bearer <token>`",
+        ),
+        AdminError::Invalid(message) => ApiError::bad_request(message),
+        AdminError::Reload(message) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
+        }
+    }
+    .into_response()
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModeRequest {
+    limiter: String,
+    mode: String,
+}
+
+async fn admin_mode(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Err(e) = server.authorize(bearer(&headers)) {
+        return admin_error(e);
+    }
+    let request: ModeRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    match server.set_mode(&request.limiter, &request.mode) {
+        Ok(()) => Json(json!({"limiter": request.limiter, "mode": request.mode})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanRequest {
+    user: String,
+    plan: String,
+}
+
+async fn admin_plan(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Err(e) = server.authorize(bearer(&headers)) {
+        return admin_error(e);
+    }
+    let request: PlanRequest = match parse(body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    match server.set_plan(&request.user, &request.plan) {
+        Ok(()) => Json(json!({"user": request.user, "plan": request.plan})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+async fn admin_reload(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Err(e) = server.authorize(bearer(&headers)) {
+        return admin_error(e);
+    }
+    match server.reload() {
+        Ok(()) => Json(json!({"reloaded": true})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}

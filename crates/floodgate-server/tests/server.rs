@@ -1,0 +1,540 @@
+//! `floodgate serve` end to end: the real binary on ephemeral loopback ports, called over HTTP
+//! the way a gateway or a client would.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// A running `floodgate serve`, killed when dropped.
+struct Service {
+    child: Child,
+    http: String,
+    /// The Envoy RLS gRPC port.
+    grpc: u16,
+    _dir: Option<TempDir>,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn temp_dir() -> TempDir {
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-test-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    TempDir(dir)
+}
+
+/// Starts the binary with `config` (YAML text, or the built-in config when `None`).
+async fn start(config: Option<&str>, admin_token: Option<&str>) -> Service {
+    let (http_port, grpc) = (free_port(), free_port());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+    command
+        .args(["serve", "--http", &format!("127.0.0.1:{http_port}")])
+        .args(["--grpc", &format!("127.0.0.1:{grpc}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env_remove("FLOODGATE_ADMIN_TOKEN");
+    if let Some(token) = admin_token {
+        command.env("FLOODGATE_ADMIN_TOKEN", token);
+    }
+    let dir = config.map(|text| {
+        let dir = temp_dir();
+        let path = dir.0.join("floodgate.yaml");
+        std::fs::write(&path, text).expect("config written");
+        command.arg("--config").arg(&path);
+        dir
+    });
+    let child = command.spawn().expect("the floodgate binary starts");
+    let service = Service {
+        child,
+        http: format!("http://127.0.0.1:{http_port}"),
+        grpc,
+        _dir: dir,
+    };
+    // Wait (bounded) until it answers.
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if let Ok(r) = client.get(format!("{}/livez", service.http)).send().await {
+            if r.status() == 200 {
+                return service;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("floodgate serve did not come up");
+}
+
+impl Service {
+    fn config_path(&self) -> PathBuf {
+        self._dir
+            .as_ref()
+            .expect("started with a config")
+            .0
+            .join("floodgate.yaml")
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_raw(path, body.to_string(), None).await
+    }
+
+    async fn post_raw(&self, path: &str, body: String, token: Option<&str>) -> (u16, Value) {
+        let mut request = reqwest::Client::new()
+            .post(format!("{}{path}", self.http))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("the service answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("{}{path}", self.http))
+            .await
+            .expect("answers");
+        (r.status().as_u16(), r.text().await.expect("a body"))
+    }
+}
+
+const CONFIG: &str = r#"
+plans:
+  tiny: {algorithm: token_bucket, rate: 0.001, capacity: 3}
+  big: {algorithm: token_bucket, rate: 0.001, capacity: 1000}
+default_plan: tiny
+users:
+  vip: big
+limiters:
+  request_rate: {mode: enforce}
+  concurrency: {capacity: 2, lease_ttl: 60s, mode: enforce}
+limits:
+  login: {algorithm: fixed_window, limit: 2, window: 1h}
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: hour, requests_per_unit: 2}
+      - key: path
+        value: "/api/*"
+        rate_limit: {unit: hour, requests_per_unit: 1}
+      - key: tenant
+        descriptors:
+          - key: user
+            rate_limit: {unit: day, requests_per_unit: 3}
+      - key: free
+        unlimited: true
+      - key: dark
+        shadow_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 1}
+"#;
+
+fn json_descriptor(entries: &[(&str, &str)]) -> Value {
+    json!({"entries": entries.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn evaluate_refuses_at_the_plan_limit_with_headers_and_a_lease_to_release() {
+    let s = start(Some(CONFIG), None).await;
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let (status, body) = s.post("/v1/evaluate", json!({"user": "ann"})).await;
+        assert_eq!(status, 200, "{body}");
+        answers.push(body);
+        if let Some(lease) = answers.last().and_then(|b| b["lease"].as_str()) {
+            let (status, released) = s.post("/v1/release", json!({"lease": lease})).await;
+            assert_eq!((status, released["released"].clone()), (200, json!(true)));
+        }
+    }
+    let allowed: Vec<bool> = answers
+        .iter()
+        .map(|a| a["allowed"].as_bool().unwrap())
+        .collect();
+    assert_eq!(allowed, [true, true, true, false]);
+    let refused = &answers[3];
+    assert_eq!(refused["status"], 429);
+    assert_eq!(refused["limiter"], "request_rate");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("plan tiny allows"),
+        "{refused}"
+    );
+    assert!(
+        refused["headers"]["retry-after"].as_str().is_some(),
+        "{refused}"
+    );
+    assert!(refused["headers"]["ratelimit-policy"]
+        .as_str()
+        .unwrap()
+        .starts_with("\"requests\";q="));
+    // A user on a bigger plan is not affected.
+    let (_, vip) = s.post("/v1/evaluate", json!({"user": "vip"})).await;
+    assert_eq!(vip["allowed"], true);
+}
+
+#[tokio::test]
+async fn concurrency_leases_are_held_until_released() {
+    let s = start(Some(CONFIG), None).await;
+    let (_, a) = s.post("/v1/evaluate", json!({"user": "vip"})).await;
+    let (_, b) = s.post("/v1/evaluate", json!({"user": "vip"})).await;
+    let (_, c) = s.post("/v1/evaluate", json!({"user": "vip"})).await;
+    assert_eq!(
+        (a["allowed"].clone(), b["allowed"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(c["status"], 429);
+    assert_eq!(c["limiter"], "concurrency");
+    let (_, r) = s.post("/v1/release", json!({"lease": a["lease"]})).await;
+    assert_eq!(r["released"], true);
+    let (_, r) = s.post("/v1/release", json!({"lease": a["lease"]})).await;
+    assert_eq!(r["released"], false);
+    let (_, d) = s.post("/v1/evaluate", json!({"user": "vip"})).await;
+    assert_eq!(d["allowed"], true);
+}
+
+#[tokio::test]
+async fn check_applies_named_limits() {
+    let s = start(Some(CONFIG), None).await;
+    let call = || {
+        s.post(
+            "/v1/check",
+            json!({"limiter": "login", "key": "ann@example.com"}),
+        )
+    };
+    let (_, first) = call().await;
+    let (_, second) = call().await;
+    let (status, third) = call().await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (first["allowed"].clone(), second["remaining"].clone()),
+        (json!(true), json!(0))
+    );
+    assert_eq!(third["allowed"], false);
+    assert!(third["retry_after"].as_f64().unwrap() > 0.0);
+    let (status, body) = s
+        .post("/v1/check", json!({"limiter": "nope", "key": "k"}))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["type"], "unknown_limiter");
+}
+
+#[tokio::test]
+async fn envoy_json_endpoint_follows_the_descriptor_rules() {
+    let s = start(Some(CONFIG), None).await;
+    let ask = |descriptors: Vec<Value>, hits: u32| {
+        s.post(
+            "/json",
+            json!({"domain": "edge", "descriptors": descriptors, "hitsAddend": hits}),
+        )
+    };
+    let ip = json_descriptor(&[("remote_address", "10.0.0.1")]);
+    let (status, first) = ask(vec![ip.clone()], 1).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["overallCode"], "OK");
+    assert_eq!(first["statuses"][0]["limitRemaining"], 1);
+    assert_eq!(first["statuses"][0]["currentLimit"]["requestsPerUnit"], 2);
+    let (status, over) = ask(vec![ip.clone()], 1).await;
+    assert_eq!((status, over["overallCode"].clone()), (200, json!("OK")));
+    let (status, over) = ask(vec![ip], 1).await;
+    assert_eq!(
+        (status, over["overallCode"].clone()),
+        (429, json!("OVER_LIMIT"))
+    );
+    // Another address has its own counter; hits_addend counts several at once.
+    let (status, _) = ask(vec![json_descriptor(&[("remote_address", "10.0.0.2")])], 3).await;
+    assert_eq!(status, 429);
+    // Wildcard values.
+    let api = json_descriptor(&[("path", "/api/users")]);
+    assert_eq!(ask(vec![api.clone()], 1).await.0, 200);
+    assert_eq!(ask(vec![api], 1).await.0, 429);
+    assert_eq!(
+        ask(vec![json_descriptor(&[("path", "/web")])], 1).await.0,
+        200
+    );
+    // Nested descriptors.
+    let nested = json_descriptor(&[("tenant", "acme"), ("user", "ann")]);
+    for expected in [200, 200, 200, 429] {
+        assert_eq!(ask(vec![nested.clone()], 1).await.0, expected);
+    }
+    // Unlimited and shadow mode never refuse.
+    for _ in 0..3 {
+        assert_eq!(ask(vec![json_descriptor(&[("free", "x")])], 1).await.0, 200);
+        assert_eq!(ask(vec![json_descriptor(&[("dark", "x")])], 1).await.0, 200);
+    }
+    // An unknown domain is allowed.
+    let (status, body) = s
+        .post(
+            "/json",
+            json!({"domain": "other", "descriptors": [json_descriptor(&[("a", "b")])]}),
+        )
+        .await;
+    assert_eq!((status, body["overallCode"].clone()), (200, json!("OK")));
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_4xx_and_the_service_keeps_serving() {
+    let s = start(Some(CONFIG), None).await;
+    let cases = [
+        ("/v1/evaluate", "{not json".to_string(), 400),
+        ("/v1/evaluate", json!({"user": 7}).to_string(), 400),
+        (
+            "/v1/evaluate",
+            json!({"user": "a", "priority": "urgent"}).to_string(),
+            400,
+        ),
+        ("/v1/check", json!({"key": "k"}).to_string(), 400),
+        (
+            "/v1/check",
+            json!({"limiter": "login", "key": "k", "cost": -1}).to_string(),
+            400,
+        ),
+        ("/v1/release", json!({"lease": "garbage"}).to_string(), 400),
+        (
+            "/json",
+            json!({"domain": "", "descriptors": []}).to_string(),
+            400,
+        ),
+        (
+            "/v1/evaluate",
+            format!("{{\"user\": \"{}\"}}", "x".repeat(100_000)),
+            413,
+        ),
+    ];
+    for (path, body, expected) in cases {
+        let (status, answer) = s.post_raw(path, body, None).await;
+        assert_eq!(status, expected, "{path}: {answer}");
+        assert!(
+            answer["error"]["message"].as_str().is_some(),
+            "{path}: {answer}"
+        );
+    }
+    let (status, _) = s.get("/nope").await;
+    assert_eq!(status, 404);
+    let (_, ok) = s.post("/v1/evaluate", json!({"user": "still-here"})).await;
+    assert_eq!(ok["allowed"], true);
+}
+
+#[tokio::test]
+async fn admin_requires_the_token_and_switches_modes_and_plans() {
+    let disabled = start(Some(CONFIG), None).await;
+    let body = json!({"limiter": "request_rate", "mode": "shadow"}).to_string();
+    let (status, _) = disabled
+        .post_raw("/admin/mode", body.clone(), Some("x"))
+        .await;
+    assert_eq!(status, 403);
+
+    let s = start(Some(CONFIG), Some("s3cret")).await;
+    assert_eq!(s.post_raw("/admin/mode", body.clone(), None).await.0, 401);
+    assert_eq!(
+        s.post_raw("/admin/mode", body.clone(), Some("wrong"))
+            .await
+            .0,
+        401
+    );
+    for _ in 0..3 {
+        let (_, ok) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
+        s.post("/v1/release", json!({"lease": ok["lease"]})).await;
+    }
+    let (_, refused) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
+    assert_eq!(refused["limiter"], "request_rate");
+    assert_eq!(s.post_raw("/admin/mode", body, Some("s3cret")).await.0, 200);
+    let (_, shadowed) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
+    assert_eq!(shadowed["allowed"], true);
+    assert_eq!(shadowed["shadow_refusals"], json!(["request_rate"]));
+    let bad = json!({"limiter": "request_rate", "mode": "maybe"}).to_string();
+    assert_eq!(s.post_raw("/admin/mode", bad, Some("s3cret")).await.0, 400);
+    // Plans.
+    let plan = json!({"user": "cy", "plan": "big"}).to_string();
+    assert_eq!(s.post_raw("/admin/plan", plan, Some("s3cret")).await.0, 200);
+    let bad_plan = json!({"user": "cy", "plan": "gold"}).to_string();
+    assert_eq!(
+        s.post_raw("/admin/plan", bad_plan, Some("s3cret")).await.0,
+        400
+    );
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(
+        metrics.contains(
+            "floodgate_shadow_refusals_total{limiter=\"request_rate\",mode=\"shadow\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one() {
+    let s = start(Some(CONFIG), Some("t")).await;
+    let check = || s.post("/v1/check", json!({"limiter": "login", "key": "k"}));
+    assert_eq!(check().await.1["remaining"], 1);
+    // Raise the login limit: the counter of the unchanged key carries on.
+    let raised = CONFIG.replace("limit: 2, window: 1h", "limit: 5, window: 1h");
+    std::fs::write(s.config_path(), raised).unwrap();
+    assert_eq!(
+        s.post_raw("/admin/reload", String::new(), Some("t"))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(check().await.1["remaining"], 3);
+    // A broken file is refused and the running config stays.
+    std::fs::write(s.config_path(), "plans: [unclosed").unwrap();
+    let (status, body) = s.post_raw("/admin/reload", String::new(), Some("t")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(check().await.1["remaining"], 2);
+    // SIGHUP reloads too: a valid file with a new limit name.
+    let renamed = CONFIG.replace("login:", "signin:");
+    std::fs::write(s.config_path(), renamed).unwrap();
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut found = false;
+    for _ in 0..100 {
+        let (status, _) = s
+            .post("/v1/check", json!({"limiter": "signin", "key": "k"}))
+            .await;
+        if status == 200 {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(found, "SIGHUP did not reload");
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let mut s = start(None, None).await;
+    let (status, ready) = s.get("/readyz").await;
+    assert_eq!((status, ready.as_str()), (200, "ready"));
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut exit = None;
+    for _ in 0..200 {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            exit = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(exit.map(|e| e.code()), Some(Some(0)));
+}
+
+#[test]
+fn check_config_accepts_good_files_and_names_the_problem_in_bad_ones() {
+    let dir = temp_dir();
+    let good = dir.0.join("good.yaml");
+    std::fs::write(&good, CONFIG).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = dir.0.join("bad.yaml");
+    let mut f = std::fs::File::create(&bad).unwrap();
+    writeln!(f, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {{unit: fortnight, requests_per_unit: 1}}").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fortnight"), "{stderr}");
+}
+
+#[tokio::test]
+async fn envoy_grpc_should_rate_limit_through_the_binary() {
+    use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use floodgate_server::grpc::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
+
+    let s = start(Some(CONFIG), None).await;
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", s.grpc))
+        .await
+        .expect("the gRPC API answers");
+    let request = |value: &str, hits: u32| RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "remote_address".into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: hits,
+    };
+    let first = client
+        .should_rate_limit(request("10.1.1.1", 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.overall_code, 1, "OK");
+    assert_eq!(first.statuses[0].limit_remaining, 1);
+    let limit = first.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("a limit applies");
+    assert_eq!(limit.requests_per_unit, 2);
+    assert!(first.statuses[0].duration_until_reset.is_some());
+    let second = client
+        .should_rate_limit(request("10.1.1.1", 2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(second.overall_code, 2, "OVER_LIMIT");
+    // A malformed request is refused with INVALID_ARGUMENT, and the service keeps serving.
+    let empty = RateLimitRequest {
+        domain: String::new(),
+        ..request("x", 1)
+    };
+    let status = client.should_rate_limit(empty).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let other = client
+        .should_rate_limit(request("10.1.1.2", 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(other.overall_code, 1);
+}
