@@ -41,19 +41,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Command::Serve(args) => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return fail(&format!("cannot start the runtime: {e}"), 1),
-            };
-            match runtime.block_on(serve::serve(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&e.to_string(), 1),
-            }
-        }
+        Command::Serve(args) => match serve::serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e.to_string(), 1),
+        },
         Command::Replay(args) => match replay::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),
