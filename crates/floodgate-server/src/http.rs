@@ -86,6 +86,30 @@ fn parse<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> R
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
+/// [`parse`] for a counted API: a bad body is counted as `invalid` for `endpoint`.
+#[allow(clippy::result_large_err)] // the error is the response, returned at once
+fn parse_counted<T: for<'de> Deserialize<'de>>(
+    server: &Server,
+    endpoint: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Response> {
+    parse(body).map_err(|e| {
+        server.metrics().call(endpoint, Outcome::Invalid);
+        e.into_response()
+    })
+}
+
+/// Authorizes an admin call, then parses its body.
+#[allow(clippy::result_large_err)] // the error is the response, returned at once
+fn parse_admin<T: for<'de> Deserialize<'de>>(
+    server: &Server,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, Response> {
+    server.authorize(bearer(headers)).map_err(admin_error)?;
+    parse(body).map_err(IntoResponse::into_response)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckRequest {
@@ -100,12 +124,9 @@ fn one() -> u64 {
 }
 
 async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
-    let request: CheckRequest = match parse(body) {
+    let request: CheckRequest = match parse_counted(&server, Endpoint::Check, body) {
         Ok(r) => r,
-        Err(e) => {
-            server.metrics().call(Endpoint::Check, Outcome::Invalid);
-            return e.into_response();
-        }
+        Err(response) => return response,
     };
     match server
         .check(&request.limiter, &request.key, request.cost)
@@ -153,12 +174,9 @@ async fn evaluate(
     State(server): State<Arc<Server>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: EvaluateRequest = match parse(body) {
+    let request: EvaluateRequest = match parse_counted(&server, Endpoint::Evaluate, body) {
         Ok(r) => r,
-        Err(e) => {
-            server.metrics().call(Endpoint::Evaluate, Outcome::Invalid);
-            return e.into_response();
-        }
+        Err(response) => return response,
     };
     match server.evaluate(&request).await {
         Ok(answer) => Json(answer).into_response(),
@@ -179,12 +197,9 @@ async fn release(
     State(server): State<Arc<Server>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: ReleaseRequest = match parse(body) {
+    let request: ReleaseRequest = match parse_counted(&server, Endpoint::Release, body) {
         Ok(r) => r,
-        Err(e) => {
-            server.metrics().call(Endpoint::Release, Outcome::Invalid);
-            return e.into_response();
-        }
+        Err(response) => return response,
     };
     match server.release(&request.lease).await {
         Ok(released) => {
@@ -202,12 +217,9 @@ async fn envoy_json(
     State(server): State<Arc<Server>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let value: Value = match parse(body) {
-        Ok(v) => v,
-        Err(e) => {
-            server.metrics().call(Endpoint::Json, Outcome::Invalid);
-            return e.into_response();
-        }
+    let value: Value = match parse_counted(&server, Endpoint::Json, body) {
+        Ok(r) => r,
+        Err(response) => return response,
     };
     match server.envoy_json(&value).await {
         Ok((over_limit, answer)) => {
@@ -289,12 +301,9 @@ async fn admin_mode(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Err(e) = server.authorize(bearer(&headers)) {
-        return admin_error(e);
-    }
-    let request: ModeRequest = match parse(body) {
+    let request: ModeRequest = match parse_admin(&server, &headers, body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(response) => return response,
     };
     match server.set_mode(&request.limiter, &request.mode) {
         Ok(()) => Json(json!({"limiter": request.limiter, "mode": request.mode})).into_response(),
@@ -314,12 +323,9 @@ async fn admin_plan(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Err(e) = server.authorize(bearer(&headers)) {
-        return admin_error(e);
-    }
-    let request: PlanRequest = match parse(body) {
+    let request: PlanRequest = match parse_admin(&server, &headers, body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(response) => return response,
     };
     match server.set_plan(&request.user, &request.plan) {
         Ok(()) => Json(json!({"user": request.user, "plan": request.plan})).into_response(),
