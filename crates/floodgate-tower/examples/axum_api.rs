@@ -1,0 +1,116 @@
+//! A small axum API protected by Floodgate's four limiters.
+//!
+//! ```text
+//! cargo run -p floodgate-tower --example axum_api
+//!
+//! # Anonymous clients are keyed by address and get the free plan (50/s, bursts of 100):
+//! curl -i http://127.0.0.1:3000/v1/things
+//! # API keys are mapped to plans (sk_pro_alice is on pro, sk_std_bob on standard):
+//! curl -i -H 'x-api-key: sk_pro_alice' http://127.0.0.1:3000/v1/things
+//! curl -i -H 'authorization: Bearer sk_std_bob' http://127.0.0.1:3000/v1/things
+//! # Burst past the free plan (one curl process, one connection): about 100 pass, then 429s
+//! # with a JSON body, Retry-After, RateLimit-Policy and RateLimit:
+//! curl -s -o /dev/null -w '%{http_code}\n' 'http://127.0.0.1:3000/v1/things?[1-120]' | sort | uniq -c
+//! curl -i http://127.0.0.1:3000/v1/things
+//! # Reports take 2 s; a user may have 2 requests in flight, the third gets a 429:
+//! for i in 1 2 3; do curl -s -H 'x-api-key: sk_pro_alice' \
+//!     http://127.0.0.1:3000/v1/reports & done; wait
+//! # Charges are critical: never shed by the fleet or utilization shedders:
+//! curl -i -X POST -H 'x-api-key: sk_pro_alice' http://127.0.0.1:3000/v1/charges
+//! # Test-mode traffic is shed first when the workers are saturated:
+//! curl -i -H 'x-test-mode: true' http://127.0.0.1:3000/v1/things
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use floodgate::algorithm::spec::AnyState;
+use floodgate::limiter::concurrency::ConcurrencyLimiter;
+use floodgate::limiter::fleet::FleetShedder;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
+use floodgate::pipeline::Pipeline;
+use floodgate::store::MemoryStore;
+use floodgate::CoarseClock;
+use floodgate_tower::{Extractor, FloodgateLayer};
+use serde_json::{json, Value};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // Each limiter keeps its own kind of state: one store each.
+    let store = || MemoryStore::builder().build::<String, AnyState>();
+    let lease_ttl = Duration::from_secs(60); // longer than any request may take
+                                             // The utilization shedder reads this gauge; the layer marks a worker busy per request.
+    let workers = Arc::new(WorkerGauge::new(64)?);
+
+    let pipeline = Pipeline::builder()
+        // free 50/s, standard 500/s, pro 1000/s, bursts of twice the rate.
+        .request_rate(
+            RequestRateLimiter::new(Plan::examples(), "free", store()?)?
+                // A report costs as much as 10 ordinary requests.
+                .with_endpoint_cost("/v1/reports", 10)?,
+        )
+        // At most 2 requests in flight per user.
+        .concurrency(ConcurrencyLimiter::new(2, lease_ttl, store()?)?)
+        // 1,000 requests in flight in the fleet, a fifth kept for critical requests.
+        .fleet(FleetShedder::new(1_000, 0.2, lease_ttl, store()?)?)
+        // Stripe's controller, sampled once a second.
+        .utilization(UtilizationShedder::new(
+            ControllerSettings::default(),
+            Duration::from_secs(1),
+            7,
+            workers.clone(),
+            Arc::new(CoarseClock::shared()),
+        )?)
+        .build();
+
+    let plans: HashMap<&'static str, &'static str> =
+        HashMap::from([("sk_pro_alice", "pro"), ("sk_std_bob", "standard")]);
+    let extractor = Extractor::new()
+        .plan_lookup(move |key| plans.get(key).map(|plan| plan.to_string()))
+        .client_ip(|parts| {
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|info| info.0.ip())
+        })
+        .critical_route("/v1/charges");
+    let layer = FloodgateLayer::new(pipeline)
+        .extractor(extractor)
+        .worker_gauge(workers);
+
+    let app = Router::new()
+        .route("/v1/things", get(things))
+        .route("/v1/reports", get(report))
+        .route("/v1/charges", post(charge))
+        .layer(layer);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    println!("listening on http://127.0.0.1:3000 (curl calls at the top of examples/axum_api.rs)");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn things() -> Json<Value> {
+    Json(json!({"things": ["a", "b", "c"]}))
+}
+
+async fn report() -> Json<Value> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Json(json!({"report": "ready"}))
+}
+
+async fn charge() -> Json<Value> {
+    Json(json!({"charge": "ch_1", "status": "succeeded"}))
+}

@@ -1,0 +1,518 @@
+//! Descriptor extraction: who is asking, on which plan, how important the request is, and
+//! which endpoint it hits.
+//!
+//! An [`Extractor`] turns a request's head ([`http::request::Parts`]) into a [`RequestInfo`],
+//! the owned form of the pipeline's [`Descriptor`]. The default rules, each configurable:
+//!
+//! - **User.** The credential is the `x-api-key` header's value, else the token of an
+//!   `Authorization: Bearer <token>` header (scheme case-insensitive); a credential is used
+//!   only if it is visible ASCII, non-empty after trimming, and at most
+//!   [`MAX_CREDENTIAL_LEN`] bytes (a longer one is ignored, so a client cannot make the store
+//!   keep huge keys). The user is then `key:<credential>`. Without a credential, the user is
+//!   the client's address, `ip:<address>`, read by the client-IP function (by default a
+//!   [`std::net::SocketAddr`] or [`std::net::IpAddr`] in the request's extensions: see
+//!   [`client_ip_from_extensions`]); IPv4-mapped IPv6 addresses count as IPv4, and other IPv6
+//!   clients are keyed by their /64 network (`ip:2001:db8:1:2::/64`), since one host usually
+//!   holds a whole /64. Without either, the user is `anonymous`. The prefixes keep the three
+//!   namespaces apart: a client cannot send another client's address as its API key to drain
+//!   that client's quota. The middleware runs before authentication, so an unknown key still
+//!   gets its own (default-plan) bucket.
+//! - **Plan.** The plan lookup closure is called with the raw credential (not the `key:`
+//!   user); when there is no credential, no lookup, or the lookup answers `None`, the plan is
+//!   the configured default plan, else the empty name, which the request rate limiter treats
+//!   as unknown and answers with its own default plan.
+//! - **Priority**, the first rule that matches: the path is under a critical route prefix →
+//!   [`Priority::Critical`]; the request is in test mode ([`TestMode`], by default the header
+//!   `x-test-mode: true`) → [`Priority::Test`]; the method is POST, PUT, PATCH or DELETE →
+//!   [`Priority::Post`]; anything else → [`Priority::Get`]. A prefix matches at a segment
+//!   boundary: `/v1/charges` covers `/v1/charges` and `/v1/charges/ch_1`, not `/v1/chargesx`.
+//! - **Cost and endpoint.** The endpoint is the URI's path and the cost is left to the
+//!   pipeline (`None`), so the request rate limiter's per-endpoint cost table applies (1 for
+//!   paths it does not list).
+//!
+//! [`Extractor::custom`] replaces all of these rules with one closure; it may still call a
+//! default extractor's [`Extractor::extract`] and adjust the result.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use floodgate::limiter::Priority;
+use floodgate::pipeline::Descriptor;
+use http::header::{HeaderName, AUTHORIZATION};
+use http::request::Parts;
+use http::Method;
+
+/// The longest credential (API key or bearer token) used as a user key, in bytes; longer
+/// ones are ignored.
+pub const MAX_CREDENTIAL_LEN: usize = 256;
+
+/// The user of requests that carry no credential and whose client address is unknown.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// What the pipeline needs to know about one request, owned (see [`RequestInfo::descriptor`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// The per-user limiters' key (`key:…`, `ip:…` or `anonymous` with the default rules).
+    pub user: String,
+    /// The user's plan; an unknown name (the empty one included) gets the request rate
+    /// limiter's default plan.
+    pub plan: String,
+    /// How important the request is to the load shedders.
+    pub priority: Priority,
+    /// An explicit cost; `None` for the endpoint's configured cost (1 by default).
+    pub cost: Option<u64>,
+    /// The endpoint, for per-endpoint costs; the URI path with the default rules.
+    pub endpoint: Option<String>,
+}
+
+impl RequestInfo {
+    /// A request by `user` on `plan` with `priority`, no explicit cost and no endpoint.
+    pub fn new(user: impl Into<String>, plan: impl Into<String>, priority: Priority) -> Self {
+        RequestInfo {
+            user: user.into(),
+            plan: plan.into(),
+            priority,
+            cost: None,
+            endpoint: None,
+        }
+    }
+
+    /// The pipeline's view of this request, borrowing from it.
+    pub fn descriptor(&self) -> Descriptor<'_> {
+        Descriptor {
+            user: &self.user,
+            plan: &self.plan,
+            priority: self.priority,
+            cost: self.cost,
+            endpoint: self.endpoint.as_deref(),
+        }
+    }
+}
+
+/// How a request says it is test-mode traffic (shed first by the utilization shedder).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TestMode {
+    /// No request is in test mode.
+    Off,
+    /// The header is present with the value `true` or `1` (case-insensitive, trimmed).
+    Header(HeaderName),
+    /// The request's credential starts with this prefix, as Stripe's `sk_test_` keys do.
+    KeyPrefix(String),
+}
+
+impl Default for TestMode {
+    /// `TestMode::Header("x-test-mode")`.
+    fn default() -> Self {
+        TestMode::Header(HeaderName::from_static("x-test-mode"))
+    }
+}
+
+type ClientIpFn = Box<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
+type PlanFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+type CustomFn = Box<dyn Fn(&Parts) -> RequestInfo + Send + Sync>;
+
+/// Builds each request's [`RequestInfo`]. See the [module documentation](self) for the rules.
+pub struct Extractor {
+    api_key_header: Option<HeaderName>,
+    bearer_token: bool,
+    client_ip: ClientIpFn,
+    plan_of: Option<PlanFn>,
+    default_plan: Option<String>,
+    critical_prefixes: Vec<String>,
+    test_mode: TestMode,
+    custom: Option<CustomFn>,
+}
+
+impl Default for Extractor {
+    fn default() -> Self {
+        Extractor::new()
+    }
+}
+
+impl fmt::Debug for Extractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Extractor")
+            .field("api_key_header", &self.api_key_header)
+            .field("bearer_token", &self.bearer_token)
+            .field("plan_lookup", &self.plan_of.is_some())
+            .field("default_plan", &self.default_plan)
+            .field("critical_prefixes", &self.critical_prefixes)
+            .field("test_mode", &self.test_mode)
+            .field("custom", &self.custom.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Extractor {
+    /// The default rules: `x-api-key`, then `Authorization: Bearer`, then the client address
+    /// from the request's extensions, then `anonymous`; no plan lookup (every user gets the
+    /// request rate limiter's default plan); no critical routes; test mode by the
+    /// `x-test-mode: true` header.
+    pub fn new() -> Self {
+        Extractor {
+            api_key_header: Some(HeaderName::from_static("x-api-key")),
+            bearer_token: true,
+            client_ip: Box::new(client_ip_from_extensions),
+            plan_of: None,
+            default_plan: None,
+            critical_prefixes: Vec::new(),
+            test_mode: TestMode::default(),
+            custom: None,
+        }
+    }
+
+    /// An extractor that calls `f` for every request and nothing else.
+    pub fn custom<F>(f: F) -> Self
+    where
+        F: Fn(&Parts) -> RequestInfo + Send + Sync + 'static,
+    {
+        Extractor {
+            custom: Some(Box::new(f)),
+            ..Extractor::new()
+        }
+    }
+
+    /// Reads the API key from `header` (whole value) instead of `x-api-key`.
+    pub fn api_key_header(mut self, header: HeaderName) -> Self {
+        self.api_key_header = Some(header);
+        self
+    }
+
+    /// Reads no API key header (bearer tokens are still read unless turned off).
+    pub fn without_api_key_header(mut self) -> Self {
+        self.api_key_header = None;
+        self
+    }
+
+    /// Whether `Authorization: Bearer <token>` counts as a credential (default `true`).
+    pub fn bearer_token(mut self, enabled: bool) -> Self {
+        self.bearer_token = enabled;
+        self
+    }
+
+    /// Reads the client's address with `f` instead of [`client_ip_from_extensions`]; for
+    /// axum, `|p| p.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`; behind a
+    /// trusted proxy, a forwarded-for header. `|_| None` turns per-address keys off.
+    pub fn client_ip<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
+    {
+        self.client_ip = Box::new(f);
+        self
+    }
+
+    /// Looks plans up by credential: `f(api_key)` names the key's plan, `None` for the
+    /// default plan.
+    pub fn plan_lookup<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&str) -> Option<String> + Send + Sync + 'static,
+    {
+        self.plan_of = Some(Box::new(f));
+        self
+    }
+
+    /// The plan of users the lookup does not place (default: the request rate limiter's own
+    /// default plan).
+    pub fn default_plan(mut self, plan: impl Into<String>) -> Self {
+        self.default_plan = Some(plan.into());
+        self
+    }
+
+    /// Makes every path under `prefix` (at a segment boundary) critical: never shed.
+    pub fn critical_route(mut self, prefix: impl Into<String>) -> Self {
+        self.critical_prefixes.push(prefix.into());
+        self
+    }
+
+    /// How test-mode requests are recognised (default: header `x-test-mode: true`).
+    pub fn test_mode(mut self, rule: TestMode) -> Self {
+        self.test_mode = rule;
+        self
+    }
+
+    /// The request's descriptor under this extractor's rules.
+    pub fn extract(&self, parts: &Parts) -> RequestInfo {
+        if let Some(custom) = &self.custom {
+            return custom(parts);
+        }
+        let credential = self.credential(parts);
+        let user = match credential {
+            Some(key) => format!("key:{key}"),
+            None => match (self.client_ip)(parts) {
+                Some(ip) => ip_key(ip),
+                None => ANONYMOUS.to_string(),
+            },
+        };
+        let plan = credential
+            .and_then(|key| self.plan_of.as_ref().and_then(|lookup| lookup(key)))
+            .or_else(|| self.default_plan.clone())
+            .unwrap_or_default();
+        RequestInfo {
+            user,
+            plan,
+            priority: self.priority_with(parts, credential),
+            cost: None,
+            endpoint: Some(parts.uri.path().to_string()),
+        }
+    }
+
+    /// The request's credential: the API key header's value, else a bearer token; `None` if
+    /// neither is present and usable (see the [module documentation](self)).
+    pub fn credential<'p>(&self, parts: &'p Parts) -> Option<&'p str> {
+        let from_key = self
+            .api_key_header
+            .as_ref()
+            .and_then(|name| usable(parts.headers.get(name)?.to_str().ok()?));
+        from_key.or_else(|| {
+            if !self.bearer_token {
+                return None;
+            }
+            let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+            let (scheme, token) = value.split_once(' ')?;
+            if scheme.eq_ignore_ascii_case("bearer") {
+                usable(token)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The request's priority under this extractor's rules.
+    pub fn priority(&self, parts: &Parts) -> Priority {
+        self.priority_with(parts, self.credential(parts))
+    }
+
+    fn priority_with(&self, parts: &Parts, credential: Option<&str>) -> Priority {
+        let path = parts.uri.path();
+        if self.critical_prefixes.iter().any(|p| under(path, p)) {
+            return Priority::Critical;
+        }
+        let test = match &self.test_mode {
+            TestMode::Off => false,
+            TestMode::Header(name) => parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+            TestMode::KeyPrefix(prefix) => credential.is_some_and(|c| c.starts_with(prefix)),
+        };
+        if test {
+            return Priority::Test;
+        }
+        match parts.method {
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE => Priority::Post,
+            _ => Priority::Get,
+        }
+    }
+}
+
+/// The client address the connection layer left in the request's extensions: a
+/// [`SocketAddr`] (its IP), else an [`IpAddr`]; `None` if neither is there. (axum keeps its
+/// own `ConnectInfo<SocketAddr>` wrapper: see [`Extractor::client_ip`].)
+pub fn client_ip_from_extensions(parts: &Parts) -> Option<IpAddr> {
+    parts
+        .extensions
+        .get::<SocketAddr>()
+        .map(SocketAddr::ip)
+        .or_else(|| parts.extensions.get::<IpAddr>().copied())
+}
+
+/// A trimmed credential if it is non-empty and short enough (header values are already
+/// visible ASCII once `to_str` accepted them).
+fn usable(value: &str) -> Option<&str> {
+    let value = value.trim();
+    (!value.is_empty() && value.len() <= MAX_CREDENTIAL_LEN).then_some(value)
+}
+
+/// `ip:<v4>` or `ip:<v6 /64 network>/64`.
+fn ip_key(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => format!("ip:{v4}"),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let network = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+            format!("ip:{network}/64")
+        }
+    }
+}
+
+/// Whether `path` is `prefix` or below it at a segment boundary.
+fn under(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn parts(method: Method, uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut builder = Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    fn get(uri: &str, headers: &[(&str, &str)]) -> Parts {
+        parts(Method::GET, uri, headers)
+    }
+
+    #[test]
+    fn the_user_is_the_api_key_then_the_bearer_token_then_the_address_then_anonymous() {
+        let e = Extractor::new();
+        let both = get(
+            "/",
+            &[("x-api-key", " sk_1 "), ("authorization", "Bearer tok")],
+        );
+        assert_eq!(e.extract(&both).user, "key:sk_1");
+        let bearer = get("/", &[("authorization", "bEaReR   tok_2")]);
+        assert_eq!(e.extract(&bearer).user, "key:tok_2");
+        let basic = get("/", &[("authorization", "Basic dXNlcg==")]);
+        assert_eq!(e.extract(&basic).user, ANONYMOUS);
+
+        let mut by_addr = get("/", &[("x-api-key", "   ")]);
+        by_addr
+            .extensions
+            .insert(SocketAddr::from(([203, 0, 113, 7], 4711)));
+        assert_eq!(e.extract(&by_addr).user, "ip:203.0.113.7");
+        let mut by_ip = get("/", &[]);
+        by_ip.extensions.insert(IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(e.extract(&by_ip).user, "ip:10.0.0.1");
+
+        let long = "k".repeat(MAX_CREDENTIAL_LEN + 1);
+        assert_eq!(
+            e.extract(&get("/", &[("x-api-key", &long)])).user,
+            ANONYMOUS
+        );
+        let longest = "k".repeat(MAX_CREDENTIAL_LEN);
+        assert_eq!(
+            e.extract(&get("/", &[("x-api-key", &longest)])).user,
+            format!("key:{longest}")
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_64_and_mapped_v4_as_v4() {
+        let v6: IpAddr = "2001:db8:1:2:aaaa:bbbb:cccc:dddd".parse().unwrap();
+        assert_eq!(ip_key(v6), "ip:2001:db8:1:2::/64");
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(ip_key(mapped), "ip:192.0.2.1");
+    }
+
+    #[test]
+    fn key_sources_are_configurable() {
+        let e = Extractor::new()
+            .api_key_header(HeaderName::from_static("x-key"))
+            .bearer_token(false)
+            .client_ip(|_| None);
+        let mut p = get(
+            "/",
+            &[
+                ("x-api-key", "ignored"),
+                ("x-key", "mine"),
+                ("authorization", "Bearer t"),
+            ],
+        );
+        assert_eq!(e.extract(&p).user, "key:mine");
+        p.headers.remove("x-key");
+        p.extensions.insert(SocketAddr::from(([127, 0, 0, 1], 1)));
+        assert_eq!(e.extract(&p).user, ANONYMOUS);
+        let no_key = Extractor::new().without_api_key_header();
+        assert_eq!(
+            no_key.extract(&get("/", &[("x-api-key", "k")])).user,
+            ANONYMOUS
+        );
+    }
+
+    #[test]
+    fn plans_come_from_the_lookup_else_the_default() {
+        let e = Extractor::new()
+            .plan_lookup(|key| (key == "sk_pro").then(|| "pro".to_string()))
+            .default_plan("free");
+        assert_eq!(e.extract(&get("/", &[("x-api-key", "sk_pro")])).plan, "pro");
+        assert_eq!(
+            e.extract(&get("/", &[("x-api-key", "sk_other")])).plan,
+            "free"
+        );
+        assert_eq!(e.extract(&get("/", &[])).plan, "free");
+        // Without a default plan, the limiter's own default applies (an unknown name).
+        assert_eq!(Extractor::new().extract(&get("/", &[])).plan, "");
+    }
+
+    #[test]
+    fn priority_critical_then_test_then_method() {
+        let e = Extractor::new().critical_route("/v1/charges");
+        let post = |uri, headers| e.priority(&parts(Method::POST, uri, headers));
+        assert_eq!(post("/v1/charges", &[]), Priority::Critical);
+        assert_eq!(post("/v1/charges/ch_1", &[]), Priority::Critical);
+        assert_eq!(
+            post("/v1/charges", &[("x-test-mode", "true")]),
+            Priority::Critical
+        );
+        assert_eq!(post("/v1/chargesx", &[]), Priority::Post);
+        assert_eq!(
+            post("/v1/refunds", &[("x-test-mode", "TRUE")]),
+            Priority::Test
+        );
+        assert_eq!(post("/v1/refunds", &[("x-test-mode", "1")]), Priority::Test);
+        assert_eq!(
+            post("/v1/refunds", &[("x-test-mode", "no")]),
+            Priority::Post
+        );
+        for m in [Method::PUT, Method::PATCH, Method::DELETE] {
+            assert_eq!(e.priority(&parts(m, "/x", &[])), Priority::Post);
+        }
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert_eq!(e.priority(&parts(m, "/x", &[])), Priority::Get);
+        }
+        assert!(under("/a/b", "/a/"));
+        assert!(!under("/", "/a"));
+    }
+
+    #[test]
+    fn test_mode_by_key_prefix_or_off() {
+        let e = Extractor::new().test_mode(TestMode::KeyPrefix("sk_test_".into()));
+        assert_eq!(
+            e.priority(&get("/", &[("x-api-key", "sk_test_1")])),
+            Priority::Test
+        );
+        assert_eq!(
+            e.priority(&get(
+                "/",
+                &[("x-api-key", "sk_live_1"), ("x-test-mode", "true")]
+            )),
+            Priority::Get
+        );
+        let off = Extractor::new().test_mode(TestMode::Off);
+        assert_eq!(
+            off.priority(&get("/", &[("x-test-mode", "true")])),
+            Priority::Get
+        );
+    }
+
+    #[test]
+    fn the_endpoint_is_the_path_and_cost_is_left_to_the_pipeline() {
+        let info = Extractor::new().extract(&get("/v1/search?q=x", &[]));
+        assert_eq!(info.endpoint.as_deref(), Some("/v1/search"));
+        assert_eq!(info.cost, None);
+        let d = info.descriptor();
+        assert_eq!((d.user, d.endpoint), (ANONYMOUS, Some("/v1/search")));
+    }
+
+    #[test]
+    fn a_custom_extractor_replaces_the_rules_and_can_reuse_them() {
+        let base = Extractor::new();
+        let e = Extractor::custom(move |p| RequestInfo {
+            cost: Some(5),
+            ..base.extract(p)
+        });
+        let info = e.extract(&get("/r", &[("x-api-key", "a")]));
+        assert_eq!((info.user.as_str(), info.cost), ("key:a", Some(5)));
+        assert!(format!("{e:?}").contains("custom: true"));
+    }
+}
