@@ -42,7 +42,9 @@ impl<K: ?Sized, A> Clone for Request<'_, K, A> {
 
 impl<K: ?Sized, A> Copy for Request<'_, K, A> {}
 
-impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A> for std::sync::Arc<T> {
+impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
+    for std::sync::Arc<T>
+{
     fn apply(
         &self,
         algorithm: &A,
