@@ -222,9 +222,14 @@ pub(crate) fn policy_numbers(units: f64, window: Duration) -> (u64, u64) {
             return (q.round() as u64, w.round() as u64);
         }
     }
-    // Sub-second windows: scale to one second.
+    // Otherwise: whole requests per second, or one request per whole number of seconds for
+    // rates below one per second.
     let per_second = units / window_secs;
-    (per_second.round().max(1.0) as u64, 1)
+    if per_second >= 1.0 {
+        (per_second.round() as u64, 1)
+    } else {
+        (1, (1.0 / per_second).round().max(1.0) as u64)
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +305,8 @@ mod tests {
         assert_eq!(policy_numbers(0.5, Duration::from_secs(1)), (1, 2));
         assert_eq!(policy_numbers(100.0, Duration::from_secs(60)), (100, 60));
         assert_eq!(policy_numbers(5.0, Duration::from_millis(100)), (50, 1));
+        assert_eq!(policy_numbers(0.0001, Duration::from_secs(1)), (1, 10_000));
+        assert_eq!(policy_numbers(0.3, Duration::from_secs(1)), (3, 10));
     }
 
     #[test]
