@@ -913,11 +913,6 @@ domains:
             ("store: {max_keys: 0}\n".into(), "store.max_keys", "at least 1"),
             ("http: 127.0.0.1:80\ngrpc: 127.0.0.1:80\n".into(), "grpc", "also the http address"),
             (
-                "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {unit: second, requests_per_unit: 0}\n".into(),
-                "domains[0].descriptors[0].rate_limit.requests_per_unit",
-                "at least 1",
-            ),
-            (
                 "domains:\n  - domain: a\n  - domain: a\n".into(),
                 "domains[1].domain",
                 "duplicate domain",

@@ -28,13 +28,15 @@
 //!
 //! Units are envoy's, case-insensitive: `second`, `minute`, `hour`, `day`, `week`, `month`,
 //! `year`. A `unit` limit is a fixed window aligned to the clock's epoch ([`FixedWindow`]);
+//! `requests_per_unit: 0` blocks the descriptor outright (every request over the limit, nothing
+//! counted), as in envoyproxy/ratelimit;
 //! as in envoyproxy/ratelimit, a month is a window of 30 days and a year one of 365 days, both
 //! counted from the epoch (not calendar months or years).
 //!
 //! Refused when building a [`RuleSet`] ([`ConfigFileError::Invalid`], with the path of the
 //! field in the file): an empty domain, a domain listed twice, an empty key, the same key and
-//! value twice at one level, a missing or unknown unit, a missing `requests_per_unit` or one of
-//! 0 (envoyproxy/ratelimit accepts 0 and then refuses every request), `unlimited` together with
+//! value twice at one level, a missing or unknown unit, a missing `requests_per_unit`,
+//! `unlimited` together with
 //! a unit, a `requests_per_unit`, an algorithm or (on the descriptor) a `rate_limit`, a
 //! `replaces` entry with an empty name or naming its own limit, a unit together with an
 //! algorithm, and invalid algorithm parameters. Unknown fields are refused when the YAML is
@@ -590,6 +592,7 @@ impl RuleSet {
 
         // (descriptor index, rule, limit, counter key, hits) of each limit to decide.
         let mut checks: Vec<(usize, &Rule, &Limit, String, u64)> = Vec::new();
+        let mut blocked = false;
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
             let Some(rule) = rule else { continue };
             if rule
@@ -601,6 +604,15 @@ impl RuleSet {
             }
             match &rule.limit {
                 None => statuses[i].limit_remaining = u32::MAX,
+                Some(limit) if limit.requests_per_unit == 0 => {
+                    statuses[i] = RlsStatus {
+                        code: Code::OverLimit,
+                        current_limit: limit.reported.clone(),
+                        limit_remaining: 0,
+                        duration_until_reset: None,
+                    };
+                    blocked |= !rule.shadow_mode;
+                }
                 Some(limit) => checks.push((
                     i,
                     rule,
@@ -633,7 +645,7 @@ impl RuleSet {
             }
         };
 
-        let mut overall_code = Code::Ok;
+        let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
         for ((i, rule, limit, _, _), decision) in checks.iter().zip(decisions) {
             let code = if decision.allowed {
                 Code::Ok
@@ -835,15 +847,11 @@ fn compile_rule(
         let rpu_path = format!("{path}.requests_per_unit");
         let requests_per_unit = match rate_limit.requests_per_unit {
             None => return Err(invalid(rpu_path, "missing: how many requests per unit")),
-            Some(0) => {
-                return Err(invalid(
-                    rpu_path,
-                    "0 would refuse every request; use at least 1",
-                ))
-            }
+            // envoyproxy's way to block a descriptor outright: every request is over the
+            // limit, and nothing is counted (the window below only stands in for it).
             Some(n) => n,
         };
-        let algorithm = FixedWindow::new(u64::from(requests_per_unit), unit.duration())
+        let algorithm = FixedWindow::new(u64::from(requests_per_unit.max(1)), unit.duration())
             .map_err(|e| ConfigFileError::from_config_error(&path, e))?;
         Some(limit(
             AnyAlgorithm::FixedWindow(algorithm),
@@ -1649,11 +1657,6 @@ descriptors:
                 "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
                 "descriptors[0].rate_limit.requests_per_unit",
                 "missing",
-            ),
-            (
-                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
-                "descriptors[0].rate_limit.requests_per_unit",
-                "at least 1",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n  - key: a\n    value: b\n",

@@ -154,6 +154,8 @@ domains:
             rate_limit: {unit: day, requests_per_unit: 3}
       - key: free
         unlimited: true
+      - key: blocked
+        rate_limit: {unit: second, requests_per_unit: 0}
       - key: dark
         shadow_mode: true
         rate_limit: {unit: hour, requests_per_unit: 1}
@@ -293,6 +295,12 @@ async fn envoy_json_endpoint_follows_the_descriptor_rules() {
         assert_eq!(ask(vec![json_descriptor(&[("free", "x")])], 1).await.0, 200);
         assert_eq!(ask(vec![json_descriptor(&[("dark", "x")])], 1).await.0, 200);
     }
+    // requests_per_unit 0 blocks outright, as in envoyproxy/ratelimit.
+    let (status, body) = ask(vec![json_descriptor(&[("blocked", "x")])], 1).await;
+    assert_eq!(
+        (status, body["overallCode"].clone()),
+        (429, json!("OVER_LIMIT"))
+    );
     // An unknown domain is allowed.
     let (status, body) = s
         .post(
