@@ -27,11 +27,10 @@
 //! any [`AlgorithmSpec`]), for example to allow bursts.
 //!
 //! Units are envoy's, case-insensitive: `second`, `minute`, `hour`, `day`, `week`, `month`,
-//! `year`. A `unit` limit is a fixed window aligned to the clock's epoch ([`FixedWindow`]);
-//! `requests_per_unit: 0` blocks the descriptor outright (every request over the limit, nothing
-//! counted), as in envoyproxy/ratelimit;
-//! as in envoyproxy/ratelimit, a month is a window of 30 days and a year one of 365 days, both
-//! counted from the epoch (not calendar months or years).
+//! `year`. A `unit` limit is a fixed window aligned to the clock's epoch ([`FixedWindow`]); as
+//! in envoyproxy/ratelimit, a month is a window of 30 days and a year one of 365 days, both
+//! counted from the epoch (not calendar months or years), and `requests_per_unit: 0` blocks the
+//! descriptor outright (every request over the limit, nothing counted).
 //!
 //! Refused when building a [`RuleSet`] ([`ConfigFileError::Invalid`], with the path of the
 //! field in the file): an empty domain, a domain listed twice, an empty key, the same key and
