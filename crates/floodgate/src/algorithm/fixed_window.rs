@@ -264,7 +264,7 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::token_bucket::laws::{self, cost};
+    use crate::algorithm::laws::{self, cost};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -140,7 +140,7 @@ impl Algorithm for LeakyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::token_bucket::laws::{self, cost};
+    use crate::algorithm::laws::{self, cost};
     use crate::algorithm::token_bucket::TokenBucket;
     use proptest::prelude::*;
     use std::time::Duration;

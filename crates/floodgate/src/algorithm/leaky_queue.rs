@@ -245,7 +245,7 @@ impl Algorithm for LeakyQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::token_bucket::laws::{self, cost};
+    use crate::algorithm::laws::{self, cost};
     use proptest::prelude::*;
 
     fn check(cost: u64) -> Op {

@@ -19,6 +19,8 @@ use crate::{Decision, Nanos, Op, OpKind};
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
+#[cfg(test)]
+pub(crate) mod laws;
 pub mod leaky_bucket;
 pub mod leaky_queue;
 pub mod sliding_log;

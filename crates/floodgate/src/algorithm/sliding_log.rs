@@ -253,6 +253,7 @@ impl Algorithm for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::laws;
     use crate::OpKind;
     use proptest::prelude::*;
 
@@ -468,23 +469,8 @@ mod tests {
             after in prop::collection::vec((0u64..15, 0u64..6), 1..40),
         ) {
             let l = log(limit, window);
-            let mut s = l.fresh(Nanos(0));
-            let mut now = 0u64;
-            for (dt, cost) in before {
-                now += dt;
-                l.apply(&mut s, Nanos(now), check(cost));
-            }
-            while !l.is_fresh(&s, Nanos(now)) {
-                now += 1;
-            }
-            let mut f = l.fresh(Nanos(now));
-            for (dt, cost) in after {
-                now += dt;
-                prop_assert_eq!(
-                    l.apply(&mut s, Nanos(now), check(cost)),
-                    l.apply(&mut f, Nanos(now), check(cost))
-                );
-            }
+            let ops = |v: Vec<(u64, u64)>| v.into_iter().map(|(dt, c)| (dt, check(c))).collect::<Vec<_>>();
+            laws::assert_fresh_after_idle(&l, &ops(before), &ops(after), 1);
         }
 
         /// No input panics: extreme windows, costs and instants, backwards included.

@@ -525,6 +525,7 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::laws;
     use crate::OpKind;
     use proptest::prelude::*;
 
@@ -862,23 +863,8 @@ mod tests {
         ) {
             let window = width * u64::from(n.unwrap_or(3));
             let sw = SlidingWindow::new(limit, ns(window), n).unwrap();
-            let mut s = sw.fresh(Nanos(0));
-            let mut now = 0u64;
-            for (dt, cost) in before {
-                now += dt;
-                sw.apply(&mut s, Nanos(now), check(cost));
-            }
-            while !sw.is_fresh(&s, Nanos(now)) {
-                now += 1;
-            }
-            let mut f = sw.fresh(Nanos(now));
-            for (dt, cost) in after {
-                now += dt;
-                prop_assert_eq!(
-                    sw.apply(&mut s, Nanos(now), check(cost)),
-                    sw.apply(&mut f, Nanos(now), check(cost))
-                );
-            }
+            let ops = |v: Vec<(u64, u64)>| v.into_iter().map(|(dt, c)| (dt, check(c))).collect::<Vec<_>>();
+            laws::assert_fresh_after_idle(&sw, &ops(before), &ops(after), 1);
         }
 
         /// No input panics: extreme parameters, costs and instants, backwards included.
