@@ -32,7 +32,7 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::HashTable;
 
 use super::shard_lock::ShardLock;
-use super::{Request, Store};
+use super::{ensure_supported, Request, Store};
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
@@ -246,12 +246,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !algorithm.supports(op.kind()) {
-            return Err(StoreError::Unsupported {
-                algorithm: algorithm.name(),
-                op: op.kind(),
-            });
-        }
+        ensure_supported(algorithm, op)?;
         Ok(self.apply_locked(algorithm, key, op))
     }
 
@@ -415,16 +410,15 @@ where
         requests: &[Request<'_, Q, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         // Refuse an unsupported operation before applying anything.
-        let result = match requests.iter().find(|r| !r.algorithm.supports(r.op.kind())) {
-            Some(r) => Err(StoreError::Unsupported {
-                algorithm: r.algorithm.name(),
-                op: r.op.kind(),
-            }),
-            None => Ok(requests
-                .iter()
-                .map(|r| self.apply_locked(r.algorithm, r.key, r.op))
-                .collect()),
-        };
+        let result = requests
+            .iter()
+            .try_for_each(|r| ensure_supported(r.algorithm, r.op))
+            .map(|()| {
+                requests
+                    .iter()
+                    .map(|r| self.apply_locked(r.algorithm, r.key, r.op))
+                    .collect()
+            });
         ready(result)
     }
 }

@@ -66,6 +66,19 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
     }
 }
 
+/// Refuses `op` with [`StoreError::Unsupported`] when `algorithm` does not implement it: every
+/// store checks this before touching any state.
+pub(crate) fn ensure_supported<A: Algorithm>(algorithm: &A, op: Op) -> Result<(), StoreError> {
+    if algorithm.supports(op.kind()) {
+        Ok(())
+    } else {
+        Err(StoreError::Unsupported {
+            algorithm: algorithm.name(),
+            op: op.kind(),
+        })
+    }
+}
+
 /// A keyed state store that applies algorithm transitions atomically.
 ///
 /// `K` is the borrowed key type callers pass (`str`, `u64`, `[u8]`); `A` the algorithm.
