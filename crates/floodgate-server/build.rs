@@ -1,4 +1,5 @@
-//! Generates the Envoy rate limit service's gRPC code from the minimal .proto files in `proto/`.
+//! Generates the Envoy rate limit service's messages and its tonic client from the minimal
+//! .proto files in `proto/`. The server side is written by hand (`src/grpc/call.rs`).
 //!
 //! The .proto files are parsed by protox, a protobuf compiler written in Rust, so building needs
 //! no `protoc` on the machine. The two well-known messages used (`Duration`, `UInt64Value`) have
@@ -12,10 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", proto.path().display());
     }
     tonic_prost_build::configure()
-        .build_server(true)
+        .build_server(false)
         .build_client(true)
-        // Decode failures become INVALID_ARGUMENT, not tonic's INTERNAL (see src/grpc.rs).
-        .codec_path("crate::grpc::RlsCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -63,16 +63,15 @@
 //!   status is OK with no limit.
 //! - `unlimited`: OK, not counted, `limit_remaining` = `u32::MAX`, no limit (as envoyproxy).
 //! - no match, or an unknown domain: OK with no limit, nothing counted.
-//! - a limit: the store decides; the status carries the limit (none for `month` and `year`
-//!   limits, which [`RlsLimit`]'s unit cannot express), what remains (rounded down;
+//! - a limit: the store decides; the status carries the limit, what remains (rounded down;
 //!   when over the limit, what a smaller request could still take) and the time until the
 //!   limit resets. An over-limit request consumes nothing (unlike envoyproxy/ratelimit's
 //!   `INCRBY`, which keeps counting refused hits in the window; with one hit per request the
 //!   answers are the same).
-//! - `shadow_mode`: decided and counted like any limit, and its status says `OVER_LIMIT` when it
-//!   is over, but it never makes the overall code `OVER_LIMIT` (envoyproxy/ratelimit rewrites
-//!   such a status to OK; Floodgate keeps it visible for dark launches).
-//! - The overall code is `OVER_LIMIT` iff some non-shadow status is, else `OK`.
+//! - `shadow_mode`: decided and counted like any limit, but when it is over, its status says
+//!   `OK` with `limit_remaining` 0, as envoyproxy/ratelimit answers; the response counts it in
+//!   [`RlsResponse::shadow_over_limit`] (the service's `floodgate_rls_shadow_over_limit_total`).
+//! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
 //!
 //! Counters live under the key `rls` NUL, then the domain and each key and value, each as its
 //! byte length, `:` and its bytes (unambiguous whatever the strings hold).
@@ -89,7 +88,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use floodgate::algorithm::fixed_window::{FixedWindow, Unit};
+use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm};
 use floodgate::store::{Request, Store};
 use floodgate::{Decision, Op, StoreError};
@@ -97,6 +96,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::ConfigFileError;
+pub use crate::rls::RateUnit;
 use crate::rls::{Code, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
 
 /// One domain as written in a configuration file: envoyproxy/ratelimit's top level, or one
@@ -262,116 +262,6 @@ fn replace_name(index: usize, item: Value) -> Result<String, String> {
     Ok(name)
 }
 
-/// Envoy's rate limit units (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`),
-/// each a fixed number of seconds counted from the epoch, as envoyproxy/ratelimit counts them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RateUnit {
-    /// 1 second.
-    Second,
-    /// 60 seconds.
-    Minute,
-    /// 3 600 seconds.
-    Hour,
-    /// 86 400 seconds.
-    Day,
-    /// 604 800 seconds (7 days).
-    Week,
-    /// 2 592 000 seconds (30 days), not a calendar month.
-    Month,
-    /// 31 536 000 seconds (365 days), not a calendar year.
-    Year,
-}
-
-impl RateUnit {
-    /// Every unit, shortest first.
-    pub const ALL: [RateUnit; 7] = [
-        RateUnit::Second,
-        RateUnit::Minute,
-        RateUnit::Hour,
-        RateUnit::Day,
-        RateUnit::Week,
-        RateUnit::Month,
-        RateUnit::Year,
-    ];
-
-    /// Parses a unit name ignoring case (`minute`, `Minute`, `MINUTE`); `None` if unknown.
-    pub fn from_name(name: &str) -> Option<RateUnit> {
-        RateUnit::ALL
-            .into_iter()
-            .find(|u| u.name().eq_ignore_ascii_case(name))
-    }
-
-    /// The name in lower case, as config files write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RateUnit::Second => "second",
-            RateUnit::Minute => "minute",
-            RateUnit::Hour => "hour",
-            RateUnit::Day => "day",
-            RateUnit::Week => "week",
-            RateUnit::Month => "month",
-            RateUnit::Year => "year",
-        }
-    }
-
-    /// The protobuf enum name (`"MINUTE"`), as the JSON mapping writes it.
-    pub fn proto_name(self) -> &'static str {
-        match self {
-            RateUnit::Second => "SECOND",
-            RateUnit::Minute => "MINUTE",
-            RateUnit::Hour => "HOUR",
-            RateUnit::Day => "DAY",
-            RateUnit::Week => "WEEK",
-            RateUnit::Month => "MONTH",
-            RateUnit::Year => "YEAR",
-        }
-    }
-
-    /// The window's length.
-    pub fn duration(self) -> Duration {
-        const DAY: u64 = 86_400;
-        Duration::from_secs(match self {
-            RateUnit::Second => 1,
-            RateUnit::Minute => 60,
-            RateUnit::Hour => 3_600,
-            RateUnit::Day => DAY,
-            RateUnit::Week => 7 * DAY,
-            RateUnit::Month => 30 * DAY,
-            RateUnit::Year => 365 * DAY,
-        })
-    }
-
-    /// The same unit as floodgate's [`Unit`], which has no month or year (`None` for those).
-    pub fn fixed_window_unit(self) -> Option<Unit> {
-        Some(match self {
-            RateUnit::Second => Unit::Second,
-            RateUnit::Minute => Unit::Minute,
-            RateUnit::Hour => Unit::Hour,
-            RateUnit::Day => Unit::Day,
-            RateUnit::Week => Unit::Week,
-            RateUnit::Month | RateUnit::Year => return None,
-        })
-    }
-}
-
-impl From<Unit> for RateUnit {
-    fn from(unit: Unit) -> RateUnit {
-        match unit {
-            Unit::Second => RateUnit::Second,
-            Unit::Minute => RateUnit::Minute,
-            Unit::Hour => RateUnit::Hour,
-            Unit::Day => RateUnit::Day,
-            Unit::Week => RateUnit::Week,
-        }
-    }
-}
-
-impl std::fmt::Display for RateUnit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A compiled limit: what applies to request descriptors that end on its descriptor.
 #[derive(Clone, Debug)]
 pub struct Rule {
@@ -387,8 +277,8 @@ struct Limit {
     algorithm: AnyAlgorithm,
     requests_per_unit: u32,
     unit: RateUnit,
-    /// What statuses report; `None` for months and years, which [`RlsLimit`] cannot carry.
-    reported: Option<RlsLimit>,
+    /// What statuses report.
+    reported: RlsLimit,
 }
 
 impl Rule {
@@ -431,10 +321,9 @@ impl Rule {
         self.limit.as_ref().map(|l| (l.requests_per_unit, l.unit))
     }
 
-    /// The limit as [`RlsStatus::current_limit`] reports it; `None` when unlimited, and for
-    /// months and years, which [`RlsLimit`]'s unit cannot express.
+    /// The limit as [`RlsStatus::current_limit`] reports it; `None` when unlimited.
     pub fn rls_limit(&self) -> Option<&RlsLimit> {
-        self.limit.as_ref().and_then(|l| l.reported.as_ref())
+        self.limit.as_ref().map(|l| &l.reported)
     }
 }
 
@@ -576,6 +465,7 @@ impl RuleSet {
             return Ok(RlsResponse {
                 overall_code: Code::Ok,
                 statuses,
+                shadow_over_limit: 0,
             });
         };
         let rules: Vec<Option<&Rule>> = request
@@ -592,6 +482,7 @@ impl RuleSet {
         // (descriptor index, rule, limit, counter key, hits) of each limit to decide.
         let mut checks: Vec<(usize, &Rule, &Limit, String, u64)> = Vec::new();
         let mut blocked = false;
+        let mut shadow_over_limit = 0;
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
             let Some(rule) = rule else { continue };
             if rule
@@ -606,11 +497,16 @@ impl RuleSet {
                 Some(limit) if limit.requests_per_unit == 0 => {
                     statuses[i] = RlsStatus {
                         code: Code::OverLimit,
-                        current_limit: limit.reported.clone(),
+                        current_limit: Some(limit.reported.clone()),
                         limit_remaining: 0,
                         duration_until_reset: None,
                     };
-                    blocked |= !rule.shadow_mode;
+                    if rule.shadow_mode {
+                        statuses[i].code = Code::Ok;
+                        shadow_over_limit += 1;
+                    } else {
+                        blocked = true;
+                    }
                 }
                 Some(limit) => checks.push((
                     i,
@@ -648,15 +544,16 @@ impl RuleSet {
         for ((i, rule, limit, _, _), decision) in checks.iter().zip(decisions) {
             let code = if decision.allowed {
                 Code::Ok
+            } else if rule.shadow_mode {
+                shadow_over_limit += 1;
+                Code::Ok
             } else {
+                overall_code = Code::OverLimit;
                 Code::OverLimit
             };
-            if code == Code::OverLimit && !rule.shadow_mode {
-                overall_code = Code::OverLimit;
-            }
             statuses[*i] = RlsStatus {
                 code,
-                current_limit: limit.reported.clone(),
+                current_limit: Some(limit.reported.clone()),
                 limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
                 duration_until_reset: Some(decision.reset_after),
             };
@@ -664,6 +561,7 @@ impl RuleSet {
         Ok(RlsResponse {
             overall_code,
             statuses,
+            shadow_over_limit,
         })
     }
 }
@@ -874,11 +772,11 @@ fn limit(
     unit: RateUnit,
     name: &Option<String>,
 ) -> Limit {
-    let reported = unit.fixed_window_unit().map(|unit| RlsLimit {
+    let reported = RlsLimit {
         name: name.clone(),
         requests_per_unit,
         unit,
-    });
+    };
     Limit {
         algorithm,
         requests_per_unit,
@@ -1073,10 +971,7 @@ fn status_to_json(status: &RlsStatus) -> Value {
         if limit.requests_per_unit != 0 {
             l.insert("requestsPerUnit".into(), limit.requests_per_unit.into());
         }
-        l.insert(
-            "unit".into(),
-            RateUnit::from(limit.unit).proto_name().into(),
-        );
+        l.insert("unit".into(), limit.unit.proto_name().into());
         out.insert("currentLimit".into(), Value::Object(l));
     }
     if status.limit_remaining != 0 {
@@ -1316,7 +1211,7 @@ descriptors:
             Some(RlsLimit {
                 name: None,
                 requests_per_unit: 100,
-                unit: Unit::Day
+                unit: RateUnit::Day
             })
         );
         assert_eq!(
@@ -1447,8 +1342,11 @@ descriptors:
         assert_eq!(codes(&decide(&set, &store, &a)), [Code::Ok]);
         let r = decide(&set, &store, &a);
         assert_eq!(r.overall_code, Code::Ok);
-        assert_eq!(codes(&r), [Code::OverLimit]);
+        // Over, and answered OK as envoyproxy/ratelimit answers; counted for the metrics.
+        assert_eq!(codes(&r), [Code::Ok]);
         assert_eq!(r.statuses[0].limit_remaining, 0);
+        assert_eq!(r.shadow_over_limit, 1);
+        assert_eq!(decide(&set, &store, &a).shadow_over_limit, 1);
         let b = request("example6", &[&[("service", "auth"), ("user", "user-b")]]);
         decide(&set, &store, &b);
         assert_eq!(decide(&set, &store, &b).overall_code, Code::OverLimit);
@@ -1555,8 +1453,10 @@ descriptors:
         let month = 30 * 86_400;
         let m = set.lookup("d", &entries(&[("m", "x")])).expect("rule");
         assert_eq!(m.quota(), Some((2, RateUnit::Month)));
-        // RlsLimit's unit cannot say MONTH: no current_limit is reported.
-        assert!(m.rls_limit().is_none());
+        assert_eq!(
+            m.rls_limit().map(|l| (l.requests_per_unit, l.unit)),
+            Some((2, RateUnit::Month))
+        );
         let (store, clock) = store_at(month * 7 + 5);
         let req = request("d", &[&[("m", "x")]]);
         assert_eq!(decide(&set, &store, &req).overall_code, Code::Ok);
@@ -1575,7 +1475,10 @@ descriptors:
             Some(Some((1.0, Duration::from_secs(365 * 86_400))))
         );
         assert_eq!(RateUnit::from_name("WeEk"), Some(RateUnit::Week));
-        assert_eq!(RateUnit::Week.duration(), Unit::Week.duration());
+        assert_eq!(
+            RateUnit::Week.duration(),
+            floodgate::algorithm::fixed_window::Unit::Week.duration()
+        );
     }
 
     #[test]
@@ -1880,7 +1783,7 @@ descriptors:
                     current_limit: Some(RlsLimit {
                         name: None,
                         requests_per_unit: 1,
-                        unit: Unit::Minute,
+                        unit: RateUnit::Minute,
                     }),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::from_secs(60)),
@@ -1890,7 +1793,7 @@ descriptors:
                     current_limit: Some(RlsLimit {
                         name: Some("per_user".into()),
                         requests_per_unit: 2,
-                        unit: Unit::Week,
+                        unit: RateUnit::Week,
                     }),
                     limit_remaining: 1,
                     duration_until_reset: Some(Duration::from_millis(1500)),
@@ -1900,6 +1803,7 @@ descriptors:
                     ..RlsStatus::default()
                 },
             ],
+            shadow_over_limit: 0,
         };
         assert_eq!(
             rls_response_to_json(&response),

@@ -69,6 +69,7 @@ pub struct Metrics {
     store_nanos_sum: AtomicU64,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    rls_shadow_over_limit: AtomicU64,
 }
 
 impl Metrics {
@@ -83,6 +84,14 @@ impl Metrics {
             .position(|(x, _)| *x == outcome)
             .unwrap_or(0);
         self.calls[e][o].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts descriptors over a shadow-mode limit of the Envoy rules (answered OK).
+    pub fn shadow_over_limit(&self, descriptors: u32) {
+        if descriptors > 0 {
+            self.rls_shadow_over_limit
+                .fetch_add(u64::from(descriptors), Ordering::Relaxed);
+        }
     }
 
     /// Records how long a decision spent in the store.
@@ -129,6 +138,16 @@ impl Metrics {
                 )?;
             }
         }
+        writeln!(
+            out,
+            "# HELP floodgate_rls_shadow_over_limit_total Descriptors over a shadow-mode limit of the Envoy rules, answered OK."
+        )?;
+        writeln!(out, "# TYPE floodgate_rls_shadow_over_limit_total counter")?;
+        writeln!(
+            out,
+            "floodgate_rls_shadow_over_limit_total {}",
+            self.rls_shadow_over_limit.load(Ordering::Relaxed)
+        )?;
         let s = &live.stats;
         let per_limiter: [(&str, &str, &str, [u64; 4]); 4] = [
             (

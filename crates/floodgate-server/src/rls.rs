@@ -59,8 +59,8 @@ pub struct RlsLimit {
     pub name: Option<String>,
     /// Requests allowed per unit.
     pub requests_per_unit: u32,
-    /// The unit of time.
-    pub unit: Unit,
+    /// The unit of time, any of Envoy's.
+    pub unit: RateUnit,
 }
 
 /// The status of one descriptor.
@@ -84,4 +84,118 @@ pub struct RlsResponse {
     pub overall_code: Code,
     /// One status per request descriptor, in order.
     pub statuses: Vec<RlsStatus>,
+    /// How many descriptors were over a shadow-mode limit: answered `Ok`, as
+    /// envoyproxy/ratelimit answers them, and counted here for the service's metrics. Not sent
+    /// on the wire.
+    pub shadow_over_limit: u32,
+}
+
+/// Envoy's rate limit units (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`),
+/// each a fixed number of seconds counted from the epoch, as envoyproxy/ratelimit counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RateUnit {
+    /// 1 second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3 600 seconds.
+    Hour,
+    /// 86 400 seconds.
+    Day,
+    /// 604 800 seconds (7 days).
+    Week,
+    /// 2 592 000 seconds (30 days), not a calendar month.
+    Month,
+    /// 31 536 000 seconds (365 days), not a calendar year.
+    Year,
+}
+
+impl RateUnit {
+    /// Every unit, shortest first.
+    pub const ALL: [RateUnit; 7] = [
+        RateUnit::Second,
+        RateUnit::Minute,
+        RateUnit::Hour,
+        RateUnit::Day,
+        RateUnit::Week,
+        RateUnit::Month,
+        RateUnit::Year,
+    ];
+
+    /// Parses a unit name ignoring case (`minute`, `Minute`, `MINUTE`); `None` if unknown.
+    pub fn from_name(name: &str) -> Option<RateUnit> {
+        RateUnit::ALL
+            .into_iter()
+            .find(|u| u.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The name in lower case, as config files write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateUnit::Second => "second",
+            RateUnit::Minute => "minute",
+            RateUnit::Hour => "hour",
+            RateUnit::Day => "day",
+            RateUnit::Week => "week",
+            RateUnit::Month => "month",
+            RateUnit::Year => "year",
+        }
+    }
+
+    /// The protobuf enum name (`"MINUTE"`), as the JSON mapping writes it.
+    pub fn proto_name(self) -> &'static str {
+        match self {
+            RateUnit::Second => "SECOND",
+            RateUnit::Minute => "MINUTE",
+            RateUnit::Hour => "HOUR",
+            RateUnit::Day => "DAY",
+            RateUnit::Week => "WEEK",
+            RateUnit::Month => "MONTH",
+            RateUnit::Year => "YEAR",
+        }
+    }
+
+    /// The window's length.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            RateUnit::Second => 1,
+            RateUnit::Minute => 60,
+            RateUnit::Hour => 3_600,
+            RateUnit::Day => DAY,
+            RateUnit::Week => 7 * DAY,
+            RateUnit::Month => 30 * DAY,
+            RateUnit::Year => 365 * DAY,
+        })
+    }
+
+    /// The same unit as floodgate's [`Unit`], which has no month or year (`None` for those).
+    pub fn fixed_window_unit(self) -> Option<Unit> {
+        Some(match self {
+            RateUnit::Second => Unit::Second,
+            RateUnit::Minute => Unit::Minute,
+            RateUnit::Hour => Unit::Hour,
+            RateUnit::Day => Unit::Day,
+            RateUnit::Week => Unit::Week,
+            RateUnit::Month | RateUnit::Year => return None,
+        })
+    }
+}
+
+impl From<Unit> for RateUnit {
+    fn from(unit: Unit) -> RateUnit {
+        match unit {
+            Unit::Second => RateUnit::Second,
+            Unit::Minute => RateUnit::Minute,
+            Unit::Hour => RateUnit::Hour,
+            Unit::Day => RateUnit::Day,
+            Unit::Week => RateUnit::Week,
+        }
+    }
+}
+
+impl std::fmt::Display for RateUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }

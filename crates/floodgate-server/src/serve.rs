@@ -205,12 +205,9 @@ fn worker(
         .with_graceful_shutdown(wait_for(stopped.clone()));
         let incoming =
             ReceiverStream::new(grpc).map(|(stream, _)| tokio::net::TcpStream::from_std(stream));
-        let grpc_server = tonic::transport::Server::builder()
-            .add_service(crate::grpc::service(server))
-            .serve_with_incoming_shutdown(incoming, wait_for(stopped));
-        let (h, g) = tokio::join!(http_server, grpc_server);
-        h.map_err(|e| ServeError::Run(format!("http: {e}")))?;
-        g.map_err(|e| ServeError::Run(format!("grpc: {e}")))
+        let grpc_server = crate::grpc::serve(server, incoming, wait_for(stopped));
+        let (http, ()) = tokio::join!(http_server, grpc_server);
+        http.map_err(|e| ServeError::Run(format!("http: {e}")))
     })
 }
 

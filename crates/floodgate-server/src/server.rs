@@ -301,6 +301,7 @@ impl Server {
                     Outcome::Allowed
                 };
                 self.metrics.call(endpoint, outcome);
+                self.metrics.shadow_over_limit(response.shadow_over_limit);
                 response
             }
             Err(e) => {
@@ -316,6 +317,7 @@ impl Server {
                             ..RlsStatus::default()
                         })
                         .collect(),
+                    shadow_over_limit: 0,
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! Envoy's `ShouldRateLimit` over real gRPC: a tonic server on an ephemeral port, a small real
+//! Envoy's `ShouldRateLimit` over real gRPC: the service on an ephemeral port, a small real
 //! backend (a fixed window per descriptor on the memory store, on a manual clock), and the
 //! generated tonic client, a raw-bytes gRPC client and raw HTTP/2 requests.
 
@@ -17,17 +17,17 @@ use floodgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_res
     Code as ProtoCode, RateLimit,
 };
 use floodgate_server::grpc::{
-    service, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
+    self, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
     RlsBackend,
 };
-use floodgate_server::rls::{Code, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use floodgate_server::rls::{Code, RateUnit, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
 use prost::bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::{self, uri::PathAndQuery};
 use tonic::codegen::Service;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Channel;
 
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 const LIMIT: u32 = 3;
@@ -83,7 +83,7 @@ impl RlsBackend for TestBackend {
                     current_limit: Some(RlsLimit {
                         name: Some("per_descriptor".into()),
                         requests_per_unit: LIMIT,
-                        unit: Unit::Minute,
+                        unit: RateUnit::Minute,
                     }),
                     limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
                     duration_until_reset: Some(decision.reset_after),
@@ -98,19 +98,22 @@ impl RlsBackend for TestBackend {
         std::future::ready(RlsResponse {
             overall_code,
             statuses,
+            shadow_over_limit: 0,
         })
     }
 }
 
 /// Serves `backend` on 127.0.0.1 (an ephemeral port) until the test's runtime ends.
 async fn start(backend: Arc<TestBackend>) -> (RateLimitServiceClient<Channel>, SocketAddr) {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
-    let addr = incoming.local_addr().expect("a bound address");
-    tokio::spawn(
-        Server::builder()
-            .add_service(service(backend))
-            .serve_with_incoming(incoming),
-    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(grpc::serve(
+        backend,
+        TcpListenerStream::new(listener),
+        std::future::pending(),
+    ));
     let client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await
         .expect("connect");
@@ -420,18 +423,25 @@ async fn bytes_that_are_not_a_request_get_invalid_argument() {
     assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
 }
 
-/// POSTs `body` as it is (gRPC framing included) to the method over HTTP/2, and returns the
-/// gRPC status of the answer (a trailers-only response carries it in its headers).
-async fn post_raw(addr: SocketAddr, body: String) -> Option<tonic::Status> {
+/// Sends `body` as it is (gRPC framing included) over HTTP/2 with `method`, `path` and
+/// `content_type`, and returns the HTTP status and the gRPC status of the answer (a
+/// trailers-only answer carries it in its headers).
+async fn send_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: String,
+) -> (http::StatusCode, Option<tonic::Status>) {
     let mut channel = Channel::from_shared(format!("http://{addr}"))
         .expect("a valid URI")
         .connect()
         .await
         .expect("connect");
     let request = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}{METHOD}"))
-        .header("content-type", "application/grpc")
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", content_type)
         .header("te", "trailers")
         .body(tonic::body::Body::new(body))
         .expect("a request");
@@ -439,25 +449,70 @@ async fn post_raw(addr: SocketAddr, body: String) -> Option<tonic::Status> {
         .await
         .expect("ready");
     let response = channel.call(request).await.expect("an HTTP response");
-    assert_eq!(response.status(), http::StatusCode::OK);
-    tonic::Status::from_header_map(response.headers())
+    (
+        response.status(),
+        tonic::Status::from_header_map(response.headers()),
+    )
+}
+
+/// POSTs `body` as it is to the method, as a gRPC call, and returns the gRPC status of the
+/// answer when it is in the headers (a refusal).
+async fn post_raw(addr: SocketAddr, body: String) -> Option<tonic::Status> {
+    let (http_status, status) = send_raw(addr, "POST", METHOD, "application/grpc", body).await;
+    assert_eq!(http_status, http::StatusCode::OK);
+    status
 }
 
 #[tokio::test]
-async fn framing_errors_get_tonics_answers_and_the_server_keeps_serving() {
+async fn framing_errors_get_grpc_statuses_and_the_server_keeps_serving() {
     let (backend, _clock) = TestBackend::new();
-    let (mut client, addr) = start(backend).await;
-    // The frame announces 100 bytes; the body ends after 2.
-    let truncated = String::from("\0\0\0\0\x64ab");
-    let status = post_raw(addr, truncated).await.expect("a status");
-    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
-    // No frame at all.
-    let status = post_raw(addr, String::new()).await.expect("a status");
-    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
-    // A message above the cap is refused before it is read.
-    let oversized = String::from("\0\0\x01\0\x01");
-    let status = post_raw(addr, oversized).await.expect("a status");
-    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    let (mut client, addr) = start(backend.clone()).await;
+    let cases = [
+        // The frame announces 100 bytes; the body ends after 2.
+        (
+            "\0\0\0\0\x64ab",
+            tonic::Code::Internal,
+            "the request body ends inside the message: 100 bytes announced, 2 received",
+        ),
+        // No frame at all.
+        (
+            "",
+            tonic::Code::Internal,
+            "the request body holds no message",
+        ),
+        (
+            "\0\0\0",
+            tonic::Code::Internal,
+            "the request body ends inside the message prefix (3 of 5 bytes)",
+        ),
+        // Two messages in a unary call.
+        (
+            "\0\0\0\0\0\0\0\0\0\0",
+            tonic::Code::Internal,
+            "a unary call carries exactly one message; the body holds more",
+        ),
+        // A message above the cap is refused from its prefix.
+        (
+            "\0\0\x01\0\x01",
+            tonic::Code::ResourceExhausted,
+            "the request message is 65537 bytes, above the limit of 65536",
+        ),
+        // Compressed, which Envoy never sends.
+        (
+            "\x01\0\0\0\x01a",
+            tonic::Code::Unimplemented,
+            "compressed messages are not supported; send them uncompressed (identity)",
+        ),
+    ];
+    for (body, code, message) in cases {
+        let status = post_raw(addr, body.to_string()).await.expect("a status");
+        assert_eq!(
+            (status.code(), status.message()),
+            (code, message),
+            "{body:?}"
+        );
+    }
+    assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
 
     let response = call(
         &mut client,
@@ -465,6 +520,75 @@ async fn framing_errors_get_tonics_answers_and_the_server_keeps_serving() {
     )
     .await;
     assert_eq!(response.overall_code(), ProtoCode::Ok);
+}
+
+#[tokio::test]
+async fn other_methods_and_other_protocols_are_refused() {
+    let (backend, _clock) = TestBackend::new();
+    let (_, addr) = start(backend.clone()).await;
+    let body = || String::from_utf8(bench_body()).expect("ASCII");
+    let path = "/envoy.service.ratelimit.v3.RateLimitService/Other";
+    let (http_status, status) = send_raw(addr, "POST", path, "application/grpc", body()).await;
+    let status = status.expect("a gRPC status");
+    assert_eq!(http_status, http::StatusCode::OK);
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert!(status
+        .message()
+        .starts_with("unknown method /envoy.service.ratelimit.v3.RateLimitService/Other"));
+
+    let (http_status, _) = send_raw(addr, "GET", METHOD, "application/grpc", String::new()).await;
+    assert_eq!(http_status, http::StatusCode::METHOD_NOT_ALLOWED);
+    let (http_status, _) = send_raw(addr, "POST", METHOD, "application/json", body()).await;
+    assert_eq!(http_status, http::StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // The `+proto` form is gRPC too.
+    let (http_status, status) =
+        send_raw(addr, "POST", METHOD, "application/grpc+proto", body()).await;
+    assert_eq!(
+        (http_status, status.map(|s| s.code())),
+        (http::StatusCode::OK, None)
+    );
+    assert_eq!(backend.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn shutdown_answers_calls_in_flight_then_returns() {
+    let (backend, _clock) = TestBackend::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("a bound address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(grpc::serve(
+        backend,
+        TcpListenerStream::new(listener),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let first = call(
+        &mut client,
+        request(vec![descriptor(&[("k", "v")], None)], 0),
+    )
+    .await;
+    assert_eq!(first.overall_code(), ProtoCode::Ok);
+    stop.send(()).expect("the server is running");
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("serve returns once its connections are done")
+        .expect("serve does not panic");
+    assert!(
+        RateLimitServiceClient::connect(format!("http://{addr}"))
+            .await
+            .is_err()
+            || client
+                .should_rate_limit(request(vec![descriptor(&[("k", "v")], None)], 0))
+                .await
+                .is_err(),
+        "no more calls are answered"
+    );
 }
 
 // The benchmark body: see the `floodgate_server::grpc` module documentation.

@@ -290,11 +290,21 @@ async fn envoy_json_endpoint_follows_the_descriptor_rules() {
     for expected in [200, 200, 200, 429] {
         assert_eq!(ask(vec![nested.clone()], 1).await.0, expected);
     }
-    // Unlimited and shadow mode never refuse.
+    // Unlimited and shadow mode never refuse; a shadow limit that is over answers OK, as
+    // envoyproxy/ratelimit does, and is counted.
     for _ in 0..3 {
         assert_eq!(ask(vec![json_descriptor(&[("free", "x")])], 1).await.0, 200);
-        assert_eq!(ask(vec![json_descriptor(&[("dark", "x")])], 1).await.0, 200);
+        let (status, body) = ask(vec![json_descriptor(&[("dark", "x")])], 1).await;
+        assert_eq!(
+            (status, body["statuses"][0]["code"].clone()),
+            (200, json!("OK"))
+        );
     }
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(
+        metrics.contains("floodgate_rls_shadow_over_limit_total 2"),
+        "{metrics}"
+    );
     // requests_per_unit 0 blocks outright, as in envoyproxy/ratelimit.
     let (status, body) = ask(vec![json_descriptor(&[("blocked", "x")])], 1).await;
     assert_eq!(

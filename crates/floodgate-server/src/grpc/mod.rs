@@ -1,8 +1,12 @@
 //! Envoy's rate limit service v3 over gRPC:
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, wire compatible with Envoy.
 //!
-//! [`service`] turns any [`RlsBackend`] into a tonic service to add to a
-//! `tonic::transport::Server`. It only translates: the backend decides.
+//! [`serve`] answers the calls on HTTP/2 connections (cleartext, prior knowledge: what Envoy
+//! and every gRPC client speak) for any [`RlsBackend`]. It only translates: the backend
+//! decides. The transport is a small unary-gRPC layer written on hyper's HTTP/2 server rather
+//! than tonic's server: one method needs no router, and without tonic's per-call layers the
+//! service answers about a third more calls per second on the same cores (BENCHMARKS.md). The
+//! generated tonic client, [`RateLimitServiceClient`], is kept for callers written in Rust.
 //!
 //! # Mapping
 //!
@@ -16,18 +20,23 @@
 //!   moved, not copied.
 //! - [`RlsResponse`] → response: `overall_code`; one `statuses` entry per descriptor, in order,
 //!   with `code`, `current_limit` (`name`, empty when the limit has none; `requests_per_unit`;
-//!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, WEEK 7, as Envoy numbers them),
+//!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7, as Envoy numbers them),
 //!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years).
 //!
 //! # Refusals
 //!
-//! A malformed request gets gRPC `INVALID_ARGUMENT` with a message naming the problem, and the
-//! backend is not called ([`InvalidRequest`]): bytes that are not a `RateLimitRequest` (tonic's
-//! own codec would answer `INTERNAL`; this module's codec answers `INVALID_ARGUMENT`), an empty
-//! `domain`, no descriptors, a descriptor without entries, an entry with an empty key. An empty
-//! value is allowed, as in Envoy's current API. A message above [`MAX_REQUEST_BYTES`] gets
-//! tonic's `OUT_OF_RANGE` before it is buffered; gRPC framing errors (a body that ends inside a
-//! frame, no message at all) keep tonic's `INTERNAL`, as gRPC's status code guide says.
+//! Every refusal is a gRPC status with a message naming the problem, and the backend is not
+//! called:
+//! - `INVALID_ARGUMENT` ([`InvalidRequest`]): bytes that are not a `RateLimitRequest`, an empty
+//!   `domain`, no descriptors, a descriptor without entries, an entry with an empty key. An
+//!   empty value is allowed, as in Envoy's current API.
+//! - `RESOURCE_EXHAUSTED`: a message above [`MAX_REQUEST_BYTES`], refused from its 5-byte
+//!   prefix, before it is read.
+//! - `INTERNAL`: gRPC framing errors (a body that ends inside a message, no message, more than
+//!   one message), as gRPC's status code guide says.
+//! - `UNIMPLEMENTED`: another method, or a compressed message (Envoy does not compress).
+//! - Not gRPC at all: HTTP 405 for a method other than `POST`, 415 for a `content-type` other
+//!   than `application/grpc[+proto]`.
 //!
 //! # Benchmark body
 //!
@@ -37,17 +46,14 @@
 //! `cargo test -p floodgate-server --test grpc -- --ignored write_bench_body`, and the test
 //! `bench_body_is_current` fails if the checked-in file differs from what that would write.
 
+mod call;
+
+pub use call::serve;
+
 use std::future::Future;
-use std::marker::PhantomData;
-use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::fixed_window::Unit;
-use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::Status;
-
-use crate::rls::{Code, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
 
 /// Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
 /// the protobuf packages.
@@ -75,8 +81,8 @@ pub mod proto {
         pub mod service {
             /// `envoy.service.ratelimit`.
             pub mod ratelimit {
-                /// `envoy.service.ratelimit.v3`: the service, its request and response, and
-                /// the generated tonic server and client.
+                /// `envoy.service.ratelimit.v3`: the service's request and response, and the
+                /// generated tonic client.
                 pub mod v3 {
                     include!(concat!(env!("OUT_DIR"), "/envoy.service.ratelimit.v3.rs"));
                 }
@@ -90,11 +96,10 @@ use rls_v3::rate_limit_response::{self as response, rate_limit};
 
 pub use proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 pub use rls_v3::rate_limit_service_client::RateLimitServiceClient;
-pub use rls_v3::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 pub use rls_v3::{RateLimitRequest, RateLimitResponse};
 
 /// The largest request message accepted, in bytes (64 KiB; Envoy's requests are well under
-/// 1 KiB). A larger one is refused by tonic with `OUT_OF_RANGE` before it is buffered.
+/// 1 KiB). A larger one is refused with `RESOURCE_EXHAUSTED` before it is read.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// What answers `ShouldRateLimit` calls: the transport-free half of the service.
@@ -106,40 +111,6 @@ pub trait RlsBackend: Send + Sync + 'static {
     /// Decides one call. There is no error: a backend that cannot decide answers for itself
     /// (fails open, say) in the response.
     fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send;
-}
-
-/// The tonic service for `backend`: add it to a `tonic::transport::Server` with `add_service`.
-/// Requests above [`MAX_REQUEST_BYTES`] are refused; see the [module documentation](self) for
-/// the mapping and the refusals.
-pub fn service<B: RlsBackend>(backend: Arc<B>) -> RateLimitServiceServer<RlsService<B>> {
-    RateLimitServiceServer::new(RlsService { backend }).max_decoding_message_size(MAX_REQUEST_BYTES)
-}
-
-/// The generated `RateLimitService` trait implemented over an [`RlsBackend`]: validates and
-/// translates each request, calls the backend, translates its response. Built by [`service`].
-pub struct RlsService<B> {
-    backend: Arc<B>,
-}
-
-impl<B> std::fmt::Debug for RlsService<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RlsService").finish_non_exhaustive()
-    }
-}
-
-#[tonic::async_trait]
-impl<B: RlsBackend> RateLimitService for RlsService<B> {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, Status> {
-        let request = RlsRequest::try_from(request.into_inner()).map_err(|e| {
-            tracing::debug!(error = %e, "ShouldRateLimit: invalid request");
-            Status::invalid_argument(e.to_string())
-        })?;
-        let response = self.backend.should_rate_limit(request).await;
-        Ok(tonic::Response::new(response.into()))
-    }
 }
 
 /// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the
@@ -227,15 +198,16 @@ fn code_to_proto(code: Code) -> response::Code {
     }
 }
 
-/// Envoy's number for each unit: WEEK is 7, after MONTH (5) and YEAR (6), which Floodgate does
-/// not have.
-fn unit_to_proto(unit: Unit) -> rate_limit::Unit {
+/// Envoy's number for each unit (WEEK, added last, is 7).
+fn unit_to_proto(unit: RateUnit) -> rate_limit::Unit {
     match unit {
-        Unit::Second => rate_limit::Unit::Second,
-        Unit::Minute => rate_limit::Unit::Minute,
-        Unit::Hour => rate_limit::Unit::Hour,
-        Unit::Day => rate_limit::Unit::Day,
-        Unit::Week => rate_limit::Unit::Week,
+        RateUnit::Second => rate_limit::Unit::Second,
+        RateUnit::Minute => rate_limit::Unit::Minute,
+        RateUnit::Hour => rate_limit::Unit::Hour,
+        RateUnit::Day => rate_limit::Unit::Day,
+        RateUnit::Week => rate_limit::Unit::Week,
+        RateUnit::Month => rate_limit::Unit::Month,
+        RateUnit::Year => rate_limit::Unit::Year,
     }
 }
 
@@ -272,65 +244,10 @@ fn status_to_proto(status: RlsStatus) -> response::DescriptorStatus {
     }
 }
 
-/// Buffers sized for rate limit messages (tens of bytes): tonic allocates `buffer_size` per call
-/// for each direction and grows by that much when a message is larger.
-fn buffers() -> BufferSettings {
-    BufferSettings::new(512, 32 * 1024)
-}
-
-/// The gRPC codec of the generated server and client (`build.rs` names it): prost's encoding,
-/// with small buffers, and a decoding failure answered with `INVALID_ARGUMENT` (tonic's
-/// `ProstCodec` answers `INTERNAL`).
-#[derive(Debug)]
-struct RlsCodec<T, U>(PhantomData<fn() -> (T, U)>);
-
-impl<T, U> Default for RlsCodec<T, U> {
-    fn default() -> Self {
-        RlsCodec(PhantomData)
-    }
-}
-
-impl<T, U> Codec for RlsCodec<T, U>
-where
-    T: Message + Send + 'static,
-    U: Message + Default + Send + 'static,
-{
-    type Encode = T;
-    type Decode = U;
-    type Encoder = tonic_prost::ProstEncoder<T>;
-    type Decoder = RlsDecoder<U>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(buffers())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RlsDecoder(PhantomData)
-    }
-}
-
-/// Decodes one protobuf message; malformed bytes are `INVALID_ARGUMENT`.
-#[derive(Debug)]
-struct RlsDecoder<U>(PhantomData<fn() -> U>);
-
-impl<U: Message + Default> Decoder for RlsDecoder<U> {
-    type Item = U;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        U::decode(buf)
-            .map(Some)
-            .map_err(|e| Status::invalid_argument(format!("malformed protobuf message: {e}")))
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        buffers()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
     use proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 
     fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
@@ -445,18 +362,19 @@ mod tests {
             statuses: vec![
                 RlsStatus {
                     code: Code::Ok,
-                    current_limit: Some(limit(Some("per-ip"), Unit::Minute)),
+                    current_limit: Some(limit(Some("per-ip"), RateUnit::Minute)),
                     limit_remaining: 9,
                     duration_until_reset: Some(Duration::from_millis(1_500)),
                 },
                 RlsStatus {
                     code: Code::OverLimit,
-                    current_limit: Some(limit(None, Unit::Week)),
+                    current_limit: Some(limit(None, RateUnit::Week)),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::MAX),
                 },
                 RlsStatus::default(),
             ],
+            shadow_over_limit: 0,
         };
         let proto = RateLimitResponse::from(response);
         assert_eq!(proto.overall_code, 2);
@@ -493,11 +411,13 @@ mod tests {
     #[test]
     fn units_have_envoys_numbers() {
         for (unit, number) in [
-            (Unit::Second, 1),
-            (Unit::Minute, 2),
-            (Unit::Hour, 3),
-            (Unit::Day, 4),
-            (Unit::Week, 7),
+            (RateUnit::Second, 1),
+            (RateUnit::Minute, 2),
+            (RateUnit::Hour, 3),
+            (RateUnit::Day, 4),
+            (RateUnit::Month, 5),
+            (RateUnit::Year, 6),
+            (RateUnit::Week, 7),
         ] {
             assert_eq!(unit_to_proto(unit) as i32, number, "{unit}");
         }

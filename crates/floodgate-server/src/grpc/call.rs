@@ -1,0 +1,479 @@
+//! Unary gRPC over hyper's HTTP/2 server, for the one method this service has.
+//!
+//! A call is a `POST` to the method's path with `content-type: application/grpc`; its body is
+//! one length-prefixed message (1 byte compressed flag, 4 bytes big-endian length, the
+//! protobuf bytes). The answer is HTTP 200 with the response message in one DATA frame and
+//! `grpc-status: 0` in the trailers, or, for a refusal, a trailers-only answer: the
+//! `grpc-status` and `grpc-message` in the headers and no body (gRPC's HTTP/2 protocol).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
+use prost::Message;
+use tokio::net::TcpStream;
+use tokio_stream::{Stream, StreamExt};
+
+use super::{RateLimitRequest, RateLimitResponse, RlsBackend, MAX_REQUEST_BYTES};
+use crate::rls::RlsRequest;
+
+/// The one method served.
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// Calls in flight on one connection. Envoy sends every rate-limit call of a worker over few
+/// connections, so this is well above its default of 1,024 requests per cluster; the bound
+/// keeps a single client from holding unbounded per-stream state.
+const MAX_CONCURRENT_STREAMS: u32 = 4_096;
+
+/// The gRPC message prefix: the compressed flag and the length.
+const PREFIX: usize = 5;
+
+/// Serves `ShouldRateLimit` on every connection `connections` yields, each on its own task,
+/// until `shutdown` completes; then stops taking connections, tells the open ones to go away
+/// (HTTP/2 `GOAWAY`), and returns when their calls in flight have been answered.
+///
+/// A connection that fails (a peer that is not HTTP/2, one that resets) is closed and logged
+/// at debug level; the others go on. An error from `connections` (out of file descriptors,
+/// say) is logged and the next connection is taken.
+pub async fn serve<B, S, F>(backend: Arc<B>, connections: S, shutdown: F)
+where
+    B: RlsBackend,
+    S: Stream<Item = std::io::Result<TcpStream>>,
+    F: Future<Output = ()>,
+{
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2.max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(connections, shutdown);
+    loop {
+        let next = tokio::select! {
+            next = connections.next() => next,
+            () = &mut shutdown => break,
+        };
+        let stream = match next {
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "gRPC: cannot take a connection");
+                continue;
+            }
+            None => {
+                // No more connections will come; the open ones are served until shutdown.
+                (&mut shutdown).await;
+                break;
+            }
+        };
+        let calls = Calls {
+            backend: backend.clone(),
+        };
+        let connection = graceful.watch(http2.serve_connection(TokioIo::new(stream), calls));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "gRPC connection closed on an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
+
+/// The per-connection hyper service: each request is one call.
+struct Calls<B> {
+    backend: Arc<B>,
+}
+
+impl<B: RlsBackend> hyper::service::Service<Request<Incoming>> for Calls<B> {
+    type Response = Response<GrpcBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<GrpcBody>, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let backend = self.backend.clone();
+        Box::pin(async move { Ok(answer(&*backend, request).await) })
+    }
+}
+
+/// Answers one HTTP request: the call's response, or the reason it was refused.
+async fn answer<B: RlsBackend>(backend: &B, request: Request<Incoming>) -> Response<GrpcBody> {
+    if request.method() != Method::POST {
+        let mut response = http_refusal(StatusCode::METHOD_NOT_ALLOWED);
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    if !is_grpc(request.headers()) {
+        return http_refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    if request.uri().path() != PATH {
+        let message = format!(
+            "unknown method {}; this service has {PATH}",
+            request.uri().path()
+        );
+        return Refusal::new(GrpcCode::Unimplemented, message).into_response();
+    }
+    match call(backend, request.into_body()).await {
+        Ok(response) => message_response(&response),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitResponse, Refusal> {
+    let message = read_message(body).await?;
+    let request = RateLimitRequest::decode(message).map_err(|e| {
+        Refusal::new(
+            GrpcCode::InvalidArgument,
+            format!("malformed protobuf message: {e}"),
+        )
+    })?;
+    let request = RlsRequest::try_from(request).map_err(|e| {
+        tracing::debug!(error = %e, "ShouldRateLimit: invalid request");
+        Refusal::new(GrpcCode::InvalidArgument, e.to_string())
+    })?;
+    Ok(backend.should_rate_limit(request).await.into())
+}
+
+/// `application/grpc`, or one of its `+format` / `;parameter` forms.
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("application/grpc"))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
+}
+
+/// Reads the request body and returns the one message in it, without its prefix. A body that
+/// arrives in one DATA frame, as Envoy's do, is not copied.
+async fn read_message(mut body: Incoming) -> Result<Bytes, Refusal> {
+    let mut received = Received::Nothing;
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| {
+            Refusal::new(GrpcCode::Internal, format!("the request body failed: {e}"))
+        })?;
+        // Request trailers carry nothing for a unary call.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        received.push(data);
+        if let Some(length) = received.announced()? {
+            if received.len() > PREFIX + length {
+                return Err(Refusal::new(
+                    GrpcCode::Internal,
+                    "a unary call carries exactly one message; the body holds more",
+                ));
+            }
+        }
+    }
+    let Some(length) = received.announced()? else {
+        let message = if received.len() == 0 {
+            "the request body holds no message".to_string()
+        } else {
+            format!(
+                "the request body ends inside the message prefix ({} of 5 bytes)",
+                received.len()
+            )
+        };
+        return Err(Refusal::new(GrpcCode::Internal, message));
+    };
+    if received.len() < PREFIX + length {
+        return Err(Refusal::new(
+            GrpcCode::Internal,
+            format!(
+                "the request body ends inside the message: {length} bytes announced, {} received",
+                received.len() - PREFIX
+            ),
+        ));
+    }
+    Ok(received.into_bytes().slice(PREFIX..))
+}
+
+/// The request body so far: most bodies are one chunk, kept as it is.
+enum Received {
+    Nothing,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Received {
+    fn push(&mut self, data: Bytes) {
+        *self = match std::mem::replace(self, Received::Nothing) {
+            Received::Nothing => Received::One(data),
+            Received::One(first) => {
+                let mut all = BytesMut::with_capacity(first.len() + data.len());
+                all.put(first);
+                all.put(data);
+                Received::Many(all)
+            }
+            Received::Many(mut all) => {
+                all.put(data);
+                Received::Many(all)
+            }
+        };
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Received::Nothing => &[],
+            Received::One(b) => b,
+            Received::Many(b) => b,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// The message length its prefix announces, once the prefix is in; refuses a compressed
+    /// message and one above [`MAX_REQUEST_BYTES`] before any more of it is read.
+    fn announced(&self) -> Result<Option<usize>, Refusal> {
+        let mut prefix = match self.bytes().get(..PREFIX) {
+            Some(prefix) => prefix,
+            None => return Ok(None),
+        };
+        if prefix.get_u8() != 0 {
+            return Err(Refusal::new(
+                GrpcCode::Unimplemented,
+                "compressed messages are not supported; send them uncompressed (identity)",
+            ));
+        }
+        let length = prefix.get_u32();
+        match usize::try_from(length) {
+            Ok(length) if length <= MAX_REQUEST_BYTES => Ok(Some(length)),
+            _ => Err(Refusal::new(
+                GrpcCode::ResourceExhausted,
+                format!(
+                    "the request message is {length} bytes, above the limit of {MAX_REQUEST_BYTES}"
+                ),
+            )),
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Received::Nothing => Bytes::new(),
+            Received::One(b) => b,
+            Received::Many(b) => b.freeze(),
+        }
+    }
+}
+
+/// The gRPC status codes this service answers with.
+#[derive(Clone, Copy, Debug)]
+enum GrpcCode {
+    InvalidArgument = 3,
+    ResourceExhausted = 8,
+    Unimplemented = 12,
+    Internal = 13,
+}
+
+/// A call refused with a gRPC status.
+#[derive(Debug)]
+struct Refusal {
+    code: GrpcCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: GrpcCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A trailers-only answer: HTTP 200, the status in the headers, no body.
+    fn into_response(self) -> Response<GrpcBody> {
+        let mut response = Response::new(GrpcBody::empty());
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, grpc_content_type());
+        headers.insert("grpc-status", HeaderValue::from(self.code as u16));
+        if let Ok(message) = HeaderValue::try_from(percent_encode(&self.message)) {
+            headers.insert("grpc-message", message);
+        }
+        if matches!(self.code, GrpcCode::Unimplemented) {
+            headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
+        }
+        response
+    }
+}
+
+fn grpc_content_type() -> HeaderValue {
+    HeaderValue::from_static("application/grpc")
+}
+
+/// gRPC's percent-encoding of `grpc-message`: bytes outside printable ASCII, and `%`, as `%XX`.
+fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for byte in message.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Not a gRPC call at all: a plain HTTP status, no body.
+fn http_refusal(status: StatusCode) -> Response<GrpcBody> {
+    let mut response = Response::new(GrpcBody::empty());
+    *response.status_mut() = status;
+    response
+}
+
+/// The answer to a call: the message, then `grpc-status: 0`.
+fn message_response(message: &RateLimitResponse) -> Response<GrpcBody> {
+    let length = message.encoded_len();
+    let Ok(prefix_length) = u32::try_from(length) else {
+        return Refusal::new(GrpcCode::Internal, "the response is too large to send")
+            .into_response();
+    };
+    let mut bytes = BytesMut::with_capacity(PREFIX + length);
+    bytes.put_u8(0);
+    bytes.put_u32(prefix_length);
+    message.encode_raw(&mut bytes);
+    let mut response = Response::new(GrpcBody::message(bytes.freeze()));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, grpc_content_type());
+    response
+}
+
+/// A gRPC response body: at most one message, then the OK trailers; or nothing, when the
+/// status went in the headers.
+#[derive(Debug)]
+struct GrpcBody {
+    message: Option<Bytes>,
+    trailers: bool,
+}
+
+impl GrpcBody {
+    fn message(bytes: Bytes) -> GrpcBody {
+        GrpcBody {
+            message: Some(bytes),
+            trailers: true,
+        }
+    }
+
+    fn empty() -> GrpcBody {
+        GrpcBody {
+            message: None,
+            trailers: false,
+        }
+    }
+}
+
+impl Body for GrpcBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(message) = self.message.take() {
+            return Poll::Ready(Some(Ok(Frame::data(message))));
+        }
+        if std::mem::take(&mut self.trailers) {
+            let mut trailers = HeaderMap::with_capacity(1);
+            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.message.is_none() && !self.trailers
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.message.as_ref().map_or(0, |m| m.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types() {
+        let with = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
+            is_grpc(&headers)
+        };
+        assert!(with("application/grpc"));
+        assert!(with("application/grpc+proto"));
+        assert!(with("application/grpc;charset=utf-8"));
+        assert!(!with("application/grpc-web"));
+        assert!(!with("application/json"));
+        assert!(!is_grpc(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn messages_are_percent_encoded() {
+        assert_eq!(
+            percent_encode("domain: must not be empty"),
+            "domain: must not be empty"
+        );
+        assert_eq!(percent_encode("100% é\n"), "100%25 %C3%A9%0A");
+    }
+
+    #[test]
+    fn the_prefix_is_checked_as_soon_as_it_is_in() {
+        let mut received = Received::Nothing;
+        received.push(Bytes::from_static(&[0, 0, 0]));
+        assert!(matches!(received.announced(), Ok(None)));
+        received.push(Bytes::from_static(&[0, 7, b'x']));
+        assert!(matches!(received.announced(), Ok(Some(7))));
+        assert_eq!(received.len(), 6);
+
+        let mut compressed = Received::Nothing;
+        compressed.push(Bytes::from_static(&[1, 0, 0, 0, 1, 0]));
+        let refusal = compressed.announced().unwrap_err();
+        assert!(matches!(refusal.code, GrpcCode::Unimplemented));
+
+        let mut huge = Received::Nothing;
+        huge.push(Bytes::from_static(&[0, 0, 1, 0, 1]));
+        let refusal = huge.announced().unwrap_err();
+        assert!(matches!(refusal.code, GrpcCode::ResourceExhausted));
+        assert_eq!(
+            refusal.message,
+            "the request message is 65537 bytes, above the limit of 65536"
+        );
+    }
+
+    #[test]
+    fn the_body_is_the_message_then_the_ok_trailers() {
+        let mut body = GrpcBody::message(Bytes::from_static(b"abc"));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert_eq!(body.size_hint().exact(), Some(3));
+        let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) else {
+            panic!("a data frame");
+        };
+        assert_eq!(frame.into_data().ok(), Some(Bytes::from_static(b"abc")));
+        let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) else {
+            panic!("a trailers frame");
+        };
+        let Ok(trailers) = frame.into_trailers() else {
+            panic!("trailers after the message");
+        };
+        assert_eq!(
+            trailers.get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"0"[..])
+        );
+        assert!(body.is_end_stream());
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
+        assert!(GrpcBody::empty().is_end_stream());
+    }
+}
