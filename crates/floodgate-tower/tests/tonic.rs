@@ -1,0 +1,186 @@
+//! The middleware as a tonic server's layer (`Server::builder().layer(..)`), called by a tonic
+//! client over a real HTTP/2 connection on 127.0.0.1: allowed calls reach the service, and a
+//! refusal arrives as a gRPC status with its message and rate-limit metadata.
+//!
+//! The limiters run on a manual clock that never moves, so real sockets cannot make a timing
+//! difference: the bucket below never refills.
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use floodgate::algorithm::spec::AnyState;
+use floodgate::limiter::concurrency::ConcurrencyLimiter;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::pipeline::Pipeline;
+use floodgate::store::MemoryStore;
+use floodgate::{ManualClock, Nanos};
+use floodgate_tower::FloodgateLayer;
+use http::uri::PathAndQuery;
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic::{Code, Status};
+use tonic_prost::ProstCodec;
+
+/// A gRPC service with one unary method, `/test.Greeter/Hello`: a string in, a string out
+/// (protobuf's `StringValue` encoding), counting its calls.
+#[derive(Clone, Default)]
+struct Greeter {
+    calls: Arc<AtomicU64>,
+}
+
+impl NamedService for Greeter {
+    const NAME: &'static str = "test.Greeter";
+}
+
+const HELLO: &str = "/test.Greeter/Hello";
+
+/// The method's handler.
+struct Hello;
+
+impl UnaryService<String> for Hello {
+    type Response = String;
+    type Future = Ready<Result<tonic::Response<String>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<String>) -> Self::Future {
+        ready(Ok(tonic::Response::new(format!(
+            "hello {}",
+            request.into_inner()
+        ))))
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Greeter {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let calls = self.calls.clone();
+        Box::pin(async move {
+            if request.uri().path() != HELLO {
+                return Ok(Status::unimplemented("no such method").into_http());
+            }
+            calls.fetch_add(1, Ordering::Relaxed);
+            let mut grpc = Grpc::new(ProstCodec::<String, String>::default());
+            Ok(grpc.unary(Hello, request).await)
+        })
+    }
+}
+
+type TestStore = MemoryStore<String, AnyState, ManualClock>;
+
+fn store(clock: &ManualClock) -> TestStore {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .build::<String, AnyState>()
+        .expect("valid store settings")
+}
+
+/// Serves `greeter` behind the middleware on an ephemeral port; a client connected to it.
+async fn serve(pipeline: Pipeline<TestStore>, greeter: Greeter) -> Channel {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
+    let addr = incoming.local_addr().expect("a bound address");
+    tokio::spawn(
+        Server::builder()
+            .layer(FloodgateLayer::new(Arc::new(pipeline)))
+            .add_service(greeter)
+            .serve_with_incoming(incoming),
+    );
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// One call of `Hello` with API key `key`.
+async fn hello(channel: &Channel, key: &str, name: &str) -> Result<String, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("ready");
+    let mut request = tonic::Request::new(name.to_string());
+    request
+        .metadata_mut()
+        .insert("x-api-key", key.parse().expect("ASCII metadata"));
+    grpc.unary(
+        request,
+        PathAndQuery::from_static(HELLO),
+        ProstCodec::<String, String>::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let plan = Plan::token_bucket("free", 0.01, 2).expect("a valid plan");
+    let pipeline = Pipeline::builder()
+        .request_rate(RequestRateLimiter::new(vec![plan], "free", store(&clock)).expect("valid"))
+        .build();
+    let greeter = Greeter::default();
+    let channel = serve(pipeline, greeter.clone()).await;
+
+    for name in ["ann", "bo"] {
+        assert_eq!(
+            hello(&channel, "k1", name).await.expect("allowed"),
+            format!("hello {name}")
+        );
+    }
+    let refused = hello(&channel, "k1", "cy").await.expect_err("refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .starts_with("plan free allows 0.01 requests per second"),
+        "{refused:?}"
+    );
+    let metadata = refused.metadata();
+    assert_eq!(
+        metadata.get("retry-after").map(|v| v.to_str().ok()),
+        Some(Some("100"))
+    );
+    assert_eq!(
+        metadata.get("ratelimit-policy").map(|v| v.to_str().ok()),
+        Some(Some("\"requests\";q=1;w=100"))
+    );
+    assert_eq!(
+        greeter.calls.load(Ordering::Relaxed),
+        2,
+        "the refusal never reached it"
+    );
+    // Another key has its own bucket, on the same connection.
+    assert_eq!(
+        hello(&channel, "k2", "di").await.expect("allowed"),
+        "hello di"
+    );
+}
+
+#[tokio::test]
+async fn leases_are_given_back_after_each_call() {
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let limiter =
+        ConcurrencyLimiter::new(1, Duration::from_secs(600), store(&clock)).expect("a valid limit");
+    let pipeline = Pipeline::builder().concurrency(limiter).build();
+    let greeter = Greeter::default();
+    let channel = serve(pipeline, greeter.clone()).await;
+    // One call in flight at a time per user: sequential calls never collide, because each
+    // call's place is given back when its response (message and trailers) has been sent.
+    for i in 0..20 {
+        let name = format!("call {i}");
+        assert_eq!(
+            hello(&channel, "k", &name).await.expect("allowed"),
+            format!("hello {name}")
+        );
+    }
+    assert_eq!(greeter.calls.load(Ordering::Relaxed), 20);
+}
