@@ -5,17 +5,18 @@
 //! The limiters run on a manual clock that never moves, so real sockets cannot make a timing
 //! difference: the bucket below never refills.
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate::algorithm::spec::AnyState;
+use common::{manual_store, ManualStore};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::pipeline::Pipeline;
-use floodgate::store::MemoryStore;
 use floodgate::{ManualClock, Nanos};
 use floodgate_tower::FloodgateLayer;
 use http::{Request, Response};
@@ -55,7 +56,7 @@ async fn handler(
 
 /// Serves the limited handler on an ephemeral port with `protocol`, each connection on its
 /// own task.
-async fn serve(pipeline: Pipeline<TestStore>, protocol: Protocol) -> (SocketAddr, Streams) {
+async fn serve(pipeline: Pipeline<ManualStore>, protocol: Protocol) -> (SocketAddr, Streams) {
     let streams = Streams::default();
     let handler_streams = streams.clone();
     let service = FloodgateLayer::new(Arc::new(pipeline)).layer(tower::service_fn(
@@ -89,15 +90,6 @@ async fn serve(pipeline: Pipeline<TestStore>, protocol: Protocol) -> (SocketAddr
         }
     });
     (addr, streams)
-}
-
-type TestStore = MemoryStore<String, AnyState, ManualClock>;
-
-fn store(clock: &ManualClock) -> TestStore {
-    MemoryStore::builder()
-        .clock(clock.clone())
-        .build::<String, AnyState>()
-        .expect("valid store settings")
 }
 
 /// One GET of `path` by API key `key` on a new connection; the response, body unread.
@@ -141,7 +133,9 @@ async fn refuses_over_the_rate_with_headers(protocol: Protocol) {
     let clock = ManualClock::new(Nanos::from_secs(1_000));
     let plan = Plan::token_bucket("free", 0.01, 2).expect("a valid plan");
     let pipeline = Pipeline::builder()
-        .request_rate(RequestRateLimiter::new(vec![plan], "free", store(&clock)).expect("valid"))
+        .request_rate(
+            RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).expect("valid"),
+        )
         .build();
     let (addr, _) = serve(pipeline, protocol).await;
     for remaining in ["1", "0"] {
@@ -174,8 +168,8 @@ async fn refuses_over_the_rate_with_headers(protocol: Protocol) {
 
 async fn a_lease_is_held_while_the_body_streams(protocol: Protocol) {
     let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let limiter =
-        ConcurrencyLimiter::new(1, Duration::from_secs(600), store(&clock)).expect("a valid limit");
+    let limiter = ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock))
+        .expect("a valid limit");
     let pipeline = Pipeline::builder().concurrency(limiter).build();
     let (addr, streams) = serve(pipeline, protocol).await;
 

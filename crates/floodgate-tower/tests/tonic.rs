@@ -5,6 +5,8 @@
 //! The limiters run on a manual clock that never moves, so real sockets cannot make a timing
 //! difference: the bucket below never refills.
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
 use std::pin::Pin;
@@ -13,11 +15,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use floodgate::algorithm::spec::AnyState;
+use common::{manual_store, ManualStore};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::pipeline::Pipeline;
-use floodgate::store::MemoryStore;
 use floodgate::{ManualClock, Nanos};
 use floodgate_tower::FloodgateLayer;
 use http::uri::PathAndQuery;
@@ -77,17 +78,8 @@ impl tower::Service<http::Request<tonic::body::Body>> for Greeter {
     }
 }
 
-type TestStore = MemoryStore<String, AnyState, ManualClock>;
-
-fn store(clock: &ManualClock) -> TestStore {
-    MemoryStore::builder()
-        .clock(clock.clone())
-        .build::<String, AnyState>()
-        .expect("valid store settings")
-}
-
 /// Serves `greeter` behind the middleware on an ephemeral port; a client connected to it.
-async fn serve(pipeline: Pipeline<TestStore>, greeter: Greeter) -> Channel {
+async fn serve(pipeline: Pipeline<ManualStore>, greeter: Greeter) -> Channel {
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
     let addr = incoming.local_addr().expect("a bound address");
     tokio::spawn(
@@ -125,7 +117,9 @@ async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
     let clock = ManualClock::new(Nanos::from_secs(1_000));
     let plan = Plan::token_bucket("free", 0.01, 2).expect("a valid plan");
     let pipeline = Pipeline::builder()
-        .request_rate(RequestRateLimiter::new(vec![plan], "free", store(&clock)).expect("valid"))
+        .request_rate(
+            RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).expect("valid"),
+        )
         .build();
     let greeter = Greeter::default();
     let channel = serve(pipeline, greeter.clone()).await;
@@ -168,8 +162,8 @@ async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
 #[tokio::test]
 async fn leases_are_given_back_after_each_call() {
     let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let limiter =
-        ConcurrencyLimiter::new(1, Duration::from_secs(600), store(&clock)).expect("a valid limit");
+    let limiter = ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock))
+        .expect("a valid limit");
     let pipeline = Pipeline::builder().concurrency(limiter).build();
     let greeter = Greeter::default();
     let channel = serve(pipeline, greeter.clone()).await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::store::{MemoryStore, Request as StoreRequest, Store};
-use floodgate::{Clock, Decision, Nanos, Op, StoreError};
+use floodgate::{Clock, Decision, ManualClock, Nanos, Op, StoreError};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 
@@ -40,6 +40,17 @@ impl Clock for TokioClock {
 pub type TestStore = MemoryStore<String, AnyState, TokioClock>;
 
 pub fn store(clock: &TokioClock) -> TestStore {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .build::<String, AnyState>()
+        .unwrap()
+}
+
+/// The memory store on a manual clock: for tests over real sockets, during which tokio's
+/// paused clock would jump ahead whenever every task waits on a socket.
+pub type ManualStore = MemoryStore<String, AnyState, ManualClock>;
+
+pub fn manual_store(clock: &ManualClock) -> ManualStore {
     MemoryStore::builder()
         .clock(clock.clone())
         .build::<String, AnyState>()
