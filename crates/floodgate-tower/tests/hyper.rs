@@ -10,14 +10,10 @@ mod common;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use common::{manual_store, ManualStore};
-use floodgate::limiter::concurrency::ConcurrencyLimiter;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use common::{never_refilling_pipeline, one_in_flight_pipeline, ManualStore};
 use floodgate::pipeline::Pipeline;
-use floodgate::{ManualClock, Nanos};
 use floodgate_tower::FloodgateLayer;
 use http::{Request, Response};
 use http_body_util::channel::{Channel, Sender};
@@ -130,13 +126,7 @@ async fn text(response: Response<Incoming>) -> String {
 }
 
 async fn refuses_over_the_rate_with_headers(protocol: Protocol) {
-    let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let plan = Plan::token_bucket("free", 0.01, 2).expect("a valid plan");
-    let pipeline = Pipeline::builder()
-        .request_rate(
-            RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).expect("valid"),
-        )
-        .build();
+    let pipeline = never_refilling_pipeline();
     let (addr, _) = serve(pipeline, protocol).await;
     for remaining in ["1", "0"] {
         let ok = get(addr, protocol, "/things", "k1").await;
@@ -167,10 +157,7 @@ async fn refuses_over_the_rate_with_headers(protocol: Protocol) {
 }
 
 async fn a_lease_is_held_while_the_body_streams(protocol: Protocol) {
-    let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let limiter = ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock))
-        .expect("a valid limit");
-    let pipeline = Pipeline::builder().concurrency(limiter).build();
+    let pipeline = one_in_flight_pipeline();
     let (addr, streams) = serve(pipeline, protocol).await;
 
     let streaming = get(addr, protocol, "/stream", "k").await;

@@ -15,11 +15,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{manual_store, ManualStore};
-use floodgate::limiter::concurrency::ConcurrencyLimiter;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use common::{never_refilling_pipeline, one_in_flight_pipeline, ManualStore};
 use floodgate::pipeline::Pipeline;
-use floodgate::{ManualClock, Nanos};
 use floodgate_tower::FloodgateLayer;
 use http::uri::PathAndQuery;
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -114,13 +111,7 @@ async fn hello(channel: &Channel, key: &str, name: &str) -> Result<String, Statu
 
 #[tokio::test]
 async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
-    let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let plan = Plan::token_bucket("free", 0.01, 2).expect("a valid plan");
-    let pipeline = Pipeline::builder()
-        .request_rate(
-            RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).expect("valid"),
-        )
-        .build();
+    let pipeline = never_refilling_pipeline();
     let greeter = Greeter::default();
     let channel = serve(pipeline, greeter.clone()).await;
 
@@ -161,10 +152,7 @@ async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
 
 #[tokio::test]
 async fn leases_are_given_back_after_each_call() {
-    let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let limiter = ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock))
-        .expect("a valid limit");
-    let pipeline = Pipeline::builder().concurrency(limiter).build();
+    let pipeline = one_in_flight_pipeline();
     let greeter = Greeter::default();
     let channel = serve(pipeline, greeter.clone()).await;
     // One call in flight at a time per user: sequential calls never collide, because each

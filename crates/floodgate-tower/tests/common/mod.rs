@@ -57,6 +57,28 @@ pub fn manual_store(clock: &ManualClock) -> ManualStore {
         .unwrap()
 }
 
+/// For tests over real sockets: the plan "free", 0.01 requests a second (`q=1;w=100`) with
+/// bursts of 2, on a manual clock that never moves, so the bucket never refills.
+pub fn never_refilling_pipeline() -> floodgate::pipeline::Pipeline<ManualStore> {
+    use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let plan = Plan::token_bucket("free", 0.01, 2).unwrap();
+    floodgate::pipeline::Pipeline::builder()
+        .request_rate(RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).unwrap())
+        .build()
+}
+
+/// For tests over real sockets: one request in flight per user, on a manual clock.
+pub fn one_in_flight_pipeline() -> floodgate::pipeline::Pipeline<ManualStore> {
+    use floodgate::limiter::concurrency::ConcurrencyLimiter;
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let limiter =
+        ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock)).unwrap();
+    floodgate::pipeline::Pipeline::builder()
+        .concurrency(limiter)
+        .build()
+}
+
 /// A store that answers one scheduler turn late, as a remote store would: exercises the
 /// middleware's deciding state.
 pub struct Later(pub TestStore);
