@@ -13,7 +13,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use common::{never_refilling_pipeline, one_in_flight_pipeline, ManualStore};
 use floodgate::pipeline::Pipeline;
