@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -50,7 +50,10 @@ where
     F: Future<Output = ()>,
 {
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2.max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    // gRPC has no use for `date`; leaving it out saves a header on every answer.
+    http2
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .auto_date_header(false);
     let graceful = GracefulShutdown::new();
     tokio::pin!(connections, shutdown);
     loop {
@@ -334,11 +337,13 @@ fn message_response(message: &RateLimitResponse) -> Response<GrpcBody> {
         return Refusal::new(GrpcCode::Internal, "the response is too large to send")
             .into_response();
     };
-    let mut bytes = BytesMut::with_capacity(PREFIX + length);
-    bytes.put_u8(0);
-    bytes.put_u32(prefix_length);
+    // A Vec, not a BytesMut: prost writes varints a byte at a time, which a Vec takes as a
+    // push and a BytesMut as a slice copy.
+    let mut bytes = Vec::with_capacity(PREFIX + length);
+    bytes.push(0);
+    bytes.extend_from_slice(&prefix_length.to_be_bytes());
     message.encode_raw(&mut bytes);
-    let mut response = Response::new(GrpcBody::message(bytes.freeze()));
+    let mut response = Response::new(GrpcBody::message(Bytes::from(bytes)));
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, grpc_content_type());
@@ -392,9 +397,8 @@ impl Body for GrpcBody {
         self.message.is_none() && !self.trailers
     }
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.message.as_ref().map_or(0, |m| m.len() as u64))
-    }
+    // No exact size hint: hyper would turn it into a `content-length` header, which gRPC does
+    // not use, on every answer.
 }
 
 #[cfg(test)]
@@ -454,7 +458,6 @@ mod tests {
         let mut body = GrpcBody::message(Bytes::from_static(b"abc"));
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
-        assert_eq!(body.size_hint().exact(), Some(3));
         let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) else {
             panic!("a data frame");
         };
