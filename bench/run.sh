@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Load-tests a running `floodgate serve` on this machine and prints the figures that
 # BENCHMARKS.md records. Needs h2load (Debian's nghttp2-client) and wrk.
-#   cargo build --release -p floodgate-server && bash bench/run.sh
+#   cargo build --release -p floodgate-server --bin floodgate --example rls_load
+#   bash bench/run.sh
 # Options (environment):
 #   RUNS=3            runs of each peak measurement
 #   WORKERS="2 1"     the --workers values to measure (default: this machine's cores, then 1)
@@ -73,6 +74,12 @@ for workers in $WORKERS; do
       echo "-c $1 -m $2: $(paced "$PEER_URL" "$1" "$2" 40000)"
     done
   fi
+  echo "== floodgate --workers $workers: gRPC over many keys, examples/rls_load -c 4 -m 32 (h2load sends one body)"
+  for domain in bench bench-deny; do
+    for keys in 1 100000; do
+      echo "$domain, $keys keys: $(target/release/examples/rls_load "http://$GRPC" --domain $domain --keys $keys -c 4 -m 32 --seconds 5)"
+    done
+  done
   echo "== floodgate --workers $workers: HTTP, wrk -t1 -c64 -d5s"
   for script in "check.lua allow" "check.lua deny" "json.lua bench" "json.lua bench-deny"; do
     set -- $script
