@@ -555,4 +555,67 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
         .unwrap()
         .into_inner();
     assert_eq!(other.overall_code, 1);
+
+    // The other descriptor rules, several descriptors per call: (code, limit_remaining) of
+    // each status, and the overall code (1 OK, 2 OVER_LIMIT).
+    let descriptor = |entries: &[(&str, &str)], hits: Option<u64>| RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        hits_addend: hits,
+    };
+    let call = |domain: &str, descriptors: Vec<RateLimitDescriptor>| {
+        let request = RateLimitRequest {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: 0,
+        };
+        let mut client = client.clone();
+        async move {
+            let r = client
+                .should_rate_limit(request)
+                .await
+                .unwrap()
+                .into_inner();
+            let statuses: Vec<(i32, u32)> = r
+                .statuses
+                .iter()
+                .map(|s| (s.code, s.limit_remaining))
+                .collect();
+            (r.overall_code, statuses)
+        }
+    };
+    let api = || descriptor(&[("path", "/api/users")], None);
+    let nested = || descriptor(&[("tenant", "acme"), ("user", "ann")], None);
+    let free = || descriptor(&[("free", "x")], None);
+    let dark = || descriptor(&[("dark", "x")], None);
+    // Wildcard (1/hour), nested (3/day), unlimited, shadow (1/hour) in one call.
+    assert_eq!(
+        call("edge", vec![api(), nested(), free(), dark()]).await,
+        (1, vec![(1, 0), (1, 2), (1, u32::MAX), (1, 0)])
+    );
+    // Over the wildcard's limit; the shadow limit is over too, but answers OK.
+    assert_eq!(
+        call("edge", vec![api(), nested(), free(), dark()]).await,
+        (2, vec![(2, 0), (1, 1), (1, u32::MAX), (1, 0)])
+    );
+    // A descriptor's own hits_addend: the nested limit's last hit, then one too many.
+    let two = descriptor(&[("tenant", "acme"), ("user", "ann")], Some(2));
+    assert_eq!(call("edge", vec![two.clone()]).await, (2, vec![(2, 1)]));
+    let one = descriptor(&[("tenant", "acme"), ("user", "ann")], Some(1));
+    assert_eq!(call("edge", vec![one]).await, (1, vec![(1, 0)]));
+    // requests_per_unit 0 blocks; a key the config does not know and an unknown domain pass.
+    assert_eq!(
+        call("edge", vec![descriptor(&[("blocked", "x")], None)]).await,
+        (2, vec![(2, 0)])
+    );
+    assert_eq!(
+        call("edge", vec![descriptor(&[("unknown", "x")], None)]).await,
+        (1, vec![(1, 0)])
+    );
+    assert_eq!(call("nowhere", vec![api()]).await, (1, vec![(1, 0)]));
 }
