@@ -455,9 +455,36 @@ async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one
 
 #[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
+    use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use floodgate_server::grpc::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
+
     let mut s = start(None, None).await;
     let (status, ready) = s.get("/readyz").await;
     assert_eq!((status, ready.as_str()), (200, "ready"));
+    // An open gRPC connection, as Envoy keeps one, must not hold the shutdown up.
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", s.grpc))
+        .await
+        .expect("the gRPC API answers");
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "remote_address".into(),
+                value: "10.9.9.9".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    assert_eq!(
+        client
+            .should_rate_limit(request)
+            .await
+            .expect("an answer")
+            .into_inner()
+            .overall_code,
+        1
+    );
     let pid = s.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
