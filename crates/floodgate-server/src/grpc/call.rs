@@ -11,12 +11,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use prost::Message;
 use tokio::net::TcpStream;
@@ -32,6 +33,12 @@ const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 /// connections, so this is well above its default of 1,024 requests per cluster; the bound
 /// keeps a single client from holding unbounded per-stream state.
 const MAX_CONCURRENT_STREAMS: u32 = 4_096;
+
+/// How long a connection may be quiet before the server pings the peer (HTTP/2 `PING`).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long the server waits for a ping's answer before it closes the connection.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The gRPC message prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
@@ -50,10 +57,15 @@ where
     F: Future<Output = ()>,
 {
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    // gRPC has no use for `date`; leaving it out saves a header on every answer.
+    // gRPC has no use for `date`; leaving it out saves a header on every answer. Envoy keeps
+    // its connections open for good, so a peer that vanished without closing (a host gone, a
+    // network cut) is found by pings and its connection closed, instead of held forever.
     http2
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .auto_date_header(false);
+        .auto_date_header(false)
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
     let graceful = GracefulShutdown::new();
     tokio::pin!(connections, shutdown);
     loop {
