@@ -118,6 +118,10 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
+/// How long the acceptor waits after a failed accept (out of file descriptors, say) before it
+/// tries again.
+const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A connection on its way from the acceptor to a worker: a std stream, because a tokio
 /// stream belongs to the runtime that accepted it.
 type Handoff = (std::net::TcpStream, SocketAddr);
@@ -164,8 +168,12 @@ pub async fn run(
                 // A worker that is gone (it failed) loses the connection; the client retries.
                 let _ = lanes[turn % lanes.len()].send(handoff).await;
             }
-            // Out of file descriptors and the like: log, and keep accepting.
-            Err(e) => tracing::warn!(error = %e, "accept failed"),
+            // Out of file descriptors and the like: log, pause so as not to spin on an error
+            // that will repeat until connections close, and keep accepting.
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+            }
         }
     }
     drop((http, grpc, http_lanes, grpc_lanes));
