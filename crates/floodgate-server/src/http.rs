@@ -7,6 +7,7 @@
 //! Bad input never changes state.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -18,11 +19,49 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio_stream::Stream;
+
 use crate::metrics::{Endpoint, Outcome};
+use crate::serve::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::server::{AdminError, EvaluateRequest, Server};
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// How long a client may take to send a request's head over HTTP/1.1, counted from when the
+/// server starts reading it; then the connection is closed. Without it a client that sends a
+/// byte now and then (slowloris) would hold a connection and its task for good.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
+/// prior knowledge), each on its own task, until `shutdown` completes; then lets the requests
+/// in progress finish and returns. See [`crate::serve`] for the connection handling.
+pub async fn serve<S, F>(server: Arc<Server>, connections: S, shutdown: F)
+where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    F: std::future::Future<Output = ()>,
+{
+    let router = router(server);
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    serve_each("http", connections, shutdown, |stream| {
+        let service = TowerToHyperService::new(router.clone());
+        builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned()
+    })
+    .await;
+}
 
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {

@@ -13,10 +13,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::future::Future;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+
+use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use tokio_stream::{Stream, StreamExt};
 
 use crate::config::{Config, ConfigFileError};
 use crate::server::Server;
@@ -118,6 +121,14 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
+/// How long an HTTP/2 connection may be quiet before the server pings the peer (`PING`):
+/// gateways keep their connections open for good, so a peer that vanished without closing
+/// (a host gone, a network cut) is found this way and its connection closed.
+pub(crate) const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long the server waits for a ping's answer before it closes the connection.
+pub(crate) const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// How long the acceptor waits after a failed accept (out of file descriptors, say) before it
 /// tries again.
 const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -144,10 +155,9 @@ pub async fn run(
         http_lanes.push(http_tx);
         grpc_lanes.push(grpc_tx);
         let (server, stopped) = (server.clone(), stopped.clone());
-        let local = http.local_addr().ok();
         let thread = std::thread::Builder::new()
             .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(server, http_rx, grpc_rx, local, stopped))
+            .spawn(move || worker(server, http_rx, grpc_rx, stopped))
             .map_err(|e| ServeError::Run(format!("cannot start worker {i}: {e}")))?;
         threads.push(thread);
     }
@@ -194,7 +204,6 @@ fn worker(
     server: Arc<Server>,
     http: mpsc::Receiver<Handoff>,
     grpc: mpsc::Receiver<Handoff>,
-    local: Option<SocketAddr>,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -202,51 +211,67 @@ fn worker(
         .build()
         .map_err(|e| ServeError::Run(format!("cannot start a worker runtime: {e}")))?;
     runtime.block_on(async move {
-        let router = crate::http::router(server.clone());
-        let http_server = axum::serve(
-            Lane {
-                connections: http,
-                local,
-            },
-            router.into_make_service(),
-        )
-        .with_graceful_shutdown(wait_for(stopped.clone()));
-        let incoming =
-            ReceiverStream::new(grpc).map(|(stream, _)| tokio::net::TcpStream::from_std(stream));
-        let grpc_server = crate::grpc::serve(server, incoming, wait_for(stopped));
-        let (http, ()) = tokio::join!(http_server, grpc_server);
-        http.map_err(|e| ServeError::Run(format!("http: {e}")))
+        let adopt = |(stream, _): Handoff| tokio::net::TcpStream::from_std(stream);
+        let http_server = crate::http::serve(
+            server.clone(),
+            ReceiverStream::new(http).map(adopt),
+            wait_for(stopped.clone()),
+        );
+        let grpc_server = crate::grpc::serve(
+            server,
+            ReceiverStream::new(grpc).map(adopt),
+            wait_for(stopped),
+        );
+        tokio::join!(http_server, grpc_server);
+        Ok(())
     })
 }
 
-/// The HTTP connections dealt to one worker, as an axum listener.
-struct Lane {
-    connections: mpsc::Receiver<Handoff>,
-    local: Option<SocketAddr>,
-}
-
-impl axum::serve::Listener for Lane {
-    type Io = tokio::net::TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Some((stream, peer)) = self.connections.recv().await else {
-                // The acceptor has stopped: no more connections; the graceful shutdown ends
-                // the server.
-                return std::future::pending().await;
-            };
-            match tokio::net::TcpStream::from_std(stream) {
-                Ok(stream) => return (stream, peer),
-                Err(e) => tracing::warn!(error = %e, "cannot adopt a connection"),
+/// Serves each connection `connections` yields with `serve_one`, each on its own task, until
+/// `shutdown` completes; then stops taking connections, asks the open ones to finish
+/// (HTTP/1.1: after the response in progress; HTTP/2: `GOAWAY`), and returns when they have.
+///
+/// A connection that fails (a peer that speaks something else, one that resets) is closed and
+/// logged at debug level; the others go on. An error from `connections` is logged and the
+/// next connection is taken.
+pub(crate) async fn serve_each<S, F, C>(
+    api: &'static str,
+    connections: S,
+    shutdown: F,
+    mut serve_one: impl FnMut(tokio::net::TcpStream) -> C,
+) where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    F: Future<Output = ()>,
+    C: GracefulConnection + Send + 'static,
+    C::Error: std::fmt::Display,
+{
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(connections, shutdown);
+    loop {
+        let next = tokio::select! {
+            next = connections.next() => next,
+            () = &mut shutdown => break,
+        };
+        let stream = match next {
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                tracing::warn!(api, error = %e, "cannot take a connection");
+                continue;
             }
-        }
+            None => {
+                // No more connections will come; the open ones are served until shutdown.
+                (&mut shutdown).await;
+                break;
+            }
+        };
+        let connection = graceful.watch(serve_one(stream));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(api, error = %e, "connection closed on an error");
+            }
+        });
     }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.local
-            .ok_or_else(|| std::io::Error::other("the listener's address is unknown"))
-    }
+    graceful.shutdown().await;
 }
 
 async fn wait_for(mut stopped: watch::Receiver<bool>) {

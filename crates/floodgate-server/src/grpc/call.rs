@@ -11,20 +11,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use prost::Message;
 use tokio::net::TcpStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 
 use super::{RateLimitRequest, RateLimitResponse, RlsBackend, MAX_REQUEST_BYTES};
 use crate::rls::RlsRequest;
+use crate::serve::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 
 /// The one method served.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -34,12 +33,6 @@ const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 /// keeps a single client from holding unbounded per-stream state.
 const MAX_CONCURRENT_STREAMS: u32 = 4_096;
 
-/// How long a connection may be quiet before the server pings the peer (HTTP/2 `PING`).
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(60);
-
-/// How long the server waits for a ping's answer before it closes the connection.
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// The gRPC message prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
 
@@ -48,8 +41,8 @@ const PREFIX: usize = 5;
 /// (HTTP/2 `GOAWAY`), and returns when their calls in flight have been answered.
 ///
 /// A connection that fails (a peer that is not HTTP/2, one that resets) is closed and logged
-/// at debug level; the others go on. An error from `connections` (out of file descriptors,
-/// say) is logged and the next connection is taken.
+/// at debug level; the others go on. An error from `connections` is logged and the next
+/// connection is taken.
 pub async fn serve<B, S, F>(backend: Arc<B>, connections: S, shutdown: F)
 where
     B: RlsBackend,
@@ -66,36 +59,13 @@ where
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(connections, shutdown);
-    loop {
-        let next = tokio::select! {
-            next = connections.next() => next,
-            () = &mut shutdown => break,
-        };
-        let stream = match next {
-            Some(Ok(stream)) => stream,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "gRPC: cannot take a connection");
-                continue;
-            }
-            None => {
-                // No more connections will come; the open ones are served until shutdown.
-                (&mut shutdown).await;
-                break;
-            }
-        };
+    crate::serve::serve_each("grpc", connections, shutdown, |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };
-        let connection = graceful.watch(http2.serve_connection(TokioIo::new(stream), calls));
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "gRPC connection closed on an error");
-            }
-        });
-    }
-    graceful.shutdown().await;
+        http2.serve_connection(TokioIo::new(stream), calls)
+    })
+    .await;
 }
 
 /// The per-connection hyper service: each request is one call.
