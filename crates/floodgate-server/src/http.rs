@@ -16,11 +16,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
-
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use serde::Deserialize;
+use serde_json::{json, Value};
 use tokio_stream::Stream;
 
 use crate::metrics::{Endpoint, Outcome};

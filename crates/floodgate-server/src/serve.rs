@@ -9,16 +9,15 @@
 //! 2-core machine this serves about 1.5× the gRPC decisions per second of a work-stealing
 //! runtime (BENCHMARKS.md).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use std::future::Future;
+use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio_stream::{Stream, StreamExt};
 
 use crate::config::{Config, ConfigFileError};
