@@ -138,7 +138,9 @@ pub struct DescriptorConfig {
     /// Floodgate's shorthand for `rate_limit: {unlimited: true}`.
     #[serde(default)]
     pub unlimited: bool,
-    /// Decide and count, but never make the overall answer `OVER_LIMIT`.
+    /// Decide and count, but answer `OK` when over the limit (with `limit_remaining` 0), as
+    /// envoyproxy/ratelimit does; such descriptors are counted in
+    /// [`RlsResponse::shadow_over_limit`].
     #[serde(default)]
     pub shadow_mode: bool,
     /// Accepted for compatibility and ignored (envoyproxy/ratelimit's per-value statistics).

@@ -50,9 +50,8 @@ where
     F: Future<Output = ()>,
 {
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    // gRPC has no use for `date`; leaving it out saves a header on every answer. Envoy keeps
-    // its connections open for good, so a peer that vanished without closing (a host gone, a
-    // network cut) is found by pings and its connection closed, instead of held forever.
+    // gRPC has no use for `date`; leaving it out saves a header on every answer. The pings are
+    // the ones the HTTP API's HTTP/2 side sends too (see KEEP_ALIVE_INTERVAL).
     http2
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .auto_date_header(false)
