@@ -44,36 +44,60 @@
 //!
 //! # Sub-bucket counters (`buckets: Some(N)`)
 //!
-//! The window is split into `N` sub-buckets of width `b = W / N`, aligned to the epoch; bucket
-//! `j` is `[j·b, (j+1)·b)`. At `now`, in bucket `J = floor(now / b)`, the counted cost is the sum
-//! of buckets `J − N ..= J`: **`N + 1` buckets**, every bucket whose start is at or after the start
-//! of the bucket holding `now − W`. This is the counting rule of the design's source (seed
-//! `002`, "Sliding window counters"). A request of cost `n` passes iff `counted + n ≤ L`; it is
-//! then added to bucket `J`.
+//! The window is split into `N` sub-buckets aligned to the epoch. Bucket `j` (numbered from the
+//! epoch, `j ≥ 0`) is `[s(j), s(j + 1))` with
+//!
+//! ```text
+//! s(j) = ⌊j / N⌋·W + ⌊(j mod N)·W / N⌋
+//! ```
+//!
+//! that is, window `k` (`[kW, (k+1)W)`) holds buckets `kN ..= kN + N − 1`, and its bucket `i`
+//! starts `⌊i·W/N⌋` nanoseconds into it. Every bucket is `⌊W/N⌋` or `⌊W/N⌋ + 1` nanoseconds
+//! wide (exactly `W mod N` of each window's buckets are the wider ones), and `s(j + N) = s(j) + W`:
+//! every window starts a bucket and no rounding accumulates. When `N` divides `W` all buckets
+//! have width `b = W / N` and `s(j) = j·b`. The bucket holding `t` is
+//!
+//! ```text
+//! J(t) = ⌊t / W⌋·N + ⌊((t mod W + 1)·N − 1) / W⌋
+//! ```
+//!
+//! (the largest `i` with `⌊i·W/N⌋ ≤ t mod W`). At `now`, in bucket `J = J(now)`, the counted
+//! cost is the sum of buckets `J − N ..= J`: **`N + 1` buckets**, every bucket whose start is at or
+//! after the start of the bucket holding `now − W`. This is the usual sliding-window-counter
+//! rule. A request of cost `n` passes iff `counted + n ≤ L`; it is then added to bucket `J`.
+//! `remaining` is `L` minus the counted cost, the request's included if it passed (at least 0).
+//! A counted admission in bucket `j` stops counting at `s(j + N + 1)`: `reset_after` runs to
+//! that instant for the newest bucket holding cost, and a denied request's `retry_after` runs to
+//! the first such instant at which enough older buckets have stopped counting for it to pass.
 //!
 //! **Bound: exact (strict).** In any closed interval `[a, a + W]` the admitted cost is at most
 //! `L`: when its last admission happened, at `t ≤ a + W` in bucket `J`, the counted buckets
-//! started at `(J − N)·b ≤ t − W ≤ a`, so every admission of the interval was counted. The price
-//! is that an admission keeps counting for between `W` and `W + b` (up to one extra bucket).
+//! started at `s(J − N) = s(J) − W ≤ t − W ≤ a`, so every admission of the interval was counted.
+//! The price is that an admission keeps counting for between `W` and `W` plus its bucket's width
+//! (at most `W + ⌈W/N⌉`).
 //!
-//! **Difference from the seed.** The seed adds every request to its bucket *before* comparing
-//! with the limit, so denied requests are counted too and a client that keeps retrying stays
-//! locked out. Floodgate's convention holds here: a denied request consumes nothing.
+//! **Denials consume nothing.** A common formulation adds every request to its bucket *before*
+//! comparing with the limit, so denied requests are counted too and a client that keeps
+//! retrying stays locked out. Floodgate's convention holds here: a denied request consumes
+//! nothing.
 //!
-//! `N` must be between 1 and [`MAX_BUCKETS`] (3600), and `W` must be a whole multiple of `N`
-//! nanoseconds, so that all buckets have the same whole-nanosecond width `b ≥ 1 ns` and align
-//! to the epoch (`window = 60 s` with `buckets = 7` is refused; 6, 10, 12, 60 are fine).
+//! `N` must be between 1 and [`MAX_BUCKETS`] (3600), and `W` at least `N` nanoseconds, so that
+//! every bucket is at least 1 ns wide. Any such `N` works with any such `W`: `window = 1 s` with
+//! `buckets = 6` gives buckets starting 0, 166 666 666, 333 333 333, 500 000 000, 666 666 666
+//! and 833 333 333 ns into each window.
 //! State: `N + 1` counters on the heap (8 bytes each), a head index, the head bucket's start
 //! and their total: O(N) per key. Deciding is O(1) while time stays in one bucket and
 //! O(buckets crossed) otherwise; `retry_after` walks at most `N + 1` buckets; the counters are
-//! allocated once, by [`Algorithm::fresh`], and nothing allocates afterwards.
+//! allocated once, by [`Algorithm::fresh`], and nothing allocates afterwards. When `N` divides
+//! `W`, bucket arithmetic is one multiplication or division; otherwise it takes a few divisions.
 //!
 //! # Both modes
 //!
 //! - State size: `size_of::<SlidingWindowState>() == 40` bytes (plus `8 × (N + 1)` heap bytes in
 //!   sub-bucket mode).
-//! - First request, or once `2W` (weighted) or `W + b` (sub-buckets) have passed since the
-//!   latest admission: nothing counts, `L` passes.
+//! - First request, or once `2W` (weighted) or `W` plus the width of its bucket (sub-buckets)
+//!   have passed since the start of the latest admission's window or bucket: nothing counts, `L`
+//!   passes.
 //! - Cost 0: a read-only probe, changes nothing. Cost above `L`: denied, `retry_after: None`,
 //!   consumes nothing.
 //! - Time: probes and denials change nothing, so the latest instant a state knows is its latest
@@ -107,8 +131,71 @@ pub struct SlidingWindow {
 enum Mode {
     /// `budget = limit × window`.
     Weighted { budget: u128 },
-    /// `slots = N + 1`, `width = W / N`, `span = W + width` (saturating).
-    Buckets { slots: usize, width: u64, span: u64 },
+    /// `slots = N + 1`.
+    Buckets { slots: usize, grid: Grid },
+}
+
+/// Where the sub-buckets start: `s(j) = ⌊j/N⌋·W + ⌊(j mod N)·W/N⌋` (module documentation).
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    /// `W`, at least `n`.
+    window: u64,
+    /// `N`.
+    n: u64,
+    /// `⌊W/N⌋ ≥ 1`: the narrowest bucket's width.
+    width: u64,
+    /// `W mod N`: 0 when every bucket is `width` wide, which allows the cheap arithmetic.
+    rem: u64,
+}
+
+impl Grid {
+    /// `J(t)`, the bucket holding `t`. Never above `t` (every bucket is at least 1 ns wide).
+    #[inline]
+    fn index(&self, t: u64) -> u64 {
+        if self.rem == 0 {
+            return t / self.width;
+        }
+        let (k, o) = (t / self.window, t % self.window);
+        // The largest i with ⌊i·W/N⌋ ≤ o, i.e. with i·W < (o + 1)·N.
+        let i = match (o + 1).checked_mul(self.n) {
+            Some(x) => (x - 1) / self.window,
+            // < N, so it fits in u64.
+            None => {
+                (((u128::from(o) + 1) * u128::from(self.n) - 1) / u128::from(self.window)) as u64
+            }
+        };
+        // k·N + i ≤ k·W + ⌊i·W/N⌋ ≤ t: no overflow.
+        k * self.n + i
+    }
+
+    /// `s(j)`, in `u128` because buckets far ahead may start after `u64::MAX`.
+    #[inline]
+    fn start(&self, j: u64) -> u128 {
+        if self.rem == 0 {
+            return u128::from(j) * u128::from(self.width);
+        }
+        let (k, i) = (j / self.n, j % self.n);
+        let into = match i.checked_mul(self.window) {
+            Some(x) => x / self.n,
+            // < W, so it fits in u64.
+            None => (u128::from(i) * u128::from(self.window) / u128::from(self.n)) as u64,
+        };
+        u128::from(k) * u128::from(self.window) + u128::from(into)
+    }
+
+    /// `s(J + ahead)` for the bucket `J` starting at `bucket_start`.
+    #[inline]
+    fn after(&self, bucket_start: u64, ahead: u64) -> u128 {
+        if self.rem == 0 {
+            // Whole widths added to the start itself, as this mode has always done, even for a
+            // start off this grid (a state built with another window).
+            u128::from(bucket_start) + u128::from(ahead) * u128::from(self.width)
+        } else {
+            // s(J) > J·W/N − 1 gives J < (bucket_start + 1)·N/(N + 1) when W > N: adding
+            // `ahead ≤ N + 1 ≤ 3601` stays far below u64::MAX, so this never saturates.
+            self.start(self.index(bucket_start).saturating_add(ahead))
+        }
+    }
 }
 
 /// One key's sliding-window counters.
@@ -160,7 +247,8 @@ impl SlidingWindow {
     /// sub-buckets (`buckets: Some(N)`).
     ///
     /// Errors name the field: `limit` must be at least 1; `window` between 1 ns and 584 years;
-    /// `buckets` between 1 and [`MAX_BUCKETS`] and dividing `window` into whole nanoseconds.
+    /// `buckets` between 1 and [`MAX_BUCKETS`] and at most `window` in nanoseconds (every
+    /// sub-bucket at least 1 ns wide; it need not divide `window`).
     pub fn new(
         limit: u64,
         window: Duration,
@@ -180,18 +268,22 @@ impl SlidingWindow {
                         "must be between 1 and 3600",
                     ));
                 }
-                if window_ns % u64::from(n) != 0 {
+                let n64 = u64::from(n);
+                if window_ns < n64 {
                     return Err(ConfigError::invalid(
                         "buckets",
                         n,
-                        "must divide the window into sub-buckets of a whole number of nanoseconds",
+                        "must be at most the window in nanoseconds (each sub-bucket at least 1 ns)",
                     ));
                 }
-                let width = window_ns / u64::from(n);
                 Mode::Buckets {
                     slots: n as usize + 1,
-                    width,
-                    span: window_ns.saturating_add(width),
+                    grid: Grid {
+                        window: window_ns,
+                        n: n64,
+                        width: window_ns / n64,
+                        rem: window_ns % n64,
+                    },
                 }
             }
         };
@@ -220,11 +312,14 @@ impl SlidingWindow {
         self.buckets
     }
 
-    /// The width of one sub-bucket, or `None` for the two-window estimate.
+    /// The narrowest sub-bucket's width, `⌊window / N⌋` nanoseconds, or `None` for the
+    /// two-window estimate. When `N` divides the window every sub-bucket has this width;
+    /// otherwise `window mod N` of each window's `N` sub-buckets are 1 ns wider (see the
+    /// [module documentation](self) for where each starts).
     pub fn bucket_width(&self) -> Option<Duration> {
         match self.mode {
             Mode::Weighted { .. } => None,
-            Mode::Buckets { width, .. } => Some(Duration::from_nanos(width)),
+            Mode::Buckets { grid, .. } => Some(Duration::from_nanos(grid.width)),
         }
     }
 
@@ -346,10 +441,14 @@ impl SlidingWindow {
 
     // ----- sub-buckets -----
 
-    fn ring_view(&self, r: &Ring, now_eff: u64, slots: usize, width: u64) -> RingView {
+    fn ring_view(&self, r: &Ring, now_eff: u64, slots: usize, grid: Grid) -> RingView {
         let delta = now_eff - r.head_start;
+        let width = grid.width;
+        // No bucket is narrower than `width`: below it, time is still in the head bucket.
         let shift = if delta < width {
             0
+        } else if grid.rem != 0 {
+            grid.index(now_eff) - grid.index(r.head_start)
         } else if delta - width < width {
             1
         } else {
@@ -376,10 +475,11 @@ impl SlidingWindow {
         r: &mut Ring,
         now: u64,
         cost: u64,
-        (slots, width, span): (usize, u64, u64),
+        slots: usize,
+        grid: Grid,
     ) -> Decision {
         let now_eff = now.max(r.head_start);
-        let v = self.ring_view(r, now_eff, slots, width);
+        let v = self.ring_view(r, now_eff, slots, grid);
         let fits = u128::from(v.live) + u128::from(cost) <= u128::from(self.limit);
         if fits && cost > 0 {
             if v.shift >= slots as u64 {
@@ -394,8 +494,10 @@ impl SlidingWindow {
                     r.counts[r.head] = 0;
                 }
             }
-            // `shift × width ≤ now_eff − head_start`.
-            r.head_start += v.shift * width;
+            if v.shift > 0 {
+                // The start of the bucket holding `now_eff`: at most `now_eff`, so it fits.
+                r.head_start = grid.after(r.head_start, v.shift) as u64;
+            }
             r.counts[r.head] = r.counts[r.head].saturating_add(cost);
             r.total = r.total.saturating_add(cost);
         }
@@ -403,7 +505,7 @@ impl SlidingWindow {
         let remaining = self.limit - live.min(self.limit);
         let reset_after = if live > 0 {
             // The head bucket is the newest with a count: it stops counting N + 1 buckets on.
-            until(u128::from(r.head_start) + u128::from(span), now)
+            until(grid.after(r.head_start, slots as u64), now)
         } else {
             Duration::ZERO
         };
@@ -421,12 +523,12 @@ impl SlidingWindow {
         for _ in 0..v.shift {
             slot = next_slot(slot, slots);
         }
-        let mut retry_at = u128::from(r.head_start) + u128::from(span);
+        let mut retry_at = grid.after(r.head_start, slots as u64);
         for j in v.shift..slots as u64 {
             slot = next_slot(slot, slots);
             freed += u128::from(r.counts[slot]);
             if freed >= need {
-                retry_at = u128::from(r.head_start) + u128::from(j + 1) * u128::from(width);
+                retry_at = grid.after(r.head_start, j + 1);
                 break;
             }
         }
@@ -494,8 +596,8 @@ impl Algorithm for SlidingWindow {
             (Repr::Weighted(p), Mode::Weighted { budget }) => {
                 self.apply_weighted(p, now.0, cost, budget)
             }
-            (Repr::Buckets(r), Mode::Buckets { slots, width, span }) => {
-                self.apply_buckets(r, now.0, cost, (slots, width, span))
+            (Repr::Buckets(r), Mode::Buckets { slots, grid }) => {
+                self.apply_buckets(r, now.0, cost, slots, grid)
             }
             // `matches` made the state's shape agree with the mode.
             _ => Decision::deny(self.limit, 0, Duration::ZERO, None),
@@ -514,8 +616,8 @@ impl Algorithm for SlidingWindow {
                 let v = self.roll(p, now.0);
                 p.last <= now.0 && v.previous == 0 && v.current == 0
             }
-            (Repr::Buckets(r), Mode::Buckets { slots, width, .. }) => {
-                r.head_start <= now.0 && self.ring_view(r, now.0, slots, width).live == 0
+            (Repr::Buckets(r), Mode::Buckets { slots, grid }) => {
+                r.head_start <= now.0 && self.ring_view(r, now.0, slots, grid).live == 0
             }
             _ => true,
         }
@@ -627,6 +729,228 @@ mod tests {
         assert!(!sw.is_fresh(&s, Nanos(1249)));
     }
 
+    const SEC: u64 = 1_000_000_000;
+
+    /// The bucket starts `s(j)` of the module documentation, straight from the formula.
+    fn s_of(window: u64, n: u64, j: u64) -> u128 {
+        let (w, n, j) = (u128::from(window), u128::from(n), u128::from(j));
+        j / n * w + j % n * w / n
+    }
+
+    /// The bucket holding `t`, found by walking the starts from the window's first bucket.
+    fn bucket_of(window: u64, n: u64, t: u64) -> u64 {
+        let mut j = t / window * n;
+        while s_of(window, n, j + 1) <= u128::from(t) {
+            j += 1;
+        }
+        j
+    }
+
+    fn grid_of(sw: &SlidingWindow) -> Grid {
+        match sw.mode {
+            Mode::Buckets { grid, .. } => grid,
+            Mode::Weighted { .. } => unreachable!(),
+        }
+    }
+
+    /// The grid agrees with the documented starts, in every window, at both ends of each bucket.
+    #[test]
+    fn bucket_starts_follow_the_rule() {
+        let cases = [
+            (SEC, 3, &[0, 333_333_333, 666_666_666][..]),
+            (
+                SEC,
+                6,
+                &[
+                    0,
+                    166_666_666,
+                    333_333_333,
+                    500_000_000,
+                    666_666_666,
+                    833_333_333,
+                ][..],
+            ),
+            (
+                SEC,
+                7,
+                &[
+                    0,
+                    142_857_142,
+                    285_714_285,
+                    428_571_428,
+                    571_428_571,
+                    714_285_714,
+                    857_142_857,
+                ][..],
+            ),
+            (
+                10_000_000,
+                7,
+                &[
+                    0, 1_428_571, 2_857_142, 4_285_714, 5_714_285, 7_142_857, 8_571_428,
+                ][..],
+            ),
+            (100, 4, &[0, 25, 50, 75][..]),
+        ];
+        for (w, n, starts) in cases {
+            let grid = grid_of(&bucketed(1, w, n as u32));
+            for k in [0u64, 1, 5, 1_000_000] {
+                for (i, &into) in starts.iter().enumerate() {
+                    let j = k * n + i as u64;
+                    let at = k * w + into;
+                    assert_eq!(grid.start(j), u128::from(at), "s({j}) for W={w} N={n}");
+                    assert_eq!(grid.index(at), j);
+                    assert_eq!(grid.index(at - u64::from(at > 0)), j - u64::from(j > 0));
+                    assert_eq!(grid.after(at, n + 1), grid.start(j + n + 1));
+                }
+            }
+        }
+    }
+
+    /// limit 3, 1 s in 3 buckets starting 0, 333 333 333 and 666 666 666 ns into each second.
+    #[test]
+    fn three_buckets_per_second() {
+        let sw = bucketed(3, SEC, 3);
+        assert_eq!(sw.bucket_width(), Some(ns(333_333_333)));
+        let mut s = sw.fresh(Nanos(0));
+        let mut at = |t: u64, cost: u64| sw.apply(&mut s, Nanos(t), check(cost));
+        // Last ns of bucket 15 = [5 s, 5.333333333 s): counts until s(19) = 6.333333333 s.
+        let d = at(5_333_333_332, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (2, ns(1_000_000_001)));
+        // First ns of bucket 16: until s(20) = 6.666666666 s.
+        let d = at(5_333_333_333, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (1, ns(1_333_333_333)));
+        // Last ns of the wide bucket 17 = [5.666666666 s, 6 s): until s(21) = 7 s.
+        let d = at(5_999_999_999, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(1_000_000_001)));
+        // Bucket 18 counts 15..=18: full; bucket 15 drops 1 ns later.
+        let d = at(6_333_333_332, 1);
+        assert!(!d.allowed);
+        assert_eq!(
+            (d.remaining, d.reset_after, d.retry_after),
+            (0, ns(666_666_668), Some(ns(1)))
+        );
+        // Bucket 19 counts 16..=19.
+        let d = at(6_333_333_333, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(1_333_333_333)));
+        // Two more need buckets 16 and 17 gone: at s(21) = 7 s.
+        let d = at(6_333_333_333, 2);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(ns(666_666_667)));
+        assert!(!at(6_999_999_999, 2).allowed);
+        assert!(at(7_000_000_000, 2).allowed);
+    }
+
+    /// limit 2, 1 s in 6 buckets: widths 166 666 666 or 166 666 667 ns.
+    #[test]
+    fn six_buckets_per_second() {
+        let sw = bucketed(2, SEC, 6);
+        assert_eq!(sw.bucket_width(), Some(ns(166_666_666)));
+        let mut s = sw.fresh(Nanos(0));
+        let mut at = |t: u64, cost: u64| sw.apply(&mut s, Nanos(t), check(cost));
+        // Last ns of bucket 0: counts until s(7) = 1.166666666 s.
+        let d = at(166_666_665, 2);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(1_000_000_001)));
+        let d = at(500_000_000, 0);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(666_666_666)));
+        // Bucket 6 = [1 s, 1.166666666 s) still counts bucket 0.
+        let d = at(1_166_666_665, 1);
+        assert!(!d.allowed);
+        assert_eq!((d.remaining, d.retry_after), (0, Some(ns(1))));
+        // Bucket 7 does not; the admission counts until s(14) = 2.333333333 s.
+        let d = at(1_166_666_666, 1);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (1, ns(1_166_666_667)));
+        assert!(sw.is_fresh(&s, Nanos(2_333_333_333)));
+        assert!(!sw.is_fresh(&s, Nanos(2_333_333_332)));
+    }
+
+    /// limit 7, 1 s in 7 buckets: the first 142 857 142 ns wide, the other six 142 857 143.
+    #[test]
+    fn seven_buckets_per_second() {
+        let sw = bucketed(7, SEC, 7);
+        assert_eq!(sw.bucket_width(), Some(ns(142_857_142)));
+        let starts = [
+            0,
+            142_857_142,
+            285_714_285,
+            428_571_428,
+            571_428_571,
+            714_285_714,
+            857_142_857,
+            SEC,
+            SEC + 142_857_142,
+            SEC + 285_714_285,
+        ];
+        let mut s = sw.fresh(Nanos(0));
+        let mut at = |t: u64, cost: u64| sw.apply(&mut s, Nanos(t), check(cost));
+        // One at the first ns of each bucket of the first second; each counts until s(i + 8).
+        for i in 0..7 {
+            let d = at(starts[i], 1);
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 6 - i as u64);
+            assert_eq!(d.reset_after, ns(starts[i + 1] + SEC - starts[i]));
+        }
+        // The last ns of bucket 6 counts 0..=6: full. Bucket 0 drops at s(8).
+        let d = at(999_999_999, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(ns(142_857_143)));
+        // Three need buckets 0, 1 and 2 gone: s(10) = 1 s + s(3).
+        let d = at(SEC, 3);
+        assert_eq!(d.retry_after, Some(ns(428_571_428)));
+        let d = at(starts[8] - 1, 1);
+        assert_eq!((d.allowed, d.retry_after), (false, Some(ns(1))));
+        let d = at(starts[8], 1);
+        assert!(d.allowed);
+        // Counts until s(16) = 2 s + s(2).
+        assert_eq!(
+            (d.remaining, d.reset_after),
+            (0, ns(2 * SEC + 285_714_285 - starts[8]))
+        );
+        let d = at(starts[9], 0);
+        assert_eq!(d.remaining, 1);
+    }
+
+    /// limit 10, 10 ms in 7 buckets: widths 1 428 571 or 1 428 572 ns.
+    #[test]
+    fn seven_buckets_per_ten_milliseconds() {
+        let sw = bucketed(10, 10_000_000, 7);
+        assert_eq!(sw.bucket_width(), Some(ns(1_428_571)));
+        let mut s = sw.fresh(Nanos(0));
+        let mut at = |t: u64, cost: u64| sw.apply(&mut s, Nanos(t), check(cost));
+        // Last ns of bucket 2 = [2 857 142, 4 285 714): until s(10) = 14 285 714.
+        let d = at(4_285_713, 4);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (6, ns(10_000_001)));
+        // First ns of bucket 3: until s(11) = 15 714 285.
+        let d = at(4_285_714, 6);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(11_428_571)));
+        // Last ns of bucket 9 counts 2..=9.
+        let d = at(14_285_713, 1);
+        assert!(!d.allowed);
+        assert_eq!(
+            (d.remaining, d.reset_after, d.retry_after),
+            (0, ns(1_428_572), Some(ns(1)))
+        );
+        // Five need bucket 3 gone too: s(11).
+        let d = at(14_285_713, 5);
+        assert_eq!(d.retry_after, Some(ns(1_428_572)));
+        // Bucket 10: 6 still count; until s(18) = 25 714 285.
+        let d = at(14_285_714, 4);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_after), (0, ns(11_428_571)));
+        let d = at(15_714_284, 0);
+        assert_eq!(d.remaining, 0);
+        let d = at(15_714_285, 0);
+        assert_eq!((d.remaining, d.reset_after), (6, ns(10_000_000)));
+    }
+
     #[test]
     fn weighted_bound_is_reached() {
         // L = 10, W = 100: 2L − ⌈L/W⌉ = 19 in [99, 199].
@@ -668,12 +992,17 @@ mod tests {
         assert_eq!(field(SlidingWindow::new(1, Duration::ZERO, None)), "window");
         assert_eq!(field(SlidingWindow::new(1, minute, Some(0))), "buckets");
         assert_eq!(field(SlidingWindow::new(1, minute, Some(3601))), "buckets");
-        assert_eq!(field(SlidingWindow::new(1, minute, Some(7))), "buckets");
+        // Fewer nanoseconds than buckets: a bucket would be empty.
         assert_eq!(field(SlidingWindow::new(1, ns(5), Some(10))), "buckets");
-        let e = SlidingWindow::new(1, minute, Some(7))
+        assert_eq!(field(SlidingWindow::new(1, ns(6), Some(7))), "buckets");
+        let e = SlidingWindow::new(1, ns(6), Some(7))
             .unwrap_err()
             .to_string();
         assert!(e.contains("buckets") && e.contains('7'), "{e}");
+        // Buckets that do not divide the window are fine.
+        let sw = SlidingWindow::new(1, minute, Some(7)).unwrap();
+        assert_eq!(sw.bucket_width(), Some(ns(8_571_428_571)));
+        assert_eq!(bucketed(1, 7, 7).bucket_width(), Some(ns(1)));
         let hour = Duration::from_secs(3600);
         let sw = SlidingWindow::new(3, hour, Some(3600)).unwrap();
         assert_eq!(sw.bucket_width(), Some(Duration::from_secs(1)));
@@ -681,7 +1010,9 @@ mod tests {
             (sw.limit(), sw.window(), sw.buckets()),
             (3, hour, Some(3600))
         );
-        assert_eq!(field(SlidingWindow::new(1, minute, Some(3600))), "buckets");
+        // 16 666 666.67 ns: now accepted.
+        let sw = SlidingWindow::new(1, minute, Some(3600)).unwrap();
+        assert_eq!(sw.bucket_width(), Some(ns(16_666_666)));
         assert!(SlidingWindow::new(1, minute, Some(60)).is_ok());
         let sw = SlidingWindow::new(3, ns(1), Some(1)).unwrap();
         assert_eq!(sw.bucket_width(), Some(ns(1)));
@@ -746,6 +1077,10 @@ mod tests {
             SlidingWindow::new(u64::MAX, ns(u64::MAX), None).unwrap(),
             SlidingWindow::new(u64::MAX, ns(u64::MAX - u64::MAX % 3600), Some(3600)).unwrap(),
             SlidingWindow::new(u64::MAX, ns(u64::MAX), Some(1)).unwrap(),
+            // Not dividing: the u128 fallbacks of the bucket arithmetic.
+            SlidingWindow::new(u64::MAX, ns(u64::MAX), Some(3600)).unwrap(),
+            SlidingWindow::new(u64::MAX, ns(u64::MAX), Some(7)).unwrap(),
+            SlidingWindow::new(u64::MAX, ns(3601), Some(3600)).unwrap(),
         ] {
             let mut s = sw.fresh(Nanos(0));
             assert!(sw.apply(&mut s, Nanos(u64::MAX), check(u64::MAX)).allowed);
@@ -801,30 +1136,34 @@ mod tests {
             prop_assert!(most <= bound, "{} > {}", most, bound);
         }
 
-        /// Sub-buckets: any closed interval of length W holds at most L.
+        /// Sub-buckets: any closed interval of length W holds at most L, whether N divides W or
+        /// not.
         #[test]
         fn bucket_bound(
             limit in 1u64..8,
-            n in 1u32..6,
+            n in 1u32..8,
             width in 1u64..8,
+            extra in 0u64..8,
             steps in prop::collection::vec((0u64..12, 0u64..9), 1..150),
         ) {
-            let window = width * u64::from(n);
+            let window = width * u64::from(n) + extra % u64::from(n);
             let sw = bucketed(limit, window, n);
             let admitted = run(&sw, &steps);
             let most = max_in_closed_windows(&admitted, window);
             prop_assert!(most <= limit, "{} > {}", most, limit);
         }
 
-        /// retry_after and reset_after are exact in both modes.
+        /// retry_after and reset_after are exact in both modes, whether N divides W or not.
         #[test]
         fn retry_and_reset_are_exact(
             limit in 1u64..8,
-            n in prop_oneof![Just(None), (1u32..6).prop_map(Some)],
+            n in prop_oneof![Just(None), (1u32..8).prop_map(Some)],
             width in 1u64..8,
+            extra in 0u64..8,
             steps in prop::collection::vec((0u64..12, 1u64..9), 1..60),
         ) {
-            let window = width * u64::from(n.unwrap_or(3));
+            let n3 = u64::from(n.unwrap_or(3));
+            let window = width * n3 + extra % n3;
             let sw = SlidingWindow::new(limit, ns(window), n).unwrap();
             let mut s = sw.fresh(Nanos(0));
             let mut now = 0u64;
@@ -856,12 +1195,14 @@ mod tests {
         #[test]
         fn is_fresh_is_sound(
             limit in 1u64..6,
-            n in prop_oneof![Just(None), (1u32..5).prop_map(Some)],
+            n in prop_oneof![Just(None), (1u32..8).prop_map(Some)],
             width in 1u64..8,
+            extra in 0u64..8,
             before in prop::collection::vec((0u64..12, 0u64..7), 0..40),
             after in prop::collection::vec((0u64..12, 0u64..7), 1..40),
         ) {
-            let window = width * u64::from(n.unwrap_or(3));
+            let n3 = u64::from(n.unwrap_or(3));
+            let window = width * n3 + extra % n3;
             let sw = SlidingWindow::new(limit, ns(window), n).unwrap();
             let ops = |v: Vec<(u64, u64)>| v.into_iter().map(|(dt, c)| (dt, check(c))).collect::<Vec<_>>();
             laws::assert_fresh_after_idle(&sw, &ops(before), &ops(after), 1);
@@ -872,15 +1213,22 @@ mod tests {
         fn never_panics(
             limit in prop_oneof![Just(1u64), Just(u64::MAX), any::<u64>(), 1u64..10],
             window in prop_oneof![Just(1u64), Just(u64::MAX), any::<u64>(), 1u64..100],
-            n in prop_oneof![Just(None), Just(Some(1u32)), Just(Some(3600)), (1u32..10).prop_map(Some)],
+            n in prop_oneof![
+                Just(None),
+                Just(Some(1u32)),
+                Just(Some(3600)),
+                (1u32..10).prop_map(Some),
+                (1u32..=3600).prop_map(Some),
+            ],
             ops in prop::collection::vec(
                 (prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>(), 0u64..1000],
                  prop_oneof![Just(0u64), Just(1u64), Just(u64::MAX), any::<u64>()]),
                 1..40,
             ),
         ) {
+            // Dividing or not; only windows shorter than N ns are refused.
             let window = match n {
-                Some(n) => (window / u64::from(n)).max(1) * u64::from(n),
+                Some(n) => window.max(u64::from(n)),
                 None => window,
             };
             let Ok(sw) = SlidingWindow::new(limit, ns(window), n) else {
@@ -892,6 +1240,102 @@ mod tests {
                 prop_assert!(d.remaining <= limit);
                 sw.is_fresh(&s, Nanos(now));
             }
+        }
+
+        /// Sub-buckets against a direct model of the documented rule (every admission kept with
+        /// its bucket `J(t)`, found by walking the starts `s(j)`): the same decisions, whether
+        /// N divides W or not, so dividing counts keep their former behaviour.
+        #[test]
+        fn buckets_match_the_model(
+            limit in 1u64..10,
+            n in 1u32..10,
+            window in 1u64..60,
+            steps in prop::collection::vec((0u64..25, 0u64..6), 1..120),
+        ) {
+            let (n64, window) = (u64::from(n), window.max(u64::from(n)));
+            let sw = bucketed(limit, window, n);
+            let grid = grid_of(&sw);
+            let mut s = sw.fresh(Nanos(0));
+            let mut kept: Vec<(u64, u64)> = Vec::new();
+            let mut now = 0u64;
+            for (dt, cost) in steps {
+                now += dt;
+                let j = bucket_of(window, n64, now);
+                prop_assert_eq!(grid.index(now), j);
+                prop_assert_eq!(grid.start(j), s_of(window, n64, j));
+                let counted: u64 = kept.iter().filter(|k| k.0 + n64 >= j).map(|k| k.1).sum();
+                let pass = counted + cost <= limit;
+                if pass && cost > 0 {
+                    kept.push((j, cost));
+                }
+                let live = counted + if pass { cost } else { 0 };
+                let d = sw.apply(&mut s, Nanos(now), check(cost));
+                prop_assert_eq!(d.allowed, pass, "t={} cost={}", now, cost);
+                prop_assert_eq!(d.remaining, limit - live.min(limit));
+                let newest = kept.iter().filter(|k| k.0 + n64 >= j).map(|k| k.0).max();
+                let reset = newest.map_or(0, |h| s_of(window, n64, h + n64 + 1) - u128::from(now));
+                prop_assert_eq!(u128::from(d.reset_after.as_nanos() as u64), reset);
+            }
+        }
+
+        /// The shared laws over timelines that also step backwards: well-formed decisions, at
+        /// most `L` per closed interval of length `W` (so `L·⌈span/W⌉` over longer ones) at the
+        /// effective instants, and sound `is_fresh`; N dividing W or not.
+        #[test]
+        fn bucket_laws(
+            limit in 1u64..8,
+            n in 1u32..8,
+            window in 1u64..100,
+            steps in prop::collection::vec(laws::step(20), 1..100),
+            costs in prop::collection::vec(0u64..5, 100),
+        ) {
+            let window = window.max(u64::from(n));
+            let sw = bucketed(limit, window, n);
+            let start = Nanos(1_000);
+            let times = laws::timeline(start.0, &steps);
+            let events: Vec<_> = times.iter().zip(&costs).map(|(&t, &c)| (t, check(c))).collect();
+            let decisions = laws::run(&sw, &mut sw.fresh(start), &events, false);
+            // Here only admissions move a state's time on (denials consume nothing), so the
+            // effective instant is the running maximum over admissions, not `laws::effective`.
+            let mut latest = 0u64;
+            let admitted = decisions.iter().zip(&events)
+                .filter(|(d, e)| d.allowed && laws::cost(&e.1) > 0)
+                .map(|(_, e)| {
+                    latest = latest.max(e.0 .0);
+                    (latest, laws::cost(&e.1))
+                })
+                .collect();
+            laws::assert_bound(admitted, |span| (limit * span.div_ceil(window).max(1)) as f64);
+            laws::assert_fresh_is_sound(&sw, start, &events);
+        }
+
+        /// The grid at any size: `J(s(j)) = j`, `J(s(j) − 1) = j − 1`, `s(j + N) = s(j) + W`,
+        /// widths `⌊W/N⌋` or `⌊W/N⌋ + 1`, and `s(j) = j·W/N` when N divides W.
+        #[test]
+        fn grid_is_consistent(
+            n in prop_oneof![1u32..10, 1u32..=3600],
+            window in prop_oneof![1u64..1_000, any::<u64>(), Just(u64::MAX)],
+            j in any::<u64>(),
+        ) {
+            let window = window.max(u64::from(n));
+            let grid = grid_of(&bucketed(1, window, n));
+            let n64 = u64::from(n);
+            // Buckets that start within u64.
+            let j = j % (grid.index(u64::MAX) - n64 + 1).max(1);
+            let at = u64::try_from(grid.start(j)).unwrap();
+            prop_assert_eq!(grid.start(j), s_of(window, n64, j));
+            prop_assert_eq!(grid.index(at), j);
+            if j > 0 {
+                prop_assert_eq!(grid.index(at - 1), j - 1);
+            }
+            prop_assert_eq!(grid.start(j + n64), grid.start(j) + u128::from(window));
+            let width = grid.start(j + 1) - grid.start(j);
+            let q = u128::from(window / n64);
+            prop_assert!(width == q || width == q + 1);
+            if window % n64 == 0 {
+                prop_assert_eq!(grid.start(j), u128::from(j) * q);
+            }
+            prop_assert_eq!(grid.after(at, n64 + 1), grid.start(j + n64 + 1));
         }
     }
 }
