@@ -29,11 +29,10 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
-use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
+use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
 use floodgate::pipeline::Pipeline;
 use floodgate::store::MemoryStore;
 use floodgate::CoarseClock;
@@ -44,32 +43,38 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    // Each limiter keeps its own kind of state: one store each.
-    let store = || MemoryStore::builder().build::<String, AnyState>();
+    // One store for every limiter: each keeps its keys in its own namespace of it.
+    let store = Arc::new(MemoryStore::new());
     let lease_ttl = Duration::from_secs(60); // longer than any request may take
                                              // The utilization shedder reads this gauge; the layer marks a worker busy per request.
     let workers = Arc::new(WorkerGauge::new(64)?);
 
-    let pipeline = Pipeline::builder()
-        // free 50/s, standard 500/s, pro 1000/s, bursts of twice the rate.
-        .request_rate(
-            RequestRateLimiter::new(Plan::examples(), "free", store()?)?
-                // A report costs as much as 10 ordinary requests.
-                .with_endpoint_cost("/v1/reports", 10)?,
-        )
+    let pipeline = Pipeline::stripe(
+        // free 50/s, standard 500/s, pro 1000/s, bursts of twice the rate; a report costs as
+        // much as 10 ordinary requests.
+        RequestRateLimiter::builder()
+            .plans(Plan::examples())
+            .default_plan("free")
+            .endpoint_cost("/v1/reports", 10)
+            .build(store.clone())?,
         // At most 2 requests in flight per user.
-        .concurrency(ConcurrencyLimiter::new(2, lease_ttl, store()?)?)
+        ConcurrencyLimiter::builder()
+            .capacity(2)
+            .lease_ttl(lease_ttl)
+            .build(store.clone())?,
         // 1,000 requests in flight in the fleet, a fifth kept for critical requests.
-        .fleet(FleetShedder::new(1_000, 0.2, lease_ttl, store()?)?)
+        FleetShedder::builder()
+            .capacity(1_000)
+            .reserved_for_critical(0.2)
+            .lease_ttl(lease_ttl)
+            .build(store)?,
         // Stripe's controller, sampled once a second.
-        .utilization(UtilizationShedder::new(
-            ControllerSettings::default(),
-            Duration::from_secs(1),
-            7,
-            workers.clone(),
-            Arc::new(CoarseClock::shared()),
-        )?)
-        .build();
+        UtilizationShedder::builder()
+            .seed(7)
+            .source(workers.clone())
+            .clock(Arc::new(CoarseClock::shared()))
+            .build()?,
+    )?;
 
     let plans: HashMap<&'static str, &'static str> =
         HashMap::from([("sk_pro_alice", "pro"), ("sk_std_bob", "standard")]);

@@ -257,7 +257,8 @@ mod tests {
     fn refused(status: u16) -> Verdict {
         Verdict {
             refusal: Some(Refusal {
-                limiter: LimiterKind::Fleet,
+                stage: floodgate::store::Namespace::new("fleet").unwrap(),
+                kind: LimiterKind::Fleet,
                 status,
                 retry_after: None,
                 message: "full".into(),

@@ -25,17 +25,17 @@
 //!
 //! ```no_run
 //! use axum::{routing::get, Router};
-//! use floodgate::algorithm::spec::AnyState;
 //! use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 //! use floodgate::pipeline::Pipeline;
 //! use floodgate::store::MemoryStore;
 //! use floodgate_tower::{Extractor, FloodgateLayer};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = MemoryStore::builder().build::<String, AnyState>()?;
-//! let pipeline = Pipeline::builder()
-//!     .request_rate(RequestRateLimiter::new(Plan::examples(), "free", store)?)
-//!     .build();
+//! let limiter = RequestRateLimiter::builder()
+//!     .plans(Plan::examples())
+//!     .default_plan("free")
+//!     .build(MemoryStore::new())?;
+//! let pipeline = Pipeline::builder().limiter(limiter).build()?;
 //! let layer = FloodgateLayer::new(pipeline).extractor(
 //!     Extractor::new().plan_lookup(|key| (key == "sk_pro_1").then(|| "pro".to_string())),
 //! );

@@ -62,7 +62,7 @@ pub(crate) fn refusal_response(
             "error": {
                 "type": if status.is_server_error() { "overloaded" } else { "rate_limited" },
                 "message": refusal.message,
-                "limiter": refusal.limiter.name(),
+                "limiter": refusal.stage.as_str(),
                 "retry_after": refusal.retry_after.map(|d| d.as_secs_f64()),
             }
         });
@@ -113,18 +113,21 @@ mod tests {
     use std::time::Duration;
 
     fn refusal(status: u16, retry: Option<Duration>) -> Refusal {
+        let kind = if status == 429 {
+            LimiterKind::RequestRate
+        } else {
+            LimiterKind::Fleet
+        };
         Refusal {
-            limiter: if status == 429 {
-                LimiterKind::RequestRate
-            } else {
-                LimiterKind::Fleet
-            },
+            stage: floodgate::store::Namespace::new(kind.name()).unwrap(),
+            kind,
             status,
             retry_after: retry,
             message: "plan free allows 50 requests per second; retry in 0.02 s".into(),
             rate_limit: Some(RateLimitHeaders {
                 policy: "\"requests\";q=50;w=1".into(),
                 remaining: "\"requests\";r=0;t=1".into(),
+                left: 0,
             }),
         }
     }

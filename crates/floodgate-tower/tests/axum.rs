@@ -12,7 +12,6 @@ use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use axum::Router;
 use common::*;
-use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::pipeline::Pipeline;
@@ -53,9 +52,11 @@ async fn an_axum_router_is_limited_per_key_with_plans() {
         Plan::token_bucket("free", 2.0, 2).unwrap(),
         Plan::token_bucket("pro", 10.0, 10).unwrap(),
     ];
-    let pipeline = Pipeline::builder()
-        .request_rate(RequestRateLimiter::new(plans, "free", store(&clock)).unwrap())
-        .build();
+    let limiter = RequestRateLimiter::builder()
+        .plans(plans)
+        .build(store(&clock))
+        .unwrap();
+    let pipeline = Pipeline::builder().limiter(limiter).build().unwrap();
     let layer = FloodgateLayer::new(pipeline).extractor(
         Extractor::new().plan_lookup(|key| key.starts_with("sk_pro_").then(|| "pro".into())),
     );
@@ -100,9 +101,12 @@ async fn an_axum_router_is_limited_per_key_with_plans() {
 #[tokio::test(start_paused = true)]
 async fn axum_connect_info_keys_anonymous_clients_by_address_and_leases_follow_the_body() {
     let clock = TokioClock::new();
-    let pipeline = Pipeline::builder()
-        .concurrency(ConcurrencyLimiter::new(1, Duration::from_secs(600), store(&clock)).unwrap())
-        .build();
+    let limiter = ConcurrencyLimiter::builder()
+        .capacity(1)
+        .lease_ttl(Duration::from_secs(600))
+        .build(store(&clock))
+        .unwrap();
+    let pipeline = Pipeline::builder().limiter(limiter).build().unwrap();
     let layer = FloodgateLayer::new(pipeline).extractor(Extractor::new().client_ip(|p| {
         p.extensions
             .get::<ConnectInfo<SocketAddr>>()
@@ -159,10 +163,11 @@ async fn a_real_axum_server_refuses_over_http() {
     // Real time here (real sockets); the plan refills one request per 100 s, so timing
     // cannot matter.
     let plan = Plan::token_bucket("free", 0.01, 2).unwrap();
-    let store = MemoryStore::builder().build::<String, AnyState>().unwrap();
-    let pipeline = Pipeline::builder()
-        .request_rate(RequestRateLimiter::new(vec![plan], "free", store).unwrap())
-        .build();
+    let limiter = RequestRateLimiter::builder()
+        .plan(plan)
+        .build(MemoryStore::new())
+        .unwrap();
+    let pipeline = Pipeline::builder().limiter(limiter).build().unwrap();
     let layer =
         FloodgateLayer::new(Arc::new(pipeline)).extractor(Extractor::new().client_ip(|p| {
             p.extensions
@@ -180,7 +185,7 @@ async fn a_real_axum_server_refuses_over_http() {
             assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
             assert!(
                 ok.to_ascii_lowercase()
-                    .contains("ratelimit-policy: \"requests\";q=1;w=100"),
+                    .contains("ratelimit-policy: \"requests\";q=2;w=200"),
                 "{ok}"
             );
             assert!(ok.ends_with("things"), "{ok}");

@@ -131,7 +131,7 @@ async fn refuses_over_the_rate_with_headers(protocol: Protocol) {
     for remaining in ["1", "0"] {
         let ok = get(addr, protocol, "/things", "k1").await;
         assert_eq!(ok.status(), 200);
-        assert_eq!(ok.headers()["ratelimit-policy"], "\"requests\";q=1;w=100");
+        assert_eq!(ok.headers()["ratelimit-policy"], "\"requests\";q=2;w=200");
         assert!(
             ok.headers()["ratelimit"]
                 .to_str()

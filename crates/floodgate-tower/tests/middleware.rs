@@ -13,10 +13,10 @@ use common::*;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
-use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
-use floodgate::limiter::{LimiterKind, Mode};
-use floodgate::pipeline::Pipeline;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter, RequestRateLimiterBuilder};
+use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
+use floodgate::limiter::Mode;
+use floodgate::pipeline::{Pipeline, Stage};
 use floodgate::store::{Request as StoreRequest, Store};
 use floodgate::{Decision, Op, StoreError};
 use floodgate_tower::{Extractor, FloodgateLayer, RequestInfo};
@@ -27,21 +27,34 @@ use tower::{Layer, Service, ServiceExt};
 
 /// 5 requests a second, bursts of 5, on the plan "free".
 fn rate_limiter<S: Store<str, AnyAlgorithm>>(store: S) -> RequestRateLimiter<S> {
-    let plan = Plan::token_bucket("free", 5.0, 5).unwrap();
-    RequestRateLimiter::new(vec![plan], "free", store).unwrap()
+    rate_builder().build(store).unwrap()
+}
+
+fn rate_builder() -> RequestRateLimiterBuilder {
+    RequestRateLimiter::builder().plan(Plan::token_bucket("free", 5.0, 5).unwrap())
 }
 
 fn rate_pipeline(clock: &TokioClock) -> Pipeline<TestStore> {
     Pipeline::builder()
-        .request_rate(rate_limiter(store(clock)))
+        .limiter(rate_limiter(store(clock)))
         .build()
+        .unwrap()
 }
 
 /// One request in flight per user; leases outlive every test.
 fn concurrency_pipeline(clock: &TokioClock) -> Pipeline<TestStore> {
     Pipeline::builder()
-        .concurrency(ConcurrencyLimiter::new(1, Duration::from_secs(600), store(clock)).unwrap())
+        .limiter(one_in_flight(store(clock)))
         .build()
+        .unwrap()
+}
+
+fn one_in_flight<S: Store<str, AnyAlgorithm> + 'static>(store: S) -> ConcurrencyLimiter<S> {
+    ConcurrencyLimiter::builder()
+        .capacity(1)
+        .lease_ttl(Duration::from_secs(600))
+        .build(store)
+        .unwrap()
 }
 
 /// The status of one request through `svc` (the response, body included, is dropped).
@@ -117,10 +130,11 @@ async fn refuses_with_429_json_and_headers_at_the_right_count() {
 #[tokio::test(start_paused = true)]
 async fn endpoints_cost_what_the_cost_table_says() {
     let clock = TokioClock::new();
-    let limiter = rate_limiter(store(&clock))
-        .with_endpoint_cost("/v1/search", 5)
+    let limiter = rate_builder()
+        .endpoint_cost("/v1/search", 5)
+        .build(store(&clock))
         .unwrap();
-    let pipeline = Pipeline::builder().request_rate(limiter).build();
+    let pipeline = Pipeline::builder().limiter(limiter).build().unwrap();
     let svc = FloodgateLayer::new(pipeline).layer(ok_handler(Arc::default()));
     assert_eq!(status(&svc, get("/v1/search", "k")).await, 200);
     // The search took the whole burst.
@@ -131,8 +145,13 @@ async fn endpoints_cost_what_the_cost_table_says() {
 async fn the_fleet_shedder_refuses_with_503_and_keeps_room_for_critical_routes() {
     let clock = TokioClock::new();
     // Two places, half kept for critical requests: one non-critical request at a time.
-    let fleet = FleetShedder::new(2, 0.5, Duration::from_secs(600), store(&clock)).unwrap();
-    let pipeline = Pipeline::builder().fleet(fleet).build();
+    let fleet = FleetShedder::builder()
+        .capacity(2)
+        .reserved_for_critical(0.5)
+        .lease_ttl(Duration::from_secs(600))
+        .build(store(&clock))
+        .unwrap();
+    let pipeline = Pipeline::builder().limiter(fleet).build().unwrap();
     let layer =
         FloodgateLayer::new(pipeline).extractor(Extractor::new().critical_route("/v1/charges"));
     let svc = layer.layer(slow_handler(10));
@@ -154,7 +173,7 @@ async fn the_fleet_shedder_refuses_with_503_and_keeps_room_for_critical_routes()
         .contains("critical"));
 
     assert_eq!(status(&svc, post("/v1/charges", "b")).await, 200);
-    assert_eq!(layer.pipeline().stats().refused_by(LimiterKind::Fleet), 1);
+    assert_eq!(layer.pipeline().stage("fleet").unwrap().stats().refused, 1);
     // Once the report is over (body dropped), there is room again.
     drop(report.await.unwrap());
     assert_eq!(status(&svc, get("/v1/reports", "b")).await, 200);
@@ -221,9 +240,9 @@ async fn leases_are_returned_when_the_response_future_is_dropped() {
 async fn a_shadow_mode_limiter_lets_everything_through_and_counts() {
     let clock = TokioClock::new();
     let pipeline = Pipeline::builder()
-        .request_rate(rate_limiter(store(&clock)))
-        .mode(LimiterKind::RequestRate, Mode::Shadow)
-        .build();
+        .stage(Stage::new(rate_limiter(store(&clock))).mode(Mode::Shadow))
+        .build()
+        .unwrap();
     let layer = FloodgateLayer::new(pipeline);
     let svc = layer.layer(ok_handler(Arc::default()));
     for _ in 0..8 {
@@ -232,12 +251,10 @@ async fn a_shadow_mode_limiter_lets_everything_through_and_counts() {
         assert!(response.headers().contains_key("ratelimit"));
     }
     let stats = layer.pipeline().stats();
-    assert_eq!(stats.shadow_refused_by(LimiterKind::RequestRate), 3);
-    assert_eq!(stats.refused, [0; 4]);
+    assert_eq!(stats[0].shadow_refused, 3);
+    assert_eq!(stats[0].refused, 0);
     // Switched to enforce while serving.
-    layer
-        .pipeline()
-        .set_mode(LimiterKind::RequestRate, Mode::Enforce);
+    assert!(layer.pipeline().set_mode("request_rate", Mode::Enforce));
     assert_eq!(status(&svc, get("/", "k")).await, 429);
 }
 
@@ -298,12 +315,12 @@ async fn grpc_requests_are_refused_with_a_grpc_status() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_answers_later_limits_and_returns_leases_the_same() {
     let clock = TokioClock::new();
+    let store = Arc::new(Later(store(&clock)));
     let pipeline = Pipeline::builder()
-        .request_rate(rate_limiter(Later(store(&clock))))
-        .concurrency(
-            ConcurrencyLimiter::new(1, Duration::from_secs(600), Later(store(&clock))).unwrap(),
-        )
-        .build();
+        .limiter(rate_limiter(store.clone()))
+        .limiter(one_in_flight(store))
+        .build()
+        .unwrap();
     let layer = FloodgateLayer::new(pipeline);
     let (slow, fast) = (
         layer.layer(slow_handler(10)),
@@ -340,15 +357,13 @@ async fn the_layer_feeds_the_utilization_shedder_with_its_own_in_flight_count() 
     let clock = TokioClock::new();
     // One worker: one slow request in flight is full utilization.
     let gauge = Arc::new(WorkerGauge::new(1).unwrap());
-    let shedder = UtilizationShedder::new(
-        ControllerSettings::default(),
-        Duration::from_secs(1),
-        7,
-        gauge.clone(),
-        Arc::new(clock.clone()),
-    )
-    .unwrap();
-    let pipeline: Pipeline<TestStore> = Pipeline::builder().utilization(shedder).build();
+    let shedder = UtilizationShedder::builder()
+        .seed(7)
+        .source(gauge.clone())
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let pipeline: Pipeline<TestStore> = Pipeline::builder().limiter(shedder).build().unwrap();
     let layer = FloodgateLayer::new(pipeline)
         .worker_gauge(gauge.clone())
         .extractor(Extractor::new().critical_route("/v1/charges"));
@@ -414,8 +429,9 @@ async fn failures_of_the_middleware_let_requests_through() {
     // A panic in the pipeline, inside `call` (ready at once) and inside the future (later).
     for later in [false, true] {
         let pipeline = Pipeline::builder()
-            .request_rate(rate_limiter(Buggy(later)))
-            .build();
+            .limiter(rate_limiter(Buggy(later)))
+            .build()
+            .unwrap();
         let layer = FloodgateLayer::new(pipeline);
         let svc = layer.layer(ok_handler(calls.clone()));
         assert_eq!(status(&svc, get("/", "k")).await, 200);

@@ -135,7 +135,7 @@ async fn refusals_are_grpc_statuses_with_rate_limit_metadata() {
     );
     assert_eq!(
         metadata.get("ratelimit-policy").map(|v| v.to_str().ok()),
-        Some(Some("\"requests\";q=1;w=100"))
+        Some(Some("\"requests\";q=2;w=200"))
     );
     assert_eq!(
         greeter.calls.load(Ordering::Relaxed),

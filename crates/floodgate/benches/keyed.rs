@@ -134,7 +134,7 @@ fn bench_keyed<K, Q>(
                 let gcra = workload.gcra();
                 let store: MemoryStore<K, <Gcra as Algorithm>::State> = MemoryStore::builder()
                     .max_keys(4_000_000)
-                    .build()
+                    .build_typed()
                     .expect("valid store");
                 for k in &keys {
                     let _ = store.apply_now(&gcra, borrow(k), Op::Check { cost: 1 });

@@ -63,7 +63,7 @@ fn main() {
     let floodgate_u64 = per_key(|| {
         let store: MemoryStore<u64, GcraState> = MemoryStore::builder()
             .max_keys(4 * N)
-            .build()
+            .build_typed()
             .expect("valid store");
         for k in 0..N as u64 {
             let _ = store.apply_now(&gcra, &k, check);
@@ -81,7 +81,7 @@ fn main() {
     let floodgate_string = per_key(|| {
         let store: MemoryStore<String, GcraState> = MemoryStore::builder()
             .max_keys(4 * N)
-            .build()
+            .build_typed()
             .expect("valid store");
         for k in &names {
             let _ = store.apply_now(&gcra, k.as_str(), check);

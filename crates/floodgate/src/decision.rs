@@ -1,5 +1,6 @@
 //! What a limiter answers: [`Decision`], and what it is asked: [`Op`].
 
+use std::fmt;
 use std::time::Duration;
 
 /// The answer to one operation on one key: allowed or not, and the numbers a caller needs to
@@ -8,6 +9,7 @@ use std::time::Duration;
 /// A denial is a normal `Decision` (`allowed == false`), not an error. A denied request consumes
 /// nothing unless its algorithm's documentation says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[must_use = "a decision says whether the request may proceed"]
 pub struct Decision {
     /// Whether the request may proceed (after [`Decision::wait`], for shapers).
     pub allowed: bool,
@@ -57,6 +59,45 @@ impl Decision {
     }
 }
 
+/// The id of a lease in a concurrency or fleet limiter: 128 bits, random when Floodgate makes it
+/// ([`LeaseId::random`]), so that a caller cannot release another caller's lease by guessing its
+/// id. Written as 32 lowercase hexadecimal digits ([`fmt::Display`], [`std::str::FromStr`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u128);
+
+impl LeaseId {
+    /// A new id from the thread's cryptographically secure generator (`rand`'s `ThreadRng`,
+    /// ChaCha reseeded from the OS): unpredictable from any number of earlier ids.
+    pub fn random() -> LeaseId {
+        LeaseId(rand::random())
+    }
+}
+
+/// A caller's own numeric id (as a replayed trace carries): the same 128-bit id space.
+impl From<u64> for LeaseId {
+    fn from(id: u64) -> LeaseId {
+        LeaseId(u128::from(id))
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// Parses 1 to 32 hexadecimal digits (either case).
+impl std::str::FromStr for LeaseId {
+    type Err = std::num::ParseIntError;
+    fn from_str(text: &str) -> Result<LeaseId, Self::Err> {
+        if text.len() > 32 || text.starts_with('+') {
+            // from_str_radix accepts a sign and reports overflow itself; refuse both the same way.
+            return u128::from_str_radix("-", 16).map(LeaseId);
+        }
+        u128::from_str_radix(text, 16).map(LeaseId)
+    }
+}
+
 /// One operation on one key's state.
 ///
 /// Every algorithm supports [`Op::Check`]. The shaping operations are supported where the
@@ -92,7 +133,7 @@ pub enum Op {
     /// released or expires. Acquiring a lease that is already held renews it.
     Acquire {
         /// The caller's lease id (random, so that two callers never share one).
-        lease: u64,
+        lease: LeaseId,
         /// Whether the request is critical (the fleet shedder never refuses those).
         critical: bool,
     },
@@ -100,7 +141,7 @@ pub enum Op {
     /// tells whether the lease was held (an unknown or expired lease is a no-op).
     Release {
         /// The lease to give back.
-        lease: u64,
+        lease: LeaseId,
     },
 }
 
@@ -160,8 +201,33 @@ impl OpKind {
     }
 }
 
-impl std::fmt::Display for OpKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeaseId;
+
+    #[test]
+    fn lease_ids_print_as_32_hex_digits_and_parse_back() {
+        let id = LeaseId(0xabc);
+        assert_eq!(id.to_string(), "00000000000000000000000000000abc");
+        assert_eq!(id.to_string().parse::<LeaseId>(), Ok(id));
+        assert_eq!("ABC".parse::<LeaseId>(), Ok(id));
+        assert!("".parse::<LeaseId>().is_err());
+        assert!("+abc".parse::<LeaseId>().is_err());
+        assert!("g".parse::<LeaseId>().is_err());
+        assert!("1".repeat(33).parse::<LeaseId>().is_err());
+        assert_eq!(LeaseId::from(7u64), LeaseId(7));
+    }
+
+    #[test]
+    fn random_lease_ids_do_not_repeat() {
+        let ids: std::collections::HashSet<LeaseId> =
+            (0..10_000).map(|_| LeaseId::random()).collect();
+        assert_eq!(ids.len(), 10_000);
     }
 }

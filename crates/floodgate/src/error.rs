@@ -5,6 +5,7 @@ use crate::OpKind;
 
 /// A parameter was rejected when building an algorithm, limiter or store.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A parameter has a value outside its domain.
     #[error("invalid value for `{field}`: {value} ({reason})")]
@@ -37,6 +38,7 @@ impl ConfigError {
 
 /// A store could not apply a transition. Never a denial: denials are [`crate::Decision`]s.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The algorithm does not implement this operation (for example `reserve` on a fixed
     /// window). Nothing was changed.
@@ -46,6 +48,15 @@ pub enum StoreError {
         algorithm: &'static str,
         /// The refused operation.
         op: OpKind,
+    },
+    /// The key holds the state of another algorithm: two limiters of different algorithms
+    /// share one namespace. Nothing was changed; give each limiter its own namespace.
+    #[error("the key holds {found} state, which the {algorithm} algorithm cannot use (two limiters share one namespace)")]
+    StateConflict {
+        /// The algorithm that was asked to apply the operation.
+        algorithm: &'static str,
+        /// The algorithm whose state the key holds.
+        found: &'static str,
     },
     /// The store could not be reached or answered with an error; the caller may retry.
     #[error("store unavailable: {0}")]

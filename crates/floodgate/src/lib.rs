@@ -5,15 +5,34 @@
 //! - [`algorithm`]: pure transition functions over `(state, now, op)`, one file per classic
 //!   rate-limiting algorithm, each documenting its exact rule, units, state size and bound.
 //! - [`store`]: where per-key state lives; a store's only job is to apply an algorithm's transition
-//!   to one key's state atomically ([`store::Store`]). [`store::MemoryStore`] is the embedded,
-//!   bounded, sharded default.
+//!   to one key's state atomically ([`store::Store`]), each limiter in its own
+//!   [`store::Namespace`]. [`store::MemoryStore`] is the embedded, bounded, sharded store.
+//! - [`limiter`]: algorithms put to work on a store: a [`limiter::KeyedLimit`] on any key, and
+//!   Stripe's four (request rate, concurrency, fleet and utilization shedding).
+//! - [`pipeline`]: an ordered list of stages, each a named limiter with its mode (enforce,
+//!   shadow, off), failure policy and refusal status; Stripe's four are a preset.
 //! - [`clock`]: every instant comes from an injected [`Clock`]; tests use [`ManualClock`].
+//! - [`blocking`]: the same calls from synchronous code.
+//!
+//! ```
+//! use floodgate::algorithm::token_bucket::TokenBucket;
+//! use floodgate::limiter::KeyedLimit;
+//! use floodgate::store::MemoryStore;
+//!
+//! // 10 requests per second per user, bursts of 20.
+//! let limit = KeyedLimit::new("api", TokenBucket::new(10.0, 20)?, MemoryStore::new())?;
+//! let decision = limit.check_blocking("alice", 1)?;
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 19);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! A denial is a normal [`Decision`] with `allowed == false`; `Err` is kept for infrastructure
 //! failures ([`StoreError`]) and invalid configuration ([`ConfigError`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod algorithm;
+pub mod blocking;
 pub mod clock;
 #[doc = include_str!("../../../docs/limiters.md")]
 pub mod guide {}
@@ -24,5 +43,5 @@ pub mod pipeline;
 pub mod store;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
-pub use decision::{Decision, Op, OpKind};
+pub use decision::{Decision, LeaseId, Op, OpKind};
 pub use error::{ConfigError, StoreError};

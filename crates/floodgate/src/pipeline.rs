@@ -1,37 +1,45 @@
-//! The pipeline: Stripe's four limiters in order, with modes, failure policies and refusals a
-//! client can act on.
+//! The pipeline: an ordered list of stages, each a named limiter with its own mode, failure
+//! policy and refusal status, and refusals a client can act on.
 //!
-//! For each request, [`Pipeline::evaluate`] runs the configured limiters in this order:
-//! request rate → concurrency → fleet → utilization. The first refusal wins; leases taken by
-//! earlier limiters are given back at once when a later one refuses. Each limiter has a
-//! [`Mode`], switchable at run time from any thread with one atomic store:
+//! For each request, [`Pipeline::evaluate`] runs the stages in order. The first refusal wins;
+//! leases taken by earlier stages are given back at once when a later one refuses. Each stage
+//! has a [`Mode`], switchable at run time from any thread with one atomic store:
 //! - `enforce`: refusals refuse;
-//! - `shadow` (dark launch): the limiter decides and its refusals are counted and reported in
+//! - `shadow` (dark launch): the stage decides and its refusals are counted and reported in
 //!   [`Verdict::shadow_refusals`], but the request goes on (leases it grants are still taken,
 //!   so that its counts are the ones it would enforce);
-//! - `off` (kill switch): the limiter is not consulted.
+//! - `off` (kill switch): the stage is not consulted.
 //!
 //! A store error never refuses by default ([`OnStoreError::FailOpen`], counted in
-//! [`PipelineStats::fail_open`]); [`OnStoreError::FailClosed`] makes it a 503.
+//! [`StageStats::fail_open`]); [`OnStoreError::FailClosed`] makes it a 503.
 //!
-//! A refusal carries its status (429 for the per-user limiters, 503 for the shedders), the
-//! limiter, `retry_after`, an actionable message ("plan free allows 50 requests per second;
-//! retry in 0.12 s") and the values of the `Retry-After`, `RateLimit-Policy` and `RateLimit`
-//! fields (draft-ietf-httpapi-ratelimit-headers, structured-field syntax).
+//! A refusal carries the stage's status (by default 429 for the per-user limiters, 503 for the
+//! shedders), the stage, `retry_after`, an actionable message ("plan free allows 50 requests
+//! per second; retry in 0.12 s") and the values of the `Retry-After`, `RateLimit-Policy` and
+//! `RateLimit` fields (see [`RateLimitHeaders`]).
+//!
+//! Stripe's four limiters in their order are a ready preset ([`Pipeline::stripe`]); any other
+//! list of stages is built the same way with [`Pipeline::builder`].
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::blocking::block_on;
 use crate::limiter::concurrency::ConcurrencyLimiter;
 use crate::limiter::fleet::FleetShedder;
-use crate::limiter::request_rate::{policy_numbers, RequestRateLimiter};
+use crate::limiter::request_rate::RequestRateLimiter;
 use crate::limiter::utilization::UtilizationShedder;
 use crate::limiter::{
-    whole_seconds_up, Lease, LimiterKind, Mode, OnStoreError, Priority, RateLimitHeaders,
+    whole_seconds_up, Lease, LeaseHandle, LimiterKind, Mode, OnStoreError, Priority,
+    RateLimitHeaders,
 };
-use crate::store::Store;
-use crate::{Decision, StoreError};
+use crate::store::{Namespace, Store};
+use crate::{ConfigError, Decision, StoreError};
+
+mod snapshot;
+
+pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
 
 /// How long shed clients are asked to wait: a shedder cannot know when load will drop, so it
 /// asks for a short back-off.
@@ -68,9 +76,11 @@ impl<'a> Descriptor<'a> {
 /// Why a request was refused, with everything the refusal response needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Refusal {
-    /// The limiter that refused.
-    pub limiter: LimiterKind,
-    /// 429 (per-user limiters) or 503 (shedders, and fail-closed store errors).
+    /// The stage that refused (its name).
+    pub stage: Namespace,
+    /// The kind of limiter the stage runs.
+    pub kind: LimiterKind,
+    /// The stage's refusal status (429 or 503 by default; 503 for fail-closed store errors).
     pub status: u16,
     /// When the same request could pass; `None` if it never can.
     pub retry_after: Option<Duration>,
@@ -82,20 +92,21 @@ pub struct Refusal {
 
 /// The pipeline's answer for one request.
 #[derive(Debug, Default)]
+#[must_use = "a verdict says whether the request may proceed, and holds its leases"]
 pub struct Verdict {
     /// The refusal, if the request is refused.
     pub refusal: Option<Refusal>,
-    /// Limiters in shadow mode that would have refused this request.
-    pub shadow_refusals: Vec<LimiterKind>,
-    /// Limiters whose store failed, and that let the request through.
-    pub fail_opens: Vec<LimiterKind>,
+    /// Stages in shadow mode that would have refused this request.
+    pub shadow_refusals: Vec<Namespace>,
+    /// Stages whose store failed, and that let the request through.
+    pub fail_opens: Vec<Namespace>,
     /// Places taken for this request (concurrency, fleet). Keep them until the request ends;
     /// dropping them gives the places back. Empty when refused.
     pub leases: Vec<Lease>,
-    /// The request rate limiter's `RateLimit-Policy` / `RateLimit` values, for allowed
-    /// responses too.
+    /// The `RateLimit-Policy` / `RateLimit` values of the request rate stage with the least
+    /// remaining, for allowed responses too.
     pub rate_limit: Option<RateLimitHeaders>,
-    /// The shedders' state for this request, when the utilization shedder ran.
+    /// The utilization shedder's amount for this request, when one ran.
     pub shed_amount: Option<f64>,
 }
 
@@ -131,169 +142,297 @@ impl Verdict {
     }
 }
 
-/// Counters of what the pipeline did, per limiter (index: [`LimiterKind`] order; the methods
-/// take the kind).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PipelineStats {
-    /// Requests refused (enforce mode).
-    pub refused: [u64; 4],
-    /// Requests a shadow-mode limiter would have refused.
-    pub shadow_refused: [u64; 4],
-    /// Store errors that let the request through.
-    pub fail_open: [u64; 4],
-    /// Store errors that refused the request (fail closed).
-    pub fail_closed: [u64; 4],
+/// The limiter a stage runs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Limiter<S> {
+    /// Per-user request rate by plan (keyed by [`Descriptor::user`]).
+    RequestRate(RequestRateLimiter<S>),
+    /// Per-user requests in flight (keyed by [`Descriptor::user`]).
+    Concurrency(ConcurrencyLimiter<S>),
+    /// The fleet's requests in flight, with a reserve for critical ones.
+    Fleet(FleetShedder<S>),
+    /// This node's worker utilization.
+    Utilization(UtilizationShedder),
 }
 
-impl PipelineStats {
-    /// Requests `kind` refused.
-    pub fn refused_by(&self, kind: LimiterKind) -> u64 {
-        self.refused[kind.index()]
+impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
+    /// The kind of limiter.
+    pub fn kind(&self) -> LimiterKind {
+        match self {
+            Limiter::RequestRate(_) => LimiterKind::RequestRate,
+            Limiter::Concurrency(_) => LimiterKind::Concurrency,
+            Limiter::Fleet(_) => LimiterKind::Fleet,
+            Limiter::Utilization(_) => LimiterKind::Utilization,
+        }
     }
 
-    /// Requests `kind` would have refused in shadow mode.
-    pub fn shadow_refused_by(&self, kind: LimiterKind) -> u64 {
-        self.shadow_refused[kind.index()]
+    /// The limiter's name: its namespace in the store, or the utilization shedder's name.
+    pub fn name(&self) -> &Namespace {
+        match self {
+            Limiter::RequestRate(l) => l.namespace(),
+            Limiter::Concurrency(l) => l.namespace(),
+            Limiter::Fleet(l) => l.namespace(),
+            Limiter::Utilization(l) => l.name(),
+        }
     }
+}
 
-    /// Store errors of `kind` that let the request through.
-    pub fn fail_open_of(&self, kind: LimiterKind) -> u64 {
-        self.fail_open[kind.index()]
+impl<S> From<RequestRateLimiter<S>> for Limiter<S> {
+    fn from(l: RequestRateLimiter<S>) -> Self {
+        Limiter::RequestRate(l)
     }
+}
 
-    /// Store errors of `kind` that refused the request.
-    pub fn fail_closed_of(&self, kind: LimiterKind) -> u64 {
-        self.fail_closed[kind.index()]
+impl<S> From<ConcurrencyLimiter<S>> for Limiter<S> {
+    fn from(l: ConcurrencyLimiter<S>) -> Self {
+        Limiter::Concurrency(l)
     }
+}
+
+impl<S> From<FleetShedder<S>> for Limiter<S> {
+    fn from(l: FleetShedder<S>) -> Self {
+        Limiter::Fleet(l)
+    }
+}
+
+impl<S> From<UtilizationShedder> for Limiter<S> {
+    fn from(l: UtilizationShedder) -> Self {
+        Limiter::Utilization(l)
+    }
+}
+
+/// One stage of a pipeline: a limiter, named by its namespace, with its mode, failure policy and
+/// refusal status. Build one with [`Stage::new`] and the setters, then add it with
+/// [`PipelineBuilder::stage`].
+#[derive(Debug)]
+pub struct Stage<S> {
+    name: Namespace,
+    limiter: Limiter<S>,
+    mode: AtomicU8,
+    on_error: OnStoreError,
+    status: u16,
+    counters: Counters,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
-    refused: [AtomicU64; 4],
-    shadow_refused: [AtomicU64; 4],
-    fail_open: [AtomicU64; 4],
-    fail_closed: [AtomicU64; 4],
+    refused: AtomicU64,
+    shadow_refused: AtomicU64,
+    fail_open: AtomicU64,
+    fail_closed: AtomicU64,
 }
 
-fn bump(counter: &[AtomicU64; 4], kind: LimiterKind) {
-    counter[kind.index()].fetch_add(1, Ordering::Relaxed);
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
-fn read(counter: &[AtomicU64; 4]) -> [u64; 4] {
-    std::array::from_fn(|i| counter[i].load(Ordering::Relaxed))
-}
-
-#[derive(Debug)]
-struct Stage<L> {
-    limiter: L,
-    mode: AtomicU8,
-    on_error: OnStoreError,
-}
-
-impl<L> Stage<L> {
-    fn new(limiter: L) -> Self {
+impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
+    /// A stage running `limiter`, in enforce mode, failing open, refusing with its kind's
+    /// status ([`LimiterKind::status`]).
+    pub fn new(limiter: impl Into<Limiter<S>>) -> Stage<S> {
+        let limiter = limiter.into();
         Stage {
+            name: limiter.name().clone(),
+            status: limiter.kind().status(),
             limiter,
             mode: AtomicU8::new(Mode::Enforce.to_u8()),
             on_error: OnStoreError::FailOpen,
+            counters: Counters::default(),
         }
     }
 
-    fn mode(&self) -> Mode {
+    /// The starting mode (default enforce).
+    #[must_use]
+    pub fn mode(self, mode: Mode) -> Self {
+        self.mode.store(mode.to_u8(), Ordering::Relaxed);
+        self
+    }
+
+    /// What the stage does when its store fails (default fail open; the utilization shedder
+    /// has no store).
+    #[must_use]
+    pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
+        self.on_error = policy;
+        self
+    }
+
+    /// The HTTP status of the stage's refusals; checked (400 to 599) when the pipeline is
+    /// built.
+    #[must_use]
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// The stage's name (its limiter's namespace).
+    pub fn name(&self) -> &Namespace {
+        &self.name
+    }
+
+    /// The limiter the stage runs.
+    pub fn limiter(&self) -> &Limiter<S> {
+        &self.limiter
+    }
+
+    /// The stage's mode now.
+    pub fn current_mode(&self) -> Mode {
         Mode::from_u8(self.mode.load(Ordering::Relaxed))
     }
+
+    /// The stage's failure policy.
+    pub fn failure_policy(&self) -> OnStoreError {
+        self.on_error
+    }
+
+    /// The stage's refusal status.
+    pub fn refusal_status(&self) -> u16 {
+        self.status
+    }
+
+    /// What the stage's limiter concludes for `request`; leases it takes go to `verdict`.
+    async fn decide(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
+        let refuse = |retry_after, message, rate_limit| {
+            Step::Refuse(Refusal {
+                stage: self.name.clone(),
+                kind: self.limiter.kind(),
+                status: self.status,
+                retry_after,
+                message,
+                rate_limit,
+            })
+        };
+        match &self.limiter {
+            Limiter::RequestRate(limiter) => {
+                let cost = request
+                    .cost
+                    .unwrap_or_else(|| limiter.cost_of(request.endpoint));
+                let rd = match limiter.check(request.user, request.plan, cost).await {
+                    Ok(rd) => rd,
+                    Err(e) => return Step::Failed(e),
+                };
+                let headers = RateLimitHeaders::for_decision(rd.plan.quota(), &rd.decision);
+                let fewer_left = |current: &RateLimitHeaders| rd.decision.remaining < current.left;
+                if verdict.rate_limit.as_ref().is_none_or(fewer_left) {
+                    verdict.rate_limit = headers.clone();
+                }
+                if rd.decision.allowed {
+                    return Step::Pass;
+                }
+                let message = match rd.decision.retry_after {
+                    Some(retry) => format!("{}; retry in {} s", rd.plan.describe(), seconds(retry)),
+                    None => format!(
+                        "{}; a request costing {cost} can never pass",
+                        rd.plan.describe()
+                    ),
+                };
+                refuse(rd.decision.retry_after, message, headers)
+            }
+            Limiter::Concurrency(limiter) => {
+                let acquired = match limiter.acquire(request.user).await {
+                    Ok(a) => a,
+                    Err(e) => return Step::Failed(e),
+                };
+                verdict.leases.extend(acquired.lease);
+                let d = acquired.decision;
+                if d.allowed {
+                    return Step::Pass;
+                }
+                // A place frees when one of the user's requests ends; leases expiring is the
+                // worst case.
+                let retry = d
+                    .retry_after
+                    .map_or(SHED_RETRY_AFTER, |r| r.min(SHED_RETRY_AFTER));
+                let message = format!(
+                    "user {} already has {} requests in flight, the most allowed; retry when \
+                     one of them finishes",
+                    request.user, d.limit
+                );
+                refuse(Some(retry), message, Some(concurrency_headers(&d)))
+            }
+            Limiter::Fleet(shedder) => {
+                let critical = request.priority == Priority::Critical;
+                let acquired = match shedder.acquire(critical).await {
+                    Ok(a) => a,
+                    Err(e) => return Step::Failed(e),
+                };
+                verdict.leases.extend(acquired.lease);
+                if acquired.decision.allowed {
+                    return Step::Pass;
+                }
+                let message = format!(
+                    "the service is keeping its remaining capacity for critical requests ({} \
+                     non-critical requests in flight, the most allowed); retry in 1 s",
+                    acquired.decision.limit
+                );
+                refuse(Some(SHED_RETRY_AFTER), message, None)
+            }
+            Limiter::Utilization(shedder) => {
+                let shed = shedder.check(request.priority);
+                verdict.shed_amount = Some(shed.shed_amount);
+                if !shed.shed {
+                    return Step::Pass;
+                }
+                let message = format!(
+                    "the service is overloaded and is shedding {} requests ({:.0}% of them \
+                     right now); retry in 1 s",
+                    request.priority.name(),
+                    shed.drop_probability * 100.0
+                );
+                refuse(Some(SHED_RETRY_AFTER), message, None)
+            }
+        }
+    }
 }
 
-/// The four limiters in order. Build it with [`Pipeline::builder`]; share it (`Arc`) between
-/// request handlers.
+/// The stages in order. Build it with [`Pipeline::builder`] (or [`Pipeline::stripe`]); share
+/// it (`Arc`) between request handlers.
 #[derive(Debug)]
 pub struct Pipeline<S> {
-    request_rate: Option<Stage<RequestRateLimiter<S>>>,
-    concurrency: Option<Stage<ConcurrencyLimiter<S>>>,
-    fleet: Option<Stage<FleetShedder<S>>>,
-    utilization: Option<Stage<UtilizationShedder>>,
-    counters: Counters,
+    stages: Box<[Stage<S>]>,
 }
 
-/// Assembles a [`Pipeline`]; every limiter is optional. Modes and failure policies may be set
-/// before or after the limiter they concern is added; they apply at [`PipelineBuilder::build`].
+/// Assembles a [`Pipeline`] from stages, in the order they are added.
 #[derive(Debug)]
+#[must_use]
 pub struct PipelineBuilder<S> {
-    pipeline: Pipeline<S>,
-    modes: Vec<(LimiterKind, Mode)>,
-    policies: Vec<(LimiterKind, OnStoreError)>,
+    stages: Vec<Stage<S>>,
 }
 
-impl<S> Pipeline<S> {
-    /// An empty builder.
-    pub fn builder() -> PipelineBuilder<S> {
-        PipelineBuilder {
-            pipeline: Pipeline {
-                request_rate: None,
-                concurrency: None,
-                fleet: None,
-                utilization: None,
-                counters: Counters::default(),
-            },
-            modes: Vec::new(),
-            policies: Vec::new(),
+impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
+    /// Adds a stage after the ones already added.
+    pub fn stage(mut self, stage: Stage<S>) -> Self {
+        self.stages.push(stage);
+        self
+    }
+
+    /// Adds `limiter` as a stage with the defaults of [`Stage::new`].
+    pub fn limiter(self, limiter: impl Into<Limiter<S>>) -> Self {
+        self.stage(Stage::new(limiter))
+    }
+
+    /// The pipeline. Stage names (their limiters' namespaces) must be unique, so that modes,
+    /// statistics and leases name one stage; statuses must be 400 to 599.
+    pub fn build(self) -> Result<Pipeline<S>, ConfigError> {
+        for (i, stage) in self.stages.iter().enumerate() {
+            if self.stages[..i].iter().any(|s| s.name == stage.name) {
+                return Err(ConfigError::invalid(
+                    "stages",
+                    stage.name.as_str(),
+                    "two stages have this name; give each limiter its own namespace",
+                ));
+            }
+            if !(400..=599).contains(&stage.status) {
+                return Err(ConfigError::invalid(
+                    "status",
+                    stage.status,
+                    "must be an HTTP error status, 400 to 599",
+                ));
+            }
         }
-    }
-}
-
-impl<S> PipelineBuilder<S> {
-    /// Adds the request rate limiter.
-    pub fn request_rate(mut self, limiter: RequestRateLimiter<S>) -> Self {
-        self.pipeline.request_rate = Some(Stage::new(limiter));
-        self
-    }
-
-    /// Adds the concurrent requests limiter.
-    pub fn concurrency(mut self, limiter: ConcurrencyLimiter<S>) -> Self {
-        self.pipeline.concurrency = Some(Stage::new(limiter));
-        self
-    }
-
-    /// Adds the fleet usage load shedder.
-    pub fn fleet(mut self, shedder: FleetShedder<S>) -> Self {
-        self.pipeline.fleet = Some(Stage::new(shedder));
-        self
-    }
-
-    /// Adds the worker utilization load shedder.
-    pub fn utilization(mut self, shedder: UtilizationShedder) -> Self {
-        self.pipeline.utilization = Some(Stage::new(shedder));
-        self
-    }
-
-    /// Sets a limiter's starting mode (default `enforce`).
-    pub fn mode(mut self, kind: LimiterKind, mode: Mode) -> Self {
-        self.modes.push((kind, mode));
-        self
-    }
-
-    /// Sets what a limiter does when its store fails (default fail open; the utilization
-    /// shedder has no store).
-    pub fn on_store_error(mut self, kind: LimiterKind, policy: OnStoreError) -> Self {
-        self.policies.push((kind, policy));
-        self
-    }
-
-    /// The pipeline.
-    pub fn build(self) -> Pipeline<S> {
-        let mut p = self.pipeline;
-        for (kind, mode) in self.modes {
-            p.set_mode(kind, mode);
-        }
-        for (kind, policy) in self.policies {
-            match kind {
-                LimiterKind::RequestRate => p.request_rate.as_mut().map(|s| s.on_error = policy),
-                LimiterKind::Concurrency => p.concurrency.as_mut().map(|s| s.on_error = policy),
-                LimiterKind::Fleet => p.fleet.as_mut().map(|s| s.on_error = policy),
-                LimiterKind::Utilization => None,
-            };
-        }
-        p
+        Ok(Pipeline {
+            stages: self.stages.into_boxed_slice(),
+        })
     }
 }
 
@@ -304,306 +443,161 @@ enum Step {
     Failed(StoreError),
 }
 
-impl<S> Pipeline<S> {
-    /// Switches a limiter's mode now, from any thread; `false` if the limiter is not configured.
-    pub fn set_mode(&self, kind: LimiterKind, mode: Mode) -> bool {
-        self.mode_slot(kind)
-            .map(|m| m.store(mode.to_u8(), Ordering::Relaxed))
-            .is_some()
-    }
-
-    /// A limiter's current mode, or `None` if it is not configured.
-    pub fn mode(&self, kind: LimiterKind) -> Option<Mode> {
-        self.mode_slot(kind)
-            .map(|m| Mode::from_u8(m.load(Ordering::Relaxed)))
-    }
-
-    fn mode_slot(&self, kind: LimiterKind) -> Option<&AtomicU8> {
-        match kind {
-            LimiterKind::RequestRate => self.request_rate.as_ref().map(|s| &s.mode),
-            LimiterKind::Concurrency => self.concurrency.as_ref().map(|s| &s.mode),
-            LimiterKind::Fleet => self.fleet.as_ref().map(|s| &s.mode),
-            LimiterKind::Utilization => self.utilization.as_ref().map(|s| &s.mode),
-        }
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> PipelineStats {
-        PipelineStats {
-            refused: read(&self.counters.refused),
-            shadow_refused: read(&self.counters.shadow_refused),
-            fail_open: read(&self.counters.fail_open),
-            fail_closed: read(&self.counters.fail_closed),
-        }
-    }
-
-    /// The request rate limiter, if configured.
-    pub fn request_rate(&self) -> Option<&RequestRateLimiter<S>> {
-        self.request_rate.as_ref().map(|s| &s.limiter)
-    }
-
-    /// The concurrency limiter, if configured.
-    pub fn concurrency(&self) -> Option<&ConcurrencyLimiter<S>> {
-        self.concurrency.as_ref().map(|s| &s.limiter)
-    }
-
-    /// The fleet shedder, if configured.
-    pub fn fleet(&self) -> Option<&FleetShedder<S>> {
-        self.fleet.as_ref().map(|s| &s.limiter)
-    }
-
-    /// The utilization shedder, if configured.
-    pub fn utilization(&self) -> Option<&UtilizationShedder> {
-        self.utilization.as_ref().map(|s| &s.limiter)
-    }
-
-    /// Applies a stage's outcome to the verdict under its mode and failure policy; `true` when
-    /// the request is refused and the pipeline stops.
-    fn settle(
-        &self,
-        kind: LimiterKind,
-        mode: Mode,
-        on_error: OnStoreError,
-        step: Step,
-        verdict: &mut Verdict,
-    ) -> bool {
-        let refusal = match step {
-            Step::Pass => return false,
-            Step::Refuse(refusal) => refusal,
-            Step::Failed(error) => match on_error {
-                OnStoreError::FailOpen => {
-                    bump(&self.counters.fail_open, kind);
-                    verdict.fail_opens.push(kind);
-                    return false;
-                }
-                OnStoreError::FailClosed => {
-                    bump(&self.counters.fail_closed, kind);
-                    Refusal {
-                        limiter: kind,
-                        status: 503,
-                        retry_after: Some(SHED_RETRY_AFTER),
-                        message: format!(
-                            "the {kind} limiter cannot reach its store ({error}); retry in 1 s"
-                        ),
-                        rate_limit: None,
-                    }
-                }
-            },
-        };
-        match mode {
-            Mode::Enforce => {
-                bump(&self.counters.refused, kind);
-                // Give back what earlier limiters took: the request will not run.
-                verdict.leases.clear();
-                verdict.refusal = Some(refusal);
-                true
-            }
-            Mode::Shadow | Mode::Off => {
-                bump(&self.counters.shadow_refused, kind);
-                verdict.shadow_refusals.push(kind);
-                false
-            }
-        }
-    }
+/// Why [`Pipeline::release`] could not release a lease.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReleaseError {
+    /// No stage of this pipeline has the lease's limiter (a handle from another pipeline, or
+    /// from a stage removed by a reload).
+    #[error("no stage named `{0}` holds leases in this pipeline")]
+    UnknownLimiter(Namespace),
+    /// The store failed; the lease will expire after its TTL.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
-    /// Runs the limiters for one request. See the [module documentation](self).
+    /// An empty builder.
+    pub fn builder() -> PipelineBuilder<S> {
+        PipelineBuilder { stages: Vec::new() }
+    }
+
+    /// Stripe's four limiters, in their order: request rate → concurrency → fleet →
+    /// utilization, each with the defaults of [`Stage::new`].
+    pub fn stripe(
+        request_rate: RequestRateLimiter<S>,
+        concurrency: ConcurrencyLimiter<S>,
+        fleet: FleetShedder<S>,
+        utilization: UtilizationShedder,
+    ) -> Result<Pipeline<S>, ConfigError> {
+        Pipeline::builder()
+            .limiter(request_rate)
+            .limiter(concurrency)
+            .limiter(fleet)
+            .limiter(utilization)
+            .build()
+    }
+
+    /// The stages, in order.
+    pub fn stages(&self) -> impl ExactSizeIterator<Item = &Stage<S>> {
+        self.stages.iter()
+    }
+
+    /// The stage named `name`.
+    pub fn stage(&self, name: &str) -> Option<&Stage<S>> {
+        self.stages.iter().find(|s| s.name.as_str() == name)
+    }
+
+    /// The first stage of `kind`.
+    pub fn first_of(&self, kind: LimiterKind) -> Option<&Stage<S>> {
+        self.stages.iter().find(|s| s.limiter.kind() == kind)
+    }
+
+    /// Switches the stage named `name` to `mode` now, from any thread; `false` if no stage has
+    /// that name.
+    pub fn set_mode(&self, name: &str, mode: Mode) -> bool {
+        self.stage(name)
+            .map(|s| s.mode.store(mode.to_u8(), Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// The mode of the stage named `name`.
+    pub fn mode(&self, name: &str) -> Option<Mode> {
+        self.stage(name).map(Stage::current_mode)
+    }
+
+    /// Runs the stages for one request. See the [module documentation](self).
     pub async fn evaluate(&self, request: &Descriptor<'_>) -> Verdict {
         let mut verdict = Verdict::default();
-
-        if let Some(stage) = &self.request_rate {
-            let mode = stage.mode();
-            if mode != Mode::Off {
-                let limiter = &stage.limiter;
-                let cost = request
-                    .cost
-                    .unwrap_or_else(|| limiter.cost_of(request.endpoint));
-                let step = match limiter.check(request.user, request.plan, cost).await {
-                    Ok(rd) => {
-                        let headers = rate_headers(rd.plan.quota(), &rd.decision);
-                        verdict.rate_limit = headers.clone();
-                        if rd.decision.allowed {
-                            Step::Pass
-                        } else {
-                            let message = match rd.decision.retry_after {
-                                Some(retry) => {
-                                    format!("{}; retry in {} s", rd.plan.describe(), seconds(retry))
-                                }
-                                None => format!(
-                                    "{}; a request costing {cost} can never pass",
-                                    rd.plan.describe()
-                                ),
-                            };
-                            Step::Refuse(Refusal {
-                                limiter: LimiterKind::RequestRate,
-                                status: 429,
-                                retry_after: rd.decision.retry_after,
-                                message,
-                                rate_limit: headers,
-                            })
-                        }
-                    }
-                    Err(e) => Step::Failed(e),
-                };
-                if self.settle(
-                    LimiterKind::RequestRate,
-                    mode,
-                    stage.on_error,
-                    step,
-                    &mut verdict,
-                ) {
-                    return verdict;
-                }
+        for stage in self.stages.iter() {
+            let mode = stage.current_mode();
+            if mode == Mode::Off {
+                continue;
             }
-        }
-
-        if let Some(stage) = &self.concurrency {
-            let mode = stage.mode();
-            if mode != Mode::Off {
-                let step = match stage.limiter.acquire(request.user, None).await {
-                    Ok(acquired) => {
-                        verdict.leases.extend(acquired.lease);
-                        if acquired.decision.allowed {
-                            Step::Pass
-                        } else {
-                            Step::Refuse(concurrency_refusal(request.user, &acquired.decision))
-                        }
-                    }
-                    Err(e) => Step::Failed(e),
-                };
-                if self.settle(
-                    LimiterKind::Concurrency,
-                    mode,
-                    stage.on_error,
-                    step,
-                    &mut verdict,
-                ) {
-                    return verdict;
-                }
-            }
-        }
-
-        if let Some(stage) = &self.fleet {
-            let mode = stage.mode();
-            if mode != Mode::Off {
-                let critical = request.priority == Priority::Critical;
-                let step = match stage.limiter.acquire(critical, None).await {
-                    Ok(acquired) => {
-                        verdict.leases.extend(acquired.lease);
-                        if acquired.decision.allowed {
-                            Step::Pass
-                        } else {
-                            Step::Refuse(Refusal {
-                                limiter: LimiterKind::Fleet,
-                                status: 503,
-                                retry_after: Some(SHED_RETRY_AFTER),
-                                message: format!(
-                                    "the service is keeping its remaining capacity for critical \
-                                     requests ({} non-critical requests in flight, the most \
-                                     allowed); retry in 1 s",
-                                    acquired.decision.limit
-                                ),
-                                rate_limit: None,
-                            })
-                        }
-                    }
-                    Err(e) => Step::Failed(e),
-                };
-                if self.settle(LimiterKind::Fleet, mode, stage.on_error, step, &mut verdict) {
-                    return verdict;
-                }
-            }
-        }
-
-        if let Some(stage) = &self.utilization {
-            let mode = stage.mode();
-            if mode != Mode::Off {
-                let shed = stage.limiter.check(request.priority);
-                verdict.shed_amount = Some(shed.shed_amount);
-                let step = if shed.shed {
-                    Step::Refuse(Refusal {
-                        limiter: LimiterKind::Utilization,
-                        status: 503,
-                        retry_after: Some(SHED_RETRY_AFTER),
-                        message: format!(
-                            "the service is overloaded and is shedding {} requests ({:.0}% of \
-                             them right now); retry in 1 s",
-                            request.priority.name(),
-                            shed.drop_probability * 100.0
-                        ),
-                        rate_limit: None,
-                    })
-                } else {
-                    Step::Pass
-                };
-                if self.settle(
-                    LimiterKind::Utilization,
-                    mode,
-                    stage.on_error,
-                    step,
-                    &mut verdict,
-                ) {
-                    return verdict;
-                }
+            let step = stage.decide(request, &mut verdict).await;
+            if settle(stage, mode, step, &mut verdict) {
+                break;
             }
         }
         verdict
     }
 
-    /// Gives back a lease by id (for callers that kept it with [`Lease::keep`]): `kind` is the
-    /// limiter that granted it, `key` its [`Lease::key`]. `Ok(false)` if it was not held.
-    pub async fn release(
-        &self,
-        kind: LimiterKind,
-        key: &str,
-        lease: u64,
-    ) -> Result<bool, StoreError> {
-        match kind {
-            LimiterKind::Concurrency => match &self.concurrency {
-                Some(stage) => stage.limiter.release(key, lease).await,
-                None => Ok(false),
-            },
-            LimiterKind::Fleet => match &self.fleet {
-                Some(stage) => stage.limiter.release(lease).await,
-                None => Ok(false),
-            },
-            LimiterKind::RequestRate | LimiterKind::Utilization => Ok(false),
+    /// [`Pipeline::evaluate`] for synchronous callers (see [`crate::blocking`]).
+    pub fn evaluate_blocking(&self, request: &Descriptor<'_>) -> Verdict {
+        block_on(self.evaluate(request))
+    }
+
+    /// Gives back a lease kept with [`Lease::keep`] to the stage that issued it. `Ok(false)` if
+    /// it was not held (already released, or expired).
+    pub async fn release(&self, lease: &LeaseHandle) -> Result<bool, ReleaseError> {
+        let unknown = || ReleaseError::UnknownLimiter(lease.limiter().clone());
+        let stage = self.stage(lease.limiter().as_str()).ok_or_else(unknown)?;
+        Ok(match &stage.limiter {
+            Limiter::Concurrency(l) => l.release(lease).await?,
+            Limiter::Fleet(l) => l.release(lease).await?,
+            Limiter::RequestRate(_) | Limiter::Utilization(_) => return Err(unknown()),
+        })
+    }
+
+    /// [`Pipeline::release`] for synchronous callers.
+    pub fn release_blocking(&self, lease: &LeaseHandle) -> Result<bool, ReleaseError> {
+        block_on(self.release(lease))
+    }
+}
+
+/// Applies a stage's outcome to the verdict under its mode and failure policy; `true` when the
+/// request is refused and the pipeline stops.
+fn settle<S>(stage: &Stage<S>, mode: Mode, step: Step, verdict: &mut Verdict) -> bool
+where
+    S: Store<str, AnyAlgorithm> + 'static,
+{
+    let refusal = match step {
+        Step::Pass => return false,
+        Step::Refuse(refusal) => refusal,
+        Step::Failed(error) => match stage.on_error {
+            OnStoreError::FailOpen => {
+                bump(&stage.counters.fail_open);
+                verdict.fail_opens.push(stage.name.clone());
+                return false;
+            }
+            OnStoreError::FailClosed => {
+                bump(&stage.counters.fail_closed);
+                Refusal {
+                    stage: stage.name.clone(),
+                    kind: stage.limiter.kind(),
+                    status: 503,
+                    retry_after: Some(SHED_RETRY_AFTER),
+                    message: format!(
+                        "the {} limiter cannot reach its store ({error}); retry in 1 s",
+                        stage.name
+                    ),
+                    rate_limit: None,
+                }
+            }
+        },
+    };
+    match mode {
+        Mode::Enforce => {
+            bump(&stage.counters.refused);
+            // Give back what earlier stages took: the request will not run.
+            verdict.leases.clear();
+            verdict.refusal = Some(refusal);
+            true
+        }
+        Mode::Shadow | Mode::Off => {
+            bump(&stage.counters.shadow_refused);
+            verdict.shadow_refusals.push(stage.name.clone());
+            false
         }
     }
 }
 
-fn concurrency_refusal(user: &str, d: &Decision) -> Refusal {
-    Refusal {
-        limiter: LimiterKind::Concurrency,
-        status: 429,
-        // A place frees when one of the user's requests ends; leases expiring is the worst case.
-        retry_after: Some(
-            d.retry_after
-                .map_or(SHED_RETRY_AFTER, |r| r.min(SHED_RETRY_AFTER)),
-        ),
-        message: format!(
-            "user {user} already has {} requests in flight, the most allowed; retry when one of \
-             them finishes",
-            d.limit
-        ),
-        rate_limit: Some(RateLimitHeaders {
-            policy: format!("\"concurrency\";q={};qu=\"concurrent-requests\"", d.limit),
-            remaining: format!("\"concurrency\";r={}", d.remaining),
-        }),
+fn concurrency_headers(d: &Decision) -> RateLimitHeaders {
+    RateLimitHeaders {
+        policy: format!("\"concurrency\";q={};qu=\"concurrent-requests\"", d.limit),
+        remaining: format!("\"concurrency\";r={}", d.remaining),
+        left: d.remaining,
     }
-}
-
-/// The request rate limiter's header values: the quota over its window, what is left, and the
-/// seconds until the request could pass (refused) or the quota is full again (allowed).
-fn rate_headers(quota: Option<(f64, Duration)>, d: &Decision) -> Option<RateLimitHeaders> {
-    let (units, window) = quota?;
-    let (q, w) = policy_numbers(units, window);
-    let t = whole_seconds_up(d.retry_after.unwrap_or(d.reset_after));
-    Some(RateLimitHeaders {
-        policy: format!("\"requests\";q={q};w={w}"),
-        remaining: format!("\"requests\";r={};t={t}", d.remaining),
-    })
 }
 
 /// Seconds for messages: "0.12", "2", "1.5".

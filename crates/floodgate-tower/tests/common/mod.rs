@@ -40,10 +40,7 @@ impl Clock for TokioClock {
 pub type TestStore = MemoryStore<String, AnyState, TokioClock>;
 
 pub fn store(clock: &TokioClock) -> TestStore {
-    MemoryStore::builder()
-        .clock(clock.clone())
-        .build::<String, AnyState>()
-        .unwrap()
+    MemoryStore::builder().clock(clock.clone()).build().unwrap()
 }
 
 /// The memory store on a manual clock: for tests over real sockets, during which tokio's
@@ -51,32 +48,38 @@ pub fn store(clock: &TokioClock) -> TestStore {
 pub type ManualStore = MemoryStore<String, AnyState, ManualClock>;
 
 pub fn manual_store(clock: &ManualClock) -> ManualStore {
-    MemoryStore::builder()
-        .clock(clock.clone())
-        .build::<String, AnyState>()
-        .unwrap()
+    MemoryStore::builder().clock(clock.clone()).build().unwrap()
 }
 
-/// For tests over real sockets: the plan "free", 0.01 requests a second (`q=1;w=100`) with
-/// bursts of 2, on a manual clock that never moves, so the bucket never refills.
+/// For tests over real sockets: the plan "free", 0.01 requests a second with bursts of 2
+/// (announced as `q=2;w=200`, the burst over the 200 s that earn it back), on a manual clock that never moves, so the bucket never refills.
 pub fn never_refilling_pipeline() -> floodgate::pipeline::Pipeline<ManualStore> {
     use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
     let clock = ManualClock::new(Nanos::from_secs(1_000));
     let plan = Plan::token_bucket("free", 0.01, 2).unwrap();
+    let limiter = RequestRateLimiter::builder()
+        .plan(plan)
+        .build(manual_store(&clock))
+        .unwrap();
     floodgate::pipeline::Pipeline::builder()
-        .request_rate(RequestRateLimiter::new(vec![plan], "free", manual_store(&clock)).unwrap())
+        .limiter(limiter)
         .build()
+        .unwrap()
 }
 
 /// For tests over real sockets: one request in flight per user, on a manual clock.
 pub fn one_in_flight_pipeline() -> floodgate::pipeline::Pipeline<ManualStore> {
     use floodgate::limiter::concurrency::ConcurrencyLimiter;
     let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let limiter =
-        ConcurrencyLimiter::new(1, Duration::from_secs(600), manual_store(&clock)).unwrap();
+    let limiter = ConcurrencyLimiter::builder()
+        .capacity(1)
+        .lease_ttl(Duration::from_secs(600))
+        .build(manual_store(&clock))
+        .unwrap();
     floodgate::pipeline::Pipeline::builder()
-        .concurrency(limiter)
+        .limiter(limiter)
         .build()
+        .unwrap()
 }
 
 /// A store that answers one scheduler turn late, as a remote store would: exercises the

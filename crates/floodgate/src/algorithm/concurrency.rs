@@ -1,8 +1,8 @@
 //! Concurrency limiter and fleet usage load shedder: leases in flight, not requests per second.
 //!
-//! Both algorithms keep the same state, a [`LeaseSet`] of the leases in flight (the Redis twin is
-//! a sorted set of lease ids scored by expiry), and share one transition; they differ only in who
-//! counts against what.
+//! Both algorithms keep the same state, a [`LeaseSet`] of the leases in flight (in Redis it would
+//! be a sorted set of lease ids scored by expiry), and share one transition; they differ only in
+//! who counts against what.
 //!
 //! # Rule
 //!
@@ -65,9 +65,9 @@
 //!
 //! # State and memory
 //!
-//! [`LeaseSet`] holds each lease once (`size_of::<LeaseSet>() == 120` bytes, plus about 60 bytes
-//! on the heap per lease: a 40-byte slot in a dense vector and a 16-byte entry in a hash index
-//! from lease id to slot), so memory is O(leases held): at most `capacity` plus critical leases,
+//! [`LeaseSet`] holds each lease once (`size_of::<LeaseSet>() == 120` bytes, plus about 90 bytes
+//! on the heap per lease: a 48-byte slot in a dense vector and a 32-byte entry in a hash index
+//! from the 128-bit lease id to slot), so memory is O(leases held): at most `capacity` plus critical leases,
 //! plus the leases that expired since the last acquire or release (they are dropped then). The
 //! slots of each class are linked in expiry order (renewal moves a lease to the back), so
 //! dropping expired leases, finding the earliest and the last expiry, acquiring, renewing and
@@ -90,7 +90,8 @@
 //!   the limit.
 //! - `Check { cost: 0 }` always passes and changes nothing. A `Check` with a cost above the limit
 //!   is denied (and `retry_after` is `None`, as for every `Check`).
-//! - Lease ids are the caller's (random, so two callers never share one); any `u64` is valid.
+//! - Lease ids are the caller's ([`LeaseId`], 128 bits, random so that two callers never share
+//!   one); any value is valid.
 //! - Huge values: `lease_ttl` up to `u64::MAX` ns and instants near `u64::MAX` saturate (a lease
 //!   whose expiry would overflow expires at `u64::MAX`); counts never overflow.
 
@@ -99,7 +100,7 @@ use std::time::Duration;
 use hashbrown::HashMap;
 
 use crate::algorithm::{param, Algorithm};
-use crate::{ConfigError, Decision, Nanos, Op, OpKind};
+use crate::{ConfigError, Decision, LeaseId, Nanos, Op, OpKind};
 
 /// No slot: the end of a list.
 const NIL: usize = usize::MAX;
@@ -140,7 +141,7 @@ pub struct LeaseSet {
     /// Dense: one slot per lease held (live, or expired and not yet dropped).
     slots: Vec<Slot>,
     /// Lease id → index in `slots`.
-    index: HashMap<u64, usize, foldhash::fast::RandomState>,
+    index: HashMap<LeaseId, usize, foldhash::fast::RandomState>,
     /// Per class (`[non-critical, critical]`), the slots linked in expiry order, earliest first.
     queues: [Queue; 2],
     /// The latest instant a mutating operation saw.
@@ -149,7 +150,7 @@ pub struct LeaseSet {
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    lease: u64,
+    lease: LeaseId,
     expires_at: u64,
     prev: usize,
     next: usize,
@@ -288,7 +289,7 @@ impl LeaseSet {
         q.len -= 1;
     }
 
-    fn insert(&mut self, lease: u64, critical: bool, expires_at: u64) {
+    fn insert(&mut self, lease: LeaseId, critical: bool, expires_at: u64) {
         let i = self.slots.len();
         self.slots.push(Slot {
             lease,
@@ -458,10 +459,6 @@ impl Rule {
     }
 }
 
-fn supports(op: OpKind) -> bool {
-    matches!(op, OpKind::Check | OpKind::Acquire | OpKind::Release)
-}
-
 impl Concurrency {
     /// At most `capacity` leases in flight per key; an unreleased lease expires after
     /// `lease_ttl`.
@@ -562,59 +559,41 @@ fn non_critical_allowance(capacity: u64, reserved: f64) -> u64 {
     (whole as u64).min(capacity)
 }
 
-impl Algorithm for Concurrency {
-    type State = LeaseSet;
+/// The two lease algorithms differ only in their name and their [`Rule`]; their `Algorithm`
+/// implementations are this one, written once.
+macro_rules! lease_algorithm {
+    ($ty:ty, $name:literal) => {
+        impl Algorithm for $ty {
+            type State = LeaseSet;
 
-    fn name(&self) -> &'static str {
-        "concurrency"
-    }
+            fn name(&self) -> &'static str {
+                $name
+            }
 
-    fn fresh(&self, _now: Nanos) -> LeaseSet {
-        LeaseSet::new()
-    }
+            fn fresh(&self, _now: Nanos) -> LeaseSet {
+                LeaseSet::new()
+            }
 
-    #[inline]
-    fn apply(&self, state: &mut LeaseSet, now: Nanos, op: Op) -> Decision {
-        self.rule.apply(state, now, op)
-    }
+            #[inline]
+            fn apply(&self, state: &mut LeaseSet, now: Nanos, op: Op) -> Decision {
+                self.rule.apply(state, now, op)
+            }
 
-    /// No live lease at `now` and no instant later than `now` seen. Sound for every later
-    /// operation at an instant `≥ now`.
-    fn is_fresh(&self, state: &LeaseSet, now: Nanos) -> bool {
-        self.rule.is_fresh(state, now)
-    }
+            /// No live lease at `now` and no instant later than `now` seen. Sound for every
+            /// later operation at an instant `≥ now`.
+            fn is_fresh(&self, state: &LeaseSet, now: Nanos) -> bool {
+                self.rule.is_fresh(state, now)
+            }
 
-    fn supports(&self, op: OpKind) -> bool {
-        supports(op)
-    }
+            fn supports(&self, op: OpKind) -> bool {
+                matches!(op, OpKind::Check | OpKind::Acquire | OpKind::Release)
+            }
+        }
+    };
 }
 
-impl Algorithm for Fleet {
-    type State = LeaseSet;
-
-    fn name(&self) -> &'static str {
-        "fleet"
-    }
-
-    fn fresh(&self, _now: Nanos) -> LeaseSet {
-        LeaseSet::new()
-    }
-
-    #[inline]
-    fn apply(&self, state: &mut LeaseSet, now: Nanos, op: Op) -> Decision {
-        self.rule.apply(state, now, op)
-    }
-
-    /// No live lease at `now` and no instant later than `now` seen. Sound for every later
-    /// operation at an instant `≥ now`.
-    fn is_fresh(&self, state: &LeaseSet, now: Nanos) -> bool {
-        self.rule.is_fresh(state, now)
-    }
-
-    fn supports(&self, op: OpKind) -> bool {
-        supports(op)
-    }
-}
+lease_algorithm!(Concurrency, "concurrency");
+lease_algorithm!(Fleet, "fleet");
 
 #[cfg(test)]
 mod tests {
@@ -627,20 +606,22 @@ mod tests {
 
     fn acquire(lease: u64) -> Op {
         Op::Acquire {
-            lease,
+            lease: lease.into(),
             critical: false,
         }
     }
 
     fn critical(lease: u64) -> Op {
         Op::Acquire {
-            lease,
+            lease: lease.into(),
             critical: true,
         }
     }
 
     fn release(lease: u64) -> Op {
-        Op::Release { lease }
+        Op::Release {
+            lease: lease.into(),
+        }
     }
 
     fn check(cost: u64) -> Op {
@@ -662,7 +643,7 @@ mod tests {
     #[test]
     fn state_size() {
         assert_eq!(std::mem::size_of::<LeaseSet>(), 120);
-        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
     }
 
     /// capacity 2, lease_ttl 100 ns: hand-derived.
@@ -693,7 +674,7 @@ mod tests {
         assert!(c.is_fresh(&s, Nanos(230)));
         // Expired leases stay in memory until the next mutating operation drops them.
         assert_eq!(s.held(), 2);
-        c.apply(&mut s, Nanos(300), release(9));
+        let _ = c.apply(&mut s, Nanos(300), release(9));
         assert_eq!(s.held(), 0);
     }
 
@@ -892,8 +873,8 @@ mod tests {
     fn check_is_a_read_only_probe() {
         let c = Concurrency::new(3, ns(100)).unwrap();
         let mut s = c.fresh(Nanos(0));
-        c.apply(&mut s, Nanos(0), acquire(1));
-        c.apply(&mut s, Nanos(50), acquire(2));
+        let _ = c.apply(&mut s, Nanos(0), acquire(1));
+        let _ = c.apply(&mut s, Nanos(50), acquire(2));
         assert_eq!(
             nums(c.apply(&mut s, Nanos(60), check(1))),
             (true, 3, 1, 90, None)
@@ -992,7 +973,7 @@ mod tests {
     fn unsupported_ops_are_probes() {
         let c = Concurrency::new(2, ns(100)).unwrap();
         let mut s = c.fresh(Nanos(0));
-        c.apply(&mut s, Nanos(5), acquire(1));
+        let _ = c.apply(&mut s, Nanos(5), acquire(1));
         for op in [
             Op::Reserve { cost: 1 },
             Op::TryAcquire {
@@ -1029,11 +1010,11 @@ mod tests {
                     release(lease)
                 } else {
                     Op::Acquire {
-                        lease,
+                        lease: lease.into(),
                         critical: x % 5 == 0,
                     }
                 };
-                c.apply(s, Nanos(now), op);
+                let _ = c.apply(s, Nanos(now), op);
                 caps.0 = caps.0.max(s.slots.capacity());
                 caps.1 = caps.1.max(s.index.capacity());
             }
@@ -1050,7 +1031,7 @@ mod tests {
     /// The rule written the obvious way: a list of (lease, expiry, critical), scanned each time.
     #[derive(Debug, Clone, Default)]
     struct Model {
-        leases: Vec<(u64, u64, bool)>,
+        leases: Vec<(LeaseId, u64, bool)>,
         seen: u64,
     }
 
@@ -1076,7 +1057,7 @@ mod tests {
                 self.seen = at;
                 self.leases.retain(|l| l.1 > at);
             }
-            let live: Vec<(u64, u64, bool)> =
+            let live: Vec<(LeaseId, u64, bool)> =
                 self.leases.iter().copied().filter(|l| l.1 > at).collect();
             let counts = |crit: bool| -> u64 {
                 live.iter().filter(|l| p.counts_against(crit, l.2)).count() as u64
@@ -1112,7 +1093,7 @@ mod tests {
                     None,
                 ),
             };
-            let live: Vec<(u64, u64, bool)> =
+            let live: Vec<(LeaseId, u64, bool)> =
                 self.leases.iter().copied().filter(|l| l.1 > at).collect();
             let counted = live.iter().filter(|l| p.counts_against(class, l.2)).count() as u64;
             let last = live.iter().map(|l| l.1).max().unwrap_or(0).max(self.seen);
@@ -1137,8 +1118,13 @@ mod tests {
     impl Step {
         fn op(self) -> Op {
             match self {
-                Step::Acquire(lease, critical) => Op::Acquire { lease, critical },
-                Step::Release(lease) => Op::Release { lease },
+                Step::Acquire(lease, critical) => Op::Acquire {
+                    lease: lease.into(),
+                    critical,
+                },
+                Step::Release(lease) => Op::Release {
+                    lease: lease.into(),
+                },
                 Step::Check(cost) => Op::Check { cost },
             }
         }
@@ -1272,7 +1258,7 @@ mod tests {
             let mut now = 100u64;
             for (dt, step) in before {
                 now = now.saturating_add_signed(dt);
-                alg.apply(&mut s, now, step.op());
+                let _ = alg.apply(&mut s, now, step.op());
             }
             while !alg.is_fresh(&s, now) {
                 now += 1;
@@ -1309,8 +1295,8 @@ mod tests {
             let mut s = LeaseSet::new();
             for (now, x, kind, crit) in ops {
                 let op = match kind {
-                    0 => Op::Acquire { lease: x, critical: crit },
-                    1 => Op::Release { lease: x },
+                    0 => Op::Acquire { lease: x.into(), critical: crit },
+                    1 => Op::Release { lease: x.into() },
                     _ => Op::Check { cost: x },
                 };
                 let d = alg(&mut s, Nanos(now), op);

@@ -563,7 +563,7 @@ mod tests {
     fn unsupported_ops_are_probes() {
         let g = Gcra::new(3, 1, Duration::from_secs(1)).unwrap();
         let mut s = g.fresh(Nanos(0));
-        g.apply(&mut s, Nanos(SEC), check(2));
+        let _ = g.apply(&mut s, Nanos(SEC), check(2));
         let before = s;
         for op in [
             Op::Reserve { cost: 1 },
@@ -697,7 +697,7 @@ mod tests {
             let mut now = 0u64;
             for (dt, cost) in before {
                 now += dt * MS;
-                g.apply(&mut s, Nanos(now), check(cost));
+                let _ = g.apply(&mut s, Nanos(now), check(cost));
             }
             // Move on until the state is fresh.
             while !g.is_fresh(&s, Nanos(now)) {

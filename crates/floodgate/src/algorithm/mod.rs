@@ -32,7 +32,7 @@ pub mod token_bucket;
 /// A rate-limiting algorithm: its parameters, and the transition it applies to one key's state.
 ///
 /// Implementations must be deterministic functions of `(state, now, op)`: no clock reads, no
-/// randomness, no I/O. That is what lets the Redis store run a Lua twin of each one and a single
+/// randomness, no I/O. That is what lets a remote store run a twin of each one (a Lua script in Redis) and a single
 /// conformance suite prove they agree.
 pub trait Algorithm: Send + Sync + 'static {
     /// One key's state. Its size is documented per algorithm.
@@ -59,6 +59,21 @@ pub trait Algorithm: Send + Sync + 'static {
     /// [`OpKind::Check`].
     fn supports(&self, op: OpKind) -> bool {
         op == OpKind::Check
+    }
+
+    /// Whether `state` is a state of this algorithm's kind. Always true for a concrete
+    /// algorithm; [`spec::AnyAlgorithm`] says false for another algorithm's state (two limiters
+    /// of different algorithms configured on one key of one namespace). Stores refuse such an
+    /// operation with [`crate::StoreError::StateConflict`] and leave the state as it is: a
+    /// silent reset would let two limits reset each other.
+    fn owns(&self, _state: &Self::State) -> bool {
+        true
+    }
+
+    /// The name of the algorithm that wrote `state`, for [`crate::StoreError::StateConflict`]
+    /// (by default this algorithm's [`Algorithm::name`]).
+    fn state_name(&self, _state: &Self::State) -> &'static str {
+        self.name()
     }
 }
 

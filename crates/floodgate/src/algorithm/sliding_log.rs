@@ -335,13 +335,13 @@ mod tests {
         let mut now = 0;
         for _ in 0..2_000 {
             now += 7;
-            l.apply(&mut s, Nanos(now), check(1));
+            let _ = l.apply(&mut s, Nanos(now), check(1));
         }
         let cap = s.entries.capacity();
         assert!(s.entries() <= 50);
         for _ in 0..10_000 {
             now += 7;
-            l.apply(&mut s, Nanos(now), check(1));
+            let _ = l.apply(&mut s, Nanos(now), check(1));
             assert_eq!(s.entries.capacity(), cap);
         }
     }
@@ -366,7 +366,7 @@ mod tests {
     fn unsupported_ops_are_probes() {
         let l = log(3, 10);
         let mut s = l.fresh(Nanos(0));
-        l.apply(&mut s, Nanos(5), check(2));
+        let _ = l.apply(&mut s, Nanos(5), check(2));
         for op in [
             Op::Reserve { cost: 1 },
             Op::TryAcquire {

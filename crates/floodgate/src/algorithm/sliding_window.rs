@@ -1023,7 +1023,7 @@ mod tests {
     fn unsupported_ops_are_probes_and_foreign_states_are_fresh() {
         for sw in [weighted(3, 10), bucketed(3, 10, 2)] {
             let mut s = sw.fresh(Nanos(0));
-            sw.apply(&mut s, Nanos(5), check(2));
+            let _ = sw.apply(&mut s, Nanos(5), check(2));
             let before = format!("{s:?}");
             for op in [
                 Op::Reserve { cost: 1 },
@@ -1063,7 +1063,7 @@ mod tests {
         };
         let ptr = r.counts.as_ptr();
         for t in 0..5_000u64 {
-            sw.apply(&mut s, Nanos(t * 37), check(1 + t % 3));
+            let _ = sw.apply(&mut s, Nanos(t * 37), check(1 + t % 3));
         }
         let Repr::Buckets(r) = &s.repr else {
             unreachable!()

@@ -1,7 +1,7 @@
 //! Choosing an algorithm at run time: [`AlgorithmSpec`] is what a user writes (in a replay
 //! `--limiter` spec or a config file), [`AnyAlgorithm`] the validated algorithm it builds.
 //!
-//! A spec is an object tagged by `algorithm`, with the parameters of DESIGN.md §5:
+//! A spec is an object tagged by `algorithm`, with these parameters:
 //!
 //! | `algorithm` | parameters |
 //! |---|---|
@@ -244,7 +244,7 @@ impl AnyAlgorithm {
 }
 
 macro_rules! any_algorithm {
-    ($($variant:ident($ty:ty)),* $(,)?) => {
+    ($($variant:ident($ty:ty) = $name:literal),* $(,)?) => {
         /// Any of Floodgate's algorithms, chosen at run time (for example from a spec).
         #[derive(Clone, Debug)]
         pub enum AnyAlgorithm {
@@ -263,6 +263,23 @@ macro_rules! any_algorithm {
             )*
         }
 
+        $(
+            impl From<$ty> for AnyAlgorithm {
+                fn from(algorithm: $ty) -> AnyAlgorithm {
+                    AnyAlgorithm::$variant(algorithm)
+                }
+            }
+        )*
+
+        impl AnyState {
+            /// The name of the algorithm this state belongs to (`"token_bucket"`, …).
+            pub fn algorithm(&self) -> &'static str {
+                match self {
+                    $(AnyState::$variant(_) => $name,)*
+                }
+            }
+        }
+
         impl Algorithm for AnyAlgorithm {
             type State = AnyState;
 
@@ -278,24 +295,34 @@ macro_rules! any_algorithm {
                 }
             }
 
-            /// A state written by another algorithm (a key whose algorithm was changed by a
-            /// config reload) is replaced by a fresh one before applying `op`.
+            /// A state written by another algorithm is left as it is and the operation is
+            /// denied (`retry_after: None`); stores never get here, since they check
+            /// [`Algorithm::owns`] first and answer [`crate::StoreError::StateConflict`].
             fn apply(&self, state: &mut AnyState, now: Nanos, op: Op) -> Decision {
                 match (self, &mut *state) {
                     $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.apply(s, now, op),)*
-                    _ => {
-                        *state = self.fresh(now);
-                        self.apply(state, now, op)
-                    }
+                    _ => Decision::deny(0, 0, std::time::Duration::ZERO, None),
                 }
             }
 
+            /// Another algorithm's state is never fresh for this one: only its own algorithm
+            /// can tell, so keeping it is the lossless choice.
             fn is_fresh(&self, state: &AnyState, now: Nanos) -> bool {
                 match (self, state) {
                     $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.is_fresh(s, now),)*
-                    // Another algorithm's state is replaced on the next operation anyway.
-                    _ => true,
+                    _ => false,
                 }
+            }
+
+            fn owns(&self, state: &AnyState) -> bool {
+                matches!(
+                    (self, state),
+                    $((AnyAlgorithm::$variant(_), AnyState::$variant(_)))|*
+                )
+            }
+
+            fn state_name(&self, state: &AnyState) -> &'static str {
+                state.algorithm()
             }
 
             fn supports(&self, op: OpKind) -> bool {
@@ -308,17 +335,17 @@ macro_rules! any_algorithm {
 }
 
 any_algorithm! {
-    TokenBucket(TokenBucket),
-    LeakyBucket(LeakyBucket),
-    LeakyQueue(LeakyQueue),
-    FixedWindow(FixedWindow),
-    SlidingLog(SlidingLog),
-    SlidingWindow(SlidingWindow),
-    Gcra(Gcra),
-    SmoothBursty(SmoothBursty),
-    SmoothWarmingUp(SmoothWarmingUp),
-    Concurrency(Concurrency),
-    Fleet(Fleet),
+    TokenBucket(TokenBucket) = "token_bucket",
+    LeakyBucket(LeakyBucket) = "leaky_bucket",
+    LeakyQueue(LeakyQueue) = "leaky_queue",
+    FixedWindow(FixedWindow) = "fixed_window",
+    SlidingLog(SlidingLog) = "sliding_log",
+    SlidingWindow(SlidingWindow) = "sliding_window",
+    Gcra(Gcra) = "gcra",
+    SmoothBursty(SmoothBursty) = "smooth_bursty",
+    SmoothWarmingUp(SmoothWarmingUp) = "smooth_warming_up",
+    Concurrency(Concurrency) = "concurrency",
+    Fleet(Fleet) = "fleet",
 }
 
 #[cfg(test)]
@@ -388,7 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_from_another_algorithm_is_replaced() {
+    fn a_state_from_another_algorithm_is_not_owned_and_left_alone() {
         let fw = spec(r#"{"algorithm":"fixed_window","limit":1,"window":1}"#)
             .unwrap()
             .build()
@@ -398,8 +425,15 @@ mod tests {
             .build()
             .unwrap();
         let mut state = fw.fresh(Nanos(0));
-        let d = tb.apply(&mut state, Nanos(0), Op::Check { cost: 3 });
-        assert!(d.allowed);
-        assert!(matches!(state, AnyState::TokenBucket(_)));
+        assert!(fw.owns(&state));
+        assert!(!tb.owns(&state));
+        assert_eq!(tb.state_name(&state), "fixed_window");
+        assert!(
+            !tb.is_fresh(&state, Nanos(0)),
+            "only its own algorithm may drop it"
+        );
+        let d = tb.apply(&mut state, Nanos(0), Op::Check { cost: 1 });
+        assert!(!d.allowed);
+        assert!(matches!(state, AnyState::FixedWindow(_)));
     }
 }

@@ -512,7 +512,7 @@ mod tests {
         // A rate so low the wait overflows: the retry saturates instead.
         let tb = TokenBucket::new(1e-300, 2).unwrap();
         let mut s = tb.fresh(Nanos::ZERO);
-        tb.apply(&mut s, Nanos::ZERO, check(2));
+        let _ = tb.apply(&mut s, Nanos::ZERO, check(2));
         let d = tb.apply(&mut s, Nanos::ZERO, check(1));
         assert_eq!(d.retry_after, Some(Duration::from_nanos(u64::MAX)));
     }
@@ -598,7 +598,7 @@ mod tests {
         ) {
             let tb = TokenBucket::new(rate, cap).unwrap();
             let mut s = tb.fresh(Nanos::ZERO);
-            tb.apply(&mut s, Nanos::ZERO, check(drain.min(cap)));
+            let _ = tb.apply(&mut s, Nanos::ZERO, check(drain.min(cap)));
             let now = Nanos(gap);
             let d = tb.apply(&mut s, now, check(n.min(cap)));
             let after = |d: Duration| Nanos(now.0 + d.as_nanos() as u64);

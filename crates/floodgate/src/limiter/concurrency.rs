@@ -2,45 +2,124 @@
 //!
 //! A request takes a lease when it starts and gives it back when it ends: dropping the
 //! [`Lease`](super::Lease) returns it on every path (success, error, panic unwinding, a
-//! cancelled future), and a service can return it by id instead. A lease never returned
-//! expires `lease_ttl` after it was taken, so a crashed caller cannot leak capacity for longer.
-//! Refusals are 429: the user has too much in flight; retrying when one finishes will pass.
+//! cancelled future), and a service can keep it as a [`LeaseHandle`] and return it later. A
+//! lease never returned expires `lease_ttl` after it was taken, so a crashed caller cannot leak
+//! capacity for longer. Refusals are 429: the user has too much in flight; retrying when one
+//! finishes will pass.
 
 use std::time::Duration;
 
 use super::in_flight::{Acquired, InFlight};
+use super::LeaseHandle;
 use crate::algorithm::concurrency::Concurrency;
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::store::Store;
-use crate::{ConfigError, StoreError};
+use crate::blocking::block_on;
+use crate::store::{Namespace, Store};
+use crate::{ConfigError, LeaseId, StoreError};
+
+/// The lease time-to-live when none is set: a request that has not ended after a minute is
+/// assumed gone.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// Per-user concurrency limiting. See the [module documentation](self).
+///
+/// ```
+/// use floodgate::limiter::concurrency::ConcurrencyLimiter;
+/// use floodgate::store::MemoryStore;
+///
+/// let limiter = ConcurrencyLimiter::builder().capacity(2).build(MemoryStore::new())?;
+/// let first = limiter.acquire_blocking("alice")?;
+/// let second = limiter.acquire_blocking("alice")?;
+/// assert!(first.decision.allowed && second.decision.allowed);
+/// assert!(!limiter.acquire_blocking("alice")?.decision.allowed);
+/// drop(first); // the request ended: its place is free again
+/// assert!(limiter.acquire_blocking("alice")?.decision.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ConcurrencyLimiter<S> {
     leases: InFlight<S>,
     capacity: u64,
+    lease_ttl: Duration,
+}
+
+/// Builds a [`ConcurrencyLimiter`]: `capacity` is required; `lease_ttl` defaults to
+/// [`DEFAULT_LEASE_TTL`] and `namespace` to `concurrency`.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ConcurrencyLimiterBuilder {
+    capacity: Option<u64>,
+    lease_ttl: Option<Duration>,
+    namespace: Option<String>,
+}
+
+impl ConcurrencyLimiterBuilder {
+    /// The most requests in flight per user (at least 1).
+    pub fn capacity(mut self, capacity: u64) -> Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// How long an unreturned lease holds its place.
+    pub fn lease_ttl(mut self, lease_ttl: Duration) -> Self {
+        self.lease_ttl = Some(lease_ttl);
+        self
+    }
+
+    /// The namespace of the users' keys in the store (see [`Namespace::new`]).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Validates the settings (errors name the field) and builds the limiter over `store`.
+    pub fn build<S: Store<str, AnyAlgorithm> + 'static>(
+        self,
+        store: S,
+    ) -> Result<ConcurrencyLimiter<S>, ConfigError> {
+        let capacity = self
+            .capacity
+            .ok_or(ConfigError::Missing { field: "capacity" })?;
+        let lease_ttl = self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
+        let algorithm = Concurrency::new(capacity, lease_ttl)?;
+        let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("concurrency"))?;
+        Ok(ConcurrencyLimiter {
+            leases: InFlight::new(namespace, algorithm.into(), store),
+            capacity,
+            lease_ttl,
+        })
+    }
 }
 
 impl<S> std::fmt::Debug for ConcurrencyLimiter<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConcurrencyLimiter")
             .field("capacity", &self.capacity)
+            .field("lease_ttl", &self.lease_ttl)
             .finish_non_exhaustive()
     }
 }
 
-impl<S: Store<str, AnyAlgorithm> + 'static> ConcurrencyLimiter<S> {
-    /// At most `capacity` requests in flight per user; leases expire after `lease_ttl`.
-    pub fn new(capacity: u64, lease_ttl: Duration, store: S) -> Result<Self, ConfigError> {
-        let algorithm = Concurrency::new(capacity, lease_ttl)?;
-        Ok(ConcurrencyLimiter {
-            leases: InFlight::new(AnyAlgorithm::Concurrency(algorithm), store),
-            capacity,
-        })
+impl ConcurrencyLimiter<()> {
+    /// A builder (see [`ConcurrencyLimiterBuilder`]).
+    pub fn builder() -> ConcurrencyLimiterBuilder {
+        ConcurrencyLimiterBuilder::default()
     }
+}
 
+impl<S: Store<str, AnyAlgorithm> + 'static> ConcurrencyLimiter<S> {
     /// The most requests in flight per user.
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// How long an unreturned lease holds its place.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The namespace of the users' keys.
+    pub fn namespace(&self) -> &Namespace {
+        self.leases.namespace()
     }
 
     /// The lease algorithm and its parameters.
@@ -53,13 +132,41 @@ impl<S: Store<str, AnyAlgorithm> + 'static> ConcurrencyLimiter<S> {
         self.leases.store()
     }
 
-    /// Takes a place for one of `user`'s requests, with the caller's lease id or a new one.
-    pub async fn acquire(&self, user: &str, lease: Option<u64>) -> Result<Acquired, StoreError> {
-        self.leases.acquire(user, lease, false).await
+    /// Takes a place for one of `user`'s requests under a new random lease id.
+    pub async fn acquire(&self, user: &str) -> Result<Acquired, StoreError> {
+        self.leases.acquire(user, None, false).await
     }
 
-    /// Gives back `user`'s lease `lease`; `Ok(false)` if it was not held.
-    pub async fn release(&self, user: &str, lease: u64) -> Result<bool, StoreError> {
-        self.leases.release(user, lease).await
+    /// Takes (or renews) a place under the caller's own lease id.
+    pub async fn acquire_with_id(
+        &self,
+        user: &str,
+        lease: LeaseId,
+    ) -> Result<Acquired, StoreError> {
+        self.leases.acquire(user, Some(lease), false).await
+    }
+
+    /// Gives back a lease kept with [`super::Lease::keep`]; `Ok(false)` if it was not held
+    /// (expired, already released) or was issued by another limiter.
+    pub async fn release(&self, lease: &LeaseHandle) -> Result<bool, StoreError> {
+        if lease.limiter() != self.namespace() {
+            return Ok(false);
+        }
+        self.leases.release(lease.key(), lease.id()).await
+    }
+
+    /// `user`'s requests in flight now (a read-only probe).
+    pub async fn in_flight(&self, user: &str) -> Result<u64, StoreError> {
+        self.leases.in_flight(user).await
+    }
+
+    /// [`ConcurrencyLimiter::acquire`] for synchronous callers (see [`crate::blocking`]).
+    pub fn acquire_blocking(&self, user: &str) -> Result<Acquired, StoreError> {
+        block_on(self.acquire(user))
+    }
+
+    /// [`ConcurrencyLimiter::release`] for synchronous callers.
+    pub fn release_blocking(&self, lease: &LeaseHandle) -> Result<bool, StoreError> {
+        block_on(self.release(lease))
     }
 }

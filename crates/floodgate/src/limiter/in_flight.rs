@@ -1,15 +1,17 @@
 //! What the concurrency limiter and the fleet shedder share: taking a lease on a key's
-//! [`LeaseSet`](crate::algorithm::concurrency::LeaseSet) and giving it back, by RAII or by id.
+//! [`LeaseSet`](crate::algorithm::concurrency::LeaseSet) in the limiter's namespace and giving
+//! it back, by RAII or by handle.
 
 use std::sync::Arc;
 
-use super::{new_lease_id, Lease, ReturnLease};
+use super::{Lease, LeaseHandle, ReturnLease};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::store::Store;
-use crate::{Decision, Op, StoreError};
+use crate::store::{Namespace, Store};
+use crate::{Decision, LeaseId, Op, StoreError};
 
 /// The outcome of an acquire: the decision, and the lease when it was allowed.
 #[derive(Debug)]
+#[must_use = "an acquired lease must be kept while the request runs"]
 pub struct Acquired {
     /// The decision (`limit` − `remaining` is the in-flight count of the request's class).
     pub decision: Decision,
@@ -23,15 +25,24 @@ pub(crate) struct InFlight<S> {
 }
 
 struct Inner<S> {
+    namespace: Namespace,
     algorithm: AnyAlgorithm,
     store: S,
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
-    pub(crate) fn new(algorithm: AnyAlgorithm, store: S) -> Self {
+    pub(crate) fn new(namespace: Namespace, algorithm: AnyAlgorithm, store: S) -> Self {
         InFlight {
-            inner: Arc::new(Inner { algorithm, store }),
+            inner: Arc::new(Inner {
+                namespace,
+                algorithm,
+                store,
+            }),
         }
+    }
+
+    pub(crate) fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
     }
 
     pub(crate) fn algorithm(&self) -> &AnyAlgorithm {
@@ -46,10 +57,10 @@ impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
     pub(crate) async fn acquire(
         &self,
         key: &str,
-        lease: Option<u64>,
+        lease: Option<LeaseId>,
         critical: bool,
     ) -> Result<Acquired, StoreError> {
-        let id = lease.unwrap_or_else(new_lease_id);
+        let id = lease.unwrap_or_else(LeaseId::random);
         let op = Op::Acquire {
             lease: id,
             critical,
@@ -58,36 +69,51 @@ impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
         // client gone), the store may have granted the lease, so it is given back (releasing a
         // lease that was never granted is a no-op).
         let returner: Arc<dyn ReturnLease> = self.inner.clone();
-        let guard = Lease::new(id, key.to_string(), returner);
+        let handle = LeaseHandle::new(self.inner.namespace.clone(), key, id);
+        let guard = Lease::new(handle, returner);
+        let scoped = self.inner.namespace.key(key);
         let decision = self
             .inner
             .store
-            .apply(&self.inner.algorithm, key, op)
+            .apply(&self.inner.algorithm, &scoped, op)
             .await?;
         let lease = if decision.allowed {
             Some(guard)
         } else {
-            guard.keep(); // nothing was granted: nothing to give back
+            let _ = guard.keep(); // nothing was granted: nothing to give back
             None
         };
         Ok(Acquired { decision, lease })
     }
 
     /// Gives back `lease` on `key`; `Ok(false)` if it was not held (unknown or expired).
-    pub(crate) async fn release(&self, key: &str, lease: u64) -> Result<bool, StoreError> {
-        let op = Op::Release { lease };
+    pub(crate) async fn release(&self, key: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        let scoped = self.inner.namespace.key(key);
         let decision = self
             .inner
             .store
-            .apply(&self.inner.algorithm, key, op)
+            .apply(&self.inner.algorithm, &scoped, Op::Release { lease })
             .await?;
         Ok(decision.allowed)
+    }
+
+    /// The in-flight count on `key` now (a read-only probe): `limit − remaining` of a
+    /// non-critical probe, so for the fleet the non-critical leases in flight.
+    pub(crate) async fn in_flight(&self, key: &str) -> Result<u64, StoreError> {
+        let scoped = self.inner.namespace.key(key);
+        let d = self
+            .inner
+            .store
+            .apply(&self.inner.algorithm, &scoped, Op::Check { cost: 0 })
+            .await?;
+        Ok(d.limit.saturating_sub(d.remaining))
     }
 }
 
 impl<S: Store<str, AnyAlgorithm>> ReturnLease for Inner<S> {
-    fn return_lease(&self, key: &str, id: u64) {
+    fn return_lease(&self, key: &str, id: LeaseId) {
+        let scoped = self.namespace.key(key);
         self.store
-            .apply_detached(&self.algorithm, key, Op::Release { lease: id });
+            .apply_detached(&self.algorithm, &scoped, Op::Release { lease: id });
     }
 }

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::token_bucket::TokenBucket;
-use crate::store::Store;
+use crate::blocking::block_on;
+use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
 /// A plan: a name users are assigned to, and the limit it buys.
@@ -44,7 +45,7 @@ impl Plan {
         )
     }
 
-    /// The example plans of DESIGN.md: `free` 50/s, `standard` 500/s and `pro` 1000/s, each
+    /// Example plans, as Stripe describes its tiers: `free` 50/s, `standard` 500/s and `pro` 1000/s, each
     /// with bursts of twice its rate (one extra second's worth saved up for spikes).
     pub fn examples() -> Vec<Plan> {
         [("free", 50u64), ("standard", 500), ("pro", 1000)]
@@ -110,8 +111,26 @@ pub(crate) fn humanize(d: Duration) -> String {
 }
 
 /// Per-user request rate limiting by plan. See the [module documentation](self).
+///
+/// ```
+/// use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+/// use floodgate::store::MemoryStore;
+///
+/// let limiter = RequestRateLimiter::builder()
+///     .plan(Plan::token_bucket("free", 1.0, 2)?)
+///     .plan(Plan::token_bucket("pro", 100.0, 200)?)
+///     .default_plan("free")
+///     .build(MemoryStore::new())?;
+/// assert!(limiter.check_blocking("alice", "free", 1)?.decision.allowed);
+/// assert!(limiter.check_blocking("alice", "free", 1)?.decision.allowed);
+/// let third = limiter.check_blocking("alice", "free", 1)?;
+/// assert!(!third.decision.allowed);
+/// assert_eq!(third.plan.describe(), "plan free allows 1 requests per second");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct RequestRateLimiter<S> {
+    namespace: Namespace,
     plans: HashMap<String, Plan>,
     default_plan: String,
     endpoint_costs: HashMap<String, u64>,
@@ -120,6 +139,7 @@ pub struct RequestRateLimiter<S> {
 
 /// A request rate decision, with the plan that made it.
 #[derive(Clone, Copy, Debug)]
+#[must_use = "a decision says whether the request may proceed"]
 pub struct RateDecision<'a> {
     /// The algorithm's decision.
     pub decision: Decision,
@@ -127,54 +147,117 @@ pub struct RateDecision<'a> {
     pub plan: &'a Plan,
 }
 
-impl<S: Store<str, AnyAlgorithm>> RequestRateLimiter<S> {
-    /// A limiter over `plans`; users whose plan is unknown get `default_plan`.
-    pub fn new(plans: Vec<Plan>, default_plan: &str, store: S) -> Result<Self, ConfigError> {
-        let mut by_name = HashMap::new();
-        for plan in plans {
-            if by_name.contains_key(&plan.name) {
+/// Builds a [`RequestRateLimiter`]: at least one plan; `default_plan` (the plan of users whose
+/// plan is unknown) defaults to the first plan added; endpoint costs default to 1; `namespace`
+/// defaults to `request_rate`.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct RequestRateLimiterBuilder {
+    plans: Vec<Plan>,
+    default_plan: Option<String>,
+    endpoint_costs: Vec<(String, u64)>,
+    namespace: Option<String>,
+}
+
+impl RequestRateLimiterBuilder {
+    /// Adds a plan (names must be unique).
+    pub fn plan(mut self, plan: Plan) -> Self {
+        self.plans.push(plan);
+        self
+    }
+
+    /// Adds plans (names must be unique).
+    pub fn plans(mut self, plans: impl IntoIterator<Item = Plan>) -> Self {
+        self.plans.extend(plans);
+        self
+    }
+
+    /// The plan of users whose plan is unknown; it must be one of the plans.
+    pub fn default_plan(mut self, name: impl Into<String>) -> Self {
+        self.default_plan = Some(name.into());
+        self
+    }
+
+    /// Requests to `endpoint` cost `cost` units instead of 1 (at least 1).
+    pub fn endpoint_cost(mut self, endpoint: impl Into<String>, cost: u64) -> Self {
+        self.endpoint_costs.push((endpoint.into(), cost));
+        self
+    }
+
+    /// The namespace of the users' keys in the store (see [`Namespace::new`]).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Validates the settings (errors name the field and the value) and builds the limiter.
+    pub fn build<S: Store<str, AnyAlgorithm>>(
+        self,
+        store: S,
+    ) -> Result<RequestRateLimiter<S>, ConfigError> {
+        let default_plan = match (&self.default_plan, self.plans.first()) {
+            (Some(name), _) => name.clone(),
+            (None, Some(first)) => first.name.clone(),
+            (None, None) => return Err(ConfigError::Missing { field: "plans" }),
+        };
+        let mut plans = HashMap::new();
+        for plan in self.plans {
+            if plans.contains_key(&plan.name) {
                 return Err(ConfigError::invalid(
                     "plans",
                     &plan.name,
                     "plan names must be unique",
                 ));
             }
-            by_name.insert(plan.name.clone(), plan);
+            plans.insert(plan.name.clone(), plan);
         }
-        if !by_name.contains_key(default_plan) {
+        if !plans.contains_key(&default_plan) {
             return Err(ConfigError::invalid(
                 "default_plan",
                 default_plan,
                 "must name one of the plans",
             ));
         }
+        let mut endpoint_costs = HashMap::new();
+        for (endpoint, cost) in self.endpoint_costs {
+            if cost == 0 {
+                return Err(ConfigError::invalid(
+                    "endpoint_costs",
+                    format!("{endpoint}: 0"),
+                    "a cost must be at least 1",
+                ));
+            }
+            endpoint_costs.insert(endpoint, cost);
+        }
         Ok(RequestRateLimiter {
-            plans: by_name,
-            default_plan: default_plan.to_string(),
-            endpoint_costs: HashMap::new(),
+            namespace: Namespace::new(self.namespace.as_deref().unwrap_or("request_rate"))?,
+            plans,
+            default_plan,
+            endpoint_costs,
             store,
         })
     }
+}
 
-    /// Makes requests to `endpoint` cost `cost` units instead of 1 (at least 1).
-    pub fn with_endpoint_cost(mut self, endpoint: &str, cost: u64) -> Result<Self, ConfigError> {
-        if cost == 0 {
-            return Err(ConfigError::invalid(
-                "endpoint_costs",
-                format!("{endpoint}: 0"),
-                "a cost must be at least 1",
-            ));
-        }
-        self.endpoint_costs.insert(endpoint.to_string(), cost);
-        Ok(self)
+impl RequestRateLimiter<()> {
+    /// A builder (see [`RequestRateLimiterBuilder`]).
+    pub fn builder() -> RequestRateLimiterBuilder {
+        RequestRateLimiterBuilder::default()
     }
+}
 
+impl<S: Store<str, AnyAlgorithm>> RequestRateLimiter<S> {
     /// The plan named `name`, or the default plan.
     pub fn plan(&self, name: &str) -> &Plan {
         self.plans
             .get(name)
             .or_else(|| self.plans.get(&self.default_plan))
-            .unwrap_or_else(|| unreachable!("the default plan is checked in new()"))
+            .unwrap_or_else(|| unreachable!("the default plan is checked by the builder"))
+    }
+
+    /// The name of the plan users whose plan is unknown get.
+    pub fn default_plan(&self) -> &str {
+        &self.default_plan
     }
 
     /// All plans, by name.
@@ -190,12 +273,19 @@ impl<S: Store<str, AnyAlgorithm>> RequestRateLimiter<S> {
             .unwrap_or(1)
     }
 
+    /// The namespace of the users' keys.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
     /// The store holding the users' buckets.
     pub fn store(&self) -> &S {
         &self.store
     }
 
-    /// Takes `cost` from `user`'s bucket under `plan`.
+    /// Takes `cost` from `user`'s bucket under `plan`. A user's key does not depend on the
+    /// plan, so a plan change keeps what the user has used; plans of different algorithms on
+    /// one user are refused by the store ([`StoreError::StateConflict`]).
     pub async fn check(
         &self,
         user: &str,
@@ -203,61 +293,48 @@ impl<S: Store<str, AnyAlgorithm>> RequestRateLimiter<S> {
         cost: u64,
     ) -> Result<RateDecision<'_>, StoreError> {
         let plan = self.plan(plan);
+        let key = self.namespace.key(user);
         let decision = self
             .store
-            .apply(&plan.algorithm, user, Op::Check { cost })
+            .apply(&plan.algorithm, &key, Op::Check { cost })
             .await?;
         Ok(RateDecision { decision, plan })
     }
-}
 
-/// The `RateLimit-Policy` quota and window for a plan, as whole numbers: a fractional rate is
-/// expressed over a longer window (0.5/s becomes `q=1;w=2`).
-pub(crate) fn policy_numbers(units: f64, window: Duration) -> (u64, u64) {
-    let window_secs = window.as_secs_f64().max(1e-9);
-    for k in [1.0, 2.0, 4.0, 5.0, 10.0, 100.0, 1000.0] {
-        let q = units * k;
-        let w = window_secs * k;
-        if (q - q.round()).abs() < 1e-9 && (w - w.round()).abs() < 1e-9 && w.round() >= 1.0 {
-            return (q.round() as u64, w.round() as u64);
-        }
-    }
-    // Otherwise: whole requests per second, or one request per whole number of seconds for
-    // rates below one per second.
-    let per_second = units / window_secs;
-    if per_second >= 1.0 {
-        (per_second.round() as u64, 1)
-    } else {
-        (1, (1.0 / per_second).round().max(1.0) as u64)
+    /// [`RequestRateLimiter::check`] for synchronous callers (see [`crate::blocking`]).
+    pub fn check_blocking(
+        &self,
+        user: &str,
+        plan: &str,
+        cost: u64,
+    ) -> Result<RateDecision<'_>, StoreError> {
+        block_on(self.check(user, plan, cost))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::spec::AnyState;
     use crate::store::MemoryStore;
     use crate::{ManualClock, Nanos};
 
-    fn poll<F: std::future::Future>(f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => panic!("not ready"),
-        }
+    type Limiter =
+        RequestRateLimiter<MemoryStore<String, crate::algorithm::spec::AnyState, ManualClock>>;
+
+    fn builder() -> RequestRateLimiterBuilder {
+        RequestRateLimiter::builder()
+            .plans(Plan::examples())
+            .default_plan("free")
     }
 
-    fn limiter() -> (
-        RequestRateLimiter<MemoryStore<String, AnyState, ManualClock>>,
-        ManualClock,
-    ) {
+    fn limiter_with(builder: RequestRateLimiterBuilder) -> (Limiter, ManualClock) {
         let clock = ManualClock::new(Nanos::from_secs(1_000));
         let store = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-        (
-            RequestRateLimiter::new(Plan::examples(), "free", store).unwrap(),
-            clock,
-        )
+        (builder.build(store).unwrap(), clock)
+    }
+
+    fn limiter() -> (Limiter, ManualClock) {
+        limiter_with(builder())
     }
 
     #[test]
@@ -265,57 +342,55 @@ mod tests {
         let (l, _) = limiter();
         let admitted = |user: &str, plan: &str| {
             (0..5000)
-                .filter(|_| poll(l.check(user, plan, 1)).unwrap().decision.allowed)
+                .filter(|_| l.check_blocking(user, plan, 1).unwrap().decision.allowed)
                 .count()
         };
         assert_eq!(admitted("a", "free"), 100);
         assert_eq!(admitted("b", "pro"), 2000);
         assert_eq!(admitted("c", "platinum"), 100);
         assert_eq!(
-            poll(l.check("c", "platinum", 1)).unwrap().plan.name(),
+            l.check_blocking("c", "platinum", 1).unwrap().plan.name(),
             "free"
         );
     }
 
     #[test]
     fn endpoint_costs_and_refill() {
-        let (l, clock) = limiter();
-        let l = l.with_endpoint_cost("/v1/reports", 10).unwrap();
+        let (l, clock) = limiter_with(builder().endpoint_cost("/v1/reports", 10));
         assert_eq!(l.cost_of(Some("/v1/reports")), 10);
         assert_eq!(l.cost_of(Some("/v1/charges")), 1);
         assert_eq!(l.cost_of(None), 1);
         for _ in 0..10 {
-            assert!(poll(l.check("u", "free", 10)).unwrap().decision.allowed);
+            assert!(l.check_blocking("u", "free", 10).unwrap().decision.allowed);
         }
-        let d = poll(l.check("u", "free", 10)).unwrap().decision;
+        let d = l.check_blocking("u", "free", 10).unwrap().decision;
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Duration::from_millis(200)));
         clock.advance(Duration::from_millis(200));
-        assert!(poll(l.check("u", "free", 10)).unwrap().decision.allowed);
+        assert!(l.check_blocking("u", "free", 10).unwrap().decision.allowed);
     }
 
     #[test]
-    fn descriptions_and_policy_numbers() {
+    fn descriptions() {
         let plans = Plan::examples();
         assert_eq!(
             plans[0].describe(),
             "plan free allows 50 requests per second"
         );
-        assert_eq!(policy_numbers(50.0, Duration::from_secs(1)), (50, 1));
-        assert_eq!(policy_numbers(0.5, Duration::from_secs(1)), (1, 2));
-        assert_eq!(policy_numbers(100.0, Duration::from_secs(60)), (100, 60));
-        assert_eq!(policy_numbers(5.0, Duration::from_millis(100)), (50, 1));
-        assert_eq!(policy_numbers(0.0001, Duration::from_secs(1)), (1, 10_000));
-        assert_eq!(policy_numbers(0.3, Duration::from_secs(1)), (3, 10));
     }
 
     #[test]
     fn invalid_configuration_names_the_field() {
         let (_, clock) = limiter();
-        let store: MemoryStore<String, AnyState, ManualClock> =
-            MemoryStore::builder().clock(clock).build().unwrap();
-        let e = RequestRateLimiter::new(Plan::examples(), "gold", store).unwrap_err();
+        let store = || MemoryStore::builder().clock(clock.clone()).build().unwrap();
+        let e = builder().default_plan("gold").build(store()).unwrap_err();
         assert!(e.to_string().contains("default_plan"), "{e}");
+        let e = RequestRateLimiter::builder().build(store()).unwrap_err();
+        assert!(e.to_string().contains("plans"), "{e}");
+        let e = builder().endpoint_cost("/x", 0).build(store()).unwrap_err();
+        assert!(e.to_string().contains("endpoint_costs"), "{e}");
+        let e = builder().namespace("a:b").build(store()).unwrap_err();
+        assert!(e.to_string().contains("namespace"), "{e}");
         assert!(Plan::token_bucket("x", 0.0, 1)
             .unwrap_err()
             .to_string()

@@ -1,7 +1,7 @@
 //! The worker utilization load shedder's controller: how much traffic to shed, and from whom,
 //! given a stream of utilization samples.
 //!
-//! Stripe's rule (DESIGN.md §3), with its constants as defaults: each sample `u` (busy workers /
+//! Stripe's rule, with its constants as defaults: each sample `u` (busy workers /
 //! workers, clamped to 0..=1) sets a derivative
 //! - `u / end_of_good − 1` below `end_of_good` (0.7): recovering, faster the idler we are;
 //! - `0` in the dead zone `end_of_good..start_of_bad` (0.7–0.8): hold;
@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::Namespace;
 use crate::{Clock, ConfigError, Nanos};
 
 /// How important a request is to the load shedders, least important last.
@@ -309,6 +310,7 @@ pub struct ShedDecision {
 /// the granularity). Between samples a request only reads the current amount: the hot path
 /// takes no lock unless the request's class is being shed or a sample is due.
 pub struct UtilizationShedder {
+    name: Namespace,
     controller: Mutex<ShedController>,
     /// The controller's amount, readable without the lock (f64 bits).
     amount: AtomicU64,
@@ -329,26 +331,104 @@ impl std::fmt::Debug for UtilizationShedder {
     }
 }
 
-impl UtilizationShedder {
-    /// A shedder at rest, sampling `source` at most every `sample_interval`, drawing from a
-    /// random generator seeded with `seed`.
-    pub fn new(
-        settings: ControllerSettings,
-        sample_interval: Duration,
-        seed: u64,
-        source: Arc<dyn UtilizationSource>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<UtilizationShedder, ConfigError> {
-        let controller = ShedController::new(settings)?;
+/// Builds a [`UtilizationShedder`]: the utilization `source` is required; the controller's
+/// constants default to Stripe's ([`ControllerSettings::default`]), `sample_interval` to 1 s,
+/// the drop draw's `seed` to 0, the `clock` to [`crate::CoarseClock::shared`] and the `name` to
+/// `utilization`.
+#[must_use]
+pub struct UtilizationShedderBuilder {
+    settings: ControllerSettings,
+    sample_interval: Duration,
+    seed: u64,
+    source: Option<Arc<dyn UtilizationSource>>,
+    clock: Option<Arc<dyn Clock>>,
+    name: Option<String>,
+}
+
+impl std::fmt::Debug for UtilizationShedderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UtilizationShedderBuilder")
+            .field("settings", &self.settings)
+            .field("sample_interval", &self.sample_interval)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UtilizationShedderBuilder {
+    /// The controller's constants.
+    pub fn settings(mut self, settings: ControllerSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The least time between two samples of the source.
+    pub fn sample_interval(mut self, interval: Duration) -> Self {
+        self.sample_interval = interval;
+        self
+    }
+
+    /// The seed of the drop draw's generator (same seed, same draws).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Where utilization comes from (a [`WorkerGauge`], a [`SettableUtilization`], …).
+    pub fn source(mut self, source: Arc<dyn UtilizationSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The clock samples are timed by.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The shedder's name, which is its stage's name in a pipeline (see [`Namespace::new`]).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Validates the settings (errors name the field) and builds a shedder at rest.
+    pub fn build(self) -> Result<UtilizationShedder, ConfigError> {
+        let source = self
+            .source
+            .ok_or(ConfigError::Missing { field: "source" })?;
+        let controller = ShedController::new(self.settings)?;
         Ok(UtilizationShedder {
+            name: Namespace::new(self.name.as_deref().unwrap_or("utilization"))?,
             amount: AtomicU64::new(controller.shed_amount().to_bits()),
             controller: Mutex::new(controller),
             next_sample: AtomicU64::new(0),
-            sample_interval: crate::clock::duration_nanos(sample_interval),
-            rng: Mutex::new(SplitMix64(seed)),
+            sample_interval: crate::clock::duration_nanos(self.sample_interval),
+            rng: Mutex::new(SplitMix64(self.seed)),
             source,
-            clock,
+            clock: self
+                .clock
+                .unwrap_or_else(|| Arc::new(crate::CoarseClock::shared())),
         })
+    }
+}
+
+impl UtilizationShedder {
+    /// A builder (see [`UtilizationShedderBuilder`]).
+    pub fn builder() -> UtilizationShedderBuilder {
+        UtilizationShedderBuilder {
+            settings: ControllerSettings::default(),
+            sample_interval: Duration::from_secs(1),
+            seed: 0,
+            source: None,
+            clock: None,
+            name: None,
+        }
+    }
+
+    /// The shedder's name (its stage's name in a pipeline).
+    pub fn name(&self) -> &Namespace {
+        &self.name
     }
 
     /// Decides for one request of `priority`, sampling the source if a sample is due.
@@ -566,14 +646,13 @@ mod tests {
     ) {
         let clock = crate::ManualClock::new(Nanos::ZERO);
         let gauge = Arc::new(SettableUtilization::new(0.0));
-        let s = UtilizationShedder::new(
-            ControllerSettings::default(),
-            sample_interval,
-            seed,
-            gauge.clone(),
-            Arc::new(clock.clone()),
-        )
-        .unwrap();
+        let s = UtilizationShedder::builder()
+            .sample_interval(sample_interval)
+            .seed(seed)
+            .source(gauge.clone())
+            .clock(Arc::new(clock.clone()))
+            .build()
+            .unwrap();
         (s, gauge, clock)
     }
 

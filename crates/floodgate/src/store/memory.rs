@@ -33,6 +33,7 @@ use hashbrown::HashTable;
 
 use super::shard_lock::ShardLock;
 use super::{ensure_supported, Request, Store};
+use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
@@ -117,8 +118,16 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         }
     }
 
-    /// Validates the settings and builds the store.
-    pub fn build<K, S>(self) -> Result<MemoryStore<K, S, C>, ConfigError> {
+    /// Validates the settings and builds the store for the common case: string keys (the
+    /// limiters' namespaced keys) and the state of any algorithm ([`AnyState`]).
+    pub fn build(self) -> Result<MemoryStore<String, AnyState, C>, ConfigError> {
+        self.build_typed()
+    }
+
+    /// Validates the settings and builds a store of owned keys `K` holding one algorithm's
+    /// state `S`: `build_typed::<u64, GcraState>()` for a store dedicated to one GCRA limit on
+    /// numeric keys, which is smaller and faster than an [`AnyState`] store.
+    pub fn build_typed<K, S>(self) -> Result<MemoryStore<K, S, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::invalid("max_keys", 0, "must be at least 1"));
         }
@@ -162,7 +171,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 /// state it holds, `C` its clock. See the [`crate::store`] module documentation and the
 /// builder for the exact bound and eviction rules: at most `max_keys` keys, idle keys dropped
 /// losslessly when a shard fills up, then the [`Overflow`] policy.
-pub struct MemoryStore<K, S, C = CoarseClock> {
+pub struct MemoryStore<K = String, S = AnyState, C = CoarseClock> {
     shards: Box<[Shard<K, S>]>,
     /// `shards.len() - 1`: the shard index is `(hash >> 32) & shard_mask` (see `shard_of`).
     shard_mask: usize,
@@ -198,27 +207,28 @@ impl<K, S, C: fmt::Debug> fmt::Debug for MemoryStore<K, S, C> {
     }
 }
 
-impl MemoryStore<(), ()> {
+impl MemoryStore {
     /// A builder with the defaults: [`CoarseClock::shared`] (1 ms resolution), 1,000,000 keys, [`Overflow::EvictLive`].
     pub fn builder() -> MemoryStoreBuilder<CoarseClock> {
         MemoryStoreBuilder::new()
     }
 }
 
-impl<K, S> MemoryStore<K, S, CoarseClock> {
-    /// A store with the default settings (see [`MemoryStore::builder`]).
+impl MemoryStore {
+    /// A store of string keys and any algorithm's state, with the default settings (see
+    /// [`MemoryStore::builder`]); [`Default`] gives the same for any key and state types.
     pub fn new() -> Self {
-        match MemoryStoreBuilder::new().build() {
-            Ok(store) => store,
-            // The defaults are valid by construction.
-            Err(e) => unreachable!("default memory store settings rejected: {e}"),
-        }
+        Self::default()
     }
 }
 
 impl<K, S> Default for MemoryStore<K, S, CoarseClock> {
     fn default() -> Self {
-        Self::new()
+        match MemoryStoreBuilder::new().build_typed() {
+            Ok(store) => store,
+            // The defaults are valid by construction.
+            Err(e) => unreachable!("default memory store settings rejected: {e}"),
+        }
     }
 }
 
@@ -247,11 +257,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         ensure_supported(algorithm, op)?;
-        Ok(self.apply_locked(algorithm, key, op))
+        self.apply_locked(algorithm, key, op)
     }
 
     #[inline]
-    fn apply_locked<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Decision
+    fn apply_locked<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
     where
         A: Algorithm<State = S>,
         K: Borrow<Q>,
@@ -264,21 +274,32 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         // eviction (decided at one instant, valid for all later ones) stays lossless.
         let now = self.clock.now();
         if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
-            return algorithm.apply(state, now, op);
+            if !algorithm.owns(state) {
+                return Err(StoreError::StateConflict {
+                    algorithm: algorithm.name(),
+                    found: algorithm.state_name(state),
+                });
+            }
+            return Ok(algorithm.apply(state, now, op));
         }
         let mut state = algorithm.fresh(now);
         let decision = algorithm.apply(&mut state, now, op);
         if algorithm.is_fresh(&state, now) {
-            return decision;
+            return Ok(decision);
         }
         if map.table.len() >= self.per_shard && !self.make_room(&mut map, algorithm, now) {
             map.refused_new += 1;
-            return Decision::deny(decision.limit, 0, decision.reset_after, None);
+            return Ok(Decision::deny(
+                decision.limit,
+                0,
+                decision.reset_after,
+                None,
+            ));
         }
         let hasher = &self.hasher;
         map.table
             .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
-        decision
+        Ok(decision)
     }
 
     /// Frees one place in a full shard; false if the overflow policy refuses the new key.
@@ -413,7 +434,7 @@ where
         let result = requests
             .iter()
             .try_for_each(|r| ensure_supported(r.algorithm, r.op))
-            .map(|()| {
+            .and_then(|()| {
                 requests
                     .iter()
                     .map(|r| self.apply_locked(r.algorithm, r.key, r.op))
@@ -478,7 +499,7 @@ mod tests {
             .shards(shards)
             .overflow(overflow)
             .clock(clock.clone())
-            .build()
+            .build_typed()
             .unwrap();
         (store, clock)
     }
@@ -627,12 +648,12 @@ mod tests {
     fn invalid_settings_name_the_field() {
         let e = MemoryStore::builder()
             .max_keys(0)
-            .build::<u64, ()>()
+            .build_typed::<u64, ()>()
             .unwrap_err();
         assert!(e.to_string().contains("max_keys"));
         let e = MemoryStore::builder()
             .shards(3)
-            .build::<u64, ()>()
+            .build_typed::<u64, ()>()
             .unwrap_err();
         assert!(e.to_string().contains("shards"));
     }

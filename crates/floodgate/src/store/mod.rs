@@ -1,14 +1,17 @@
 //! Where per-key state lives, and the one thing a store does: apply an algorithm's transition to
 //! one key's state atomically.
 //!
-//! [`Store`] is the contract every backend implements: the embedded [`MemoryStore`] answers at
-//! once; a remote store (Redis) runs the algorithm's twin server-side. Either way:
+//! [`Store`] is the contract every backend implements. Today that is the embedded
+//! [`MemoryStore`], which answers at once; the contract is written so that a remote store can
+//! implement it by running each algorithm's transition server-side. Every store keeps these:
 //! - each [`Store::apply`] is linearizable per key: concurrent calls on one key behave as if they
 //!   ran one after the other, so no update is lost and nothing is over-admitted;
 //! - "now" is the store's own clock (the memory store's injected [`crate::Clock`], Redis `TIME`),
 //!   read once per decision;
 //! - an operation the algorithm does not support is refused with
 //!   [`StoreError::Unsupported`] before any state is touched;
+//! - a key holding another algorithm's state is refused with [`StoreError::StateConflict`],
+//!   never reset: limiters sharing a store keep their keys apart by [`Namespace`];
 //! - [`Store::apply_many`] applies several independent operations (for example the per-user and
 //!   the per-endpoint limits of one request) in one call, which a remote store makes one round
 //!   trip; each is atomic on its own key, and they are not a transaction together.
@@ -19,9 +22,11 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
 mod memory;
+mod namespace;
 mod shard_lock;
 
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
+pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 
 /// One operation of a batch given to [`Store::apply_many`].
 #[derive(Debug)]

@@ -9,6 +9,7 @@
 //! spinning waiters.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,7 +41,10 @@ impl<T> ShardLock<T> {
         {
             self.lock_contended();
         }
-        ShardGuard { lock: self }
+        ShardGuard {
+            lock: self,
+            _access: PhantomData,
+        }
     }
 
     #[cold]
@@ -68,8 +72,16 @@ impl<T> ShardLock<T> {
 }
 
 /// Access to a locked shard; dropping it releases the lock (also during unwinding).
+///
+/// `Send` and `Sync` are those of `&mut T` (through the marker), on top of `&ShardLock<T>`'s:
+/// - `Send` when `T: Send`: the guard may be dropped on another thread, since releasing this
+///   lock is a plain store that any thread may make (unlike an OS mutex, it has no owner);
+/// - `Sync` only when `T: Sync` too: a shared guard hands out `&T` to every thread holding it,
+///   exactly as `&mut T` shared would. Without the marker the guard would be `Sync` for any
+///   `T: Send`, which would let two threads read a `Cell` at once.
 pub(crate) struct ShardGuard<'a, T> {
     lock: &'a ShardLock<T>,
+    _access: PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for ShardGuard<'_, T> {

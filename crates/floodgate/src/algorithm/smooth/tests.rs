@@ -379,13 +379,13 @@ fn bursty_is_fresh_only_without_burst() {
     let b0 = SmoothBursty::new(5.0, 0.0).unwrap();
     let mut st = b0.fresh(ms(0));
     assert!(b0.is_fresh(&st, ms(0)));
-    b0.apply(&mut st, ms(0), Op::Reserve { cost: 3 });
+    let _ = b0.apply(&mut st, ms(0), Op::Reserve { cost: 3 });
     assert!(!b0.is_fresh(&st, ms(599)));
     assert!(b0.is_fresh(&st, ms(600)));
     // A changed rate is not fresh until set back.
-    b0.apply(&mut st, ms(700), Op::SetRate { rate: 7.0 });
+    let _ = b0.apply(&mut st, ms(700), Op::SetRate { rate: 7.0 });
     assert!(!b0.is_fresh(&st, ms(800)));
-    b0.apply(&mut st, ms(800), Op::SetRate { rate: 5.0 });
+    let _ = b0.apply(&mut st, ms(800), Op::SetRate { rate: 5.0 });
     assert!(b0.is_fresh(&st, ms(800)));
 }
 
@@ -401,7 +401,7 @@ fn a_set_rate_round_trip_can_leave_an_ulp_for_one_microsecond() {
     )
     .unwrap();
     let mut st = w.fresh(ms(0));
-    w.apply(
+    let _ = w.apply(
         &mut st,
         ms(0),
         Op::SetRate {
@@ -428,7 +428,7 @@ fn cost_zero_probes_change_nothing() {
     });
     for smooth in [w, b] {
         let mut st = smooth.fresh(ms(0));
-        smooth.apply(&mut st, ms(10), Op::Reserve { cost: 3 });
+        let _ = smooth.apply(&mut st, ms(10), Op::Reserve { cost: 3 });
         let before = st;
         for t in [ms(10), ms(300), ms(5_000)] {
             for (probe, real) in [
@@ -463,7 +463,7 @@ fn cost_zero_probes_change_nothing() {
 fn refused_set_rate_changes_nothing() {
     let b = SmoothBursty::new(5.0, 1.0).unwrap();
     let mut st = b.fresh(ms(0));
-    b.apply(&mut st, ms(0), Op::Reserve { cost: 2 });
+    let _ = b.apply(&mut st, ms(0), Op::Reserve { cost: 2 });
     let before = st;
     for rate in [
         0.0,
@@ -519,7 +519,7 @@ fn a_clock_going_backwards_counts_as_no_time_passed() {
     let b = SmoothBursty::new(5.0, 1.0).unwrap();
     let mut st = b.fresh(ms(0));
     // 5 permits stored by 5 s; reserve(10) takes them and owes 5 more: N = 6 s.
-    b.apply(&mut st, ms(5000), Op::Reserve { cost: 10 });
+    let _ = b.apply(&mut st, ms(5000), Op::Reserve { cost: 10 });
     let mut back = st;
     let d_back = b.apply(&mut back, ms(1000), Op::Reserve { cost: 1 });
     let d_now = b.apply(&mut st, ms(5000), Op::Reserve { cost: 1 });
@@ -659,7 +659,7 @@ proptest! {
                 }
             }
             if let Some(&(t, op)) = ops.get(k) {
-                smooth.apply(&mut st, Nanos(t), op);
+                let _ = smooth.apply(&mut st, Nanos(t), op);
             }
         }
     }
@@ -716,7 +716,7 @@ proptest! {
         let ops = realize(&smooth, &raw, true);
         let mut st = smooth.fresh(Nanos(ORIGIN));
         for &(t, op) in &ops {
-            smooth.apply(&mut st, Nanos(t), op);
+            let _ = smooth.apply(&mut st, Nanos(t), op);
         }
         let seen_ns = st.seen as u64 * 1000;
         let back_ns = (seen_ns as f64 * back) as u64;

@@ -1,0 +1,88 @@
+//! One limit on keys: an algorithm applied to a key's state in the limit's namespace of a store.
+
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::blocking::block_on;
+use crate::store::{Namespace, Store};
+use crate::{ConfigError, Decision, Op, StoreError};
+
+/// One algorithm limiting any key, in its own namespace of a store: the simplest limiter, and
+/// what the service's named limits (`POST /v1/check`) are.
+///
+/// ```
+/// use floodgate::algorithm::sliding_log::SlidingLog;
+/// use floodgate::limiter::KeyedLimit;
+/// use floodgate::store::MemoryStore;
+/// use std::time::Duration;
+///
+/// // Five logins per minute per address.
+/// let logins = KeyedLimit::new(
+///     "login",
+///     SlidingLog::new(5, Duration::from_secs(60))?,
+///     MemoryStore::new(),
+/// )?;
+/// for _ in 0..5 {
+///     assert!(logins.check_blocking("alice@example.com", 1)?.allowed);
+/// }
+/// let sixth = logins.check_blocking("alice@example.com", 1)?;
+/// assert!(!sixth.allowed);
+/// assert!(sixth.retry_after.is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct KeyedLimit<S> {
+    namespace: Namespace,
+    algorithm: AnyAlgorithm,
+    store: S,
+}
+
+impl<S: Store<str, AnyAlgorithm>> KeyedLimit<S> {
+    /// `algorithm` on keys of `namespace` (see [`Namespace::new`] for valid names) in `store`.
+    pub fn new(
+        namespace: &str,
+        algorithm: impl Into<AnyAlgorithm>,
+        store: S,
+    ) -> Result<Self, ConfigError> {
+        Ok(KeyedLimit {
+            namespace: Namespace::new(namespace)?,
+            algorithm: algorithm.into(),
+            store,
+        })
+    }
+
+    /// The limit's namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &AnyAlgorithm {
+        &self.algorithm
+    }
+
+    /// The store holding the keys' states.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Takes `cost` units for `key` if they are available (cost 0 probes).
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, StoreError> {
+        self.apply(key, Op::Check { cost }).await
+    }
+
+    /// Applies any operation the algorithm supports to `key` (`reserve`, `try_acquire`, …);
+    /// [`StoreError::Unsupported`] for the others.
+    pub async fn apply(&self, key: &str, op: Op) -> Result<Decision, StoreError> {
+        let key = self.namespace.key(key);
+        self.store.apply(&self.algorithm, &key, op).await
+    }
+
+    /// [`KeyedLimit::check`] for synchronous callers (see [`crate::blocking`]).
+    pub fn check_blocking(&self, key: &str, cost: u64) -> Result<Decision, StoreError> {
+        block_on(self.check(key, cost))
+    }
+
+    /// [`KeyedLimit::apply`] for synchronous callers (see [`crate::blocking`]).
+    pub fn apply_blocking(&self, key: &str, op: Op) -> Result<Decision, StoreError> {
+        block_on(self.apply(key, op))
+    }
+}

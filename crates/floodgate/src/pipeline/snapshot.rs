@@ -1,0 +1,180 @@
+//! What a pipeline's stages are and have done, as plain values: what metrics, admin pages and
+//! dashboards read instead of reaching into limiters.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Limiter, Pipeline, Stage};
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::Algorithm;
+use crate::limiter::{LimiterKind, Mode, OnStoreError, Priority};
+use crate::store::{Namespace, Store};
+
+/// A stage's counters since the pipeline was built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StageStats {
+    /// The stage's name.
+    pub name: Namespace,
+    /// The kind of limiter it runs.
+    pub kind: LimiterKind,
+    /// Requests it refused (enforce mode, including fail-closed refusals).
+    pub refused: u64,
+    /// Requests it would have refused in shadow mode.
+    pub shadow_refused: u64,
+    /// Store errors that let the request through.
+    pub fail_open: u64,
+    /// Store errors that refused the request.
+    pub fail_closed: u64,
+}
+
+/// One plan of a request rate stage.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PlanSnapshot {
+    /// The plan's name.
+    pub name: String,
+    /// Its algorithm's name (`token_bucket`, …).
+    pub algorithm: &'static str,
+    /// What it allows: `units` per `window` (see [`AnyAlgorithm::quota`]).
+    pub quota: Option<(f64, Duration)>,
+    /// "plan free allows 50 requests per second".
+    pub description: String,
+}
+
+/// What a stage's limiter is configured as, and its shared state where it has one.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum LimiterState {
+    /// A request rate limiter's plans, by name.
+    RequestRate {
+        /// The plans, sorted by name.
+        plans: Vec<PlanSnapshot>,
+        /// The plan of users whose plan is unknown.
+        default_plan: String,
+    },
+    /// A concurrency limiter's settings.
+    Concurrency {
+        /// Requests in flight allowed per user.
+        capacity: u64,
+        /// How long an unreturned lease holds its place.
+        lease_ttl: Duration,
+    },
+    /// A fleet shedder's settings and count.
+    Fleet {
+        /// The fleet's places.
+        capacity: u64,
+        /// The most non-critical requests in flight.
+        non_critical_allowance: u64,
+        /// Non-critical requests in flight now; `None` if the store could not be read.
+        in_flight: Option<u64>,
+    },
+    /// A utilization shedder's controller.
+    Utilization {
+        /// The controller's shed amount (see [`crate::limiter::utilization`]).
+        shed_amount: f64,
+        /// The probability of shedding a request of each class, least important first.
+        drop_probability: [(Priority, f64); 4],
+    },
+}
+
+/// A stage as it is now: its settings, counters and limiter state.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StageSnapshot {
+    /// The stage's counters (name and kind included).
+    pub stats: StageStats,
+    /// Its mode now.
+    pub mode: Mode,
+    /// What it does when its store fails.
+    pub on_store_error: OnStoreError,
+    /// The status of its refusals.
+    pub status: u16,
+    /// Its limiter's settings and state.
+    pub state: LimiterState,
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
+    /// The stage's counters.
+    pub fn stats(&self) -> StageStats {
+        let c = &self.counters;
+        StageStats {
+            name: self.name.clone(),
+            kind: self.limiter.kind(),
+            refused: c.refused.load(Ordering::Relaxed),
+            shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
+            fail_open: c.fail_open.load(Ordering::Relaxed),
+            fail_closed: c.fail_closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The stage as it is now. Reading the fleet's count asks the store once.
+    pub async fn snapshot(&self) -> StageSnapshot {
+        let state = match &self.limiter {
+            Limiter::RequestRate(l) => {
+                let mut plans: Vec<PlanSnapshot> = l
+                    .plans()
+                    .map(|p| PlanSnapshot {
+                        name: p.name().to_string(),
+                        algorithm: p.algorithm().name(),
+                        quota: p.quota(),
+                        description: p.describe(),
+                    })
+                    .collect();
+                plans.sort_by(|a, b| a.name.cmp(&b.name));
+                LimiterState::RequestRate {
+                    plans,
+                    default_plan: l.default_plan().to_string(),
+                }
+            }
+            Limiter::Concurrency(l) => LimiterState::Concurrency {
+                capacity: l.capacity(),
+                lease_ttl: l.lease_ttl(),
+            },
+            Limiter::Fleet(l) => LimiterState::Fleet {
+                capacity: l.capacity(),
+                non_critical_allowance: match l.algorithm() {
+                    AnyAlgorithm::Fleet(f) => f.non_critical_allowance(),
+                    _ => l.capacity(),
+                },
+                in_flight: l.in_flight().await.ok(),
+            },
+            Limiter::Utilization(l) => {
+                let controller = l.controller();
+                LimiterState::Utilization {
+                    shed_amount: l.shed_amount(),
+                    drop_probability: [
+                        Priority::Test,
+                        Priority::Get,
+                        Priority::Post,
+                        Priority::Critical,
+                    ]
+                    .map(|p| (p, controller.drop_probability(p))),
+                }
+            }
+        };
+        StageSnapshot {
+            stats: self.stats(),
+            mode: self.current_mode(),
+            on_store_error: self.on_error,
+            status: self.status,
+            state,
+        }
+    }
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
+    /// Every stage's counters, in order.
+    pub fn stats(&self) -> Vec<StageStats> {
+        self.stages.iter().map(Stage::stats).collect()
+    }
+
+    /// Every stage as it is now, in order (see [`Stage::snapshot`]).
+    pub async fn snapshot(&self) -> Vec<StageSnapshot> {
+        let mut stages = Vec::with_capacity(self.stages.len());
+        for stage in self.stages.iter() {
+            stages.push(stage.snapshot().await);
+        }
+        stages
+    }
+}
