@@ -8,6 +8,7 @@
 //! # API keys are mapped to plans (sk_pro_alice is on pro, sk_std_bob on standard):
 //! curl -i -H 'x-api-key: sk_pro_alice' http://127.0.0.1:3000/v1/things
 //! curl -i -H 'authorization: Bearer sk_std_bob' http://127.0.0.1:3000/v1/things
+//! # A refusal names a user only by a fingerprint of the key's HMAC (`key:1a2b3c4d...`).
 //! # Burst past the free plan (one curl process, one connection): about 100 pass, then 429s
 //! # with a JSON body, Retry-After, RateLimit-Policy and RateLimit:
 //! curl -s -o /dev/null -w '%{http_code}\n' 'http://127.0.0.1:3000/v1/things?[1-120]' | sort | uniq -c
@@ -36,7 +37,7 @@ use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
 use floodgate::pipeline::Pipeline;
 use floodgate::store::MemoryStore;
 use floodgate::CoarseClock;
-use floodgate_tower::{Extractor, FloodgateLayer};
+use floodgate_tower::{CredentialKey, Extractor, FloodgateLayer};
 use serde_json::{json, Value};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -86,7 +87,14 @@ async fn main() -> Result<(), Error> {
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|info| info.0.ip())
         })
-        .critical_route("/v1/charges");
+        .critical_route("/v1/charges")
+        // Users are keyed by an HMAC of their API key, never the key itself. Nodes that share a
+        // store must share this MAC key; `FLOODGATE_CREDENTIAL_KEY` (16 bytes or more) sets
+        // it, else this single node keeps a random key per process.
+        .credential_key(match std::env::var("FLOODGATE_CREDENTIAL_KEY") {
+            Ok(secret) => CredentialKey::from_secret(secret.as_bytes())?,
+            Err(_) => CredentialKey::process(),
+        });
     let layer = FloodgateLayer::new(pipeline)
         .extractor(extractor)
         .worker_gauge(workers);

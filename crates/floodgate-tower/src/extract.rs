@@ -7,8 +7,11 @@
 //! - **User.** The credential is the `x-api-key` header's value, else the token of an
 //!   `Authorization: Bearer <token>` header (scheme case-insensitive); a credential is used
 //!   only if it is visible ASCII, non-empty after trimming, and at most
-//!   [`MAX_CREDENTIAL_LEN`] bytes (a longer one is ignored, so a client cannot make the store
-//!   keep huge keys). The user is then `key:<credential>`. Without a credential, the user is
+//!   [`MAX_CREDENTIAL_LEN`] bytes (a longer one is ignored: no real key is that long). The
+//!   user is then `key:` and 32 hex digits, a keyed hash (HMAC-SHA256) of the credential under
+//!   the extractor's [`CredentialKey`]: the credential itself never reaches the store, a
+//!   refusal or `Debug` output (see [`crate::credential`] for the rule, and why nodes sharing
+//!   a store must share the key). Without a credential, the user is
 //!   the client's address, `ip:<address>`, read by the client-IP function (by default a
 //!   [`std::net::SocketAddr`] or [`std::net::IpAddr`] in the request's extensions: see
 //!   [`client_ip_from_extensions`]); IPv4-mapped IPv6 addresses count as IPv4, and other IPv6
@@ -18,9 +21,9 @@
 //!   that client's quota. The middleware runs before authentication, so an unknown key still
 //!   gets its own (default-plan) bucket.
 //! - **Plan.** The plan lookup closure is called with the raw credential (not the `key:`
-//!   user); when there is no credential, no lookup, or the lookup answers `None`, the plan is
-//!   the configured default plan, else the empty name, which the request rate limiter treats
-//!   as unknown and answers with its own default plan.
+//!   user; it must not log it); when there is no credential, no lookup, or the lookup answers
+//!   `None`, the plan is the configured default plan, else the empty name, which the request
+//!   rate limiter treats as unknown and answers with its own default plan.
 //! - **Priority**, the first rule that matches: the path is under a critical route prefix →
 //!   [`Priority::Critical`]; the request is in test mode ([`TestMode`], by default the header
 //!   `x-test-mode: true`) → [`Priority::Test`]; the method is POST, PUT, PATCH or DELETE →
@@ -31,7 +34,8 @@
 //!   paths it does not list).
 //!
 //! [`Extractor::custom`] replaces all of these rules with one closure; it may still call a
-//! default extractor's [`Extractor::extract`] and adjust the result.
+//! default extractor's [`Extractor::extract`] and adjust the result. A custom rule that keys
+//! users by a secret should hash it the same way, with [`CredentialKey::user_key`].
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -42,17 +46,22 @@ use http::header::{HeaderName, AUTHORIZATION};
 use http::request::Parts;
 use http::Method;
 
-/// The longest credential (API key or bearer token) used as a user key, in bytes; longer
-/// ones are ignored.
+use crate::credential::{shown_user, CredentialKey};
+
+/// The longest credential (API key or bearer token) keyed by, in bytes; longer ones are
+/// ignored.
 pub const MAX_CREDENTIAL_LEN: usize = 256;
 
 /// The user of requests that carry no credential and whose client address is unknown.
 pub const ANONYMOUS: &str = "anonymous";
 
 /// What the pipeline needs to know about one request, owned (see [`RequestInfo::descriptor`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `Debug` shows the user as [`shown_user`] does: a hashed credential only as its fingerprint.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RequestInfo {
-    /// The per-user limiters' key (`key:…`, `ip:…` or `anonymous` with the default rules).
+    /// The per-user limiters' key: with the default rules `key:` and 32 hex digits (a
+    /// credential's keyed hash), `ip:…` or `anonymous`.
     pub user: String,
     /// The user's plan; an unknown name (the empty one included) gets the request rate
     /// limiter's default plan.
@@ -63,6 +72,18 @@ pub struct RequestInfo {
     pub cost: Option<u64>,
     /// The endpoint, for per-endpoint costs; the URI path with the default rules.
     pub endpoint: Option<String>,
+}
+
+impl fmt::Debug for RequestInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestInfo")
+            .field("user", &shown_user(&self.user))
+            .field("plan", &self.plan)
+            .field("priority", &self.priority)
+            .field("cost", &self.cost)
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
 }
 
 impl RequestInfo {
@@ -115,6 +136,7 @@ type CustomFn = Box<dyn Fn(&Parts) -> RequestInfo + Send + Sync>;
 pub struct Extractor {
     api_key_header: Option<HeaderName>,
     bearer_token: bool,
+    credential_key: CredentialKey,
     client_ip: ClientIpFn,
     plan_of: Option<PlanFn>,
     default_plan: Option<String>,
@@ -134,6 +156,7 @@ impl fmt::Debug for Extractor {
         f.debug_struct("Extractor")
             .field("api_key_header", &self.api_key_header)
             .field("bearer_token", &self.bearer_token)
+            .field("credential_key", &self.credential_key)
             .field("plan_lookup", &self.plan_of.is_some())
             .field("default_plan", &self.default_plan)
             .field("critical_prefixes", &self.critical_prefixes)
@@ -145,13 +168,15 @@ impl fmt::Debug for Extractor {
 
 impl Extractor {
     /// The default rules: `x-api-key`, then `Authorization: Bearer`, then the client address
-    /// from the request's extensions, then `anonymous`; no plan lookup (every user gets the
-    /// request rate limiter's default plan); no critical routes; test mode by the
-    /// `x-test-mode: true` header.
+    /// from the request's extensions, then `anonymous`; credentials hashed under this process's
+    /// random key ([`CredentialKey::process`]); no plan lookup (every user gets the request
+    /// rate limiter's default plan); no critical routes; test mode by the `x-test-mode: true`
+    /// header.
     pub fn new() -> Self {
         Extractor {
             api_key_header: Some(HeaderName::from_static("x-api-key")),
             bearer_token: true,
+            credential_key: CredentialKey::process(),
             client_ip: Box::new(client_ip_from_extensions),
             plan_of: None,
             default_plan: None,
@@ -161,7 +186,8 @@ impl Extractor {
         }
     }
 
-    /// An extractor that calls `f` for every request and nothing else.
+    /// An extractor that calls `f` for every request and nothing else (its user is used as
+    /// given: see [`CredentialKey::user_key`] for keying by a secret).
     pub fn custom<F>(f: F) -> Self
     where
         F: Fn(&Parts) -> RequestInfo + Send + Sync + 'static,
@@ -187,6 +213,14 @@ impl Extractor {
     /// Whether `Authorization: Bearer <token>` counts as a credential (default `true`).
     pub fn bearer_token(mut self, enabled: bool) -> Self {
         self.bearer_token = enabled;
+        self
+    }
+
+    /// Hashes credentials into user keys under `key` instead of this process's random key.
+    /// Every node that shares a store must use the same key, so that a user maps to the same
+    /// limiter key on every node (and across restarts).
+    pub fn credential_key(mut self, key: CredentialKey) -> Self {
+        self.credential_key = key;
         self
     }
 
@@ -237,7 +271,7 @@ impl Extractor {
         }
         let credential = self.credential(parts);
         let user = match credential {
-            Some(key) => format!("key:{key}"),
+            Some(secret) => self.credential_key.user_key(secret),
             None => match (self.client_ip)(parts) {
                 Some(ip) => ip_key(ip),
                 None => ANONYMOUS.to_string(),
@@ -256,8 +290,10 @@ impl Extractor {
         }
     }
 
-    /// The request's credential: the API key header's value, else a bearer token; `None` if
-    /// neither is present and usable (see the [module documentation](self)).
+    /// The request's raw credential: the API key header's value, else a bearer token; `None`
+    /// if neither is present and usable (see the [module documentation](self)). This is the
+    /// secret itself: hash it with [`CredentialKey::user_key`] before keying, logging or
+    /// showing anything by it.
     pub fn credential<'p>(&self, parts: &'p Parts) -> Option<&'p str> {
         let from_key = self
             .api_key_header
@@ -362,6 +398,15 @@ mod tests {
         parts(Method::GET, uri, headers)
     }
 
+    fn mac_key(byte: u8) -> CredentialKey {
+        CredentialKey::from_bytes([byte; 32])
+    }
+
+    /// The user key of `credential` under the process key, the extractors' default.
+    fn hashed(credential: &str) -> String {
+        CredentialKey::process().user_key(credential)
+    }
+
     #[test]
     fn the_user_is_the_api_key_then_the_bearer_token_then_the_address_then_anonymous() {
         let e = Extractor::new();
@@ -369,9 +414,9 @@ mod tests {
             "/",
             &[("x-api-key", " sk_1 "), ("authorization", "Bearer tok")],
         );
-        assert_eq!(e.extract(&both).user, "key:sk_1");
+        assert_eq!(e.extract(&both).user, hashed("sk_1"));
         let bearer = get("/", &[("authorization", "bEaReR   tok_2")]);
-        assert_eq!(e.extract(&bearer).user, "key:tok_2");
+        assert_eq!(e.extract(&bearer).user, hashed("tok_2"));
         let basic = get("/", &[("authorization", "Basic dXNlcg==")]);
         assert_eq!(e.extract(&basic).user, ANONYMOUS);
 
@@ -392,8 +437,51 @@ mod tests {
         let longest = "k".repeat(MAX_CREDENTIAL_LEN);
         assert_eq!(
             e.extract(&get("/", &[("x-api-key", &longest)])).user,
-            format!("key:{longest}")
+            hashed(&longest)
         );
+    }
+
+    #[test]
+    fn credentials_are_hashed_never_kept_or_shown() {
+        let secret = "sk_live_secret";
+        let e = Extractor::new().credential_key(mac_key(1));
+        for header in [
+            ("authorization", "Bearer sk_live_secret"),
+            ("x-api-key", secret),
+        ] {
+            let info = e.extract(&get("/", &[header]));
+            assert_eq!(info.user, mac_key(1).user_key(secret));
+            assert!(info.user.starts_with("key:") && info.user.len() == 36);
+            assert!(!info.user.contains(secret));
+            let shown = format!("{info:?}");
+            assert!(!shown.contains(secret), "{shown}");
+            assert!(!shown.contains(&info.user), "{shown}");
+            assert!(shown.contains(&format!("user: \"{}...\"", &info.user[..12])));
+        }
+        // The same credential, another MAC key: another user.
+        let other = Extractor::new().credential_key(mac_key(2));
+        let a = e.extract(&get("/", &[("x-api-key", secret)])).user;
+        let b = other.extract(&get("/", &[("x-api-key", secret)])).user;
+        assert_ne!(a, b);
+        // Non-secret identities are unchanged, in the key and in Debug.
+        let mut by_addr = get("/", &[]);
+        by_addr.extensions.insert(IpAddr::from([10, 0, 0, 1]));
+        let info = e.extract(&by_addr);
+        assert_eq!(info.user, "ip:10.0.0.1");
+        assert!(format!("{info:?}").contains("user: \"ip:10.0.0.1\""));
+    }
+
+    #[test]
+    fn debug_of_the_extractor_and_layer_never_prints_the_mac_key() {
+        let secret = *b"0123456789abcdef0123456789abcdef";
+        let key = CredentialKey::from_bytes(secret);
+        let id = key.id();
+        let e = Extractor::new().credential_key(key);
+        let shown = format!("{e:?}");
+        assert!(shown.contains(&format!("credential_key: CredentialKey {{ id: \"{id}\"")));
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(!shown.contains(&hex[..16]), "{shown}");
     }
 
     #[test]
@@ -418,7 +506,7 @@ mod tests {
                 ("authorization", "Bearer t"),
             ],
         );
-        assert_eq!(e.extract(&p).user, "key:mine");
+        assert_eq!(e.extract(&p).user, hashed("mine"));
         p.headers.remove("x-key");
         p.extensions.insert(SocketAddr::from(([127, 0, 0, 1], 1)));
         assert_eq!(e.extract(&p).user, ANONYMOUS);
@@ -512,7 +600,7 @@ mod tests {
             ..base.extract(p)
         });
         let info = e.extract(&get("/r", &[("x-api-key", "a")]));
-        assert_eq!((info.user.as_str(), info.cost), ("key:a", Some(5)));
+        assert_eq!((info.user, info.cost), (hashed("a"), Some(5)));
         assert!(format!("{e:?}").contains("custom: true"));
     }
 }

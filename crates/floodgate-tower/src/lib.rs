@@ -15,6 +15,12 @@
 //!   gone, timeout, cancellation).
 //! - [`Extractor`] and [`RequestInfo`] ([`extract`]): who is asking, on which plan, and how
 //!   important the request is.
+//! - [`CredentialKey`] ([`credential`]): secrets never become keys or text. An API key or
+//!   bearer token is keyed by its HMAC-SHA256 under a MAC key (`key:` and 32 hex digits), and
+//!   shown to people (refusal messages, `Debug`) only as an 8-digit fingerprint; client
+//!   addresses and `anonymous` are not secrets and stay as they are. Nodes sharing a store
+//!   must share the MAC key ([`Extractor::credential_key`]); the default is a random key per
+//!   process.
 //! - [`response`]: refusals (429 from the per-user limiters, 503 from the shedders) carry an
 //!   actionable JSON body (a gRPC status for gRPC requests) and the `Retry-After`,
 //!   `RateLimit-Policy` and `RateLimit` fields; allowed responses carry the rate-limit fields
@@ -46,6 +52,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod body;
+pub mod credential;
 pub mod extract;
 pub mod future;
 pub mod layer;
@@ -53,6 +60,7 @@ pub mod response;
 pub mod service;
 
 pub use body::FloodgateBody;
+pub use credential::{shown_user, CredentialKey};
 pub use extract::{
     client_ip_from_extensions, Extractor, RequestInfo, TestMode, ANONYMOUS, MAX_CREDENTIAL_LEN,
 };

@@ -12,6 +12,9 @@
 //!
 //! `type` is `rate_limited` for a 4xx status and `overloaded` for a 5xx; `retry_after` is in
 //! seconds (a JSON number, exact to the nanosecond), `null` when the request can never pass.
+//! A user key in the message (`user key:… already has 2 requests in flight`) appears only as
+//! its fingerprint, `key:1a2b3c4d...` (see [`crate::credential`]); the credential itself was
+//! never a key.
 //!
 //! A gRPC request (`content-type: application/grpc…`) is refused the gRPC way instead: HTTP
 //! 200 with no body, `content-type: application/grpc`, `grpc-status` 8 (`RESOURCE_EXHAUSTED`)
@@ -26,6 +29,8 @@ use bytes::Bytes;
 use floodgate::pipeline::Refusal;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
+
+use crate::credential::redact;
 
 /// Whether the request speaks gRPC (its content type is `application/grpc`, with or without
 /// a `+proto`-style suffix).
@@ -47,13 +52,14 @@ pub(crate) fn refusal_response(
     grpc: bool,
 ) -> Option<Response<Bytes>> {
     let status = StatusCode::from_u16(refusal.status).ok()?;
+    let message = redact(&refusal.message);
     let mut response = if grpc {
         let mut response = Response::new(Bytes::new());
         let h = response.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         let code = if status.is_server_error() { "14" } else { "8" };
         h.insert("grpc-status", HeaderValue::from_static(code));
-        if let Ok(message) = HeaderValue::from_str(&grpc_percent_encode(&refusal.message)) {
+        if let Ok(message) = HeaderValue::from_str(&grpc_percent_encode(&message)) {
             h.insert("grpc-message", message);
         }
         response
@@ -61,7 +67,7 @@ pub(crate) fn refusal_response(
         let body = serde_json::json!({
             "error": {
                 "type": if status.is_server_error() { "overloaded" } else { "rate_limited" },
-                "message": refusal.message,
+                "message": message,
                 "limiter": refusal.stage.as_str(),
                 "retry_after": refusal.retry_after.map(|d| d.as_secs_f64()),
             }
@@ -160,6 +166,27 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("plan free"));
+    }
+
+    #[test]
+    fn user_keys_in_messages_are_shown_as_fingerprints() {
+        let user = crate::CredentialKey::from_bytes([3; 32]).user_key("sk_live_secret");
+        let mut r = refusal(429, None);
+        r.message = format!("user {user} already has 1 requests in flight, the most allowed");
+        let short = format!("user {}... already has", &user[..12]);
+        for grpc in [false, true] {
+            let resp = refusal_response(&r, &[], grpc).unwrap();
+            let shown = if grpc {
+                resp.headers()["grpc-message"].to_str().unwrap().to_string()
+            } else {
+                json(&resp)["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            };
+            assert!(shown.starts_with(&short), "{shown}");
+            assert!(!shown.contains(&user), "{shown}");
+        }
     }
 
     #[test]

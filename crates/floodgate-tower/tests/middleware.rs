@@ -19,7 +19,7 @@ use floodgate::limiter::Mode;
 use floodgate::pipeline::{Pipeline, Stage};
 use floodgate::store::{Request as StoreRequest, Store};
 use floodgate::{Decision, Op, StoreError};
-use floodgate_tower::{Extractor, FloodgateLayer, RequestInfo};
+use floodgate_tower::{CredentialKey, Extractor, FloodgateLayer, RequestInfo};
 use http::{Request, Response};
 use http_body_util::{Empty, Full};
 use tokio::time::{advance, timeout};
@@ -310,6 +310,99 @@ async fn grpc_requests_are_refused_with_a_grpc_status() {
         .starts_with("plan free allows 5 requests per second"));
     assert_eq!(h["retry-after"], "1");
     assert!(read(refused.into_body()).await.is_empty());
+}
+
+/// A store that records the keys it is asked about.
+struct Recording(TestStore, Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Store<str, AnyAlgorithm> for Recording {
+    async fn apply(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
+        self.1.lock().unwrap().push(key.to_string());
+        self.0.apply(algorithm, key, op).await
+    }
+
+    async fn apply_many(
+        &self,
+        requests: &[StoreRequest<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.1
+            .lock()
+            .unwrap()
+            .extend(requests.iter().map(|r| r.key.to_string()));
+        self.0.apply_many(requests).await
+    }
+
+    fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
+        self.1.lock().unwrap().push(key.to_string());
+        self.0.apply_detached(algorithm, key, op);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn credentials_never_reach_the_store_or_a_refusal() {
+    const SECRET: &str = "sk_live_secret";
+    let clock = TokioClock::new();
+    let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = Arc::new(Recording(store(&clock), keys.clone()));
+    let pipeline = Pipeline::builder()
+        .limiter(rate_limiter(recording.clone()))
+        .limiter(one_in_flight(recording))
+        .build()
+        .unwrap();
+    let mac_key = CredentialKey::from_bytes([7; 32]);
+    let user = mac_key.user_key(SECRET);
+    let layer = FloodgateLayer::new(pipeline).extractor(Extractor::new().credential_key(mac_key));
+    let svc = layer.layer(slow_handler(10));
+    let bearer = || {
+        Request::get("/")
+            .header("authorization", format!("Bearer {SECRET}"))
+            .body(Empty::new())
+            .unwrap()
+    };
+
+    // The bearer token and the same value as an API key are one user: the second request
+    // finds the first one's place taken.
+    let mut first = Box::pin(svc.clone().oneshot(bearer()));
+    assert!(runs_for_a_second(&mut first).await);
+    let refused = svc.clone().oneshot(get("/", SECRET)).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let body = String::from_utf8(read(refused.into_body()).await.to_vec()).unwrap();
+    assert!(!body.contains(SECRET), "{body}");
+    assert!(!body.contains(&user), "{body}");
+    let shown = format!("user {}... already has 1 requests in flight", &user[..12]);
+    assert!(body.contains(&shown), "{body}");
+
+    // A 429 from the request rate limiter, through the bearer token.
+    drop(first);
+    let quick = layer.layer(ok_handler(Arc::default()));
+    let mut last = 0;
+    for _ in 0..6 {
+        let response = quick.clone().oneshot(bearer()).await.unwrap();
+        last = response.status().as_u16();
+        let body = read(response.into_body()).await;
+        assert!(!String::from_utf8_lossy(&body).contains(SECRET));
+    }
+    assert_eq!(last, 429);
+
+    // Every key the store saw is the hashed one, in a limiter's namespace.
+    let keys = keys.lock().unwrap();
+    assert!(!keys.is_empty());
+    let namespaced = [
+        format!("request_rate:{user}"),
+        format!("concurrency:{user}"),
+    ];
+    assert!(keys.iter().all(|k| namespaced.contains(k)), "{keys:?}");
+    // The layer's Debug shows neither the credential nor the MAC key.
+    let shown = format!("{layer:?}");
+    assert!(
+        !shown.contains(SECRET) && !shown.contains("[7, 7"),
+        "{shown}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
