@@ -50,6 +50,7 @@
 //! # }
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![forbid(unsafe_code)]
 
 pub mod body;
 pub mod credential;
