@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use tokio_stream::Stream;
 
 use crate::metrics::{Endpoint, Outcome};
-use crate::serve::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
-use crate::server::{AdminError, EvaluateRequest, Server};
+use crate::runtime::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+use crate::service::{AdminError, EvaluateRequest, Server};
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -36,7 +36,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
 /// prior knowledge), each on its own task, until `shutdown` completes; then lets the requests
-/// in progress finish and returns. See [`crate::serve`] for the connection handling.
+/// in progress finish and returns. See [`crate::runtime`] for the connection handling.
 pub async fn serve<S, F>(server: Arc<Server>, connections: S, shutdown: F)
 where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,

@@ -3,11 +3,11 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod config;
-pub mod envoy;
+pub mod descriptors;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod replay;
 pub mod rls;
-pub mod serve;
-pub mod server;
+pub mod runtime;
+pub mod service;

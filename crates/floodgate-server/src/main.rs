@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use floodgate_server::{config, replay, serve};
+use floodgate_server::{config, replay, runtime};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
 // mimalloc's per-thread free lists serve them faster than glibc's malloc (BENCHMARKS.md).
@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serves decisions: the HTTP JSON API and Envoy's rate-limit gRPC API.
-    Serve(serve::ServeArgs),
+    Serve(runtime::ServeArgs),
     /// Replays a JSON-lines trace of requests (stdin) against one limiter and writes one JSON
     /// decision per line (stdout), in order.
     Replay(replay::Args),
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Command::Serve(args) => match serve::serve(args) {
+        Command::Serve(args) => match runtime::serve(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), 1),
         },

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use floodgate_server::config::Config;
 use floodgate_server::http::{self, HEADER_READ_TIMEOUT};
-use floodgate_server::server::Server;
+use floodgate_server::service::Server;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -23,7 +23,7 @@ use tokio_stream::Stream;
 
 use super::{RateLimitRequest, RateLimitResponse, RlsBackend, MAX_REQUEST_BYTES};
 use crate::rls::RlsRequest;
-use crate::serve::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
+use crate::runtime::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 
 /// The one method served.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -58,7 +58,7 @@ where
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    crate::serve::serve_each("grpc", connections, shutdown, |stream| {
+    crate::runtime::serve_each("grpc", connections, shutdown, |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };

@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError};
-use crate::envoy::{rls_request_from_json, rls_response_to_json, RuleSet};
+use crate::descriptors::RuleSet;
 use crate::metrics::{Endpoint, Live, Metrics, Outcome};
+use crate::rls::json::{rls_request_from_json, rls_response_to_json};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 
 /// The embedded store every limiter of the service uses.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::Unit;
 
+pub mod json;
+
 /// One `ShouldRateLimit` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RlsRequest {

@@ -31,7 +31,7 @@
 //! `seconds_to_shed_all`. A limiter written with no settings (`request_rate:` or
 //! `request_rate: {}`) is configured with its defaults. Durations are seconds or strings with a
 //! unit (`"500ms"`, `"1m"`). In `domains`, a descriptor's `rate_limit` may name one of
-//! Floodgate's algorithms instead of a unit (see [`crate::envoy`]).
+//! Floodgate's algorithms instead of a unit (see [`envoy`]).
 //!
 //! # Format detection
 //!
@@ -47,14 +47,16 @@
 //! file and the value ([`ConfigFileError::Invalid`], e.g. `plans.free.rate`). [`Config::load`]
 //! and [`Config::from_yaml_str`] return only validated configurations.
 
+pub mod envoy;
+mod validate;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::concurrency::{Concurrency, Fleet};
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
@@ -63,81 +65,15 @@ use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, Wo
 use floodgate::limiter::{LimiterKind, Mode, OnStoreError};
 use floodgate::pipeline::Pipeline;
 use floodgate::store::Store;
-use floodgate::{Clock, ConfigError};
+use floodgate::Clock;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig, RuleSet};
+pub use self::validate::ConfigFileError;
 
-/// Why a configuration was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigFileError {
-    /// The file could not be read.
-    #[error("{}: cannot read the file: {message}", file.display())]
-    Io {
-        /// The file.
-        file: PathBuf,
-        /// The operating system's reason.
-        message: String,
-    },
-    /// The text is not YAML, or does not have the expected shape: a syntax error, a wrong
-    /// type, an unknown field, a duplicate key.
-    #[error("{}invalid configuration: {message}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
-    Yaml {
-        /// The file, when the text came from one.
-        file: Option<PathBuf>,
-        /// The parser's message, with the field's path and the line and column.
-        message: String,
-    },
-    /// A value is not allowed.
-    #[error("`{path}`: {message}")]
-    Invalid {
-        /// Where the value is in the file, e.g. `plans.free.rate` or
-        /// `domains[0].descriptors[2].rate_limit.unit`.
-        path: String,
-        /// What is wrong, with the value.
-        message: String,
-    },
-}
-
-impl ConfigFileError {
-    /// A [`ConfigFileError::Yaml`] from the YAML parser's error.
-    pub fn yaml(file: Option<&Path>, error: &serde_norway::Error) -> ConfigFileError {
-        ConfigFileError::Yaml {
-            file: file.map(Path::to_path_buf),
-            message: error.to_string(),
-        }
-    }
-
-    /// A [`ConfigError`] from building something described at `path` (empty for the top
-    /// level), as an [`ConfigFileError::Invalid`] at the error's field under `path`:
-    /// `("plans.free", rate)` becomes `plans.free.rate`.
-    pub fn from_config_error(path: &str, error: ConfigError) -> ConfigFileError {
-        let join = |field: &str| {
-            if path.is_empty() {
-                field.to_string()
-            } else {
-                format!("{path}.{field}")
-            }
-        };
-        match error {
-            ConfigError::Invalid {
-                field,
-                value,
-                reason,
-            } => ConfigFileError::invalid(join(field), format!("invalid value {value} ({reason})")),
-            ConfigError::Missing { field } => ConfigFileError::invalid(join(field), "missing"),
-        }
-    }
-
-    /// Shorthand for [`ConfigFileError::Invalid`] at `path`.
-    pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigFileError {
-        ConfigFileError::Invalid {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
+use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
+use self::validate::key_path;
+use crate::descriptors::RuleSet;
 
 /// A whole server configuration (see the [module documentation](self)).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -340,19 +276,6 @@ fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Er
     }
 }
 
-/// `prefix.key`, or `prefix["key"]` when the key is not a plain word.
-fn key_path(prefix: &str, key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if plain {
-        format!("{prefix}.{key}")
-    } else {
-        format!("{prefix}[{key:?}]")
-    }
-}
-
 /// A pipeline built from a [`Config`], and the gauge its utilization shedder reads.
 pub struct BuiltPipeline<S> {
     /// The configured limiters, in order, with their modes and failure policies.
@@ -390,23 +313,9 @@ impl Config {
     fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigFileError> {
         let yaml = |e: serde_norway::Error| ConfigFileError::yaml(file, &e);
         let value: serde_norway::Value = serde_norway::from_str(text).map_err(yaml)?;
-        let envoy_file = value.as_mapping().is_some_and(|m| m.contains_key("domain"));
-        let config = if envoy_file {
-            let domain: DomainConfig = serde_norway::from_str(text).map_err(|e| {
-                let mut error = ConfigFileError::yaml(file, &e);
-                if let ConfigFileError::Yaml { message, .. } = &mut error {
-                    if message.contains("unknown field") {
-                        message.push_str(
-                            " (a top-level `domain` makes this an envoyproxy/ratelimit file)",
-                        );
-                    }
-                }
-                error
-            })?;
-            // Check it alone first, so that errors name the fields as the file writes them.
-            RuleSet::compile(std::slice::from_ref(&domain), false)?;
+        let config = if envoy::is_envoy_file(&value) {
             Config {
-                domains: vec![domain],
+                domains: vec![envoy::read_file(text, file)?],
                 ..Config::builtin()
             }
         } else {
@@ -514,93 +423,6 @@ impl Config {
         }
     }
 
-    /// Checks everything a server would build from this configuration, building every
-    /// algorithm, limiter and domain; the first problem is returned with its path in the file.
-    ///
-    /// Beyond each part's own parameters: `store.max_keys` ≥ 1; `http` and `grpc` differ
-    /// (unless the port is 0); when there are plans or a request rate limiter,
-    /// `default_plan` names a plan (and a request rate limiter needs at least one plan); every
-    /// user's plan exists; endpoint costs are ≥ 1; plan and limit names are not empty.
-    pub fn validate(&self) -> Result<(), ConfigFileError> {
-        if let (Some(http), Some(grpc)) = (self.http, self.grpc) {
-            if http == grpc && http.port() != 0 {
-                return Err(ConfigFileError::invalid(
-                    "grpc",
-                    format!("{grpc} is also the http address"),
-                ));
-            }
-        }
-        if self.store.max_keys == 0 {
-            return Err(ConfigFileError::invalid(
-                "store.max_keys",
-                "invalid value 0 (must be at least 1)",
-            ));
-        }
-        let plans = self.plans()?;
-        let plan_names = || {
-            let names: Vec<&str> = self.plans.keys().map(String::as_str).collect();
-            if names.is_empty() {
-                "there are no plans".to_string()
-            } else {
-                format!("plans are {}", names.join(", "))
-            }
-        };
-        if self.limiters.request_rate.is_some() && plans.is_empty() {
-            return Err(ConfigFileError::invalid(
-                "plans",
-                "the request_rate limiter needs at least one plan",
-            ));
-        }
-        match &self.default_plan {
-            None if !plans.is_empty() => {
-                return Err(ConfigFileError::invalid(
-                    "default_plan",
-                    "missing: the plan of users without a known plan",
-                ))
-            }
-            Some(name) if !self.plans.contains_key(name) => {
-                return Err(ConfigFileError::invalid(
-                    "default_plan",
-                    format!("unknown plan `{name}`: {}", plan_names()),
-                ))
-            }
-            _ => {}
-        }
-        for (user, plan) in &self.users {
-            if !self.plans.contains_key(plan) {
-                return Err(ConfigFileError::invalid(
-                    key_path("users", user),
-                    format!("unknown plan `{plan}`: {}", plan_names()),
-                ));
-            }
-        }
-        for (endpoint, cost) in &self.endpoint_costs {
-            if *cost == 0 {
-                return Err(ConfigFileError::invalid(
-                    key_path("endpoint_costs", endpoint),
-                    "invalid value 0 (a cost must be at least 1)",
-                ));
-            }
-        }
-        let limiters = &self.limiters;
-        if let Some(c) = &limiters.concurrency {
-            Concurrency::new(c.capacity, c.lease_ttl.0)
-                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
-        }
-        if let Some(f) = &limiters.fleet {
-            Fleet::new(f.capacity, f.reserved_for_critical, f.lease_ttl.0)
-                .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
-        }
-        if let Some(u) = &limiters.utilization {
-            let at = |e| ConfigFileError::from_config_error("limiters.utilization", e);
-            WorkerGauge::new(u.workers).map_err(at)?;
-            u.settings().validate().map_err(at)?;
-        }
-        self.named_limits()?;
-        self.rule_set()?;
-        Ok(())
-    }
-
     /// The plans, built (errors at `plans.NAME.FIELD`), in name order.
     pub fn plans(&self) -> Result<Vec<Plan>, ConfigFileError> {
         self.plans
@@ -638,7 +460,7 @@ impl Config {
 
     /// The Envoy RLS domains, compiled (errors at `domains[i]…`).
     pub fn rule_set(&self) -> Result<RuleSet, ConfigFileError> {
-        RuleSet::compile(&self.domains, true)
+        envoy::compile_domains(&self.domains)
     }
 
     /// Builds the configured limiters into a [`Pipeline`] with their modes and failure
@@ -727,310 +549,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use floodgate::algorithm::spec::AnyState;
-    use floodgate::limiter::Priority;
-    use floodgate::pipeline::Descriptor;
-    use floodgate::store::MemoryStore;
-    use floodgate::{ManualClock, Nanos};
-
-    fn example_path(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/config")
-            .join(name)
-    }
-
-    fn invalid(yaml: &str) -> (String, String) {
-        match Config::from_yaml_str(yaml) {
-            Err(ConfigFileError::Invalid { path, message }) => (path, message),
-            other => panic!("expected Invalid for\n{yaml}\ngot {other:?}"),
-        }
-    }
-
-    fn yaml_error(yaml: &str) -> String {
-        match Config::from_yaml_str(yaml) {
-            Err(ConfigFileError::Yaml {
-                file: None,
-                message,
-            }) => message,
-            other => panic!("expected a Yaml error for\n{yaml}\ngot {other:?}"),
-        }
-    }
-
-    const PLANS: &str = "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity: 10}\n\
-                         default_plan: free\n";
-
-    #[test]
-    fn the_builtin_config_is_valid() {
-        let config = Config::builtin();
-        assert_eq!(config.validate(), Ok(()));
-        assert_eq!(config.plans().map(|p| p.len()), Ok(3));
-        let limits = config.named_limits().expect("valid");
-        assert_eq!(
-            limits.get("login").map(|a| a.quota()),
-            Some(Some((5.0, Duration::from_secs(60))))
-        );
-        assert!(config.rule_set().expect("valid").has_domain("example"));
-    }
-
-    #[test]
-    fn the_native_example_is_the_builtin_config_written_out() {
-        let example = Config::load(example_path("floodgate.yaml")).expect("loads");
-        assert!(example.http.is_some() && example.grpc.is_some());
-        assert!(!example.users.is_empty() && !example.endpoint_costs.is_empty());
-        let trimmed = Config {
-            http: None,
-            grpc: None,
-            users: BTreeMap::new(),
-            endpoint_costs: BTreeMap::new(),
-            ..example
-        };
-        assert_eq!(trimmed, Config::builtin());
-    }
-
-    #[test]
-    fn an_envoy_file_becomes_the_only_domain_beside_the_builtin_pipeline() {
-        let config = Config::load(example_path("envoy.yaml")).expect("loads");
-        assert_eq!(config.domains.len(), 1);
-        assert_eq!(config.domains[0].domain, "edge_proxy");
-        assert_eq!(config.plans, Config::builtin().plans);
-        assert_eq!(config.limiters, Config::builtin().limiters);
-        // Errors in an envoy file are named as that file writes them.
-        let (path, message) = invalid("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
-        assert_eq!(path, "descriptors[0].rate_limit.unit");
-        assert!(message.contains("fortnight"));
-    }
-
-    #[test]
-    fn a_native_config_reads_every_section() {
-        let config = Config::from_yaml_str(
-            r#"
-http: 127.0.0.1:9000
-grpc: "[::1]:9001"
-store: {max_keys: 10}
-plans:
-  free: {algorithm: token_bucket, rate: 5, capacity: 10}
-  gold: {algorithm: gcra, max_burst: 9, count: 100, period: 1s}
-default_plan: free
-endpoint_costs: {/v1/search: 5}
-users: {alice: gold}
-limiters:
-  request_rate:
-  concurrency: {capacity: 2, mode: shadow, on_store_error: fail_closed}
-  fleet: {capacity: 10, reserved_for_critical: 0.5, lease_ttl: 500ms, mode: "off"}
-  utilization: {workers: 4, sample_interval: 2s, seed: 9, start_of_bad: 0.9}
-limits:
-  login: {algorithm: sliding_log, limit: 5, window: 1m}
-domains:
-  - domain: a
-    descriptors:
-      - key: k
-        rate_limit: {unit: hour, requests_per_unit: 3}
-  - domain: b
-"#,
-        )
-        .expect("valid");
-        assert_eq!(config.http.map(|a| a.port()), Some(9000));
-        assert_eq!(config.store.max_keys, 10);
-        assert_eq!(config.endpoint_costs.get("/v1/search"), Some(&5));
-        let l = &config.limiters;
-        assert_eq!(l.request_rate, Some(RequestRateConfig::default()));
-        let c = l.concurrency.expect("configured");
-        assert_eq!(
-            (c.mode, c.on_store_error),
-            (Mode::Shadow, OnStoreError::FailClosed)
-        );
-        assert_eq!(c.lease_ttl, SpecDuration(Duration::from_secs(60)));
-        let f = l.fleet.expect("configured");
-        assert_eq!(
-            (f.mode, f.lease_ttl.0),
-            (Mode::Off, Duration::from_millis(500))
-        );
-        let u = l.utilization.expect("configured");
-        assert_eq!(u.settings().start_of_bad, 0.9);
-        assert_eq!(u.settings().end_of_good, 0.7);
-        assert_eq!(config.rule_set().expect("valid").domains().count(), 2);
-    }
-
-    #[test]
-    fn absent_limiters_are_not_configured() {
-        let config =
-            Config::from_yaml_str("limits:\n  x: {algorithm: fixed_window, limit: 1, window: 1}\n")
-                .expect("valid");
-        assert_eq!(config.limiters, LimitersConfig::default());
-        let empty = Config::from_yaml_str("").expect("an empty file configures nothing");
-        assert_eq!(empty, Config::default());
-    }
-
-    #[test]
-    fn invalid_values_are_refused_with_their_path() {
-        let cases: Vec<(String, &str, &str)> = vec![
-            (
-                "plans:\n  free: {algorithm: token_bucket, rate: 0, capacity: 10}\ndefault_plan: free\n".into(),
-                "plans.free.rate",
-                "invalid value 0",
-            ),
-            (
-                "plans:\n  free: {algorithm: sliding_window, limit: 0, window: 1s}\ndefault_plan: free\n".into(),
-                "plans.free.limit",
-                "at least 1",
-            ),
-            (
-                "plans:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1}\n".into(),
-                "default_plan",
-                "missing",
-            ),
-            (format!("{PLANS}default_plan: gold\n").replace("default_plan: free\n", ""), "default_plan", "unknown plan `gold`: plans are free"),
-            (format!("{PLANS}users:\n  bob: gold\n"), "users.bob", "unknown plan `gold`"),
-            (format!("{PLANS}endpoint_costs:\n  /v1/x: 0\n"), "endpoint_costs[\"/v1/x\"]", "at least 1"),
-            ("limiters:\n  request_rate: {}\n".into(), "plans", "at least one plan"),
-            (
-                format!("{PLANS}limiters:\n  concurrency: {{capacity: 0}}\n"),
-                "limiters.concurrency.capacity",
-                "invalid value 0",
-            ),
-            (
-                format!("{PLANS}limiters:\n  fleet: {{capacity: 10, reserved_for_critical: 1.5}}\n"),
-                "limiters.fleet.reserved_for_critical",
-                "1.5",
-            ),
-            (
-                format!("{PLANS}limiters:\n  utilization: {{workers: 0}}\n"),
-                "limiters.utilization.workers",
-                "invalid value 0",
-            ),
-            (
-                format!("{PLANS}limiters:\n  utilization: {{workers: 4, end_of_good: 0.9, start_of_bad: 0.5}}\n"),
-                "limiters.utilization.start_of_bad",
-                "0.5",
-            ),
-            (
-                "limits:\n  login: {algorithm: gcra, max_burst: 1, count: 0, period: 1}\n".into(),
-                "limits.login.count",
-                "invalid value 0",
-            ),
-            ("store: {max_keys: 0}\n".into(), "store.max_keys", "at least 1"),
-            ("http: 127.0.0.1:80\ngrpc: 127.0.0.1:80\n".into(), "grpc", "also the http address"),
-            (
-                "domains:\n  - domain: a\n  - domain: a\n".into(),
-                "domains[1].domain",
-                "duplicate domain",
-            ),
-            (
-                "domains:\n  - descriptors: []\n".into(),
-                "domains[0].domain",
-                "non-empty",
-            ),
-            (
-                "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {algorithm: fixed_window, limit: 3, window: 0}\n".into(),
-                "domains[0].descriptors[0].rate_limit.window",
-                "invalid value 0ns",
-            ),
-        ];
-        for (yaml, path, needle) in cases {
-            let (got, message) = invalid(&yaml);
-            assert_eq!(got, path, "{yaml}");
-            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
-        }
-    }
-
-    #[test]
-    fn typos_and_bad_yaml_are_refused() {
-        for (yaml, needle) in [
-            ("plan:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1}\n", "unknown field `plan`"),
-            (
-                "plans:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1, burst: 2}\n",
-                "burst",
-            ),
-            ("limiters:\n  concurency: {capacity: 1}\n", "concurency"),
-            ("limiters:\n  concurrency: {capacity: 1, mode: enforcing}\n", "unknown mode `enforcing`"),
-            (
-                "limiters:\n  fleet: {capacity: 1, reserved_for_critical: 0.1, on_store_error: open}\n",
-                "unknown on_store_error `open`",
-            ),
-            ("limiters:\n  concurrency: {lease_ttl: 5s}\n", "capacity"),
-            ("limiters:\n  concurrency: {capacity: 1, lease_ttl: 5 fortnights}\n", "fortnights"),
-            ("users:\n  a: free\n  a: pro\n", "duplicate entry with key \"a\""),
-            ("http: not-an-address\n", "http"),
-            ("plans: [1, 2]\n", "plans"),
-            ("store: {max_keys: -1}\n", "max_keys"),
-            ("plans:\n  free: {algorithm: token_bucket\n", ""),
-            ("domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limits: {}\n", "rate_limits"),
-        ] {
-            let message = yaml_error(yaml);
-            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
-        }
-    }
-
-    #[test]
-    fn load_names_the_file() {
-        let missing = example_path("does-not-exist.yaml");
-        match Config::load(&missing) {
-            Err(ConfigFileError::Io { file, message }) => {
-                assert_eq!(file, missing);
-                assert!(!message.is_empty());
-            }
-            other => panic!("{other:?}"),
-        }
-        let err = ConfigFileError::Yaml {
-            file: Some(PathBuf::from("f.yaml")),
-            message: "bad".into(),
-        };
-        assert_eq!(err.to_string(), "f.yaml: invalid configuration: bad");
-        let err = ConfigFileError::Invalid {
-            path: "plans.free.rate".into(),
-            message: "invalid value 0".into(),
-        };
-        assert_eq!(err.to_string(), "`plans.free.rate`: invalid value 0");
-    }
-
-    /// Drives a future that is ready at once (the memory store's are).
-    fn poll<F: std::future::Future>(f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(v) => v,
-            std::task::Poll::Pending => panic!("the memory store answers at once"),
-        }
-    }
-
-    #[test]
-    fn the_builtin_pipeline_runs_stripes_example() {
-        let clock = ManualClock::new(Nanos::from_secs(1_000));
-        let store = |_: LimiterKind| {
-            MemoryStore::builder()
-                .clock(clock.clone())
-                .build::<String, AnyState>()
-                .expect("valid store")
-        };
-        let built = Config::builtin()
-            .build_pipeline(store, Arc::new(clock.clone()))
-            .expect("builds");
-        assert!(built.workers.is_some());
-        let pipeline = &built.pipeline;
-        for kind in LimiterKind::ALL {
-            assert_eq!(pipeline.mode(kind), Some(Mode::Enforce));
-        }
-        // The free plan bursts to 100; each verdict's leases are dropped at once.
-        for _ in 0..100 {
-            let verdict = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
-            assert!(verdict.allowed());
-        }
-        let over = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
-        assert_eq!(over.status(), 429);
-
-        let shadow = Config::from_yaml_str(&format!(
-            "{PLANS}limiters:\n  request_rate: {{mode: shadow}}\n"
-        ))
-        .expect("valid")
-        .build_pipeline(store, Arc::new(clock.clone()))
-        .expect("builds");
-        assert_eq!(
-            shadow.pipeline.mode(LimiterKind::RequestRate),
-            Some(Mode::Shadow)
-        );
-        assert_eq!(shadow.pipeline.mode(LimiterKind::Concurrency), None);
-        assert!(shadow.workers.is_none());
-    }
-}
+mod tests;

@@ -21,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::config::{Config, ConfigFileError};
-use crate::server::Server;
+use crate::service::Server;
 
 /// The HTTP address used when neither the command line nor the config names one.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";

@@ -1,0 +1,446 @@
+//! envoyproxy/ratelimit's configuration format, and its import into a [`RuleSet`].
+//!
+//! A file in envoyproxy/ratelimit's format loads unchanged ([`DomainConfig`]); the same shape
+//! is one entry of a native config's `domains`:
+//!
+//! ```yaml
+//! domain: messaging
+//! descriptors:
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!       - key: to_number
+//!         rate_limit: { unit: day, requests_per_unit: 5 }
+//!   - key: to_number
+//!     rate_limit: { unit: day, requests_per_unit: 100 }
+//! ```
+//!
+//! Each descriptor has a `key`, an optional `value` (exact; a value ending in `*` matches every
+//! value that starts with what comes before the `*`; an empty value is the same as none), an
+//! optional `rate_limit` (`unit` and `requests_per_unit`, or `unlimited: true`; optional `name`
+//! and `replaces: [{name}]`), optional `shadow_mode: true`, optional nested `descriptors`, and
+//! `detailed_metric`, which is accepted and ignored (it only changes envoyproxy's statistics).
+//! Floodgate adds two things: `unlimited: true` may also be written on the descriptor itself
+//! (same meaning as `rate_limit: {unlimited: true}`), and a `rate_limit` may name one of
+//! Floodgate's algorithms instead of a unit (`{algorithm: token_bucket, rate: 10, capacity: 20}`,
+//! any [`AlgorithmSpec`]), for example to allow bursts.
+//!
+//! Units are envoy's, case-insensitive: `second`, `minute`, `hour`, `day`, `week`, `month`,
+//! `year`. A `unit` limit is a fixed window aligned to the clock's epoch
+//! ([`FixedWindow`](floodgate::algorithm::fixed_window::FixedWindow)); as in
+//! envoyproxy/ratelimit, a month is a window of 30 days and a year one of 365 days, both
+//! counted from the epoch (not calendar months or years), and `requests_per_unit: 0` blocks the
+//! descriptor outright (every request over the limit, nothing counted).
+//!
+//! How the compiled descriptors match requests and decide is in [`crate::descriptors`].
+//!
+//! # Validation
+//!
+//! Refused when compiling ([`compile_domains`], [`compile_file`]; [`ConfigFileError::Invalid`],
+//! with the path of the field in the file): an empty domain, a domain listed twice, an empty
+//! key, the same key and value twice at one level, a missing or unknown unit, a missing
+//! `requests_per_unit`, `unlimited` together with a unit, a `requests_per_unit`, an algorithm
+//! or (on the descriptor) a `rate_limit`, a `replaces` entry with an empty name or naming its
+//! own limit, a unit together with an algorithm, and invalid algorithm parameters. Unknown
+//! fields are refused when the YAML is read ([`ConfigFileError::Yaml`]).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use floodgate::algorithm::spec::AlgorithmSpec;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::ConfigFileError;
+use crate::descriptors::{DescriptorTree, Limit, Rule, RuleSet};
+use crate::rls::RateUnit;
+
+/// One domain as written in a configuration file: envoyproxy/ratelimit's top level, or one
+/// entry of a native config's `domains`. Checked by [`compile_domains`] and [`compile_file`].
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainConfig {
+    /// The domain's name; must not be empty.
+    #[serde(default)]
+    pub domain: String,
+    /// The top-level descriptors.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+impl DomainConfig {
+    /// Reads a file's text in envoyproxy/ratelimit's format. Only the YAML and its fields are
+    /// checked here ([`ConfigFileError::Yaml`]); [`compile_file`] also checks the meaning.
+    pub fn from_yaml_str(text: &str) -> Result<DomainConfig, ConfigFileError> {
+        serde_norway::from_str(text).map_err(|e| ConfigFileError::yaml(None, &e))
+    }
+}
+/// One descriptor of a [`DomainConfig`], possibly with nested descriptors.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorConfig {
+    /// The entry key to match; must not be empty.
+    #[serde(default)]
+    pub key: String,
+    /// The value to match: exact, or a prefix when it ends in `*`; absent or empty matches any
+    /// value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// The limit applied when a request descriptor ends here.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitConfig>,
+    /// Floodgate's shorthand for `rate_limit: {unlimited: true}`.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// Decide and count, but answer `OK` when over the limit (with `limit_remaining` 0), as
+    /// envoyproxy/ratelimit does; such descriptors are counted in
+    /// [`RlsResponse::shadow_over_limit`](crate::rls::RlsResponse::shadow_over_limit).
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Accepted for compatibility and ignored (envoyproxy/ratelimit's per-value statistics).
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Nested descriptors, matched by the next entry of a request descriptor.
+    #[serde(default)]
+    pub descriptors: Vec<DescriptorConfig>,
+}
+
+/// A descriptor's `rate_limit` block: envoy's `unit` and `requests_per_unit`, or
+/// `unlimited: true`, or Floodgate's `algorithm` with its parameters; plus an optional `name`
+/// and `replaces`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
+pub struct RateLimitConfig {
+    /// Envoy's unit name, as written (checked when compiled).
+    pub unit: Option<String>,
+    /// Requests allowed per unit.
+    pub requests_per_unit: Option<u32>,
+    /// No limit: always OK, never counted.
+    pub unlimited: bool,
+    /// The limit's name, which other limits' `replaces` refer to.
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// Floodgate's algorithm instead of envoy's fixed window per unit.
+    pub algorithm: Option<AlgorithmSpec>,
+}
+
+const RATE_LIMIT_FIELDS: &str =
+    "`unit`, `requests_per_unit`, `unlimited`, `name`, `replaces` or `algorithm` (with its \
+     parameters)";
+
+impl TryFrom<Map<String, Value>> for RateLimitConfig {
+    type Error = String;
+
+    fn try_from(map: Map<String, Value>) -> Result<Self, String> {
+        parse_rate_limit(map).map_err(|e| format!("rate_limit: {e}"))
+    }
+}
+
+fn parse_rate_limit(mut map: Map<String, Value>) -> Result<RateLimitConfig, String> {
+    let unit = take_string(&mut map, "unit")?;
+    let requests_per_unit = match take(&mut map, "requests_per_unit") {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "requests_per_unit: `{v}` is not a whole number from 0 to {}",
+                        u32::MAX
+                    )
+                })?,
+        ),
+    };
+    let unlimited = match take(&mut map, "unlimited") {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(v) => return Err(format!("unlimited: `{v}` is not true or false")),
+    };
+    let name = take_string(&mut map, "name")?;
+    let replaces = match take(&mut map, "replaces") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| replace_name(i, item))
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(format!("replaces: `{v}` is not a list of {{name: …}}")),
+    };
+    let algorithm = if map.contains_key("algorithm") {
+        Some(serde_json::from_value(Value::Object(map)).map_err(|e| e.to_string())?)
+    } else if let Some(field) = map.keys().next() {
+        return Err(format!(
+            "unknown field `{field}`, expected {RATE_LIMIT_FIELDS}"
+        ));
+    } else {
+        None
+    };
+    Ok(RateLimitConfig {
+        unit,
+        requests_per_unit,
+        unlimited,
+        name,
+        replaces,
+        algorithm,
+    })
+}
+
+/// Removes `field`; a `null` counts as absent.
+fn take(map: &mut Map<String, Value>, field: &str) -> Option<Value> {
+    map.remove(field).filter(|v| !v.is_null())
+}
+
+/// A string field; numbers and booleans are taken as written (YAML `name: 2024` is a name).
+fn take_string(map: &mut Map<String, Value>, field: &str) -> Result<Option<String>, String> {
+    match take(map, field) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
+        Some(v) => Err(format!("{field}: `{v}` is not a string")),
+    }
+}
+
+fn replace_name(index: usize, item: Value) -> Result<String, String> {
+    let Value::Object(mut entry) = item else {
+        return Err(format!(
+            "replaces[{index}]: `{item}` is not a mapping {{name: …}}"
+        ));
+    };
+    let name = take_string(&mut entry, "name")
+        .map_err(|e| format!("replaces[{index}].{e}"))?
+        .unwrap_or_default();
+    if let Some(field) = entry.keys().next() {
+        return Err(format!(
+            "replaces[{index}]: unknown field `{field}`, expected `name`"
+        ));
+    }
+    Ok(name)
+}
+
+/// Checks and compiles `domains`, whose names must be unique. Errors name the field as
+/// `domains[i].descriptors[j]….rate_limit.unit`.
+pub fn compile_domains(domains: &[DomainConfig]) -> Result<RuleSet, ConfigFileError> {
+    compile(domains, true)
+}
+
+/// Checks and compiles one envoyproxy/ratelimit file's text. Errors name the field as
+/// `descriptors[j]….rate_limit.unit`.
+pub fn compile_file(text: &str) -> Result<RuleSet, ConfigFileError> {
+    let domain = DomainConfig::from_yaml_str(text)?;
+    compile(std::slice::from_ref(&domain), false)
+}
+
+/// Whether a configuration file's top level is envoyproxy/ratelimit's: it has a `domain` key.
+pub(super) fn is_envoy_file(top_level: &serde_norway::Value) -> bool {
+    top_level
+        .as_mapping()
+        .is_some_and(|m| m.contains_key("domain"))
+}
+
+/// Reads and checks an envoyproxy/ratelimit file's text (from `file`, if named), with errors
+/// that name the fields as the file writes them.
+pub(super) fn read_file(text: &str, file: Option<&Path>) -> Result<DomainConfig, ConfigFileError> {
+    let domain: DomainConfig = serde_norway::from_str(text).map_err(|e| {
+        let mut error = ConfigFileError::yaml(file, &e);
+        if let ConfigFileError::Yaml { message, .. } = &mut error {
+            if message.contains("unknown field") {
+                message.push_str(" (a top-level `domain` makes this an envoyproxy/ratelimit file)");
+            }
+        }
+        error
+    })?;
+    compile(std::slice::from_ref(&domain), false)?;
+    Ok(domain)
+}
+
+/// Compiles `domains`; paths start with `domains[i].` when `indexed`, else from the domain's
+/// own top level (one envoyproxy/ratelimit file).
+fn compile(domains: &[DomainConfig], indexed: bool) -> Result<RuleSet, ConfigFileError> {
+    let mut set = RuleSet::default();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, config) in domains.iter().enumerate() {
+        let prefix = if indexed {
+            format!("domains[{i}].")
+        } else {
+            String::new()
+        };
+        if config.domain.is_empty() {
+            return Err(ConfigFileError::invalid(
+                format!("{prefix}domain"),
+                "a domain needs a non-empty name",
+            ));
+        }
+        if let Some(first) = seen.insert(&config.domain, i) {
+            return Err(ConfigFileError::invalid(
+                format!("{prefix}domain"),
+                format!(
+                    "duplicate domain `{}` (also domains[{first}])",
+                    config.domain
+                ),
+            ));
+        }
+        let tree = compile_level(&config.descriptors, &prefix, &config.domain)?;
+        set.insert_domain(config.domain.clone(), tree);
+    }
+    Ok(set)
+}
+
+/// Checks and compiles the descriptors of one level. `prefix` is the path of the level's
+/// parent with a trailing dot (or empty); `full_key` the parent's statistics key.
+fn compile_level(
+    descriptors: &[DescriptorConfig],
+    prefix: &str,
+    full_key: &str,
+) -> Result<DescriptorTree, ConfigFileError> {
+    let mut level = DescriptorTree::default();
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    for (j, config) in descriptors.iter().enumerate() {
+        let path = format!("{prefix}descriptors[{j}]");
+        if config.key.is_empty() {
+            return Err(ConfigFileError::invalid(
+                format!("{path}.key"),
+                "a descriptor needs a non-empty key",
+            ));
+        }
+        let value = config.value.as_deref().unwrap_or("");
+        if let Some(first) = seen.insert((&config.key, value), j) {
+            let what = if value.is_empty() {
+                format!("key `{}` without a value", config.key)
+            } else {
+                format!("key `{}` with value `{value}`", config.key)
+            };
+            return Err(ConfigFileError::invalid(
+                path,
+                format!("duplicate descriptor: {what} is also {prefix}descriptors[{first}]"),
+            ));
+        }
+        let own_key = if value.is_empty() {
+            format!("{full_key}.{}", config.key)
+        } else {
+            format!("{full_key}.{}_{value}", config.key)
+        };
+        let rule = compile_rule(config, &path, &own_key)?;
+        let children = compile_level(&config.descriptors, &format!("{path}."), &own_key)?;
+        level.insert(&config.key, value, rule, children);
+    }
+    Ok(level)
+}
+
+/// The rule on one descriptor, or `None` if it has no `rate_limit` (and is not `unlimited`).
+fn compile_rule(
+    config: &DescriptorConfig,
+    path: &str,
+    full_key: &str,
+) -> Result<Option<Rule>, ConfigFileError> {
+    let rate_limit = match (&config.rate_limit, config.unlimited) {
+        (None, false) => return Ok(None),
+        (Some(_), true) => {
+            return Err(ConfigFileError::invalid(
+                format!("{path}.unlimited"),
+                "`unlimited: true` cannot be combined with a `rate_limit`; keep one of them",
+            ))
+        }
+        (None, true) => &RateLimitConfig {
+            unlimited: true,
+            ..RateLimitConfig::default()
+        },
+        (Some(rate_limit), false) => rate_limit,
+    };
+    let path = format!("{path}.rate_limit");
+    let name = rate_limit.name.clone().filter(|n| !n.is_empty());
+    for (i, replaced) in rate_limit.replaces.iter().enumerate() {
+        if replaced.is_empty() {
+            return Err(ConfigFileError::invalid(
+                format!("{path}.replaces[{i}].name"),
+                "a `replaces` entry needs the name of the limit it replaces",
+            ));
+        }
+        if name.as_deref() == Some(replaced.as_str()) {
+            return Err(ConfigFileError::invalid(
+                format!("{path}.replaces[{i}].name"),
+                format!("limit `{replaced}` cannot replace itself"),
+            ));
+        }
+    }
+    let limit = if rate_limit.unlimited {
+        for (field, present) in [
+            ("unit", rate_limit.unit.is_some()),
+            ("requests_per_unit", rate_limit.requests_per_unit.is_some()),
+            ("algorithm", rate_limit.algorithm.is_some()),
+        ] {
+            if present {
+                return Err(ConfigFileError::invalid(
+                    format!("{path}.{field}"),
+                    format!("an `unlimited` limit takes no `{field}`"),
+                ));
+            }
+        }
+        None
+    } else if let Some(spec) = &rate_limit.algorithm {
+        for (field, present) in [
+            ("unit", rate_limit.unit.is_some()),
+            ("requests_per_unit", rate_limit.requests_per_unit.is_some()),
+        ] {
+            if present {
+                return Err(ConfigFileError::invalid(
+                    format!("{path}.{field}"),
+                    format!(
+                        "a limit with an `algorithm` takes the algorithm's parameters, not \
+                         `{field}`"
+                    ),
+                ));
+            }
+        }
+        let algorithm = spec
+            .build()
+            .map_err(|e| ConfigFileError::from_config_error(&path, e))?;
+        Some(Limit::with_algorithm(algorithm, name.clone()))
+    } else {
+        let unit_path = format!("{path}.unit");
+        let unit = match &rate_limit.unit {
+            None => {
+                return Err(ConfigFileError::invalid(
+                    unit_path,
+                    "missing: a rate limit needs a unit (second, minute, hour, day, week, \
+                     month or year), or `unlimited: true`, or an `algorithm`",
+                ))
+            }
+            Some(name) => RateUnit::from_name(name).ok_or_else(|| {
+                ConfigFileError::invalid(
+                    &unit_path,
+                    format!(
+                        "unknown unit `{name}`: expected second, minute, hour, day, week, \
+                         month or year"
+                    ),
+                )
+            })?,
+        };
+        let rpu_path = format!("{path}.requests_per_unit");
+        let requests_per_unit = match rate_limit.requests_per_unit {
+            None => {
+                return Err(ConfigFileError::invalid(
+                    rpu_path,
+                    "missing: how many requests per unit",
+                ))
+            }
+            // envoyproxy's way to block a descriptor outright: every request is over the
+            // limit, and nothing is counted.
+            Some(n) => n,
+        };
+        Some(
+            Limit::per_unit(requests_per_unit, unit, name.clone())
+                .map_err(|e| ConfigFileError::from_config_error(&path, e))?,
+        )
+    };
+    Ok(Some(Rule::new(
+        full_key.to_string(),
+        name,
+        rate_limit.replaces.clone(),
+        config.shadow_mode,
+        limit,
+    )))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,322 @@
+use std::path::PathBuf;
+
+use super::*;
+use floodgate::algorithm::spec::AnyState;
+use floodgate::limiter::Priority;
+use floodgate::pipeline::Descriptor;
+use floodgate::store::MemoryStore;
+use floodgate::{ManualClock, Nanos};
+
+fn example_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/config")
+        .join(name)
+}
+
+fn invalid(yaml: &str) -> (String, String) {
+    match Config::from_yaml_str(yaml) {
+        Err(ConfigFileError::Invalid { path, message }) => (path, message),
+        other => panic!("expected Invalid for\n{yaml}\ngot {other:?}"),
+    }
+}
+
+fn yaml_error(yaml: &str) -> String {
+    match Config::from_yaml_str(yaml) {
+        Err(ConfigFileError::Yaml {
+            file: None,
+            message,
+        }) => message,
+        other => panic!("expected a Yaml error for\n{yaml}\ngot {other:?}"),
+    }
+}
+
+const PLANS: &str = "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity: 10}\n\
+                         default_plan: free\n";
+
+#[test]
+fn the_builtin_config_is_valid() {
+    let config = Config::builtin();
+    assert_eq!(config.validate(), Ok(()));
+    assert_eq!(config.plans().map(|p| p.len()), Ok(3));
+    let limits = config.named_limits().expect("valid");
+    assert_eq!(
+        limits.get("login").map(|a| a.quota()),
+        Some(Some((5.0, Duration::from_secs(60))))
+    );
+    assert!(config.rule_set().expect("valid").has_domain("example"));
+}
+
+#[test]
+fn the_native_example_is_the_builtin_config_written_out() {
+    let example = Config::load(example_path("floodgate.yaml")).expect("loads");
+    assert!(example.http.is_some() && example.grpc.is_some());
+    assert!(!example.users.is_empty() && !example.endpoint_costs.is_empty());
+    let trimmed = Config {
+        http: None,
+        grpc: None,
+        users: BTreeMap::new(),
+        endpoint_costs: BTreeMap::new(),
+        ..example
+    };
+    assert_eq!(trimmed, Config::builtin());
+}
+
+#[test]
+fn an_envoy_file_becomes_the_only_domain_beside_the_builtin_pipeline() {
+    let config = Config::load(example_path("envoy.yaml")).expect("loads");
+    assert_eq!(config.domains.len(), 1);
+    assert_eq!(config.domains[0].domain, "edge_proxy");
+    assert_eq!(config.plans, Config::builtin().plans);
+    assert_eq!(config.limiters, Config::builtin().limiters);
+    // Errors in an envoy file are named as that file writes them.
+    let (path, message) = invalid("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
+    assert_eq!(path, "descriptors[0].rate_limit.unit");
+    assert!(message.contains("fortnight"));
+}
+
+#[test]
+fn a_native_config_reads_every_section() {
+    let config = Config::from_yaml_str(
+        r#"
+http: 127.0.0.1:9000
+grpc: "[::1]:9001"
+store: {max_keys: 10}
+plans:
+  free: {algorithm: token_bucket, rate: 5, capacity: 10}
+  gold: {algorithm: gcra, max_burst: 9, count: 100, period: 1s}
+default_plan: free
+endpoint_costs: {/v1/search: 5}
+users: {alice: gold}
+limiters:
+  request_rate:
+  concurrency: {capacity: 2, mode: shadow, on_store_error: fail_closed}
+  fleet: {capacity: 10, reserved_for_critical: 0.5, lease_ttl: 500ms, mode: "off"}
+  utilization: {workers: 4, sample_interval: 2s, seed: 9, start_of_bad: 0.9}
+limits:
+  login: {algorithm: sliding_log, limit: 5, window: 1m}
+domains:
+  - domain: a
+    descriptors:
+      - key: k
+        rate_limit: {unit: hour, requests_per_unit: 3}
+  - domain: b
+"#,
+    )
+    .expect("valid");
+    assert_eq!(config.http.map(|a| a.port()), Some(9000));
+    assert_eq!(config.store.max_keys, 10);
+    assert_eq!(config.endpoint_costs.get("/v1/search"), Some(&5));
+    let l = &config.limiters;
+    assert_eq!(l.request_rate, Some(RequestRateConfig::default()));
+    let c = l.concurrency.expect("configured");
+    assert_eq!(
+        (c.mode, c.on_store_error),
+        (Mode::Shadow, OnStoreError::FailClosed)
+    );
+    assert_eq!(c.lease_ttl, SpecDuration(Duration::from_secs(60)));
+    let f = l.fleet.expect("configured");
+    assert_eq!(
+        (f.mode, f.lease_ttl.0),
+        (Mode::Off, Duration::from_millis(500))
+    );
+    let u = l.utilization.expect("configured");
+    assert_eq!(u.settings().start_of_bad, 0.9);
+    assert_eq!(u.settings().end_of_good, 0.7);
+    assert_eq!(config.rule_set().expect("valid").domains().count(), 2);
+}
+
+#[test]
+fn absent_limiters_are_not_configured() {
+    let config =
+        Config::from_yaml_str("limits:\n  x: {algorithm: fixed_window, limit: 1, window: 1}\n")
+            .expect("valid");
+    assert_eq!(config.limiters, LimitersConfig::default());
+    let empty = Config::from_yaml_str("").expect("an empty file configures nothing");
+    assert_eq!(empty, Config::default());
+}
+
+#[test]
+fn invalid_values_are_refused_with_their_path() {
+    let cases: Vec<(String, &str, &str)> = vec![
+            (
+                "plans:\n  free: {algorithm: token_bucket, rate: 0, capacity: 10}\ndefault_plan: free\n".into(),
+                "plans.free.rate",
+                "invalid value 0",
+            ),
+            (
+                "plans:\n  free: {algorithm: sliding_window, limit: 0, window: 1s}\ndefault_plan: free\n".into(),
+                "plans.free.limit",
+                "at least 1",
+            ),
+            (
+                "plans:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1}\n".into(),
+                "default_plan",
+                "missing",
+            ),
+            (format!("{PLANS}default_plan: gold\n").replace("default_plan: free\n", ""), "default_plan", "unknown plan `gold`: plans are free"),
+            (format!("{PLANS}users:\n  bob: gold\n"), "users.bob", "unknown plan `gold`"),
+            (format!("{PLANS}endpoint_costs:\n  /v1/x: 0\n"), "endpoint_costs[\"/v1/x\"]", "at least 1"),
+            ("limiters:\n  request_rate: {}\n".into(), "plans", "at least one plan"),
+            (
+                format!("{PLANS}limiters:\n  concurrency: {{capacity: 0}}\n"),
+                "limiters.concurrency.capacity",
+                "invalid value 0",
+            ),
+            (
+                format!("{PLANS}limiters:\n  fleet: {{capacity: 10, reserved_for_critical: 1.5}}\n"),
+                "limiters.fleet.reserved_for_critical",
+                "1.5",
+            ),
+            (
+                format!("{PLANS}limiters:\n  utilization: {{workers: 0}}\n"),
+                "limiters.utilization.workers",
+                "invalid value 0",
+            ),
+            (
+                format!("{PLANS}limiters:\n  utilization: {{workers: 4, end_of_good: 0.9, start_of_bad: 0.5}}\n"),
+                "limiters.utilization.start_of_bad",
+                "0.5",
+            ),
+            (
+                "limits:\n  login: {algorithm: gcra, max_burst: 1, count: 0, period: 1}\n".into(),
+                "limits.login.count",
+                "invalid value 0",
+            ),
+            ("store: {max_keys: 0}\n".into(), "store.max_keys", "at least 1"),
+            ("http: 127.0.0.1:80\ngrpc: 127.0.0.1:80\n".into(), "grpc", "also the http address"),
+            (
+                "domains:\n  - domain: a\n  - domain: a\n".into(),
+                "domains[1].domain",
+                "duplicate domain",
+            ),
+            (
+                "domains:\n  - descriptors: []\n".into(),
+                "domains[0].domain",
+                "non-empty",
+            ),
+            (
+                "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {algorithm: fixed_window, limit: 3, window: 0}\n".into(),
+                "domains[0].descriptors[0].rate_limit.window",
+                "invalid value 0ns",
+            ),
+        ];
+    for (yaml, path, needle) in cases {
+        let (got, message) = invalid(&yaml);
+        assert_eq!(got, path, "{yaml}");
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+}
+
+#[test]
+fn typos_and_bad_yaml_are_refused() {
+    for (yaml, needle) in [
+        (
+            "plan:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1}\n",
+            "unknown field `plan`",
+        ),
+        (
+            "plans:\n  free: {algorithm: token_bucket, rate: 1, capacity: 1, burst: 2}\n",
+            "burst",
+        ),
+        ("limiters:\n  concurency: {capacity: 1}\n", "concurency"),
+        (
+            "limiters:\n  concurrency: {capacity: 1, mode: enforcing}\n",
+            "unknown mode `enforcing`",
+        ),
+        (
+            "limiters:\n  fleet: {capacity: 1, reserved_for_critical: 0.1, on_store_error: open}\n",
+            "unknown on_store_error `open`",
+        ),
+        ("limiters:\n  concurrency: {lease_ttl: 5s}\n", "capacity"),
+        (
+            "limiters:\n  concurrency: {capacity: 1, lease_ttl: 5 fortnights}\n",
+            "fortnights",
+        ),
+        (
+            "users:\n  a: free\n  a: pro\n",
+            "duplicate entry with key \"a\"",
+        ),
+        ("http: not-an-address\n", "http"),
+        ("plans: [1, 2]\n", "plans"),
+        ("store: {max_keys: -1}\n", "max_keys"),
+        ("plans:\n  free: {algorithm: token_bucket\n", ""),
+        (
+            "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limits: {}\n",
+            "rate_limits",
+        ),
+    ] {
+        let message = yaml_error(yaml);
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+}
+
+#[test]
+fn load_names_the_file() {
+    let missing = example_path("does-not-exist.yaml");
+    match Config::load(&missing) {
+        Err(ConfigFileError::Io { file, message }) => {
+            assert_eq!(file, missing);
+            assert!(!message.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = ConfigFileError::Yaml {
+        file: Some(PathBuf::from("f.yaml")),
+        message: "bad".into(),
+    };
+    assert_eq!(err.to_string(), "f.yaml: invalid configuration: bad");
+    let err = ConfigFileError::Invalid {
+        path: "plans.free.rate".into(),
+        message: "invalid value 0".into(),
+    };
+    assert_eq!(err.to_string(), "`plans.free.rate`: invalid value 0");
+}
+
+/// Drives a future that is ready at once (the memory store's are).
+fn poll<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("the memory store answers at once"),
+    }
+}
+
+#[test]
+fn the_builtin_pipeline_runs_stripes_example() {
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let store = |_: LimiterKind| {
+        MemoryStore::builder()
+            .clock(clock.clone())
+            .build::<String, AnyState>()
+            .expect("valid store")
+    };
+    let built = Config::builtin()
+        .build_pipeline(store, Arc::new(clock.clone()))
+        .expect("builds");
+    assert!(built.workers.is_some());
+    let pipeline = &built.pipeline;
+    for kind in LimiterKind::ALL {
+        assert_eq!(pipeline.mode(kind), Some(Mode::Enforce));
+    }
+    // The free plan bursts to 100; each verdict's leases are dropped at once.
+    for _ in 0..100 {
+        let verdict = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
+        assert!(verdict.allowed());
+    }
+    let over = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
+    assert_eq!(over.status(), 429);
+
+    let shadow = Config::from_yaml_str(&format!(
+        "{PLANS}limiters:\n  request_rate: {{mode: shadow}}\n"
+    ))
+    .expect("valid")
+    .build_pipeline(store, Arc::new(clock.clone()))
+    .expect("builds");
+    assert_eq!(
+        shadow.pipeline.mode(LimiterKind::RequestRate),
+        Some(Mode::Shadow)
+    );
+    assert_eq!(shadow.pipeline.mode(LimiterKind::Concurrency), None);
+    assert!(shadow.workers.is_none());
+}

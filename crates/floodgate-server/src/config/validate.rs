@@ -1,0 +1,184 @@
+//! Checking a configuration: the error type every part of the config module returns, and the
+//! checks [`Config::validate`] makes beyond each part's own parameters. Every error names the
+//! field by its path in the file (`plans.free.rate`,
+//! `domains[0].descriptors[2].rate_limit.unit`) and says what is wrong with the value.
+
+use std::path::{Path, PathBuf};
+
+use floodgate::algorithm::concurrency::{Concurrency, Fleet};
+use floodgate::limiter::utilization::WorkerGauge;
+use floodgate::ConfigError;
+
+use super::Config;
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("{}: cannot read the file: {message}", file.display())]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// The operating system's reason.
+        message: String,
+    },
+    /// The text is not YAML, or does not have the expected shape: a syntax error, a wrong
+    /// type, an unknown field, a duplicate key.
+    #[error("{}invalid configuration: {message}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    Yaml {
+        /// The file, when the text came from one.
+        file: Option<PathBuf>,
+        /// The parser's message, with the field's path and the line and column.
+        message: String,
+    },
+    /// A value is not allowed.
+    #[error("`{path}`: {message}")]
+    Invalid {
+        /// Where the value is in the file, e.g. `plans.free.rate` or
+        /// `domains[0].descriptors[2].rate_limit.unit`.
+        path: String,
+        /// What is wrong, with the value.
+        message: String,
+    },
+}
+
+impl ConfigFileError {
+    /// A [`ConfigFileError::Yaml`] from the YAML parser's error.
+    pub fn yaml(file: Option<&Path>, error: &serde_norway::Error) -> ConfigFileError {
+        ConfigFileError::Yaml {
+            file: file.map(Path::to_path_buf),
+            message: error.to_string(),
+        }
+    }
+
+    /// A [`ConfigError`] from building something described at `path` (empty for the top
+    /// level), as an [`ConfigFileError::Invalid`] at the error's field under `path`:
+    /// `("plans.free", rate)` becomes `plans.free.rate`.
+    pub fn from_config_error(path: &str, error: ConfigError) -> ConfigFileError {
+        let join = |field: &str| {
+            if path.is_empty() {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            }
+        };
+        match error {
+            ConfigError::Invalid {
+                field,
+                value,
+                reason,
+            } => ConfigFileError::invalid(join(field), format!("invalid value {value} ({reason})")),
+            ConfigError::Missing { field } => ConfigFileError::invalid(join(field), "missing"),
+        }
+    }
+
+    /// Shorthand for [`ConfigFileError::Invalid`] at `path`.
+    pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigFileError {
+        ConfigFileError::Invalid {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks everything a server would build from this configuration, building every
+    /// algorithm, limiter and domain; the first problem is returned with its path in the file.
+    ///
+    /// Beyond each part's own parameters: `store.max_keys` ≥ 1; `http` and `grpc` differ
+    /// (unless the port is 0); when there are plans or a request rate limiter,
+    /// `default_plan` names a plan (and a request rate limiter needs at least one plan); every
+    /// user's plan exists; endpoint costs are ≥ 1; plan and limit names are not empty.
+    pub fn validate(&self) -> Result<(), ConfigFileError> {
+        if let (Some(http), Some(grpc)) = (self.http, self.grpc) {
+            if http == grpc && http.port() != 0 {
+                return Err(ConfigFileError::invalid(
+                    "grpc",
+                    format!("{grpc} is also the http address"),
+                ));
+            }
+        }
+        if self.store.max_keys == 0 {
+            return Err(ConfigFileError::invalid(
+                "store.max_keys",
+                "invalid value 0 (must be at least 1)",
+            ));
+        }
+        let plans = self.plans()?;
+        let plan_names = || {
+            let names: Vec<&str> = self.plans.keys().map(String::as_str).collect();
+            if names.is_empty() {
+                "there are no plans".to_string()
+            } else {
+                format!("plans are {}", names.join(", "))
+            }
+        };
+        if self.limiters.request_rate.is_some() && plans.is_empty() {
+            return Err(ConfigFileError::invalid(
+                "plans",
+                "the request_rate limiter needs at least one plan",
+            ));
+        }
+        match &self.default_plan {
+            None if !plans.is_empty() => {
+                return Err(ConfigFileError::invalid(
+                    "default_plan",
+                    "missing: the plan of users without a known plan",
+                ))
+            }
+            Some(name) if !self.plans.contains_key(name) => {
+                return Err(ConfigFileError::invalid(
+                    "default_plan",
+                    format!("unknown plan `{name}`: {}", plan_names()),
+                ))
+            }
+            _ => {}
+        }
+        for (user, plan) in &self.users {
+            if !self.plans.contains_key(plan) {
+                return Err(ConfigFileError::invalid(
+                    key_path("users", user),
+                    format!("unknown plan `{plan}`: {}", plan_names()),
+                ));
+            }
+        }
+        for (endpoint, cost) in &self.endpoint_costs {
+            if *cost == 0 {
+                return Err(ConfigFileError::invalid(
+                    key_path("endpoint_costs", endpoint),
+                    "invalid value 0 (a cost must be at least 1)",
+                ));
+            }
+        }
+        let limiters = &self.limiters;
+        if let Some(c) = &limiters.concurrency {
+            Concurrency::new(c.capacity, c.lease_ttl.0)
+                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
+        }
+        if let Some(f) = &limiters.fleet {
+            Fleet::new(f.capacity, f.reserved_for_critical, f.lease_ttl.0)
+                .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
+        }
+        if let Some(u) = &limiters.utilization {
+            let at = |e| ConfigFileError::from_config_error("limiters.utilization", e);
+            WorkerGauge::new(u.workers).map_err(at)?;
+            u.settings().validate().map_err(at)?;
+        }
+        self.named_limits()?;
+        self.rule_set()?;
+        Ok(())
+    }
+}
+
+/// `prefix.key`, or `prefix["key"]` when the key is not a plain word.
+pub(super) fn key_path(prefix: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        format!("{prefix}.{key}")
+    } else {
+        format!("{prefix}[{key:?}]")
+    }
+}

@@ -1,0 +1,445 @@
+//! envoyproxy/ratelimit's decision rule on Floodgate's stores: the descriptor match tree of
+//! each domain, the limits on its descriptors, and the decision for a whole `ShouldRateLimit`
+//! request.
+//!
+//! A [`RuleSet`] is built from the `domains` of a configuration (envoyproxy/ratelimit's file
+//! format, read and checked by the config module); this module only knows the compiled rules.
+//!
+//! # Matching
+//!
+//! A request descriptor is a list of key/value entries. Its first entry is looked up among the
+//! domain's top-level descriptors, the second among the children of the one found, and so on.
+//! At each level the exact key and value is tried first, then the wildcard values of that key
+//! (in file order, the first whose prefix matches wins), then the key without a value. There is
+//! no backtracking: the first match at a level is the only one followed. The limit is the one
+//! on the descriptor reached by the **last** entry; if an entry matches nothing, or the
+//! descriptor reached has no `rate_limit`, no limit applies (as in envoyproxy/ratelimit, a
+//! request with more or fewer entries than the configured depth matches nothing).
+//!
+//! # Deciding ([`RuleSet::should_rate_limit`])
+//!
+//! - Every distinct request descriptor (its domain and all its key/value pairs, as sent, so a
+//!   wildcard or key-only rule counts each value apart) has its own counter in the store.
+//! - A descriptor adds its hits ([`RlsRequest::hits_for`]: its own `hits_addend`, else the
+//!   request's, else 1; 0 reads the limit without counting).
+//! - `replaces`: a matched limit whose `name` is listed in the `replaces` of any limit matched by
+//!   the same request (the replacing limit may be `unlimited`) is not checked or counted; its
+//!   status is OK with no limit.
+//! - `unlimited`: OK, not counted, `limit_remaining` = `u32::MAX`, no limit (as envoyproxy).
+//! - no match, or an unknown domain: OK with no limit, nothing counted.
+//! - a limit: the store decides; the status carries the limit, what remains (rounded down;
+//!   when over the limit, what a smaller request could still take) and the time until the
+//!   limit resets. An over-limit request consumes nothing (unlike envoyproxy/ratelimit's
+//!   `INCRBY`, which keeps counting refused hits in the window; with one hit per request the
+//!   answers are the same).
+//! - `requests_per_unit: 0` blocks the descriptor outright: every request is over the limit and
+//!   nothing is counted.
+//! - `shadow_mode`: decided and counted like any limit, but when it is over, its status says
+//!   `OK` with `limit_remaining` 0, as envoyproxy/ratelimit answers; the response counts it in
+//!   [`RlsResponse::shadow_over_limit`] (the service's `floodgate_rls_shadow_over_limit_total`).
+//! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
+//!
+//! # Counter keys
+//!
+//! Counters live under the key `rls` NUL, then the domain and each key and value, each as its
+//! byte length, `:` and its bytes (unambiguous whatever the strings hold).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use floodgate::algorithm::fixed_window::FixedWindow;
+use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::store::{Request, Store};
+use floodgate::{ConfigError, Decision, Op, StoreError};
+
+use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+
+/// A compiled limit: what applies to request descriptors that end on its descriptor.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    full_key: String,
+    name: Option<String>,
+    replaces: Vec<String>,
+    shadow_mode: bool,
+    limit: Option<Limit>,
+}
+
+/// What a [`Rule`] that is not `unlimited` checks: an algorithm, and the limit in envoy's terms
+/// that statuses report.
+#[derive(Clone, Debug)]
+pub struct Limit {
+    algorithm: AnyAlgorithm,
+    requests_per_unit: u32,
+    unit: RateUnit,
+    /// What statuses report.
+    reported: RlsLimit,
+}
+
+impl Limit {
+    /// envoy's limit: `requests_per_unit` per `unit`, a fixed window aligned to the clock's
+    /// epoch. `requests_per_unit` 0 blocks outright (the window only stands in for it: nothing
+    /// is counted). `name` is the limit's name as statuses report it.
+    pub fn per_unit(
+        requests_per_unit: u32,
+        unit: RateUnit,
+        name: Option<String>,
+    ) -> Result<Limit, ConfigError> {
+        let algorithm = FixedWindow::new(u64::from(requests_per_unit.max(1)), unit.duration())?;
+        Ok(Limit::new(
+            AnyAlgorithm::FixedWindow(algorithm),
+            requests_per_unit,
+            unit,
+            name,
+        ))
+    }
+
+    /// A limit decided by one of Floodgate's algorithms; statuses report its quota in envoy's
+    /// terms (see [`Rule::quota`]).
+    pub fn with_algorithm(algorithm: AnyAlgorithm, name: Option<String>) -> Limit {
+        let (requests_per_unit, unit) = envoy_quota(&algorithm);
+        Limit::new(algorithm, requests_per_unit, unit, name)
+    }
+
+    fn new(
+        algorithm: AnyAlgorithm,
+        requests_per_unit: u32,
+        unit: RateUnit,
+        name: Option<String>,
+    ) -> Limit {
+        let reported = RlsLimit {
+            name,
+            requests_per_unit,
+            unit,
+        };
+        Limit {
+            algorithm,
+            requests_per_unit,
+            unit,
+            reported,
+        }
+    }
+}
+
+impl Rule {
+    /// A rule: `full_key` is its statistics name (see [`Rule::full_key`]), `name` the name
+    /// other rules' `replaces` refer to, `replaces` the names of the rules it replaces, and
+    /// `limit` what it checks (`None`: unlimited).
+    pub fn new(
+        full_key: String,
+        name: Option<String>,
+        replaces: Vec<String>,
+        shadow_mode: bool,
+        limit: Option<Limit>,
+    ) -> Rule {
+        Rule {
+            full_key,
+            name,
+            replaces,
+            shadow_mode,
+            limit,
+        }
+    }
+
+    /// envoyproxy/ratelimit's name for the rule in statistics: the domain and each descriptor's
+    /// `key` or `key_value`, joined by dots (`messaging.message_type_marketing.to_number`).
+    pub fn full_key(&self) -> &str {
+        &self.full_key
+    }
+
+    /// The limit's `name`, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The names of the limits this one replaces.
+    pub fn replaces(&self) -> &[String] {
+        &self.replaces
+    }
+
+    /// Whether the descriptor is in shadow mode.
+    pub fn shadow_mode(&self) -> bool {
+        self.shadow_mode
+    }
+
+    /// Whether the rule is `unlimited` (never counted, always OK).
+    pub fn is_unlimited(&self) -> bool {
+        self.limit.is_none()
+    }
+
+    /// The algorithm deciding this rule; `None` when unlimited.
+    pub fn algorithm(&self) -> Option<&AnyAlgorithm> {
+        self.limit.as_ref().map(|l| &l.algorithm)
+    }
+
+    /// The limit in envoy's terms, `(requests_per_unit, unit)`; `None` when unlimited. For a
+    /// Floodgate algorithm: its quota in the shortest unit in which it is at least one request,
+    /// rounded down (a token bucket of rate 10 is 10 per second; a sliding log of 5 per minute
+    /// is 5 per minute).
+    pub fn quota(&self) -> Option<(u32, RateUnit)> {
+        self.limit.as_ref().map(|l| (l.requests_per_unit, l.unit))
+    }
+
+    /// The limit as [`RlsStatus::current_limit`] reports it; `None` when unlimited.
+    pub fn rls_limit(&self) -> Option<&RlsLimit> {
+        self.limit.as_ref().map(|l| &l.reported)
+    }
+}
+
+/// One level of a domain's match tree: the descriptors at one depth under one parent (the
+/// domain's top-level descriptors, or one descriptor's children).
+#[derive(Debug, Default)]
+pub struct DescriptorTree {
+    keys: HashMap<String, KeyMatch>,
+}
+
+#[derive(Debug, Default)]
+struct KeyMatch {
+    exact: HashMap<String, Node>,
+    /// `(prefix, node)` for values ending in `*`, in file order.
+    prefixes: Vec<(String, Node)>,
+    any: Option<Box<Node>>,
+}
+
+#[derive(Debug)]
+struct Node {
+    rule: Option<Rule>,
+    children: DescriptorTree,
+}
+
+impl DescriptorTree {
+    /// Adds a descriptor at this level: entries with `key` whose value matches `value` (exact;
+    /// a prefix when it ends in `*`; any value when empty) end on `rule` (`None`: no limit) or
+    /// go on into `children`. Wildcards are tried in the order they are added. A descriptor
+    /// with the same key and value as one already added replaces it (the config refuses such
+    /// duplicates before they get here).
+    pub fn insert(&mut self, key: &str, value: &str, rule: Option<Rule>, children: DescriptorTree) {
+        let node = Node { rule, children };
+        let entry = self.keys.entry(key.to_string()).or_default();
+        if value.is_empty() {
+            entry.any = Some(Box::new(node));
+        } else if let Some(prefix) = value.strip_suffix('*') {
+            entry.prefixes.push((prefix.to_string(), node));
+        } else {
+            entry.exact.insert(value.to_string(), node);
+        }
+    }
+
+    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+        let m = self.keys.get(key)?;
+        m.exact
+            .get(value)
+            .or_else(|| {
+                m.prefixes
+                    .iter()
+                    .find(|(prefix, _)| value.starts_with(prefix.as_str()))
+                    .map(|(_, node)| node)
+            })
+            .or(m.any.as_deref())
+    }
+
+    fn lookup(&self, entries: &[(String, String)]) -> Option<&Rule> {
+        let ((last_key, last_value), init) = entries.split_last()?;
+        let mut level = self;
+        for (key, value) in init {
+            level = &level.find(key, value)?.children;
+        }
+        level.find(last_key, last_value)?.rule.as_ref()
+    }
+}
+
+/// Every domain's compiled descriptors: which limit applies to a request descriptor, and the
+/// decision for a whole `ShouldRateLimit` request. See the [module documentation](self) for
+/// the exact rules. Immutable once built; share it behind an `Arc` and swap it on reload.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    domains: HashMap<String, DescriptorTree>,
+}
+
+impl RuleSet {
+    /// Adds (or replaces) `domain` with its top-level descriptors.
+    pub fn insert_domain(&mut self, domain: String, descriptors: DescriptorTree) {
+        self.domains.insert(domain, descriptors);
+    }
+
+    /// Whether `domain` is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// The configured domains, in no particular order.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// The rule a request descriptor of `entries` in `domain` ends on (see the module's
+    /// "Matching"): `None` if the domain is unknown, `entries` is empty, an entry matches
+    /// nothing, or the descriptor reached has no `rate_limit`.
+    pub fn lookup(&self, domain: &str, entries: &[(String, String)]) -> Option<&Rule> {
+        self.domains.get(domain)?.lookup(entries)
+    }
+
+    /// Decides a `ShouldRateLimit` request: one status per request descriptor, in order, and
+    /// the overall code (see the module's "Deciding"). The limited descriptors are decided in
+    /// one [`Store::apply`] (one of them) or one [`Store::apply_many`] call; a store failure is
+    /// returned as is and the caller chooses to fail open or closed.
+    pub async fn should_rate_limit<S: Store<str, AnyAlgorithm>>(
+        &self,
+        store: &S,
+        request: &RlsRequest,
+    ) -> Result<RlsResponse, StoreError> {
+        let mut statuses = vec![
+            RlsStatus {
+                code: Code::Ok,
+                ..RlsStatus::default()
+            };
+            request.descriptors.len()
+        ];
+        let Some(root) = self.domains.get(&request.domain) else {
+            return Ok(RlsResponse {
+                overall_code: Code::Ok,
+                statuses,
+                shadow_over_limit: 0,
+            });
+        };
+        let rules: Vec<Option<&Rule>> = request
+            .descriptors
+            .iter()
+            .map(|d| root.lookup(&d.entries))
+            .collect();
+        let replaced: Vec<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .collect();
+
+        // (descriptor index, rule, limit, counter key, hits) of each limit to decide.
+        let mut checks: Vec<(usize, &Rule, &Limit, String, u64)> = Vec::new();
+        let mut blocked = false;
+        let mut shadow_over_limit = 0;
+        for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
+            let Some(rule) = rule else { continue };
+            if rule
+                .name
+                .as_deref()
+                .is_some_and(|name| replaced.contains(&name))
+            {
+                continue;
+            }
+            match &rule.limit {
+                None => statuses[i].limit_remaining = u32::MAX,
+                Some(limit) if limit.requests_per_unit == 0 => {
+                    statuses[i] = RlsStatus {
+                        code: Code::OverLimit,
+                        current_limit: Some(limit.reported.clone()),
+                        limit_remaining: 0,
+                        duration_until_reset: None,
+                    };
+                    if rule.shadow_mode {
+                        statuses[i].code = Code::Ok;
+                        shadow_over_limit += 1;
+                    } else {
+                        blocked = true;
+                    }
+                }
+                Some(limit) => checks.push((
+                    i,
+                    rule,
+                    limit,
+                    counter_key(&request.domain, descriptor),
+                    request.hits_for(descriptor),
+                )),
+            }
+        }
+
+        let decisions: Vec<Decision> = match checks.as_slice() {
+            [] => Vec::new(),
+            [(_, _, limit, key, hits)] => {
+                vec![
+                    store
+                        .apply(&limit.algorithm, key, Op::Check { cost: *hits })
+                        .await?,
+                ]
+            }
+            many => {
+                let requests: Vec<Request<'_, str, AnyAlgorithm>> = many
+                    .iter()
+                    .map(|(_, _, limit, key, hits)| Request {
+                        algorithm: &limit.algorithm,
+                        key: key.as_str(),
+                        op: Op::Check { cost: *hits },
+                    })
+                    .collect();
+                store.apply_many(&requests).await?
+            }
+        };
+
+        let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
+        for ((i, rule, limit, _, _), decision) in checks.iter().zip(decisions) {
+            let code = if decision.allowed {
+                Code::Ok
+            } else if rule.shadow_mode {
+                shadow_over_limit += 1;
+                Code::Ok
+            } else {
+                overall_code = Code::OverLimit;
+                Code::OverLimit
+            };
+            statuses[*i] = RlsStatus {
+                code,
+                current_limit: Some(limit.reported.clone()),
+                limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+                duration_until_reset: Some(decision.reset_after),
+            };
+        }
+        Ok(RlsResponse {
+            overall_code,
+            statuses,
+            shadow_over_limit,
+        })
+    }
+}
+
+/// The store key of one request descriptor's counter (see the module's "Counter keys").
+fn counter_key(domain: &str, descriptor: &RlsDescriptor) -> String {
+    let len: usize = domain.len()
+        + descriptor
+            .entries
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum::<usize>();
+    let mut key = String::with_capacity(len + 12);
+    key.push_str("rls\0");
+    let mut part = |s: &str| {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{}:", s.len());
+        key.push_str(s);
+    };
+    part(domain);
+    for (k, v) in &descriptor.entries {
+        part(k);
+        part(v);
+    }
+    key
+}
+
+/// A Floodgate algorithm's quota in envoy's terms: the shortest unit in which it allows at
+/// least one request, the count rounded down (see [`Rule::quota`]).
+fn envoy_quota(algorithm: &AnyAlgorithm) -> (u32, RateUnit) {
+    let Some((units, window)) = algorithm.quota() else {
+        return (0, RateUnit::Second);
+    };
+    let per_second = units / window.as_secs_f64().max(f64::MIN_POSITIVE);
+    let mut best = (0, RateUnit::Year);
+    for unit in RateUnit::ALL {
+        let count = (per_second * unit.duration().as_secs_f64()).floor();
+        if count >= 1.0 {
+            // `as` saturates at u32::MAX.
+            best = (count as u32, unit);
+            break;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,46 @@
+use floodgate::algorithm::spec::AlgorithmSpec;
+
+use super::*;
+
+fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn envoy_quota_picks_the_shortest_unit_with_one_request() {
+    let quota = |spec: &str| {
+        let spec: AlgorithmSpec = serde_json::from_str(spec).expect("spec");
+        envoy_quota(&spec.build().expect("valid"))
+    };
+    assert_eq!(
+        quota(r#"{"algorithm":"gcra","max_burst":1,"count":30,"period":60}"#),
+        (30, RateUnit::Minute)
+    );
+    assert_eq!(
+        quota(r#"{"algorithm":"fixed_window","limit":1,"window":90}"#),
+        (40, RateUnit::Hour)
+    );
+    assert_eq!(
+        quota(r#"{"algorithm":"smooth_bursty","rate":0.5}"#),
+        (30, RateUnit::Minute)
+    );
+}
+
+#[test]
+fn counter_keys_are_unambiguous() {
+    let d = |pairs: &[(&str, &str)]| RlsDescriptor {
+        entries: entries(pairs),
+        hits_addend: None,
+    };
+    assert_ne!(
+        counter_key("a", &d(&[("b:c", "d")])),
+        counter_key("a", &d(&[("b", "c:d")]))
+    );
+    assert_ne!(
+        counter_key("a1:", &d(&[("b", "")])),
+        counter_key("a", &d(&[("1:b", "")]))
+    );
+}

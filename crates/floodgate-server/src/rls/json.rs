@@ -1,0 +1,338 @@
+//! envoyproxy/ratelimit's JSON API (`POST /json`): the protobuf JSON mapping of
+//! `RateLimitRequest` and `RateLimitResponse` (camelCase fields, proto field names also accepted
+//! on input, enums as names such as `"OVER_LIMIT"` and `"MINUTE"`, durations as `"60s"`, fields
+//! at their default value omitted on output), read into and written from [`RlsRequest`] and
+//! [`RlsResponse`].
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::{Code, RlsDescriptor, RlsRequest, RlsResponse, RlsStatus};
+/// Reads a `RateLimitRequest` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
+/// /json` takes it: `{"domain", "descriptors": [{"entries": [{"key", "value"}], "hitsAddend"?}],
+/// "hitsAddend"?}`. Field names may also be written as in the `.proto` (`hits_addend`);
+/// `null` is the field's default; integers may be JSON numbers or decimal strings. Refused,
+/// with a message naming the field: another type, an unknown field, a descriptor `limit`
+/// override (not supported), an empty `domain` and an empty `descriptors` list (as
+/// envoyproxy/ratelimit refuses them).
+pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, String> {
+    let object = as_object(json, "the request")?;
+    let mut request = RlsRequest::default();
+    for (field, value) in object {
+        match field.as_str() {
+            "domain" => request.domain = json_string(value, "domain")?,
+            "descriptors" => {
+                for (i, d) in json_array(value, "descriptors")?.iter().enumerate() {
+                    request.descriptors.push(descriptor_from_json(d, i)?);
+                }
+            }
+            "hitsAddend" | "hits_addend" => {
+                let n = json_u64(value, "hitsAddend")?.unwrap_or(0);
+                request.hits_addend = u32::try_from(n)
+                    .map_err(|_| format!("hitsAddend: {n} is above {}", u32::MAX))?;
+            }
+            other => return Err(format!("unknown field `{other}` in the request")),
+        }
+    }
+    if request.domain.is_empty() {
+        return Err("domain: must not be empty".to_string());
+    }
+    if request.descriptors.is_empty() {
+        return Err("descriptors: must not be empty".to_string());
+    }
+    Ok(request)
+}
+
+fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, String> {
+    let path = format!("descriptors[{i}]");
+    let object = as_object(json, &path)?;
+    let mut descriptor = RlsDescriptor::default();
+    for (field, value) in object {
+        match field.as_str() {
+            "entries" => {
+                let entries_path = format!("{path}.entries");
+                for (j, e) in json_array(value, &entries_path)?.iter().enumerate() {
+                    let entry_path = format!("{entries_path}[{j}]");
+                    let (mut key, mut val) = (String::new(), String::new());
+                    for (f, v) in as_object(e, &entry_path)? {
+                        match f.as_str() {
+                            "key" => key = json_string(v, &format!("{entry_path}.key"))?,
+                            "value" => val = json_string(v, &format!("{entry_path}.value"))?,
+                            other => return Err(format!("{entry_path}: unknown field `{other}`")),
+                        }
+                    }
+                    descriptor.entries.push((key, val));
+                }
+            }
+            "hitsAddend" | "hits_addend" => {
+                descriptor.hits_addend = json_u64(value, &format!("{path}.hitsAddend"))?;
+            }
+            "limit" if value.is_null() => {}
+            "limit" => {
+                return Err(format!(
+                    "{path}.limit: per-descriptor limit overrides are not supported"
+                ))
+            }
+            other => return Err(format!("{path}: unknown field `{other}`")),
+        }
+    }
+    Ok(descriptor)
+}
+
+fn as_object<'a>(json: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
+    json.as_object()
+        .ok_or_else(|| format!("{what}: expected a JSON object, found {}", kind(json)))
+}
+
+fn json_array<'a>(json: &'a Value, path: &str) -> Result<&'a [Value], String> {
+    match json {
+        Value::Null => Ok(&[]),
+        Value::Array(items) => Ok(items),
+        other => Err(format!("{path}: expected an array, found {}", kind(other))),
+    }
+}
+
+fn json_string(json: &Value, path: &str) -> Result<String, String> {
+    match json {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s.clone()),
+        other => Err(format!("{path}: expected a string, found {}", kind(other))),
+    }
+}
+
+/// An unsigned integer as protobuf JSON writes it: a number or a decimal string; `None` for
+/// `null`.
+fn json_u64(json: &Value, path: &str) -> Result<Option<u64>, String> {
+    let parsed = match json {
+        Value::Null => return Ok(None),
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    parsed
+        .map(Some)
+        .ok_or_else(|| format!("{path}: expected a non-negative integer, found {json}"))
+}
+
+fn kind(json: &Value) -> &'static str {
+    match json {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The protobuf enum name of a code: `"UNKNOWN"`, `"OK"` or `"OVER_LIMIT"`.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Unknown => "UNKNOWN",
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
+/// Writes a `RateLimitResponse` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
+/// /json` answers: `{"overallCode": "OK", "statuses": [{"code", "currentLimit": {"name",
+/// "requestsPerUnit", "unit"}, "limitRemaining", "durationUntilReset": "12s"}]}`. As protobuf
+/// JSON does, fields at their default value (code `UNKNOWN`, 0, an empty name or list, no limit
+/// or duration) are left out.
+pub fn rls_response_to_json(response: &RlsResponse) -> Value {
+    let mut out = Map::new();
+    if response.overall_code != Code::Unknown {
+        out.insert(
+            "overallCode".into(),
+            code_name(response.overall_code).into(),
+        );
+    }
+    if !response.statuses.is_empty() {
+        let statuses = response.statuses.iter().map(status_to_json).collect();
+        out.insert("statuses".into(), Value::Array(statuses));
+    }
+    Value::Object(out)
+}
+
+fn status_to_json(status: &RlsStatus) -> Value {
+    let mut out = Map::new();
+    if status.code != Code::Unknown {
+        out.insert("code".into(), code_name(status.code).into());
+    }
+    if let Some(limit) = &status.current_limit {
+        let mut l = Map::new();
+        if let Some(name) = limit.name.as_deref().filter(|n| !n.is_empty()) {
+            l.insert("name".into(), name.into());
+        }
+        if limit.requests_per_unit != 0 {
+            l.insert("requestsPerUnit".into(), limit.requests_per_unit.into());
+        }
+        l.insert("unit".into(), limit.unit.proto_name().into());
+        out.insert("currentLimit".into(), Value::Object(l));
+    }
+    if status.limit_remaining != 0 {
+        out.insert("limitRemaining".into(), status.limit_remaining.into());
+    }
+    if let Some(d) = status.duration_until_reset {
+        out.insert("durationUntilReset".into(), json_duration(d).into());
+    }
+    Value::Object(out)
+}
+
+/// A duration as protobuf JSON writes it: seconds with 0, 3, 6 or 9 decimals and an `s`.
+pub fn json_duration(d: Duration) -> String {
+    let (secs, nanos) = (d.as_secs(), d.subsec_nanos());
+    if nanos == 0 {
+        format!("{secs}s")
+    } else if nanos % 1_000_000 == 0 {
+        format!("{secs}.{:03}s", nanos / 1_000_000)
+    } else if nanos % 1_000 == 0 {
+        format!("{secs}.{:06}s", nanos / 1_000)
+    } else {
+        format!("{secs}.{nanos:09}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::{RateUnit, RlsLimit};
+    use serde_json::json;
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn json_requests_read_the_protobuf_mapping() {
+        let req = rls_request_from_json(&json!({
+            "domain": "d",
+            "descriptors": [
+                {"entries": [{"key": "a", "value": "1"}, {"key": "b"}], "hitsAddend": "7"},
+                {"entries": [{"key": "c", "value": "2"}], "hits_addend": 0},
+                {"entries": [], "hitsAddend": null, "limit": null}
+            ],
+            "hitsAddend": 3
+        }))
+        .expect("valid");
+        assert_eq!(req.domain, "d");
+        assert_eq!(req.hits_addend, 3);
+        assert_eq!(
+            req.descriptors[0].entries,
+            entries(&[("a", "1"), ("b", "")])
+        );
+        assert_eq!(req.descriptors[0].hits_addend, Some(7));
+        assert_eq!(req.descriptors[1].hits_addend, Some(0));
+        assert_eq!(req.descriptors[2].hits_addend, None);
+        assert_eq!(req.hits_for(&req.descriptors[2]), 3);
+    }
+
+    #[test]
+    fn bad_json_requests_name_the_field() {
+        let cases = [
+            (json!([]), "the request"),
+            (
+                json!({"domain": 5, "descriptors": []}),
+                "domain: expected a string",
+            ),
+            (json!({"domain": "d"}), "descriptors: must not be empty"),
+            (
+                json!({"descriptors": [{"entries": []}]}),
+                "domain: must not be empty",
+            ),
+            (
+                json!({"domain": "d", "descriptors": {}}),
+                "descriptors: expected an array",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"entries": [{"key": 1}]}]}),
+                "descriptors[0].entries[0].key",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"entries": [{"key": "a", "val": "b"}]}]}),
+                "unknown field `val`",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"hitsAddend": -1}]}),
+                "descriptors[0].hitsAddend",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{}], "hitsAddend": 5_000_000_000u64}),
+                "hitsAddend",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"limit": {"requestsPerUnit": 1}}]}),
+                "descriptors[0].limit",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{}], "extra": 1}),
+                "`extra`",
+            ),
+        ];
+        for (json, needle) in cases {
+            let err = rls_request_from_json(&json).expect_err("must be refused");
+            assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn json_responses_follow_the_protobuf_mapping() {
+        let response = RlsResponse {
+            overall_code: Code::OverLimit,
+            statuses: vec![
+                RlsStatus {
+                    code: Code::OverLimit,
+                    current_limit: Some(RlsLimit {
+                        name: None,
+                        requests_per_unit: 1,
+                        unit: RateUnit::Minute,
+                    }),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(Duration::from_secs(60)),
+                },
+                RlsStatus {
+                    code: Code::Ok,
+                    current_limit: Some(RlsLimit {
+                        name: Some("per_user".into()),
+                        requests_per_unit: 2,
+                        unit: RateUnit::Week,
+                    }),
+                    limit_remaining: 1,
+                    duration_until_reset: Some(Duration::from_millis(1500)),
+                },
+                RlsStatus {
+                    code: Code::Ok,
+                    ..RlsStatus::default()
+                },
+            ],
+            shadow_over_limit: 0,
+        };
+        assert_eq!(
+            rls_response_to_json(&response),
+            json!({
+                "overallCode": "OVER_LIMIT",
+                "statuses": [
+                    {"code": "OVER_LIMIT",
+                     "currentLimit": {"requestsPerUnit": 1, "unit": "MINUTE"},
+                     "durationUntilReset": "60s"},
+                    {"code": "OK",
+                     "currentLimit": {"name": "per_user", "requestsPerUnit": 2, "unit": "WEEK"},
+                     "limitRemaining": 1,
+                     "durationUntilReset": "1.500s"},
+                    {"code": "OK"}
+                ]
+            })
+        );
+        assert_eq!(rls_response_to_json(&RlsResponse::default()), json!({}));
+        assert_eq!(json_duration(Duration::from_micros(1)), "0.000001s");
+        assert_eq!(json_duration(Duration::from_nanos(5)), "0.000000005s");
+    }
+}
