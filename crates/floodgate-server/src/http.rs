@@ -1,4 +1,4 @@
-//! The HTTP JSON API (DESIGN.md §5): decisions, leases, envoyproxy/ratelimit's `/json`,
+//! The HTTP JSON API: decisions, leases, envoyproxy/ratelimit's `/json`,
 //! health, metrics and the admin endpoints. Handlers are thin: they parse, call the
 //! [`Server`], and shape the answer.
 //!
