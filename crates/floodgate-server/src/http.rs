@@ -2,8 +2,23 @@
 //! health, metrics and the admin endpoints. Handlers are thin: they parse, call the
 //! [`Server`], and shape the answer.
 //!
-//! Every error is `{"error": {"type", "message"}}` with a 4xx/5xx status: malformed JSON, wrong
-//! types and missing fields get 400, bodies over [`MAX_BODY`] get 413, unknown limiters 404.
+//! Every error is `{"error": {"type", "message"}}` with a 4xx status; `message` is for people,
+//! `type` a stable name for programs, one per kind of error:
+//!
+//! | status | `type` | when |
+//! |---|---|---|
+//! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type |
+//! | 413 | `body_too_large` | the body is over [`MAX_BODY`] |
+//! | 404 | `not_found` | no such endpoint |
+//! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
+//! | 400 | `unknown_priority`, `empty_user` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `malformed_lease_token`, `invalid_lease_id`, `empty_lease_token` | `/v1/release` ([`LeaseTokenError`]) |
+//! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `limit_override_unsupported`, `empty_field` | `/json` ([`RlsJsonError`]) |
+//! | 403 | `admin_disabled` | admin API: no admin token is configured |
+//! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong |
+//! | 400 | `unknown_limiter`, `limiter_not_configured`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
+//! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`]); the running config stays |
+//!
 //! Bad input never changes state.
 
 use std::sync::Arc;
@@ -22,9 +37,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_stream::Stream;
 
+use crate::config::ConfigFileError;
 use crate::metrics::{Endpoint, Outcome};
+use crate::rls::json::RlsJsonError;
 use crate::runtime::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
-use crate::service::{AdminError, EvaluateRequest, Server};
+use crate::service::{AdminError, EvaluateError, EvaluateRequest, LeaseTokenError, Server};
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -99,6 +116,84 @@ impl ApiError {
 
     fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// A 400 of `kind` with the error's own message.
+    fn invalid(kind: &'static str, error: impl std::fmt::Display) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, kind, error.to_string())
+    }
+}
+
+impl From<EvaluateError> for ApiError {
+    fn from(e: EvaluateError) -> Self {
+        let kind = match e {
+            EvaluateError::UnknownPriority { .. } => "unknown_priority",
+            EvaluateError::EmptyUser => "empty_user",
+        };
+        ApiError::invalid(kind, e)
+    }
+}
+
+impl From<LeaseTokenError> for ApiError {
+    fn from(e: LeaseTokenError) -> Self {
+        let kind = match e {
+            LeaseTokenError::Malformed => "malformed_lease_token",
+            LeaseTokenError::BadId { .. } => "invalid_lease_id",
+            LeaseTokenError::NoLease => "empty_lease_token",
+        };
+        ApiError::invalid(kind, e)
+    }
+}
+
+impl From<RlsJsonError> for ApiError {
+    fn from(e: RlsJsonError) -> Self {
+        let kind = match e {
+            RlsJsonError::WrongType { .. } => "wrong_type",
+            RlsJsonError::NotAnInteger { .. } => "not_an_integer",
+            RlsJsonError::TooLarge { .. } => "too_large",
+            RlsJsonError::UnknownField { .. } => "unknown_field",
+            RlsJsonError::LimitOverride { .. } => "limit_override_unsupported",
+            RlsJsonError::Empty { .. } => "empty_field",
+        };
+        ApiError::invalid(kind, e)
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        let kind = match e {
+            AdminError::Disabled => {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "admin_disabled",
+                    "the admin API is disabled: set FLOODGATE_ADMIN_TOKEN to enable it",
+                )
+            }
+            AdminError::Unauthorized => {
+                return ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "missing or wrong `Authorization: Bearer <token>`",
+                )
+            }
+            AdminError::UnknownLimiter { .. } => "unknown_limiter",
+            AdminError::LimiterNotConfigured { .. } => "limiter_not_configured",
+            AdminError::UnknownMode { .. } => "unknown_mode",
+            AdminError::UnknownPlan { .. } => "unknown_plan",
+            AdminError::EmptyUser => "empty_user",
+        };
+        ApiError::invalid(kind, e)
+    }
+}
+
+impl From<ConfigFileError> for ApiError {
+    fn from(e: ConfigFileError) -> Self {
+        let kind = match e {
+            ConfigFileError::Io { .. } => "config_unreadable",
+            ConfigFileError::Yaml { .. } => "invalid_config_yaml",
+            ConfigFileError::Invalid { .. } => "invalid_config_value",
+        };
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, kind, e.to_string())
     }
 }
 
@@ -218,9 +313,9 @@ async fn evaluate(
     };
     match server.evaluate(&request).await {
         Ok(answer) => Json(answer).into_response(),
-        Err(message) => {
+        Err(e) => {
             server.metrics().call(Endpoint::Evaluate, Outcome::Invalid);
-            ApiError::bad_request(message).into_response()
+            ApiError::from(e).into_response()
         }
     }
 }
@@ -244,9 +339,9 @@ async fn release(
             server.metrics().call(Endpoint::Release, Outcome::Allowed);
             Json(json!({"released": released})).into_response()
         }
-        Err(message) => {
+        Err(e) => {
             server.metrics().call(Endpoint::Release, Outcome::Invalid);
-            ApiError::bad_request(message).into_response()
+            ApiError::from(e).into_response()
         }
     }
 }
@@ -268,9 +363,9 @@ async fn envoy_json(
             };
             (status, Json(answer)).into_response()
         }
-        Err(message) => {
+        Err(e) => {
             server.metrics().call(Endpoint::Json, Outcome::Invalid);
-            ApiError::bad_request(message).into_response()
+            ApiError::from(e).into_response()
         }
     }
 }
@@ -300,23 +395,7 @@ async fn not_found() -> ApiError {
 }
 
 fn admin_error(e: AdminError) -> Response {
-    match e {
-        AdminError::Disabled => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
-            "the admin API is disabled: set FLOODGATE_ADMIN_TOKEN to enable it",
-        ),
-        AdminError::Unauthorized => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong `Authorization: Bearer <token>`",
-        ),
-        AdminError::Invalid(message) => ApiError::bad_request(message),
-        AdminError::Reload(message) => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
-        }
-    }
-    .into_response()
+    ApiError::from(e).into_response()
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -377,6 +456,6 @@ async fn admin_reload(State(server): State<Arc<Server>>, headers: HeaderMap) -> 
     }
     match server.reload() {
         Ok(()) => Json(json!({"reloaded": true})).into_response(),
-        Err(e) => admin_error(e),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::config::{Config, ConfigFileError};
 use crate::descriptors::RuleSet;
 use crate::metrics::{Endpoint, Live, Metrics, Outcome};
-use crate::rls::json::{rls_request_from_json, rls_response_to_json};
+use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 
 /// The embedded store every limiter of the service uses.
@@ -90,8 +90,44 @@ pub struct EvaluateAnswer {
     pub shadow_refusals: Vec<&'static str>,
 }
 
-/// Why an admin call failed.
-#[derive(Debug, thiserror::Error)]
+/// Why `POST /v1/evaluate` refused a request's fields (the body itself parsed).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvaluateError {
+    /// `priority` is not one of the four classes.
+    #[error("field `priority`: `{priority}` is not one of critical, post, get, test")]
+    UnknownPriority {
+        /// The priority as sent.
+        priority: String,
+    },
+    /// `user` is empty.
+    #[error("field `user`: must not be empty")]
+    EmptyUser,
+}
+
+/// Why a lease token given to `POST /v1/release` is not one [`Server::evaluate`] hands out
+/// (`<concurrency id>.<fleet id>.<user>`, ids in hex). The token is not repeated in the
+/// message: it names a user and holds the right to give back their lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseTokenError {
+    /// Fewer than three dot-separated parts.
+    #[error(
+        "field `lease`: not a lease token from /v1/evaluate (expected \
+         `<concurrency id>.<fleet id>.<user>`)"
+    )]
+    Malformed,
+    /// An id is not a hexadecimal number.
+    #[error("field `lease`: the {limiter} lease id is not a hexadecimal number")]
+    BadId {
+        /// `concurrency` or `fleet`.
+        limiter: &'static str,
+    },
+    /// Both ids are empty: the token names no lease.
+    #[error("field `lease`: the token names no lease (both ids are empty)")]
+    NoLease,
+}
+
+/// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
     /// No admin token is configured: the admin API is off.
     #[error("the admin API is disabled")]
@@ -99,12 +135,35 @@ pub enum AdminError {
     /// The bearer token is missing or wrong.
     #[error("unauthorized")]
     Unauthorized,
-    /// The request names an unknown limiter, mode or plan.
-    #[error("{0}")]
-    Invalid(String),
-    /// The new config is invalid; the running one is kept.
-    #[error("{0}")]
-    Reload(String),
+    /// The request names a limiter that does not exist.
+    #[error(
+        "field `limiter`: `{limiter}` is not one of request_rate, concurrency, fleet, utilization"
+    )]
+    UnknownLimiter {
+        /// The limiter as sent.
+        limiter: String,
+    },
+    /// The request names a limiter the running config does not configure.
+    #[error("field `limiter`: `{limiter}` is not configured")]
+    LimiterNotConfigured {
+        /// The limiter's name.
+        limiter: &'static str,
+    },
+    /// The request names a mode that does not exist.
+    #[error("field `mode`: `{mode}` is not one of enforce, shadow, off")]
+    UnknownMode {
+        /// The mode as sent.
+        mode: String,
+    },
+    /// The request names a plan the running config does not have.
+    #[error("field `plan`: no plan named `{plan}`")]
+    UnknownPlan {
+        /// The plan as sent.
+        plan: String,
+    },
+    /// The request's `user` is empty.
+    #[error("field `user`: must not be empty")]
+    EmptyUser,
 }
 
 /// The running service. See the [module documentation](self).
@@ -202,15 +261,20 @@ impl Server {
 
     /// `POST /v1/evaluate`: the pipeline for one request. Leases are kept for the caller, who
     /// returns them with [`Server::release`] and the returned token.
-    pub async fn evaluate(&self, request: &EvaluateRequest) -> Result<EvaluateAnswer, String> {
+    pub async fn evaluate(
+        &self,
+        request: &EvaluateRequest,
+    ) -> Result<EvaluateAnswer, EvaluateError> {
         let priority = match &request.priority {
             None => Priority::Get,
-            Some(name) => Priority::from_name(name).ok_or_else(|| {
-                format!("field `priority`: `{name}` is not one of critical, post, get, test")
-            })?,
+            Some(name) => {
+                Priority::from_name(name).ok_or_else(|| EvaluateError::UnknownPriority {
+                    priority: name.clone(),
+                })?
+            }
         };
         if request.user.is_empty() {
-            return Err("field `user`: must not be empty".into());
+            return Err(EvaluateError::EmptyUser);
         }
         let snapshot = self.snapshot.load();
         let overrides = self.plan_overrides.load();
@@ -260,7 +324,7 @@ impl Server {
 
     /// `POST /v1/release`: gives back the leases of a token from [`Server::evaluate`].
     /// `Ok(false)` if none was held (already released, or expired).
-    pub async fn release(&self, token: &str) -> Result<bool, String> {
+    pub async fn release(&self, token: &str) -> Result<bool, LeaseTokenError> {
         let leases = parse_lease_token(token)?;
         let snapshot = self.snapshot.load();
         let mut released = false;
@@ -275,7 +339,7 @@ impl Server {
 
     /// `POST /json`: envoyproxy/ratelimit's JSON API. Returns whether the answer is over the
     /// limit (the HTTP status is then 429) and the JSON answer.
-    pub async fn envoy_json(&self, body: &Value) -> Result<(bool, Value), String> {
+    pub async fn envoy_json(&self, body: &Value) -> Result<(bool, Value), RlsJsonError> {
         let request = rls_request_from_json(body)?;
         let response = self.should_rate_limit(&request, Endpoint::Json).await;
         Ok((
@@ -337,23 +401,19 @@ impl Server {
 
     /// Switches a limiter's mode now (until the next reload).
     pub fn set_mode(&self, limiter: &str, mode: &str) -> Result<(), AdminError> {
-        let kind = LimiterKind::from_name(limiter).ok_or_else(|| {
-            AdminError::Invalid(format!(
-                "field `limiter`: `{limiter}` is not one of request_rate, concurrency, fleet, utilization"
-            ))
+        let kind = LimiterKind::from_name(limiter).ok_or_else(|| AdminError::UnknownLimiter {
+            limiter: limiter.to_string(),
         })?;
-        let mode = Mode::from_name(mode).ok_or_else(|| {
-            AdminError::Invalid(format!(
-                "field `mode`: `{mode}` is not one of enforce, shadow, off"
-            ))
+        let mode = Mode::from_name(mode).ok_or_else(|| AdminError::UnknownMode {
+            mode: mode.to_string(),
         })?;
         if self.snapshot.load().pipeline.set_mode(kind, mode) {
             tracing::info!(limiter = kind.name(), mode = mode.name(), "mode switched");
             Ok(())
         } else {
-            Err(AdminError::Invalid(format!(
-                "field `limiter`: `{limiter}` is not configured"
-            )))
+            Err(AdminError::LimiterNotConfigured {
+                limiter: kind.name(),
+            })
         }
     }
 
@@ -365,14 +425,12 @@ impl Server {
             .request_rate()
             .is_some_and(|rr| rr.plans().any(|p| p.name() == plan));
         if !known {
-            return Err(AdminError::Invalid(format!(
-                "field `plan`: no plan named `{plan}`"
-            )));
+            return Err(AdminError::UnknownPlan {
+                plan: plan.to_string(),
+            });
         }
         if user.is_empty() {
-            return Err(AdminError::Invalid(
-                "field `user`: must not be empty".into(),
-            ));
+            return Err(AdminError::EmptyUser);
         }
         self.plan_overrides.rcu(|current| {
             let mut next = HashMap::clone(current);
@@ -384,7 +442,7 @@ impl Server {
 
     /// Re-reads the config file (or the built-in config) and swaps it in; on any error the
     /// running config stays and the error is returned (and counted).
-    pub fn reload(&self) -> Result<(), AdminError> {
+    pub fn reload(&self) -> Result<(), ConfigFileError> {
         let result = (|| {
             let config = match &self.config_path {
                 Some(path) => Config::load(path)?,
@@ -401,7 +459,7 @@ impl Server {
             Err(e) => {
                 self.metrics.reload(false);
                 tracing::error!(error = %e, "reload refused; keeping the running config");
-                Err(AdminError::Reload(e.to_string()))
+                Err(e)
             }
         }
     }
@@ -492,27 +550,32 @@ fn lease_token(leases: Vec<floodgate::limiter::Lease>) -> Option<String> {
     Some(format!("{concurrency}.{fleet}.{user}"))
 }
 
-fn parse_lease_token(token: &str) -> Result<Vec<(LimiterKind, String, u64)>, String> {
-    let bad = || format!("field `lease`: `{token}` is not a lease token from /v1/evaluate");
+/// The leases of a token from [`lease_token`]: `(limiter, key, id)`.
+fn parse_lease_token(token: &str) -> Result<Vec<(LimiterKind, String, u64)>, LeaseTokenError> {
     let mut parts = token.splitn(3, '.');
     let (Some(c), Some(f), Some(user)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad());
+        return Err(LeaseTokenError::Malformed);
+    };
+    let id = |hex: &str, limiter: &'static str| {
+        u64::from_str_radix(hex, 16).map_err(|_| LeaseTokenError::BadId { limiter })
     };
     let mut leases = Vec::new();
     if !c.is_empty() {
-        let id = u64::from_str_radix(c, 16).map_err(|_| bad())?;
-        leases.push((LimiterKind::Concurrency, user.to_string(), id));
+        leases.push((
+            LimiterKind::Concurrency,
+            user.to_string(),
+            id(c, "concurrency")?,
+        ));
     }
     if !f.is_empty() {
-        let id = u64::from_str_radix(f, 16).map_err(|_| bad())?;
         leases.push((
             LimiterKind::Fleet,
             floodgate::limiter::fleet::FLEET_KEY.to_string(),
-            id,
+            id(f, "fleet")?,
         ));
     }
     if leases.is_empty() {
-        return Err(bad());
+        return Err(LeaseTokenError::NoLease);
     }
     Ok(leases)
 }
@@ -539,9 +602,18 @@ mod tests {
                 (LimiterKind::Fleet, "fleet".to_string(), 10)
             ]
         );
-        assert!(parse_lease_token("nope").is_err());
-        assert!(parse_lease_token("..u").is_err());
-        assert!(parse_lease_token("zz..u").is_err());
+        assert_eq!(parse_lease_token("nope"), Err(LeaseTokenError::Malformed));
+        assert_eq!(parse_lease_token("..u"), Err(LeaseTokenError::NoLease));
+        assert_eq!(
+            parse_lease_token("zz..u"),
+            Err(LeaseTokenError::BadId {
+                limiter: "concurrency"
+            })
+        );
+        assert_eq!(
+            parse_lease_token("1.-1.u"),
+            Err(LeaseTokenError::BadId { limiter: "fleet" })
+        );
     }
 
     #[test]

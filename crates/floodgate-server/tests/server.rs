@@ -325,34 +325,77 @@ async fn envoy_json_endpoint_follows_the_descriptor_rules() {
 async fn bad_input_gets_a_clear_4xx_and_the_service_keeps_serving() {
     let s = start(Some(CONFIG), None).await;
     let cases = [
-        ("/v1/evaluate", "{not json".to_string(), 400),
-        ("/v1/evaluate", json!({"user": 7}).to_string(), 400),
+        (
+            "/v1/evaluate",
+            "{not json".to_string(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "/v1/evaluate",
+            json!({"user": 7}).to_string(),
+            400,
+            "invalid_request",
+        ),
         (
             "/v1/evaluate",
             json!({"user": "a", "priority": "urgent"}).to_string(),
             400,
+            "unknown_priority",
         ),
-        ("/v1/check", json!({"key": "k"}).to_string(), 400),
+        (
+            "/v1/evaluate",
+            json!({"user": ""}).to_string(),
+            400,
+            "empty_user",
+        ),
+        (
+            "/v1/check",
+            json!({"key": "k"}).to_string(),
+            400,
+            "invalid_request",
+        ),
         (
             "/v1/check",
             json!({"limiter": "login", "key": "k", "cost": -1}).to_string(),
             400,
+            "invalid_request",
         ),
-        ("/v1/release", json!({"lease": "garbage"}).to_string(), 400),
+        (
+            "/v1/release",
+            json!({"lease": "garbage"}).to_string(),
+            400,
+            "malformed_lease_token",
+        ),
+        (
+            "/v1/release",
+            json!({"lease": "zz..u"}).to_string(),
+            400,
+            "invalid_lease_id",
+        ),
         (
             "/json",
             json!({"domain": "", "descriptors": []}).to_string(),
             400,
+            "empty_field",
+        ),
+        (
+            "/json",
+            json!({"domain": "d", "descriptors": [{}], "extra": 1}).to_string(),
+            400,
+            "unknown_field",
         ),
         (
             "/v1/evaluate",
             format!("{{\"user\": \"{}\"}}", "x".repeat(100_000)),
             413,
+            "body_too_large",
         ),
     ];
-    for (path, body, expected) in cases {
+    for (path, body, expected, kind) in cases {
         let (status, answer) = s.post_raw(path, body, None).await;
         assert_eq!(status, expected, "{path}: {answer}");
+        assert_eq!(answer["error"]["type"], kind, "{path}: {answer}");
         assert!(
             answer["error"]["message"].as_str().is_some(),
             "{path}: {answer}"
@@ -375,12 +418,14 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
 
     let s = start(Some(CONFIG), Some("s3cret")).await;
     assert_eq!(s.post_raw("/admin/mode", body.clone(), None).await.0, 401);
+    let (status, answer) = s
+        .post_raw("/admin/mode", body.clone(), Some("wrong-guess"))
+        .await;
     assert_eq!(
-        s.post_raw("/admin/mode", body.clone(), Some("wrong"))
-            .await
-            .0,
-        401
+        (status, &answer["error"]["type"]),
+        (401, &json!("unauthorized"))
     );
+    assert!(!answer.to_string().contains("wrong-guess"), "{answer}");
     for _ in 0..3 {
         let (_, ok) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
         s.post("/v1/release", json!({"lease": ok["lease"]})).await;
@@ -392,14 +437,19 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
     assert_eq!(shadowed["allowed"], true);
     assert_eq!(shadowed["shadow_refusals"], json!(["request_rate"]));
     let bad = json!({"limiter": "request_rate", "mode": "maybe"}).to_string();
-    assert_eq!(s.post_raw("/admin/mode", bad, Some("s3cret")).await.0, 400);
+    let (status, answer) = s.post_raw("/admin/mode", bad, Some("s3cret")).await;
+    assert_eq!(
+        (status, &answer["error"]["type"]),
+        (400, &json!("unknown_mode"))
+    );
     // Plans.
     let plan = json!({"user": "cy", "plan": "big"}).to_string();
     assert_eq!(s.post_raw("/admin/plan", plan, Some("s3cret")).await.0, 200);
     let bad_plan = json!({"user": "cy", "plan": "gold"}).to_string();
+    let (status, answer) = s.post_raw("/admin/plan", bad_plan, Some("s3cret")).await;
     assert_eq!(
-        s.post_raw("/admin/plan", bad_plan, Some("s3cret")).await.0,
-        400
+        (status, &answer["error"]["type"]),
+        (400, &json!("unknown_plan"))
     );
     let (_, metrics) = s.get("/metrics").await;
     assert!(
@@ -429,6 +479,7 @@ async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one
     std::fs::write(s.config_path(), "plans: [unclosed").unwrap();
     let (status, body) = s.post_raw("/admin/reload", String::new(), Some("t")).await;
     assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_config_yaml", "{body}");
     assert_eq!(check().await.1["remaining"], 2);
     // SIGHUP reloads too: a valid file with a new limit name.
     let renamed = CONFIG.replace("login:", "signin:");

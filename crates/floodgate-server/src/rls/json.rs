@@ -9,14 +9,69 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::{Code, RlsDescriptor, RlsRequest, RlsResponse, RlsStatus};
+
+/// Why a `POST /json` body is not a `RateLimitRequest`. Every variant names the field by its
+/// path in the body (`descriptors[0].entries[1].key`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RlsJsonError {
+    /// A field holds another JSON type than the mapping allows.
+    #[error("{path}: expected {expected}, found {found}")]
+    WrongType {
+        /// The field (`the request` for the body itself).
+        path: String,
+        /// What the field must be: `a JSON object`, `an array` or `a string`.
+        expected: &'static str,
+        /// What it is: `a number`, `null`, ….
+        found: &'static str,
+    },
+    /// A count is not a whole number ≥ 0 (as a JSON number or a decimal string).
+    #[error("{path}: expected a non-negative integer, found {found}")]
+    NotAnInteger {
+        /// The field.
+        path: String,
+        /// The value as sent.
+        found: String,
+    },
+    /// A count is above what the field holds.
+    #[error("{path}: {value} is above {max}")]
+    TooLarge {
+        /// The field.
+        path: String,
+        /// The value as sent.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+    /// A field the mapping does not have.
+    #[error("unknown field `{field}` in {within}")]
+    UnknownField {
+        /// The object holding it (`the request`, `descriptors[0]`, …).
+        within: String,
+        /// The field's name.
+        field: String,
+    },
+    /// A descriptor carries its own `limit`, which Floodgate does not support.
+    #[error("{path}: per-descriptor limit overrides are not supported")]
+    LimitOverride {
+        /// The descriptor's `limit` field.
+        path: String,
+    },
+    /// `domain` or `descriptors` is missing or empty (envoyproxy/ratelimit refuses both).
+    #[error("{field}: must not be empty")]
+    Empty {
+        /// `domain` or `descriptors`.
+        field: &'static str,
+    },
+}
+
 /// Reads a `RateLimitRequest` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
 /// /json` takes it: `{"domain", "descriptors": [{"entries": [{"key", "value"}], "hitsAddend"?}],
 /// "hitsAddend"?}`. Field names may also be written as in the `.proto` (`hits_addend`);
-/// `null` is the field's default; integers may be JSON numbers or decimal strings. Refused,
-/// with a message naming the field: another type, an unknown field, a descriptor `limit`
+/// `null` is the field's default; integers may be JSON numbers or decimal strings. Refused
+/// ([`RlsJsonError`], naming the field): another type, an unknown field, a descriptor `limit`
 /// override (not supported), an empty `domain` and an empty `descriptors` list (as
 /// envoyproxy/ratelimit refuses them).
-pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, String> {
+pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, RlsJsonError> {
     let object = as_object(json, "the request")?;
     let mut request = RlsRequest::default();
     for (field, value) in object {
@@ -29,22 +84,27 @@ pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, String> {
             }
             "hitsAddend" | "hits_addend" => {
                 let n = json_u64(value, "hitsAddend")?.unwrap_or(0);
-                request.hits_addend = u32::try_from(n)
-                    .map_err(|_| format!("hitsAddend: {n} is above {}", u32::MAX))?;
+                request.hits_addend = u32::try_from(n).map_err(|_| RlsJsonError::TooLarge {
+                    path: "hitsAddend".to_string(),
+                    value: n,
+                    max: u64::from(u32::MAX),
+                })?;
             }
-            other => return Err(format!("unknown field `{other}` in the request")),
+            other => return Err(unknown_field("the request", other)),
         }
     }
     if request.domain.is_empty() {
-        return Err("domain: must not be empty".to_string());
+        return Err(RlsJsonError::Empty { field: "domain" });
     }
     if request.descriptors.is_empty() {
-        return Err("descriptors: must not be empty".to_string());
+        return Err(RlsJsonError::Empty {
+            field: "descriptors",
+        });
     }
     Ok(request)
 }
 
-fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, String> {
+fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, RlsJsonError> {
     let path = format!("descriptors[{i}]");
     let object = as_object(json, &path)?;
     let mut descriptor = RlsDescriptor::default();
@@ -59,7 +119,7 @@ fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, String>
                         match f.as_str() {
                             "key" => key = json_string(v, &format!("{entry_path}.key"))?,
                             "value" => val = json_string(v, &format!("{entry_path}.value"))?,
-                            other => return Err(format!("{entry_path}: unknown field `{other}`")),
+                            other => return Err(unknown_field(&entry_path, other)),
                         }
                     }
                     descriptor.entries.push((key, val));
@@ -70,40 +130,55 @@ fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, String>
             }
             "limit" if value.is_null() => {}
             "limit" => {
-                return Err(format!(
-                    "{path}.limit: per-descriptor limit overrides are not supported"
-                ))
+                return Err(RlsJsonError::LimitOverride {
+                    path: format!("{path}.limit"),
+                })
             }
-            other => return Err(format!("{path}: unknown field `{other}`")),
+            other => return Err(unknown_field(&path, other)),
         }
     }
     Ok(descriptor)
 }
 
-fn as_object<'a>(json: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
-    json.as_object()
-        .ok_or_else(|| format!("{what}: expected a JSON object, found {}", kind(json)))
-}
-
-fn json_array<'a>(json: &'a Value, path: &str) -> Result<&'a [Value], String> {
-    match json {
-        Value::Null => Ok(&[]),
-        Value::Array(items) => Ok(items),
-        other => Err(format!("{path}: expected an array, found {}", kind(other))),
+fn unknown_field(within: &str, field: &str) -> RlsJsonError {
+    RlsJsonError::UnknownField {
+        within: within.to_string(),
+        field: field.to_string(),
     }
 }
 
-fn json_string(json: &Value, path: &str) -> Result<String, String> {
+fn wrong_type(path: &str, expected: &'static str, found: &Value) -> RlsJsonError {
+    RlsJsonError::WrongType {
+        path: path.to_string(),
+        expected,
+        found: kind(found),
+    }
+}
+
+fn as_object<'a>(json: &'a Value, path: &str) -> Result<&'a Map<String, Value>, RlsJsonError> {
+    json.as_object()
+        .ok_or_else(|| wrong_type(path, "a JSON object", json))
+}
+
+fn json_array<'a>(json: &'a Value, path: &str) -> Result<&'a [Value], RlsJsonError> {
+    match json {
+        Value::Null => Ok(&[]),
+        Value::Array(items) => Ok(items),
+        other => Err(wrong_type(path, "an array", other)),
+    }
+}
+
+fn json_string(json: &Value, path: &str) -> Result<String, RlsJsonError> {
     match json {
         Value::Null => Ok(String::new()),
         Value::String(s) => Ok(s.clone()),
-        other => Err(format!("{path}: expected a string, found {}", kind(other))),
+        other => Err(wrong_type(path, "a string", other)),
     }
 }
 
 /// An unsigned integer as protobuf JSON writes it: a number or a decimal string; `None` for
 /// `null`.
-fn json_u64(json: &Value, path: &str) -> Result<Option<u64>, String> {
+fn json_u64(json: &Value, path: &str) -> Result<Option<u64>, RlsJsonError> {
     let parsed = match json {
         Value::Null => return Ok(None),
         Value::Number(n) => n.as_u64().or_else(|| {
@@ -114,9 +189,10 @@ fn json_u64(json: &Value, path: &str) -> Result<Option<u64>, String> {
         Value::String(s) => s.trim().parse::<u64>().ok(),
         _ => None,
     };
-    parsed
-        .map(Some)
-        .ok_or_else(|| format!("{path}: expected a non-negative integer, found {json}"))
+    parsed.map(Some).ok_or_else(|| RlsJsonError::NotAnInteger {
+        path: path.to_string(),
+        found: json.to_string(),
+    })
 }
 
 fn kind(json: &Value) -> &'static str {
@@ -278,9 +354,27 @@ mod tests {
             ),
         ];
         for (json, needle) in cases {
-            let err = rls_request_from_json(&json).expect_err("must be refused");
+            let err = rls_request_from_json(&json)
+                .expect_err("must be refused")
+                .to_string();
             assert!(err.contains(needle), "{err:?} lacks {needle:?}");
         }
+        assert_eq!(
+            rls_request_from_json(&json!({"domain": "d", "descriptors": [{"limit": {}}]})),
+            Err(RlsJsonError::LimitOverride {
+                path: "descriptors[0].limit".into()
+            })
+        );
+        assert_eq!(
+            rls_request_from_json(
+                &json!({"domain": "d", "descriptors": [{}], "hitsAddend": "5000000000"})
+            ),
+            Err(RlsJsonError::TooLarge {
+                path: "hitsAddend".into(),
+                value: 5_000_000_000,
+                max: u64::from(u32::MAX)
+            })
+        );
     }
 
     #[test]
