@@ -43,7 +43,7 @@ use floodgate::limiter::utilization::{
 use floodgate::limiter::Priority;
 use floodgate::pipeline::SHED_RETRY_AFTER;
 use floodgate::store::MemoryStore;
-use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind};
+use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -68,17 +68,23 @@ pub struct Args {
 pub enum ReplayError {
     /// The `--limiter` spec could not be read or is invalid.
     #[error("--limiter: {0}")]
-    Spec(String),
+    Spec(#[from] SpecError),
     /// The `--store` URL names a store this command cannot use.
-    #[error("--store: {0}")]
-    Store(String),
+    #[error("--store: `{url}` is not available; use `memory`")]
+    Store {
+        /// The URL as given.
+        url: String,
+    },
+    /// `--max-keys` is not a bound the store takes.
+    #[error("--max-keys: {0}")]
+    MaxKeys(#[source] ConfigError),
     /// An input line is malformed or out of order.
-    #[error("line {line}: {message}")]
+    #[error("line {line}: {source}")]
     Event {
         /// The 1-based line number.
         line: u64,
         /// What is wrong, naming the field.
-        message: String,
+        source: EventError,
     },
     /// Reading the trace or writing the decisions failed.
     #[error("{0}")]
@@ -89,22 +95,123 @@ impl ReplayError {
     /// 2 for bad arguments (as for usage errors), 1 for bad input or I/O.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ReplayError::Spec(_) | ReplayError::Store(_) => 2,
+            ReplayError::Spec(_) | ReplayError::Store { .. } | ReplayError::MaxKeys(_) => 2,
             ReplayError::Event { .. } | ReplayError::Io(_) => 1,
         }
     }
+}
+
+/// Why a `--limiter` spec was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// Inline JSON that does not parse.
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
+    /// The spec file could not be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The file as given.
+        path: String,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+    /// The spec file is not YAML or JSON.
+    #[error("{path}: {source}")]
+    Yaml {
+        /// The file as given.
+        path: String,
+        /// The parser's reason, with the line and column.
+        source: serde_norway::Error,
+    },
+    /// The spec is not an algorithm or limiter spec: an unknown algorithm or field, a missing
+    /// or mistyped parameter.
+    #[error("{0}")]
+    Shape(#[source] serde_json::Error),
+    /// A parameter's value is not allowed.
+    #[error("{0}")]
+    Invalid(#[from] ConfigError),
+}
+
+/// Why one line of the trace was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// The line is not a JSON object.
+    #[error("not a JSON object: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// A required field is absent.
+    #[error("missing field `{field}` ({why})")]
+    Missing {
+        /// The field.
+        field: &'static str,
+        /// What needs it.
+        why: &'static str,
+    },
+    /// A field's value has the wrong type or is out of range.
+    #[error("field `{field}`: expected {expected}, got {got}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What the field takes.
+        expected: &'static str,
+        /// The value as given.
+        got: Value,
+    },
+    /// A duration field that does not read.
+    #[error("field `{field}`: {got}: {reason}")]
+    Duration {
+        /// The field.
+        field: &'static str,
+        /// The value as given.
+        got: Value,
+        /// Why it does not read.
+        reason: String,
+    },
+    /// `priority` is not one of the four classes.
+    #[error("field `priority`: `{priority}` is not one of critical, post, get, test")]
+    UnknownPriority {
+        /// The priority as given.
+        priority: String,
+    },
+    /// `op` is not an operation.
+    #[error(
+        "field `op`: unknown operation `{op}` (check, reserve, try_acquire, set_rate, acquire, \
+         release)"
+    )]
+    UnknownOp {
+        /// The operation as given.
+        op: String,
+    },
+    /// `t` goes back in time.
+    #[error(
+        "field `t`: {t} is earlier than the previous event's {previous} (events must be in time \
+         order)"
+    )]
+    OutOfOrder {
+        /// The event's time as given.
+        t: Value,
+        /// The previous event's time, in seconds.
+        previous: f64,
+    },
+    /// The limiter does not take the event's operation.
+    #[error("field `op`: {0}")]
+    Unsupported(#[source] StoreError),
+    /// The utilization shedder takes only `check`.
+    #[error("field `op`: the utilization shedder only takes `check`, got `{op}`")]
+    NotACheck {
+        /// The operation given.
+        op: OpKind,
+    },
 }
 
 /// Runs the replay on stdin and stdout.
 pub fn run(args: &Args) -> Result<(), ReplayError> {
     let subject = load_spec(&args.limiter)?
         .build()
-        .map_err(|e| ReplayError::Spec(e.to_string()))?;
+        .map_err(SpecError::Invalid)?;
     if !matches!(args.store.as_str(), "memory" | "memory://") {
-        return Err(ReplayError::Store(format!(
-            "`{}` is not available; use `memory`",
-            args.store
-        )));
+        return Err(ReplayError::Store {
+            url: args.store.clone(),
+        });
     }
     let stdin = io::stdin().lock();
     let stdout = BufWriter::new(io::stdout().lock());
@@ -201,20 +308,25 @@ impl Spec {
 }
 
 /// Reads a spec given inline (JSON) or as a file path (YAML or JSON).
-pub(crate) fn load_spec(arg: &str) -> Result<Spec, ReplayError> {
+pub(crate) fn load_spec(arg: &str) -> Result<Spec, SpecError> {
     let value: Value = if arg.trim_start().starts_with('{') {
-        serde_json::from_str(arg).map_err(|e| ReplayError::Spec(e.to_string()))?
+        serde_json::from_str(arg).map_err(SpecError::Json)?
     } else {
-        let text = std::fs::read_to_string(arg)
-            .map_err(|e| ReplayError::Spec(format!("cannot read `{arg}`: {e}")))?;
-        serde_norway::from_str(&text).map_err(|e| ReplayError::Spec(format!("{arg}: {e}")))?
+        let text = std::fs::read_to_string(arg).map_err(|source| SpecError::Read {
+            path: arg.to_string(),
+            source,
+        })?;
+        serde_norway::from_str(&text).map_err(|source| SpecError::Yaml {
+            path: arg.to_string(),
+            source,
+        })?
     };
     let spec = if value.get("limiter").is_some() {
         serde_json::from_value(value).map(Spec::Limiter)
     } else {
         serde_json::from_value(value).map(Spec::Algorithm)
     };
-    spec.map_err(|e| ReplayError::Spec(e.to_string()))
+    spec.map_err(SpecError::Shape)
 }
 
 /// One event of the trace, validated.
@@ -284,17 +396,16 @@ pub(crate) fn replay(
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |message: String| ReplayError::Event {
+        let bad = |source: EventError| ReplayError::Event {
             line: number,
-            message,
+            source,
         };
         let mut event = parse_event(&line).map_err(bad)?;
         if event.at < last {
-            return Err(bad(format!(
-                "field `t`: {} is earlier than the previous event's {} (events must be in time order)",
-                event.t,
-                last.as_secs_f64()
-            )));
+            return Err(bad(EventError::OutOfOrder {
+                t: event.t.clone(),
+                previous: last.as_secs_f64(),
+            }));
         }
         last = event.at;
         clock.set(event.at);
@@ -315,7 +426,7 @@ pub(crate) fn replay(
 }
 
 /// Turns one event into its output line.
-type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, String>>;
+type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, EventError>>;
 
 /// The function that decides events for `subject`.
 fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Decide, ReplayError> {
@@ -325,12 +436,12 @@ fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Deci
                 .max_keys(max_keys)
                 .clock(clock)
                 .build()
-                .map_err(|e| ReplayError::Spec(e.to_string()))?;
+                .map_err(ReplayError::MaxKeys)?;
             let shapes = algorithm.supports(OpKind::Reserve);
             Ok(Box::new(move |event: &Event| {
                 let d = store
                     .apply_now(&algorithm, event.key.as_str(), event.op)
-                    .map_err(|e| format!("field `op`: {e}"))?;
+                    .map_err(EventError::Unsupported)?;
                 Ok(keyed_output(event, &d, shapes))
             }))
         }
@@ -338,14 +449,13 @@ fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Deci
             let gauge = Arc::new(SettableUtilization::new(0.0));
             let shedder =
                 UtilizationShedder::new(settings, Duration::ZERO, seed, gauge, Arc::new(clock))
-                    .map_err(|e| ReplayError::Spec(e.to_string()))?;
+                    .map_err(SpecError::Invalid)?;
             let mut utilization = 0.0;
             Ok(Box::new(move |event: &Event| {
                 if !matches!(event.op, Op::Check { .. }) {
-                    return Err(format!(
-                        "field `op`: the utilization shedder only takes `check`, got `{}`",
-                        event.op.kind()
-                    ));
+                    return Err(EventError::NotACheck {
+                        op: event.op.kind(),
+                    });
                 }
                 utilization = event.utilization.unwrap_or(utilization);
                 let shed = shedder.check_with(event.priority, utilization);
@@ -396,58 +506,57 @@ fn keyed_output<'e>(event: &'e Event, d: &Decision, shapes: bool) -> Output<'e> 
     out
 }
 
-fn parse_event(line: &str) -> Result<Event, String> {
-    let mut fields: Map<String, Value> =
-        serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
-    let t = fields
-        .remove("t")
-        .ok_or_else(|| "missing field `t` (seconds from the trace's start)".to_string())?;
+fn parse_event(line: &str) -> Result<Event, EventError> {
+    let mut fields: Map<String, Value> = serde_json::from_str(line).map_err(EventError::NotJson)?;
+    let invalid = |field, expected, got: &Value| EventError::Invalid {
+        field,
+        expected,
+        got: got.clone(),
+    };
+    let t = fields.remove("t").ok_or(EventError::Missing {
+        field: "t",
+        why: "seconds from the trace's start",
+    })?;
     let at = match t.as_f64() {
         Some(secs) if secs.is_finite() && secs >= 0.0 => Nanos::from_secs_f64(secs),
-        _ => {
-            return Err(format!(
-                "field `t`: expected a number of seconds ≥ 0, got {t}"
-            ))
-        }
+        _ => return Err(invalid("t", "a number of seconds ≥ 0", &t)),
     };
     let key = match fields.get("key") {
         None => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(format!("field `key`: expected a string, got {other}")),
+        Some(other) => return Err(invalid("key", "a string", other)),
     };
     let op_name = match fields.get("op") {
         None => "check",
         Some(Value::String(s)) => s.as_str(),
-        Some(other) => return Err(format!("field `op`: expected a string, got {other}")),
+        Some(other) => return Err(invalid("op", "a string", other)),
     };
     let cost = match fields.get("cost") {
         None => 1,
         Some(v) => v
             .as_u64()
-            .ok_or_else(|| format!("field `cost`: expected a whole number ≥ 0, got {v}"))?,
+            .ok_or_else(|| invalid("cost", "a whole number ≥ 0", v))?,
     };
     let lease = match fields.get("lease") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Number(n)) => Some(n.to_string()),
-        Some(other) => return Err(format!("field `lease`: expected a string, got {other}")),
+        Some(other) => return Err(invalid("lease", "a string", other)),
     };
     let priority = match fields.get("priority") {
         None => Priority::Get,
-        Some(Value::String(s)) => Priority::from_name(s).ok_or_else(|| {
-            format!("field `priority`: `{s}` is not one of critical, post, get, test")
-        })?,
-        Some(other) => return Err(format!("field `priority`: expected a string, got {other}")),
+        Some(Value::String(s)) => {
+            Priority::from_name(s).ok_or_else(|| EventError::UnknownPriority {
+                priority: s.clone(),
+            })?
+        }
+        Some(other) => return Err(invalid("priority", "a string", other)),
     };
     let utilization = match fields.get("utilization") {
         None => None,
         Some(v) => match v.as_f64() {
             Some(u) if (0.0..=1.0).contains(&u) => Some(u),
-            _ => {
-                return Err(format!(
-                    "field `utilization`: expected a number in 0..1, got {v}"
-                ))
-            }
+            _ => return Err(invalid("utilization", "a number in 0..1", v)),
         },
     };
     let op = match op_name {
@@ -462,16 +571,13 @@ fn parse_event(line: &str) -> Result<Event, String> {
             },
         },
         "set_rate" => {
-            let rate = fields
-                .get("rate")
-                .ok_or_else(|| "missing field `rate` (needed by `set_rate`)".to_string())?;
+            let rate = fields.get("rate").ok_or(EventError::Missing {
+                field: "rate",
+                why: "needed by `set_rate`",
+            })?;
             match rate.as_f64() {
                 Some(r) if r.is_finite() && r > 0.0 => Op::SetRate { rate: r },
-                _ => {
-                    return Err(format!(
-                        "field `rate`: expected a number above 0, got {rate}"
-                    ))
-                }
+                _ => return Err(invalid("rate", "a number above 0", rate)),
             }
         }
         "acquire" => Op::Acquire {
@@ -480,17 +586,19 @@ fn parse_event(line: &str) -> Result<Event, String> {
         },
         "release" => {
             let Some(name) = lease.as_deref() else {
-                return Err("missing field `lease` (needed by `release`)".to_string());
+                return Err(EventError::Missing {
+                    field: "lease",
+                    why: "needed by `release`",
+                });
             };
             Op::Release {
                 lease: lease_id(name),
             }
         }
         other => {
-            return Err(format!(
-                "field `op`: unknown operation `{other}` (check, reserve, try_acquire, set_rate, \
-                 acquire, release)"
-            ))
+            return Err(EventError::UnknownOp {
+                op: other.to_string(),
+            })
         }
     };
     Ok(Event {
@@ -504,7 +612,7 @@ fn parse_event(line: &str) -> Result<Event, String> {
     })
 }
 
-fn duration_field(name: &str, value: &Value) -> Result<Duration, String> {
+fn duration_field(field: &'static str, value: &Value) -> Result<Duration, EventError> {
     let parsed = match value {
         Value::Number(n) => n
             .as_f64()
@@ -513,7 +621,11 @@ fn duration_field(name: &str, value: &Value) -> Result<Duration, String> {
         Value::String(s) => parse_duration(s),
         _ => Err("expected seconds or a duration string".to_string()),
     };
-    parsed.map_err(|e| format!("field `{name}`: {value}: {e}"))
+    parsed.map_err(|reason| EventError::Duration {
+        field,
+        got: value.clone(),
+        reason,
+    })
 }
 
 #[cfg(test)]
@@ -563,8 +675,9 @@ mod tests {
         ];
         for (trace, line, field) in cases {
             match run_trace(TB, trace) {
-                Err(ReplayError::Event { line: l, message }) => {
+                Err(ReplayError::Event { line: l, source }) => {
                     assert_eq!(l, line, "{trace}");
+                    let message = source.to_string();
                     assert!(message.contains(field), "{message}");
                 }
                 other => panic!("{trace}: {other:?}"),

@@ -61,9 +61,20 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
-    /// A runtime or thread could not be started, or a server failed while running.
-    #[error("server error: {0}")]
-    Run(String),
+    /// The acceptor's runtime could not be started.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A worker thread, or its runtime, could not be started.
+    #[error("cannot start worker {index}: {source}")]
+    Worker {
+        /// The worker's number, from 0.
+        index: usize,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A worker thread panicked while serving.
+    #[error("a worker panicked")]
+    WorkerPanicked,
 }
 
 /// Loads the config, binds both listeners, starts the workers and serves until a shutdown
@@ -92,7 +103,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let acceptor = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ServeError::Run(format!("cannot start the runtime: {e}")))?;
+        .map_err(ServeError::Runtime)?;
     acceptor.block_on(async {
         let http = bind(http_addr).await?;
         let grpc = bind(grpc_addr).await?;
@@ -156,8 +167,8 @@ pub async fn run(
         let (server, stopped) = (server.clone(), stopped.clone());
         let thread = std::thread::Builder::new()
             .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(server, http_rx, grpc_rx, stopped))
-            .map_err(|e| ServeError::Run(format!("cannot start worker {i}: {e}")))?;
+            .spawn(move || worker(i, server, http_rx, grpc_rx, stopped))
+            .map_err(|source| ServeError::Worker { index: i, source })?;
         threads.push(thread);
     }
     let mut turn = 0usize;
@@ -191,15 +202,16 @@ pub async fn run(
         match thread.join() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => failure = Some(e),
-            Err(_) => failure = Some(ServeError::Run("a worker panicked".into())),
+            Err(_) => failure = Some(ServeError::WorkerPanicked),
         }
     }
     tracing::info!("floodgate stopped");
     failure.map_or(Ok(()), Err)
 }
 
-/// One worker thread: a single-threaded runtime serving the connections dealt to it.
+/// Worker `index`'s thread: a single-threaded runtime serving the connections dealt to it.
 fn worker(
+    index: usize,
     server: Arc<Server>,
     http: mpsc::Receiver<Handoff>,
     grpc: mpsc::Receiver<Handoff>,
@@ -208,7 +220,7 @@ fn worker(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ServeError::Run(format!("cannot start a worker runtime: {e}")))?;
+        .map_err(|source| ServeError::Worker { index, source })?;
     runtime.block_on(async move {
         let adopt = |(stream, _): Handoff| tokio::net::TcpStream::from_std(stream);
         let http_server = crate::http::serve(

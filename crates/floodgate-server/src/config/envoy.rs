@@ -129,61 +129,113 @@ const RATE_LIMIT_FIELDS: &str =
     "`unit`, `requests_per_unit`, `unlimited`, `name`, `replaces` or `algorithm` (with its \
      parameters)";
 
-impl TryFrom<Map<String, Value>> for RateLimitConfig {
-    type Error = String;
+/// Why a `rate_limit` block could not be read (the YAML reader reports it with the line and
+/// column). `field` is the path inside the block, e.g. `replaces[1].name`.
+#[derive(Debug, thiserror::Error)]
+pub enum RateLimitFieldError {
+    /// A field holds a value of the wrong kind.
+    #[error("rate_limit: {field}: `{value}` is not {expected}")]
+    WrongValue {
+        /// The field.
+        field: String,
+        /// The value as written.
+        value: Value,
+        /// What the field takes.
+        expected: &'static str,
+    },
+    /// A field the block (or a `replaces` entry) does not have.
+    #[error(
+        "rate_limit: {}unknown field `{field}`, expected {expected}",
+        within_prefix(within)
+    )]
+    UnknownField {
+        /// The `replaces` entry holding it, or `None` for the block itself.
+        within: Option<String>,
+        /// The field's name.
+        field: String,
+        /// The fields allowed there.
+        expected: &'static str,
+    },
+    /// The block names an `algorithm` whose parameters do not read.
+    #[error("rate_limit: {0}")]
+    Algorithm(#[source] serde_json::Error),
+}
 
-    fn try_from(map: Map<String, Value>) -> Result<Self, String> {
-        parse_rate_limit(map).map_err(|e| format!("rate_limit: {e}"))
+fn within_prefix(within: &Option<String>) -> String {
+    within
+        .as_ref()
+        .map(|w| format!("{w}: "))
+        .unwrap_or_default()
+}
+
+fn wrong_value(
+    field: impl Into<String>,
+    value: Value,
+    expected: &'static str,
+) -> RateLimitFieldError {
+    RateLimitFieldError::WrongValue {
+        field: field.into(),
+        value,
+        expected,
     }
 }
 
-fn parse_rate_limit(mut map: Map<String, Value>) -> Result<RateLimitConfig, String> {
-    let unit = take_string(&mut map, "unit")?;
-    let requests_per_unit = match take(&mut map, "requests_per_unit") {
-        None => None,
-        Some(v) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "requests_per_unit: `{v}` is not a whole number from 0 to {}",
-                        u32::MAX
-                    )
-                })?,
-        ),
-    };
-    let unlimited = match take(&mut map, "unlimited") {
-        None => false,
-        Some(Value::Bool(b)) => b,
-        Some(v) => return Err(format!("unlimited: `{v}` is not true or false")),
-    };
-    let name = take_string(&mut map, "name")?;
-    let replaces = match take(&mut map, "replaces") {
-        None => Vec::new(),
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| replace_name(i, item))
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(format!("replaces: `{v}` is not a list of {{name: …}}")),
-    };
-    let algorithm = if map.contains_key("algorithm") {
-        Some(serde_json::from_value(Value::Object(map)).map_err(|e| e.to_string())?)
-    } else if let Some(field) = map.keys().next() {
-        return Err(format!(
-            "unknown field `{field}`, expected {RATE_LIMIT_FIELDS}"
-        ));
-    } else {
-        None
-    };
-    Ok(RateLimitConfig {
-        unit,
-        requests_per_unit,
-        unlimited,
-        name,
-        replaces,
-        algorithm,
-    })
+impl TryFrom<Map<String, Value>> for RateLimitConfig {
+    type Error = RateLimitFieldError;
+
+    fn try_from(mut map: Map<String, Value>) -> Result<Self, RateLimitFieldError> {
+        let unit = take_string(&mut map, "", "unit")?;
+        let requests_per_unit = match take(&mut map, "requests_per_unit") {
+            None => None,
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => Some(n),
+                None => {
+                    return Err(wrong_value(
+                        "requests_per_unit",
+                        v,
+                        "a whole number from 0 to 4294967295",
+                    ))
+                }
+            },
+        };
+        let unlimited = match take(&mut map, "unlimited") {
+            None => false,
+            Some(Value::Bool(b)) => b,
+            Some(v) => return Err(wrong_value("unlimited", v, "true or false")),
+        };
+        let name = take_string(&mut map, "", "name")?;
+        let replaces = match take(&mut map, "replaces") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| replace_name(i, item))
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(wrong_value("replaces", v, "a list of {name: …}")),
+        };
+        let algorithm = if map.contains_key("algorithm") {
+            Some(
+                serde_json::from_value(Value::Object(map))
+                    .map_err(RateLimitFieldError::Algorithm)?,
+            )
+        } else if let Some(field) = map.keys().next() {
+            return Err(RateLimitFieldError::UnknownField {
+                within: None,
+                field: field.clone(),
+                expected: RATE_LIMIT_FIELDS,
+            });
+        } else {
+            None
+        };
+        Ok(RateLimitConfig {
+            unit,
+            requests_per_unit,
+            unlimited,
+            name,
+            replaces,
+            algorithm,
+        })
+    }
 }
 
 /// Removes `field`; a `null` counts as absent.
@@ -192,28 +244,32 @@ fn take(map: &mut Map<String, Value>, field: &str) -> Option<Value> {
 }
 
 /// A string field; numbers and booleans are taken as written (YAML `name: 2024` is a name).
-fn take_string(map: &mut Map<String, Value>, field: &str) -> Result<Option<String>, String> {
+/// `at` is the path of the mapping holding it, with a trailing dot (empty for the block).
+fn take_string(
+    map: &mut Map<String, Value>,
+    at: &str,
+    field: &str,
+) -> Result<Option<String>, RateLimitFieldError> {
     match take(map, field) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
-        Some(v) => Err(format!("{field}: `{v}` is not a string")),
+        Some(v) => Err(wrong_value(format!("{at}{field}"), v, "a string")),
     }
 }
 
-fn replace_name(index: usize, item: Value) -> Result<String, String> {
+fn replace_name(index: usize, item: Value) -> Result<String, RateLimitFieldError> {
+    let within = format!("replaces[{index}]");
     let Value::Object(mut entry) = item else {
-        return Err(format!(
-            "replaces[{index}]: `{item}` is not a mapping {{name: …}}"
-        ));
+        return Err(wrong_value(within, item, "a mapping {name: …}"));
     };
-    let name = take_string(&mut entry, "name")
-        .map_err(|e| format!("replaces[{index}].{e}"))?
-        .unwrap_or_default();
+    let name = take_string(&mut entry, &format!("{within}."), "name")?.unwrap_or_default();
     if let Some(field) = entry.keys().next() {
-        return Err(format!(
-            "replaces[{index}]: unknown field `{field}`, expected `name`"
-        ));
+        return Err(RateLimitFieldError::UnknownField {
+            within: Some(within),
+            field: field.clone(),
+            expected: "`name`",
+        });
     }
     Ok(name)
 }
