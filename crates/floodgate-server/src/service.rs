@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
+use floodgate::algorithm::Algorithm;
 use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::{LimiterKind, Mode, Priority};
 use floodgate::pipeline::{Descriptor, Pipeline};
@@ -88,6 +89,18 @@ pub struct EvaluateAnswer {
     pub headers: HashMap<&'static str, String>,
     /// Limiters in shadow mode that would have refused.
     pub shadow_refusals: Vec<&'static str>,
+}
+
+/// What the running configuration serves, for `GET /`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overview {
+    /// The pipeline's configured limiters, in the order they run, with their current mode
+    /// (which the admin API may have switched since the config was loaded).
+    pub limiters: Vec<(LimiterKind, Mode)>,
+    /// The named limits of `POST /v1/check`, sorted by name, each with its algorithm's name.
+    pub limits: Vec<(String, &'static str)>,
+    /// The Envoy RLS domains, sorted.
+    pub domains: Vec<String>,
 }
 
 /// Why `POST /v1/evaluate` refused a request's fields (the body itself parsed).
@@ -461,6 +474,28 @@ impl Server {
                 tracing::error!(error = %e, "reload refused; keeping the running config");
                 Err(e)
             }
+        }
+    }
+
+    /// The running configuration's limiters, named limits and domains.
+    pub fn overview(&self) -> Overview {
+        let snapshot = self.snapshot.load();
+        let limiters = LimiterKind::ALL
+            .into_iter()
+            .filter_map(|kind| snapshot.pipeline.mode(kind).map(|mode| (kind, mode)))
+            .collect();
+        let mut limits: Vec<(String, &'static str)> = snapshot
+            .named
+            .iter()
+            .map(|(name, algorithm)| (name.clone(), algorithm.name()))
+            .collect();
+        limits.sort();
+        let mut domains: Vec<String> = snapshot.rules.domains().map(str::to_string).collect();
+        domains.sort();
+        Overview {
+            limiters,
+            limits,
+            domains,
         }
     }
 

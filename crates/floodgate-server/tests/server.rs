@@ -505,6 +505,53 @@ async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one
 }
 
 #[tokio::test]
+async fn the_home_page_names_the_version_and_what_is_configured() {
+    // One more domain, whose name needs escaping.
+    let config = format!("{CONFIG}  - domain: \"<b>edge</b> & co\"\n");
+    let s = start(Some(&config), None).await;
+    let response = reqwest::get(format!("{}/", s.http)).await.expect("answers");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/html; charset=utf-8"
+    );
+    let page = response.text().await.expect("a body");
+    assert!(page.contains("Floodgate"), "{page}");
+    assert!(page.contains(env!("CARGO_PKG_VERSION")), "{page}");
+    // The pipeline's limiters with their modes, the named limits, the domains.
+    assert!(
+        page.contains("<code>request_rate</code></td><td>enforce"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<code>concurrency</code></td><td>enforce"),
+        "{page}"
+    );
+    assert!(!page.contains("<code>fleet</code>"), "{page}");
+    assert!(
+        page.contains("<code>login</code></td><td>fixed_window"),
+        "{page}"
+    );
+    assert!(page.contains("<code>edge</code>"), "{page}");
+    assert!(
+        page.contains("<code>&lt;b&gt;edge&lt;/b&gt; &amp; co</code>"),
+        "{page}"
+    );
+    assert!(!page.contains("<b>"), "{page}");
+    for endpoint in [
+        "/v1/check",
+        "/v1/evaluate",
+        "/v1/release",
+        "/json",
+        "/metrics",
+        "/livez",
+        "/readyz",
+    ] {
+        assert!(page.contains(&format!("href=\"{endpoint}\"")), "{endpoint}");
+    }
+}
+
+#[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
     use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use floodgate_server::grpc::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};

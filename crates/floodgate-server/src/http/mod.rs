@@ -1,6 +1,6 @@
-//! The HTTP JSON API: decisions, leases, envoyproxy/ratelimit's `/json`,
-//! health, metrics and the admin endpoints. Handlers are thin: they parse, call the
-//! [`Server`], and shape the answer.
+//! The HTTP JSON API: decisions, leases, envoyproxy/ratelimit's `/json`, health, metrics, the
+//! admin endpoints, and a page for browsers at `/` ([`home`]). Handlers are thin: they parse,
+//! call the [`Server`], and shape the answer.
 //!
 //! Every error is `{"error": {"type", "message"}}` with a 4xx status; `message` is for people,
 //! `type` a stable name for programs, one per kind of error:
@@ -20,6 +20,8 @@
 //! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`]); the running config stays |
 //!
 //! Bad input never changes state.
+
+pub mod home;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +84,7 @@ where
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
+        .route("/", get(home_page))
         .route("/v1/check", post(check))
         .route("/v1/evaluate", post(evaluate))
         .route("/v1/release", post(release))
@@ -374,6 +377,14 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
         server.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn home_page(State(server): State<Arc<Server>>) -> Response {
+    (
+        [("content-type", "text/html; charset=utf-8")],
+        home::render(&server.overview()),
     )
         .into_response()
 }
