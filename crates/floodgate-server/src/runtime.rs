@@ -8,8 +8,24 @@
 //! stay on one core with no work stealing or cross-core wake-ups; measured on this project's
 //! 2-core machine this serves about 1.5× the gRPC decisions per second of a work-stealing
 //! runtime (BENCHMARKS.md).
+//!
+//! # The listening line
+//!
+//! Once both listeners are bound, and before any connection is served, `serve` writes one line
+//! to stderr ([`Listening`]):
+//!
+//! ```text
+//! floodgate listening http=127.0.0.1:43121 grpc=127.0.0.1:43122
+//! ```
+//!
+//! It is written directly, not through the log, so it has no timestamp, level or colour
+//! whatever the log format; the addresses are the bound ones, so `--http 127.0.0.1:0` (and
+//! `--grpc 127.0.0.1:0`) let the operating system choose a free port and the line says which.
+//! Signal handlers are installed before the line is written.
 
+use std::fmt;
 use std::future::Future;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,15 +52,53 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Where the HTTP JSON API listens (default: the config's `http`, else 127.0.0.1:8080).
+    /// Port 0 lets the OS choose; the `floodgate listening …` line on stderr names the port.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
     /// Where the Envoy RLS gRPC API listens (default: the config's `grpc`, else
-    /// 127.0.0.1:8081).
+    /// 127.0.0.1:8081). Port 0 lets the OS choose, as for `--http`.
     #[arg(long, value_name = "ADDR")]
     pub grpc: Option<SocketAddr>,
     /// Worker threads, each with its own single-threaded runtime (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+}
+
+/// The addresses `serve` listens on, as it announces them on stderr once both are bound:
+/// `floodgate listening http=ADDR grpc=ADDR` (see the [module documentation](self)), each
+/// address as [`SocketAddr`] writes it (`127.0.0.1:43121`, `[::1]:43121`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listening {
+    /// The HTTP JSON API's bound address.
+    pub http: SocketAddr,
+    /// The Envoy RLS gRPC API's bound address.
+    pub grpc: SocketAddr,
+}
+
+impl Listening {
+    /// What the line starts with.
+    pub const PREFIX: &'static str = "floodgate listening ";
+
+    /// Reads a listening line (a trailing newline is allowed); `None` for any other line.
+    pub fn parse(line: &str) -> Option<Listening> {
+        let rest = line
+            .trim_end_matches(['\r', '\n'])
+            .strip_prefix(Self::PREFIX)?;
+        let mut fields = rest.split(' ');
+        let http = fields.next()?.strip_prefix("http=")?.parse().ok()?;
+        let grpc = fields.next()?.strip_prefix("grpc=")?.parse().ok()?;
+        if fields.next().is_some() {
+            return None;
+        }
+        Some(Listening { http, grpc })
+    }
+}
+
+impl fmt::Display for Listening {
+    /// The line, without its newline.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}http={} grpc={}", Self::PREFIX, self.http, self.grpc)
+    }
 }
 
 /// Why `serve` could not run.
@@ -107,17 +161,38 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     acceptor.block_on(async {
         let http = bind(http_addr).await?;
         let grpc = bind(grpc_addr).await?;
+        let listening = Listening {
+            http: local_addr(&http, http_addr)?,
+            grpc: local_addr(&grpc, grpc_addr)?,
+        };
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(watch_signals(server.clone(), stop));
-        tracing::info!(
-            http = %http.local_addr().map_or(http_addr, |a| a),
-            grpc = %grpc.local_addr().map_or(grpc_addr, |a| a),
-            workers,
-            config = ?args.config,
-            "floodgate serving"
-        );
+        // Installed now, so that a signal sent as soon as the line below is read is handled.
+        match Signals::install() {
+            Ok(signals) => {
+                tokio::spawn(watch_signals(server.clone(), signals, stop));
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "cannot install signal handlers; stop the process with SIGKILL"
+            ),
+        }
+        announce(&listening);
+        tracing::info!(workers, config = ?args.config, "floodgate serving");
         run(server, http, grpc, workers, stopped).await
     })
+}
+
+/// Writes the listening line to stderr in one write, so that no log line can split it.
+fn announce(listening: &Listening) {
+    let line = format!("{listening}\n");
+    // Nothing to do if stderr is gone; the service runs on.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServeError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })
 }
 
 fn parse_addr(text: &str) -> SocketAddr {
@@ -290,28 +365,68 @@ async fn wait_for(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
+/// The signals `serve` answers, registered with the OS.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Registers the handlers now (signals that arrive before they are awaited are kept).
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
 /// SIGHUP reloads the config; SIGTERM or SIGINT starts the graceful shutdown.
-async fn watch_signals(server: Arc<Server>, stop: watch::Sender<bool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::hangup()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop the process with SIGKILL");
-        return;
-    };
+async fn watch_signals(server: Arc<Server>, mut signals: Signals, stop: watch::Sender<bool>) {
     loop {
         tokio::select! {
-            _ = hup.recv() => match server.reload() {
+            _ = signals.hup.recv() => match server.reload() {
                 Ok(()) => tracing::info!("config reloaded (SIGHUP)"),
                 Err(e) => tracing::error!(error = %e, "reload failed; keeping the running config"),
             },
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
         }
     }
     tracing::info!("shutting down: no new connections, finishing in-flight calls");
     server.set_not_ready();
     let _ = stop.send(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listening_line_reads_back() {
+        let listening = Listening {
+            http: "127.0.0.1:43121".parse().unwrap(),
+            grpc: "[::1]:8081".parse().unwrap(),
+        };
+        let line = listening.to_string();
+        assert_eq!(
+            line,
+            "floodgate listening http=127.0.0.1:43121 grpc=[::1]:8081"
+        );
+        assert_eq!(Listening::parse(&line), Some(listening));
+        assert_eq!(Listening::parse(&format!("{line}\n")), Some(listening));
+        for other in [
+            "",
+            "floodgate listening",
+            "floodgate listening http=127.0.0.1:1",
+            "floodgate listening grpc=127.0.0.1:1 http=127.0.0.1:2",
+            "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 extra",
+            "2026-01-01T00:00:00Z INFO floodgate serving workers=2",
+        ] {
+            assert_eq!(Listening::parse(other), None, "{other:?}");
+        }
+    }
 }

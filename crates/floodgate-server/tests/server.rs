@@ -1,20 +1,26 @@
 //! `floodgate serve` end to end: the real binary on ephemeral loopback ports, called over HTTP
 //! the way a gateway or a client would.
 
-use std::io::Write;
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
+use floodgate_server::runtime::Listening;
 use serde_json::{json, Value};
+
+/// How long a starting service may take to print its listening line.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running `floodgate serve`, killed when dropped.
 struct Service {
     child: Child,
     http: String,
-    /// The Envoy RLS gRPC port.
-    grpc: u16,
+    /// The Envoy RLS gRPC address.
+    grpc: SocketAddr,
     _dir: Option<TempDir>,
 }
 
@@ -33,32 +39,53 @@ impl Drop for Service {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 fn temp_dir() -> TempDir {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "floodgate-test-{}-{}",
         std::process::id(),
-        free_port()
+        NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     TempDir(dir)
 }
 
-/// Starts the binary with `config` (YAML text, or the built-in config when `None`).
+/// Reads the child's stderr on a thread until the `floodgate listening …` line, and returns
+/// the addresses it names (waiting at most [`START_TIMEOUT`]). The thread then keeps reading,
+/// and dropping, what the child writes, so that a full pipe never blocks it.
+fn wait_for_listening(stderr: ChildStderr) -> Listening {
+    let (found, listening) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut before = Vec::new();
+        let addresses = loop {
+            match lines.next() {
+                Some(Ok(line)) => match Listening::parse(&line) {
+                    Some(addresses) => break Ok(addresses),
+                    None => before.push(line),
+                },
+                // The child closed stderr (it exited) without the line: hand over what it said.
+                Some(Err(_)) | None => break Err(before.join("\n")),
+            }
+        };
+        let _ = found.send(addresses);
+        for _ in lines {}
+    });
+    match listening.recv_timeout(START_TIMEOUT) {
+        Ok(Ok(addresses)) => addresses,
+        Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
+        Err(e) => panic!("no listening line from floodgate serve within {START_TIMEOUT:?}: {e}"),
+    }
+}
+
+/// Starts the binary with `config` (YAML text, or the built-in config when `None`) on ports
+/// the OS chooses, and returns once both listeners are bound.
 async fn start(config: Option<&str>, admin_token: Option<&str>) -> Service {
-    let (http_port, grpc) = (free_port(), free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
     command
-        .args(["serve", "--http", &format!("127.0.0.1:{http_port}")])
-        .args(["--grpc", &format!("127.0.0.1:{grpc}")])
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .env_remove("FLOODGATE_ADMIN_TOKEN");
     if let Some(token) = admin_token {
         command.env("FLOODGATE_ADMIN_TOKEN", token);
@@ -70,24 +97,16 @@ async fn start(config: Option<&str>, admin_token: Option<&str>) -> Service {
         command.arg("--config").arg(&path);
         dir
     });
-    let child = command.spawn().expect("the floodgate binary starts");
-    let service = Service {
+    let mut child = command.spawn().expect("the floodgate binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    // Blocks this test's runtime, which has nothing else to do until the service is up.
+    let listening = wait_for_listening(stderr);
+    Service {
         child,
-        http: format!("http://127.0.0.1:{http_port}"),
-        grpc,
+        http: format!("http://{}", listening.http),
+        grpc: listening.grpc,
         _dir: dir,
-    };
-    // Wait (bounded) until it answers.
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if let Ok(r) = client.get(format!("{}/livez", service.http)).send().await {
-            if r.status() == 200 {
-                return service;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("floodgate serve did not come up");
 }
 
 impl Service {
@@ -560,7 +579,7 @@ async fn sigterm_drains_and_exits_zero() {
     let (status, ready) = s.get("/readyz").await;
     assert_eq!((status, ready.as_str()), (200, "ready"));
     // An open gRPC connection, as Envoy keeps one, must not hold the shutdown up.
-    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", s.grpc))
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", s.grpc))
         .await
         .expect("the gRPC API answers");
     let request = RateLimitRequest {
@@ -634,7 +653,7 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
     use floodgate_server::grpc::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 
     let s = start(Some(CONFIG), None).await;
-    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", s.grpc))
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", s.grpc))
         .await
         .expect("the gRPC API answers");
     let request = |value: &str, hits: u32| RateLimitRequest {
