@@ -41,8 +41,9 @@
 //!
 //! # Counter keys
 //!
-//! Counters live under the key `rls` NUL, then the domain and each key and value, each as its
-//! byte length, `:` and its bytes (unambiguous whatever the strings hold).
+//! Counters live in the store's [`RLS_NAMESPACE`] namespace (`rls:`), under the domain and each
+//! key and value, each as its byte length, `:` and its bytes (unambiguous whatever the strings
+//! hold).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -399,6 +400,10 @@ impl RuleSet {
     }
 }
 
+/// The namespace of the Envoy rules' counters in the store: no pipeline stage or named limit
+/// may take it.
+pub const RLS_NAMESPACE: &str = "rls";
+
 /// The store key of one request descriptor's counter (see the module's "Counter keys").
 fn counter_key(domain: &str, descriptor: &RlsDescriptor) -> String {
     let len: usize = domain.len()
@@ -408,7 +413,8 @@ fn counter_key(domain: &str, descriptor: &RlsDescriptor) -> String {
             .map(|(k, v)| k.len() + v.len() + 8)
             .sum::<usize>();
     let mut key = String::with_capacity(len + 12);
-    key.push_str("rls\0");
+    key.push_str(RLS_NAMESPACE);
+    key.push(':');
     let mut part = |s: &str| {
         // Writing to a String cannot fail.
         let _ = write!(key, "{}:", s.len());

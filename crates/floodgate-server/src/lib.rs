@@ -1,11 +1,13 @@
 //! The `floodgate` command's library: everything but argument parsing lives here, so that the
 //! binary's `main.rs` stays thin and integration tests can start a real server in-process.
 #![warn(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 pub mod config;
 pub mod descriptors;
 pub mod grpc;
 pub mod http;
+pub mod lease_token;
 pub mod metrics;
 pub mod replay;
 pub mod rls;

@@ -54,14 +54,21 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),
         },
-        Command::CheckConfig { file } => match config::Config::load(&file) {
-            Ok(_) => {
+        Command::CheckConfig { file } => match check_config(&file) {
+            Ok(()) => {
                 println!("{}: ok", file.display());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e.to_string(), 1),
         },
     }
+}
+
+/// Reads the file and builds everything it configures, as `serve` would, over a throwaway store.
+fn check_config(file: &std::path::Path) -> Result<(), config::ConfigFileError> {
+    let store = std::sync::Arc::new(floodgate::store::MemoryStore::new());
+    let clock = std::sync::Arc::new(floodgate::CoarseClock::shared());
+    config::Config::load(file)?.build(store, clock).map(drop)
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

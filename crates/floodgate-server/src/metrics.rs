@@ -8,8 +8,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use floodgate::limiter::{LimiterKind, Priority};
-use floodgate::pipeline::PipelineStats;
+use floodgate::pipeline::{LimiterState, StageSnapshot, StageStats};
 
 /// Which API answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,42 +147,40 @@ impl Metrics {
             "floodgate_rls_shadow_over_limit_total {}",
             self.rls_shadow_over_limit.load(Ordering::Relaxed)
         )?;
-        let s = &live.stats;
-        let per_limiter: [(&str, &str, &str, [u64; 4]); 4] = [
+        let per_stage: [StageCounter; 4] = [
             (
                 "floodgate_refusals_total",
-                "counter",
                 "Requests refused, by limiter (enforce mode).",
-                s.refused,
+                |s| s.refused,
             ),
             (
                 "floodgate_shadow_refusals_total",
-                "counter",
                 "Requests a shadow-mode limiter would have refused.",
-                s.shadow_refused,
+                |s| s.shadow_refused,
             ),
             (
                 "floodgate_fail_open_total",
-                "counter",
                 "Store errors that let the request through.",
-                s.fail_open,
+                |s| s.fail_open,
             ),
             (
                 "floodgate_fail_closed_total",
-                "counter",
                 "Store errors that refused the request.",
-                s.fail_closed,
+                |s| s.fail_closed,
             ),
         ];
-        for (name, kind, help, values) in per_limiter {
+        for (name, help, value) in per_stage {
             writeln!(out, "# HELP {name} {help}")?;
-            writeln!(out, "# TYPE {name} {kind}")?;
-            for k in LimiterKind::ALL {
-                let mode = live.modes[k as usize];
+            writeln!(out, "# TYPE {name} counter")?;
+            for stage in &live.stages {
+                let s = &stage.stats;
                 writeln!(
                     out,
-                    "{name}{{limiter=\"{k}\",mode=\"{mode}\"}} {}",
-                    values[k as usize]
+                    "{name}{{limiter=\"{}\",kind=\"{}\",mode=\"{}\"}} {}",
+                    s.name,
+                    s.kind,
+                    stage.mode.name(),
+                    value(s)
                 )?;
             }
         }
@@ -207,14 +204,21 @@ impl Metrics {
         writeln!(out, "floodgate_store_seconds_count {count}")?;
         writeln!(
             out,
-            "# HELP floodgate_in_flight Requests holding a place, by limiter."
+            "# HELP floodgate_in_flight Requests holding a place, by limiter (fleet: its non-critical requests; workers: busy workers)."
         )?;
         writeln!(out, "# TYPE floodgate_in_flight gauge")?;
-        writeln!(
-            out,
-            "floodgate_in_flight{{limiter=\"fleet\"}} {}",
-            live.fleet_in_flight
-        )?;
+        for stage in &live.stages {
+            if let LimiterState::Fleet {
+                in_flight: Some(n), ..
+            } = stage.state
+            {
+                writeln!(
+                    out,
+                    "floodgate_in_flight{{limiter=\"{}\"}} {n}",
+                    stage.stats.name
+                )?;
+            }
+        }
         writeln!(
             out,
             "floodgate_in_flight{{limiter=\"workers\"}} {}",
@@ -222,21 +226,37 @@ impl Metrics {
         )?;
         writeln!(
             out,
-            "# HELP floodgate_shed_amount The utilization shedder's shed amount."
+            "# HELP floodgate_shed_amount The utilization shedder's shed amount, by limiter."
         )?;
         writeln!(out, "# TYPE floodgate_shed_amount gauge")?;
-        writeln!(out, "floodgate_shed_amount {}", live.shed_amount)?;
+        for stage in &live.stages {
+            if let LimiterState::Utilization { shed_amount, .. } = stage.state {
+                let name = &stage.stats.name;
+                writeln!(
+                    out,
+                    "floodgate_shed_amount{{limiter=\"{name}\"}} {shed_amount}"
+                )?;
+            }
+        }
         writeln!(
             out,
-            "# HELP floodgate_drop_probability Probability of shedding, by class."
+            "# HELP floodgate_drop_probability Probability of shedding, by limiter and class."
         )?;
         writeln!(out, "# TYPE floodgate_drop_probability gauge")?;
-        for (class, p) in &live.drop_probability {
-            writeln!(
-                out,
-                "floodgate_drop_probability{{class=\"{}\"}} {p}",
-                class.name()
-            )?;
+        for stage in &live.stages {
+            if let LimiterState::Utilization {
+                drop_probability, ..
+            } = &stage.state
+            {
+                for (class, p) in drop_probability {
+                    writeln!(
+                        out,
+                        "floodgate_drop_probability{{limiter=\"{}\",class=\"{}\"}} {p}",
+                        stage.stats.name,
+                        class.name()
+                    )?;
+                }
+            }
         }
         writeln!(
             out,
@@ -251,21 +271,16 @@ impl Metrics {
     }
 }
 
-/// What the metrics read from the limiters at scrape time.
+/// A per-stage counter: its metric name, help text, and where it is read from.
+type StageCounter = (&'static str, &'static str, fn(&StageStats) -> u64);
+
+/// What the metrics read from the pipeline at scrape time.
 #[derive(Debug, Default)]
 pub struct Live {
-    /// The pipeline's counters.
-    pub stats: PipelineStats,
-    /// Each limiter's mode name (`enforce`, `shadow`, `off`, or `none` if not configured).
-    pub modes: [&'static str; 4],
-    /// Fleet leases in flight.
-    pub fleet_in_flight: u64,
+    /// Every stage's snapshot, in order.
+    pub stages: Vec<StageSnapshot>,
     /// Workers busy (the utilization gauge).
     pub busy_workers: u64,
-    /// The utilization shedder's amount.
-    pub shed_amount: f64,
-    /// The drop probability per class.
-    pub drop_probability: Vec<(Priority, f64)>,
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use floodgate::limiter::utilization::{
 use floodgate::limiter::Priority;
 use floodgate::pipeline::SHED_RETRY_AFTER;
 use floodgate::store::MemoryStore;
-use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind, StoreError};
+use floodgate::{ConfigError, Decision, LeaseId, ManualClock, Nanos, Op, OpKind, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -368,10 +368,10 @@ pub(crate) struct Output<'a> {
 }
 
 /// A lease id as the algorithms take it: a stable hash of the trace's name for it.
-fn lease_id(name: &str) -> u64 {
+fn lease_id(name: &str) -> LeaseId {
     let mut h = DefaultHasher::new();
     name.hash(&mut h);
-    h.finish()
+    LeaseId::from(h.finish())
 }
 
 /// Replays `input` into `output`; the core of `run`, separated for tests.
@@ -447,9 +447,14 @@ fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Deci
         }
         Subject::Utilization { seed, settings } => {
             let gauge = Arc::new(SettableUtilization::new(0.0));
-            let shedder =
-                UtilizationShedder::new(settings, Duration::ZERO, seed, gauge, Arc::new(clock))
-                    .map_err(SpecError::Invalid)?;
+            let shedder = UtilizationShedder::builder()
+                .settings(settings)
+                .sample_interval(Duration::ZERO)
+                .seed(seed)
+                .source(gauge)
+                .clock(Arc::new(clock))
+                .build()
+                .map_err(SpecError::Invalid)?;
             let mut utilization = 0.0;
             Ok(Box::new(move |event: &Event| {
                 if !matches!(event.op, Op::Check { .. }) {
@@ -581,7 +586,7 @@ fn parse_event(line: &str) -> Result<Event, EventError> {
             }
         }
         "acquire" => Op::Acquire {
-            lease: 0, // named (or made up) by the caller
+            lease: LeaseId(0), // named (or made up) by the caller
             critical: priority == Priority::Critical,
         },
         "release" => {

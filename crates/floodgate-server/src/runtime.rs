@@ -149,7 +149,13 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let admin_token = std::env::var("FLOODGATE_ADMIN_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
-    let server = Arc::new(Server::new(config, args.config.clone(), admin_token)?);
+    let mut server = Server::new(config, args.config.clone(), admin_token)?;
+    // Services behind one load balancer share this secret, so that any of them accepts the
+    // lease tokens another issued; without it each process signs with its own random secret.
+    if let Some(secret) = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty()) {
+        server = server.with_lease_secret(secret.into_encoded_bytes());
+    }
+    let server = Arc::new(server);
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

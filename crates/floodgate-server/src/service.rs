@@ -11,45 +11,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
+use floodgate::algorithm::spec::AnyState;
 use floodgate::algorithm::Algorithm;
 use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::{LimiterKind, Mode, Priority};
-use floodgate::pipeline::{Descriptor, Pipeline};
-use floodgate::store::MemoryStore;
-use floodgate::{Clock, CoarseClock, Decision, Op, StoreError, SystemClock};
+use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
+use floodgate::store::{MemoryStore, Namespace};
+use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Config, ConfigFileError};
-use crate::descriptors::RuleSet;
+use crate::config::{Config, ConfigFileError, Served};
+use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome};
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 
-/// The embedded store every limiter of the service uses.
+/// The embedded store every limiter of the service shares, each in its own namespace.
 pub type Mem = MemoryStore<String, AnyState>;
 
-/// The stores, one per kind of state, created once and kept across reloads.
-#[derive(Debug)]
-struct Stores {
-    request_rate: Arc<Mem>,
-    concurrency: Arc<Mem>,
-    fleet: Arc<Mem>,
-    named: Arc<Mem>,
-    rls: Arc<Mem>,
-}
-
 /// One configuration, ready to serve: swapped whole on reload.
-#[derive(Debug)]
-pub struct Snapshot {
-    pipeline: Pipeline<Arc<Mem>>,
-    gauge: Option<Arc<WorkerGauge>>,
-    users: HashMap<String, String>,
-    default_plan: String,
-    named: HashMap<String, AnyAlgorithm>,
-    rules: RuleSet,
-}
+pub type Snapshot = Served<Arc<Mem>>;
 
 /// The body of `POST /v1/evaluate`.
 #[derive(Debug, Deserialize)]
@@ -78,8 +60,8 @@ pub struct EvaluateAnswer {
     pub allowed: bool,
     /// 200, 429 or 503: what the gateway should answer.
     pub status: u16,
-    /// The limiter that refused, if any.
-    pub limiter: Option<&'static str>,
+    /// The stage (limiter) that refused, if any.
+    pub limiter: Option<String>,
     /// For people: what happened and what to do.
     pub message: Option<String>,
     /// The token to give back with `POST /v1/release` when the request ends (`null` when no
@@ -87,16 +69,16 @@ pub struct EvaluateAnswer {
     pub lease: Option<String>,
     /// Response header fields: `Retry-After`, `RateLimit-Policy`, `RateLimit`.
     pub headers: HashMap<&'static str, String>,
-    /// Limiters in shadow mode that would have refused.
-    pub shadow_refusals: Vec<&'static str>,
+    /// Stages in shadow mode that would have refused.
+    pub shadow_refusals: Vec<String>,
 }
 
 /// What the running configuration serves, for `GET /`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Overview {
-    /// The pipeline's configured limiters, in the order they run, with their current mode
+    /// The pipeline's stages, in the order they run: name, kind of limiter, and current mode
     /// (which the admin API may have switched since the config was loaded).
-    pub limiters: Vec<(LimiterKind, Mode)>,
+    pub limiters: Vec<(String, LimiterKind, Mode)>,
     /// The named limits of `POST /v1/check`, sorted by name, each with its algorithm's name.
     pub limits: Vec<(String, &'static str)>,
     /// The Envoy RLS domains, sorted.
@@ -117,26 +99,17 @@ pub enum EvaluateError {
     EmptyUser,
 }
 
-/// Why a lease token given to `POST /v1/release` is not one [`Server::evaluate`] hands out
-/// (`<concurrency id>.<fleet id>.<user>`, ids in hex). The token is not repeated in the
-/// message: it names a user and holds the right to give back their lease.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LeaseTokenError {
-    /// Fewer than three dot-separated parts.
-    #[error(
-        "field `lease`: not a lease token from /v1/evaluate (expected \
-         `<concurrency id>.<fleet id>.<user>`)"
-    )]
-    Malformed,
-    /// An id is not a hexadecimal number.
-    #[error("field `lease`: the {limiter} lease id is not a hexadecimal number")]
-    BadId {
-        /// `concurrency` or `fleet`.
-        limiter: &'static str,
-    },
-    /// Both ids are empty: the token names no lease.
-    #[error("field `lease`: the token names no lease (both ids are empty)")]
-    NoLease,
+/// Why `POST /v1/release` refused a lease token. The token is never repeated in a message: it
+/// holds the right to give back someone's lease.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseTokenError {
+    /// Not a token this service issued, or one that was altered ([`TokenError`]).
+    #[error("field `lease`: {0}")]
+    Token(#[from] TokenError),
+    /// A genuine token naming a stage the running configuration no longer has (removed by a
+    /// reload); its leases expire after their TTL.
+    #[error("field `lease`: the token's limiter `{0}` is not configured any more; its leases expire after their lease_ttl")]
+    UnknownLimiter(Namespace),
 }
 
 /// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
@@ -148,19 +121,13 @@ pub enum AdminError {
     /// The bearer token is missing or wrong.
     #[error("unauthorized")]
     Unauthorized,
-    /// The request names a limiter that does not exist.
-    #[error(
-        "field `limiter`: `{limiter}` is not one of request_rate, concurrency, fleet, utilization"
-    )]
+    /// The request names a stage the running configuration does not have.
+    #[error("field `limiter`: `{limiter}` is not a configured limiter ({configured})")]
     UnknownLimiter {
         /// The limiter as sent.
         limiter: String,
-    },
-    /// The request names a limiter the running config does not configure.
-    #[error("field `limiter`: `{limiter}` is not configured")]
-    LimiterNotConfigured {
-        /// The limiter's name.
-        limiter: &'static str,
+        /// The configured stages' names, for the message.
+        configured: String,
     },
     /// The request names a mode that does not exist.
     #[error("field `mode`: `{mode}` is not one of enforce, shadow, off")]
@@ -183,11 +150,14 @@ pub enum AdminError {
 #[derive(Debug)]
 pub struct Server {
     snapshot: ArcSwap<Snapshot>,
-    stores: Stores,
+    /// The one store, created once and kept across reloads: every stage, named limit and Envoy
+    /// rule keeps its keys in its own namespace of it.
+    store: Arc<Mem>,
     /// Plans set through the admin API; they survive reloads.
     plan_overrides: ArcSwap<HashMap<String, String>>,
     config_path: Option<PathBuf>,
     admin_token: Option<String>,
+    tokens: LeaseTokens,
     metrics: Metrics,
     ready: AtomicBool,
     clock: SystemClock,
@@ -195,39 +165,38 @@ pub struct Server {
 
 impl Server {
     /// A service for `config`; `config_path` is re-read on reload (the built-in config when
-    /// `None`); `admin_token` enables the admin API.
+    /// `None`); `admin_token` enables the admin API. Lease tokens are signed with a random
+    /// secret (see [`Server::with_lease_secret`]).
     pub fn new(
         config: Config,
         config_path: Option<PathBuf>,
         admin_token: Option<String>,
     ) -> Result<Server, ConfigFileError> {
-        let max_keys = config.store.max_keys;
-        let store = || -> Result<Arc<Mem>, ConfigFileError> {
-            Ok(Arc::new(
-                MemoryStore::builder()
-                    .max_keys(max_keys)
-                    .build()
-                    .map_err(|e| ConfigFileError::invalid("store.max_keys", e.to_string()))?,
-            ))
-        };
-        let stores = Stores {
-            request_rate: store()?,
-            concurrency: store()?,
-            fleet: store()?,
-            named: store()?,
-            rls: store()?,
-        };
-        let snapshot = build_snapshot(&config, &stores)?;
+        let store = Arc::new(
+            MemoryStore::builder()
+                .max_keys(config.store.max_keys)
+                .build()
+                .map_err(|e| ConfigFileError::from_config_error("store", e))?,
+        );
+        let snapshot = build_snapshot(&config, &store)?;
         Ok(Server {
             snapshot: ArcSwap::from_pointee(snapshot),
-            stores,
+            store,
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
             config_path,
             admin_token,
+            tokens: LeaseTokens::random(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(true),
             clock: SystemClock::new(),
         })
+    }
+
+    /// Signs lease tokens with `secret` instead of a random one, so that every service sharing
+    /// it accepts the others' tokens (services behind one load balancer over one store).
+    pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
+        self.tokens = LeaseTokens::new(secret);
+        self
     }
 
     /// The service's metrics.
@@ -254,19 +223,11 @@ impl Server {
         cost: u64,
     ) -> Result<Option<Decision>, StoreError> {
         let snapshot = self.snapshot.load();
-        let Some(algorithm) = snapshot.named.get(limiter) else {
+        let Some(limit) = snapshot.limits.get(limiter) else {
             return Ok(None);
         };
-        // One store for all named limits: the key is prefixed with the limit's name.
-        let mut full_key = String::with_capacity(limiter.len() + 1 + key.len());
-        full_key.push_str(limiter);
-        full_key.push('\u{1f}');
-        full_key.push_str(key);
         let started = self.clock.now();
-        let decision =
-            self.stores
-                .named
-                .apply_now(algorithm, full_key.as_str(), Op::Check { cost });
+        let decision = limit.check(key, cost).await;
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         decision.map(Some)
@@ -305,7 +266,7 @@ impl Server {
             endpoint: request.endpoint.as_deref(),
         };
         // Calls being answered are the utilization shedder's busy workers.
-        let _busy = snapshot.gauge.as_ref().map(WorkerGauge::enter);
+        let _busy = snapshot.workers.as_ref().map(WorkerGauge::enter);
         let started = self.clock.now();
         let verdict = snapshot.pipeline.evaluate(&descriptor).await;
         self.metrics
@@ -317,13 +278,18 @@ impl Server {
         };
         self.metrics.call(Endpoint::Evaluate, outcome);
         let headers = verdict.headers().into_iter().collect();
-        let shadow_refusals = verdict.shadow_refusals.iter().map(|k| k.name()).collect();
+        let shadow_refusals = verdict
+            .shadow_refusals
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect();
         let (status, allowed) = (verdict.status(), verdict.allowed());
         let (limiter, message) = match &verdict.refusal {
-            Some(r) => (Some(r.limiter.name()), Some(r.message.clone())),
+            Some(r) => (Some(r.stage.as_str().to_string()), Some(r.message.clone())),
             None => (None, None),
         };
-        let lease = lease_token(verdict.leases);
+        let kept: Vec<_> = verdict.leases.into_iter().map(|l| l.keep()).collect();
+        let lease = self.tokens.issue(&kept);
         Ok(EvaluateAnswer {
             allowed,
             status,
@@ -336,15 +302,27 @@ impl Server {
     }
 
     /// `POST /v1/release`: gives back the leases of a token from [`Server::evaluate`].
-    /// `Ok(false)` if none was held (already released, or expired).
-    pub async fn release(&self, token: &str) -> Result<bool, LeaseTokenError> {
-        let leases = parse_lease_token(token)?;
+    /// `Ok(false)` if none was held (already released, or expired). A token that was altered,
+    /// forged or issued under another secret is refused, and so is one naming a stage the
+    /// running configuration does not have; nothing is released then.
+    pub async fn release(&self, token: &str) -> Result<bool, ReleaseTokenError> {
+        let leases = self.tokens.open(token)?;
         let snapshot = self.snapshot.load();
+        if let Some(gone) = leases
+            .iter()
+            .find(|l| snapshot.pipeline.stage(l.limiter().as_str()).is_none())
+        {
+            return Err(ReleaseTokenError::UnknownLimiter(gone.limiter().clone()));
+        }
         let mut released = false;
-        for (kind, key, id) in leases {
-            match snapshot.pipeline.release(kind, &key, id).await {
+        for lease in &leases {
+            match snapshot.pipeline.release(lease).await {
                 Ok(r) => released |= r,
-                Err(e) => tracing::warn!(error = %e, "release failed; the lease will expire"),
+                Err(ReleaseError::Store(e)) => {
+                    tracing::warn!(error = %e, "release failed; the lease will expire");
+                }
+                // A stage that takes no leases: the token cannot be one we issued for it.
+                Err(_) => return Err(ReleaseTokenError::UnknownLimiter(lease.limiter().clone())),
             }
         }
         Ok(released)
@@ -367,7 +345,7 @@ impl Server {
         let started = self.clock.now();
         let result = snapshot
             .rules
-            .should_rate_limit(&*self.stores.rls, request)
+            .should_rate_limit(&*self.store, request)
             .await;
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
@@ -412,20 +390,28 @@ impl Server {
         }
     }
 
-    /// Switches a limiter's mode now (until the next reload).
+    /// Switches the stage named `limiter` to `mode` now (until the next reload).
     pub fn set_mode(&self, limiter: &str, mode: &str) -> Result<(), AdminError> {
-        let kind = LimiterKind::from_name(limiter).ok_or_else(|| AdminError::UnknownLimiter {
-            limiter: limiter.to_string(),
-        })?;
         let mode = Mode::from_name(mode).ok_or_else(|| AdminError::UnknownMode {
             mode: mode.to_string(),
         })?;
-        if self.snapshot.load().pipeline.set_mode(kind, mode) {
-            tracing::info!(limiter = kind.name(), mode = mode.name(), "mode switched");
+        let snapshot = self.snapshot.load();
+        if snapshot.pipeline.set_mode(limiter, mode) {
+            tracing::info!(limiter, mode = mode.name(), "mode switched");
             Ok(())
         } else {
-            Err(AdminError::LimiterNotConfigured {
-                limiter: kind.name(),
+            let names: Vec<&str> = snapshot
+                .pipeline
+                .stages()
+                .map(|s| s.name().as_str())
+                .collect();
+            Err(AdminError::UnknownLimiter {
+                limiter: limiter.to_string(),
+                configured: if names.is_empty() {
+                    "none is configured".to_string()
+                } else {
+                    format!("configured: {}", names.join(", "))
+                },
             })
         }
     }
@@ -435,8 +421,11 @@ impl Server {
         let snapshot = self.snapshot.load();
         let known = snapshot
             .pipeline
-            .request_rate()
-            .is_some_and(|rr| rr.plans().any(|p| p.name() == plan));
+            .stages()
+            .any(|stage| match stage.limiter() {
+                Limiter::RequestRate(rr) => rr.plans().any(|p| p.name() == plan),
+                _ => false,
+            });
         if !known {
             return Err(AdminError::UnknownPlan {
                 plan: plan.to_string(),
@@ -461,7 +450,7 @@ impl Server {
                 Some(path) => Config::load(path)?,
                 None => Config::builtin(),
             };
-            build_snapshot(&config, &self.stores)
+            build_snapshot(&config, &self.store)
         })();
         match result {
             Ok(snapshot) => {
@@ -480,16 +469,16 @@ impl Server {
     /// The running configuration's limiters, named limits and domains.
     pub fn overview(&self) -> Overview {
         let snapshot = self.snapshot.load();
-        let limiters = LimiterKind::ALL
-            .into_iter()
-            .filter_map(|kind| snapshot.pipeline.mode(kind).map(|mode| (kind, mode)))
+        let limiters = snapshot
+            .pipeline
+            .stages()
+            .map(|s| (s.name().to_string(), s.limiter().kind(), s.current_mode()))
             .collect();
-        let mut limits: Vec<(String, &'static str)> = snapshot
-            .named
+        let limits: Vec<(String, &'static str)> = snapshot
+            .limits
             .iter()
-            .map(|(name, algorithm)| (name.clone(), algorithm.name()))
+            .map(|(name, limit)| (name.clone(), limit.algorithm().name()))
             .collect();
-        limits.sort();
         let mut domains: Vec<String> = snapshot.rules.domains().map(str::to_string).collect();
         domains.sort();
         Overview {
@@ -499,162 +488,25 @@ impl Server {
         }
     }
 
-    /// The Prometheus text for `GET /metrics`.
-    pub fn render_metrics(&self) -> String {
-        let snapshot = self.snapshot.load();
-        let pipeline = &snapshot.pipeline;
-        let modes = LimiterKind::ALL.map(|k| pipeline.mode(k).map_or("none", Mode::name));
-        let fleet_in_flight = pipeline.fleet().map_or(0, |f| {
-            f.store()
-                .apply_now(
-                    f.algorithm(),
-                    floodgate::limiter::fleet::FLEET_KEY,
-                    Op::Check { cost: 0 },
-                )
-                .map_or(0, |d| d.limit.saturating_sub(d.remaining))
-        });
-        let shedder = pipeline.utilization();
+    /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
+    pub async fn render_metrics(&self) -> String {
+        let snapshot = self.snapshot.load_full();
         let live = Live {
-            stats: pipeline.stats(),
-            modes,
-            fleet_in_flight,
-            busy_workers: snapshot.gauge.as_ref().map_or(0, |g| g.busy()),
-            shed_amount: shedder.map_or(0.0, |s| s.shed_amount()),
-            drop_probability: [
-                Priority::Test,
-                Priority::Get,
-                Priority::Post,
-                Priority::Critical,
-            ]
-            .into_iter()
-            .map(|p| {
-                (
-                    p,
-                    shedder.map_or(0.0, |s| s.controller().drop_probability(p)),
-                )
-            })
-            .collect(),
+            stages: snapshot.pipeline.snapshot().await,
+            busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
         };
         self.metrics.render(&live)
     }
 }
 
-/// Builds a config into a snapshot over the service's long-lived stores.
-fn build_snapshot(config: &Config, stores: &Stores) -> Result<Snapshot, ConfigFileError> {
-    let built = config.build_pipeline(
-        |kind| match kind {
-            LimiterKind::Concurrency => stores.concurrency.clone(),
-            LimiterKind::Fleet => stores.fleet.clone(),
-            LimiterKind::RequestRate | LimiterKind::Utilization => stores.request_rate.clone(),
-        },
-        Arc::new(CoarseClock::shared()),
-    )?;
-    Ok(Snapshot {
-        pipeline: built.pipeline,
-        gauge: built.workers,
-        users: config.users.clone().into_iter().collect(),
-        default_plan: config.default_plan.clone().unwrap_or_default(),
-        named: config.named_limits()?.into_iter().collect(),
-        rules: config.rule_set()?,
-    })
+/// Builds a config into a snapshot over the service's long-lived store, with the shared coarse
+/// clock driving the utilization shedder.
+fn build_snapshot(config: &Config, store: &Arc<Mem>) -> Result<Snapshot, ConfigFileError> {
+    config.build(store.clone(), Arc::new(CoarseClock::shared()))
 }
 
 impl crate::grpc::RlsBackend for Server {
     async fn should_rate_limit(&self, request: RlsRequest) -> RlsResponse {
         Server::should_rate_limit(self, &request, Endpoint::Grpc).await
-    }
-}
-
-/// A lease token: `<concurrency id hex>.<fleet id hex>.<user>`, either id empty when that
-/// limiter took no lease. The user comes last, so it may contain dots.
-fn lease_token(leases: Vec<floodgate::limiter::Lease>) -> Option<String> {
-    if leases.is_empty() {
-        return None;
-    }
-    let (mut concurrency, mut fleet, mut user) = (String::new(), String::new(), String::new());
-    for lease in leases {
-        let key = lease.key().to_string();
-        let id = lease.keep();
-        if key == floodgate::limiter::fleet::FLEET_KEY && fleet.is_empty() {
-            fleet = format!("{id:x}");
-        } else {
-            concurrency = format!("{id:x}");
-            user = key;
-        }
-    }
-    Some(format!("{concurrency}.{fleet}.{user}"))
-}
-
-/// The leases of a token from [`lease_token`]: `(limiter, key, id)`.
-fn parse_lease_token(token: &str) -> Result<Vec<(LimiterKind, String, u64)>, LeaseTokenError> {
-    let mut parts = token.splitn(3, '.');
-    let (Some(c), Some(f), Some(user)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(LeaseTokenError::Malformed);
-    };
-    let id = |hex: &str, limiter: &'static str| {
-        u64::from_str_radix(hex, 16).map_err(|_| LeaseTokenError::BadId { limiter })
-    };
-    let mut leases = Vec::new();
-    if !c.is_empty() {
-        leases.push((
-            LimiterKind::Concurrency,
-            user.to_string(),
-            id(c, "concurrency")?,
-        ));
-    }
-    if !f.is_empty() {
-        leases.push((
-            LimiterKind::Fleet,
-            floodgate::limiter::fleet::FLEET_KEY.to_string(),
-            id(f, "fleet")?,
-        ));
-    }
-    if leases.is_empty() {
-        return Err(LeaseTokenError::NoLease);
-    }
-    Ok(leases)
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_tokens_round_trip_and_reject_garbage() {
-        let parsed = parse_lease_token("ff.a.user.with.dots").unwrap();
-        assert_eq!(
-            parsed,
-            [
-                (LimiterKind::Concurrency, "user.with.dots".to_string(), 255),
-                (LimiterKind::Fleet, "fleet".to_string(), 10)
-            ]
-        );
-        assert_eq!(parse_lease_token("nope"), Err(LeaseTokenError::Malformed));
-        assert_eq!(parse_lease_token("..u"), Err(LeaseTokenError::NoLease));
-        assert_eq!(
-            parse_lease_token("zz..u"),
-            Err(LeaseTokenError::BadId {
-                limiter: "concurrency"
-            })
-        );
-        assert_eq!(
-            parse_lease_token("1.-1.u"),
-            Err(LeaseTokenError::BadId { limiter: "fleet" })
-        );
-    }
-
-    #[test]
-    fn secrets_compare_exactly() {
-        assert!(constant_time_eq(b"s3cret", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
-        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
     }
 }

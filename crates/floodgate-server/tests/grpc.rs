@@ -45,7 +45,7 @@ impl TestBackend {
         let clock = ManualClock::new(Nanos::from_secs(615));
         let store = MemoryStore::builder()
             .clock(clock.clone())
-            .build()
+            .build_typed()
             .expect("valid store settings");
         let backend = TestBackend {
             limiter: FixedWindow::per_unit(u64::from(LIMIT), Unit::Minute).expect("valid limit"),

@@ -388,9 +388,9 @@ async fn bad_input_gets_a_clear_4xx_and_the_service_keeps_serving() {
         ),
         (
             "/v1/release",
-            json!({"lease": "zz..u"}).to_string(),
+            json!({"lease": "v9.x.y"}).to_string(),
             400,
-            "invalid_lease_id",
+            "unsupported_lease_token_version",
         ),
         (
             "/json",
@@ -473,7 +473,7 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
     let (_, metrics) = s.get("/metrics").await;
     assert!(
         metrics.contains(
-            "floodgate_shadow_refusals_total{limiter=\"request_rate\",mode=\"shadow\"} 1"
+            "floodgate_shadow_refusals_total{limiter=\"request_rate\",kind=\"request_rate\",mode=\"shadow\"} 1"
         ),
         "{metrics}"
     );
@@ -539,11 +539,11 @@ async fn the_home_page_names_the_version_and_what_is_configured() {
     assert!(page.contains(env!("CARGO_PKG_VERSION")), "{page}");
     // The pipeline's limiters with their modes, the named limits, the domains.
     assert!(
-        page.contains("<code>request_rate</code></td><td>enforce"),
+        page.contains("<code>request_rate</code></td><td>request_rate</td><td>enforce"),
         "{page}"
     );
     assert!(
-        page.contains("<code>concurrency</code></td><td>enforce"),
+        page.contains("<code>concurrency</code></td><td>concurrency</td><td>enforce"),
         "{page}"
     );
     assert!(!page.contains("<code>fleet</code>"), "{page}");
@@ -557,15 +557,14 @@ async fn the_home_page_names_the_version_and_what_is_configured() {
         "{page}"
     );
     assert!(!page.contains("<b>"), "{page}");
-    for endpoint in [
-        "/v1/check",
-        "/v1/evaluate",
-        "/v1/release",
-        "/json",
-        "/metrics",
-        "/livez",
-        "/readyz",
-    ] {
+    // Every endpoint is named; the ones a browser can follow (GET) are links.
+    for endpoint in ["/v1/check", "/v1/evaluate", "/v1/release", "/json"] {
+        assert!(
+            page.contains(&format!("POST <code>{endpoint}</code>")),
+            "{endpoint}"
+        );
+    }
+    for endpoint in ["/metrics", "/livez", "/readyz"] {
         assert!(page.contains(&format!("href=\"{endpoint}\"")), "{endpoint}");
     }
 }

@@ -62,8 +62,8 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
-use floodgate::limiter::{LimiterKind, Mode, OnStoreError};
-use floodgate::pipeline::Pipeline;
+use floodgate::limiter::{KeyedLimit, Mode, OnStoreError};
+use floodgate::pipeline::{Limiter, Pipeline, Stage};
 use floodgate::store::Store;
 use floodgate::Clock;
 use serde::de::{self, Deserializer};
@@ -160,6 +160,9 @@ pub struct RequestRateConfig {
     /// `fail_open` (default) or `fail_closed`.
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
+    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 /// The concurrent requests limiter's settings.
@@ -177,6 +180,9 @@ pub struct ConcurrencyConfig {
     /// `fail_open` (default) or `fail_closed`.
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
+    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 /// The fleet usage load shedder's settings.
@@ -196,6 +202,9 @@ pub struct FleetConfig {
     /// `fail_open` (default) or `fail_closed`.
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
+    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 /// The worker utilization load shedder's settings.
@@ -225,6 +234,9 @@ pub struct UtilizationConfig {
     /// `enforce` (default), `shadow` or `off`.
     #[serde(default, deserialize_with = "mode")]
     pub mode: Mode,
+    /// The HTTP status of its refusals (default 503).
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 impl UtilizationConfig {
@@ -276,26 +288,38 @@ fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Er
     }
 }
 
-/// A pipeline built from a [`Config`], and the gauge its utilization shedder reads.
-pub struct BuiltPipeline<S> {
-    /// The configured limiters, in order, with their modes and failure policies.
+/// Everything a [`Config`] serves, built once from it ([`Config::build`]) over one store: the
+/// service swaps this whole value in on reload.
+pub struct Served<S> {
+    /// The configured limiters as stages, in order, with their modes, failure policies and
+    /// refusal statuses.
     pub pipeline: Pipeline<S>,
     /// The utilization shedder's worker gauge: the server enters it for every request it
     /// serves. `None` when the shedder is not configured.
     pub workers: Option<Arc<WorkerGauge>>,
+    /// The named limits of `POST /v1/check`, each in its own namespace of the store.
+    pub limits: BTreeMap<String, KeyedLimit<S>>,
+    /// The Envoy RLS domains' rules.
+    pub rules: RuleSet,
+    /// User → plan.
+    pub users: BTreeMap<String, String>,
+    /// The plan of users without a known plan (empty when there are no plans).
+    pub default_plan: String,
 }
 
-impl<S> fmt::Debug for BuiltPipeline<S> {
+impl<S> fmt::Debug for Served<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BuiltPipeline")
+        f.debug_struct("Served")
             .field("workers", &self.workers)
+            .field("limits", &self.limits.keys().collect::<Vec<_>>())
+            .field("domains", &self.rules.domains().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl Config {
-    /// Reads and validates a configuration file, in either format (see the module's "Format
-    /// detection").
+    /// Reads a configuration file, in either format (see the module's "Format detection"); its
+    /// values are checked when it is built ([`Config::build`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigFileError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigFileError::Io {
@@ -305,7 +329,7 @@ impl Config {
         Config::parse(&text, Some(path))
     }
 
-    /// Reads and validates a configuration's text, in either format.
+    /// Reads a configuration's text, in either format; its values are checked when it is built.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigFileError> {
         Config::parse(text, None)
     }
@@ -321,7 +345,6 @@ impl Config {
         } else {
             serde_norway::from_str(text).map_err(yaml)?
         };
-        config.validate()?;
         Ok(config)
     }
 
@@ -371,6 +394,7 @@ impl Config {
                     lease_ttl: minute,
                     mode: Mode::Enforce,
                     on_store_error: OnStoreError::FailOpen,
+                    status: None,
                 }),
                 fleet: Some(FleetConfig {
                     capacity: 1000,
@@ -378,6 +402,7 @@ impl Config {
                     lease_ttl: minute,
                     mode: Mode::Enforce,
                     on_store_error: OnStoreError::FailOpen,
+                    status: None,
                 }),
                 utilization: Some(UtilizationConfig {
                     workers: 64,
@@ -388,6 +413,7 @@ impl Config {
                     seconds_before_shedding: None,
                     seconds_to_shed_all: None,
                     mode: Mode::Enforce,
+                    status: None,
                 }),
             },
             limits: BTreeMap::from([(
@@ -441,19 +467,19 @@ impl Config {
             .collect()
     }
 
-    /// The named limits of `POST /v1/check`, built (errors at `limits.NAME.FIELD`).
-    pub fn named_limits(&self) -> Result<BTreeMap<String, AnyAlgorithm>, ConfigFileError> {
+    /// The named limits of `POST /v1/check` over `store`, each in the namespace of its name
+    /// (errors at `limits.NAME.FIELD`).
+    fn named_limits<S>(&self, store: &S) -> Result<BTreeMap<String, KeyedLimit<S>>, ConfigFileError>
+    where
+        S: Store<str, AnyAlgorithm> + Clone,
+    {
         self.limits
             .iter()
             .map(|(name, spec)| {
                 let path = key_path("limits", name);
-                if name.is_empty() {
-                    return Err(ConfigFileError::invalid(path, "a limit needs a name"));
-                }
-                let algorithm = spec
-                    .build()
-                    .map_err(|e| ConfigFileError::from_config_error(&path, e))?;
-                Ok((name.clone(), algorithm))
+                let at = |e| ConfigFileError::from_config_error(&path, e);
+                let limit = KeyedLimit::new(name, spec.build().map_err(at)?, store.clone());
+                Ok((name.clone(), limit.map_err(at)?))
             })
             .collect()
     }
@@ -463,88 +489,107 @@ impl Config {
         envoy::compile_domains(&self.domains)
     }
 
-    /// Builds the configured limiters into a [`Pipeline`] with their modes and failure
-    /// policies, after [`Config::validate`]. `new_store(kind)` is called once per limiter that
-    /// keeps state (request rate, concurrency, fleet: each needs its own store, as they keep
-    /// different state under the same user keys; the kind lets a caller hand back the same
-    /// store on every reload); `clock` drives the utilization shedder.
-    /// Endpoint costs are applied to the request rate limiter.
-    pub fn build_pipeline<S, F>(
-        &self,
-        mut new_store: F,
-        clock: Arc<dyn Clock>,
-    ) -> Result<BuiltPipeline<S>, ConfigFileError>
+    /// Checks this configuration and builds everything it serves over `store`, once: the
+    /// pipeline's stages, the named limits and the Envoy rules; `clock` drives the utilization
+    /// shedder. Every limiter keeps its keys in its own namespace of the one store. The first
+    /// problem is returned with its path in the file and the value (see
+    /// [`Config::validate`] for the checks across fields).
+    pub fn build<S>(&self, store: S, clock: Arc<dyn Clock>) -> Result<Served<S>, ConfigFileError>
     where
-        S: Store<str, AnyAlgorithm> + 'static,
-        F: FnMut(LimiterKind) -> S,
+        S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
-        self.validate()?;
+        let plans = self.plans()?;
+        self.validate(&plans)?;
+        let (pipeline, workers) = self.pipeline(plans, &store, clock)?;
+        let limits = self.named_limits(&store)?;
+        // One store, one namespace each: a named limit may not count in a stage's keys.
+        for name in limits.keys() {
+            let taken = name == crate::descriptors::RLS_NAMESPACE || pipeline.stage(name).is_some();
+            if taken {
+                return Err(ConfigFileError::invalid(
+                    key_path("limits", name),
+                    format!("the name `{name}` is taken by a limiter of the pipeline or the Envoy rules; choose another"),
+                ));
+            }
+        }
+        Ok(Served {
+            pipeline,
+            workers,
+            limits,
+            rules: self.rule_set()?,
+            users: self.users.clone(),
+            default_plan: self.default_plan.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The configured limiters as stages, in Stripe's order.
+    fn pipeline<S>(
+        &self,
+        plans: Vec<Plan>,
+        store: &S,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Pipeline<S>, Option<Arc<WorkerGauge>>), ConfigFileError>
+    where
+        S: Store<str, AnyAlgorithm> + Clone + 'static,
+    {
+        let stage = |limiter: Limiter<S>, mode, on_error, status: Option<u16>| {
+            let stage = Stage::new(limiter).mode(mode).on_store_error(on_error);
+            match status {
+                Some(status) => stage.status(status),
+                None => stage,
+            }
+        };
         let mut builder = Pipeline::builder();
         let limiters = &self.limiters;
         if let Some(r) = &limiters.request_rate {
-            let default_plan = self.default_plan.as_deref().unwrap_or_default();
-            let mut limiter = RequestRateLimiter::new(
-                self.plans()?,
-                default_plan,
-                new_store(LimiterKind::RequestRate),
-            )
-            .map_err(|e| ConfigFileError::from_config_error("", e))?;
+            let mut limiter = RequestRateLimiter::builder()
+                .plans(plans)
+                .default_plan(self.default_plan.clone().unwrap_or_default());
             for (endpoint, cost) in &self.endpoint_costs {
-                limiter = limiter.with_endpoint_cost(endpoint, *cost).map_err(|e| {
-                    ConfigFileError::from_config_error(&key_path("endpoint_costs", endpoint), e)
-                })?;
+                limiter = limiter.endpoint_cost(endpoint.clone(), *cost);
             }
-            builder = builder
-                .request_rate(limiter)
-                .mode(LimiterKind::RequestRate, r.mode)
-                .on_store_error(LimiterKind::RequestRate, r.on_store_error);
+            let limiter = limiter
+                .build(store.clone())
+                .map_err(|e| ConfigFileError::from_config_error("limiters.request_rate", e))?;
+            builder = builder.stage(stage(limiter.into(), r.mode, r.on_store_error, r.status));
         }
         if let Some(c) = &limiters.concurrency {
-            let limiter = ConcurrencyLimiter::new(
-                c.capacity,
-                c.lease_ttl.0,
-                new_store(LimiterKind::Concurrency),
-            )
-            .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
-            builder = builder
-                .concurrency(limiter)
-                .mode(LimiterKind::Concurrency, c.mode)
-                .on_store_error(LimiterKind::Concurrency, c.on_store_error);
+            let limiter = ConcurrencyLimiter::builder()
+                .capacity(c.capacity)
+                .lease_ttl(c.lease_ttl.0)
+                .build(store.clone())
+                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
+            builder = builder.stage(stage(limiter.into(), c.mode, c.on_store_error, c.status));
         }
         if let Some(f) = &limiters.fleet {
-            let shedder = FleetShedder::new(
-                f.capacity,
-                f.reserved_for_critical,
-                f.lease_ttl.0,
-                new_store(LimiterKind::Fleet),
-            )
-            .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
-            builder = builder
-                .fleet(shedder)
-                .mode(LimiterKind::Fleet, f.mode)
-                .on_store_error(LimiterKind::Fleet, f.on_store_error);
+            let shedder = FleetShedder::builder()
+                .capacity(f.capacity)
+                .reserved_for_critical(f.reserved_for_critical)
+                .lease_ttl(f.lease_ttl.0)
+                .build(store.clone())
+                .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
+            builder = builder.stage(stage(shedder.into(), f.mode, f.on_store_error, f.status));
         }
         let mut workers = None;
         if let Some(u) = &limiters.utilization {
             let at = |e| ConfigFileError::from_config_error("limiters.utilization", e);
             let gauge = Arc::new(WorkerGauge::new(u.workers).map_err(at)?);
-            let shedder = UtilizationShedder::new(
-                u.settings(),
-                u.sample_interval.0,
-                u.seed,
-                gauge.clone(),
-                clock,
-            )
-            .map_err(at)?;
-            builder = builder
-                .utilization(shedder)
-                .mode(LimiterKind::Utilization, u.mode);
+            let shedder = UtilizationShedder::builder()
+                .settings(u.settings())
+                .sample_interval(u.sample_interval.0)
+                .seed(u.seed)
+                .source(gauge.clone())
+                .clock(clock)
+                .build()
+                .map_err(at)?;
+            let on_error = OnStoreError::FailOpen; // it has no store
+            builder = builder.stage(stage(shedder.into(), u.mode, on_error, u.status));
             workers = Some(gauge);
         }
-        Ok(BuiltPipeline {
-            pipeline: builder.build(),
-            workers,
-        })
+        let pipeline = builder
+            .build()
+            .map_err(|e| ConfigFileError::from_config_error("limiters", e))?;
+        Ok((pipeline, workers))
     }
 }
 

@@ -13,8 +13,17 @@ fn example_path(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Builds `config` over a throwaway store, as `check-config` does.
+type TestStore = Arc<MemoryStore<String, AnyState, ManualClock>>;
+
+fn build(config: &Config) -> Result<Served<TestStore>, ConfigFileError> {
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let store = Arc::new(MemoryStore::builder().clock(clock.clone()).build().unwrap());
+    config.build(store, Arc::new(clock))
+}
+
 fn invalid(yaml: &str) -> (String, String) {
-    match Config::from_yaml_str(yaml) {
+    match Config::from_yaml_str(yaml).and_then(|c| build(&c).map(drop)) {
         Err(ConfigFileError::Invalid { path, message }) => (path, message),
         other => panic!("expected Invalid for\n{yaml}\ngot {other:?}"),
     }
@@ -36,14 +45,22 @@ const PLANS: &str = "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity
 #[test]
 fn the_builtin_config_is_valid() {
     let config = Config::builtin();
-    assert_eq!(config.validate(), Ok(()));
+    let served = build(&config).expect("valid");
     assert_eq!(config.plans().map(|p| p.len()), Ok(3));
-    let limits = config.named_limits().expect("valid");
     assert_eq!(
-        limits.get("login").map(|a| a.quota()),
+        served.limits.get("login").map(|l| l.algorithm().quota()),
         Some(Some((5.0, Duration::from_secs(60))))
     );
-    assert!(config.rule_set().expect("valid").has_domain("example"));
+    assert!(served.rules.has_domain("example"));
+    let stages: Vec<&str> = served
+        .pipeline
+        .stages()
+        .map(|s| s.name().as_str())
+        .collect();
+    assert_eq!(
+        stages,
+        ["request_rate", "concurrency", "fleet", "utilization"]
+    );
 }
 
 #[test]
@@ -272,51 +289,52 @@ fn load_names_the_file() {
     assert_eq!(err.to_string(), "`plans.free.rate`: invalid value 0");
 }
 
-/// Drives a future that is ready at once (the memory store's are).
-fn poll<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the memory store answers at once"),
-    }
-}
-
 #[test]
 fn the_builtin_pipeline_runs_stripes_example() {
-    let clock = ManualClock::new(Nanos::from_secs(1_000));
-    let store = |_: LimiterKind| {
-        MemoryStore::builder()
-            .clock(clock.clone())
-            .build::<String, AnyState>()
-            .expect("valid store")
-    };
-    let built = Config::builtin()
-        .build_pipeline(store, Arc::new(clock.clone()))
-        .expect("builds");
+    let built = build(&Config::builtin()).expect("builds");
     assert!(built.workers.is_some());
     let pipeline = &built.pipeline;
-    for kind in LimiterKind::ALL {
-        assert_eq!(pipeline.mode(kind), Some(Mode::Enforce));
-    }
+    assert!(pipeline.stages().all(|s| s.current_mode() == Mode::Enforce));
     // The free plan bursts to 100; each verdict's leases are dropped at once.
     for _ in 0..100 {
-        let verdict = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
+        let verdict = pipeline.evaluate_blocking(&Descriptor::new("bob", "free", Priority::Get));
         assert!(verdict.allowed());
     }
-    let over = poll(pipeline.evaluate(&Descriptor::new("bob", "free", Priority::Get)));
+    let over = pipeline.evaluate_blocking(&Descriptor::new("bob", "free", Priority::Get));
     assert_eq!(over.status(), 429);
 
     let shadow = Config::from_yaml_str(&format!(
-        "{PLANS}limiters:\n  request_rate: {{mode: shadow}}\n"
+        "{PLANS}limiters:\n  request_rate: {{mode: shadow, status: 403}}\n"
     ))
-    .expect("valid")
-    .build_pipeline(store, Arc::new(clock.clone()))
-    .expect("builds");
+    .expect("valid");
+    let shadow = build(&shadow).expect("builds");
+    assert_eq!(shadow.pipeline.mode("request_rate"), Some(Mode::Shadow));
     assert_eq!(
-        shadow.pipeline.mode(LimiterKind::RequestRate),
-        Some(Mode::Shadow)
+        shadow
+            .pipeline
+            .stage("request_rate")
+            .map(|s| s.refusal_status()),
+        Some(403)
     );
-    assert_eq!(shadow.pipeline.mode(LimiterKind::Concurrency), None);
+    assert_eq!(shadow.pipeline.mode("concurrency"), None);
     assert!(shadow.workers.is_none());
+}
+
+/// A named limit's name is its namespace in the one store: it must be a valid namespace and
+/// may not be a pipeline stage's or the Envoy rules'.
+#[test]
+fn named_limits_get_namespaces_of_their_own() {
+    for taken in ["request_rate", "concurrency", "rls"] {
+        let yaml = format!(
+            "{PLANS}limiters: {{request_rate: {{}}, concurrency: {{capacity: 1}}}}\n\
+             limits:\n  {taken}: {{algorithm: fixed_window, limit: 1, window: 1}}\n"
+        );
+        let (path, message) = invalid(&yaml);
+        assert_eq!(path, format!("limits.{taken}"));
+        assert!(message.contains("taken"), "{message}");
+    }
+    let (path, message) =
+        invalid("limits:\n  \"a:b\": {algorithm: fixed_window, limit: 1, window: 1}\n");
+    assert_eq!(path, "limits[\"a:b\"].namespace");
+    assert!(message.contains("a:b"), "{message}");
 }

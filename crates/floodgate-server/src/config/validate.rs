@@ -5,8 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use floodgate::algorithm::concurrency::{Concurrency, Fleet};
-use floodgate::limiter::utilization::WorkerGauge;
+use floodgate::limiter::request_rate::Plan;
 use floodgate::ConfigError;
 
 use super::Config;
@@ -69,6 +68,7 @@ impl ConfigFileError {
                 reason,
             } => ConfigFileError::invalid(join(field), format!("invalid value {value} ({reason})")),
             ConfigError::Missing { field } => ConfigFileError::invalid(join(field), "missing"),
+            other => ConfigFileError::invalid(path, other.to_string()),
         }
     }
 
@@ -82,14 +82,13 @@ impl ConfigFileError {
 }
 
 impl Config {
-    /// Checks everything a server would build from this configuration, building every
-    /// algorithm, limiter and domain; the first problem is returned with its path in the file.
-    ///
-    /// Beyond each part's own parameters: `store.max_keys` ≥ 1; `http` and `grpc` differ
-    /// (unless the port is 0); when there are plans or a request rate limiter,
-    /// `default_plan` names a plan (and a request rate limiter needs at least one plan); every
-    /// user's plan exists; endpoint costs are ≥ 1; plan and limit names are not empty.
-    pub fn validate(&self) -> Result<(), ConfigFileError> {
+    /// The checks across fields that no single part's builder can make, given the built
+    /// `plans` ([`Config::build`] runs them before building the rest; each part's own
+    /// parameters are checked by its builder, with the same paths):
+    /// `store.max_keys` ≥ 1; `http` and `grpc` differ (unless the port is 0); when there are
+    /// plans or a request rate limiter, `default_plan` names a plan (and a request rate limiter
+    /// needs at least one plan); every user's plan exists; endpoint costs are ≥ 1.
+    pub fn validate(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
         if let (Some(http), Some(grpc)) = (self.http, self.grpc) {
             if http == grpc && http.port() != 0 {
                 return Err(ConfigFileError::invalid(
@@ -104,7 +103,6 @@ impl Config {
                 "invalid value 0 (must be at least 1)",
             ));
         }
-        let plans = self.plans()?;
         let plan_names = || {
             let names: Vec<&str> = self.plans.keys().map(String::as_str).collect();
             if names.is_empty() {
@@ -150,22 +148,6 @@ impl Config {
                 ));
             }
         }
-        let limiters = &self.limiters;
-        if let Some(c) = &limiters.concurrency {
-            Concurrency::new(c.capacity, c.lease_ttl.0)
-                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
-        }
-        if let Some(f) = &limiters.fleet {
-            Fleet::new(f.capacity, f.reserved_for_critical, f.lease_ttl.0)
-                .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
-        }
-        if let Some(u) = &limiters.utilization {
-            let at = |e| ConfigFileError::from_config_error("limiters.utilization", e);
-            WorkerGauge::new(u.workers).map_err(at)?;
-            u.settings().validate().map_err(at)?;
-        }
-        self.named_limits()?;
-        self.rule_set()?;
         Ok(())
     }
 }

@@ -54,11 +54,12 @@ pub fn render(overview: &Overview) -> String {
     if overview.limiters.is_empty() {
         page.push_str("<p class=\"none\">None configured.</p>\n");
     } else {
-        page.push_str("<table>\n<tr><th>limiter</th><th>mode</th></tr>\n");
-        for (kind, mode) in &overview.limiters {
+        page.push_str("<table>\n<tr><th>limiter</th><th>kind</th><th>mode</th></tr>\n");
+        for (name, kind, mode) in &overview.limiters {
             let _ = writeln!(
                 page,
-                "<tr><td><code>{}</code></td><td>{}</td></tr>",
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+                escape(name),
                 escape(kind.name()),
                 escape(mode.name())
             );
@@ -95,10 +96,15 @@ pub fn render(overview: &Overview) -> String {
 
     page.push_str("<h2>Endpoints</h2>\n<ul>\n");
     for (method, path, what) in ENDPOINTS {
-        let _ = writeln!(
-            page,
-            "<li>{method} <a href=\"{path}\"><code>{path}</code></a>: {what}</li>"
-        );
+        // Only GETs are links: a browser following a link to a POST endpoint gets a 405.
+        let _ = if method == "GET" {
+            writeln!(
+                page,
+                "<li>{method} <a href=\"{path}\"><code>{path}</code></a>: {what}</li>"
+            )
+        } else {
+            writeln!(page, "<li>{method} <code>{path}</code>: {what}</li>")
+        };
     }
     page.push_str("</ul>\n</body>\n</html>\n");
     page
@@ -134,7 +140,7 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
         );
         let page = render(&Overview {
-            limiters: vec![(LimiterKind::Concurrency, Mode::Shadow)],
+            limiters: vec![("concurrency".into(), LimiterKind::Concurrency, Mode::Shadow)],
             limits: vec![("<script>alert(1)</script>".into(), "gcra")],
             domains: vec!["a&b".into()],
         });
@@ -145,7 +151,7 @@ mod tests {
         );
         assert!(page.contains("<code>a&amp;b</code>"), "{page}");
         assert!(
-            page.contains("<code>concurrency</code></td><td>shadow"),
+            page.contains("<code>concurrency</code></td><td>concurrency</td><td>shadow"),
             "{page}"
         );
     }
@@ -158,8 +164,10 @@ mod tests {
             domains: Vec::new(),
         });
         assert_eq!(page.matches("None configured.").count(), 3);
-        for (_, path, _) in ENDPOINTS {
-            assert!(page.contains(&format!("<a href=\"{path}\">")), "{path}");
+        for (method, path, _) in ENDPOINTS {
+            let link = format!("<a href=\"{path}\">");
+            assert_eq!(page.contains(&link), method == "GET", "{method} {path}");
+            assert!(page.contains(&format!("<code>{path}</code>")), "{path}");
         }
         // Self-contained: nothing is loaded from elsewhere.
         for outside in ["src=", "<link", "@import", "url("] {

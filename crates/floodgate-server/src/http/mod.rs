@@ -12,11 +12,12 @@
 //! | 404 | `not_found` | no such endpoint |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
 //! | 400 | `unknown_priority`, `empty_user` | `/v1/evaluate` ([`EvaluateError`]) |
-//! | 400 | `malformed_lease_token`, `invalid_lease_id`, `empty_lease_token` | `/v1/release` ([`LeaseTokenError`]) |
+//! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
+//! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `limit_override_unsupported`, `empty_field` | `/json` ([`RlsJsonError`]) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
 //! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong |
-//! | 400 | `unknown_limiter`, `limiter_not_configured`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
+//! | 400 | `unknown_limiter`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
 //! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`]); the running config stays |
 //!
 //! Bad input never changes state.
@@ -40,10 +41,11 @@ use serde_json::{json, Value};
 use tokio_stream::Stream;
 
 use crate::config::ConfigFileError;
+use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::rls::json::RlsJsonError;
 use crate::runtime::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
-use crate::service::{AdminError, EvaluateError, EvaluateRequest, LeaseTokenError, Server};
+use crate::service::{AdminError, EvaluateError, EvaluateRequest, ReleaseTokenError, Server};
 
 /// The largest request body accepted, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -137,12 +139,21 @@ impl From<EvaluateError> for ApiError {
     }
 }
 
-impl From<LeaseTokenError> for ApiError {
-    fn from(e: LeaseTokenError) -> Self {
-        let kind = match e {
-            LeaseTokenError::Malformed => "malformed_lease_token",
-            LeaseTokenError::BadId { .. } => "invalid_lease_id",
-            LeaseTokenError::NoLease => "empty_lease_token",
+impl From<ReleaseTokenError> for ApiError {
+    fn from(e: ReleaseTokenError) -> Self {
+        let kind = match &e {
+            ReleaseTokenError::Token(TokenError::UnknownVersion(_)) => {
+                "unsupported_lease_token_version"
+            }
+            ReleaseTokenError::Token(TokenError::BadSignature) => "altered_lease_token",
+            ReleaseTokenError::Token(_) => "malformed_lease_token",
+            ReleaseTokenError::UnknownLimiter(_) => {
+                return ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "unknown_lease_limiter",
+                    e.to_string(),
+                )
+            }
         };
         ApiError::invalid(kind, e)
     }
@@ -180,7 +191,6 @@ impl From<AdminError> for ApiError {
                 )
             }
             AdminError::UnknownLimiter { .. } => "unknown_limiter",
-            AdminError::LimiterNotConfigured { .. } => "limiter_not_configured",
             AdminError::UnknownMode { .. } => "unknown_mode",
             AdminError::UnknownPlan { .. } => "unknown_plan",
             AdminError::EmptyUser => "empty_user",
@@ -376,7 +386,7 @@ async fn envoy_json(
 async fn metrics(State(server): State<Arc<Server>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        server.render_metrics(),
+        server.render_metrics().await,
     )
         .into_response()
 }
