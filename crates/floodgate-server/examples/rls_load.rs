@@ -25,53 +25,29 @@ use prost::Message;
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// What the command line asks for.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "rls_load", about = "gRPC ShouldRateLimit load over many keys")]
 struct Settings {
+    /// The gRPC server's URL, e.g. http://127.0.0.1:8081.
     url: String,
+    /// The domain every call carries.
+    #[arg(long, default_value = "bench")]
     domain: String,
+    /// Distinct descriptor values, drawn uniformly.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
-    connections: usize,
-    streams: usize,
+    /// HTTP/2 connections.
+    #[arg(short = 'c', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    connections: u16,
+    /// Calls in flight per connection.
+    #[arg(short = 'm', default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    streams: u16,
+    /// Seconds measured, after the warm-up.
+    #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Seconds of warm-up, not measured.
+    #[arg(long = "warm-up", default_value_t = 1.0)]
     warm_up: f64,
-}
-
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
-    let mut settings = Settings {
-        url: String::new(),
-        domain: "bench".into(),
-        keys: 1,
-        connections: 4,
-        streams: 32,
-        seconds: 5.0,
-        warm_up: 1.0,
-    };
-    let number = |flag: &str, value: Option<String>| -> Result<f64, String> {
-        value
-            .as_deref()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| format!("{flag} needs a number"))
-    };
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--domain" => settings.domain = args.next().ok_or("--domain needs a value")?,
-            "--keys" => settings.keys = number("--keys", args.next())?.max(1.0) as u64,
-            "-c" => settings.connections = number("-c", args.next())?.max(1.0) as usize,
-            "-m" => settings.streams = number("-m", args.next())?.max(1.0) as usize,
-            "--seconds" => settings.seconds = number("--seconds", args.next())?,
-            "--warm-up" => settings.warm_up = number("--warm-up", args.next())?,
-            url if !url.starts_with('-') && settings.url.is_empty() => settings.url = url.into(),
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if settings.url.is_empty() {
-        return Err(
-            "usage: rls_load URL [--domain D] [--keys N] [-c C] [-m M] [--seconds S] [--warm-up S]"
-                .into(),
-        );
-    }
-    Ok(settings)
 }
 
 /// One gRPC-framed request for key number `n`.
@@ -187,8 +163,8 @@ async fn run(settings: Settings) -> Result<(), Box<dyn Error>> {
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await?;
         tokio::spawn(connection);
         for s in 0..settings.streams {
-            let seed =
-                0x9e37_79b9_7f4a_7c15_u64.wrapping_mul((c * settings.streams + s + 1) as u64);
+            let seed = 0x9e37_79b9_7f4a_7c15_u64
+                .wrapping_mul(u64::from(c) * u64::from(settings.streams) + u64::from(s) + 1);
             tasks.push(tokio::spawn(stream(
                 sender.clone(),
                 settings.clone(),
@@ -227,7 +203,7 @@ async fn run(settings: Settings) -> Result<(), Box<dyn Error>> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let settings = parse(std::env::args().skip(1))?;
+    let settings = <Settings as clap::Parser>::parse();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -2,6 +2,8 @@
 //! load the config, run the subcommand, map its error to an exit status. Everything else lives
 //! in the library.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

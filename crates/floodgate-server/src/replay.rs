@@ -623,7 +623,7 @@ fn duration_field(field: &'static str, value: &Value) -> Result<Duration, EventE
             .as_f64()
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
             .ok_or_else(|| "must be a number of seconds ≥ 0".to_string()),
-        Value::String(s) => parse_duration(s),
+        Value::String(s) => parse_duration(s).map_err(|e| e.to_string()),
         _ => Err("expected seconds or a duration string".to_string()),
     };
     parsed.map_err(|reason| EventError::Duration {

@@ -60,7 +60,7 @@ use std::time::Duration;
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter, EXAMPLE_PLANS};
 use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
 use floodgate::limiter::{KeyedLimit, Mode, OnStoreError};
 use floodgate::pipeline::{Limiter, Pipeline, Stage};
@@ -364,12 +364,12 @@ impl Config {
     /// configuration written out.
     pub fn builtin() -> Config {
         let minute = SpecDuration(Duration::from_secs(60));
-        let plans = [("free", 50u32), ("standard", 500), ("pro", 1000)]
+        let plans = EXAMPLE_PLANS
             .into_iter()
-            .map(|(name, rate)| {
+            .map(|(name, rate, burst)| {
                 let spec = AlgorithmSpec::TokenBucket {
-                    rate: f64::from(rate),
-                    capacity: 2 * u64::from(rate),
+                    rate,
+                    capacity: burst,
                 };
                 (name.to_string(), spec)
             })

@@ -598,11 +598,8 @@ lease_algorithm!(Fleet, "fleet");
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::laws::{check, ns};
     use proptest::prelude::*;
-
-    const fn ns(n: u64) -> Duration {
-        Duration::from_nanos(n)
-    }
 
     fn acquire(lease: u64) -> Op {
         Op::Acquire {
@@ -622,10 +619,6 @@ mod tests {
         Op::Release {
             lease: lease.into(),
         }
-    }
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
     }
 
     /// (allowed, limit, remaining, reset_after, retry_after) in nanoseconds.

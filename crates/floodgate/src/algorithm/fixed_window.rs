@@ -265,16 +265,9 @@ impl Algorithm for FixedWindow {
 mod tests {
     use super::*;
     use crate::algorithm::laws::{self, cost};
+    use crate::algorithm::laws::{check, ms};
     use proptest::prelude::*;
     use std::collections::HashMap;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     #[test]
     fn state_is_16_bytes() {

@@ -373,15 +373,12 @@ impl Reciprocal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::laws::check;
     use crate::OpKind;
     use proptest::prelude::*;
 
     const SEC: u64 = 1_000_000_000;
     const MS: u64 = 1_000_000;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
 
     #[test]
     fn state_is_eight_bytes() {

@@ -1,9 +1,25 @@
 //! Properties every algorithm must have, written once for all of them: well-formed
-//! decisions, the admission bound over every interval, and sound `is_fresh`. Test-only.
+//! decisions, the admission bound over every interval, and sound `is_fresh`; and the small
+//! helpers every algorithm's tests use. Test-only.
 
 use crate::algorithm::Algorithm;
 use crate::{Decision, Nanos, Op};
 use proptest::prelude::*;
+
+/// `Op::Check { cost }`: the operation most tests apply.
+pub(crate) fn check(cost: u64) -> Op {
+    Op::Check { cost }
+}
+
+/// `n` milliseconds.
+pub(crate) const fn ms(n: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(n)
+}
+
+/// `n` nanoseconds.
+pub(crate) const fn ns(n: u64) -> std::time::Duration {
+    std::time::Duration::from_nanos(n)
+}
 
 /// The cost an operation asks for (0 for `set_rate`).
 pub(crate) fn cost(op: &Op) -> u64 {

@@ -141,17 +141,10 @@ impl Algorithm for LeakyBucket {
 mod tests {
     use super::*;
     use crate::algorithm::laws::{self, cost};
+    use crate::algorithm::laws::{check, ms};
     use crate::algorithm::token_bucket::TokenBucket;
     use proptest::prelude::*;
     use std::time::Duration;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     #[test]
     fn state_is_16_bytes() {

@@ -246,15 +246,8 @@ impl Algorithm for LeakyQueue {
 mod tests {
     use super::*;
     use crate::algorithm::laws::{self, cost};
+    use crate::algorithm::laws::{check, ms};
     use proptest::prelude::*;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     fn allowed(remaining: u64, reset_ms: u64, wait_ms: u64, limit: u64) -> Decision {
         Decision {

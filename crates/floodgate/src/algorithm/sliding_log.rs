@@ -254,12 +254,9 @@ impl Algorithm for SlidingLog {
 mod tests {
     use super::*;
     use crate::algorithm::laws;
+    use crate::algorithm::laws::check;
     use crate::OpKind;
     use proptest::prelude::*;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
 
     fn log(limit: u64, window_ns: u64) -> SlidingLog {
         SlidingLog::new(limit, Duration::from_nanos(window_ns)).unwrap()

@@ -628,16 +628,9 @@ impl Algorithm for SlidingWindow {
 mod tests {
     use super::*;
     use crate::algorithm::laws;
+    use crate::algorithm::laws::{check, ns};
     use crate::OpKind;
     use proptest::prelude::*;
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
-
-    fn ns(n: u64) -> Duration {
-        Duration::from_nanos(n)
-    }
 
     fn weighted(limit: u64, window: u64) -> SlidingWindow {
         SlidingWindow::new(limit, ns(window), None).unwrap()

@@ -48,25 +48,46 @@ enum DurationRepr {
 }
 
 impl TryFrom<DurationRepr> for SpecDuration {
-    type Error = String;
-    fn try_from(repr: DurationRepr) -> Result<Self, String> {
+    type Error = DurationError;
+    fn try_from(repr: DurationRepr) -> Result<Self, DurationError> {
         match repr {
-            DurationRepr::Seconds(s) => seconds_to_duration(s),
+            DurationRepr::Seconds(s) => seconds_to_duration(s, || s.to_string()),
             DurationRepr::Text(t) => parse_duration(&t),
         }
         .map(SpecDuration)
     }
 }
 
-fn seconds_to_duration(secs: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(secs).map_err(|_| {
-        format!("`{secs}` is not a duration: expected a non-negative number of seconds")
-    })
+/// Why a duration was refused; each variant carries the text as written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// No number where one was expected.
+    #[error("`{0}` is not a duration such as \"500ms\", \"1s\" or \"1h\"")]
+    NotANumber(String),
+    /// A unit that is not one of ns, us, ms, s, m, h, d, w.
+    #[error("`{text}` has an unknown unit `{unit}` (use ns, us, ms, s, m, h, d or w)")]
+    UnknownUnit {
+        /// The duration as written.
+        text: String,
+        /// The unit as written.
+        unit: String,
+    },
+    /// Negative, not finite, or too large for a `Duration`.
+    #[error("`{0}` is not a duration: expected a non-negative number of seconds")]
+    OutOfRange(String),
+}
+
+fn seconds_to_duration(
+    secs: f64,
+    text: impl FnOnce() -> String,
+) -> Result<Duration, DurationError> {
+    Duration::try_from_secs_f64(secs).map_err(|_| DurationError::OutOfRange(text()))
 }
 
 /// Parses `"500ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"1d"`, `"1w"`, `"250us"`, `"10ns"`, or a bare
 /// number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -74,7 +95,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration such as \"500ms\", \"1s\" or \"1h\""))?;
+        .map_err(|_| DurationError::NotANumber(text.to_string()))?;
     let unit_secs = match unit.trim() {
         "" | "s" => 1.0,
         "ns" => 1e-9,
@@ -85,12 +106,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => 86_400.0,
         "w" => 604_800.0,
         other => {
-            return Err(format!(
-                "`{text}` has an unknown unit `{other}` (use ns, us, ms, s, m, h, d or w)"
-            ))
+            return Err(DurationError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
-    seconds_to_duration(value * unit_secs)
+    seconds_to_duration(value * unit_secs, || text.to_string())
 }
 
 fn default_max_burst_seconds() -> f64 {
@@ -366,6 +388,7 @@ mod tests {
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("1 fortnight")
             .unwrap_err()
+            .to_string()
             .contains("unknown unit"));
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("").is_err());

@@ -278,6 +278,7 @@ fn nanos(a: u64, b: u64) -> Duration {
 mod tests {
     use super::*;
     use crate::algorithm::laws::{self, cost};
+    use crate::algorithm::laws::{check, ms};
     use proptest::prelude::*;
 
     /// A model of what Redis does when it runs Stripe's `request_rate_limiter.lua` with
@@ -330,14 +331,6 @@ mod tests {
             self.timestamp = Some((now_f, expires));
             Ok((allowed.then_some(1), new_tokens as i64))
         }
-    }
-
-    fn check(cost: u64) -> Op {
-        Op::Check { cost }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
     }
 
     #[test]

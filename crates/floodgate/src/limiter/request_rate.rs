@@ -16,6 +16,16 @@ use crate::blocking::block_on;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
+/// Example plans, as `(name, requests per second, burst)`, for token buckets: `free` 50/s,
+/// `standard` 500/s and `pro` 1000/s, each with bursts of twice its rate (one extra second's
+/// worth saved up for spikes). The one table of them: [`Plan::examples`], the service's built-in
+/// configuration and the docs all read it.
+pub const EXAMPLE_PLANS: [(&str, f64, u64); 3] = [
+    ("free", 50.0, 100),
+    ("standard", 500.0, 1000),
+    ("pro", 1000.0, 2000),
+];
+
 /// A plan: a name users are assigned to, and the limit it buys.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -45,12 +55,11 @@ impl Plan {
         )
     }
 
-    /// Example plans, as Stripe describes its tiers: `free` 50/s, `standard` 500/s and `pro` 1000/s, each
-    /// with bursts of twice its rate (one extra second's worth saved up for spikes).
+    /// The example plans, [`EXAMPLE_PLANS`] as token buckets.
     pub fn examples() -> Vec<Plan> {
-        [("free", 50u64), ("standard", 500), ("pro", 1000)]
+        EXAMPLE_PLANS
             .into_iter()
-            .filter_map(|(name, rate)| Plan::token_bucket(name, rate as f64, 2 * rate).ok())
+            .filter_map(|(name, rate, burst)| Plan::token_bucket(name, rate, burst).ok())
             .collect()
     }
 
