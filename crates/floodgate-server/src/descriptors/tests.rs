@@ -1,13 +1,7 @@
 use floodgate::algorithm::spec::AlgorithmSpec;
 
 use super::*;
-
-fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use crate::rls::entries;
 
 #[test]
 fn envoy_quota_picks_the_shortest_unit_with_one_request() {

@@ -277,15 +277,8 @@ pub fn json_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::{RateUnit, RlsLimit};
+    use crate::rls::{entries, RateUnit, RlsLimit};
     use serde_json::json;
-
-    fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn json_requests_read_the_protobuf_mapping() {

@@ -201,3 +201,12 @@ impl std::fmt::Display for RateUnit {
         f.write_str(self.name())
     }
 }
+
+/// Descriptor entries from `(key, value)` pairs, for tests.
+#[cfg(test)]
+pub(crate) fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

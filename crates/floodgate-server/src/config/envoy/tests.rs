@@ -1,4 +1,5 @@
 use super::*;
+use crate::rls::entries;
 
 fn error(yaml: &str) -> ConfigFileError {
     match compile_file(yaml) {
@@ -12,13 +13,6 @@ fn invalid_at(yaml: &str) -> (String, String) {
         ConfigFileError::Invalid { path, message } => (path, message),
         other => panic!("expected an Invalid error, got {other:?}"),
     }
-}
-
-fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 #[test]
