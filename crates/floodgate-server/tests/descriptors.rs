@@ -19,15 +19,7 @@ use serde_json::json;
 
 type TestStore = MemoryStore<String, AnyState, ManualClock>;
 
-/// Drives a future that is ready at once (the memory store's are).
-fn poll<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the memory store answers at once"),
-    }
-}
+use floodgate::blocking::block_on as poll;
 
 fn store_at(secs: u64) -> (TestStore, ManualClock) {
     let clock = ManualClock::new(Nanos::from_secs(secs));
