@@ -552,6 +552,40 @@ fn a_state_of_another_algorithm_is_a_typed_error_not_a_reset() {
     assert_eq!(v.fail_opens, ["shared"]);
 }
 
+/// Two limits of the same algorithm with different parameters in one store: when a full shard
+/// is swept for room, a state is judged by the parameters that wrote it, so the sweep of one
+/// limit never drops a key the other still counts on (its user would get a whole new burst).
+#[test]
+fn a_sweep_never_drops_another_limits_live_key() {
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let store = Arc::new(
+        MemoryStore::builder()
+            .clock(clock.clone())
+            .shards(1)
+            .max_keys(4)
+            .overflow(floodgate::store::Overflow::RefuseNew)
+            .build()
+            .unwrap(),
+    );
+    let big = KeyedLimit::new("big", TokenBucket::new(1.0, 100).unwrap(), store.clone()).unwrap();
+    let small =
+        KeyedLimit::new("small", TokenBucket::new(1.0, 10).unwrap(), store.clone()).unwrap();
+    // 50 of 100 tokens left: not fresh for `big`, though 50 would fill `small`'s bucket.
+    assert_eq!(big.check_blocking("a", 50).unwrap().remaining, 50);
+    for key in ["k1", "k2", "k3"] {
+        assert!(small.check_blocking(key, 1).unwrap().allowed);
+    }
+    // The shard is full; room is sought by a sweep with `small`'s parameters: nothing is fresh
+    // for it, so the new key is refused rather than `big`'s key dropped.
+    assert!(!small.check_blocking("k4", 1).unwrap().allowed);
+    assert_eq!(store.stats().refused_new, 1);
+    assert_eq!(store.stats().evicted_idle, 0);
+    assert_eq!(big.check_blocking("a", 1).unwrap().remaining, 49);
+    // Once `big`'s key is full again, a sweep by `big` itself may drop it.
+    clock.advance(std::time::Duration::from_secs(60));
+    assert_eq!(store.sweep(big.algorithm()), 1);
+}
+
 #[test]
 fn snapshots_show_every_stage_without_reaching_into_limiters() {
     let rig = rig(3, 10, 0.2);

@@ -244,6 +244,49 @@ impl AlgorithmSpec {
 }
 
 impl AnyAlgorithm {
+    /// A fingerprint of the algorithm and all its parameters: equal for equal parameters,
+    /// different (but for a 2⁻⁶⁴ chance) otherwise. A few multiplications, no allocation.
+    fn params(&self) -> u64 {
+        fn mix(h: u64, x: u64) -> u64 {
+            (h ^ x)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(31)
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
+        }
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let fields: [u64; 3] = match self {
+            AnyAlgorithm::TokenBucket(a) => [1, a.rate().to_bits(), a.capacity()],
+            AnyAlgorithm::LeakyBucket(a) => [2, a.rate().to_bits(), a.capacity()],
+            AnyAlgorithm::LeakyQueue(a) => [3, a.rate().to_bits(), a.queue()],
+            AnyAlgorithm::FixedWindow(a) => [4, a.limit(), nanos(a.window())],
+            AnyAlgorithm::SlidingLog(a) => [5, a.limit(), nanos(a.window())],
+            AnyAlgorithm::SlidingWindow(a) => [
+                6,
+                a.limit(),
+                mix(
+                    nanos(a.window()),
+                    a.buckets().map_or(0, |b| u64::from(b) + 1),
+                ),
+            ],
+            AnyAlgorithm::Gcra(a) => [7, a.max_burst(), mix(a.count(), nanos(a.period()))],
+            AnyAlgorithm::SmoothBursty(a) => {
+                [8, a.rate().to_bits(), a.max_burst_seconds().to_bits()]
+            }
+            AnyAlgorithm::SmoothWarmingUp(a) => [
+                9,
+                a.rate().to_bits(),
+                mix(nanos(a.warmup()), a.cold_factor().to_bits()),
+            ],
+            AnyAlgorithm::Concurrency(a) => [10, a.capacity(), nanos(a.lease_ttl())],
+            AnyAlgorithm::Fleet(a) => [
+                11,
+                a.capacity(),
+                mix(nanos(a.lease_ttl()), a.reserved_for_critical().to_bits()),
+            ],
+        };
+        fields.into_iter().fold(0, mix)
+    }
+
     /// What the algorithm allows, as `(units, window)`: `rate` per second for the buckets, the
     /// leaky queue and the smooth limiters, `limit` per `window` for the windows, `count` per
     /// `period` for GCRA; `None` for the in-flight limits (concurrency, fleet), which have no
@@ -276,13 +319,18 @@ macro_rules! any_algorithm {
             )*
         }
 
-        /// The state of an [`AnyAlgorithm`] key: the state of the algorithm that wrote it.
+        /// The state of an [`AnyAlgorithm`] key: the state of the algorithm that wrote it,
+        /// tagged with a fingerprint of the parameters that last wrote it (see
+        /// [`AnyAlgorithm::is_fresh`](Algorithm::is_fresh)).
         #[derive(Clone, Debug)]
-        pub enum AnyState {
-            $(
-                #[doc = concat!("State of [`", stringify!($ty), "`]")]
-                $variant(<$ty as Algorithm>::State),
-            )*
+        pub struct AnyState {
+            params: u64,
+            kind: StateKind,
+        }
+
+        #[derive(Clone, Debug)]
+        enum StateKind {
+            $($variant(<$ty as Algorithm>::State),)*
         }
 
         $(
@@ -296,8 +344,8 @@ macro_rules! any_algorithm {
         impl AnyState {
             /// The name of the algorithm this state belongs to (`"token_bucket"`, …).
             pub fn algorithm(&self) -> &'static str {
-                match self {
-                    $(AnyState::$variant(_) => $name,)*
+                match self.kind {
+                    $(StateKind::$variant(_) => $name,)*
                 }
             }
         }
@@ -312,34 +360,43 @@ macro_rules! any_algorithm {
             }
 
             fn fresh(&self, now: Nanos) -> AnyState {
-                match self {
-                    $(AnyAlgorithm::$variant(a) => AnyState::$variant(a.fresh(now)),)*
-                }
+                let kind = match self {
+                    $(AnyAlgorithm::$variant(a) => StateKind::$variant(a.fresh(now)),)*
+                };
+                AnyState { params: self.params(), kind }
             }
 
             /// A state written by another algorithm is left as it is and the operation is
             /// denied (`retry_after: None`); stores never get here, since they check
             /// [`Algorithm::owns`] first and answer [`crate::StoreError::StateConflict`].
             fn apply(&self, state: &mut AnyState, now: Nanos, op: Op) -> Decision {
-                match (self, &mut *state) {
-                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.apply(s, now, op),)*
-                    _ => Decision::deny(0, 0, std::time::Duration::ZERO, None),
-                }
+                let decision = match (self, &mut state.kind) {
+                    $((AnyAlgorithm::$variant(a), StateKind::$variant(s)) => a.apply(s, now, op),)*
+                    _ => return Decision::deny(0, 0, std::time::Duration::ZERO, None),
+                };
+                state.params = self.params();
+                decision
             }
 
-            /// Another algorithm's state is never fresh for this one: only its own algorithm
-            /// can tell, so keeping it is the lossless choice.
+            /// Whether the state is fresh for these parameters. A state last written under
+            /// other parameters (another plan of the same kind, another limit in a shared
+            /// store), or by another algorithm, is never fresh for this one: whether it is
+            /// fresh depends on its own rate, capacity or window, which only its writer
+            /// knows, so keeping it is the lossless choice.
             fn is_fresh(&self, state: &AnyState, now: Nanos) -> bool {
-                match (self, state) {
-                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.is_fresh(s, now),)*
+                if state.params != self.params() {
+                    return false;
+                }
+                match (self, &state.kind) {
+                    $((AnyAlgorithm::$variant(a), StateKind::$variant(s)) => a.is_fresh(s, now),)*
                     _ => false,
                 }
             }
 
             fn owns(&self, state: &AnyState) -> bool {
                 matches!(
-                    (self, state),
-                    $((AnyAlgorithm::$variant(_), AnyState::$variant(_)))|*
+                    (self, &state.kind),
+                    $((AnyAlgorithm::$variant(_), StateKind::$variant(_)))|*
                 )
             }
 
@@ -457,6 +514,37 @@ mod tests {
         );
         let d = tb.apply(&mut state, Nanos(0), Op::Check { cost: 1 });
         assert!(!d.allowed);
-        assert!(matches!(state, AnyState::FixedWindow(_)));
+        assert_eq!(state.algorithm(), "fixed_window");
+    }
+
+    /// Two token buckets in one store: a state that looks full to the small bucket is not
+    /// full for the big one that wrote it, so the small one must not call it fresh (an idle
+    /// sweep would drop it and hand its user a whole new burst).
+    #[test]
+    fn a_state_is_judged_fresh_only_by_the_parameters_that_wrote_it() {
+        let bucket = |json: &str| spec(json).unwrap().build().unwrap();
+        let big = bucket(r#"{"algorithm":"token_bucket","rate":1,"capacity":100}"#);
+        let small = bucket(r#"{"algorithm":"token_bucket","rate":1,"capacity":10}"#);
+        let mut state = big.fresh(Nanos(0));
+        let d = big.apply(&mut state, Nanos(0), Op::Check { cost: 50 });
+        assert_eq!(d.remaining, 50);
+        assert!(!big.is_fresh(&state, Nanos(0)));
+        assert!(
+            big.owns(&state) && small.owns(&state),
+            "same kind: plans may change"
+        );
+        assert!(
+            !small.is_fresh(&state, Nanos(0)),
+            "50 tokens would look full to it"
+        );
+        // Fifty seconds later the big bucket is full again: fresh for its writer, and for the
+        // same parameters built again.
+        assert!(big.is_fresh(&state, Nanos::from_secs(50)));
+        let again = bucket(r#"{"algorithm":"token_bucket","rate":1,"capacity":100}"#);
+        assert!(again.is_fresh(&state, Nanos::from_secs(50)));
+        // A plan change on the key: the new writer's parameters judge it from then on.
+        let _ = small.apply(&mut state, Nanos::from_secs(50), Op::Check { cost: 0 });
+        assert!(small.is_fresh(&state, Nanos::from_secs(50)));
+        assert!(!big.is_fresh(&state, Nanos::from_secs(50)));
     }
 }
