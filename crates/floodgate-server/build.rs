@@ -2,9 +2,9 @@
 //! .proto files in `proto/`. The server side is written by hand (`src/grpc/call.rs`).
 //!
 //! The .proto files are parsed by protox, a protobuf compiler written in Rust, so building needs
-//! no `protoc` on the machine. The two well-known messages used (`Duration`, `UInt64Value`) have
-//! minimal copies in `proto/google/protobuf/`; prost maps them to `prost_types::Duration` and
-//! `Option<u64>`.
+//! no `protoc` on the machine. The well-known messages used (`Duration`, `UInt64Value`, `Struct`)
+//! have minimal copies in `proto/google/protobuf/`; prost maps them to `prost_types::Duration`,
+//! `Option<u64>` and `prost_types::Struct`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];

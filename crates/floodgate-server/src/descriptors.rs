@@ -10,8 +10,9 @@
 //! A request descriptor is a list of key/value entries. Its first entry is looked up among the
 //! domain's top-level descriptors, the second among the children of the one found, and so on.
 //! At each level the exact key and value is tried first, then the wildcard values of that key
-//! (in file order, the first whose prefix matches wins), then the key without a value. There is
-//! no backtracking: the first match at a level is the only one followed. The limit is the one
+//! (values holding `*`, see [`Wildcard`]; in file order, the first that matches wins), then the
+//! key without a value. There is no backtracking: the first match at a level is the only one
+//! followed. The limit is the one
 //! on the descriptor reached by the **last** entry; if an entry matches nothing, or the
 //! descriptor reached has no `rate_limit`, no limit applies (as in envoyproxy/ratelimit, a
 //! request with more or fewer entries than the configured depth matches nothing).
@@ -19,7 +20,11 @@
 //! # Deciding ([`RuleSet::should_rate_limit`])
 //!
 //! - Every distinct request descriptor (its domain and all its key/value pairs, as sent, so a
-//!   wildcard or key-only rule counts each value apart) has its own counter in the store.
+//!   wildcard or key-only rule counts each value apart) has its own counter in the store, except
+//!   for `share_threshold`: an entry matched by a wildcard descriptor with `share_threshold`
+//!   counts under the wildcard's pattern instead of its value, so all values matching that
+//!   wildcard (at that place, with the same other entries) share one counter. An entry matched
+//!   exactly, or by a key-only descriptor, keeps its own value.
 //! - A descriptor adds its hits ([`RlsRequest::hits_for`]: its own `hits_addend`, else the
 //!   request's, else 1; 0 reads the limit without counting).
 //! - `replaces`: a matched limit whose `name` is listed in the `replaces` of any limit matched by
@@ -38,20 +43,34 @@
 //!   `OK` with `limit_remaining` 0, as envoyproxy/ratelimit answers; the response counts it in
 //!   [`RlsResponse::shadow_over_limit`] (the service's `floodgate_rls_shadow_over_limit_total`).
 //! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
+//! - Dynamic metadata, only when the rule set has it enabled
+//!   ([`RuleSet::set_response_dynamic_metadata`]; off by default, as envoyproxy/ratelimit's
+//!   `RESPONSE_DYNAMIC_METADATA`): [`RlsResponse::dynamic_metadata`] holds `domain`,
+//!   `descriptors` (`[{"entries": ["key=value", …]}]`, in request order), `hitsAddend` when the
+//!   request's is not 0, and `metadata`: the `metadata` of the first descriptor, in request
+//!   order, whose rule has metadata and whose status is `OK` without being over its limit (a
+//!   shadow-mode descriptor over its limit does not count). When disabled it is `None`.
 //!
 //! # Counter keys
 //!
 //! Counters live in the store's [`RLS_NAMESPACE`] namespace (`rls:`), under the domain and each
-//! key and value, each as its byte length, `:` and its bytes (unambiguous whatever the strings
-//! hold).
+//! key and value, each as its byte length, `:` and its bytes; a value shared by `share_threshold`
+//! is written as its pattern's length, `*` and the pattern, so it never collides with a value
+//! sent as is (unambiguous whatever the strings hold).
+
+mod wildcard;
+
+pub use self::wildcard::Wildcard;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{Request, Store};
 use floodgate::{ConfigError, Decision, Op, StoreError};
+use serde_json::{Map, Value};
 
 use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
 
@@ -63,6 +82,7 @@ pub struct Rule {
     replaces: Vec<String>,
     shadow_mode: bool,
     limit: Option<Limit>,
+    metadata: Option<Arc<Map<String, Value>>>,
 }
 
 /// What a [`Rule`] that is not `unlimited` checks: an algorithm, and the limit in envoy's terms
@@ -138,7 +158,20 @@ impl Rule {
             replaces,
             shadow_mode,
             limit,
+            metadata: None,
         }
+    }
+
+    /// The same rule carrying the descriptor's `metadata`, which responses with dynamic
+    /// metadata enabled return (see the module's "Deciding"). An empty map is the same as none.
+    pub fn with_metadata(mut self, metadata: Option<Map<String, Value>>) -> Rule {
+        self.metadata = metadata.filter(|m| !m.is_empty()).map(Arc::new);
+        self
+    }
+
+    /// The descriptor's `metadata`, if it has any.
+    pub fn metadata(&self) -> Option<&Map<String, Value>> {
+        self.metadata.as_deref()
     }
 
     /// envoyproxy/ratelimit's name for the rule in statistics: the domain and each descriptor's
@@ -196,55 +229,109 @@ pub struct DescriptorTree {
 #[derive(Debug, Default)]
 struct KeyMatch {
     exact: HashMap<String, Node>,
-    /// `(prefix, node)` for values ending in `*`, in file order.
-    prefixes: Vec<(String, Node)>,
+    /// Values holding `*`, in file order.
+    wildcards: Vec<(Wildcard, Node)>,
     any: Option<Box<Node>>,
 }
 
 #[derive(Debug)]
 struct Node {
     rule: Option<Rule>,
+    /// `share_threshold`: entries this wildcard matches count under its pattern.
+    share_threshold: bool,
     children: DescriptorTree,
+}
+
+/// What a request descriptor matched: the rule it ends on, and the entries whose counter is
+/// shared by `share_threshold` (see [`RuleSet::lookup_match`]).
+#[derive(Clone, Debug)]
+pub struct RuleMatch<'a> {
+    rule: &'a Rule,
+    /// `(entry index, wildcard pattern)` for each entry matched by a `share_threshold`
+    /// wildcard, in entry order.
+    shared: Vec<(usize, &'a str)>,
+}
+
+impl<'a> RuleMatch<'a> {
+    /// The rule the descriptor ends on.
+    pub fn rule(&self) -> &'a Rule {
+        self.rule
+    }
+
+    /// `(entry index, wildcard pattern)` for each entry counted under a `share_threshold`
+    /// wildcard's pattern instead of its value, in entry order; empty when nothing is shared.
+    pub fn shared(&self) -> &[(usize, &'a str)] {
+        &self.shared
+    }
+
+    /// The store key of this match's counter for `descriptor` (the one matched) in `domain`:
+    /// see the module's "Counter keys".
+    pub fn counter_key(&self, domain: &str, descriptor: &RlsDescriptor) -> String {
+        counter_key(domain, descriptor, &self.shared)
+    }
 }
 
 impl DescriptorTree {
     /// Adds a descriptor at this level: entries with `key` whose value matches `value` (exact;
-    /// a prefix when it ends in `*`; any value when empty) end on `rule` (`None`: no limit) or
-    /// go on into `children`. Wildcards are tried in the order they are added. A descriptor
-    /// with the same key and value as one already added replaces it (the config refuses such
-    /// duplicates before they get here).
-    pub fn insert(&mut self, key: &str, value: &str, rule: Option<Rule>, children: DescriptorTree) {
-        let node = Node { rule, children };
+    /// a [`Wildcard`] when it holds `*`; any value when empty) end on `rule` (`None`: no limit)
+    /// or go on into `children`. Wildcards are tried in the order they are added.
+    /// `share_threshold` makes the values a wildcard matches share one counter; it only has an
+    /// effect on a wildcard (the config refuses it elsewhere). A descriptor with the same key
+    /// and value as one already added replaces it (the config refuses such duplicates before
+    /// they get here).
+    pub fn insert(
+        &mut self,
+        key: &str,
+        value: &str,
+        share_threshold: bool,
+        rule: Option<Rule>,
+        children: DescriptorTree,
+    ) {
+        let node = Node {
+            rule,
+            share_threshold,
+            children,
+        };
         let entry = self.keys.entry(key.to_string()).or_default();
         if value.is_empty() {
             entry.any = Some(Box::new(node));
-        } else if let Some(prefix) = value.strip_suffix('*') {
-            entry.prefixes.push((prefix.to_string(), node));
+        } else if let Some(wildcard) = Wildcard::parse(value) {
+            entry.wildcards.retain(|(w, _)| w.pattern() != value);
+            entry.wildcards.push((wildcard, node));
         } else {
             entry.exact.insert(value.to_string(), node);
         }
     }
 
-    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+    /// The node an entry matches at this level, and the wildcard that matched it if it is
+    /// shared.
+    fn find(&self, key: &str, value: &str) -> Option<(&Node, Option<&str>)> {
         let m = self.keys.get(key)?;
-        m.exact
-            .get(value)
-            .or_else(|| {
-                m.prefixes
-                    .iter()
-                    .find(|(prefix, _)| value.starts_with(prefix.as_str()))
-                    .map(|(_, node)| node)
-            })
-            .or(m.any.as_deref())
+        if let Some(node) = m.exact.get(value) {
+            return Some((node, None));
+        }
+        if let Some((wildcard, node)) = m.wildcards.iter().find(|(w, _)| w.matches(value)) {
+            let shared = node.share_threshold.then(|| wildcard.pattern());
+            return Some((node, shared));
+        }
+        m.any.as_deref().map(|node| (node, None))
     }
 
-    fn lookup(&self, entries: &[(String, String)]) -> Option<&Rule> {
-        let ((last_key, last_value), init) = entries.split_last()?;
+    fn lookup(&self, entries: &[(String, String)]) -> Option<RuleMatch<'_>> {
+        let last = entries.len().checked_sub(1)?;
         let mut level = self;
-        for (key, value) in init {
-            level = &level.find(key, value)?.children;
+        let mut shared = Vec::new();
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let (node, pattern) = level.find(key, value)?;
+            if let Some(pattern) = pattern {
+                shared.push((i, pattern));
+            }
+            if i == last {
+                return node.rule.as_ref().map(|rule| RuleMatch { rule, shared });
+            }
+            level = &node.children;
         }
-        level.find(last_key, last_value)?.rule.as_ref()
+        None
     }
 }
 
@@ -254,6 +341,7 @@ impl DescriptorTree {
 #[derive(Debug, Default)]
 pub struct RuleSet {
     domains: HashMap<String, DescriptorTree>,
+    response_dynamic_metadata: bool,
 }
 
 impl RuleSet {
@@ -276,7 +364,26 @@ impl RuleSet {
     /// "Matching"): `None` if the domain is unknown, `entries` is empty, an entry matches
     /// nothing, or the descriptor reached has no `rate_limit`.
     pub fn lookup(&self, domain: &str, entries: &[(String, String)]) -> Option<&Rule> {
+        self.lookup_match(domain, entries).map(|m| m.rule)
+    }
+
+    /// Like [`RuleSet::lookup`], with the entries whose counter `share_threshold` shares.
+    pub fn lookup_match(
+        &self,
+        domain: &str,
+        entries: &[(String, String)],
+    ) -> Option<RuleMatch<'_>> {
         self.domains.get(domain)?.lookup(entries)
+    }
+
+    /// Whether responses carry dynamic metadata (see the module's "Deciding"); off by default.
+    pub fn set_response_dynamic_metadata(&mut self, enabled: bool) {
+        self.response_dynamic_metadata = enabled;
+    }
+
+    /// Whether responses carry dynamic metadata.
+    pub fn response_dynamic_metadata(&self) -> bool {
+        self.response_dynamic_metadata
     }
 
     /// Decides a `ShouldRateLimit` request: one status per request descriptor, in order, and
@@ -300,18 +407,23 @@ impl RuleSet {
                 overall_code: Code::Ok,
                 statuses,
                 shadow_over_limit: 0,
+                dynamic_metadata: self.dynamic_metadata(request, &[], &[]),
             });
         };
-        let rules: Vec<Option<&Rule>> = request
+        let matches: Vec<Option<RuleMatch<'_>>> = request
             .descriptors
             .iter()
             .map(|d| root.lookup(&d.entries))
             .collect();
+        let rules: Vec<Option<&Rule>> =
+            matches.iter().map(|m| m.as_ref().map(|m| m.rule)).collect();
         let replaced: Vec<&str> = rules
             .iter()
             .flatten()
             .flat_map(|r| r.replaces.iter().map(String::as_str))
             .collect();
+        // Whether each descriptor is over its limit, shadow mode or not.
+        let mut over = vec![false; request.descriptors.len()];
 
         // (descriptor index, rule, limit, counter key, hits) of each limit to decide.
         let mut checks: Vec<(usize, &Rule, &Limit, String, u64)> = Vec::new();
@@ -335,6 +447,7 @@ impl RuleSet {
                         limit_remaining: 0,
                         duration_until_reset: None,
                     };
+                    over[i] = true;
                     if rule.shadow_mode {
                         statuses[i].code = Code::Ok;
                         shadow_over_limit += 1;
@@ -342,13 +455,16 @@ impl RuleSet {
                         blocked = true;
                     }
                 }
-                Some(limit) => checks.push((
-                    i,
-                    rule,
-                    limit,
-                    counter_key(&request.domain, descriptor),
-                    request.hits_for(descriptor),
-                )),
+                Some(limit) => {
+                    let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
+                    checks.push((
+                        i,
+                        rule,
+                        limit,
+                        counter_key(&request.domain, descriptor, shared),
+                        request.hits_for(descriptor),
+                    ))
+                }
             }
         }
 
@@ -376,6 +492,7 @@ impl RuleSet {
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
         for ((i, rule, limit, _, _), decision) in checks.iter().zip(decisions) {
+            over[*i] = !decision.allowed;
             let code = if decision.allowed {
                 Code::Ok
             } else if rule.shadow_mode {
@@ -392,11 +509,55 @@ impl RuleSet {
                 duration_until_reset: Some(decision.reset_after),
             };
         }
+        let dynamic_metadata = self.dynamic_metadata(request, &rules, &over);
         Ok(RlsResponse {
             overall_code,
             statuses,
             shadow_over_limit,
+            dynamic_metadata,
         })
+    }
+
+    /// The response's dynamic metadata (see the module's "Deciding"): `None` unless enabled.
+    /// `rules` and `over` are per request descriptor (empty for an unknown domain).
+    fn dynamic_metadata(
+        &self,
+        request: &RlsRequest,
+        rules: &[Option<&Rule>],
+        over: &[bool],
+    ) -> Option<Map<String, Value>> {
+        if !self.response_dynamic_metadata {
+            return None;
+        }
+        let mut out = Map::new();
+        out.insert("domain".into(), request.domain.clone().into());
+        let descriptors = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries = d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| Value::String(format!("{k}={v}")))
+                    .collect();
+                Value::Object(Map::from_iter([(
+                    "entries".to_string(),
+                    Value::Array(entries),
+                )]))
+            })
+            .collect();
+        out.insert("descriptors".into(), Value::Array(descriptors));
+        if request.hits_addend != 0 {
+            out.insert("hitsAddend".into(), request.hits_addend.into());
+        }
+        let first = rules
+            .iter()
+            .zip(over)
+            .find_map(|(rule, over)| rule.filter(|_| !over).and_then(Rule::metadata));
+        if let Some(metadata) = first {
+            out.insert("metadata".into(), Value::Object(metadata.clone()));
+        }
+        Some(out)
     }
 }
 
@@ -404,8 +565,9 @@ impl RuleSet {
 /// may take it.
 pub const RLS_NAMESPACE: &str = "rls";
 
-/// The store key of one request descriptor's counter (see the module's "Counter keys").
-fn counter_key(domain: &str, descriptor: &RlsDescriptor) -> String {
+/// The store key of one request descriptor's counter (see the module's "Counter keys");
+/// `shared` lists the entries counted under a wildcard's pattern, in entry order.
+fn counter_key(domain: &str, descriptor: &RlsDescriptor, shared: &[(usize, &str)]) -> String {
     let len: usize = domain.len()
         + descriptor
             .entries
@@ -415,15 +577,20 @@ fn counter_key(domain: &str, descriptor: &RlsDescriptor) -> String {
     let mut key = String::with_capacity(len + 12);
     key.push_str(RLS_NAMESPACE);
     key.push(':');
-    let mut part = |s: &str| {
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{}:", s.len());
+    // `:` after the length for a string as sent, `*` for a shared wildcard's pattern. Writing
+    // to a String cannot fail.
+    let mut part = |s: &str, mark: char| {
+        let _ = write!(key, "{}{mark}", s.len());
         key.push_str(s);
     };
-    part(domain);
-    for (k, v) in &descriptor.entries {
-        part(k);
-        part(v);
+    part(domain, ':');
+    let mut shared = shared.iter().peekable();
+    for (i, (k, v)) in descriptor.entries.iter().enumerate() {
+        part(k, ':');
+        match shared.next_if(|(at, _)| *at == i) {
+            Some((_, pattern)) => part(pattern, '*'),
+            None => part(v, ':'),
+        }
     }
     key
 }

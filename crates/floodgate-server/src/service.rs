@@ -374,6 +374,7 @@ impl Server {
                         })
                         .collect(),
                     shadow_over_limit: 0,
+                    dynamic_metadata: None,
                 }
             }
         }

@@ -154,9 +154,11 @@ descriptors:
     assert_eq!(rpu("/api/v1/users"), Some(2));
     assert_eq!(rpu("/api/"), Some(2));
     assert_eq!(rpu("/other"), Some(1));
-    // A `*` inside a value is literal.
+    // A `*` inside a value is a wildcard too, over the whole value.
     assert_eq!(rpu("a*b"), Some(5));
-    assert_eq!(rpu("axxb"), Some(1));
+    assert_eq!(rpu("axxb"), Some(5));
+    assert_eq!(rpu("ab"), Some(5));
+    assert_eq!(rpu("axxbc"), Some(1));
 }
 
 #[test]

@@ -99,6 +99,7 @@ impl RlsBackend for TestBackend {
             overall_code,
             statuses,
             shadow_over_limit: 0,
+            dynamic_metadata: None,
         })
     }
 }

@@ -15,11 +15,16 @@
 //!     rate_limit: { unit: day, requests_per_unit: 100 }
 //! ```
 //!
-//! Each descriptor has a `key`, an optional `value` (exact; a value ending in `*` matches every
-//! value that starts with what comes before the `*`; an empty value is the same as none), an
-//! optional `rate_limit` (`unit` and `requests_per_unit`, or `unlimited: true`; optional `name`
-//! and `replaces: [{name}]`), optional `shadow_mode: true`, optional nested `descriptors`, and
-//! `detailed_metric`, which is accepted and ignored (it only changes envoyproxy's statistics).
+//! Each descriptor has a `key`, an optional `value` (exact; a value holding `*` is a wildcard
+//! in which each `*` matches any run of characters, see
+//! [`Wildcard`](crate::descriptors::Wildcard); an empty value is the same as none), an optional
+//! `rate_limit` (`unit` and `requests_per_unit`, or `unlimited: true`; optional `name` and
+//! `replaces: [{name}]`), optional `shadow_mode: true`, optional `share_threshold: true` (only
+//! on a wildcard value: all values it matches share one counter), optional `metadata` (any
+//! mapping, returned as the response's dynamic metadata when that is enabled), optional nested
+//! `descriptors`, and `detailed_metric` and `value_to_metric`, which are accepted and ignored
+//! (they only change envoyproxy's per-descriptor statistics names, which Floodgate does not
+//! have).
 //! Floodgate adds two things: `unlimited: true` may also be written on the descriptor itself
 //! (same meaning as `rate_limit: {unlimited: true}`), and a `rate_limit` may name one of
 //! Floodgate's algorithms instead of a unit (`{algorithm: token_bucket, rate: 10, capacity: 20}`,
@@ -36,23 +41,28 @@
 //!
 //! # Validation
 //!
-//! Refused when compiling ([`compile_domains`], [`compile_file`]; [`ConfigFileError::Invalid`],
+//! A file is first checked as envoyproxy/ratelimit checks it (`shape`): every key is a string,
+//! every list entry a mapping (`metadata` is free-form). Then refused when reading it
+//! ([`ConfigFileError::Yaml`], with the field, line and column): bad YAML, an unknown key (named),
+//! a value of the wrong type. Refused when compiling ([`compile_domains`], [`compile_file`]; [`ConfigFileError::Invalid`],
 //! with the path of the field in the file): an empty domain, a domain listed twice, an empty
 //! key, the same key and value twice at one level, a missing or unknown unit, a missing
-//! `requests_per_unit`, `unlimited` together with a unit, a `requests_per_unit`, an algorithm
-//! or (on the descriptor) a `rate_limit`, a `replaces` entry with an empty name or naming its
-//! own limit, a unit together with an algorithm, and invalid algorithm parameters. Unknown
-//! fields are refused when the YAML is read ([`ConfigFileError::Yaml`]).
+//! `requests_per_unit` (envoyproxy/ratelimit reads it as 0, which blocks every request:
+//! Floodgate asks for it to be written, `0` included), `unlimited` together with a unit, an
+//! algorithm or (on the descriptor) a `rate_limit`, a `replaces` entry with an empty name or
+//! naming its own limit, `share_threshold` on a value without `*`, a unit together with an
+//! algorithm, and invalid algorithm parameters. As in envoyproxy/ratelimit, an `unlimited`
+//! limit may carry a `requests_per_unit`, which is ignored.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use floodgate::algorithm::spec::AlgorithmSpec;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::ConfigFileError;
-use crate::descriptors::{DescriptorTree, Limit, Rule, RuleSet};
+use crate::descriptors::{DescriptorTree, Limit, Rule, RuleSet, Wildcard};
 use crate::rls::RateUnit;
 
 /// One domain as written in a configuration file: envoyproxy/ratelimit's top level, or one
@@ -63,17 +73,27 @@ pub struct DomainConfig {
     /// The domain's name; must not be empty.
     #[serde(default)]
     pub domain: String,
-    /// The top-level descriptors.
-    #[serde(default)]
+    /// The top-level descriptors (`descriptors:` with nothing after it is an empty list).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<DescriptorConfig>,
 }
 
 impl DomainConfig {
-    /// Reads a file's text in envoyproxy/ratelimit's format. Only the YAML and its fields are
-    /// checked here ([`ConfigFileError::Yaml`]); [`compile_file`] also checks the meaning.
+    /// Reads a file's text in envoyproxy/ratelimit's format: its shape (string keys, mappings
+    /// in lists; [`ConfigFileError::Invalid`]), then its YAML and fields
+    /// ([`ConfigFileError::Yaml`]); [`compile_file`] also checks the meaning.
     pub fn from_yaml_str(text: &str) -> Result<DomainConfig, ConfigFileError> {
+        let tree: serde_norway::Value =
+            serde_norway::from_str(text).map_err(|e| ConfigFileError::yaml(None, &e))?;
+        shape::check(&tree)?;
         serde_norway::from_str(text).map_err(|e| ConfigFileError::yaml(None, &e))
     }
+}
+
+/// A list written with nothing after its key (`descriptors:`) reads as empty, as
+/// envoyproxy/ratelimit reads it.
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Option::<Vec<T>>::deserialize(d).map(Option::unwrap_or_default)
 }
 /// One descriptor of a [`DomainConfig`], possibly with nested descriptors.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -100,8 +120,21 @@ pub struct DescriptorConfig {
     /// Accepted for compatibility and ignored (envoyproxy/ratelimit's per-value statistics).
     #[serde(default)]
     pub detailed_metric: bool,
-    /// Nested descriptors, matched by the next entry of a request descriptor.
+    /// Accepted for compatibility and ignored (envoyproxy/ratelimit's statistics name the
+    /// value matched by a wildcard or key-only descriptor).
     #[serde(default)]
+    pub value_to_metric: bool,
+    /// All request values this wildcard `value` matches share one counter (see
+    /// [`crate::descriptors`]); refused on a value without `*`.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form data returned in the response's dynamic metadata when enabled and this
+    /// descriptor's limit applies (see [`crate::descriptors`]); ignored on a descriptor without
+    /// a `rate_limit`, as envoyproxy/ratelimit ignores it.
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+    /// Nested descriptors, matched by the next entry of a request descriptor.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<DescriptorConfig>,
 }
 
@@ -287,21 +320,30 @@ pub fn compile_file(text: &str) -> Result<RuleSet, ConfigFileError> {
     compile(std::slice::from_ref(&domain), false)
 }
 
-/// Whether a configuration file's top level is envoyproxy/ratelimit's: it has a `domain` key.
+/// Whether a configuration file's top level is envoyproxy/ratelimit's: it has a `domain` key
+/// (even empty) or a `descriptors` key, neither of which Floodgate's own format has.
 pub(super) fn is_envoy_file(top_level: &serde_norway::Value) -> bool {
     top_level
         .as_mapping()
-        .is_some_and(|m| m.contains_key("domain"))
+        .is_some_and(|m| m.contains_key("domain") || m.contains_key("descriptors"))
 }
 
-/// Reads and checks an envoyproxy/ratelimit file's text (from `file`, if named), with errors
-/// that name the fields as the file writes them.
-pub(super) fn read_file(text: &str, file: Option<&Path>) -> Result<DomainConfig, ConfigFileError> {
+/// Reads and checks an envoyproxy/ratelimit file's text (from `file`, if named) whose YAML
+/// tree is `tree`, with errors that name the fields as the file writes them.
+pub(super) fn read_file(
+    text: &str,
+    tree: &serde_norway::Value,
+    file: Option<&Path>,
+) -> Result<DomainConfig, ConfigFileError> {
+    shape::check(tree)?;
     let domain: DomainConfig = serde_norway::from_str(text).map_err(|e| {
         let mut error = ConfigFileError::yaml(file, &e);
         if let ConfigFileError::Yaml { message, .. } = &mut error {
             if message.contains("unknown field") {
-                message.push_str(" (a top-level `domain` makes this an envoyproxy/ratelimit file)");
+                message.push_str(
+                    " (a top-level `domain` or `descriptors` makes this an envoyproxy/ratelimit \
+                     file)",
+                );
             }
         }
         error
@@ -376,9 +418,25 @@ fn compile_level(
         } else {
             format!("{full_key}.{}_{value}", config.key)
         };
-        let rule = compile_rule(config, &path, &own_key)?;
+        if config.share_threshold && Wildcard::parse(value).is_none() {
+            return Err(ConfigFileError::invalid(
+                format!("{path}.share_threshold"),
+                format!(
+                    "`share_threshold` only applies to a wildcard value (one holding `*`), \
+                     but key `{}` has {}",
+                    config.key,
+                    if value.is_empty() {
+                        "no value".to_string()
+                    } else {
+                        format!("the value `{value}`")
+                    }
+                ),
+            ));
+        }
+        let rule = compile_rule(config, &path, &own_key)?
+            .map(|rule| rule.with_metadata(config.metadata.clone()));
         let children = compile_level(&config.descriptors, &format!("{path}."), &own_key)?;
-        level.insert(&config.key, value, rule, children);
+        level.insert(&config.key, value, config.share_threshold, rule, children);
     }
     Ok(level)
 }
@@ -420,15 +478,19 @@ fn compile_rule(
         }
     }
     let limit = if rate_limit.unlimited {
+        // envoyproxy/ratelimit refuses a unit on an unlimited limit and ignores a
+        // `requests_per_unit`.
         for (field, present) in [
             ("unit", rate_limit.unit.is_some()),
-            ("requests_per_unit", rate_limit.requests_per_unit.is_some()),
             ("algorithm", rate_limit.algorithm.is_some()),
         ] {
             if present {
                 return Err(ConfigFileError::invalid(
                     format!("{path}.{field}"),
-                    format!("an `unlimited` limit takes no `{field}`"),
+                    format!(
+                        "an `unlimited` limit takes no `{field}` (remove it, or remove \
+                         `unlimited: true`)"
+                    ),
                 ));
             }
         }
@@ -498,5 +560,6 @@ fn compile_rule(
     )))
 }
 
+mod shape;
 #[cfg(test)]
 mod tests;

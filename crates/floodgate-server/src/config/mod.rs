@@ -18,6 +18,7 @@
 //!   utilization: { workers: 64, sample_interval: 1s, seed: 0, mode: shadow }
 //! limits:                       # named limits for POST /v1/check {"limiter": NAME, …}
 //!   login: { algorithm: sliding_log, limit: 5, window: 1m }
+//! response_dynamic_metadata: false   # Envoy RLS answers carry dynamic metadata (default off)
 //! domains:                      # Envoy RLS domains, envoyproxy/ratelimit's format
 //!   - domain: example
 //!     descriptors:
@@ -35,9 +36,10 @@
 //!
 //! # Format detection
 //!
-//! A file whose top level has a `domain` key is an envoyproxy/ratelimit file: it loads
-//! unchanged as the configuration's only domain, next to the built-in pipeline, plans and
-//! limits of [`Config::builtin`]. Any other file is the native format.
+//! A file whose top level has a `domain` key (even empty) or a `descriptors` key is an
+//! envoyproxy/ratelimit file: it loads unchanged as the configuration's only domain, next to
+//! the built-in pipeline, plans and limits of [`Config::builtin`], with envoyproxy/ratelimit's
+//! checks and errors (see [`envoy`]). Any other file is the native format.
 //!
 //! # Validation
 //!
@@ -106,6 +108,12 @@ pub struct Config {
     /// Named limits for `POST /v1/check`: name → algorithm.
     #[serde(default)]
     pub limits: BTreeMap<String, AlgorithmSpec>,
+    /// Whether Envoy RLS answers carry dynamic metadata (the request's domain and descriptors,
+    /// and the matched descriptors' `metadata`; see [`crate::descriptors`]), as
+    /// envoyproxy/ratelimit's `RESPONSE_DYNAMIC_METADATA` setting; off by default, and off for
+    /// an envoyproxy/ratelimit file loaded on its own.
+    #[serde(default)]
+    pub response_dynamic_metadata: bool,
     /// Envoy RLS domains, in envoyproxy/ratelimit's format (plus Floodgate's algorithms).
     #[serde(default)]
     pub domains: Vec<DomainConfig>,
@@ -339,7 +347,7 @@ impl Config {
         let value: serde_norway::Value = serde_norway::from_str(text).map_err(yaml)?;
         let config = if envoy::is_envoy_file(&value) {
             Config {
-                domains: vec![envoy::read_file(text, file)?],
+                domains: vec![envoy::read_file(text, &value, file)?],
                 ..Config::builtin()
             }
         } else {
@@ -423,6 +431,7 @@ impl Config {
                     window: minute,
                 },
             )]),
+            response_dynamic_metadata: false,
             domains: vec![DomainConfig {
                 domain: "example".to_string(),
                 descriptors: vec![
@@ -484,9 +493,12 @@ impl Config {
             .collect()
     }
 
-    /// The Envoy RLS domains, compiled (errors at `domains[i]…`).
+    /// The Envoy RLS domains, compiled (errors at `domains[i]…`), with
+    /// `response_dynamic_metadata` as configured.
     pub fn rule_set(&self) -> Result<RuleSet, ConfigFileError> {
-        envoy::compile_domains(&self.domains)
+        let mut rules = envoy::compile_domains(&self.domains)?;
+        rules.set_response_dynamic_metadata(self.response_dynamic_metadata);
+        Ok(rules)
     }
 
     /// Checks this configuration and builds everything it serves over `store`, once: the

@@ -30,11 +30,20 @@ fn counter_keys_are_unambiguous() {
         hits_addend: None,
     };
     assert_ne!(
-        counter_key("a", &d(&[("b:c", "d")])),
-        counter_key("a", &d(&[("b", "c:d")]))
+        counter_key("a", &d(&[("b:c", "d")]), &[]),
+        counter_key("a", &d(&[("b", "c:d")]), &[])
     );
     assert_ne!(
-        counter_key("a1:", &d(&[("b", "")])),
-        counter_key("a", &d(&[("1:b", "")]))
+        counter_key("a1:", &d(&[("b", "")]), &[]),
+        counter_key("a", &d(&[("1:b", "")]), &[])
     );
+    // A value sent as is never collides with a shared wildcard's pattern.
+    assert_ne!(
+        counter_key("a", &d(&[("b", "c*")]), &[]),
+        counter_key("a", &d(&[("b", "cd")]), &[(0, "c*")])
+    );
+    // Values sharing a pattern share the key; other entries keep theirs.
+    let shared = |v: &str, w: &str| counter_key("a", &d(&[("b", v), ("u", w)]), &[(0, "c*")]);
+    assert_eq!(shared("c1", "x"), shared("c2", "x"));
+    assert_ne!(shared("c1", "x"), shared("c1", "y"));
 }

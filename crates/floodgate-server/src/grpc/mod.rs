@@ -22,7 +22,9 @@
 //! - [`RlsResponse`] → response: `overall_code`; one `statuses` entry per descriptor, in order,
 //!   with `code`, `current_limit` (`name`, empty when the limit has none; `requests_per_unit`;
 //!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7, as Envoy numbers them),
-//!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years).
+//!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years); and
+//!   `dynamic_metadata` (field 6, a `google.protobuf.Struct`) when the response has it, JSON
+//!   mapped to `Struct` as protobuf maps it (numbers as doubles).
 //!
 //! # Refusals
 //!
@@ -187,6 +189,7 @@ impl From<RlsResponse> for RateLimitResponse {
         RateLimitResponse {
             overall_code: code_to_proto(response.overall_code) as i32,
             statuses: response.statuses.into_iter().map(status_to_proto).collect(),
+            dynamic_metadata: response.dynamic_metadata.map(struct_to_proto),
         }
     }
 }
@@ -228,6 +231,34 @@ fn duration_to_proto(d: Duration) -> prost_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
+}
+
+/// A JSON object as a protobuf `Struct`.
+fn struct_to_proto(map: serde_json::Map<String, serde_json::Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map
+            .into_iter()
+            .map(|(k, v)| (k, value_to_proto(v)))
+            .collect(),
+    }
+}
+
+/// A JSON value as a protobuf `Value` (every number as a double, as protobuf's JSON mapping
+/// reads it).
+fn value_to_proto(value: serde_json::Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    use serde_json::Value as J;
+    let kind = match value {
+        J::Null => Kind::NullValue(prost_types::NullValue::NullValue as i32),
+        J::Bool(b) => Kind::BoolValue(b),
+        J::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(f64::NAN)),
+        J::String(s) => Kind::StringValue(s),
+        J::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.into_iter().map(value_to_proto).collect(),
+        }),
+        J::Object(map) => Kind::StructValue(struct_to_proto(map)),
+    };
+    prost_types::Value { kind: Some(kind) }
 }
 
 fn status_to_proto(status: RlsStatus) -> response::DescriptorStatus {
@@ -376,6 +407,7 @@ mod tests {
                 RlsStatus::default(),
             ],
             shadow_over_limit: 0,
+            dynamic_metadata: None,
         };
         let proto = RateLimitResponse::from(response);
         assert_eq!(proto.overall_code, 2);
@@ -407,6 +439,41 @@ mod tests {
             "saturates at protobuf's maximum"
         );
         assert_eq!(s[2], response::DescriptorStatus::default());
+        assert_eq!(proto.dynamic_metadata, None);
+    }
+
+    #[test]
+    fn dynamic_metadata_maps_to_a_struct() {
+        use prost_types::value::Kind;
+        let metadata =
+            serde_json::json!({"domain": "d", "n": 2, "list": [true, null], "o": {"a": "b"}});
+        let serde_json::Value::Object(map) = metadata else {
+            unreachable!()
+        };
+        let proto = RateLimitResponse::from(RlsResponse {
+            dynamic_metadata: Some(map),
+            ..RlsResponse::default()
+        });
+        let fields = proto.dynamic_metadata.expect("metadata").fields;
+        let kind = |k: &str| fields[k].kind.clone().expect("a kind");
+        assert_eq!(kind("domain"), Kind::StringValue("d".into()));
+        assert_eq!(kind("n"), Kind::NumberValue(2.0));
+        let Kind::ListValue(list) = kind("list") else {
+            panic!("a list")
+        };
+        assert_eq!(list.values[0].kind, Some(Kind::BoolValue(true)));
+        assert_eq!(list.values[1].kind, Some(Kind::NullValue(0)));
+        let Kind::StructValue(o) = kind("o") else {
+            panic!("a struct")
+        };
+        assert_eq!(o.fields["a"].kind, Some(Kind::StringValue("b".into())));
+        // Field 6, length-delimited: tag 0x32.
+        let bytes = RateLimitResponse {
+            dynamic_metadata: Some(prost_types::Struct::default()),
+            ..RateLimitResponse::default()
+        }
+        .encode_to_vec();
+        assert_eq!(bytes, [0x32, 0]);
     }
 
     #[test]
@@ -466,6 +533,7 @@ mod tests {
                     nanos: 0,
                 }),
             }],
+            dynamic_metadata: None,
         };
         // overall_code (1) 1; statuses (2) { code (1) 1, current_limit (2) { requests_per_unit
         // (1) 3, unit (2) 7, name (3) "n" }, limit_remaining (3) 2, duration_until_reset (4)

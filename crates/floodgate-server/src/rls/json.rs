@@ -217,9 +217,9 @@ pub fn code_name(code: Code) -> &'static str {
 
 /// Writes a `RateLimitResponse` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
 /// /json` answers: `{"overallCode": "OK", "statuses": [{"code", "currentLimit": {"name",
-/// "requestsPerUnit", "unit"}, "limitRemaining", "durationUntilReset": "12s"}]}`. As protobuf
-/// JSON does, fields at their default value (code `UNKNOWN`, 0, an empty name or list, no limit
-/// or duration) are left out.
+/// "requestsPerUnit", "unit"}, "limitRemaining", "durationUntilReset": "12s"}],
+/// "dynamicMetadata": {…}}`. As protobuf JSON does, fields at their default value (code
+/// `UNKNOWN`, 0, an empty name or list, no limit, duration or metadata) are left out.
 pub fn rls_response_to_json(response: &RlsResponse) -> Value {
     let mut out = Map::new();
     if response.overall_code != Code::Unknown {
@@ -231,6 +231,9 @@ pub fn rls_response_to_json(response: &RlsResponse) -> Value {
     if !response.statuses.is_empty() {
         let statuses = response.statuses.iter().map(status_to_json).collect();
         out.insert("statuses".into(), Value::Array(statuses));
+    }
+    if let Some(metadata) = &response.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), Value::Object(metadata.clone()));
     }
     Value::Object(out)
 }
@@ -401,6 +404,7 @@ mod tests {
                 },
             ],
             shadow_over_limit: 0,
+            dynamic_metadata: Some(Map::from_iter([("domain".to_string(), json!("d"))])),
         };
         assert_eq!(
             rls_response_to_json(&response),
@@ -415,7 +419,8 @@ mod tests {
                      "limitRemaining": 1,
                      "durationUntilReset": "1.500s"},
                     {"code": "OK"}
-                ]
+                ],
+                "dynamicMetadata": {"domain": "d"}
             })
         );
         assert_eq!(rls_response_to_json(&RlsResponse::default()), json!({}));

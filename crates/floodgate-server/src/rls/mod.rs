@@ -90,6 +90,9 @@ pub struct RlsResponse {
     /// envoyproxy/ratelimit answers them, and counted here for the service's metrics. Not sent
     /// on the wire.
     pub shadow_over_limit: u32,
+    /// The response's dynamic metadata (Envoy's `dynamic_metadata` Struct, `dynamicMetadata` in
+    /// JSON), when the rule set has it enabled: see [`crate::descriptors`]'s "Deciding".
+    pub dynamic_metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Envoy's rate limit units (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`),

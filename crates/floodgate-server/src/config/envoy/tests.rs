@@ -56,8 +56,8 @@ fn validation_names_the_problem_and_the_path() {
             "`unlimited` limit takes no `unit`",
         ),
         (
-            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, requests_per_unit: 3}\n",
-            "descriptors[0].rate_limit.requests_per_unit",
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, algorithm: token_bucket, rate: 1, capacity: 1}\n",
+            "descriptors[0].rate_limit.algorithm",
             "takes no",
         ),
         (
