@@ -30,10 +30,15 @@ enum Command {
     /// Replays a JSON-lines trace of requests (stdin) against one limiter and writes one JSON
     /// decision per line (stdout), in order.
     Replay(replay::Args),
-    /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format) without serving.
+    /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format), or a directory
+    /// of them as `serve --config DIR` reads it, without serving.
     CheckConfig {
-        /// The file to check.
-        file: PathBuf,
+        /// The file or directory to check.
+        #[arg(value_name = "FILE|DIR")]
+        path: PathBuf,
+        /// Merge domains defined more than once, as `serve --merge-domains`.
+        #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
+        merge_domains: bool,
     },
 }
 
@@ -56,9 +61,12 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),
         },
-        Command::CheckConfig { file } => match check_config(&file) {
+        Command::CheckConfig {
+            path,
+            merge_domains,
+        } => match check_config(&path, merge_domains) {
             Ok(()) => {
-                println!("{}: ok", file.display());
+                println!("{}: ok", path.display());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e.to_string(), 1),
@@ -66,11 +74,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// Reads the file and builds everything it configures, as `serve` would, over a throwaway store.
-fn check_config(file: &std::path::Path) -> Result<(), config::ConfigFileError> {
+/// Reads the file or directory and builds everything it configures, as `serve` would, over a
+/// throwaway store.
+fn check_config(
+    path: &std::path::Path,
+    merge_domains: bool,
+) -> Result<(), config::ConfigFileError> {
     let store = std::sync::Arc::new(floodgate::store::MemoryStore::new());
     let clock = std::sync::Arc::new(floodgate::CoarseClock::shared());
-    config::Config::load(file)?.build(store, clock).map(drop)
+    let overrides = config::Overrides {
+        merge_domains,
+        response_headers: false,
+    };
+    config::Config::load_with(path, &overrides)?
+        .build(store, clock)
+        .map(drop)
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

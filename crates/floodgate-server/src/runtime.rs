@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-use crate::config::{Config, ConfigFileError};
+use crate::config::{Config, ConfigFileError, Overrides};
 use crate::service::Server;
 
 /// The HTTP address used when neither the command line nor the config names one.
@@ -47,10 +47,22 @@ pub const DEFAULT_GRPC: &str = "127.0.0.1:8081";
 /// Arguments of `floodgate serve`.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// A YAML config: Floodgate's own format or envoyproxy/ratelimit's. Without one, the
-    /// built-in example (Stripe's four limiters, plans free/standard/pro) runs.
-    #[arg(long, value_name = "FILE")]
+    /// A YAML config file, Floodgate's own format or envoyproxy/ratelimit's, or a directory of
+    /// them: every *.yaml and *.yml file in it, envoyproxy/ratelimit domain files plus at most
+    /// one Floodgate file (see `config::directory`). Re-read on SIGHUP and POST /admin/reload.
+    /// Without one, the built-in example (Stripe's four limiters, plans free/standard/pro) runs.
+    #[arg(long, value_name = "FILE|DIR")]
     pub config: Option<PathBuf>,
+    /// Merge domains defined more than once (in several files of a directory) instead of
+    /// refusing them, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG; the config's
+    /// `rls.merge_domains` can also turn it on.
+    #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub merge_domains: bool,
+    /// Add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to every Envoy answer, as
+    /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED; the config's
+    /// `rls.response_headers` can also turn it on and renames the headers.
+    #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub response_headers: bool,
     /// Where the HTTP JSON API listens (default: the config's `http`, else 127.0.0.1:8080).
     /// Port 0 lets the OS choose; the `floodgate listening …` line on stderr names the port.
     #[arg(long, value_name = "ADDR")]
@@ -134,10 +146,11 @@ pub enum ServeError {
 /// Loads the config, binds both listeners, starts the workers and serves until a shutdown
 /// signal. Blocks the calling thread.
 pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
-    let config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::builtin(),
+    let overrides = Overrides {
+        merge_domains: args.merge_domains,
+        response_headers: args.response_headers,
     };
+    let config = Config::load_or_builtin(args.config.as_deref(), &overrides)?;
     let http_addr = args
         .http
         .or(config.http)
@@ -149,7 +162,8 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let admin_token = std::env::var("FLOODGATE_ADMIN_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
-    let mut server = Server::new(config, args.config.clone(), admin_token)?;
+    let mut server =
+        Server::new(config, args.config.clone(), admin_token)?.with_overrides(overrides);
     // Services behind one load balancer share this secret, so that any of them accepts the
     // lease tokens another issued; without it each process signs with its own random secret.
     if let Some(secret) = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty()) {

@@ -21,7 +21,7 @@ use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Config, ConfigFileError, Served};
+use crate::config::{Config, ConfigFileError, Overrides, Served};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome};
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
@@ -156,6 +156,8 @@ pub struct Server {
     /// Plans set through the admin API; they survive reloads.
     plan_overrides: ArcSwap<HashMap<String, String>>,
     config_path: Option<PathBuf>,
+    /// What the command line turns on over every config loaded.
+    overrides: Overrides,
     admin_token: Option<String>,
     tokens: LeaseTokens,
     metrics: Metrics,
@@ -184,12 +186,20 @@ impl Server {
             store,
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
             config_path,
+            overrides: Overrides::default(),
             admin_token,
             tokens: LeaseTokens::random(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(true),
             clock: SystemClock::new(),
         })
+    }
+
+    /// Applies `overrides` to every config [`Server::reload`] loads (the config given to
+    /// [`Server::new`] should already have them: see [`Config::load_with`]).
+    pub fn with_overrides(mut self, overrides: Overrides) -> Server {
+        self.overrides = overrides;
+        self
     }
 
     /// Signs lease tokens with `secret` instead of a random one, so that every service sharing
@@ -443,16 +453,13 @@ impl Server {
         Ok(())
     }
 
-    /// Re-reads the config file (or the built-in config) and swaps it in; on any error the
-    /// running config stays and the error is returned (and counted).
+    /// Re-reads the config file or directory (every file in it again, so files added, changed
+    /// and removed since are taken into account), or the built-in config, with the overrides
+    /// applied, and swaps it in; on any error the running config stays and the error is
+    /// returned (and counted).
     pub fn reload(&self) -> Result<(), ConfigFileError> {
-        let result = (|| {
-            let config = match &self.config_path {
-                Some(path) => Config::load(path)?,
-                None => Config::builtin(),
-            };
-            build_snapshot(&config, &self.store)
-        })();
+        let result = Config::load_or_builtin(self.config_path.as_deref(), &self.overrides)
+            .and_then(|config| build_snapshot(&config, &self.store));
         match result {
             Ok(snapshot) => {
                 self.snapshot.store(Arc::new(snapshot));

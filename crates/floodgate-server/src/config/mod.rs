@@ -41,6 +41,13 @@
 //! the built-in pipeline, plans and limits of [`Config::builtin`], with envoyproxy/ratelimit's
 //! checks and errors (see [`envoy`]). Any other file is the native format.
 //!
+//! # Directories and the `rls` section
+//!
+//! A directory of files, as envoyproxy/ratelimit's runtime directory, loads as one
+//! configuration: domain files plus at most one native file ([`directory`]). The native
+//! format's optional `rls` section ([`rls`]) merges domains defined more than once and adds
+//! rate limit headers to the Envoy answers; the command line can turn both on ([`Overrides`]).
+//!
 //! # Validation
 //!
 //! Unknown fields and duplicate map keys are refused when the YAML is read
@@ -49,7 +56,9 @@
 //! file and the value ([`ConfigFileError::Invalid`], e.g. `plans.free.rate`). [`Config::load`]
 //! and [`Config::from_yaml_str`] return only validated configurations.
 
+pub mod directory;
 pub mod envoy;
+pub mod rls;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -71,6 +80,8 @@ use floodgate::Clock;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+pub use self::directory::DirectoryError;
+pub use self::rls::{Overrides, ResponseHeaderNames, RlsConfig};
 pub use self::validate::ConfigFileError;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
@@ -117,6 +128,9 @@ pub struct Config {
     /// Envoy RLS domains, in envoyproxy/ratelimit's format (plus Floodgate's algorithms).
     #[serde(default)]
     pub domains: Vec<DomainConfig>,
+    /// The Envoy rate limit service's settings (see [`rls`]).
+    #[serde(default)]
+    pub rls: RlsConfig,
 }
 
 /// The in-memory store's settings.
@@ -313,6 +327,9 @@ pub struct Served<S> {
     pub users: BTreeMap<String, String>,
     /// The plan of users without a known plan (empty when there are no plans).
     pub default_plan: String,
+    /// The names of the rate limit headers added to every `ShouldRateLimit` answer; `None`
+    /// when they are off (see [`rls`]).
+    pub response_headers: Option<ResponseHeaderNames>,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -326,26 +343,56 @@ impl<S> fmt::Debug for Served<S> {
 }
 
 impl Config {
-    /// Reads a configuration file, in either format (see the module's "Format detection"); its
-    /// values are checked when it is built ([`Config::build`]).
+    /// Reads a configuration file, in either format (see the module's "Format detection"), or
+    /// a configuration directory (see [`directory`]); its values are checked when it is built
+    /// ([`Config::build`]). The same as [`Config::load_with`] with no overrides.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigFileError> {
+        Config::load_with(path, &Overrides::default())
+    }
+
+    /// [`Config::load`] with what the command line turns on ([`Overrides`]) applied before the
+    /// domains are merged.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigFileError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigFileError::Io {
-            file: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        Config::parse(&text, Some(path))
+        if path.is_dir() {
+            return directory::load_dir(path, overrides);
+        }
+        let text = read_text(path)?;
+        Config::parse(&text, Some(path), overrides)
+    }
+
+    /// [`Config::load_with`] on `path`, or, when there is none, [`Config::builtin`] with
+    /// `overrides` applied.
+    pub fn load_or_builtin(
+        path: Option<&Path>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigFileError> {
+        match path {
+            Some(path) => Config::load_with(path, overrides),
+            None => {
+                let mut config = Config::builtin();
+                config.rls.apply(overrides);
+                Ok(config)
+            }
+        }
     }
 
     /// Reads a configuration's text, in either format; its values are checked when it is built.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigFileError> {
-        Config::parse(text, None)
+        Config::parse(text, None, &Overrides::default())
     }
 
-    fn parse(text: &str, file: Option<&Path>) -> Result<Config, ConfigFileError> {
+    fn parse(
+        text: &str,
+        file: Option<&Path>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigFileError> {
         let yaml = |e: serde_norway::Error| ConfigFileError::yaml(file, &e);
         let value: serde_norway::Value = serde_norway::from_str(text).map_err(yaml)?;
-        let config = if envoy::is_envoy_file(&value) {
+        let mut config = if envoy::is_envoy_file(&value) {
             Config {
                 domains: vec![envoy::read_file(text, &value, file)?],
                 ..Config::builtin()
@@ -353,6 +400,12 @@ impl Config {
         } else {
             serde_norway::from_str(text).map_err(yaml)?
         };
+        config.rls.apply(overrides);
+        if config.rls.merge_domains {
+            directory::check_native_domains(&config, file)?;
+            let definitions = directory::native_definitions(&mut config, file);
+            config.domains = directory::merge_domains(definitions, true)?;
+        }
         Ok(config)
     }
 
@@ -455,6 +508,7 @@ impl Config {
                     ),
                 ],
             }],
+            rls: RlsConfig::default(),
         }
     }
 
@@ -531,6 +585,7 @@ impl Config {
             rules: self.rule_set()?,
             users: self.users.clone(),
             default_plan: self.default_plan.clone().unwrap_or_default(),
+            response_headers: self.rls.response_headers.names()?,
         })
     }
 
@@ -603,6 +658,14 @@ impl Config {
             .map_err(|e| ConfigFileError::from_config_error("limiters", e))?;
         Ok((pipeline, workers))
     }
+}
+
+/// A configuration file's text.
+pub(crate) fn read_text(path: &Path) -> Result<String, ConfigFileError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigFileError::Io {
+        file: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use floodgate::limiter::request_rate::Plan;
 use floodgate::ConfigError;
 
+use super::directory::DirectoryError;
 use super::Config;
 
 /// Why a configuration was refused.
@@ -39,6 +40,30 @@ pub enum ConfigFileError {
         /// What is wrong, with the value.
         message: String,
     },
+    /// A value in one file of a configuration directory is not allowed; the inner error's
+    /// path is inside that file.
+    #[error("{}: {error}", file.display())]
+    InFile {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong in it.
+        error: Box<ConfigFileError>,
+    },
+    /// The files of a configuration directory do not fit together.
+    #[error(transparent)]
+    Directory(Box<DirectoryError>),
+}
+
+impl From<DirectoryError> for ConfigFileError {
+    fn from(error: DirectoryError) -> Self {
+        ConfigFileError::Directory(Box::new(error))
+    }
+}
+
+impl From<Box<DirectoryError>> for ConfigFileError {
+    fn from(error: Box<DirectoryError>) -> Self {
+        ConfigFileError::Directory(error)
+    }
 }
 
 impl ConfigFileError {
@@ -69,6 +94,19 @@ impl ConfigFileError {
             } => ConfigFileError::invalid(join(field), format!("invalid value {value} ({reason})")),
             ConfigError::Missing { field } => ConfigFileError::invalid(join(field), "missing"),
             other => ConfigFileError::invalid(path, other.to_string()),
+        }
+    }
+
+    /// `self` as an error in `file`: a [`ConfigFileError::Invalid`] is wrapped in
+    /// [`ConfigFileError::InFile`]; the other kinds already name the file (or are not about one
+    /// file) and are returned as they are.
+    pub fn in_file(self, file: &Path) -> ConfigFileError {
+        match self {
+            invalid @ ConfigFileError::Invalid { .. } => ConfigFileError::InFile {
+                file: file.to_path_buf(),
+                error: Box::new(invalid),
+            },
+            other => other,
         }
     }
 

@@ -204,7 +204,9 @@ impl From<ConfigFileError> for ApiError {
         let kind = match e {
             ConfigFileError::Io { .. } => "config_unreadable",
             ConfigFileError::Yaml { .. } => "invalid_config_yaml",
-            ConfigFileError::Invalid { .. } => "invalid_config_value",
+            ConfigFileError::Invalid { .. }
+            | ConfigFileError::InFile { .. }
+            | ConfigFileError::Directory(_) => "invalid_config_value",
         };
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, kind, e.to_string())
     }
