@@ -59,6 +59,7 @@ fn body(domain: &str, n: u64) -> Bytes {
                 key: "key".into(),
                 value: format!("user-{n}"),
             }],
+            limit: None,
             hits_addend: None,
         }],
         hits_addend: 1,

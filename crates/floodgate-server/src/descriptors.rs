@@ -42,6 +42,10 @@
 //! - `shadow_mode`: decided and counted like any limit, but when it is over, its status says
 //!   `OK` with `limit_remaining` 0, as envoyproxy/ratelimit answers; the response counts it in
 //!   [`RlsResponse::shadow_over_limit`] (the service's `floodgate_rls_shadow_over_limit_total`).
+//! - A descriptor's own `limit` ([`RlsDescriptor::limit`], in a known domain) replaces the
+//!   rule it matches, or applies where none does: a fixed window of its `requests_per_unit`
+//!   per `unit`, never in shadow mode, with no name; the matched rule's `replaces` do not
+//!   apply. `requests_per_unit: 0` blocks, as above.
 //! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
 //! - Dynamic metadata, only when the rule set has it enabled
 //!   ([`RuleSet::set_response_dynamic_metadata`]; off by default, as envoyproxy/ratelimit's
@@ -56,7 +60,13 @@
 //! Counters live in the store's [`RLS_NAMESPACE`] namespace (`rls:`), under the domain and each
 //! key and value, each as its byte length, `:` and its bytes; a value shared by `share_threshold`
 //! is written as its pattern's length, `*` and the pattern, so it never collides with a value
-//! sent as is (unambiguous whatever the strings hold).
+//! sent as is (unambiguous whatever the strings hold). A limit override counts under the same
+//! parts plus one, its unit's name: its own counter per descriptor and unit, apart from the
+//! configured limit's. envoyproxy/ratelimit keys its counters by descriptor and window start
+//! only, so there an override shares its count with a configured limit of the same unit; here
+//! it never does (a configured limit may be one of Floodgate's algorithms, whose state a fixed
+//! window cannot share). Overrides of one descriptor and unit share one count, whatever their
+//! `requests_per_unit`, as in envoyproxy/ratelimit.
 
 mod wildcard;
 
@@ -417,54 +427,72 @@ impl RuleSet {
             .collect();
         let rules: Vec<Option<&Rule>> =
             matches.iter().map(|m| m.as_ref().map(|m| m.rule)).collect();
+        // A descriptor's own limit replaces whatever it matches (envoyproxy/ratelimit's rule):
+        // its configured rule is neither checked nor replaces others.
+        let overrides: Vec<Option<Limit>> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let o = d.limit?;
+                // Cannot fail: a window of at least one request over a whole unit.
+                Limit::per_unit(o.requests_per_unit, o.unit, None).ok()
+            })
+            .collect();
         let replaced: Vec<&str> = rules
             .iter()
-            .flatten()
+            .zip(&overrides)
+            .filter(|(_, o)| o.is_none())
+            .filter_map(|(r, _)| *r)
             .flat_map(|r| r.replaces.iter().map(String::as_str))
             .collect();
         // Whether each descriptor is over its limit, shadow mode or not.
         let mut over = vec![false; request.descriptors.len()];
 
-        // (descriptor index, rule, limit, counter key, hits) of each limit to decide.
-        let mut checks: Vec<(usize, &Rule, &Limit, String, u64)> = Vec::new();
+        // (descriptor index, shadow mode, limit, counter key, hits) of each limit to decide.
+        let mut checks: Vec<(usize, bool, &Limit, String, u64)> = Vec::new();
         let mut blocked = false;
         let mut shadow_over_limit = 0;
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
-            let Some(rule) = rule else { continue };
-            if rule
-                .name
-                .as_deref()
-                .is_some_and(|name| replaced.contains(&name))
-            {
-                continue;
-            }
-            match &rule.limit {
-                None => statuses[i].limit_remaining = u32::MAX,
-                Some(limit) if limit.requests_per_unit == 0 => {
-                    statuses[i] = RlsStatus {
-                        code: Code::OverLimit,
-                        current_limit: Some(limit.reported.clone()),
-                        limit_remaining: 0,
-                        duration_until_reset: None,
-                    };
-                    over[i] = true;
-                    if rule.shadow_mode {
-                        statuses[i].code = Code::Ok;
-                        shadow_over_limit += 1;
-                    } else {
-                        blocked = true;
+            let (limit, shadow_mode, key) = match (&overrides[i], rule) {
+                (Some(limit), _) => (
+                    limit,
+                    false,
+                    override_counter_key(&request.domain, descriptor, limit.unit),
+                ),
+                (None, None) => continue,
+                (None, Some(rule)) => {
+                    if rule
+                        .name
+                        .as_deref()
+                        .is_some_and(|name| replaced.contains(&name))
+                    {
+                        continue;
                     }
-                }
-                Some(limit) => {
+                    let Some(limit) = &rule.limit else {
+                        statuses[i].limit_remaining = u32::MAX;
+                        continue;
+                    };
                     let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
-                    checks.push((
-                        i,
-                        rule,
-                        limit,
-                        counter_key(&request.domain, descriptor, shared),
-                        request.hits_for(descriptor),
-                    ))
+                    let key = counter_key(&request.domain, descriptor, shared);
+                    (limit, rule.shadow_mode, key)
                 }
+            };
+            if limit.requests_per_unit == 0 {
+                statuses[i] = RlsStatus {
+                    code: Code::OverLimit,
+                    current_limit: Some(limit.reported.clone()),
+                    limit_remaining: 0,
+                    duration_until_reset: None,
+                };
+                over[i] = true;
+                if shadow_mode {
+                    statuses[i].code = Code::Ok;
+                    shadow_over_limit += 1;
+                } else {
+                    blocked = true;
+                }
+            } else {
+                checks.push((i, shadow_mode, limit, key, request.hits_for(descriptor)));
             }
         }
 
@@ -491,11 +519,11 @@ impl RuleSet {
         };
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
-        for ((i, rule, limit, _, _), decision) in checks.iter().zip(decisions) {
+        for ((i, shadow_mode, limit, _, _), decision) in checks.iter().zip(decisions) {
             over[*i] = !decision.allowed;
             let code = if decision.allowed {
                 Code::Ok
-            } else if rule.shadow_mode {
+            } else if *shadow_mode {
                 shadow_over_limit += 1;
                 Code::Ok
             } else {
@@ -592,6 +620,16 @@ fn counter_key(domain: &str, descriptor: &RlsDescriptor, shared: &[(usize, &str)
             None => part(v, ':'),
         }
     }
+    key
+}
+
+/// The store key of one request descriptor's limit override in `unit`: its [`counter_key`]
+/// and one more part, the unit's name (see the module's "Counter keys").
+fn override_counter_key(domain: &str, descriptor: &RlsDescriptor, unit: RateUnit) -> String {
+    let mut key = counter_key(domain, descriptor, &[]);
+    let unit = unit.name();
+    // Writing to a String cannot fail.
+    let _ = write!(key, "{}:{unit}", unit.len());
     key
 }
 

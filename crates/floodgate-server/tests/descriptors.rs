@@ -52,6 +52,7 @@ fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RlsRequest {
             .map(|d| RlsDescriptor {
                 entries: entries(d),
                 hits_addend: None,
+                limit: None,
             })
             .collect(),
         hits_addend: 0,

@@ -46,6 +46,7 @@ fn counter(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<String
     let descriptor = RlsDescriptor {
         entries: entries(pairs),
         hits_addend: None,
+        limit: None,
     };
     let found = set.lookup_match(domain, &descriptor.entries)?;
     Some(found.counter_key(domain, &descriptor))
@@ -76,6 +77,7 @@ fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RlsRequest {
             .map(|d| RlsDescriptor {
                 entries: entries(d),
                 hits_addend: None,
+                limit: None,
             })
             .collect(),
         hits_addend: 0,

@@ -131,6 +131,7 @@ fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDe
             })
             .collect(),
         hits_addend,
+        limit: None,
     }
 }
 
@@ -412,16 +413,32 @@ async fn bytes_that_are_not_a_request_get_invalid_argument() {
     );
     assert_eq!(backend.calls.load(Ordering::SeqCst), 0);
 
-    // Unknown fields (here Envoy's descriptor `limit` override, 2) are skipped.
-    let mut with_override = descriptor(&[("k", "v")], None).encode_to_vec();
-    with_override.extend([0x12, 2, 0x08, 9]); // limit { requests_per_unit: 9 }
-    let mut message = b"\x0a\x01d".to_vec();
-    message.push(0x12);
-    message.push(u8::try_from(with_override.len()).expect("short"));
-    message.extend(with_override);
-    let answer = call_raw(addr, message).await.expect("an answer");
+    // Unknown fields (here a descriptor field numbered 15) are skipped.
+    let mut with_unknown = descriptor(&[("k", "v")], None).encode_to_vec();
+    with_unknown.extend([0x78, 9]); // field 15, varint 9
+    let message = |descriptor: Vec<u8>| {
+        let mut message = b"\x0a\x01d".to_vec();
+        message.push(0x12);
+        message.push(u8::try_from(descriptor.len()).expect("short"));
+        message.extend(descriptor);
+        message
+    };
+    let answer = call_raw(addr, message(with_unknown))
+        .await
+        .expect("an answer");
     let response = RateLimitResponse::decode(&answer[..]).expect("a response");
     assert_eq!(outcomes(&response), [(ProtoCode::Ok, 2)]);
+
+    // Envoy's descriptor `limit` override (2) is read: one without a unit is refused.
+    let mut with_override = descriptor(&[("k", "v")], None).encode_to_vec();
+    with_override.extend([0x12, 2, 0x08, 9]); // limit { requests_per_unit: 9 }
+    let status = call_raw(addr, message(with_override)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().starts_with("descriptors[0].limit.unit"),
+        "{}",
+        status.message()
+    );
 }
 
 /// Sends `body` as it is (gRPC framing included) over HTTP/2 with `method`, `path` and

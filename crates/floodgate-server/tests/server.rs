@@ -710,6 +710,7 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
             })
             .collect(),
         hits_addend: hits,
+        limit: None,
     };
     let call = |domain: &str, descriptors: Vec<RateLimitDescriptor>| {
         let request = RateLimitRequest {

@@ -254,7 +254,8 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
         let yaml = |e: serde_norway::Error| ConfigFileError::yaml(Some(&file), &e);
         let value: serde_norway::Value = serde_norway::from_str(&text).map_err(yaml)?;
         if envoy::is_envoy_file(&value) {
-            let domain = envoy::read_file(&text, Some(&file)).map_err(|e| e.in_file(&file))?;
+            let domain =
+                envoy::read_file(&text, &value, Some(&file)).map_err(|e| e.in_file(&file))?;
             definitions.push(Definition {
                 place: Place {
                     file: Some(file),

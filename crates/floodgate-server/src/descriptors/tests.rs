@@ -28,6 +28,7 @@ fn counter_keys_are_unambiguous() {
     let d = |pairs: &[(&str, &str)]| RlsDescriptor {
         entries: entries(pairs),
         hits_addend: None,
+        limit: None,
     };
     assert_ne!(
         counter_key("a", &d(&[("b:c", "d")]), &[]),

@@ -13,12 +13,13 @@
 //!
 //! The messages are minimal copies of Envoy's (`proto/`): same packages, names and field
 //! numbers; the fields Floodgate does not use are left out, so a peer's values for them are
-//! skipped as unknown fields (notably a descriptor's `limit` override, which is ignored).
+//! skipped as unknown fields.
 //!
 //! - Request → [`RlsRequest`]: `domain`; each descriptor's `entries` as `(key, value)` pairs in
 //!   order; the request's `hits_addend` (0 means 1); each descriptor's `hits_addend`
-//!   (`UInt64Value`; when set, it overrides the request's, and may be 0, a probe). Strings are
-//!   moved, not copied.
+//!   (`UInt64Value`; when set, it overrides the request's, and may be 0, a probe); each
+//!   descriptor's `limit` override (`requests_per_unit`, `unit` numbered as below) as an
+//!   [`RlsLimitOverride`]. Strings are moved, not copied.
 //! - [`RlsResponse`] → response: `overall_code`; one `statuses` entry per descriptor, in order,
 //!   with `code`, `current_limit` (`name`, empty when the limit has none; `requests_per_unit`;
 //!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7, as Envoy numbers them),
@@ -31,8 +32,9 @@
 //! Every refusal is a gRPC status with a message naming the problem, and the backend is not
 //! called:
 //! - `INVALID_ARGUMENT` ([`InvalidRequest`]): bytes that are not a `RateLimitRequest`, an empty
-//!   `domain`, no descriptors, a descriptor without entries, an entry with an empty key. An
-//!   empty value is allowed, as in Envoy's current API.
+//!   `domain`, no descriptors, a descriptor without entries, an entry with an empty key, a
+//!   `limit` override whose unit is UNKNOWN (0) or a number Envoy does not define. An empty
+//!   value is allowed, as in Envoy's current API.
 //! - `RESOURCE_EXHAUSTED`: a message above [`MAX_REQUEST_BYTES`], refused from its 5-byte
 //!   prefix, before it is read.
 //! - `INTERNAL`: gRPC framing errors (a body that ends inside a message, no message, more than
@@ -56,7 +58,9 @@ pub use call::serve;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use crate::rls::{
+    Code, RateUnit, RlsDescriptor, RlsLimit, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus,
+};
 
 /// Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
 /// the protobuf packages.
@@ -77,6 +81,14 @@ pub mod proto {
                         ));
                     }
                 }
+            }
+        }
+
+        /// `envoy.type`.
+        pub mod r#type {
+            /// `envoy.type.v3`: the unit of a descriptor's limit override.
+            pub mod v3 {
+                include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.rs"));
             }
         }
 
@@ -140,6 +152,15 @@ pub enum InvalidRequest {
         /// The entry's index in the descriptor.
         entry: usize,
     },
+    /// A descriptor's limit override has no unit (UNKNOWN, 0) or a number Envoy does not
+    /// define.
+    #[error("descriptors[{descriptor}].limit.unit: {unit} is not a unit (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)")]
+    UnknownOverrideUnit {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+        /// The unit's number as sent.
+        unit: i32,
+    },
 }
 
 /// Checks what Envoy's API requires of a request and prost cannot: see [`InvalidRequest`].
@@ -156,6 +177,14 @@ fn validate(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
         }
         if let Some(entry) = d.entries.iter().position(|e| e.key.is_empty()) {
             return Err(InvalidRequest::EmptyKey { descriptor, entry });
+        }
+        if let Some(limit) = &d.limit {
+            if RateUnit::from_proto_number(limit.unit).is_none() {
+                return Err(InvalidRequest::UnknownOverrideUnit {
+                    descriptor,
+                    unit: limit.unit,
+                });
+            }
         }
     }
     Ok(())
@@ -177,6 +206,13 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
                 .map(|d| RlsDescriptor {
                     entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                     hits_addend: d.hits_addend,
+                    // Every unit was checked by `validate`.
+                    limit: d.limit.and_then(|l| {
+                        Some(RlsLimitOverride {
+                            requests_per_unit: l.requests_per_unit,
+                            unit: RateUnit::from_proto_number(l.unit)?,
+                        })
+                    }),
                 })
                 .collect(),
             hits_addend: request.hits_addend,
@@ -280,7 +316,9 @@ fn status_to_proto(status: RlsStatus) -> response::DescriptorStatus {
 mod tests {
     use super::*;
     use prost::Message;
-    use proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
 
     fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
         RateLimitDescriptor {
@@ -292,6 +330,7 @@ mod tests {
                 })
                 .collect(),
             hits_addend,
+            limit: None,
         }
     }
 
@@ -317,10 +356,12 @@ mod tests {
                             ("path".into(), "".into())
                         ],
                         hits_addend: None,
+                        limit: None,
                     },
                     RlsDescriptor {
                         entries: vec![("user".into(), "u1".into())],
                         hits_addend: Some(0),
+                        limit: None,
                     },
                 ],
                 hits_addend: 4,
@@ -373,6 +414,23 @@ mod tests {
                 },
                 "descriptors[0].entries[1].key: must not be empty",
             ),
+            (
+                RateLimitRequest {
+                    descriptors: vec![RateLimitDescriptor {
+                        limit: Some(RateLimitOverride {
+                            requests_per_unit: 1,
+                            unit: 0,
+                        }),
+                        ..descriptor(&[("k", "v")], None)
+                    }],
+                    ..ok()
+                },
+                InvalidRequest::UnknownOverrideUnit {
+                    descriptor: 0,
+                    unit: 0,
+                },
+                "descriptors[0].limit.unit: 0 is not a unit (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)",
+            ),
         ];
         for (request, error, message) in cases {
             let e = RlsRequest::try_from(request).unwrap_err();
@@ -380,6 +438,31 @@ mod tests {
             assert_eq!(e.to_string(), message);
         }
         assert!(RlsRequest::try_from(ok()).is_ok());
+        // Every defined unit maps to its own.
+        for (number, unit) in [
+            (1, RateUnit::Second),
+            (5, RateUnit::Month),
+            (7, RateUnit::Week),
+        ] {
+            let request = RateLimitRequest {
+                descriptors: vec![RateLimitDescriptor {
+                    limit: Some(RateLimitOverride {
+                        requests_per_unit: 9,
+                        unit: number,
+                    }),
+                    ..descriptor(&[("k", "v")], None)
+                }],
+                ..ok()
+            };
+            let rls = RlsRequest::try_from(request).unwrap();
+            assert_eq!(
+                rls.descriptors[0].limit,
+                Some(RlsLimitOverride {
+                    requests_per_unit: 9,
+                    unit
+                })
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! | 400 | `unknown_priority`, `empty_user` | `/v1/evaluate` ([`EvaluateError`]) |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
-//! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `limit_override_unsupported`, `empty_field` | `/json` ([`RlsJsonError`]) |
+//! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
 //! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong |
 //! | 400 | `unknown_limiter`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
@@ -166,7 +166,8 @@ impl From<RlsJsonError> for ApiError {
             RlsJsonError::NotAnInteger { .. } => "not_an_integer",
             RlsJsonError::TooLarge { .. } => "too_large",
             RlsJsonError::UnknownField { .. } => "unknown_field",
-            RlsJsonError::LimitOverride { .. } => "limit_override_unsupported",
+            RlsJsonError::MissingUnit { .. } => "missing_field",
+            RlsJsonError::UnknownUnit { .. } => "unknown_unit",
             RlsJsonError::Empty { .. } => "empty_field",
         };
         ApiError::invalid(kind, e)

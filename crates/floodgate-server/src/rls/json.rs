@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Code, RlsDescriptor, RlsRequest, RlsResponse, RlsStatus};
+use super::{Code, RateUnit, RlsDescriptor, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus};
 
 /// Why a `POST /json` body is not a `RateLimitRequest`. Every variant names the field by its
 /// path in the body (`descriptors[0].entries[1].key`).
@@ -50,11 +50,19 @@ pub enum RlsJsonError {
         /// The field's name.
         field: String,
     },
-    /// A descriptor carries its own `limit`, which Floodgate does not support.
-    #[error("{path}: per-descriptor limit overrides are not supported")]
-    LimitOverride {
-        /// The descriptor's `limit` field.
+    /// A descriptor's `limit` override has no `unit`.
+    #[error("{path}: missing: a limit override needs a unit (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)")]
+    MissingUnit {
+        /// The override's `unit` field (`descriptors[0].limit.unit`).
         path: String,
+    },
+    /// A descriptor's `limit` override names a unit Envoy does not have.
+    #[error("{path}: {found} is not a unit: expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR (or Envoy's number, 1 to 7)")]
+    UnknownUnit {
+        /// The override's `unit` field.
+        path: String,
+        /// The value as sent, in JSON.
+        found: String,
     },
     /// `domain` or `descriptors` is missing or empty (envoyproxy/ratelimit refuses both).
     #[error("{field}: must not be empty")]
@@ -66,11 +74,14 @@ pub enum RlsJsonError {
 
 /// Reads a `RateLimitRequest` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
 /// /json` takes it: `{"domain", "descriptors": [{"entries": [{"key", "value"}], "hitsAddend"?}],
-/// "hitsAddend"?}`. Field names may also be written as in the `.proto` (`hits_addend`);
-/// `null` is the field's default; integers may be JSON numbers or decimal strings. Refused
-/// ([`RlsJsonError`], naming the field): another type, an unknown field, a descriptor `limit`
-/// override (not supported), an empty `domain` and an empty `descriptors` list (as
-/// envoyproxy/ratelimit refuses them).
+/// "hitsAddend"?, "limit"?: {"requestsPerUnit", "unit"}}], "hitsAddend"?}`. Field names may
+/// also be written as in the `.proto` (`hits_addend`, `requests_per_unit`); `null` is the
+/// field's default; integers may be JSON numbers or decimal strings; a `limit` override's
+/// `unit` is an enum name (`"MINUTE"`, any case) or Envoy's number, and its absent
+/// `requestsPerUnit` is 0. Refused ([`RlsJsonError`], naming the field): another type, an
+/// unknown field, a count above its field's range (`requestsPerUnit` above `u32::MAX`), a
+/// `limit` without a unit or with an unknown one, an empty `domain` and an empty `descriptors`
+/// list (as envoyproxy/ratelimit refuses them).
 pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, RlsJsonError> {
     let object = as_object(json, "the request")?;
     let mut request = RlsRequest::default();
@@ -128,16 +139,63 @@ fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, RlsJson
             "hitsAddend" | "hits_addend" => {
                 descriptor.hits_addend = json_u64(value, &format!("{path}.hitsAddend"))?;
             }
-            "limit" if value.is_null() => {}
-            "limit" => {
-                return Err(RlsJsonError::LimitOverride {
-                    path: format!("{path}.limit"),
-                })
-            }
+            "limit" => descriptor.limit = limit_from_json(value, &format!("{path}.limit"))?,
             other => return Err(unknown_field(&path, other)),
         }
     }
     Ok(descriptor)
+}
+
+/// A descriptor's `limit` override: `{"requestsPerUnit", "unit"}`; `null` is none. As in
+/// protobuf, an absent `requestsPerUnit` is 0 (every request refused); the unit is required,
+/// as an enum name (any case) or Envoy's number.
+fn limit_from_json(json: &Value, path: &str) -> Result<Option<RlsLimitOverride>, RlsJsonError> {
+    if json.is_null() {
+        return Ok(None);
+    }
+    let mut requests_per_unit = 0;
+    let mut unit = None;
+    for (field, value) in as_object(json, path)? {
+        match field.as_str() {
+            "requestsPerUnit" | "requests_per_unit" => {
+                let field_path = format!("{path}.requestsPerUnit");
+                let n = json_u64(value, &field_path)?.unwrap_or(0);
+                requests_per_unit = u32::try_from(n).map_err(|_| RlsJsonError::TooLarge {
+                    path: field_path,
+                    value: n,
+                    max: u64::from(u32::MAX),
+                })?;
+            }
+            "unit" => {
+                let unit_path = format!("{path}.unit");
+                unit = match value {
+                    Value::Null => None,
+                    Value::String(name) => Some(RateUnit::from_name(name)),
+                    Value::Number(n) => Some(
+                        n.as_i64()
+                            .and_then(|n| i32::try_from(n).ok())
+                            .and_then(RateUnit::from_proto_number),
+                    ),
+                    other => return Err(wrong_type(&unit_path, "a string", other)),
+                }
+                .map(|u| {
+                    u.ok_or_else(|| RlsJsonError::UnknownUnit {
+                        path: unit_path,
+                        found: value.to_string(),
+                    })
+                })
+                .transpose()?;
+            }
+            other => return Err(unknown_field(path, other)),
+        }
+    }
+    let unit = unit.ok_or_else(|| RlsJsonError::MissingUnit {
+        path: format!("{path}.unit"),
+    })?;
+    Ok(Some(RlsLimitOverride {
+        requests_per_unit,
+        unit,
+    }))
 }
 
 fn unknown_field(within: &str, field: &str) -> RlsJsonError {
@@ -280,7 +338,7 @@ pub fn json_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::{entries, RateUnit, RlsLimit};
+    use crate::rls::{entries, RlsLimit};
     use serde_json::json;
 
     #[test]
@@ -305,6 +363,31 @@ mod tests {
         assert_eq!(req.descriptors[1].hits_addend, Some(0));
         assert_eq!(req.descriptors[2].hits_addend, None);
         assert_eq!(req.hits_for(&req.descriptors[2]), 3);
+        assert_eq!(req.descriptors[2].limit, None);
+        let overrides = rls_request_from_json(&json!({
+            "domain": "d",
+            "descriptors": [
+                {"entries": [], "limit": {"requestsPerUnit": 5, "unit": "MINUTE"}},
+                {"entries": [], "limit": {"requests_per_unit": "4294967295", "unit": "week"}},
+                {"entries": [], "limit": {"unit": 7}}
+            ]
+        }))
+        .expect("valid");
+        let limits: Vec<_> = overrides.descriptors.iter().map(|d| d.limit).collect();
+        let limit = |requests_per_unit, unit| {
+            Some(RlsLimitOverride {
+                requests_per_unit,
+                unit,
+            })
+        };
+        assert_eq!(
+            limits,
+            [
+                limit(5, RateUnit::Minute),
+                limit(u32::MAX, RateUnit::Week),
+                limit(0, RateUnit::Week)
+            ]
+        );
     }
 
     #[test]
@@ -342,7 +425,23 @@ mod tests {
             ),
             (
                 json!({"domain": "d", "descriptors": [{"limit": {"requestsPerUnit": 1}}]}),
-                "descriptors[0].limit",
+                "descriptors[0].limit.unit: missing",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"limit": {"requestsPerUnit": 1, "unit": "FORTNIGHT"}}]}),
+                "descriptors[0].limit.unit: \"FORTNIGHT\" is not a unit",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"limit": {"requestsPerUnit": 1, "unit": 0}}]}),
+                "descriptors[0].limit.unit: 0 is not a unit",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"limit": {"requestsPerUnit": -1, "unit": "SECOND"}}]}),
+                "descriptors[0].limit.requestsPerUnit",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"limit": {"unit": "SECOND", "burst": 1}}]}),
+                "unknown field `burst` in descriptors[0].limit",
             ),
             (
                 json!({"domain": "d", "descriptors": [{}], "extra": 1}),
@@ -357,8 +456,18 @@ mod tests {
         }
         assert_eq!(
             rls_request_from_json(&json!({"domain": "d", "descriptors": [{"limit": {}}]})),
-            Err(RlsJsonError::LimitOverride {
-                path: "descriptors[0].limit".into()
+            Err(RlsJsonError::MissingUnit {
+                path: "descriptors[0].limit.unit".into()
+            })
+        );
+        assert_eq!(
+            rls_request_from_json(&json!({"domain": "d", "descriptors": [
+                {"limit": {"requestsPerUnit": "4294967296", "unit": "SECOND"}}
+            ]})),
+            Err(RlsJsonError::TooLarge {
+                path: "descriptors[0].limit.requestsPerUnit".into(),
+                value: 4_294_967_296,
+                max: u64::from(u32::MAX)
             })
         );
         assert_eq!(

@@ -29,6 +29,23 @@ pub struct RlsDescriptor {
     pub entries: Vec<(String, String)>,
     /// This descriptor's own hits, overriding the request's.
     pub hits_addend: Option<u64>,
+    /// A limit for this request only, replacing the configured one (see [`RlsLimitOverride`]).
+    pub limit: Option<RlsLimitOverride>,
+}
+
+/// A request descriptor's own limit (Envoy's `RateLimitDescriptor.limit`), as
+/// envoyproxy/ratelimit applies it: in a configured domain, it replaces whatever the
+/// descriptor would match (even nothing, or `unlimited`), with no name, no `replaces` and no
+/// shadow mode; in an unknown domain nothing applies. It is a fixed window of
+/// `requests_per_unit` per `unit` aligned to the epoch, counted per descriptor and unit, apart
+/// from the configured limits' counters (see [`crate::descriptors`]); `requests_per_unit` 0
+/// refuses every request and counts nothing. Statuses report it as the current limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RlsLimitOverride {
+    /// Requests allowed per unit.
+    pub requests_per_unit: u32,
+    /// The unit of time.
+    pub unit: RateUnit,
 }
 
 impl RlsRequest {
@@ -145,6 +162,21 @@ impl RateUnit {
             RateUnit::Month => "month",
             RateUnit::Year => "year",
         }
+    }
+
+    /// The unit of Envoy's enum number (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6,
+    /// WEEK 7); `None` for UNKNOWN (0) and numbers Envoy does not define.
+    pub fn from_proto_number(number: i32) -> Option<RateUnit> {
+        Some(match number {
+            1 => RateUnit::Second,
+            2 => RateUnit::Minute,
+            3 => RateUnit::Hour,
+            4 => RateUnit::Day,
+            5 => RateUnit::Month,
+            6 => RateUnit::Year,
+            7 => RateUnit::Week,
+            _ => return None,
+        })
     }
 
     /// The protobuf enum name (`"MINUTE"`), as the JSON mapping writes it.
