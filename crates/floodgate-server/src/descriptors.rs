@@ -418,6 +418,7 @@ impl RuleSet {
                 statuses,
                 shadow_over_limit: 0,
                 dynamic_metadata: self.dynamic_metadata(request, &[], &[]),
+                response_headers_to_add: Vec::new(),
             });
         };
         let matches: Vec<Option<RuleMatch<'_>>> = request
@@ -543,6 +544,7 @@ impl RuleSet {
             statuses,
             shadow_over_limit,
             dynamic_metadata,
+            response_headers_to_add: Vec::new(),
         })
     }
 

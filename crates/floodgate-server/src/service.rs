@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::config::{Config, ConfigFileError, Overrides, Served};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome};
+use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 
@@ -350,6 +351,8 @@ impl Server {
     }
 
     /// Envoy's `ShouldRateLimit`, over any transport; a store failure answers OK (fail open).
+    /// When the running config turns them on, the answer carries the rate limit headers
+    /// ([`crate::rls::headers`]), their reset computed with the service's clock.
     pub async fn should_rate_limit(&self, request: &RlsRequest, endpoint: Endpoint) -> RlsResponse {
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
@@ -360,7 +363,11 @@ impl Server {
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         match result {
-            Ok(response) => {
+            Ok(mut response) => {
+                if let Some(names) = &snapshot.response_headers {
+                    response.response_headers_to_add =
+                        rate_limit_headers(&response.statuses, names, self.clock.now());
+                }
                 let outcome = if response.overall_code == Code::OverLimit {
                     Outcome::Refused
                 } else {
@@ -385,6 +392,8 @@ impl Server {
                         .collect(),
                     shadow_over_limit: 0,
                     dynamic_metadata: None,
+                    // No status reports a limit: no rate limit headers.
+                    response_headers_to_add: Vec::new(),
                 }
             }
         }

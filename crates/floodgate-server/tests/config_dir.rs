@@ -131,6 +131,14 @@ async fn a_native_file_in_the_directory_gives_the_settings_and_its_own_domains()
         limit_of(&s, "admin", "user").await,
         Some((1, "minute".into()))
     );
+    // Its `rls` settings apply: the rate limit headers, under its names.
+    let response = call(&s, "checkout", "cart", "c").await;
+    let names: Vec<&str> = response
+        .response_headers_to_add
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names, ["X-Limit", "X-Remaining", "X-Reset"]);
 }
 
 #[tokio::test]

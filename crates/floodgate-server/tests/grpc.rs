@@ -100,6 +100,7 @@ impl RlsBackend for TestBackend {
             statuses,
             shadow_over_limit: 0,
             dynamic_metadata: None,
+            response_headers_to_add: Vec::new(),
         })
     }
 }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use floodgate_server::config::Config;
+use floodgate_server::config::{Config, Overrides};
 use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
@@ -48,7 +48,10 @@ async fn listener() -> (TcpListenerStream, SocketAddr) {
 }
 
 async fn start(config: &str) -> Service {
-    let config = Config::from_yaml_str(config).expect("parses");
+    start_with(Config::from_yaml_str(config).expect("parses")).await
+}
+
+async fn start_with(config: Config) -> Service {
     let server = Arc::new(Server::new(config, None, None).expect("builds"));
     let (grpc_connections, grpc_addr) = listener().await;
     let (http_connections, http_addr) = listener().await;
@@ -286,4 +289,144 @@ async fn json_takes_limit_overrides_and_names_bad_fields() {
         let message = answer["error"]["message"].as_str().unwrap();
         assert!(message.starts_with(field), "{message}");
     }
+}
+
+/// The headers of an answer, as `(name, value)`.
+fn header_pairs(response: &RateLimitResponse) -> Vec<(String, String)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+/// The reset header's value, checked to be within `1..=max` seconds, with the other two.
+fn split_reset(mut headers: Vec<(String, String)>, max: u64) -> Vec<(String, String)> {
+    let (_, reset) = headers.pop().expect("three headers");
+    let reset: u64 = reset.parse().expect("whole seconds");
+    assert!((1..=max).contains(&reset), "{reset}");
+    headers
+}
+
+#[tokio::test]
+async fn rate_limit_headers_are_off_by_default() {
+    let s = start(CONFIG).await;
+    let response = s
+        .call("edge", vec![descriptor("user", "h", None)])
+        .await
+        .unwrap();
+    assert!(response.response_headers_to_add.is_empty());
+    let (_, answer) = s
+        .json(json!({"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "h"}]}]}))
+        .await;
+    assert_eq!(answer.get("responseHeadersToAdd"), None, "{answer}");
+}
+
+#[tokio::test]
+async fn rate_limit_headers_describe_the_descriptor_closest_to_its_limit() {
+    let s = start(&format!(
+        "{CONFIG}rls: {{response_headers: {{enabled: true}}}}\n"
+    ))
+    .await;
+    // The configured 100 per day, and an override of 2 per hour: the override is closer.
+    let response = s
+        .call(
+            "edge",
+            vec![
+                descriptor("user", "h", None),
+                descriptor("user", "h", Some((2, HOUR))),
+                descriptor("free", "f", None),
+            ],
+        )
+        .await
+        .unwrap();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        split_reset(header_pairs(&response), 3600),
+        pairs(&[("RateLimit-Limit", "2"), ("RateLimit-Remaining", "1")])
+    );
+    // Over the limit too; and an unlimited or unmatched descriptor alone adds none.
+    s.call("edge", vec![descriptor("user", "h", Some((2, HOUR)))])
+        .await
+        .unwrap();
+    let over = s
+        .call("edge", vec![descriptor("user", "h", Some((2, HOUR)))])
+        .await
+        .unwrap();
+    assert_eq!(over.overall_code, OVER);
+    assert_eq!(
+        split_reset(header_pairs(&over), 3600),
+        pairs(&[("RateLimit-Limit", "2"), ("RateLimit-Remaining", "0")])
+    );
+    for key in ["free", "nobody"] {
+        let none = s
+            .call("edge", vec![descriptor(key, "x", None)])
+            .await
+            .unwrap();
+        assert!(none.response_headers_to_add.is_empty(), "{key}");
+    }
+    // A block (requests_per_unit 0) resets with its unit's window.
+    let blocked = s
+        .call("edge", vec![descriptor("user", "b", Some((0, HOUR)))])
+        .await
+        .unwrap();
+    assert_eq!(
+        split_reset(header_pairs(&blocked), 3600),
+        pairs(&[("RateLimit-Limit", "0"), ("RateLimit-Remaining", "0")])
+    );
+}
+
+#[tokio::test]
+async fn json_answers_carry_the_headers_under_their_configured_names() {
+    let config = format!(
+        "{CONFIG}rls:\n  response_headers: {{enabled: true, limit: X-RateLimit-Limit, remaining: X-RateLimit-Remaining, reset: X-RateLimit-Reset}}\n"
+    );
+    let s = start(&config).await;
+    let (status, answer) = s
+        .json(json!({"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "j"}]}]}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let headers = answer["responseHeadersToAdd"].as_array().expect("headers");
+    let names: Vec<&str> = headers.iter().map(|h| h["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "X-RateLimit-Limit",
+            "X-RateLimit-Remaining",
+            "X-RateLimit-Reset"
+        ]
+    );
+    assert_eq!(headers[0]["value"], "100");
+    assert_eq!(headers[1]["value"], "99");
+    let reset: u64 = headers[2]["value"].as_str().unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&reset), "{reset}");
+}
+
+#[tokio::test]
+async fn the_command_line_turns_the_headers_on_over_any_config() {
+    let overrides = Overrides {
+        response_headers: true,
+        ..Overrides::default()
+    };
+    // What `serve` runs without --config: the built-in config, with the overrides applied.
+    let s = start_with(Config::load_or_builtin(None, &overrides).expect("built in")).await;
+    let response = s
+        .call(
+            "example",
+            vec![descriptor("remote_address", "10.0.0.1", None)],
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = header_pairs(&response)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        names,
+        ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]
+    );
 }

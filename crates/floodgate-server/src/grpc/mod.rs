@@ -23,9 +23,10 @@
 //! - [`RlsResponse`] → response: `overall_code`; one `statuses` entry per descriptor, in order,
 //!   with `code`, `current_limit` (`name`, empty when the limit has none; `requests_per_unit`;
 //!   `unit`: SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7, as Envoy numbers them),
-//!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years); and
-//!   `dynamic_metadata` (field 6, a `google.protobuf.Struct`) when the response has it, JSON
-//!   mapped to `Struct` as protobuf maps it (numbers as doubles).
+//!   `limit_remaining` and `duration_until_reset` (at most protobuf's 10,000 years);
+//!   `response_headers_to_add` (field 3) from [`RlsResponse::response_headers_to_add`], in
+//!   order; and `dynamic_metadata` (field 6, a `google.protobuf.Struct`) when the response has
+//!   it, JSON mapped to `Struct` as protobuf maps it (numbers as doubles).
 //!
 //! # Refusals
 //!
@@ -84,6 +85,17 @@ pub mod proto {
             }
         }
 
+        /// `envoy.config`.
+        pub mod config {
+            /// `envoy.config.core`.
+            pub mod core {
+                /// `envoy.config.core.v3`: the header a response asks Envoy to add.
+                pub mod v3 {
+                    include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.rs"));
+                }
+            }
+        }
+
         /// `envoy.type`.
         pub mod r#type {
             /// `envoy.type.v3`: the unit of a descriptor's limit override.
@@ -106,6 +118,7 @@ pub mod proto {
     }
 }
 
+use proto::envoy::config::core::v3::HeaderValue;
 use proto::envoy::service::ratelimit::v3 as rls_v3;
 use rls_v3::rate_limit_response::{self as response, rate_limit};
 
@@ -226,6 +239,11 @@ impl From<RlsResponse> for RateLimitResponse {
             overall_code: code_to_proto(response.overall_code) as i32,
             statuses: response.statuses.into_iter().map(status_to_proto).collect(),
             dynamic_metadata: response.dynamic_metadata.map(struct_to_proto),
+            response_headers_to_add: response
+                .response_headers_to_add
+                .into_iter()
+                .map(|(key, value)| HeaderValue { key, value })
+                .collect(),
         }
     }
 }
@@ -491,9 +509,26 @@ mod tests {
             ],
             shadow_over_limit: 0,
             dynamic_metadata: None,
+            response_headers_to_add: vec![
+                ("RateLimit-Limit".into(), "10".into()),
+                ("RateLimit-Remaining".into(), "0".into()),
+            ],
         };
         let proto = RateLimitResponse::from(response);
         assert_eq!(proto.overall_code, 2);
+        assert_eq!(
+            proto.response_headers_to_add,
+            [
+                HeaderValue {
+                    key: "RateLimit-Limit".into(),
+                    value: "10".into()
+                },
+                HeaderValue {
+                    key: "RateLimit-Remaining".into(),
+                    value: "0".into()
+                }
+            ]
+        );
         let s = &proto.statuses;
         assert_eq!(s.len(), 3);
         assert_eq!(s[0].code, 1);
@@ -617,17 +652,22 @@ mod tests {
                 }),
             }],
             dynamic_metadata: None,
+            response_headers_to_add: vec![HeaderValue {
+                key: "k".into(),
+                value: "9".into(),
+            }],
         };
         // overall_code (1) 1; statuses (2) { code (1) 1, current_limit (2) { requests_per_unit
         // (1) 3, unit (2) 7, name (3) "n" }, limit_remaining (3) 2, duration_until_reset (4)
-        // { seconds (1) 4 } }.
+        // { seconds (1) 4 } }; response_headers_to_add (3) { key (1) "k", value (2) "9" }.
         let expected = [
             0x08, 1, //
             0x12, 17, //
             0x08, 1, //
             0x12, 7, 0x08, 3, 0x10, 7, 0x1a, 1, b'n', //
             0x18, 2, //
-            0x22, 2, 0x08, 4,
+            0x22, 2, 0x08, 4, //
+            0x1a, 6, 0x0a, 1, b'k', 0x12, 1, b'9',
         ];
         assert_eq!(response.encode_to_vec(), expected);
     }

@@ -276,8 +276,9 @@ pub fn code_name(code: Code) -> &'static str {
 /// Writes a `RateLimitResponse` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
 /// /json` answers: `{"overallCode": "OK", "statuses": [{"code", "currentLimit": {"name",
 /// "requestsPerUnit", "unit"}, "limitRemaining", "durationUntilReset": "12s"}],
-/// "dynamicMetadata": {…}}`. As protobuf JSON does, fields at their default value (code
-/// `UNKNOWN`, 0, an empty name or list, no limit, duration or metadata) are left out.
+/// "responseHeadersToAdd": [{"key", "value"}], "dynamicMetadata": {…}}`. As protobuf JSON
+/// does, fields at their default value (code `UNKNOWN`, 0, an empty name or list, no limit,
+/// duration or metadata) are left out.
 pub fn rls_response_to_json(response: &RlsResponse) -> Value {
     let mut out = Map::new();
     if response.overall_code != Code::Unknown {
@@ -292,6 +293,14 @@ pub fn rls_response_to_json(response: &RlsResponse) -> Value {
     }
     if let Some(metadata) = &response.dynamic_metadata {
         out.insert("dynamicMetadata".into(), Value::Object(metadata.clone()));
+    }
+    if !response.response_headers_to_add.is_empty() {
+        let headers = response
+            .response_headers_to_add
+            .iter()
+            .map(|(key, value)| serde_json::json!({"key": key, "value": value}))
+            .collect();
+        out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
     Value::Object(out)
 }
@@ -514,6 +523,7 @@ mod tests {
             ],
             shadow_over_limit: 0,
             dynamic_metadata: Some(Map::from_iter([("domain".to_string(), json!("d"))])),
+            response_headers_to_add: vec![("RateLimit-Limit".into(), "1".into())],
         };
         assert_eq!(
             rls_response_to_json(&response),
@@ -529,7 +539,8 @@ mod tests {
                      "durationUntilReset": "1.500s"},
                     {"code": "OK"}
                 ],
-                "dynamicMetadata": {"domain": "d"}
+                "dynamicMetadata": {"domain": "d"},
+                "responseHeadersToAdd": [{"key": "RateLimit-Limit", "value": "1"}]
             })
         );
         assert_eq!(rls_response_to_json(&RlsResponse::default()), json!({}));

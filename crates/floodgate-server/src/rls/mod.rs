@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::Unit;
 
+pub mod headers;
 pub mod json;
 
 /// One `ShouldRateLimit` call.
@@ -110,6 +111,9 @@ pub struct RlsResponse {
     /// The response's dynamic metadata (Envoy's `dynamic_metadata` Struct, `dynamicMetadata` in
     /// JSON), when the rule set has it enabled: see [`crate::descriptors`]'s "Deciding".
     pub dynamic_metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Headers for Envoy to add to its response, `(name, value)` in order: the rate limit
+    /// headers when they are turned on ([`headers`]), else none.
+    pub response_headers_to_add: Vec<(String, String)>,
 }
 
 /// Envoy's rate limit units (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`),
