@@ -58,6 +58,17 @@ pub enum StoreError {
         /// The algorithm whose state the key holds.
         found: &'static str,
     },
+    /// This store cannot run the algorithm (or these parameters of it) yet, for example an
+    /// algorithm that has no Redis script. Refused before anything was sent: nothing was changed.
+    #[error("the {store} store cannot run the {algorithm} algorithm: {reason}")]
+    NotOnStore {
+        /// The store's kind (`"redis"`).
+        store: &'static str,
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// Why, in a few words.
+        reason: &'static str,
+    },
     /// The store could not be reached or answered with an error; the caller may retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
