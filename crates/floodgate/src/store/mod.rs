@@ -23,10 +23,14 @@ use crate::{Decision, Op, StoreError};
 
 mod memory;
 mod namespace;
+#[cfg(feature = "redis")]
+mod redis;
 mod shard_lock;
 
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
+#[cfg(feature = "redis")]
+pub use redis::{RedisStore, RedisStoreBuilder};
 
 /// One operation of a batch given to [`Store::apply_many`].
 #[derive(Debug)]

@@ -1,0 +1,484 @@
+//! A store in Redis, so that several nodes share one limit (behind the `redis` feature).
+//!
+//! [`RedisStore`] implements [`Store`]`<str, AnyAlgorithm>` with the same contract as the memory
+//! store: each operation is applied atomically per key, with one clock per decision, and gives
+//! exactly the [`Decision`] the Rust algorithm gives for the same state, instant and operation.
+//!
+//! # How a decision is made
+//!
+//! Each algorithm that runs on Redis has a Lua twin of its transition (`store/redis/*.lua`,
+//! sharing `prelude.lua`). One operation is one script call: the script reads the key's state,
+//! applies the rule and writes the new state, and Redis runs scripts one at a time, so the
+//! transition is atomic and linearizable per key. Scripts are called by their SHA-1 (`EVALSHA`);
+//! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store loads
+//! the script (`SCRIPT LOAD`) and calls it again.
+//!
+//! # Keys and state
+//!
+//! The key is used exactly as given (limiters pass `namespace:key`). Its value is one short
+//! string, the algorithm's tag and its state separated by `:`:
+//!
+//! | algorithm | value |
+//! |---|---|
+//! | GCRA | `G:tat_us:tat_sub` (the theoretical arrival time) |
+//! | fixed window | `F:start_us:start_sub:count` |
+//! | token bucket | `T:tokens:last_us` (tokens printed with 17 significant digits) |
+//!
+//! An instant is `us × 1000 + sub` nanoseconds since the clock's epoch. A key holding another
+//! algorithm's value is refused with [`StoreError::StateConflict`] and left as it is.
+//!
+//! # TTL
+//!
+//! Every write sets a TTL (`SET … PX`) equal to the time until the state is indistinguishable
+//! from a fresh key's (the algorithm's [`Algorithm::is_fresh`]), rounded up to whole
+//! milliseconds, which is Redis's resolution: a key outlives its last useful instant by less than
+//! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
+//! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
+//! nothing. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that may run
+//! slower than Redis's (a test's [`crate::ManualClock`] standing still while real time passes).
+//!
+//! # Time
+//!
+//! By default `now` is Redis `TIME`, read inside the script, in microseconds: every node sharing
+//! the Redis sees the same clock, however skewed their own are. [`RedisStoreBuilder::clock`]
+//! takes an explicit [`Clock`] instead, whose instant (truncated to whole microseconds) is passed
+//! to the script: for replaying a trace with its own times, and for tests.
+//!
+//! # Exactness
+//!
+//! Lua numbers are doubles, exact for integers below 2⁵³. The scripts keep instants in whole
+//! microseconds (2⁵³ µs is 285 years after the epoch) with sub-microsecond parts as separate
+//! integers, and every duration they compute in nanoseconds is below 2⁵¹; token counts are the
+//! same `f64` operations, in the same order, as the Rust bucket's. So a Lua twin's decision is
+//! exactly its algorithm's, within these limits, which the store checks before sending anything
+//! ([`StoreError::NotOnStore`] otherwise):
+//! - every duration the algorithm works with (GCRA's `τ`, the fixed window, the token bucket's
+//!   time to refill from empty) is at most 2⁵⁰ ns, about 13 days;
+//! - counts (GCRA's limit, the window's limit, the bucket's capacity) are at most 2⁵⁰;
+//! - an explicit clock's instants are below 2⁵³ µs.
+//!
+//! A cost above the limit can never pass; it is sent as `limit + 1`, which gives the same
+//! decision.
+//!
+//! Conformance, which `tests/redis_store.rs` checks on random sequences: for the same
+//! operations at the same non-decreasing instants, the memory store and this store give equal
+//! decisions. As on the memory store, a key dropped because it was fresh (here: expired) behaves
+//! as a kept one for every later instant; a clock going back before a dropped key's last instant
+//! sees a fresh key.
+//!
+//! # Failures
+//!
+//! Every call is bounded by the store's timeout (50 ms by default,
+//! [`RedisStoreBuilder::timeout`]) and then fails with [`StoreError::Timeout`]; a refused
+//! connection or a Redis error is [`StoreError::Unavailable`]. The connection
+//! (redis-rs's `ConnectionManager`, one multiplexed connection that concurrent calls share)
+//! reconnects by itself, so calls succeed again once Redis is back, without restarting anything.
+//! A key holding a value of another Redis type (not a string) makes the script fail:
+//! [`StoreError::Unavailable`].
+//!
+//! # Not yet on Redis
+//!
+//! The other algorithms (token bucket's relatives, sliding windows and log, smooth, concurrency
+//! and fleet leases) and operations other than `check` are refused with
+//! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
+//! [`Store::apply_many`] sends its operations one after the other, under one timeout; one round
+//! trip for all of them, Redis Cluster and a circuit breaker are still to come.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
+
+use super::{ensure_supported, Request, Store};
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::Algorithm;
+use crate::{Clock, ConfigError, Decision, Op, StoreError};
+
+/// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
+const MAX_EXACT: u64 = 1 << 50;
+/// Instants the scripts take: whole microseconds below 2⁵³.
+const MAX_MICROS: u64 = 1 << 53;
+
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// One Lua script: its source, and the SHA-1 Redis knows it by.
+#[derive(Debug)]
+struct Script {
+    source: String,
+    sha: String,
+}
+
+impl Script {
+    fn new(body: &str) -> Script {
+        let source = format!("{PRELUDE}\n{body}");
+        let sha = sha1_smol::Sha1::from(source.as_bytes())
+            .digest()
+            .to_string();
+        Script { source, sha }
+    }
+}
+
+#[derive(Debug)]
+struct Scripts {
+    gcra: Script,
+    fixed_window: Script,
+    token_bucket: Script,
+}
+
+/// Builds a [`RedisStore`]; see [`RedisStore::builder`].
+#[derive(Debug)]
+pub struct RedisStoreBuilder {
+    url: String,
+    timeout: Duration,
+    min_ttl: Duration,
+    clock: Option<ExplicitClock>,
+}
+
+/// An explicit clock (shown as such in `Debug`: clocks need not implement it).
+#[derive(Clone)]
+struct ExplicitClock(Arc<dyn Clock>);
+
+impl std::fmt::Debug for ExplicitClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExplicitClock")
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The bound on every call, connecting included (default 50 ms). A call that takes longer
+    /// fails with [`StoreError::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Decide with `clock`'s instants (truncated to whole microseconds) instead of Redis `TIME`:
+    /// for replays and tests. Every node sharing the Redis must then share one notion of time.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(ExplicitClock(Arc::new(clock)));
+        self
+    }
+
+    /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
+    /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
+    /// may run slower than Redis's own.
+    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
+    /// The store. Nothing is sent yet: the connection is made by the first call, and remade by
+    /// later calls whenever it is lost.
+    ///
+    /// Must be called inside a Tokio runtime, which runs the connection. A URL that is not a
+    /// Redis URL (`redis://[user:password@]host:port[/db]`) is a [`ConfigError`] for field `url`.
+    pub fn build(self) -> Result<RedisStore, ConfigError> {
+        let client = redis::Client::open(self.url.as_str()).map_err(|_| {
+            ConfigError::invalid("url", &self.url, "must be redis://host:port[/db]")
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(self.timeout);
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|_| ConfigError::invalid("url", &self.url, "could not set up a client"))?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                timeout: self.timeout,
+                min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
+                clock: self.clock,
+                scripts: Scripts {
+                    gcra: Script::new(include_str!("gcra.lua")),
+                    fixed_window: Script::new(include_str!("fixed_window.lua")),
+                    token_bucket: Script::new(include_str!("token_bucket.lua")),
+                },
+            }),
+        })
+    }
+}
+
+/// Keyed state in Redis, shared by every node that points at the same Redis. See the [module
+/// documentation](self) for the contract, the key layout, TTLs, time and failures.
+///
+/// Cloning is cheap: clones share one connection.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: ConnectionManager,
+    timeout: Duration,
+    min_ttl_ms: u64,
+    clock: Option<ExplicitClock>,
+    scripts: Scripts,
+}
+
+/// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).
+struct Call<'a> {
+    script: &'a Script,
+    args: Vec<String>,
+}
+
+impl RedisStore {
+    /// A builder for a store at `url` (`redis://host:port[/db]`).
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            timeout: Duration::from_millis(50),
+            min_ttl: Duration::ZERO,
+            clock: None,
+        }
+    }
+
+    /// The bound on every call.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+}
+
+fn not_on_redis(algorithm: &AnyAlgorithm, reason: &'static str) -> StoreError {
+    StoreError::NotOnStore {
+        store: "redis",
+        algorithm: algorithm.name(),
+        reason,
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Inner {
+    /// Checks `op` and builds its script call, or refuses it before anything is sent.
+    fn call<'a>(&'a self, algorithm: &AnyAlgorithm, op: Op) -> Result<Call<'a>, StoreError> {
+        ensure_supported(algorithm, op)?;
+        let Op::Check { cost } = op else {
+            return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
+        };
+        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
+        let (script, args) = match algorithm {
+            AnyAlgorithm::Gcra(g) => {
+                let tau = nanos(g.delay_variation_tolerance());
+                if tau > MAX_EXACT {
+                    return Err(too_large());
+                }
+                let e = nanos(g.emission_interval());
+                let cost = cost.min(g.limit() + 1);
+                (
+                    &self.scripts.gcra,
+                    [e, tau, g.limit(), cost]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect(),
+                )
+            }
+            AnyAlgorithm::FixedWindow(f) => {
+                let window = nanos(f.window());
+                if window > MAX_EXACT || f.limit() > MAX_EXACT {
+                    return Err(too_large());
+                }
+                let cost = cost.min(f.limit() + 1);
+                (
+                    &self.scripts.fixed_window,
+                    [window, f.limit(), cost]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect(),
+                )
+            }
+            AnyAlgorithm::TokenBucket(t) => {
+                let capacity = t.capacity();
+                let refill_ns = capacity as f64 * (1e9 / t.rate());
+                if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
+                    return Err(too_large());
+                }
+                let cost = cost.min(capacity + 1);
+                // Rust prints the shortest decimal that reads back as the same f64.
+                (
+                    &self.scripts.token_bucket,
+                    vec![t.rate().to_string(), capacity.to_string(), cost.to_string()],
+                )
+            }
+            _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
+        };
+        Ok(Call { script, args })
+    }
+
+    /// `ARGV[1]`: the explicit clock's instant in whole microseconds, or empty for Redis `TIME`.
+    fn now_arg(&self, algorithm: &AnyAlgorithm) -> Result<String, StoreError> {
+        match &self.clock {
+            None => Ok(String::new()),
+            Some(ExplicitClock(clock)) => {
+                let micros = clock.now().0 / 1000;
+                if micros >= MAX_MICROS {
+                    return Err(not_on_redis(
+                        algorithm,
+                        "the clock is past 2^53 microseconds",
+                    ));
+                }
+                Ok(micros.to_string())
+            }
+        }
+    }
+
+    /// Runs `call` on `key` by SHA, loading the script once if Redis does not know it.
+    async fn run(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        now: &str,
+        call: &Call<'_>,
+    ) -> Result<Decision, StoreError> {
+        let mut connection = self.connection.clone();
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(&call.script.sha)
+            .arg(1)
+            .arg(key)
+            .arg(now)
+            .arg(self.min_ttl_ms)
+            .arg(&call.args);
+        let value = match evalsha.query_async::<Value>(&mut connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let loaded: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(&call.script.source)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(unavailable)?;
+                debug_assert_eq!(loaded, call.script.sha);
+                evalsha.query_async::<Value>(&mut connection).await
+            }
+            other => other,
+        }
+        .map_err(unavailable)?;
+        decode(algorithm, value)
+    }
+
+    async fn apply_one(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
+        let call = self.call(algorithm, op)?;
+        let now = self.now_arg(algorithm)?;
+        self.run(algorithm, key, &now, &call).await
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// Which algorithm a state tag belongs to, for [`StoreError::StateConflict`].
+fn tag_name(tag: &[u8]) -> &'static str {
+    match tag {
+        b"G" => "gcra",
+        b"F" => "fixed_window",
+        b"T" => "token_bucket",
+        _ => "a value Floodgate did not write",
+    }
+}
+
+/// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
+/// retry_sub}`, or `{-1, tag}` for a key holding another algorithm's state.
+fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
+    let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    if let [Value::Int(-1), tag] = items.as_slice() {
+        let found = match tag {
+            Value::BulkString(t) => tag_name(t),
+            _ => tag_name(b""),
+        };
+        return Err(StoreError::StateConflict {
+            algorithm: algorithm.name(),
+            found,
+        });
+    }
+    let mut ints = [0u64; 7];
+    if items.len() != ints.len() {
+        return Err(bad());
+    }
+    for (slot, item) in ints.iter_mut().zip(&items) {
+        match item {
+            Value::Int(i) if *i >= 0 => *slot = *i as u64,
+            _ => return Err(bad()),
+        }
+    }
+    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub] = ints;
+    let duration =
+        |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
+    let limit = match algorithm {
+        AnyAlgorithm::Gcra(g) => g.limit(),
+        AnyAlgorithm::FixedWindow(f) => f.limit(),
+        AnyAlgorithm::TokenBucket(t) => t.capacity(),
+        _ => return Err(bad()),
+    };
+    let reset_after = duration(reset_us, reset_sub);
+    Ok(if allowed == 1 {
+        Decision::allow(limit, remaining, reset_after)
+    } else {
+        let retry_after = (has_retry == 1).then(|| duration(retry_us, retry_sub));
+        Decision::deny(limit, remaining, reset_after, retry_after)
+    })
+}
+
+impl Store<str, AnyAlgorithm> for RedisStore {
+    async fn apply(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
+        let inner = &self.inner;
+        tokio::time::timeout(inner.timeout, inner.apply_one(algorithm, key, op))
+            .await
+            .unwrap_or(Err(StoreError::Timeout(inner.timeout)))
+    }
+
+    async fn apply_many(
+        &self,
+        requests: &[Request<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let inner = &self.inner;
+        // Refuse the batch before sending anything if any operation cannot run here.
+        let calls = requests
+            .iter()
+            .map(|r| inner.call(r.algorithm, r.op))
+            .collect::<Result<Vec<_>, _>>()?;
+        let all = async {
+            let mut decisions = Vec::with_capacity(requests.len());
+            for (request, call) in requests.iter().zip(&calls) {
+                let now = inner.now_arg(request.algorithm)?;
+                decisions.push(
+                    inner
+                        .run(request.algorithm, request.key, &now, call)
+                        .await?,
+                );
+            }
+            Ok(decisions)
+        };
+        tokio::time::timeout(inner.timeout, all)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(inner.timeout)))
+    }
+
+    fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
+        // Sent in the background when a Tokio runtime is at hand; failures are not reported.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let store = self.clone();
+            let (algorithm, key) = (algorithm.clone(), key.to_owned());
+            handle.spawn(async move {
+                let _ = store.apply(&algorithm, &key, op).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,62 @@
+-- Shared by Floodgate's Redis scripts (see redis/mod.rs for the contract).
+-- KEYS[1]: the namespaced key. ARGV[1]: now in whole microseconds, or '' to read Redis TIME.
+-- ARGV[2]: the least TTL in milliseconds (0 by default). ARGV[3..]: the algorithm's own.
+--
+-- Lua numbers are doubles: every number below is an integer under 2^53 (instants are whole
+-- microseconds, durations nanoseconds under 2^51), so all arithmetic is exact. An instant that
+-- is not a whole microsecond is kept as a pair (us, sub): us * 1000 + sub nanoseconds.
+
+local key = KEYS[1]
+local now_us
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now_us = tonumber(ARGV[1])
+end
+local min_ttl_ms = tonumber(ARGV[2])
+
+-- floor(x / d) and x mod d, exactly, for integers |x| < 2^53 and d > 0.
+local function divmod(x, d)
+  local r = math.fmod(x, d)
+  if r < 0 then r = r + d end
+  return (x - r) / d, r
+end
+
+-- A duration of us * 1000 + ns nanoseconds (ns any exact integer) as a pair (us, 0..999).
+local function pair(us, ns)
+  local q, r = divmod(ns, 1000)
+  return us + q, r
+end
+
+-- The state stored under the key, split on ':'; nil for a missing key. A state of another
+-- algorithm ends the script with {-1, its tag}: the caller reports a conflict.
+local function load(tag)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  local fields = {}
+  for part in string.gmatch(raw, '[^:]+') do fields[#fields + 1] = part end
+  if fields[1] ~= tag then return false, fields[1] or '' end
+  for i = 2, #fields do fields[i] = tonumber(fields[i]) end
+  return fields
+end
+
+-- Stores `value` with a TTL of the pair (us, sub) rounded up to whole milliseconds (at least
+-- 1 ms and at least ARGV[2]); a zero duration means the state is already fresh: nothing kept.
+local function store(value, us, sub)
+  if us == 0 and sub == 0 then return end
+  local ms, rest = divmod(us, 1000)
+  if rest > 0 or sub > 0 then ms = ms + 1 end
+  if ms < min_ttl_ms then ms = min_ttl_ms end
+  redis.call('SET', key, value, 'PX', string.format('%.0f', ms))
+end
+
+local function int(x) return string.format('%.0f', x) end
+
+-- The reply: {allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub}.
+local function reply(allowed, remaining, reset_us, reset_sub, retry_us, retry_sub)
+  if retry_us == nil then
+    return {allowed and 1 or 0, remaining, reset_us, reset_sub, 0, 0, 0}
+  end
+  return {allowed and 1 or 0, remaining, reset_us, reset_sub, 1, retry_us, retry_sub}
+end
