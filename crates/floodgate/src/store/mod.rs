@@ -24,7 +24,7 @@ use crate::{Decision, Op, StoreError};
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
-mod redis;
+pub mod redis;
 mod shard_lock;
 
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
