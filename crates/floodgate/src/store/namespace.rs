@@ -21,12 +21,14 @@ use crate::ConfigError;
 /// The longest namespaced key ([`ScopedKey`]) built without a heap allocation, in bytes.
 pub const INLINE_KEY_BYTES: usize = 96;
 
-/// A limiter's part of a shared store. Cheap to clone (a reference-counted string).
+/// A limiter's part of a shared store: 1 to 64 bytes of ASCII letters, digits and `_ - . /`
+/// (no `:`, so `namespace:key` splits at its first `:`; no `{`/`}`, which Redis Cluster reads
+/// as hash tags). Cheap to clone (a reference-counted string).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Namespace(Arc<str>);
 
 impl Namespace {
-    /// Validates `name` (see the [module documentation](self)); the error names the field
+    /// Validates `name` (see [`Namespace`]); the error names the field
     /// `namespace` and the value.
     pub fn new(name: &str) -> Result<Namespace, ConfigError> {
         let valid_byte =
