@@ -7,12 +7,13 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use floodgate::algorithm::concurrency::{Concurrency, Fleet};
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{MemoryStore, RedisStore, Store};
-use floodgate::{Clock, ManualClock, Nanos, Op, StoreError, SystemClock};
+use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -133,23 +134,60 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
             1u64..50
         )
             .prop_map(|(rate, capacity)| TokenBucket::new(rate, capacity).unwrap().into()),
+        (1u64..6, 1_000u64..30_000_000_000).prop_map(|(capacity, ttl)| {
+            Concurrency::new(capacity, Duration::from_nanos(ttl))
+                .unwrap()
+                .into()
+        }),
+        (
+            1u64..8,
+            prop_oneof![Just(0.0), Just(0.5), Just(0.9), Just(1.0), 0.0f64..=1.0],
+            1_000u64..30_000_000_000
+        )
+            .prop_map(|(capacity, reserved, ttl)| {
+                Fleet::new(capacity, reserved, Duration::from_nanos(ttl))
+                    .unwrap()
+                    .into()
+            }),
     ]
 }
 
-/// Steps in whole microseconds (0, tiny, or up to 20 s) and costs (mostly small, sometimes
-/// above any limit).
-fn ops() -> impl Strategy<Value = Vec<(u64, u64)>> {
-    let step = prop_oneof![
-        2 => Just(0u64),
-        3 => 0u64..2_000,
-        3 => 0u64..20_000_000,
-    ];
-    let cost = prop_oneof![6 => 0u64..4, 1 => 0u64..60];
-    proptest::collection::vec((step, cost), 1..50)
+fn is_lease(algorithm: &AnyAlgorithm) -> bool {
+    matches!(
+        algorithm,
+        AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_)
+    )
 }
 
-/// For the same non-decreasing whole-microsecond instants and costs, the Lua twin on Redis and
-/// the Rust algorithm on the memory store give identical decisions.
+/// An operation: a check of a cost, or (for leases) an acquire or release of one of a few ids.
+fn op() -> impl Strategy<Value = Op> {
+    let lease = (0u64..6).prop_map(|i| LeaseId(u128::from(i) << 100 | 0xabc));
+    prop_oneof![
+        6 => prop_oneof![6 => 0u64..4, 1 => 0u64..60].prop_map(check),
+        4 => (lease.clone(), any::<bool>())
+            .prop_map(|(lease, critical)| Op::Acquire { lease, critical }),
+        2 => lease.prop_map(|lease| Op::Release { lease }),
+    ]
+}
+
+/// Steps in whole microseconds (0, tiny, up to 20 s, sometimes back up to 5 s) and operations
+/// (checks of mostly small costs, sometimes above any limit; acquires and releases).
+fn ops() -> impl Strategy<Value = Vec<(i64, Op)>> {
+    let step = prop_oneof![
+        2 => Just(0i64),
+        3 => 0i64..2_000,
+        3 => 0i64..20_000_000,
+        1 => -5_000_000i64..0,
+    ];
+    proptest::collection::vec((step, op()), 1..60)
+}
+
+/// For the same whole-microsecond instants and operations, the Lua twin on Redis and the Rust
+/// algorithm on the memory store give identical decisions. Instants only go back for the lease
+/// algorithms (whose Lua twin keeps the latest instant seen), and never before the instant at
+/// which Redis last dropped the key as fresh (the documented difference: a dropped key's last
+/// instant is forgotten). Acquires and releases are only sent to the lease algorithms, other
+/// algorithms get them as checks of their cost.
 #[test]
 fn lua_twins_agree_with_the_memory_store() {
     let server = RedisServer::start();
@@ -165,9 +203,10 @@ fn lua_twins_agree_with_the_memory_store() {
             .unwrap()
     };
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+    let raw = rt.block_on(server.raw());
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {
-        cases: 32,
+        cases: 64,
         failure_persistence: None,
         ..Config::default()
     });
@@ -178,20 +217,31 @@ fn lua_twins_agree_with_the_memory_store() {
                 let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let key = format!("conformance:{n}");
                 let mut now = START + offset_us * 1000;
-                for (i, (step_us, cost)) in ops.into_iter().enumerate() {
-                    now += step_us * 1000;
+                let lease = is_lease(&algorithm);
+                let mut raw = raw.clone();
+                let mut floor = now;
+                for (i, (step_us, op)) in ops.into_iter().enumerate() {
+                    let step_us = if lease { step_us } else { step_us.max(0) };
+                    now = now.saturating_add_signed(step_us * 1000).max(floor);
+                    let op = if lease { op } else { check(op.cost()) };
                     clock.set(Nanos(now));
-                    let expected = rt.block_on(memory.apply(&algorithm, key.as_str(), check(cost)));
-                    let got = rt.block_on(redis.apply(&algorithm, key.as_str(), check(cost)));
+                    let expected = rt.block_on(memory.apply(&algorithm, key.as_str(), op));
+                    let got = rt.block_on(redis.apply(&algorithm, key.as_str(), op));
                     prop_assert_eq!(
                         got.unwrap(),
                         expected.unwrap(),
-                        "{:?}, op {} at {} ns, cost {}",
+                        "{:?}, op {} at {} ns: {:?}",
                         algorithm,
                         i,
                         now,
-                        cost
+                        op
                     );
+                    let exists: bool = rt
+                        .block_on(redis::cmd("EXISTS").arg(&key).query_async(&mut raw))
+                        .unwrap();
+                    if !exists {
+                        floor = now;
+                    }
                 }
                 Ok(())
             },
@@ -289,6 +339,162 @@ fn ttl_is_the_time_until_fresh() {
                 .unwrap();
             assert!(value.len() < 40, "{key}: {value}");
         }
+    });
+}
+
+/// Leases: each acquire sets the TTL until the last lease expires; releasing the last lease
+/// drops the key; a lease set under a key is a conflict for other algorithms, and back.
+#[test]
+fn lease_ttl_is_until_the_last_lease_expires() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let clock = ManualClock::new(Nanos(START + 123_456_000));
+        let store = RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut raw = server.raw().await;
+        let cases: [(AnyAlgorithm, &str); 2] = [
+            (
+                Concurrency::new(2, Duration::from_nanos(7_000_000_500))
+                    .unwrap()
+                    .into(),
+                "ttl:conc",
+            ),
+            (
+                Fleet::new(4, 0.5, Duration::from_secs(30)).unwrap().into(),
+                "ttl:fleet",
+            ),
+        ];
+        let (a, b) = (LeaseId(1), LeaseId(u128::MAX));
+        for (algorithm, key) in &cases {
+            let pttl = |raw: &mut redis::aio::MultiplexedConnection| {
+                let mut raw = raw.clone();
+                async move {
+                    redis::cmd("PTTL")
+                        .arg(*key)
+                        .query_async::<i64>(&mut raw)
+                        .await
+                        .unwrap()
+                }
+            };
+            let d = store.apply(algorithm, key, check(1)).await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(pttl(&mut raw).await, -2, "{key}: a probe wrote state");
+
+            let acquire = |lease| Op::Acquire {
+                lease,
+                critical: false,
+            };
+            assert!(
+                store
+                    .apply(algorithm, key, acquire(a))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            clock.advance(Duration::from_secs(2));
+            let d = store.apply(algorithm, key, acquire(b)).await.unwrap();
+            assert!(d.allowed && d.remaining == 0, "{key}: {d:?}");
+            let ceil_ms = d.reset_after.as_nanos().div_ceil(1_000_000) as i64;
+            let ttl = pttl(&mut raw).await;
+            assert!(
+                ttl > 0 && ttl <= ceil_ms && ceil_ms - ttl < 1_000,
+                "{key}: {ttl} ms"
+            );
+            let d = store
+                .apply(algorithm, key, acquire(LeaseId(7)))
+                .await
+                .unwrap();
+            assert!(!d.allowed && d.retry_after.is_some(), "{key}: {d:?}");
+
+            let release = |lease| Op::Release { lease };
+            assert!(
+                store
+                    .apply(algorithm, key, release(b))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            assert!(
+                !store
+                    .apply(algorithm, key, release(b))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            assert!(
+                store
+                    .apply(algorithm, key, release(a))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
+            assert_eq!(pttl(&mut raw).await, -2, "{key}: a fresh state was kept");
+        }
+
+        let gcra: AnyAlgorithm = Gcra::new(1, 1, Duration::from_secs(60)).unwrap().into();
+        let (conc, fleet) = (&cases[0].0, &cases[1].0);
+        assert!(store.apply(&gcra, "k:g", check(1)).await.unwrap().allowed);
+        let err = store.apply(conc, "k:g", check(1)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::StateConflict {
+                    algorithm: "concurrency",
+                    found: "gcra"
+                }
+            ),
+            "{err}"
+        );
+        let lease = Op::Acquire {
+            lease: a,
+            critical: true,
+        };
+        assert!(store.apply(fleet, "k:l", lease).await.unwrap().allowed);
+        let err = store.apply(&gcra, "k:l", check(1)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::StateConflict {
+                    algorithm: "gcra",
+                    found: "fleet"
+                }
+            ),
+            "{err}"
+        );
+        let err = store.apply(conc, "k:l", lease).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::StateConflict {
+                    algorithm: "concurrency",
+                    found: "fleet"
+                }
+            ),
+            "{err}"
+        );
+        // Both states are intact.
+        assert_eq!(
+            store.apply(&gcra, "k:g", check(0)).await.unwrap().remaining,
+            1
+        );
+        assert!(
+            !store
+                .apply(fleet, "k:l", Op::Release { lease: b })
+                .await
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            store
+                .apply(fleet, "k:l", Op::Release { lease: a })
+                .await
+                .unwrap()
+                .allowed
+        );
     });
 }
 

@@ -15,17 +15,24 @@
 //!
 //! # Keys and state
 //!
-//! The key is used exactly as given (limiters pass `namespace:key`). Its value is one short
-//! string, the algorithm's tag and its state separated by `:`:
+//! The key is used exactly as given (limiters pass `namespace:key`), one Redis key per limiter
+//! key (no companion keys). Its value is one short string, the algorithm's tag and its state
+//! separated by `:`, or for the lease algorithms a sorted set:
 //!
 //! | algorithm | value |
 //! |---|---|
 //! | GCRA | `G:tat_us:tat_sub` (the theoretical arrival time) |
 //! | fixed window | `F:start_us:start_sub:count` |
 //! | token bucket | `T:tokens:last_us` (tokens printed with 17 significant digits) |
+//! | concurrency, fleet | sorted set: each lease's id (32 hex digits) scored `exp_us + 1` (non-critical) or `−(exp_us + 1)` (critical), and one marker member `C:seen_us` (concurrency) or `L:seen_us` (fleet) at score 0 |
 //!
-//! An instant is `us × 1000 + sub` nanoseconds since the clock's epoch. A key holding another
-//! algorithm's value is refused with [`StoreError::StateConflict`] and left as it is.
+//! An instant is `us × 1000 + sub` nanoseconds since the clock's epoch. A lease's expiry is
+//! `exp_us × 1000 + (lease_ttl mod 1000 ns)`: every instant the lease script sees is a whole
+//! microsecond, so all of one key's expiries share that sub-microsecond part. The marker keeps
+//! the latest instant a mutating operation saw (a clock going backwards counts as that one), and
+//! expired leases are removed by the next acquire or release (`ZREMRANGEBYSCORE`), as in
+//! [`crate::algorithm::concurrency`]. A key holding another algorithm's value is refused with
+//! [`StoreError::StateConflict`] and left as it is.
 //!
 //! # TTL
 //!
@@ -34,7 +41,9 @@
 //! milliseconds, which is Redis's resolution: a key outlives its last useful instant by less than
 //! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
 //! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
-//! nothing. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that may run
+//! nothing. For leases the TTL runs until the last lease expires (or the clock is back past the
+//! latest instant seen); an acquire or release that leaves the state fresh (the last lease
+//! released) deletes the key. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that may run
 //! slower than Redis's (a test's [`crate::ManualClock`] standing still while real time passes).
 //!
 //! # Time
@@ -53,12 +62,13 @@
 //! exactly its algorithm's, within these limits, which the store checks before sending anything
 //! ([`StoreError::NotOnStore`] otherwise):
 //! - every duration the algorithm works with (GCRA's `τ`, the fixed window, the token bucket's
-//!   time to refill from empty) is at most 2⁵⁰ ns, about 13 days;
-//! - counts (GCRA's limit, the window's limit, the bucket's capacity) are at most 2⁵⁰;
-//! - an explicit clock's instants are below 2⁵³ µs.
+//!   time to refill from empty, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about 13 days;
+//! - counts (GCRA's limit, the window's limit, the bucket's capacity, the leases' capacity) are
+//!   at most 2⁵⁰;
+//! - an explicit clock's instants are below 2⁵³ µs (for leases, the instant plus `lease_ttl`).
 //!
 //! A cost above the limit can never pass; it is sent as `limit + 1`, which gives the same
-//! decision.
+//! decision. The fleet's non-critical allowance is computed in Rust and sent as an integer.
 //!
 //! Conformance, which `tests/redis_store.rs` checks on random sequences: for the same
 //! operations at the same non-decreasing instants, the memory store and this store give equal
@@ -78,8 +88,8 @@
 //!
 //! # Not yet on Redis
 //!
-//! The other algorithms (token bucket's relatives, sliding windows and log, smooth, concurrency
-//! and fleet leases) and operations other than `check` are refused with
+//! The other algorithms (token bucket's relatives, sliding windows and log, smooth) and
+//! operations other than `check` (except `acquire` and `release` of leases) are refused with
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
 //! [`Store::apply_many`] sends its operations one after the other, under one timeout; one round
 //! trip for all of them, Redis Cluster and a circuit breaker are still to come.
@@ -124,6 +134,7 @@ struct Scripts {
     gcra: Script,
     fixed_window: Script,
     token_bucket: Script,
+    leases: Script,
 }
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`].
@@ -194,6 +205,7 @@ impl RedisStoreBuilder {
                     gcra: Script::new(include_str!("gcra.lua")),
                     fixed_window: Script::new(include_str!("fixed_window.lua")),
                     token_bucket: Script::new(include_str!("token_bucket.lua")),
+                    leases: Script::new(include_str!("leases.lua")),
                 },
             }),
         })
@@ -257,10 +269,13 @@ impl Inner {
     /// Checks `op` and builds its script call, or refuses it before anything is sent.
     fn call<'a>(&'a self, algorithm: &AnyAlgorithm, op: Op) -> Result<Call<'a>, StoreError> {
         ensure_supported(algorithm, op)?;
+        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
+        if let Some(lease) = lease_rule(algorithm) {
+            return lease.call(&self.scripts.leases, op).ok_or_else(too_large);
+        }
         let Op::Check { cost } = op else {
             return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
         };
-        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
         let (script, args) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
                 let tau = nanos(g.delay_variation_tolerance());
@@ -315,7 +330,9 @@ impl Inner {
             None => Ok(String::new()),
             Some(ExplicitClock(clock)) => {
                 let micros = clock.now().0 / 1000;
-                if micros >= MAX_MICROS {
+                // A lease's expiry (in microseconds, plus 1) must stay below 2^53 too.
+                let ahead = lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2);
+                if micros.saturating_add(ahead) >= MAX_MICROS {
                     return Err(not_on_redis(
                         algorithm,
                         "the clock is past 2^53 microseconds",
@@ -372,6 +389,67 @@ impl Inner {
     }
 }
 
+/// The parameters `leases.lua` takes, for the `concurrency` and `fleet` algorithms.
+struct LeaseRule {
+    tag: &'static str,
+    capacity: u64,
+    allowance: u64,
+    shed: bool,
+    ttl_ns: u64,
+}
+
+fn lease_rule(algorithm: &AnyAlgorithm) -> Option<LeaseRule> {
+    match algorithm {
+        AnyAlgorithm::Concurrency(c) => Some(LeaseRule {
+            tag: "C",
+            capacity: c.capacity(),
+            allowance: c.capacity(),
+            shed: false,
+            ttl_ns: nanos(c.lease_ttl()),
+        }),
+        AnyAlgorithm::Fleet(f) => Some(LeaseRule {
+            tag: "L",
+            capacity: f.capacity(),
+            allowance: f.non_critical_allowance(),
+            shed: true,
+            ttl_ns: nanos(f.lease_ttl()),
+        }),
+        _ => None,
+    }
+}
+
+impl LeaseRule {
+    /// The call for `op` (an op the algorithm supports), or `None` beyond the exact limits.
+    fn call<'a>(&self, script: &'a Script, op: Op) -> Option<Call<'a>> {
+        if self.ttl_ns > MAX_EXACT || self.capacity > MAX_EXACT {
+            return None;
+        }
+        let (kind, lease, critical, cost) = match op {
+            Op::Acquire { lease, critical } => ("a", lease.to_string(), critical, 0),
+            Op::Release { lease } => ("r", lease.to_string(), false, 0),
+            other => (
+                "c",
+                String::new(),
+                false,
+                other.cost().min(self.allowance + 1),
+            ),
+        };
+        let args = vec![
+            self.tag.to_owned(),
+            self.capacity.to_string(),
+            self.allowance.to_string(),
+            u8::from(self.shed).to_string(),
+            (self.ttl_ns / 1000).to_string(),
+            (self.ttl_ns % 1000).to_string(),
+            kind.to_owned(),
+            lease,
+            u8::from(critical).to_string(),
+            cost.to_string(),
+        ];
+        Some(Call { script, args })
+    }
+}
+
 fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -382,12 +460,15 @@ fn tag_name(tag: &[u8]) -> &'static str {
         b"G" => "gcra",
         b"F" => "fixed_window",
         b"T" => "token_bucket",
+        b"C" => "concurrency",
+        b"L" => "fleet",
         _ => "a value Floodgate did not write",
     }
 }
 
 /// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
-/// retry_sub}`, or `{-1, tag}` for a key holding another algorithm's state.
+/// retry_sub}`, with an eighth element `limit` when it depends on the operation (the fleet's
+/// two classes), or `{-1, tag}` for a key holding another algorithm's state.
 fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
     let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
     let Value::Array(items) = value else {
@@ -403,8 +484,8 @@ fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError
             found,
         });
     }
-    let mut ints = [0u64; 7];
-    if items.len() != ints.len() {
+    let mut ints = [0u64; 8];
+    if items.len() != 7 && items.len() != 8 {
         return Err(bad());
     }
     for (slot, item) in ints.iter_mut().zip(&items) {
@@ -413,10 +494,11 @@ fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError
             _ => return Err(bad()),
         }
     }
-    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub] = ints;
+    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub, limit] = ints;
     let duration =
         |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
     let limit = match algorithm {
+        _ if items.len() == 8 => limit,
         AnyAlgorithm::Gcra(g) => g.limit(),
         AnyAlgorithm::FixedWindow(f) => f.limit(),
         AnyAlgorithm::TokenBucket(t) => t.capacity(),

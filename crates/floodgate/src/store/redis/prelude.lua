@@ -32,7 +32,13 @@ end
 -- The state stored under the key, split on ':'; nil for a missing key. A state of another
 -- algorithm ends the script with {-1, its tag}: the caller reports a conflict.
 local function load(tag)
-  local raw = redis.call('GET', key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    -- Not a string: a lease set names its algorithm in its marker (leases.lua); any other
+    -- type makes this call fail.
+    local marker = redis.call('ZRANGEBYSCORE', key, 0, 0)[1] or ''
+    return false, string.match(marker, '^[^:]*')
+  end
   if not raw then return nil end
   local fields = {}
   for part in string.gmatch(raw, '[^:]+') do fields[#fields + 1] = part end
