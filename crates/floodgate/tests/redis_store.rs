@@ -10,6 +10,7 @@ use std::time::Duration;
 use floodgate::algorithm::concurrency::{Concurrency, Fleet};
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::leaky_bucket::LeakyBucket;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{MemoryStore, RedisStore, Store};
@@ -134,6 +135,11 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
             1u64..50
         )
             .prop_map(|(rate, capacity)| TokenBucket::new(rate, capacity).unwrap().into()),
+        (
+            prop_oneof![0.5f64..1000.0, (1u32..200).prop_map(f64::from)],
+            1u64..50
+        )
+            .prop_map(|(rate, capacity)| LeakyBucket::new(rate, capacity).unwrap().into()),
         (1u64..6, 1_000u64..30_000_000_000).prop_map(|(capacity, ttl)| {
             Concurrency::new(capacity, Duration::from_nanos(ttl))
                 .unwrap()
@@ -295,7 +301,7 @@ fn ttl_is_the_time_until_fresh() {
             .build()
             .unwrap();
         let mut raw = server.raw().await;
-        let cases: [(AnyAlgorithm, &str); 3] = [
+        let cases: [(AnyAlgorithm, &str); 4] = [
             (
                 Gcra::new(9, 10, Duration::from_secs(7)).unwrap().into(),
                 "ttl:gcra",
@@ -305,6 +311,7 @@ fn ttl_is_the_time_until_fresh() {
                 "ttl:fw",
             ),
             (TokenBucket::new(0.25, 8).unwrap().into(), "ttl:tb"),
+            (LeakyBucket::new(0.3, 8).unwrap().into(), "ttl:lb"),
         ];
         for (algorithm, key) in &cases {
             let d = store.apply(algorithm, key, check(0)).await.unwrap();

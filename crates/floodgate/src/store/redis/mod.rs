@@ -24,6 +24,7 @@
 //! | GCRA | `G:tat_us:tat_sub` (the theoretical arrival time) |
 //! | fixed window | `F:start_us:start_sub:count` |
 //! | token bucket | `T:tokens:last_us` (tokens printed with 17 significant digits) |
+//! | leaky bucket (meter) | `M:room:last_us` (the token bucket's state: room left = `capacity − level`) |
 //! | concurrency, fleet | sorted set: each lease's id (32 hex digits) scored `exp_us + 1` (non-critical) or `−(exp_us + 1)` (critical), and one marker member `C:seen_us` (concurrency) or `L:seen_us` (fleet) at score 0 |
 //!
 //! An instant is `us × 1000 + sub` nanoseconds since the clock's epoch. A lease's expiry is
@@ -62,8 +63,8 @@
 //! exactly its algorithm's, within these limits, which the store checks before sending anything
 //! ([`StoreError::NotOnStore`] otherwise):
 //! - every duration the algorithm works with (GCRA's `τ`, the fixed window, the token bucket's
-//!   time to refill from empty, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about 13 days;
-//! - counts (GCRA's limit, the window's limit, the bucket's capacity, the leases' capacity) are
+//!   time to refill from empty, the leaky bucket's time to drain from full, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about 13 days;
+//! - counts (GCRA's limit, the window's limit, the buckets' capacity, the leases' capacity) are
 //!   at most 2⁵⁰;
 //! - an explicit clock's instants are below 2⁵³ µs (for leases, the instant plus `lease_ttl`).
 //!
@@ -88,7 +89,7 @@
 //!
 //! # Not yet on Redis
 //!
-//! The other algorithms (token bucket's relatives, sliding windows and log, smooth) and
+//! The other algorithms (the leaky queue, sliding windows and log, smooth) and
 //! operations other than `check` (except `acquire` and `release` of leases) are refused with
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
 //! [`Store::apply_many`] sends its operations one after the other, under one timeout; one round
@@ -306,22 +307,41 @@ impl Inner {
                         .collect(),
                 )
             }
-            AnyAlgorithm::TokenBucket(t) => {
-                let capacity = t.capacity();
-                let refill_ns = capacity as f64 * (1e9 / t.rate());
-                if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
-                    return Err(too_large());
-                }
-                let cost = cost.min(capacity + 1);
-                // Rust prints the shortest decimal that reads back as the same f64.
-                (
-                    &self.scripts.token_bucket,
-                    vec![t.rate().to_string(), capacity.to_string(), cost.to_string()],
-                )
-            }
+            AnyAlgorithm::TokenBucket(t) => self
+                .bucket("T", t.rate(), t.capacity(), cost)
+                .ok_or_else(too_large)?,
+            // The meter is the token bucket counting the room left: the same script.
+            AnyAlgorithm::LeakyBucket(l) => self
+                .bucket("M", l.rate(), l.capacity(), cost)
+                .ok_or_else(too_large)?,
             _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
         };
         Ok(Call { script, args })
+    }
+
+    /// The token bucket script's arguments, or `None` beyond the exact limits.
+    fn bucket(
+        &self,
+        tag: &str,
+        rate: f64,
+        capacity: u64,
+        cost: u64,
+    ) -> Option<(&Script, Vec<String>)> {
+        let refill_ns = capacity as f64 * (1e9 / rate);
+        if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
+            return None;
+        }
+        let cost = cost.min(capacity + 1);
+        // Rust prints the shortest decimal that reads back as the same f64.
+        Some((
+            &self.scripts.token_bucket,
+            vec![
+                rate.to_string(),
+                capacity.to_string(),
+                cost.to_string(),
+                tag.to_owned(),
+            ],
+        ))
     }
 
     /// `ARGV[1]`: the explicit clock's instant in whole microseconds, or empty for Redis `TIME`.
@@ -460,6 +480,7 @@ fn tag_name(tag: &[u8]) -> &'static str {
         b"G" => "gcra",
         b"F" => "fixed_window",
         b"T" => "token_bucket",
+        b"M" => "leaky_bucket",
         b"C" => "concurrency",
         b"L" => "fleet",
         _ => "a value Floodgate did not write",
@@ -502,6 +523,7 @@ fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError
         AnyAlgorithm::Gcra(g) => g.limit(),
         AnyAlgorithm::FixedWindow(f) => f.limit(),
         AnyAlgorithm::TokenBucket(t) => t.capacity(),
+        AnyAlgorithm::LeakyBucket(l) => l.capacity(),
         _ => return Err(bad()),
     };
     let reset_after = duration(reset_us, reset_sub);

@@ -1,8 +1,11 @@
--- Token bucket (algorithm/token_bucket.rs). ARGV[3]: rate (tokens per second, as Rust prints
--- the f64, which reads back exactly), ARGV[4]: capacity, ARGV[5]: cost (at most capacity + 1).
--- State 'T:tokens:last_us', tokens printed with 17 significant digits (exact round trip).
-local rate, cap, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local state, found = load('T')
+-- Token bucket (algorithm/token_bucket.rs), and the leaky bucket meter, which is the same
+-- bucket counting the room left (algorithm/leaky_bucket.rs). ARGV[3]: rate (tokens per second,
+-- as Rust prints the f64, which reads back exactly), ARGV[4]: capacity, ARGV[5]: cost (at most
+-- capacity + 1), ARGV[6]: the tag ('T' token bucket, 'M' leaky bucket).
+-- State 'T:tokens:last_us' (or 'M:room:last_us'), tokens printed with 17 significant digits
+-- (exact round trip).
+local rate, cap, cost, tag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local state, found = load(tag)
 if state == false then return {-1, found} end
 local tokens, last_us = cap, now_us
 if state then tokens, last_us = state[2], state[3] end
@@ -38,7 +41,7 @@ local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
 if cost > 0 then
   local kept = last_us
   if now_us > kept then kept = now_us end
-  store('T:' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
+  store(tag .. ':' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
 end
 if allowed then return reply(true, remaining, reset_us, reset_sub) end
 if cost > cap then return reply(false, remaining, reset_us, reset_sub) end
