@@ -631,3 +631,103 @@ fn a_dead_redis_fails_fast_and_a_restarted_one_is_used_again() {
         assert_eq!((d.allowed, d.remaining), (true, 99));
     });
 }
+
+impl RedisServer {
+    /// Sends `signal` (`STOP`, `CONT`) to the process.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+}
+
+/// Redis paused (SIGSTOP): the first calls time out within the timeout, then the breaker opens
+/// and calls fail at once without touching the network; after the cool-down (on the store's
+/// clock) one call probes. Redis resumed (SIGCONT): past the cool-down, calls succeed and the
+/// breaker closes.
+#[test]
+fn the_breaker_opens_on_a_paused_redis_and_closes_when_it_is_back() {
+    use floodgate::store::redis::BreakerState;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let timeout = Duration::from_millis(100);
+    let cool_down = Duration::from_secs(1);
+    let wall = SystemClock::new();
+    let clock = ManualClock::new(Nanos(START));
+    rt.block_on(async {
+        let store = RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .min_ttl(Duration::from_secs(3600))
+            .timeout(timeout)
+            .breaker(3, cool_down)
+            .build()
+            .unwrap();
+        let fw: AnyAlgorithm = FixedWindow::new(100, Duration::from_secs(60))
+            .unwrap()
+            .into();
+        // The first call connects and loads the script: give it a few tries.
+        let mut ok = false;
+        for _ in 0..100 {
+            if store.apply(&fw, "breaker:k", check(1)).await.is_ok() {
+                ok = true;
+                break;
+            }
+        }
+        assert!(ok, "the store never answered");
+        assert_eq!(store.breaker_state(), BreakerState::Closed);
+
+        server.signal("STOP");
+        for i in 0..3 {
+            assert_eq!(store.breaker_state(), BreakerState::Closed, "call {i}");
+            let start = wall.now();
+            let err = store
+                .apply(&fw, "breaker:k", check(1))
+                .await
+                .expect_err("Redis is paused");
+            let took = wall.now().saturating_since(start);
+            assert!(
+                matches!(err, StoreError::Timeout(t) if t == timeout),
+                "{err}"
+            );
+            assert!(took < timeout + Duration::from_millis(50), "took {took:?}");
+        }
+        // Open: refused by the breaker itself, however often, until the cool-down has passed.
+        assert_eq!(store.breaker_state(), BreakerState::Open);
+        for _ in 0..100 {
+            let err = store.apply(&fw, "breaker:k", check(1)).await.unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Unavailable(m) if m.contains("circuit breaker")),
+                "{err}"
+            );
+        }
+        clock.advance(cool_down - Duration::from_millis(1));
+        assert_eq!(store.breaker_state(), BreakerState::Open);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(store.breaker_state(), BreakerState::HalfOpen);
+        // The probe goes to the still paused Redis, times out, and opens the breaker again.
+        let err = store.apply(&fw, "breaker:k", check(1)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Timeout(_)), "{err}");
+        assert_eq!(store.breaker_state(), BreakerState::Open);
+
+        server.signal("CONT");
+        // Still open: Redis is not called before the cool-down has passed.
+        let err = store.apply(&fw, "breaker:k", check(1)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        clock.advance(cool_down);
+        // The probe succeeds (a few tries, boundedly, while the connection recovers).
+        let mut back = None;
+        for _ in 0..50 {
+            clock.advance(cool_down);
+            if let Ok(d) = store.apply(&fw, "breaker:k", check(1)).await {
+                back = Some(d);
+                break;
+            }
+        }
+        let d = back.expect("calls succeed again once Redis is back");
+        assert!(d.allowed);
+        assert_eq!(store.breaker_state(), BreakerState::Closed);
+    });
+}

@@ -87,14 +87,28 @@
 //! A key holding a value of another Redis type (not a string) makes the script fail:
 //! [`StoreError::Unavailable`].
 //!
+//! # Circuit breaker
+//!
+//! A Redis that keeps failing must not cost every request the timeout. After `threshold`
+//! consecutive *link failures* (timeouts and connection errors; default 3) the breaker opens:
+//! every call fails at once with [`StoreError::Unavailable`], without touching the network,
+//! until the cool-down (default 1 s) has passed. Then one call probes Redis (the others still
+//! fail at once): its success closes the breaker, its failure opens it for another cool-down.
+//! Any success resets the count. Answers Redis gives (a script error, a state conflict) and
+//! refusals made before sending ([`StoreError::NotOnStore`]) are not link failures. Time is the
+//! store's clock: the explicit [`RedisStoreBuilder::clock`] if one is given, else a
+//! [`SystemClock`]. [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
+//! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
+//!
 //! # Not yet on Redis
 //!
 //! The other algorithms (the leaky queue, sliding windows and log, smooth) and
 //! operations other than `check` (except `acquire` and `release` of leases) are refused with
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
 //! [`Store::apply_many`] sends its operations one after the other, under one timeout; one round
-//! trip for all of them, Redis Cluster and a circuit breaker are still to come.
+//! trip for all of them and Redis Cluster are still to come.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,7 +118,11 @@ use redis::Value;
 use super::{ensure_supported, Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::Algorithm;
-use crate::{Clock, ConfigError, Decision, Op, StoreError};
+use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
+
+mod breaker;
+use breaker::Breaker;
+pub use breaker::BreakerState;
 
 /// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
 const MAX_EXACT: u64 = 1 << 50;
@@ -145,6 +163,8 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     min_ttl: Duration,
     clock: Option<ExplicitClock>,
+    breaker_threshold: u32,
+    breaker_cool_down: Duration,
 }
 
 /// An explicit clock (shown as such in `Debug`: clocks need not implement it).
@@ -172,6 +192,16 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// The circuit breaker: open after `threshold` consecutive timeouts or connection errors
+    /// (default 3; 0 turns the breaker off), and fail every call at once for `cool_down`
+    /// (default 1 s, on the store's clock) before letting one call probe Redis. See the
+    /// [module documentation](self#circuit-breaker).
+    pub fn breaker(mut self, threshold: u32, cool_down: Duration) -> Self {
+        self.breaker_threshold = threshold;
+        self.breaker_cool_down = cool_down;
+        self
+    }
+
     /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
     /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
     /// may run slower than Redis's own.
@@ -196,8 +226,14 @@ impl RedisStoreBuilder {
             .set_max_delay(self.timeout);
         let connection = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|_| ConfigError::invalid("url", &self.url, "could not set up a client"))?;
+        let breaker_clock: Arc<dyn Clock> = match &self.clock {
+            Some(ExplicitClock(clock)) => clock.clone(),
+            None => Arc::new(SystemClock::new()),
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
+                breaker_clock: ExplicitClock(breaker_clock),
                 connection,
                 timeout: self.timeout,
                 min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -229,6 +265,38 @@ struct Inner {
     min_ttl_ms: u64,
     clock: Option<ExplicitClock>,
     scripts: Scripts,
+    breaker: Breaker,
+    /// The breaker's time: the explicit clock, else a [`SystemClock`].
+    breaker_clock: ExplicitClock,
+}
+
+/// A failed call: the error, and whether it is a link failure (a timeout or a connection
+/// error, which the breaker counts) rather than an answer from Redis.
+struct Failed {
+    error: StoreError,
+    link: bool,
+}
+
+impl From<StoreError> for Failed {
+    fn from(error: StoreError) -> Failed {
+        Failed { error, link: false }
+    }
+}
+
+impl From<redis::RedisError> for Failed {
+    fn from(e: redis::RedisError) -> Failed {
+        let link = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_timeout()
+            || e.is_unrecoverable_error();
+        // The client's own response timeout is the store's: `guarded` fills in the duration.
+        let error = if e.is_timeout() {
+            StoreError::Timeout(Duration::ZERO)
+        } else {
+            unavailable(e)
+        };
+        Failed { error, link }
+    }
 }
 
 /// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).
@@ -245,7 +313,14 @@ impl RedisStore {
             timeout: Duration::from_millis(50),
             min_ttl: Duration::ZERO,
             clock: None,
+            breaker_threshold: 3,
+            breaker_cool_down: Duration::from_secs(1),
         }
+    }
+
+    /// Where the circuit breaker stands now (on the store's clock).
+    pub fn breaker_state(&self) -> BreakerState {
+        self.inner.breaker.state(&*self.inner.breaker_clock.0)
     }
 
     /// The bound on every call.
@@ -370,7 +445,7 @@ impl Inner {
         key: &str,
         now: &str,
         call: &Call<'_>,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Decision, Failed> {
         let mut connection = self.connection.clone();
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha
@@ -386,26 +461,34 @@ impl Inner {
                     .arg("LOAD")
                     .arg(&call.script.source)
                     .query_async(&mut connection)
-                    .await
-                    .map_err(unavailable)?;
+                    .await?;
                 debug_assert_eq!(loaded, call.script.sha);
                 evalsha.query_async::<Value>(&mut connection).await
             }
             other => other,
-        }
-        .map_err(unavailable)?;
-        decode(algorithm, value)
+        }?;
+        Ok(decode(algorithm, value)?)
     }
 
-    async fn apply_one(
+    /// Runs `calls` under the breaker and the timeout: refused at once while the breaker is
+    /// open; a timeout or a connection error counts towards opening it, a success closes it.
+    async fn guarded<T>(
         &self,
-        algorithm: &AnyAlgorithm,
-        key: &str,
-        op: Op,
-    ) -> Result<Decision, StoreError> {
-        let call = self.call(algorithm, op)?;
-        let now = self.now_arg(algorithm)?;
-        self.run(algorithm, key, &now, &call).await
+        calls: impl Future<Output = Result<T, Failed>>,
+    ) -> Result<T, StoreError> {
+        let clock = &*self.breaker_clock.0;
+        let permit = self.breaker.admit(clock)?;
+        let result = tokio::time::timeout(self.timeout, calls)
+            .await
+            .unwrap_or(Err(Failed {
+                error: StoreError::Timeout(self.timeout),
+                link: true,
+            }));
+        permit.record(matches!(&result, Err(f) if f.link), clock);
+        result.map_err(|f| match f.error {
+            StoreError::Timeout(_) => StoreError::Timeout(self.timeout),
+            other => other,
+        })
     }
 }
 
@@ -543,9 +626,9 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         op: Op,
     ) -> Result<Decision, StoreError> {
         let inner = &self.inner;
-        tokio::time::timeout(inner.timeout, inner.apply_one(algorithm, key, op))
-            .await
-            .unwrap_or(Err(StoreError::Timeout(inner.timeout)))
+        let call = inner.call(algorithm, op)?;
+        let now = inner.now_arg(algorithm)?;
+        inner.guarded(inner.run(algorithm, key, &now, &call)).await
     }
 
     async fn apply_many(
@@ -570,9 +653,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
             }
             Ok(decisions)
         };
-        tokio::time::timeout(inner.timeout, all)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(inner.timeout)))
+        inner.guarded(all).await
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
