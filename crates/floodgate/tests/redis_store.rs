@@ -731,3 +731,75 @@ fn the_breaker_opens_on_a_paused_redis_and_closes_when_it_is_back() {
         assert_eq!(store.breaker_state(), BreakerState::Closed);
     });
 }
+
+/// `apply_many` (one pipeline) gives the decisions the same operations give one by one, for
+/// keys of different algorithms (one key twice), also when Redis has lost some or all of the
+/// scripts (`NOSCRIPT`: only the calls that did not run are sent again).
+#[test]
+fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
+    use floodgate::store::Request;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    rt.block_on(async {
+        let store = RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .min_ttl(Duration::from_secs(3600))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut raw = server.raw().await;
+        let algorithms: [AnyAlgorithm; 4] = [
+            Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
+            FixedWindow::new(3, Duration::from_secs(10)).unwrap().into(),
+            TokenBucket::new(0.5, 4).unwrap().into(),
+            Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
+        ];
+        // The last request uses the first one's key: the pipeline keeps their order.
+        let names = ["gcra", "fw", "tb", "gcra"];
+        let costs = [1u64, 2, 1, 1];
+        let mut denied = false;
+        for round in 0..6 {
+            let flush = round % 2 == 1;
+            if flush {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+            }
+            let one_keys: Vec<String> = names.iter().map(|n| format!("one:{n}")).collect();
+            let many_keys: Vec<String> = names.iter().map(|n| format!("many:{n}")).collect();
+            // One by one, the first call first: after a flush, only its script is loaded
+            // again before the batch, so the batch sees NOSCRIPT for some calls only.
+            let mut expected = Vec::new();
+            expected.push(
+                store
+                    .apply(&algorithms[0], one_keys[0].as_str(), check(costs[0]))
+                    .await
+                    .unwrap(),
+            );
+            let requests: Vec<Request<'_, str, AnyAlgorithm>> = (0..4)
+                .map(|i| Request {
+                    algorithm: &algorithms[i],
+                    key: many_keys[i].as_str(),
+                    op: check(costs[i]),
+                })
+                .collect();
+            let got = store.apply_many(&requests).await.unwrap();
+            for i in 1..4 {
+                expected.push(
+                    store
+                        .apply(&algorithms[i], one_keys[i].as_str(), check(costs[i]))
+                        .await
+                        .unwrap(),
+                );
+            }
+            assert_eq!(got, expected, "round {round}");
+            denied |= got.iter().any(|d| !d.allowed);
+            clock.advance(Duration::from_millis(700));
+        }
+        assert!(denied, "the comparison covers denials too");
+        assert!(store.apply_many(&[]).await.unwrap().is_empty());
+    });
+}

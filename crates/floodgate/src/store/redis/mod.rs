@@ -87,6 +87,15 @@
 //! A key holding a value of another Redis type (not a string) makes the script fail:
 //! [`StoreError::Unavailable`].
 //!
+//! # Several operations in one round trip
+//!
+//! [`Store::apply_many`] checks every operation first (refusing the whole batch, before
+//! anything is sent, if one cannot run here), then sends all their `EVALSHA` calls in one
+//! pipeline, under one timeout and one breaker permit. Each call is still atomic on its own key;
+//! the batch as a whole is not a transaction. The calls Redis answers `NOSCRIPT` (and only
+//! those, so nothing runs twice) are sent again in a second pipeline that loads their scripts
+//! first. The first failing reply is the batch's error (the calls before and after it have run).
+//!
 //! # Circuit breaker
 //!
 //! A Redis that keeps failing must not cost every request the timeout. After `threshold`
@@ -105,8 +114,7 @@
 //! The other algorithms (the leaky queue, sliding windows and log, smooth) and
 //! operations other than `check` (except `acquire` and `release` of leases) are refused with
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
-//! [`Store::apply_many`] sends its operations one after the other, under one timeout; one round
-//! trip for all of them and Redis Cluster are still to come.
+//! Redis Cluster is still to come.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -447,14 +455,7 @@ impl Inner {
         call: &Call<'_>,
     ) -> Result<Decision, Failed> {
         let mut connection = self.connection.clone();
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(&call.script.sha)
-            .arg(1)
-            .arg(key)
-            .arg(now)
-            .arg(self.min_ttl_ms)
-            .arg(&call.args);
+        let evalsha = self.evalsha(key, now, call);
         let value = match evalsha.query_async::<Value>(&mut connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let loaded: String = redis::cmd("SCRIPT")
@@ -468,6 +469,81 @@ impl Inner {
             other => other,
         }?;
         Ok(decode(algorithm, value)?)
+    }
+
+    /// `EVALSHA sha 1 key now min_ttl args…`.
+    fn evalsha(&self, key: &str, now: &str, call: &Call<'_>) -> redis::Cmd {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(&call.script.sha)
+            .arg(1)
+            .arg(key)
+            .arg(now)
+            .arg(self.min_ttl_ms)
+            .arg(&call.args);
+        evalsha
+    }
+
+    /// Runs every call in one pipeline (one round trip). The calls Redis answers `NOSCRIPT`
+    /// (and only those: the others have run) are sent again in a second pipeline, after
+    /// `SCRIPT LOAD` of their scripts.
+    async fn run_many(
+        &self,
+        requests: &[Request<'_, str, AnyAlgorithm>],
+        nows: &[String],
+        calls: &[Call<'_>],
+    ) -> Result<Vec<Decision>, Failed> {
+        let mut connection = self.connection.clone();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for ((request, now), call) in requests.iter().zip(nows).zip(calls) {
+            pipe.add_command(self.evalsha(request.key, now, call));
+        }
+        let mut replies: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut connection).await?;
+        if replies.len() != calls.len() {
+            return Err(
+                StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
+            );
+        }
+        let no_script = |r: &redis::RedisResult<Value>| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
+        let missing: Vec<usize> = (0..replies.len())
+            .filter(|&i| no_script(&replies[i]))
+            .collect();
+        if !missing.is_empty() {
+            let mut scripts: Vec<&Script> = Vec::new();
+            for &i in &missing {
+                if !scripts.iter().any(|s| std::ptr::eq(*s, calls[i].script)) {
+                    scripts.push(calls[i].script);
+                }
+            }
+            let mut again = redis::pipe();
+            again.ignore_errors();
+            for script in &scripts {
+                again.cmd("SCRIPT").arg("LOAD").arg(&script.source);
+            }
+            for &i in &missing {
+                again.add_command(self.evalsha(requests[i].key, &nows[i], &calls[i]));
+            }
+            let answers: Vec<redis::RedisResult<Value>> =
+                again.query_async(&mut connection).await?;
+            if answers.len() != scripts.len() + missing.len() {
+                return Err(
+                    StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
+                );
+            }
+            let mut answers = answers.into_iter();
+            for loaded in answers.by_ref().take(scripts.len()) {
+                loaded?;
+            }
+            for (&i, answer) in missing.iter().zip(answers) {
+                replies[i] = answer;
+            }
+        }
+        requests
+            .iter()
+            .zip(replies)
+            .map(|(request, reply)| Ok(decode(request.algorithm, reply?)?))
+            .collect()
     }
 
     /// Runs `calls` under the breaker and the timeout: refused at once while the breaker is
@@ -641,19 +717,14 @@ impl Store<str, AnyAlgorithm> for RedisStore {
             .iter()
             .map(|r| inner.call(r.algorithm, r.op))
             .collect::<Result<Vec<_>, _>>()?;
-        let all = async {
-            let mut decisions = Vec::with_capacity(requests.len());
-            for (request, call) in requests.iter().zip(&calls) {
-                let now = inner.now_arg(request.algorithm)?;
-                decisions.push(
-                    inner
-                        .run(request.algorithm, request.key, &now, call)
-                        .await?,
-                );
-            }
-            Ok(decisions)
-        };
-        inner.guarded(all).await
+        let nows = requests
+            .iter()
+            .map(|r| inner.now_arg(r.algorithm))
+            .collect::<Result<Vec<_>, _>>()?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        inner.guarded(inner.run_many(requests, &nows, &calls)).await
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
