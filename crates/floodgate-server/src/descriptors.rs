@@ -360,6 +360,30 @@ impl RuleSet {
         self.domains.insert(domain, descriptors);
     }
 
+    /// Every rule with an algorithm, as `(domain, rule)`, in no particular order.
+    pub fn rules(&self) -> Vec<(&str, &Rule)> {
+        fn walk<'a>(domain: &'a str, tree: &'a DescriptorTree, out: &mut Vec<(&'a str, &'a Rule)>) {
+            for m in tree.keys.values() {
+                let nodes = m
+                    .exact
+                    .values()
+                    .chain(m.wildcards.iter().map(|(_, n)| n))
+                    .chain(m.any.as_deref());
+                for node in nodes {
+                    if let Some(rule) = &node.rule {
+                        out.push((domain, rule));
+                    }
+                    walk(domain, &node.children, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (domain, tree) in &self.domains {
+            walk(domain, tree, &mut out);
+        }
+        out
+    }
+
     /// Whether `domain` is configured.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)

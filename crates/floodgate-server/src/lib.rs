@@ -13,3 +13,4 @@ pub mod replay;
 pub mod rls;
 pub mod runtime;
 pub mod service;
+pub mod store;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use floodgate_server::store::ServiceStore;
 use floodgate_server::{config, replay, runtime};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
@@ -39,6 +40,10 @@ enum Command {
         /// Merge domains defined more than once, as `serve --merge-domains`.
         #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
         merge_domains: bool,
+        /// Check against this store, as `serve --store URL` (nothing is sent to it): a config
+        /// using an algorithm the store cannot run is refused.
+        #[arg(long, value_name = "URL", env = "FLOODGATE_STORE")]
+        store: Option<String>,
     },
 }
 
@@ -64,7 +69,8 @@ fn main() -> ExitCode {
         Command::CheckConfig {
             path,
             merge_domains,
-        } => match check_config(&path, merge_domains) {
+            store,
+        } => match check_config(&path, merge_domains, store) {
             Ok(()) => {
                 println!("{}: ok", path.display());
                 ExitCode::SUCCESS
@@ -75,20 +81,39 @@ fn main() -> ExitCode {
 }
 
 /// Reads the file or directory and builds everything it configures, as `serve` would, over a
-/// throwaway store.
+/// throwaway store of the kind `serve` would use (a Redis store is not connected to).
 fn check_config(
     path: &std::path::Path,
     merge_domains: bool,
-) -> Result<(), config::ConfigFileError> {
-    let store = std::sync::Arc::new(floodgate::store::MemoryStore::new());
+    store_url: Option<String>,
+) -> Result<(), CheckError> {
     let clock = std::sync::Arc::new(floodgate::CoarseClock::shared());
     let overrides = config::Overrides {
         merge_domains,
         response_headers: false,
     };
-    config::Config::load_with(path, &overrides)?
-        .build(store, clock)
-        .map(drop)
+    let mut config = config::Config::load_with(path, &overrides)?;
+    if store_url.is_some() {
+        config.store.url = store_url;
+    }
+    // A Redis store needs a runtime to be created in; it sends nothing until used.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(CheckError::Runtime)?;
+    let _context = runtime.enter();
+    let store = ServiceStore::from_config(&config.store)?;
+    let served = config.build(store.clone(), clock)?;
+    store.check(&served)?;
+    Ok(())
+}
+
+/// Why `check-config` failed.
+#[derive(Debug, thiserror::Error)]
+enum CheckError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigFileError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

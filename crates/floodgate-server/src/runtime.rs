@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// 127.0.0.1:8081). Port 0 lets the OS choose, as for `--http`.
     #[arg(long, value_name = "ADDR")]
     pub grpc: Option<SocketAddr>,
+    /// The store every limit counts in: `memory` (the default: this process alone) or
+    /// `redis://host:port[/db]`, a Redis shared by every `floodgate serve` pointing at it, so
+    /// that a limit holds across all of them. Overrides the config's `store.url`.
+    #[arg(long, value_name = "URL", env = "FLOODGATE_STORE")]
+    pub store: Option<String>,
     /// Worker threads, each with its own single-threaded runtime (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -150,7 +155,10 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         merge_domains: args.merge_domains,
         response_headers: args.response_headers,
     };
-    let config = Config::load_or_builtin(args.config.as_deref(), &overrides)?;
+    let mut config = Config::load_or_builtin(args.config.as_deref(), &overrides)?;
+    if let Some(url) = &args.store {
+        config.store.url = Some(url.clone());
+    }
     let http_addr = args
         .http
         .or(config.http)
@@ -162,8 +170,19 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let admin_token = std::env::var("FLOODGATE_ADMIN_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
-    let mut server =
-        Server::new(config, args.config.clone(), admin_token)?.with_overrides(overrides);
+    // A Redis store is created inside a runtime of its own (its connection's housekeeping runs
+    // there), which lives as long as `serve`.
+    let store_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("floodgate-store")
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    let server = {
+        let _context = store_runtime.enter();
+        Server::new(config, args.config.clone(), admin_token)?
+    };
+    let mut server = server.with_overrides(overrides);
     // Services behind one load balancer share this secret, so that any of them accepts the
     // lease tokens another issued; without it each process signs with its own random secret.
     if let Some(secret) = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty()) {

@@ -11,12 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use floodgate::algorithm::spec::AnyState;
 use floodgate::algorithm::Algorithm;
 use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::{LimiterKind, Mode, Priority};
 use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
-use floodgate::store::{MemoryStore, Namespace};
+use floodgate::store::Namespace;
 use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,11 +27,11 @@ use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 
-/// The embedded store every limiter of the service shares, each in its own namespace.
-pub type Mem = MemoryStore<String, AnyState>;
+pub use crate::store::Mem;
+use crate::store::ServiceStore;
 
 /// One configuration, ready to serve: swapped whole on reload.
-pub type Snapshot = Served<Arc<Mem>>;
+pub type Snapshot = Served<ServiceStore>;
 
 /// The body of `POST /v1/evaluate`.
 #[derive(Debug, Deserialize)]
@@ -153,7 +152,7 @@ pub struct Server {
     snapshot: ArcSwap<Snapshot>,
     /// The one store, created once and kept across reloads: every stage, named limit and Envoy
     /// rule keeps its keys in its own namespace of it.
-    store: Arc<Mem>,
+    store: ServiceStore,
     /// Plans set through the admin API; they survive reloads.
     plan_overrides: ArcSwap<HashMap<String, String>>,
     config_path: Option<PathBuf>,
@@ -175,12 +174,7 @@ impl Server {
         config_path: Option<PathBuf>,
         admin_token: Option<String>,
     ) -> Result<Server, ConfigFileError> {
-        let store = Arc::new(
-            MemoryStore::builder()
-                .max_keys(config.store.max_keys)
-                .build()
-                .map_err(|e| ConfigFileError::from_config_error("store", e))?,
-        );
+        let store = ServiceStore::from_config(&config.store)?;
         let snapshot = build_snapshot(&config, &store)?;
         Ok(Server {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -356,10 +350,7 @@ impl Server {
     pub async fn should_rate_limit(&self, request: &RlsRequest, endpoint: Endpoint) -> RlsResponse {
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
-        let result = snapshot
-            .rules
-            .should_rate_limit(&*self.store, request)
-            .await;
+        let result = snapshot.rules.should_rate_limit(&self.store, request).await;
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         match result {
@@ -518,8 +509,11 @@ impl Server {
 
 /// Builds a config into a snapshot over the service's long-lived store, with the shared coarse
 /// clock driving the utilization shedder.
-fn build_snapshot(config: &Config, store: &Arc<Mem>) -> Result<Snapshot, ConfigFileError> {
-    config.build(store.clone(), Arc::new(CoarseClock::shared()))
+/// A configuration using an algorithm the store cannot run is refused.
+fn build_snapshot(config: &Config, store: &ServiceStore) -> Result<Snapshot, ConfigFileError> {
+    let served = config.build(store.clone(), Arc::new(CoarseClock::shared()))?;
+    store.check(&served)?;
+    Ok(served)
 }
 
 impl crate::grpc::RlsBackend for Server {

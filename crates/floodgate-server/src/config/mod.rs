@@ -6,6 +6,8 @@
 //! http: 127.0.0.1:8080          # optional listen addresses
 //! grpc: 127.0.0.1:8081
 //! store: { max_keys: 1000000 }  # the in-memory store's bound (default 1,000,000)
+//! # or, to count across every process sharing a Redis (`serve --store URL` overrides `url`):
+//! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms }
 //! plans:                        # plan name -> algorithm (floodgate's AlgorithmSpec)
 //!   free: { algorithm: token_bucket, rate: 50, capacity: 100 }
 //! default_plan: free            # for users without a known plan
@@ -98,7 +100,7 @@ pub struct Config {
     /// Where the Envoy RLS gRPC API listens; `None` leaves it to the command line's default.
     #[serde(default)]
     pub grpc: Option<SocketAddr>,
-    /// The in-memory store's settings.
+    /// The store's settings.
     #[serde(default)]
     pub store: StoreConfig,
     /// The request rate limiter's plans: name → algorithm.
@@ -133,19 +135,28 @@ pub struct Config {
     pub rls: RlsConfig,
 }
 
-/// The in-memory store's settings.
+/// The store's settings (see [`crate::store`]).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// The most keys held at once (at least 1; default 1,000,000).
+    /// Which store: `memory` (the default, also when absent) or `redis://host:port[/db]`.
+    /// `serve --store URL` overrides it. Read once at start-up: a reload keeps the store.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
+    /// The Redis store's bound on every call (default 50 ms).
+    #[serde(default)]
+    pub timeout: Option<SpecDuration>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            url: None,
             max_keys: default_max_keys(),
+            timeout: None,
         }
     }
 }

@@ -326,6 +326,13 @@ impl RedisStore {
         }
     }
 
+    /// Whether this store can run `algorithm` with its parameters (its `check`, at least):
+    /// `false` when every call with it would be refused with [`StoreError::NotOnStore`]. For
+    /// refusing, at start-up, a configuration that uses an algorithm Redis cannot run yet.
+    pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
+        self.inner.call(algorithm, Op::Check { cost: 1 }).is_ok()
+    }
+
     /// Where the circuit breaker stands now (on the store's clock).
     pub fn breaker_state(&self) -> BreakerState {
         self.inner.breaker.state(&*self.inner.breaker_clock.0)
