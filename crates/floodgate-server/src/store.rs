@@ -129,10 +129,12 @@ impl ServiceStore {
         for (domain, rule) in rules {
             if let Some(algorithm) = rule.algorithm() {
                 if !self.supports(algorithm) {
-                    return refuse(
-                        format!("domains[{domain}].descriptors {}", rule.full_key()),
-                        algorithm,
-                    );
+                    let key = rule.full_key();
+                    let key = key
+                        .strip_prefix(domain)
+                        .and_then(|k| k.strip_prefix('.'))
+                        .unwrap_or(key);
+                    return refuse(format!("domains[{domain}] descriptor {key}"), algorithm);
                 }
             }
         }

@@ -213,6 +213,20 @@ fn check_config_refuses_what_the_redis_store_cannot_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // An Envoy rule whose window (a month) is beyond what the Lua twins compute exactly.
+    let (_dir2, domains) = config_file(
+        "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        \
+         rate_limit: {unit: month, requests_per_unit: 3}\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config", "--store", &url])
+        .arg(&domains)
+        .env_remove("FLOODGATE_STORE")
+        .output()
+        .expect("the floodgate binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("domains[d] descriptor k"), "{stderr}");
     let out = run("mongodb://x");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("store.url"));
