@@ -16,6 +16,7 @@ use std::sync::Arc;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
+use floodgate::store::redis::redacted;
 use floodgate::store::{MemoryStore, RedisStore, Request, Store};
 use floodgate::{Decision, Op, StoreError};
 
@@ -53,14 +54,18 @@ impl ServiceStore {
             return Err(ConfigFileError::invalid(
                 "store.url",
                 format!(
-                    "`{url}`: TLS (rediss://) is not built into this floodgate yet; use redis://"
+                    "`{}`: TLS (rediss://) is not built into this floodgate yet; use redis://",
+                    redacted(url)
                 ),
             ));
         }
         if !url.starts_with("redis://") {
             return Err(ConfigFileError::invalid(
                 "store.url",
-                format!("`{url}` is not a store: expected `memory` or redis://host:port[/db]"),
+                format!(
+                    "`{}` is not a store: expected `memory` or redis://host:port[/db]",
+                    redacted(url)
+                ),
             ));
         }
         let mut builder = RedisStore::builder(url);

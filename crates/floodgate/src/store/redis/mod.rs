@@ -164,8 +164,8 @@ struct Scripts {
     leases: Script,
 }
 
-/// Builds a [`RedisStore`]; see [`RedisStore::builder`].
-#[derive(Debug)]
+/// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
+/// the URL with any password replaced by `***`.
 pub struct RedisStoreBuilder {
     url: String,
     timeout: Duration,
@@ -173,6 +173,38 @@ pub struct RedisStoreBuilder {
     clock: Option<ExplicitClock>,
     breaker_threshold: u32,
     breaker_cool_down: Duration,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &redacted(&self.url))
+            .field("timeout", &self.timeout)
+            .field("min_ttl", &self.min_ttl)
+            .field("clock", &self.clock)
+            .field("breaker_threshold", &self.breaker_threshold)
+            .field("breaker_cool_down", &self.breaker_cool_down)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user information (`redis://user:password@host`, or
+/// `redis://:password@host`) replaced by `***`, for errors and logs: secrets never leave.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            let password = if user_info.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{password}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
 }
 
 /// An explicit clock (shown as such in `Debug`: clocks need not implement it).
@@ -225,15 +257,16 @@ impl RedisStoreBuilder {
     /// Redis URL (`redis://[user:password@]host:port[/db]`) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
         let client = redis::Client::open(self.url.as_str()).map_err(|_| {
-            ConfigError::invalid("url", &self.url, "must be redis://host:port[/db]")
+            ConfigError::invalid("url", redacted(&self.url), "must be redis://host:port[/db]")
         })?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(1)
             .set_max_delay(self.timeout);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|_| ConfigError::invalid("url", &self.url, "could not set up a client"))?;
+        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(|_| {
+            ConfigError::invalid("url", redacted(&self.url), "could not set up a client")
+        })?;
         let breaker_clock: Arc<dyn Clock> = match &self.clock {
             Some(ExplicitClock(clock)) => clock.clone(),
             None => Arc::new(SystemClock::new()),
@@ -743,5 +776,25 @@ impl Store<str, AnyAlgorithm> for RedisStore {
                 let _ = store.apply(&algorithm, &key, op).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redacted("redis://127.0.0.1:6380/2"),
+            "redis://127.0.0.1:6380/2"
+        );
+        assert_eq!(redacted("redis://u:s3cret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redacted("redis://:s3cret@h:1"), "redis://:***@h:1");
+        assert_eq!(redacted("redis://u@h:1"), "redis://u@h:1");
+        assert_eq!(redacted("redis://u:p@ss:w@h:1"), "redis://u:***@h:1");
+        assert_eq!(redacted("not a url"), "not a url");
+        let builder = super::RedisStore::builder("redis://u:s3cret@h:1");
+        assert!(!format!("{builder:?}").contains("s3cret"));
     }
 }
