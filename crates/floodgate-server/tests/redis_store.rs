@@ -3,70 +3,16 @@
 //! 6379), so that a limit of N admits N in total, not N per process; and `check-config` refusing
 //! a configuration the Redis store cannot run.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use floodgate_redis_harness::RedisServer;
 use floodgate_server::runtime::Listening;
 use serde_json::{json, Value};
-
-/// A `redis-server` of our own on a free port, killed when dropped.
-struct RedisServer {
-    port: u16,
-    child: Child,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = RedisServer { port, child };
-        for _ in 0..500 {
-            if server.pong() {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {port} did not come up");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-        let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 struct TempDir(PathBuf);
 
@@ -191,7 +137,11 @@ async fn two_services_sharing_a_redis_admit_n_in_total() {
 fn check_config_refuses_what_the_redis_store_cannot_run() {
     let (_dir, path) =
         config_file("limits:\n  login: {algorithm: sliding_log, limit: 5, window: 1m}\n");
-    let url = format!("redis://127.0.0.1:{}", free_port());
+    // A port nothing listens on: the one a harness Redis had, once it is gone.
+    let url = {
+        let gone = RedisServer::start();
+        gone.url()
+    };
     let run = |store: &str| {
         Command::new(env!("CARGO_BIN_EXE_floodgate"))
             .args(["check-config", "--store", store])

@@ -2,9 +2,6 @@
 //! ports and stop afterwards (never the shared Redis on 6379).
 #![cfg(feature = "redis")]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use floodgate::algorithm::concurrency::{Concurrency, Fleet};
@@ -15,90 +12,17 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{MemoryStore, RedisStore, Store};
 use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock};
+use floodgate_redis_harness::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-/// A `redis-server` of our own, killed when dropped.
-struct RedisServer {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut server = RedisServer { port, child: None };
-        server.restart();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts the process (again) on the same port and waits until it answers PING.
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        self.child = Some(child);
-        for _ in 0..500 {
-            if self.pong() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {} did not come up", self.port);
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-        let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-    }
-
-    /// Kills the process and waits until the port no longer answers.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for _ in 0..500 {
-            if !self.pong() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {} did not go down", self.port);
-    }
-
-    /// A plain connection, to look at what the store wrote.
-    async fn raw(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// A plain connection to `server`, to look at what the store wrote.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -209,7 +133,7 @@ fn lua_twins_agree_with_the_memory_store() {
             .unwrap()
     };
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-    let raw = rt.block_on(server.raw());
+    let raw = rt.block_on(raw(&server));
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {
         cases: 64,
@@ -300,7 +224,7 @@ fn ttl_is_the_time_until_fresh() {
             .timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        let mut raw = server.raw().await;
+        let mut raw = raw(&server).await;
         let cases: [(AnyAlgorithm, &str); 4] = [
             (
                 Gcra::new(9, 10, Duration::from_secs(7)).unwrap().into(),
@@ -362,7 +286,7 @@ fn lease_ttl_is_until_the_last_lease_expires() {
             .timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        let mut raw = server.raw().await;
+        let mut raw = raw(&server).await;
         let cases: [(AnyAlgorithm, &str); 2] = [
             (
                 Concurrency::new(2, Duration::from_nanos(7_000_000_500))
@@ -541,10 +465,10 @@ fn another_algorithms_key_is_a_conflict_and_is_kept() {
 /// nothing even listens on the port.
 #[test]
 fn unsupported_is_refused_before_touching_redis() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = {
+        let gone = RedisServer::start();
+        gone.port()
+    };
     let rt = runtime();
     rt.block_on(async {
         let store = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
@@ -630,18 +554,6 @@ fn a_dead_redis_fails_fast_and_a_restarted_one_is_used_again() {
         // A new, empty Redis: a full bucket minus this request.
         assert_eq!((d.allowed, d.remaining), (true, 99));
     });
-}
-
-impl RedisServer {
-    /// Sends `signal` (`STOP`, `CONT`) to the process.
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
 }
 
 /// Redis paused (SIGSTOP): the first calls time out within the timeout, then the breaker opens
@@ -748,7 +660,7 @@ fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
             .timeout(Duration::from_secs(2))
             .build()
             .unwrap();
-        let mut raw = server.raw().await;
+        let mut raw = raw(&server).await;
         let algorithms: [AnyAlgorithm; 4] = [
             Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
             FixedWindow::new(3, Duration::from_secs(10)).unwrap().into(),
