@@ -5,62 +5,23 @@
 
 use std::time::Duration;
 
-use floodgate::algorithm::spec::AnyState;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::MemoryStore;
-use floodgate::{ManualClock, Nanos};
+use floodgate::Nanos;
 use floodgate_server::config::envoy::compile_file;
 use floodgate_server::descriptors::{Rule, RuleSet};
 use floodgate_server::rls::json::{rls_request_from_json, rls_response_to_json};
-use floodgate_server::rls::{
-    Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus,
-};
+use floodgate_server::rls::{Code, RateUnit, RlsLimit, RlsResponse, RlsStatus};
 use serde_json::json;
 
-type TestStore = MemoryStore<String, AnyState, ManualClock>;
+mod common;
 
-use floodgate::blocking::block_on as poll;
-
-fn store_at(secs: u64) -> (TestStore, ManualClock) {
-    let clock = ManualClock::new(Nanos::from_secs(secs));
-    let store = MemoryStore::builder()
-        .clock(clock.clone())
-        .build()
-        .expect("valid store");
-    (store, clock)
-}
+use common::rules::{decide, entries, request, store_at};
 
 fn rules(yaml: &str) -> RuleSet {
     match compile_file(yaml) {
         Ok(set) => set,
         Err(e) => panic!("{e}"),
     }
-}
-
-fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RlsRequest {
-    RlsRequest {
-        domain: domain.to_string(),
-        descriptors: descriptors
-            .iter()
-            .map(|d| RlsDescriptor {
-                entries: entries(d),
-                hits_addend: None,
-                limit: None,
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
-
-fn decide(set: &RuleSet, store: &TestStore, req: &RlsRequest) -> RlsResponse {
-    poll(set.should_rate_limit(store, req)).expect("the memory store does not fail")
 }
 
 fn codes(response: &RlsResponse) -> Vec<Code> {

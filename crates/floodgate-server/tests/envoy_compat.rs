@@ -6,16 +6,19 @@
 
 use std::path::PathBuf;
 
-use floodgate::algorithm::spec::AnyState;
-use floodgate::store::MemoryStore;
-use floodgate::{ManualClock, Nanos};
 use floodgate_server::config::{Config, ConfigFileError};
 use floodgate_server::descriptors::{Rule, RuleSet};
 use floodgate_server::rls::json::rls_response_to_json;
-use floodgate_server::rls::{Code, RateUnit, RlsDescriptor, RlsRequest, RlsResponse};
+use floodgate_server::rls::{Code, RateUnit, RlsDescriptor};
 use serde_json::json;
 
-type TestStore = MemoryStore<String, AnyState, ManualClock>;
+mod common;
+
+use common::rules::{decide, entries, request, store_at};
+
+fn store() -> common::rules::TestStore {
+    store_at(1_000).0
+}
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/envoy")).join(name)
@@ -27,13 +30,6 @@ fn load(name: &str) -> Result<RuleSet, ConfigFileError> {
 
 fn rules(name: &str) -> RuleSet {
     load(name).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 /// The limit a descriptor gets, as `(requests_per_unit, unit)`.
@@ -50,42 +46,6 @@ fn counter(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<String
     };
     let found = set.lookup_match(domain, &descriptor.entries)?;
     Some(found.counter_key(domain, &descriptor))
-}
-
-/// Drives a future that is ready at once (the memory store's are).
-fn poll<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the memory store answers at once"),
-    }
-}
-
-fn store() -> TestStore {
-    MemoryStore::builder()
-        .clock(ManualClock::new(Nanos::from_secs(1_000)))
-        .build()
-        .expect("valid store")
-}
-
-fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RlsRequest {
-    RlsRequest {
-        domain: domain.to_string(),
-        descriptors: descriptors
-            .iter()
-            .map(|d| RlsDescriptor {
-                entries: entries(d),
-                hits_addend: None,
-                limit: None,
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
-
-fn decide(set: &RuleSet, store: &TestStore, req: &RlsRequest) -> RlsResponse {
-    poll(set.should_rate_limit(store, req)).expect("the memory store does not fail")
 }
 
 #[test]

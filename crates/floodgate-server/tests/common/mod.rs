@@ -1,0 +1,2 @@
+//! Helpers shared by the server's integration tests.
+pub mod rules;
