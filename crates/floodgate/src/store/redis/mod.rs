@@ -116,53 +116,22 @@
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
 //! Redis Cluster is still to come.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Value;
 
-use super::{ensure_supported, Request, Store};
+use super::{Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::algorithm::Algorithm;
 use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
 
 mod breaker;
+mod call;
+mod link;
+mod reply;
 use breaker::Breaker;
 pub use breaker::BreakerState;
-
-/// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
-const MAX_EXACT: u64 = 1 << 50;
-/// Instants the scripts take: whole microseconds below 2⁵³.
-const MAX_MICROS: u64 = 1 << 53;
-
-const PRELUDE: &str = include_str!("prelude.lua");
-
-/// One Lua script: its source, and the SHA-1 Redis knows it by.
-#[derive(Debug)]
-struct Script {
-    source: String,
-    sha: String,
-}
-
-impl Script {
-    fn new(body: &str) -> Script {
-        let source = format!("{PRELUDE}\n{body}");
-        let sha = sha1_smol::Sha1::from(source.as_bytes())
-            .digest()
-            .to_string();
-        Script { source, sha }
-    }
-}
-
-#[derive(Debug)]
-struct Scripts {
-    gcra: Script,
-    fixed_window: Script,
-    token_bucket: Script,
-    leases: Script,
-}
+use call::{lease_rule, not_on_redis, Call, Scripts, MAX_MICROS};
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
 /// the URL with any password replaced by `***`.
@@ -279,12 +248,7 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
                 clock: self.clock,
-                scripts: Scripts {
-                    gcra: Script::new(include_str!("gcra.lua")),
-                    fixed_window: Script::new(include_str!("fixed_window.lua")),
-                    token_bucket: Script::new(include_str!("token_bucket.lua")),
-                    leases: Script::new(include_str!("leases.lua")),
-                },
+                scripts: Scripts::new(),
             }),
         })
     }
@@ -309,41 +273,6 @@ struct Inner {
     breaker: Breaker,
     /// The breaker's time: the explicit clock, else a [`SystemClock`].
     breaker_clock: ExplicitClock,
-}
-
-/// A failed call: the error, and whether it is a link failure (a timeout or a connection
-/// error, which the breaker counts) rather than an answer from Redis.
-struct Failed {
-    error: StoreError,
-    link: bool,
-}
-
-impl From<StoreError> for Failed {
-    fn from(error: StoreError) -> Failed {
-        Failed { error, link: false }
-    }
-}
-
-impl From<redis::RedisError> for Failed {
-    fn from(e: redis::RedisError) -> Failed {
-        let link = e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_timeout()
-            || e.is_unrecoverable_error();
-        // The client's own response timeout is the store's: `guarded` fills in the duration.
-        let error = if e.is_timeout() {
-            StoreError::Timeout(Duration::ZERO)
-        } else {
-            unavailable(e)
-        };
-        Failed { error, link }
-    }
-}
-
-/// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).
-struct Call<'a> {
-    script: &'a Script,
-    args: Vec<String>,
 }
 
 impl RedisStore {
@@ -377,94 +306,10 @@ impl RedisStore {
     }
 }
 
-fn not_on_redis(algorithm: &AnyAlgorithm, reason: &'static str) -> StoreError {
-    StoreError::NotOnStore {
-        store: "redis",
-        algorithm: algorithm.name(),
-        reason,
-    }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Inner {
     /// Checks `op` and builds its script call, or refuses it before anything is sent.
     fn call<'a>(&'a self, algorithm: &AnyAlgorithm, op: Op) -> Result<Call<'a>, StoreError> {
-        ensure_supported(algorithm, op)?;
-        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
-        if let Some(lease) = lease_rule(algorithm) {
-            return lease.call(&self.scripts.leases, op).ok_or_else(too_large);
-        }
-        let Op::Check { cost } = op else {
-            return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
-        };
-        let (script, args) = match algorithm {
-            AnyAlgorithm::Gcra(g) => {
-                let tau = nanos(g.delay_variation_tolerance());
-                if tau > MAX_EXACT {
-                    return Err(too_large());
-                }
-                let e = nanos(g.emission_interval());
-                let cost = cost.min(g.limit() + 1);
-                (
-                    &self.scripts.gcra,
-                    [e, tau, g.limit(), cost]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect(),
-                )
-            }
-            AnyAlgorithm::FixedWindow(f) => {
-                let window = nanos(f.window());
-                if window > MAX_EXACT || f.limit() > MAX_EXACT {
-                    return Err(too_large());
-                }
-                let cost = cost.min(f.limit() + 1);
-                (
-                    &self.scripts.fixed_window,
-                    [window, f.limit(), cost]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect(),
-                )
-            }
-            AnyAlgorithm::TokenBucket(t) => self
-                .bucket("T", t.rate(), t.capacity(), cost)
-                .ok_or_else(too_large)?,
-            // The meter is the token bucket counting the room left: the same script.
-            AnyAlgorithm::LeakyBucket(l) => self
-                .bucket("M", l.rate(), l.capacity(), cost)
-                .ok_or_else(too_large)?,
-            _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
-        };
-        Ok(Call { script, args })
-    }
-
-    /// The token bucket script's arguments, or `None` beyond the exact limits.
-    fn bucket(
-        &self,
-        tag: &str,
-        rate: f64,
-        capacity: u64,
-        cost: u64,
-    ) -> Option<(&Script, Vec<String>)> {
-        let refill_ns = capacity as f64 * (1e9 / rate);
-        if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
-            return None;
-        }
-        let cost = cost.min(capacity + 1);
-        // Rust prints the shortest decimal that reads back as the same f64.
-        Some((
-            &self.scripts.token_bucket,
-            vec![
-                rate.to_string(),
-                capacity.to_string(),
-                cost.to_string(),
-                tag.to_owned(),
-            ],
-        ))
+        self.scripts.call(algorithm, op)
     }
 
     /// `ARGV[1]`: the explicit clock's instant in whole microseconds, or empty for Redis `TIME`.
@@ -485,253 +330,6 @@ impl Inner {
             }
         }
     }
-
-    /// Runs `call` on `key` by SHA, loading the script once if Redis does not know it.
-    async fn run(
-        &self,
-        algorithm: &AnyAlgorithm,
-        key: &str,
-        now: &str,
-        call: &Call<'_>,
-    ) -> Result<Decision, Failed> {
-        let mut connection = self.connection.clone();
-        let evalsha = self.evalsha(key, now, call);
-        let value = match evalsha.query_async::<Value>(&mut connection).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let loaded: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&call.script.source)
-                    .query_async(&mut connection)
-                    .await?;
-                debug_assert_eq!(loaded, call.script.sha);
-                evalsha.query_async::<Value>(&mut connection).await
-            }
-            other => other,
-        }?;
-        Ok(decode(algorithm, value)?)
-    }
-
-    /// `EVALSHA sha 1 key now min_ttl args…`.
-    fn evalsha(&self, key: &str, now: &str, call: &Call<'_>) -> redis::Cmd {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(&call.script.sha)
-            .arg(1)
-            .arg(key)
-            .arg(now)
-            .arg(self.min_ttl_ms)
-            .arg(&call.args);
-        evalsha
-    }
-
-    /// Runs every call in one pipeline (one round trip). The calls Redis answers `NOSCRIPT`
-    /// (and only those: the others have run) are sent again in a second pipeline, after
-    /// `SCRIPT LOAD` of their scripts.
-    async fn run_many(
-        &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
-        nows: &[String],
-        calls: &[Call<'_>],
-    ) -> Result<Vec<Decision>, Failed> {
-        let mut connection = self.connection.clone();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for ((request, now), call) in requests.iter().zip(nows).zip(calls) {
-            pipe.add_command(self.evalsha(request.key, now, call));
-        }
-        let mut replies: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut connection).await?;
-        if replies.len() != calls.len() {
-            return Err(
-                StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
-            );
-        }
-        let no_script = |r: &redis::RedisResult<Value>| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
-        let missing: Vec<usize> = (0..replies.len())
-            .filter(|&i| no_script(&replies[i]))
-            .collect();
-        if !missing.is_empty() {
-            let mut scripts: Vec<&Script> = Vec::new();
-            for &i in &missing {
-                if !scripts.iter().any(|s| std::ptr::eq(*s, calls[i].script)) {
-                    scripts.push(calls[i].script);
-                }
-            }
-            let mut again = redis::pipe();
-            again.ignore_errors();
-            for script in &scripts {
-                again.cmd("SCRIPT").arg("LOAD").arg(&script.source);
-            }
-            for &i in &missing {
-                again.add_command(self.evalsha(requests[i].key, &nows[i], &calls[i]));
-            }
-            let answers: Vec<redis::RedisResult<Value>> =
-                again.query_async(&mut connection).await?;
-            if answers.len() != scripts.len() + missing.len() {
-                return Err(
-                    StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
-                );
-            }
-            let mut answers = answers.into_iter();
-            for loaded in answers.by_ref().take(scripts.len()) {
-                loaded?;
-            }
-            for (&i, answer) in missing.iter().zip(answers) {
-                replies[i] = answer;
-            }
-        }
-        requests
-            .iter()
-            .zip(replies)
-            .map(|(request, reply)| Ok(decode(request.algorithm, reply?)?))
-            .collect()
-    }
-
-    /// Runs `calls` under the breaker and the timeout: refused at once while the breaker is
-    /// open; a timeout or a connection error counts towards opening it, a success closes it.
-    async fn guarded<T>(
-        &self,
-        calls: impl Future<Output = Result<T, Failed>>,
-    ) -> Result<T, StoreError> {
-        let clock = &*self.breaker_clock.0;
-        let permit = self.breaker.admit(clock)?;
-        let result = tokio::time::timeout(self.timeout, calls)
-            .await
-            .unwrap_or(Err(Failed {
-                error: StoreError::Timeout(self.timeout),
-                link: true,
-            }));
-        permit.record(matches!(&result, Err(f) if f.link), clock);
-        result.map_err(|f| match f.error {
-            StoreError::Timeout(_) => StoreError::Timeout(self.timeout),
-            other => other,
-        })
-    }
-}
-
-/// The parameters `leases.lua` takes, for the `concurrency` and `fleet` algorithms.
-struct LeaseRule {
-    tag: &'static str,
-    capacity: u64,
-    allowance: u64,
-    shed: bool,
-    ttl_ns: u64,
-}
-
-fn lease_rule(algorithm: &AnyAlgorithm) -> Option<LeaseRule> {
-    match algorithm {
-        AnyAlgorithm::Concurrency(c) => Some(LeaseRule {
-            tag: "C",
-            capacity: c.capacity(),
-            allowance: c.capacity(),
-            shed: false,
-            ttl_ns: nanos(c.lease_ttl()),
-        }),
-        AnyAlgorithm::Fleet(f) => Some(LeaseRule {
-            tag: "L",
-            capacity: f.capacity(),
-            allowance: f.non_critical_allowance(),
-            shed: true,
-            ttl_ns: nanos(f.lease_ttl()),
-        }),
-        _ => None,
-    }
-}
-
-impl LeaseRule {
-    /// The call for `op` (an op the algorithm supports), or `None` beyond the exact limits.
-    fn call<'a>(&self, script: &'a Script, op: Op) -> Option<Call<'a>> {
-        if self.ttl_ns > MAX_EXACT || self.capacity > MAX_EXACT {
-            return None;
-        }
-        let (kind, lease, critical, cost) = match op {
-            Op::Acquire { lease, critical } => ("a", lease.to_string(), critical, 0),
-            Op::Release { lease } => ("r", lease.to_string(), false, 0),
-            other => (
-                "c",
-                String::new(),
-                false,
-                other.cost().min(self.allowance + 1),
-            ),
-        };
-        let args = vec![
-            self.tag.to_owned(),
-            self.capacity.to_string(),
-            self.allowance.to_string(),
-            u8::from(self.shed).to_string(),
-            (self.ttl_ns / 1000).to_string(),
-            (self.ttl_ns % 1000).to_string(),
-            kind.to_owned(),
-            lease,
-            u8::from(critical).to_string(),
-            cost.to_string(),
-        ];
-        Some(Call { script, args })
-    }
-}
-
-fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-/// Which algorithm a state tag belongs to, for [`StoreError::StateConflict`].
-fn tag_name(tag: &[u8]) -> &'static str {
-    match tag {
-        b"G" => "gcra",
-        b"F" => "fixed_window",
-        b"T" => "token_bucket",
-        b"M" => "leaky_bucket",
-        b"C" => "concurrency",
-        b"L" => "fleet",
-        _ => "a value Floodgate did not write",
-    }
-}
-
-/// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
-/// retry_sub}`, with an eighth element `limit` when it depends on the operation (the fleet's
-/// two classes), or `{-1, tag}` for a key holding another algorithm's state.
-fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
-    let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
-    let Value::Array(items) = value else {
-        return Err(bad());
-    };
-    if let [Value::Int(-1), tag] = items.as_slice() {
-        let found = match tag {
-            Value::BulkString(t) => tag_name(t),
-            _ => tag_name(b""),
-        };
-        return Err(StoreError::StateConflict {
-            algorithm: algorithm.name(),
-            found,
-        });
-    }
-    let mut ints = [0u64; 8];
-    if items.len() != 7 && items.len() != 8 {
-        return Err(bad());
-    }
-    for (slot, item) in ints.iter_mut().zip(&items) {
-        match item {
-            Value::Int(i) if *i >= 0 => *slot = *i as u64,
-            _ => return Err(bad()),
-        }
-    }
-    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub, limit] = ints;
-    let duration =
-        |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
-    let limit = match algorithm {
-        _ if items.len() == 8 => limit,
-        AnyAlgorithm::Gcra(g) => g.limit(),
-        AnyAlgorithm::FixedWindow(f) => f.limit(),
-        AnyAlgorithm::TokenBucket(t) => t.capacity(),
-        AnyAlgorithm::LeakyBucket(l) => l.capacity(),
-        _ => return Err(bad()),
-    };
-    let reset_after = duration(reset_us, reset_sub);
-    Ok(if allowed == 1 {
-        Decision::allow(limit, remaining, reset_after)
-    } else {
-        let retry_after = (has_retry == 1).then(|| duration(retry_us, retry_sub));
-        Decision::deny(limit, remaining, reset_after, retry_after)
-    })
 }
 
 impl Store<str, AnyAlgorithm> for RedisStore {

@@ -1,0 +1,212 @@
+//! From an algorithm and an operation to a script call: which Lua twin runs it, and the
+//! arguments it takes, or a refusal before anything is sent when the twin could not be exact.
+
+use std::time::Duration;
+
+use super::super::ensure_supported;
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::Algorithm;
+use crate::{Op, StoreError};
+
+/// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
+pub(super) const MAX_EXACT: u64 = 1 << 50;
+/// Instants the scripts take: whole microseconds below 2⁵³.
+pub(super) const MAX_MICROS: u64 = 1 << 53;
+
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// One Lua script: its source, and the SHA-1 Redis knows it by.
+#[derive(Debug)]
+pub(super) struct Script {
+    pub(super) source: String,
+    pub(super) sha: String,
+}
+
+impl Script {
+    fn new(body: &str) -> Script {
+        let source = format!("{PRELUDE}\n{body}");
+        let sha = sha1_smol::Sha1::from(source.as_bytes())
+            .digest()
+            .to_string();
+        Script { source, sha }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Scripts {
+    gcra: Script,
+    fixed_window: Script,
+    token_bucket: Script,
+    leases: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Scripts {
+        Scripts {
+            gcra: Script::new(include_str!("gcra.lua")),
+            fixed_window: Script::new(include_str!("fixed_window.lua")),
+            token_bucket: Script::new(include_str!("token_bucket.lua")),
+            leases: Script::new(include_str!("leases.lua")),
+        }
+    }
+
+    /// Checks `op` and builds its script call, or refuses it before anything is sent.
+    pub(super) fn call<'a>(
+        &'a self,
+        algorithm: &AnyAlgorithm,
+        op: Op,
+    ) -> Result<Call<'a>, StoreError> {
+        ensure_supported(algorithm, op)?;
+        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
+        if let Some(lease) = lease_rule(algorithm) {
+            return lease.call(&self.leases, op).ok_or_else(too_large);
+        }
+        let Op::Check { cost } = op else {
+            return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
+        };
+        let (script, args) = match algorithm {
+            AnyAlgorithm::Gcra(g) => {
+                let tau = nanos(g.delay_variation_tolerance());
+                if tau > MAX_EXACT {
+                    return Err(too_large());
+                }
+                let e = nanos(g.emission_interval());
+                let cost = cost.min(g.limit() + 1);
+                (
+                    &self.gcra,
+                    [e, tau, g.limit(), cost]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect(),
+                )
+            }
+            AnyAlgorithm::FixedWindow(f) => {
+                let window = nanos(f.window());
+                if window > MAX_EXACT || f.limit() > MAX_EXACT {
+                    return Err(too_large());
+                }
+                let cost = cost.min(f.limit() + 1);
+                (
+                    &self.fixed_window,
+                    [window, f.limit(), cost]
+                        .iter()
+                        .map(u64::to_string)
+                        .collect(),
+                )
+            }
+            AnyAlgorithm::TokenBucket(t) => self
+                .bucket("T", t.rate(), t.capacity(), cost)
+                .ok_or_else(too_large)?,
+            // The meter is the token bucket counting the room left: the same script.
+            AnyAlgorithm::LeakyBucket(l) => self
+                .bucket("M", l.rate(), l.capacity(), cost)
+                .ok_or_else(too_large)?,
+            _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
+        };
+        Ok(Call { script, args })
+    }
+
+    /// The token bucket script's arguments, or `None` beyond the exact limits.
+    fn bucket(
+        &self,
+        tag: &str,
+        rate: f64,
+        capacity: u64,
+        cost: u64,
+    ) -> Option<(&Script, Vec<String>)> {
+        let refill_ns = capacity as f64 * (1e9 / rate);
+        if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
+            return None;
+        }
+        let cost = cost.min(capacity + 1);
+        // Rust prints the shortest decimal that reads back as the same f64.
+        Some((
+            &self.token_bucket,
+            vec![
+                rate.to_string(),
+                capacity.to_string(),
+                cost.to_string(),
+                tag.to_owned(),
+            ],
+        ))
+    }
+}
+
+/// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).
+pub(super) struct Call<'a> {
+    pub(super) script: &'a Script,
+    pub(super) args: Vec<String>,
+}
+
+pub(super) fn not_on_redis(algorithm: &AnyAlgorithm, reason: &'static str) -> StoreError {
+    StoreError::NotOnStore {
+        store: "redis",
+        algorithm: algorithm.name(),
+        reason,
+    }
+}
+
+pub(super) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The parameters `leases.lua` takes, for the `concurrency` and `fleet` algorithms.
+pub(super) struct LeaseRule {
+    tag: &'static str,
+    capacity: u64,
+    allowance: u64,
+    shed: bool,
+    pub(super) ttl_ns: u64,
+}
+
+pub(super) fn lease_rule(algorithm: &AnyAlgorithm) -> Option<LeaseRule> {
+    match algorithm {
+        AnyAlgorithm::Concurrency(c) => Some(LeaseRule {
+            tag: "C",
+            capacity: c.capacity(),
+            allowance: c.capacity(),
+            shed: false,
+            ttl_ns: nanos(c.lease_ttl()),
+        }),
+        AnyAlgorithm::Fleet(f) => Some(LeaseRule {
+            tag: "L",
+            capacity: f.capacity(),
+            allowance: f.non_critical_allowance(),
+            shed: true,
+            ttl_ns: nanos(f.lease_ttl()),
+        }),
+        _ => None,
+    }
+}
+
+impl LeaseRule {
+    /// The call for `op` (an op the algorithm supports), or `None` beyond the exact limits.
+    fn call<'a>(&self, script: &'a Script, op: Op) -> Option<Call<'a>> {
+        if self.ttl_ns > MAX_EXACT || self.capacity > MAX_EXACT {
+            return None;
+        }
+        let (kind, lease, critical, cost) = match op {
+            Op::Acquire { lease, critical } => ("a", lease.to_string(), critical, 0),
+            Op::Release { lease } => ("r", lease.to_string(), false, 0),
+            other => (
+                "c",
+                String::new(),
+                false,
+                other.cost().min(self.allowance + 1),
+            ),
+        };
+        let args = vec![
+            self.tag.to_owned(),
+            self.capacity.to_string(),
+            self.allowance.to_string(),
+            u8::from(self.shed).to_string(),
+            (self.ttl_ns / 1000).to_string(),
+            (self.ttl_ns % 1000).to_string(),
+            kind.to_owned(),
+            lease,
+            u8::from(critical).to_string(),
+            cost.to_string(),
+        ];
+        Some(Call { script, args })
+    }
+}

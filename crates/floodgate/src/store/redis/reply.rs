@@ -1,0 +1,70 @@
+//! Reading a script's reply back into a [`Decision`].
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::Algorithm;
+use crate::{Decision, StoreError};
+
+/// Which algorithm a state tag belongs to, for [`StoreError::StateConflict`].
+fn tag_name(tag: &[u8]) -> &'static str {
+    match tag {
+        b"G" => "gcra",
+        b"F" => "fixed_window",
+        b"T" => "token_bucket",
+        b"M" => "leaky_bucket",
+        b"C" => "concurrency",
+        b"L" => "fleet",
+        _ => "a value Floodgate did not write",
+    }
+}
+
+/// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
+/// retry_sub}`, with an eighth element `limit` when it depends on the operation (the fleet's
+/// two classes), or `{-1, tag}` for a key holding another algorithm's state.
+pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
+    let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    if let [Value::Int(-1), tag] = items.as_slice() {
+        let found = match tag {
+            Value::BulkString(t) => tag_name(t),
+            _ => tag_name(b""),
+        };
+        return Err(StoreError::StateConflict {
+            algorithm: algorithm.name(),
+            found,
+        });
+    }
+    let mut ints = [0u64; 8];
+    if items.len() != 7 && items.len() != 8 {
+        return Err(bad());
+    }
+    for (slot, item) in ints.iter_mut().zip(&items) {
+        match item {
+            Value::Int(i) if *i >= 0 => *slot = *i as u64,
+            _ => return Err(bad()),
+        }
+    }
+    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub, limit] = ints;
+    let duration =
+        |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
+    let limit = match algorithm {
+        _ if items.len() == 8 => limit,
+        AnyAlgorithm::Gcra(g) => g.limit(),
+        AnyAlgorithm::FixedWindow(f) => f.limit(),
+        AnyAlgorithm::TokenBucket(t) => t.capacity(),
+        AnyAlgorithm::LeakyBucket(l) => l.capacity(),
+        _ => return Err(bad()),
+    };
+    let reset_after = duration(reset_us, reset_sub);
+    Ok(if allowed == 1 {
+        Decision::allow(limit, remaining, reset_after)
+    } else {
+        let retry_after = (has_retry == 1).then(|| duration(retry_us, retry_sub));
+        Decision::deny(limit, remaining, reset_after, retry_after)
+    })
+}
