@@ -23,8 +23,9 @@ pub(super) struct Script {
 }
 
 impl Script {
-    fn new(body: &str) -> Script {
-        let source = format!("{PRELUDE}\n{body}");
+    /// The script running the twin `name`, defined in `body`, on `KEYS[1]` with `ARGV[3..]`.
+    fn new(body: &str, name: &str) -> Script {
+        let source = format!("{PRELUDE}\n{body}\nreturn {name}(KEYS[1], now_us, args(3))\n");
         let sha = sha1_smol::Sha1::from(source.as_bytes())
             .digest()
             .to_string();
@@ -43,10 +44,10 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
-            gcra: Script::new(include_str!("gcra.lua")),
-            fixed_window: Script::new(include_str!("fixed_window.lua")),
-            token_bucket: Script::new(include_str!("token_bucket.lua")),
-            leases: Script::new(include_str!("leases.lua")),
+            gcra: Script::new(include_str!("gcra.lua"), "gcra"),
+            fixed_window: Script::new(include_str!("fixed_window.lua"), "fixed_window"),
+            token_bucket: Script::new(include_str!("token_bucket.lua"), "token_bucket"),
+            leases: Script::new(include_str!("leases.lua"), "leases"),
         }
     }
 

@@ -1,12 +1,16 @@
 -- Shared by Floodgate's Redis scripts (see redis/mod.rs for the contract).
--- KEYS[1]: the namespaced key. ARGV[1]: now in whole microseconds, or '' to read Redis TIME.
--- ARGV[2]: the least TTL in milliseconds (0 by default). ARGV[3..]: the algorithm's own.
+-- ARGV[1]: now in whole microseconds, or '' to read Redis TIME. ARGV[2]: the least TTL in
+-- milliseconds (0 by default). A script for one operation takes the key as KEYS[1] and the
+-- algorithm's own arguments as ARGV[3..].
+--
+-- Each algorithm's twin is one function, `local function NAME(key, now_us, a)`, with `a` its
+-- arguments (a[1] is ARGV[3] of a single call): a twin touches only `key`, so that one script
+-- can run several twins, each on its own key, in one call (chain.lua).
 --
 -- Lua numbers are doubles: every number below is an integer under 2^53 (instants are whole
 -- microseconds, durations nanoseconds under 2^51), so all arithmetic is exact. An instant that
 -- is not a whole microsecond is kept as a pair (us, sub): us * 1000 + sub nanoseconds.
 
-local key = KEYS[1]
 local now_us
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -31,7 +35,7 @@ end
 
 -- The state stored under the key, split on ':'; nil for a missing key. A state of another
 -- algorithm ends the script with {-1, its tag}: the caller reports a conflict.
-local function load(tag)
+local function load(key, tag)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' and raw.err then
     -- Not a string: a lease set names its algorithm in its marker (leases.lua); any other
@@ -49,7 +53,7 @@ end
 
 -- Stores `value` with a TTL of the pair (us, sub) rounded up to whole milliseconds (at least
 -- 1 ms and at least ARGV[2]); a zero duration means the state is already fresh: nothing kept.
-local function store(value, us, sub)
+local function store(key, value, us, sub)
   if us == 0 and sub == 0 then return end
   local ms, rest = divmod(us, 1000)
   if rest > 0 or sub > 0 then ms = ms + 1 end
@@ -58,6 +62,13 @@ local function store(value, us, sub)
 end
 
 local function int(x) return string.format('%.0f', x) end
+
+-- ARGV[from..], as a table from 1.
+local function args(from)
+  local a = {}
+  for i = from, #ARGV do a[#a + 1] = ARGV[i] end
+  return a
+end
 
 -- The reply: {allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub}.
 local function reply(allowed, remaining, reset_us, reset_sub, retry_us, retry_sub)

@@ -1,49 +1,51 @@
 -- Token bucket (algorithm/token_bucket.rs), and the leaky bucket meter, which is the same
--- bucket counting the room left (algorithm/leaky_bucket.rs). ARGV[3]: rate (tokens per second,
--- as Rust prints the f64, which reads back exactly), ARGV[4]: capacity, ARGV[5]: cost (at most
--- capacity + 1), ARGV[6]: the tag ('T' token bucket, 'M' leaky bucket).
+-- bucket counting the room left (algorithm/leaky_bucket.rs). a[1]: rate (tokens per second,
+-- as Rust prints the f64, which reads back exactly), a[2]: capacity, a[3]: cost (at most
+-- capacity + 1), a[4]: the tag ('T' token bucket, 'M' leaky bucket).
 -- State 'T:tokens:last_us' (or 'M:room:last_us'), tokens printed with 17 significant digits
 -- (exact round trip).
-local rate, cap, cost, tag = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local state, found = load(tag)
-if state == false then return {-1, found} end
-local tokens, last_us = cap, now_us
-if state then tokens, last_us = state[2], state[3] end
+local function token_bucket(key, now_us, a)
+  local rate, cap, cost, tag = tonumber(a[1]), tonumber(a[2]), tonumber(a[3]), a[4]
+  local state, found = load(key, tag)
+  if state == false then return {-1, found} end
+  local tokens, last_us = cap, now_us
+  if state then tokens, last_us = state[2], state[3] end
 
--- The same f64 operations, in the same order, as the Rust bucket.
-local function refill(ns) return ns / 1e9 * rate end
-local ns_per_token = 1e9 / rate
-local function time_until(from, target)
-  if from >= target then return 0 end
-  local d = math.floor((target - from) * ns_per_token)
-  local step = 1
-  while from + refill(d) < target do
-    d = d + step
-    step = step * 2
+  -- The same f64 operations, in the same order, as the Rust bucket.
+  local function refill(ns) return ns / 1e9 * rate end
+  local ns_per_token = 1e9 / rate
+  local function time_until(from, target)
+    if from >= target then return 0 end
+    local d = math.floor((target - from) * ns_per_token)
+    local step = 1
+    while from + refill(d) < target do
+      d = d + step
+      step = step * 2
+    end
+    return d
   end
-  return d
-end
 
-local elapsed = 0
-if now_us > last_us then elapsed = (now_us - last_us) * 1000 end
-local filled = tokens + refill(elapsed)
-local avail = cap
-if filled < cap then avail = filled end
-local lag_us = 0
-if last_us > now_us then lag_us = last_us - now_us end
+  local elapsed = 0
+  if now_us > last_us then elapsed = (now_us - last_us) * 1000 end
+  local filled = tokens + refill(elapsed)
+  local avail = cap
+  if filled < cap then avail = filled end
+  local lag_us = 0
+  if last_us > now_us then lag_us = last_us - now_us end
 
-local allowed = cost <= cap and avail >= cost
-local left = avail
-if allowed then left = avail - cost end
-local remaining = math.floor(left)
-if remaining > cap then remaining = cap end
-local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
-if cost > 0 then
-  local kept = last_us
-  if now_us > kept then kept = now_us end
-  store(tag .. ':' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
+  local allowed = cost <= cap and avail >= cost
+  local left = avail
+  if allowed then left = avail - cost end
+  local remaining = math.floor(left)
+  if remaining > cap then remaining = cap end
+  local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
+  if cost > 0 then
+    local kept = last_us
+    if now_us > kept then kept = now_us end
+    store(key, tag .. ':' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
+  end
+  if allowed then return reply(true, remaining, reset_us, reset_sub) end
+  if cost > cap then return reply(false, remaining, reset_us, reset_sub) end
+  local ru, rs = pair(lag_us, time_until(avail, cost))
+  return reply(false, remaining, reset_us, reset_sub, ru, rs)
 end
-if allowed then return reply(true, remaining, reset_us, reset_sub) end
-if cost > cap then return reply(false, remaining, reset_us, reset_sub) end
-local ru, rs = pair(lag_us, time_until(avail, cost))
-return reply(false, remaining, reset_us, reset_sub, ru, rs)
