@@ -37,7 +37,7 @@ impl ConfigError {
 }
 
 /// A store could not apply a transition. Never a denial: denials are [`crate::Decision`]s.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The algorithm does not implement this operation (for example `reserve` on a fixed

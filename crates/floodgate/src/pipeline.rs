@@ -37,6 +37,7 @@ use crate::limiter::{
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, StoreError};
 
+mod chain;
 mod snapshot;
 
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
@@ -212,6 +213,7 @@ pub struct Stage<S> {
     mode: AtomicU8,
     on_error: OnStoreError,
     status: u16,
+    all_or_nothing: bool,
     counters: Counters,
 }
 
@@ -238,6 +240,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             limiter,
             mode: AtomicU8::new(Mode::Enforce.to_u8()),
             on_error: OnStoreError::FailOpen,
+            all_or_nothing: false,
             counters: Counters::default(),
         }
     }
@@ -265,6 +268,22 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
         self
     }
 
+    /// Whether a refusal of the request by any later stage of its store chain undoes this
+    /// stage's effect (default `false`: a request refused further on has still used this
+    /// limit). With `true`, a refused request consumes nothing here: atomically on the memory
+    /// store and on one Redis (in the same script call), on Redis Cluster where the keys share
+    /// a slot. See [`crate::store::chain`].
+    #[must_use]
+    pub fn all_or_nothing(mut self, all_or_nothing: bool) -> Self {
+        self.all_or_nothing = all_or_nothing;
+        self
+    }
+
+    /// Whether the stage is all or nothing ([`Stage::all_or_nothing`]).
+    pub fn is_all_or_nothing(&self) -> bool {
+        self.all_or_nothing
+    }
+
     /// The stage's name (its limiter's namespace).
     pub fn name(&self) -> &Namespace {
         &self.name
@@ -289,100 +308,6 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     pub fn refusal_status(&self) -> u16 {
         self.status
     }
-
-    /// What the stage's limiter concludes for `request`; leases it takes go to `verdict`.
-    async fn decide(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
-        let refuse = |retry_after, message, rate_limit| {
-            Step::Refuse(Refusal {
-                stage: self.name.clone(),
-                kind: self.limiter.kind(),
-                status: self.status,
-                retry_after,
-                message,
-                rate_limit,
-            })
-        };
-        match &self.limiter {
-            Limiter::RequestRate(limiter) => {
-                let cost = request
-                    .cost
-                    .unwrap_or_else(|| limiter.cost_of(request.endpoint));
-                let rd = match limiter.check(request.user, request.plan, cost).await {
-                    Ok(rd) => rd,
-                    Err(e) => return Step::Failed(e),
-                };
-                let headers = RateLimitHeaders::for_decision(rd.plan.quota(), &rd.decision);
-                let fewer_left = |current: &RateLimitHeaders| rd.decision.remaining < current.left;
-                if verdict.rate_limit.as_ref().is_none_or(fewer_left) {
-                    verdict.rate_limit = headers.clone();
-                }
-                if rd.decision.allowed {
-                    return Step::Pass;
-                }
-                let message = match rd.decision.retry_after {
-                    Some(retry) => format!("{}; retry in {} s", rd.plan.describe(), seconds(retry)),
-                    None => format!(
-                        "{}; a request costing {cost} can never pass",
-                        rd.plan.describe()
-                    ),
-                };
-                refuse(rd.decision.retry_after, message, headers)
-            }
-            Limiter::Concurrency(limiter) => {
-                let acquired = match limiter.acquire(request.user).await {
-                    Ok(a) => a,
-                    Err(e) => return Step::Failed(e),
-                };
-                verdict.leases.extend(acquired.lease);
-                let d = acquired.decision;
-                if d.allowed {
-                    return Step::Pass;
-                }
-                // A place frees when one of the user's requests ends; leases expiring is the
-                // worst case.
-                let retry = d
-                    .retry_after
-                    .map_or(SHED_RETRY_AFTER, |r| r.min(SHED_RETRY_AFTER));
-                let message = format!(
-                    "user {} already has {} requests in flight, the most allowed; retry when \
-                     one of them finishes",
-                    request.user, d.limit
-                );
-                refuse(Some(retry), message, Some(concurrency_headers(&d)))
-            }
-            Limiter::Fleet(shedder) => {
-                let critical = request.priority == Priority::Critical;
-                let acquired = match shedder.acquire(critical).await {
-                    Ok(a) => a,
-                    Err(e) => return Step::Failed(e),
-                };
-                verdict.leases.extend(acquired.lease);
-                if acquired.decision.allowed {
-                    return Step::Pass;
-                }
-                let message = format!(
-                    "the service is keeping its remaining capacity for critical requests ({} \
-                     non-critical requests in flight, the most allowed); retry in 1 s",
-                    acquired.decision.limit
-                );
-                refuse(Some(SHED_RETRY_AFTER), message, None)
-            }
-            Limiter::Utilization(shedder) => {
-                let shed = shedder.check(request.priority);
-                verdict.shed_amount = Some(shed.shed_amount);
-                if !shed.shed {
-                    return Step::Pass;
-                }
-                let message = format!(
-                    "the service is overloaded and is shedding {} requests ({:.0}% of them \
-                     right now); retry in 1 s",
-                    request.priority.name(),
-                    shed.drop_probability * 100.0
-                );
-                refuse(Some(SHED_RETRY_AFTER), message, None)
-            }
-        }
-    }
 }
 
 /// The stages in order. Build it with [`Pipeline::builder`] (or [`Pipeline::stripe`]); share
@@ -390,6 +315,8 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
 #[derive(Debug)]
 pub struct Pipeline<S> {
     stages: Box<[Stage<S>]>,
+    /// Runs of stages whose store stages share one store: one chain (one call) each.
+    segments: Box<[std::ops::Range<usize>]>,
 }
 
 /// Assembles a [`Pipeline`] from stages, in the order they are added.
@@ -430,8 +357,10 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
                 ));
             }
         }
+        let segments = chain::segments(&self.stages);
         Ok(Pipeline {
             stages: self.stages.into_boxed_slice(),
+            segments,
         })
     }
 }
@@ -509,13 +438,9 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// Runs the stages for one request. See the [module documentation](self).
     pub async fn evaluate(&self, request: &Descriptor<'_>) -> Verdict {
         let mut verdict = Verdict::default();
-        for stage in self.stages.iter() {
-            let mode = stage.current_mode();
-            if mode == Mode::Off {
-                continue;
-            }
-            let step = stage.decide(request, &mut verdict).await;
-            if settle(stage, mode, step, &mut verdict) {
+        for segment in self.segments.iter() {
+            let stages = &self.stages[segment.clone()];
+            if Self::evaluate_segment(stages, request, &mut verdict).await {
                 break;
             }
         }

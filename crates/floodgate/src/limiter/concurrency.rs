@@ -127,6 +127,11 @@ impl<S: Store<str, AnyAlgorithm> + 'static> ConcurrencyLimiter<S> {
         self.leases.algorithm()
     }
 
+    /// The lease-taking limit underneath, for the pipeline's chains.
+    pub(crate) fn leases(&self) -> &InFlight<S> {
+        &self.leases
+    }
+
     /// The store holding the users' leases.
     pub fn store(&self) -> &S {
         self.leases.store()

@@ -146,6 +146,11 @@ impl<S: Store<str, AnyAlgorithm> + 'static> FleetShedder<S> {
         self.leases.algorithm()
     }
 
+    /// The lease-taking limit underneath, for the pipeline's chains.
+    pub(crate) fn leases(&self) -> &InFlight<S> {
+        &self.leases
+    }
+
     /// The store holding the fleet's leases.
     pub fn store(&self) -> &S {
         self.leases.store()

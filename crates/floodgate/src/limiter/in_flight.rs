@@ -53,6 +53,16 @@ impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
         &self.inner.store
     }
 
+    /// A guard for lease `id` on `key` that gives it back when dropped, armed before the
+    /// store is asked (see [`InFlight::acquire`]).
+    pub(crate) fn arm(&self, key: &str, id: LeaseId) -> Lease {
+        let returner: Arc<dyn ReturnLease> = self.inner.clone();
+        Lease::new(
+            LeaseHandle::new(self.inner.namespace.clone(), key, id),
+            returner,
+        )
+    }
+
     /// Takes a place on `key` for `lease` (a new random id when `None`).
     pub(crate) async fn acquire(
         &self,
@@ -68,9 +78,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> InFlight<S> {
         // Armed before the store is asked: if this future is dropped while the store works (a
         // client gone), the store may have granted the lease, so it is given back (releasing a
         // lease that was never granted is a no-op).
-        let returner: Arc<dyn ReturnLease> = self.inner.clone();
-        let handle = LeaseHandle::new(self.inner.namespace.clone(), key, id);
-        let guard = Lease::new(handle, returner);
+        let guard = self.arm(key, id);
         let scoped = self.inner.namespace.key(key);
         let decision = self
             .inner

@@ -26,7 +26,7 @@ use crate::LeaseId;
 
 pub mod concurrency;
 pub mod fleet;
-mod in_flight;
+pub(crate) mod in_flight;
 mod keyed;
 pub mod request_rate;
 pub mod utilization;

@@ -31,6 +31,7 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
 
+use super::chain::{self, Link, Linked};
 use super::shard_lock::ShardLock;
 use super::{ensure_supported, Request, Store};
 use crate::algorithm::spec::AnyState;
@@ -273,6 +274,25 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         // sees are then in lock order, so no key ever sees time go backwards and idle
         // eviction (decided at one instant, valid for all later ones) stays lossless.
         let now = self.clock.now();
+        self.apply_in(&mut map, hash, algorithm, key, op, now)
+    }
+
+    /// Applies `op` to `key` (hashing to `hash`) in its shard's locked `map`, at `now`.
+    #[inline]
+    fn apply_in<Q, A>(
+        &self,
+        map: &mut ShardMap<K, S>,
+        hash: u64,
+        algorithm: &A,
+        key: &Q,
+        op: Op,
+        now: Nanos,
+    ) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             if !algorithm.owns(state) {
                 return Err(StoreError::StateConflict {
@@ -287,7 +307,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         if algorithm.is_fresh(&state, now) {
             return Ok(decision);
         }
-        if map.table.len() >= self.per_shard && !self.make_room(&mut map, algorithm, now) {
+        if map.table.len() >= self.per_shard && !self.make_room(map, algorithm, now) {
             map.refused_new += 1;
             return Ok(Decision::deny(
                 decision.limit,
@@ -300,6 +320,77 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         map.table
             .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
         Ok(decision)
+    }
+
+    /// [`Store::apply_chain`] on this store: the shards of every key are locked together (in
+    /// ascending order, so two chains never wait on each other in a cycle), the clock is read
+    /// once, and all-or-nothing links are undone from snapshots before any lock is released.
+    fn apply_chain_now<Q, A>(&self, links: &[Link<'_, Q, A>]) -> Result<Vec<Linked>, StoreError>
+    where
+        S: Clone,
+        A: Algorithm<State = S>,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        chain::ensure_chain_supported(links)?;
+        let hashes: Vec<u64> = links
+            .iter()
+            .map(|l| self.hasher.hash_one(l.request.key))
+            .collect();
+        let index = |hash: u64| (hash >> 32) as usize & self.shard_mask;
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| index(h)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut guards: Vec<_> = shards.iter().map(|&i| self.shards[i].map.lock()).collect();
+        let now = self.clock.now();
+        let mut outcomes = Vec::with_capacity(links.len());
+        // Each all-or-nothing link's key and state before it ran (`None`: no key).
+        let mut undo: Vec<(usize, Option<S>)> = Vec::new();
+        let mut refused = false;
+        for (i, link) in links.iter().enumerate() {
+            if refused {
+                outcomes.push(Linked::NotReached);
+                continue;
+            }
+            let r = link.request;
+            let map = &mut guards[shards.binary_search(&index(hashes[i])).unwrap_or(0)];
+            if link.all_or_nothing {
+                let before = map
+                    .table
+                    .find(hashes[i], |(k, _)| k.borrow() == r.key)
+                    .map(|(_, s)| s.clone());
+                undo.push((i, before));
+            }
+            let outcome = match self.apply_in(map, hashes[i], r.algorithm, r.key, r.op, now) {
+                Ok(d) => Linked::Decided(d),
+                Err(e) => Linked::Failed(e),
+            };
+            refused = chain::ends_chain(link.stops, &outcome);
+            outcomes.push(outcome);
+        }
+        if refused {
+            // Newest first, so a key touched twice gets its state from before the chain.
+            for (i, before) in undo.into_iter().rev() {
+                let key = links[i].request.key;
+                let map = &mut guards[shards.binary_search(&index(hashes[i])).unwrap_or(0)];
+                let found = map.table.find_entry(hashes[i], |(k, _)| k.borrow() == key);
+                match (found, before) {
+                    (Ok(mut entry), Some(state)) => entry.get_mut().1 = state,
+                    (Ok(entry), None) => {
+                        entry.remove();
+                    }
+                    (Err(_), Some(state)) => {
+                        let hasher = &self.hasher;
+                        map.table
+                            .insert_unique(hashes[i], (key.to_owned(), state), |(k, _)| {
+                                hasher.hash_one(k)
+                            });
+                    }
+                    (Err(_), None) => {}
+                }
+            }
+        }
+        Ok(outcomes)
     }
 
     /// Frees one place in a full shard; false if the overflow policy refuses the new key.
@@ -441,6 +532,16 @@ where
                     .collect()
             });
         ready(result)
+    }
+
+    fn apply_chain(
+        &self,
+        links: &[Link<'_, Q, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        Q: Sync,
+    {
+        ready(self.apply_chain_now(links))
     }
 }
 

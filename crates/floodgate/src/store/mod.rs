@@ -14,19 +14,23 @@
 //!   never reset: limiters sharing a store keep their keys apart by [`Namespace`];
 //! - [`Store::apply_many`] applies several independent operations (for example the per-user and
 //!   the per-endpoint limits of one request) in one call, which a remote store makes one round
-//!   trip; each is atomic on its own key, and they are not a transaction together.
+//!   trip; each is atomic on its own key, and they are not a transaction together;
+//! - [`Store::apply_chain`] applies the operations of one request in order, in one call, ending
+//!   at the first enforcing denial and optionally undoing all-or-nothing links (see [`chain`]).
 
 use std::future::Future;
 
 use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
+pub mod chain;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod shard_lock;
 
+pub use chain::{Link, Linked};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]
@@ -70,6 +74,20 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
         (**self).apply_many(requests)
     }
 
+    fn apply_chain(
+        &self,
+        links: &[Link<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        K: Sync,
+    {
+        (**self).apply_chain(links)
+    }
+
+    fn same_store(&self, other: &Self) -> bool {
+        (**self).same_store(other)
+    }
+
     fn apply_detached(&self, algorithm: &A, key: &K, op: Op) {
         (**self).apply_detached(algorithm, key, op)
     }
@@ -110,6 +128,28 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
         &self,
         requests: &[Request<'_, K, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Applies a chain of operations in order, in one call: the operations one request makes
+    /// on several keys. See [`chain`] for the exact rules (the first enforcing denial ends the
+    /// chain; all-or-nothing links are undone when it does).
+    ///
+    /// The default applies the links one [`Store::apply`] at a time and refuses chains with
+    /// all-or-nothing links; the memory and Redis stores run a chain as one atomic step.
+    fn apply_chain(
+        &self,
+        links: &[Link<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        K: Sync,
+    {
+        chain::apply_in_turn(self, links)
+    }
+
+    /// Whether `other` is this very store (a clone sharing its state counts), so that one
+    /// chain may carry operations meant for both. The default is pointer identity.
+    fn same_store(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
 
     /// Applies `op` without waiting for its decision, for callers that cannot wait: a lease
     /// returned from a `Drop` implementation. Failures are not reported (a lease that is not

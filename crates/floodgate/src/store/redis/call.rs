@@ -15,21 +15,56 @@ pub(super) const MAX_MICROS: u64 = 1 << 53;
 
 const PRELUDE: &str = include_str!("prelude.lua");
 
-/// One Lua script: its source, and the SHA-1 Redis knows it by.
+/// Every twin: its function's name and the file defining it.
+const TWINS: [(&str, &str); 4] = [
+    ("gcra", include_str!("gcra.lua")),
+    ("fixed_window", include_str!("fixed_window.lua")),
+    ("token_bucket", include_str!("token_bucket.lua")),
+    ("leases", include_str!("leases.lua")),
+];
+
+/// One Lua script: its source, the SHA-1 Redis knows it by, and the twin it runs (empty for
+/// the chain script, which runs them all).
 #[derive(Debug)]
 pub(super) struct Script {
     pub(super) source: String,
     pub(super) sha: String,
+    pub(super) twin: &'static str,
 }
 
 impl Script {
-    /// The script running the twin `name`, defined in `body`, on `KEYS[1]` with `ARGV[3..]`.
-    fn new(body: &str, name: &str) -> Script {
-        let source = format!("{PRELUDE}\n{body}\nreturn {name}(KEYS[1], now_us, args(3))\n");
+    fn from_source(source: String, twin: &'static str) -> Script {
         let sha = sha1_smol::Sha1::from(source.as_bytes())
             .digest()
             .to_string();
-        Script { source, sha }
+        Script { source, sha, twin }
+    }
+
+    /// The script running the twin `name` of [`TWINS`] on `KEYS[1]` with `ARGV[3..]`.
+    fn twin(name: &'static str) -> Script {
+        let body = TWINS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |(_, body)| body);
+        let source = format!("{PRELUDE}\n{body}\nreturn {name}(KEYS[1], now_us, args(3))\n");
+        Script::from_source(source, name)
+    }
+
+    /// The script running a chain of twins (chain.lua): every twin, and a table of them by
+    /// name.
+    fn chain() -> Script {
+        let mut source = format!("{PRELUDE}\n");
+        for (_, body) in TWINS {
+            source.push_str(body);
+            source.push('\n');
+        }
+        source.push_str("local twins = {");
+        for (name, _) in TWINS {
+            source.push_str(&format!("{name} = {name}, "));
+        }
+        source.push_str("}\n");
+        source.push_str(include_str!("chain.lua"));
+        Script::from_source(source, "")
     }
 }
 
@@ -39,15 +74,17 @@ pub(super) struct Scripts {
     fixed_window: Script,
     token_bucket: Script,
     leases: Script,
+    pub(super) chain: Script,
 }
 
 impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
-            gcra: Script::new(include_str!("gcra.lua"), "gcra"),
-            fixed_window: Script::new(include_str!("fixed_window.lua"), "fixed_window"),
-            token_bucket: Script::new(include_str!("token_bucket.lua"), "token_bucket"),
-            leases: Script::new(include_str!("leases.lua"), "leases"),
+            gcra: Script::twin("gcra"),
+            fixed_window: Script::twin("fixed_window"),
+            token_bucket: Script::twin("token_bucket"),
+            leases: Script::twin("leases"),
+            chain: Script::chain(),
         }
     }
 

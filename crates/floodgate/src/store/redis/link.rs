@@ -55,21 +55,32 @@ impl Inner {
         now: &str,
         call: &Call<'_>,
     ) -> Result<Decision, Failed> {
+        let value = self
+            .invoke(&self.evalsha(key, now, call), call.script)
+            .await?;
+        Ok(decode(algorithm, value)?)
+    }
+
+    /// Sends `evalsha` (an `EVALSHA` of `script`); on `NOSCRIPT`, loads `script` and sends it
+    /// once more.
+    pub(super) async fn invoke(
+        &self,
+        evalsha: &redis::Cmd,
+        script: &Script,
+    ) -> Result<Value, Failed> {
         let mut connection = self.connection.clone();
-        let evalsha = self.evalsha(key, now, call);
-        let value = match evalsha.query_async::<Value>(&mut connection).await {
+        Ok(match evalsha.query_async::<Value>(&mut connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let loaded: String = redis::cmd("SCRIPT")
                     .arg("LOAD")
-                    .arg(&call.script.source)
+                    .arg(&script.source)
                     .query_async(&mut connection)
                     .await?;
-                debug_assert_eq!(loaded, call.script.sha);
+                debug_assert_eq!(loaded, script.sha);
                 evalsha.query_async::<Value>(&mut connection).await
             }
             other => other,
-        }?;
-        Ok(decode(algorithm, value)?)
+        }?)
     }
 
     /// `EVALSHA sha 1 key now min_ttl args…`.

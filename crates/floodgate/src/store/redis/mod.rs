@@ -121,12 +121,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{Request, Store};
+use super::{Link, Linked, Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
 
 mod breaker;
 mod call;
+mod chain;
 mod link;
 mod reply;
 use breaker::Breaker;
@@ -314,21 +315,29 @@ impl Inner {
 
     /// `ARGV[1]`: the explicit clock's instant in whole microseconds, or empty for Redis `TIME`.
     fn now_arg(&self, algorithm: &AnyAlgorithm) -> Result<String, StoreError> {
-        match &self.clock {
-            None => Ok(String::new()),
-            Some(ExplicitClock(clock)) => {
-                let micros = clock.now().0 / 1000;
-                // A lease's expiry (in microseconds, plus 1) must stay below 2^53 too.
-                let ahead = lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2);
-                if micros.saturating_add(ahead) >= MAX_MICROS {
-                    return Err(not_on_redis(
-                        algorithm,
-                        "the clock is past 2^53 microseconds",
-                    ));
-                }
-                Ok(micros.to_string())
+        self.now_arg_for(std::slice::from_ref(algorithm).iter())
+    }
+
+    /// [`Inner::now_arg`] for one call running several algorithms: the clock is read once.
+    fn now_arg_for<'a>(
+        &self,
+        algorithms: impl Iterator<Item = &'a AnyAlgorithm>,
+    ) -> Result<String, StoreError> {
+        let Some(ExplicitClock(clock)) = &self.clock else {
+            return Ok(String::new());
+        };
+        let micros = clock.now().0 / 1000;
+        for algorithm in algorithms {
+            // A lease's expiry (in microseconds, plus 1) must stay below 2^53 too.
+            let ahead = lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2);
+            if micros.saturating_add(ahead) >= MAX_MICROS {
+                return Err(not_on_redis(
+                    algorithm,
+                    "the clock is past 2^53 microseconds",
+                ));
             }
         }
+        Ok(micros.to_string())
     }
 }
 
@@ -363,6 +372,27 @@ impl Store<str, AnyAlgorithm> for RedisStore {
             return Ok(Vec::new());
         }
         inner.guarded(inner.run_many(requests, &nows, &calls)).await
+    }
+
+    async fn apply_chain(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        let inner = &self.inner;
+        // Refuse the chain before sending anything if any operation cannot run here.
+        let calls = links
+            .iter()
+            .map(|l| inner.call(l.request.algorithm, l.request.op))
+            .collect::<Result<Vec<_>, _>>()?;
+        let now = inner.now_arg_for(links.iter().map(|l| l.request.algorithm))?;
+        if links.is_empty() {
+            return Ok(Vec::new());
+        }
+        inner.guarded(inner.run_chain(links, &now, &calls)).await
+    }
+
+    fn same_store(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {

@@ -1,0 +1,367 @@
+//! One request through the stages, with one store call per segment of stages sharing a store.
+//!
+//! The stages that keep state in a store (request rate, concurrency, fleet) do not each make a
+//! call: their operations go to the store together as a [`chain`](crate::store::chain), which a
+//! remote store runs in one round trip. The chain keeps the pipeline's rules: the links run in
+//! stage order, an enforcing stage's denial ends it (later stages are not applied, as if the
+//! pipeline had stopped there), and stages marked [`Stage::all_or_nothing`] are undone when
+//! the request is refused by a denial in the chain.
+//!
+//! Stages that decide on this node alone (the utilization shedder) keep their place in the
+//! order: those after the segment's last store stage run after the chain answers, and only if
+//! it passed; those before it run first, and an enforcing refusal among them cuts the chain
+//! there (the store stages before it still run, as they would have in turn).
+//!
+//! Segments: when every store stage shares one store ([`Store::same_store`]) the whole
+//! pipeline is one segment, one call. Otherwise a new segment starts at each store stage on a
+//! different store than the segment's first; undoing never crosses segments.
+
+use std::ops::Range;
+
+use super::{settle, Limiter, Pipeline, Refusal, Stage, Step, SHED_RETRY_AFTER};
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::limiter::{Lease, Mode, Priority, RateLimitHeaders};
+use crate::store::{Link, Linked, Request, ScopedKey, Store};
+use crate::{Decision, LeaseId, Op, StoreError};
+
+use super::{concurrency_headers, seconds, Descriptor, Verdict};
+use crate::limiter::fleet::FLEET_KEY;
+use crate::limiter::in_flight::InFlight;
+use crate::limiter::request_rate::Plan;
+
+/// A store stage's operation for one request, waiting for the chain's answer.
+struct Pending<'s> {
+    /// The stage's index in its segment.
+    stage: usize,
+    algorithm: &'s AnyAlgorithm,
+    key: ScopedKey,
+    op: Op,
+    /// The lease an acquire takes, armed before the store is asked: if the request's future
+    /// is dropped meanwhile, the lease is given back.
+    lease: Option<Lease>,
+    /// The request rate stage's plan and cost.
+    plan: Option<(&'s Plan, u64)>,
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
+    /// The store the limiter keeps its state in; `None` for limiters deciding on this node.
+    pub(super) fn store(&self) -> Option<&S> {
+        match self {
+            Limiter::RequestRate(l) => Some(l.store()),
+            Limiter::Concurrency(l) => Some(l.store()),
+            Limiter::Fleet(l) => Some(l.store()),
+            Limiter::Utilization(_) => None,
+        }
+    }
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
+    /// The store operation this stage makes for `request` (a store stage).
+    fn pending<'s>(&'s self, index: usize, request: &Descriptor<'_>) -> Option<Pending<'s>> {
+        fn acquire<'s, S: Store<str, AnyAlgorithm> + 'static>(
+            index: usize,
+            leases: &'s InFlight<S>,
+            key: &str,
+            critical: bool,
+        ) -> Pending<'s> {
+            let id = LeaseId::random();
+            Pending {
+                stage: index,
+                algorithm: leases.algorithm(),
+                key: leases.namespace().key(key),
+                op: Op::Acquire {
+                    lease: id,
+                    critical,
+                },
+                lease: Some(leases.arm(key, id)),
+                plan: None,
+            }
+        }
+        Some(match &self.limiter {
+            Limiter::RequestRate(limiter) => {
+                let cost = request
+                    .cost
+                    .unwrap_or_else(|| limiter.cost_of(request.endpoint));
+                let plan = limiter.plan(request.plan);
+                Pending {
+                    stage: index,
+                    algorithm: plan.algorithm(),
+                    key: limiter.namespace().key(request.user),
+                    op: Op::Check { cost },
+                    lease: None,
+                    plan: Some((plan, cost)),
+                }
+            }
+            Limiter::Concurrency(limiter) => acquire(index, limiter.leases(), request.user, false),
+            Limiter::Fleet(shedder) => acquire(
+                index,
+                shedder.leases(),
+                FLEET_KEY,
+                request.priority == Priority::Critical,
+            ),
+            Limiter::Utilization(_) => return None,
+        })
+    }
+
+    fn refuse(
+        &self,
+        retry_after: Option<std::time::Duration>,
+        message: String,
+        rate_limit: Option<RateLimitHeaders>,
+    ) -> Step {
+        Step::Refuse(Refusal {
+            stage: self.name.clone(),
+            kind: self.limiter.kind(),
+            status: self.status,
+            retry_after,
+            message,
+            rate_limit,
+        })
+    }
+
+    /// What the stage concludes from its store's `decision` for `pending`. A lease that was
+    /// granted goes to `verdict`, unless the chain undid it (`undone`).
+    fn conclude(
+        &self,
+        request: &Descriptor<'_>,
+        pending: Pending<'_>,
+        decision: Decision,
+        undone: bool,
+        verdict: &mut Verdict,
+    ) -> Step {
+        if let Some(lease) = pending.lease {
+            if decision.allowed && !undone {
+                verdict.leases.push(lease);
+            } else {
+                // Refused, or taken and given back by the chain: nothing to return.
+                let _ = lease.keep();
+            }
+        }
+        match &self.limiter {
+            Limiter::RequestRate(_) => {
+                let (plan, cost) = pending.plan.expect("a request rate stage has a plan");
+                let headers = RateLimitHeaders::for_decision(plan.quota(), &decision);
+                let fewer_left = |current: &RateLimitHeaders| decision.remaining < current.left;
+                if verdict.rate_limit.as_ref().is_none_or(fewer_left) {
+                    verdict.rate_limit = headers.clone();
+                }
+                if decision.allowed {
+                    return Step::Pass;
+                }
+                let message = match decision.retry_after {
+                    Some(retry) => format!("{}; retry in {} s", plan.describe(), seconds(retry)),
+                    None => format!(
+                        "{}; a request costing {cost} can never pass",
+                        plan.describe()
+                    ),
+                };
+                self.refuse(decision.retry_after, message, headers)
+            }
+            Limiter::Concurrency(_) => {
+                if decision.allowed {
+                    return Step::Pass;
+                }
+                // A place frees when one of the user's requests ends; leases expiring is the
+                // worst case.
+                let retry = decision
+                    .retry_after
+                    .map_or(SHED_RETRY_AFTER, |r| r.min(SHED_RETRY_AFTER));
+                let message = format!(
+                    "user {} already has {} requests in flight, the most allowed; retry when \
+                     one of them finishes",
+                    request.user, decision.limit
+                );
+                self.refuse(Some(retry), message, Some(concurrency_headers(&decision)))
+            }
+            Limiter::Fleet(_) => {
+                if decision.allowed {
+                    return Step::Pass;
+                }
+                let message = format!(
+                    "the service is keeping its remaining capacity for critical requests ({} \
+                     non-critical requests in flight, the most allowed); retry in 1 s",
+                    decision.limit
+                );
+                self.refuse(Some(SHED_RETRY_AFTER), message, None)
+            }
+            Limiter::Utilization(_) => Step::Pass,
+        }
+    }
+
+    /// What a stage deciding on this node concludes (store stages are decided in chains).
+    fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
+        let Limiter::Utilization(shedder) = &self.limiter else {
+            return Step::Pass;
+        };
+        let shed = shedder.check(request.priority);
+        verdict.shed_amount = Some(shed.shed_amount);
+        if !shed.shed {
+            return Step::Pass;
+        }
+        let message = format!(
+            "the service is overloaded and is shedding {} requests ({:.0}% of them right now); \
+             retry in 1 s",
+            request.priority.name(),
+            shed.drop_probability * 100.0
+        );
+        self.refuse(Some(SHED_RETRY_AFTER), message, None)
+    }
+}
+
+/// Splits `stages` into segments whose store stages share one store (see the [module
+/// documentation](self)).
+pub(super) fn segments<S: Store<str, AnyAlgorithm> + 'static>(
+    stages: &[Stage<S>],
+) -> Box<[Range<usize>]> {
+    let mut segments = Vec::new();
+    let mut start = 0;
+    let mut store: Option<&S> = None;
+    for (i, stage) in stages.iter().enumerate() {
+        let Some(s) = stage.limiter.store() else {
+            continue;
+        };
+        match store {
+            Some(first) if !first.same_store(s) => {
+                segments.push(start..i);
+                start = i;
+                store = Some(s);
+            }
+            Some(_) => {}
+            None => store = Some(s),
+        }
+    }
+    segments.push(start..stages.len());
+    segments.into_boxed_slice()
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
+    /// Runs one segment's stages for `request`; `true` when the request is refused.
+    pub(super) async fn evaluate_segment(
+        stages: &[Stage<S>],
+        request: &Descriptor<'_>,
+        verdict: &mut Verdict,
+    ) -> bool {
+        let modes: Vec<Mode> = stages.iter().map(Stage::current_mode).collect();
+        let stored = |i: usize| modes[i] != Mode::Off && stages[i].limiter.store().is_some();
+        let Some(last) = (0..stages.len()).rev().find(|&i| stored(i)) else {
+            return Self::run_local(stages, &modes, 0, request, verdict);
+        };
+        // Stages up to `last`: local ones decide now (an enforcing refusal cuts the chain
+        // there), store ones become links.
+        let mut early: Vec<(usize, Step)> = Vec::new();
+        let mut pending: Vec<Pending<'_>> = Vec::new();
+        for (i, stage) in stages.iter().enumerate().take(last + 1) {
+            if modes[i] == Mode::Off {
+                continue;
+            }
+            if stored(i) {
+                pending.extend(stage.pending(i, request));
+                continue;
+            }
+            let step = stage.decide_locally(request, verdict);
+            let cuts = modes[i] == Mode::Enforce && matches!(step, Step::Refuse(_));
+            early.push((i, step));
+            if cuts {
+                break;
+            }
+        }
+        let outcomes = Self::run_chain(stages, &modes, &pending).await;
+        let undone = outcomes.iter().zip(&pending).any(|(outcome, p)| {
+            modes[p.stage] == Mode::Enforce && matches!(outcome, Linked::Decided(d) if !d.allowed)
+        });
+        // Settle in stage order.
+        let mut early = early.into_iter().peekable();
+        let mut chained = pending.into_iter().zip(outcomes).peekable();
+        loop {
+            let next_early = early.peek().map(|(i, _)| *i);
+            let next_chained = chained.peek().map(|(p, _)| p.stage);
+            let (i, step) = match (next_early, next_chained) {
+                (Some(e), c) if c.is_none_or(|c| e < c) => early.next().expect("peeked"),
+                (_, Some(_)) => {
+                    let (p, outcome) = chained.next().expect("peeked");
+                    let i = p.stage;
+                    let step = match outcome {
+                        Linked::Decided(d) => {
+                            let undone = undone && stages[i].all_or_nothing;
+                            stages[i].conclude(request, p, d, undone, verdict)
+                        }
+                        // The lease guard, dropped here, gives back what may have been taken.
+                        Linked::Failed(e) => Step::Failed(e),
+                        _ => {
+                            if let Some(lease) = p.lease {
+                                let _ = lease.keep();
+                            }
+                            continue;
+                        }
+                    };
+                    (i, step)
+                }
+                (None, None) => break,
+                _ => unreachable!("one of the two is Some"),
+            };
+            if settle(&stages[i], modes[i], step, verdict) {
+                return true;
+            }
+        }
+        Self::run_local(stages, &modes, last + 1, request, verdict)
+    }
+
+    /// The segment's chain, in one store call; a failure of the call fails every link.
+    async fn run_chain(
+        stages: &[Stage<S>],
+        modes: &[Mode],
+        pending: &[Pending<'_>],
+    ) -> Vec<Linked> {
+        let Some(first) = pending.first() else {
+            return Vec::new();
+        };
+        let store = stages[first.stage]
+            .limiter
+            .store()
+            .expect("a pending operation is a store stage's");
+        let links: Vec<Link<'_, str, AnyAlgorithm>> = pending
+            .iter()
+            .map(|p| Link {
+                request: Request {
+                    algorithm: p.algorithm,
+                    key: &*p.key,
+                    op: p.op,
+                },
+                stops: modes[p.stage] == Mode::Enforce,
+                all_or_nothing: stages[p.stage].all_or_nothing,
+            })
+            .collect();
+        match store.apply_chain(&links).await {
+            Ok(outcomes) if outcomes.len() == links.len() => outcomes,
+            Ok(_) => failed_chain(
+                StoreError::Unavailable("a chain answer of the wrong length".into()),
+                links.len(),
+            ),
+            Err(e) => failed_chain(e, links.len()),
+        }
+    }
+
+    /// The stages from `from` on that decide on this node, in order; `true` when one refuses.
+    fn run_local(
+        stages: &[Stage<S>],
+        modes: &[Mode],
+        from: usize,
+        request: &Descriptor<'_>,
+        verdict: &mut Verdict,
+    ) -> bool {
+        for (i, stage) in stages.iter().enumerate().skip(from) {
+            if modes[i] == Mode::Off {
+                continue;
+            }
+            let step = stage.decide_locally(request, verdict);
+            if settle(stage, modes[i], step, verdict) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn failed_chain(error: StoreError, links: usize) -> Vec<Linked> {
+    (0..links).map(|_| Linked::Failed(error.clone())).collect()
+}

@@ -1,0 +1,120 @@
+//! Chains: the operations one request makes on several keys (a pipeline's stages, in order),
+//! applied in one call — one round trip on a remote store — with the pipeline's rule that the
+//! first refusal ends the request, and optionally all or nothing.
+//!
+//! [`Store::apply_chain`] takes [`Link`]s in order. Each link is applied atomically on its own
+//! key, as by [`Store::apply`], one after the other, and:
+//! - a denial of a link with [`Link::stops`] (an enforcing stage) ends the chain: the links
+//!   after it are not applied ([`Linked::NotReached`]);
+//! - when the chain ends that way, every link before it that is marked
+//!   [`Link::all_or_nothing`] (and the denied link itself, if marked) is undone: its key is
+//!   back to the state it had before the chain, so a refused request consumes nothing from
+//!   those limits. Stores that implement chains themselves (memory, Redis) do this atomically:
+//!   no other operation sees the undone effects. The trait's default runs the links one call
+//!   at a time and cannot undo, so it refuses chains that ask for it.
+//! - a link that fails on its own ([`Linked::Failed`], e.g. a key holding another algorithm's
+//!   state) neither passes nor stops the chain: its caller's failure policy decides.
+//!
+//! An `Err` from `apply_chain` is a failure of the whole call (the store unreachable): none or
+//! some links may have been applied, each fully or not at all.
+
+use super::{ensure_supported, Request, Store};
+use crate::algorithm::Algorithm;
+use crate::{Decision, StoreError};
+
+/// One operation of a chain (see the [module documentation](self)).
+#[derive(Debug)]
+pub struct Link<'a, K: ?Sized, A> {
+    /// The operation, its key and its algorithm.
+    pub request: Request<'a, K, A>,
+    /// A denial of this link ends the chain (the stage enforces).
+    pub stops: bool,
+    /// Undo this link if the chain ends in a denial.
+    pub all_or_nothing: bool,
+}
+
+impl<K: ?Sized, A> Clone for Link<'_, K, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: ?Sized, A> Copy for Link<'_, K, A> {}
+
+/// What became of one link of a chain.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Linked {
+    /// The link was applied (and, if the chain was refused and the link is all-or-nothing,
+    /// undone again); its decision.
+    Decided(Decision),
+    /// This link alone failed; the others are unaffected.
+    Failed(StoreError),
+    /// An earlier link's denial ended the chain before this one.
+    NotReached,
+}
+
+impl Linked {
+    /// The decision, if the link was decided.
+    pub fn decision(&self) -> Option<&Decision> {
+        match self {
+            Linked::Decided(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the chain ends after a link with this outcome.
+pub(crate) fn ends_chain(link_stops: bool, outcome: &Linked) -> bool {
+    link_stops && matches!(outcome, Linked::Decided(d) if !d.allowed)
+}
+
+/// Checks every link's operation before anything is applied.
+pub(crate) fn ensure_chain_supported<K: ?Sized, A: Algorithm>(
+    links: &[Link<'_, K, A>],
+) -> Result<(), StoreError> {
+    links
+        .iter()
+        .try_for_each(|l| ensure_supported(l.request.algorithm, l.request.op))
+}
+
+/// The trait's default: one [`Store::apply`] per link, in order. It cannot undo, so a chain
+/// with an all-or-nothing link is refused with [`StoreError::NotOnStore`] before anything is
+/// applied.
+pub(crate) async fn apply_in_turn<K, A, S>(
+    store: &S,
+    links: &[Link<'_, K, A>],
+) -> Result<Vec<Linked>, StoreError>
+where
+    K: ?Sized + Sync,
+    A: Algorithm,
+    S: Store<K, A> + ?Sized,
+{
+    ensure_chain_supported(links)?;
+    if let Some(link) = links.iter().find(|l| l.all_or_nothing) {
+        return Err(StoreError::NotOnStore {
+            store: "this store",
+            algorithm: link.request.algorithm.name(),
+            reason: "it cannot undo a refused chain (all_or_nothing)",
+        });
+    }
+    let mut outcomes = Vec::with_capacity(links.len());
+    let mut ended = false;
+    for link in links {
+        if ended {
+            outcomes.push(Linked::NotReached);
+            continue;
+        }
+        let r = link.request;
+        let outcome = match store.apply(r.algorithm, r.key, r.op).await {
+            Ok(d) => Linked::Decided(d),
+            Err(e @ (StoreError::StateConflict { .. } | StoreError::NotOnStore { .. })) => {
+                Linked::Failed(e)
+            }
+            Err(e) => return Err(e),
+        };
+        ended = ends_chain(link.stops, &outcome);
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
