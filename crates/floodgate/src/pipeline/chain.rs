@@ -300,6 +300,19 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 _ => unreachable!("one of the two is Some"),
             };
             if settle(&stages[i], modes[i], step, verdict) {
+                // The links not looked at: give back only what they took and kept.
+                for (p, outcome) in chained {
+                    let taken = match outcome {
+                        Linked::Decided(d) => {
+                            d.allowed && !(undone && stages[p.stage].all_or_nothing)
+                        }
+                        Linked::Failed(_) => true, // unknown: giving back is harmless
+                        _ => false,
+                    };
+                    if let (Some(lease), false) = (p.lease, taken) {
+                        let _ = lease.keep();
+                    }
+                }
                 return true;
             }
         }

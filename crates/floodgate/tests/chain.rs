@@ -1,0 +1,439 @@
+//! Chains (`Store::apply_chain`) and the pipeline built on them: the memory store, a real
+//! `redis-server` started on a free port, and the trait's one-call-at-a-time default agree;
+//! a denial ends a chain; all-or-nothing links are undone; a pipeline makes one Redis call.
+#![cfg(feature = "redis")]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::algorithm::concurrency::Concurrency;
+use floodgate::algorithm::fixed_window::FixedWindow;
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
+use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::limiter::concurrency::ConcurrencyLimiter;
+use floodgate::limiter::fleet::FleetShedder;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
+use floodgate::limiter::Priority;
+use floodgate::pipeline::{Descriptor, Pipeline, Stage};
+use floodgate::store::{Link, Linked, MemoryStore, RedisStore, Request, Store};
+use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
+use floodgate_redis_harness::RedisServer;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+type Mem = MemoryStore<String, AnyState, ManualClock>;
+
+/// A memory store seen only through `apply`, so that chains take the trait's default path.
+struct InTurn(Mem);
+
+impl Store<str, AnyAlgorithm> for InTurn {
+    fn apply(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        op: Op,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        self.0.apply(algorithm, key, op)
+    }
+
+    fn apply_many(
+        &self,
+        requests: &[Request<'_, str, AnyAlgorithm>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        self.0.apply_many(requests)
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// 2024-01-01T00:00:00Z in nanoseconds.
+const START: u64 = 1_704_067_200_000_000_000;
+
+fn algorithms() -> Vec<AnyAlgorithm> {
+    vec![
+        Gcra::new(2, 5, Duration::from_secs(1)).unwrap().into(),
+        FixedWindow::new(4, Duration::from_secs(10)).unwrap().into(),
+        TokenBucket::new(2.0, 4).unwrap().into(),
+        Concurrency::new(2, Duration::from_secs(30)).unwrap().into(),
+    ]
+}
+
+/// One link as generated: algorithm index, key index, cost (or lease id), stops, all or
+/// nothing.
+type LinkSpec = (usize, usize, u64, bool, bool);
+
+fn link_spec(all_or_nothing: bool) -> impl Strategy<Value = LinkSpec> {
+    (
+        0usize..4,
+        0usize..3,
+        0u64..4,
+        prop::bool::weighted(0.7),
+        if all_or_nothing {
+            prop::bool::weighted(0.6).boxed()
+        } else {
+            Just(false).boxed()
+        },
+    )
+}
+
+/// Chains with the time step before each (0 to 0.9 s).
+fn chains(all_or_nothing: bool) -> impl Strategy<Value = Vec<(u64, Vec<LinkSpec>)>> {
+    proptest::collection::vec(
+        (
+            0u64..900_000,
+            proptest::collection::vec(link_spec(all_or_nothing), 1..5),
+        ),
+        1..25,
+    )
+}
+
+fn op_of(algorithm: &AnyAlgorithm, n: u64) -> Op {
+    match algorithm {
+        AnyAlgorithm::Concurrency(_) if n == 3 => Op::Release {
+            lease: LeaseId(u128::from(n)),
+        },
+        AnyAlgorithm::Concurrency(_) => Op::Acquire {
+            lease: LeaseId(u128::from(n)),
+            critical: false,
+        },
+        _ => Op::Check { cost: n },
+    }
+}
+
+fn key_of(spec: &LinkSpec) -> String {
+    // One namespace per algorithm: keys never hold another algorithm's state.
+    format!("a{}:user{}", spec.0, spec.1)
+}
+
+fn links<'a>(
+    algorithms: &'a [AnyAlgorithm],
+    specs: &[LinkSpec],
+    keys: &'a [String],
+) -> Vec<Link<'a, str, AnyAlgorithm>> {
+    specs
+        .iter()
+        .zip(keys)
+        .map(|(spec, key)| {
+            let algorithm = &algorithms[spec.0];
+            Link {
+                request: Request {
+                    algorithm,
+                    key: key.as_str(),
+                    op: op_of(algorithm, spec.2),
+                },
+                stops: spec.3,
+                all_or_nothing: spec.4,
+            }
+        })
+        .collect()
+}
+
+fn decisions(outcomes: Vec<Linked>) -> Vec<Option<Decision>> {
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            Linked::Decided(d) => Some(d),
+            Linked::NotReached => None,
+            other => panic!("a link failed: {other:?}"),
+        })
+        .collect()
+}
+
+/// What a read-only probe of `key` says now.
+fn probe(
+    rt: &tokio::runtime::Runtime,
+    store: &impl Store<str, AnyAlgorithm>,
+    algorithm: &AnyAlgorithm,
+    key: &str,
+) -> Decision {
+    rt.block_on(store.apply(algorithm, key, Op::Check { cost: 0 }))
+        .unwrap()
+}
+
+fn redis_store(
+    rt: &tokio::runtime::Runtime,
+    server: &RedisServer,
+    clock: &ManualClock,
+) -> RedisStore {
+    let _guard = rt.enter();
+    RedisStore::builder(server.url())
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(2))
+        .min_ttl(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+}
+
+/// Without all-or-nothing links, a chain is exactly its links applied one call at a time,
+/// stopping after the first denial of a stopping link: the memory store's chain, the Redis
+/// chain script and the trait's default give the same decisions.
+#[test]
+fn chains_are_their_links_in_turn() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let algorithms = algorithms();
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&chains(false), |chains| {
+            let clock = ManualClock::new(Nanos(START));
+            let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+            let in_turn = InTurn(MemoryStore::builder().clock(clock.clone()).build().unwrap());
+            let redis = redis_store(&rt, &server, &clock);
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (step, specs) in chains {
+                clock.advance(Duration::from_micros(step));
+                let keys: Vec<String> = specs
+                    .iter()
+                    .map(|s| format!("c{n}:{}", key_of(s)))
+                    .collect();
+                let links = links(&algorithms, &specs, &keys);
+                let expected = decisions(rt.block_on(in_turn.apply_chain(&links)).unwrap());
+                let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
+                let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
+                prop_assert_eq!(&on_memory, &expected, "memory, chain {:?}", specs);
+                prop_assert_eq!(&on_redis, &expected, "redis, chain {:?}", specs);
+                // After a stopping denial, nothing more is applied.
+                let end = links
+                    .iter()
+                    .zip(&expected)
+                    .position(|(l, d)| l.stops && d.as_ref().is_some_and(|d| !d.allowed));
+                if let Some(end) = end {
+                    prop_assert!(expected[end + 1..].iter().all(Option::is_none));
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// With all-or-nothing links: memory and Redis agree, and a chain that ends in a denial
+/// leaves every key that only all-or-nothing links touched as it was (a probe at the same
+/// instant answers the same before and after).
+#[test]
+fn refused_chains_undo_all_or_nothing_links() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let algorithms = algorithms();
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let undone_seen = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&chains(true), |chains| {
+            let clock = ManualClock::new(Nanos(START));
+            let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+            let redis = redis_store(&rt, &server, &clock);
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (step, specs) in chains {
+                clock.advance(Duration::from_micros(step));
+                let keys: Vec<String> = specs
+                    .iter()
+                    .map(|s| format!("u{n}:{}", key_of(s)))
+                    .collect();
+                let links = links(&algorithms, &specs, &keys);
+                // Keys only all-or-nothing links touch, and their probes before the chain.
+                let only_undone: Vec<usize> = (0..links.len())
+                    .filter(|&i| {
+                        links
+                            .iter()
+                            .all(|l| l.request.key != links[i].request.key || l.all_or_nothing)
+                    })
+                    .collect();
+                let before: Vec<(Decision, Decision)> = only_undone
+                    .iter()
+                    .map(|&i| {
+                        let l = links[i].request;
+                        (
+                            probe(&rt, &memory, l.algorithm, l.key),
+                            probe(&rt, &redis, l.algorithm, l.key),
+                        )
+                    })
+                    .collect();
+                let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
+                let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
+                prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
+                let refused = links
+                    .iter()
+                    .zip(&on_memory)
+                    .any(|(l, d)| l.stops && d.as_ref().is_some_and(|d| !d.allowed));
+                if refused {
+                    for (&i, (mem_before, redis_before)) in only_undone.iter().zip(&before) {
+                        let l = links[i].request;
+                        prop_assert_eq!(&probe(&rt, &memory, l.algorithm, l.key), mem_before);
+                        prop_assert_eq!(&probe(&rt, &redis, l.algorithm, l.key), redis_before);
+                        undone_seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let undone_seen = undone_seen.into_inner();
+    assert!(
+        undone_seen > 10,
+        "the cases exercise undoing ({undone_seen} keys)"
+    );
+}
+
+fn stripe_on<S: Store<str, AnyAlgorithm> + Clone + 'static>(
+    store: S,
+    all_or_nothing: bool,
+) -> Pipeline<S> {
+    let rate = RequestRateLimiter::builder()
+        .plan(Plan::token_bucket("all", 1.0, 5).unwrap())
+        .build(store.clone())
+        .unwrap();
+    let concurrency = ConcurrencyLimiter::builder()
+        .capacity(1)
+        .build(store.clone())
+        .unwrap();
+    let fleet = FleetShedder::builder()
+        .capacity(100)
+        .build(store.clone())
+        .unwrap();
+    let utilization = UtilizationShedder::builder()
+        .source(Arc::new(SettableUtilization::new(0.0)))
+        .build()
+        .unwrap();
+    Pipeline::builder()
+        .stage(Stage::new(rate).all_or_nothing(all_or_nothing))
+        .limiter(concurrency)
+        .limiter(fleet)
+        .limiter(utilization)
+        .build()
+        .unwrap()
+}
+
+/// A request refused by the concurrency stage has used a token of the request rate stage,
+/// unless that stage is all or nothing; on the memory store and on Redis alike.
+#[test]
+fn all_or_nothing_stages_keep_refused_requests_free() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = {
+        let _guard = rt.enter();
+        RedisStore::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let memory = Arc::new(MemoryStore::new());
+    for all_or_nothing in [false, true] {
+        let user = format!("user-{all_or_nothing}");
+        let request = Descriptor::new(&user, "all", Priority::Get);
+        let left_after_refusal = |pipeline_left: u64| {
+            // Five tokens: one for the request that holds the place, and one more for the
+            // refused one unless it was undone.
+            let expected = if all_or_nothing { 4 } else { 3 };
+            assert_eq!(pipeline_left, expected, "all_or_nothing {all_or_nothing}");
+        };
+        let pipeline = stripe_on(redis.clone(), all_or_nothing);
+        rt.block_on(async {
+            let held = pipeline.evaluate(&request).await;
+            assert!(held.allowed());
+            let refused = pipeline.evaluate(&request).await;
+            assert_eq!(
+                refused.refusal.as_ref().unwrap().stage.as_str(),
+                "concurrency"
+            );
+            let Some(Limiter::RequestRate(rate)) = pipeline.stages().next().map(|s| s.limiter())
+            else {
+                unreachable!()
+            };
+            left_after_refusal(
+                rate.check(&user, "all", 0)
+                    .await
+                    .unwrap()
+                    .decision
+                    .remaining,
+            );
+        });
+        let pipeline = stripe_on(memory.clone(), all_or_nothing);
+        rt.block_on(async {
+            let held = pipeline.evaluate(&request).await;
+            assert!(held.allowed());
+            let refused = pipeline.evaluate(&request).await;
+            assert_eq!(
+                refused.refusal.as_ref().unwrap().stage.as_str(),
+                "concurrency"
+            );
+            let Some(Limiter::RequestRate(rate)) = pipeline.stages().next().map(|s| s.limiter())
+            else {
+                unreachable!()
+            };
+            left_after_refusal(
+                rate.check(&user, "all", 0)
+                    .await
+                    .unwrap()
+                    .decision
+                    .remaining,
+            );
+        });
+    }
+}
+
+/// `INFO commandstats`' count of calls to `command` on `server`.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Stripe's four stages on Redis decide a request with one script call (the three store
+/// stages in one chain), allowed or refused.
+#[test]
+fn a_pipeline_makes_one_redis_call_per_request() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = {
+        let _guard = rt.enter();
+        RedisStore::builder(server.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let pipeline = stripe_on(redis, false);
+    rt.block_on(async {
+        let request = Descriptor::new("alice", "all", Priority::Get);
+        // The first call loads the script.
+        let first = pipeline.evaluate(&request).await;
+
+        let before = calls(&server, "evalsha").await;
+        let refused = pipeline.evaluate(&request).await;
+        assert!(!refused.allowed());
+        assert_eq!(calls(&server, "evalsha").await - before, 1);
+        // Nothing in flight was given back: the refused request took no lease.
+        assert!(refused.leases.is_empty());
+        drop(first); // gives the lease back (one more call, in the background)
+    });
+}
+
+use floodgate::pipeline::Limiter;
