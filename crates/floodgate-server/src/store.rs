@@ -17,7 +17,7 @@ use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
 use floodgate::store::redis::redacted;
-use floodgate::store::{MemoryStore, RedisStore, Request, Store};
+use floodgate::store::{Link, Linked, MemoryStore, RedisStore, Request, Store};
 use floodgate::{Decision, Op, StoreError};
 
 use crate::config::{ConfigFileError, Served, StoreConfig};
@@ -167,6 +167,24 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         match self {
             ServiceStore::Memory(m) => m.apply_many(requests).await,
             ServiceStore::Redis(r) => r.apply_many(requests).await,
+        }
+    }
+
+    async fn apply_chain(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        match self {
+            ServiceStore::Memory(m) => m.apply_chain(links).await,
+            ServiceStore::Redis(r) => r.apply_chain(links).await,
+        }
+    }
+
+    fn same_store(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ServiceStore::Memory(a), ServiceStore::Memory(b)) => Arc::ptr_eq(a, b),
+            (ServiceStore::Redis(a), ServiceStore::Redis(b)) => a.same_store(b),
+            _ => false,
         }
     }
 

@@ -67,16 +67,17 @@ fn algorithms() -> Vec<AnyAlgorithm> {
     ]
 }
 
-/// One link as generated: algorithm index, key index, cost (or lease id), stops, all or
-/// nothing.
-type LinkSpec = (usize, usize, u64, bool, bool);
+/// One link as generated: algorithm index, key index, cost (or lease id), refuses, stops, all
+/// or nothing.
+type LinkSpec = (usize, usize, u64, bool, bool, bool);
 
 fn link_spec(all_or_nothing: bool) -> impl Strategy<Value = LinkSpec> {
     (
         0usize..4,
         0usize..3,
         0u64..4,
-        prop::bool::weighted(0.7),
+        prop::bool::weighted(0.8),
+        prop::bool::weighted(0.6),
         if all_or_nothing {
             prop::bool::weighted(0.6).boxed()
         } else {
@@ -130,8 +131,9 @@ fn links<'a>(
                     key: key.as_str(),
                     op: op_of(algorithm, spec.2),
                 },
-                stops: spec.3,
-                all_or_nothing: spec.4,
+                refuses: spec.3,
+                stops: spec.4,
+                all_or_nothing: spec.5,
             }
         })
         .collect()
@@ -174,7 +176,7 @@ fn redis_store(
 }
 
 /// Without all-or-nothing links, a chain is exactly its links applied one call at a time,
-/// stopping after the first denial of a stopping link: the memory store's chain, the Redis
+/// ending after the first denial of a stopping link (refusing or not): the memory store's chain, the Redis
 /// chain script and the trait's default give the same decisions.
 #[test]
 fn chains_are_their_links_in_turn() {
@@ -220,8 +222,8 @@ fn chains_are_their_links_in_turn() {
         .unwrap();
 }
 
-/// With all-or-nothing links: memory and Redis agree, and a chain that ends in a denial
-/// leaves every key that only all-or-nothing links touched as it was (a probe at the same
+/// With all-or-nothing links: memory and Redis agree, and a chain with a denial of a refusing
+/// link (ended there or not) leaves every key that only all-or-nothing links touched as it was (a probe at the same
 /// instant answers the same before and after).
 #[test]
 fn refused_chains_undo_all_or_nothing_links() {
@@ -272,7 +274,7 @@ fn refused_chains_undo_all_or_nothing_links() {
                 let refused = links
                     .iter()
                     .zip(&on_memory)
-                    .any(|(l, d)| l.stops && d.as_ref().is_some_and(|d| !d.allowed));
+                    .any(|(l, d)| l.refuses && d.as_ref().is_some_and(|d| !d.allowed));
                 if refused {
                     for (&i, (mem_before, redis_before)) in only_undone.iter().zip(&before) {
                         let l = links[i].request;

@@ -340,6 +340,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                     key: &*p.key,
                     op: p.op,
                 },
+                refuses: modes[p.stage] == Mode::Enforce,
                 stops: modes[p.stage] == Mode::Enforce,
                 all_or_nothing: stages[p.stage].all_or_nothing,
             })

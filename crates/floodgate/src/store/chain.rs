@@ -4,14 +4,15 @@
 //!
 //! [`Store::apply_chain`] takes [`Link`]s in order. Each link is applied atomically on its own
 //! key, as by [`Store::apply`], one after the other, and:
-//! - a denial of a link with [`Link::stops`] (an enforcing stage) ends the chain: the links
+//! - a denial of a link with [`Link::refuses`] (an enforcing stage or limit) refuses the
+//!   request; with [`Link::stops`] too (a pipeline stage) it also ends the chain: the links
 //!   after it are not applied ([`Linked::NotReached`]);
-//! - when the chain ends that way, every link before it that is marked
-//!   [`Link::all_or_nothing`] (and the denied link itself, if marked) is undone: its key is
-//!   back to the state it had before the chain, so a refused request consumes nothing from
-//!   those limits. Stores that implement chains themselves (memory, Redis) do this atomically:
-//!   no other operation sees the undone effects. The trait's default runs the links one call
-//!   at a time and cannot undo, so it refuses chains that ask for it.
+//! - when the request is refused, every applied link marked [`Link::all_or_nothing`] is
+//!   undone at the end of the chain: its key is back to the state it had before that link, so
+//!   a refused request consumes nothing from those limits. Stores that implement chains
+//!   themselves (memory, Redis) do this atomically: no other operation sees the undone
+//!   effects. The trait's default runs the links one call at a time and cannot undo, so it
+//!   refuses chains that ask for it.
 //! - a link that fails on its own ([`Linked::Failed`], e.g. a key holding another algorithm's
 //!   state) neither passes nor stops the chain: its caller's failure policy decides.
 //!
@@ -27,7 +28,11 @@ use crate::{Decision, StoreError};
 pub struct Link<'a, K: ?Sized, A> {
     /// The operation, its key and its algorithm.
     pub request: Request<'a, K, A>,
-    /// A denial of this link ends the chain (the stage enforces).
+    /// A denial of this link refuses the request, so all-or-nothing links are undone (the
+    /// stage or limit enforces; a shadow one does not).
+    pub refuses: bool,
+    /// A denial of this link ends the chain: later links are not applied (the pipeline's
+    /// first refusal wins). Only meaningful with [`Link::refuses`].
     pub stops: bool,
     /// Undo this link if the chain ends in a denial.
     pub all_or_nothing: bool,
@@ -64,9 +69,9 @@ impl Linked {
     }
 }
 
-/// Whether the chain ends after a link with this outcome.
-pub(crate) fn ends_chain(link_stops: bool, outcome: &Linked) -> bool {
-    link_stops && matches!(outcome, Linked::Decided(d) if !d.allowed)
+/// Whether `outcome` is a denial.
+pub(crate) fn denied(outcome: &Linked) -> bool {
+    matches!(outcome, Linked::Decided(d) if !d.allowed)
 }
 
 /// Checks every link's operation before anything is applied.
@@ -113,7 +118,7 @@ where
             }
             Err(e) => return Err(e),
         };
-        ended = ends_chain(link.stops, &outcome);
+        ended = link.stops && denied(&outcome);
         outcomes.push(outcome);
     }
     Ok(outcomes)

@@ -346,9 +346,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         let mut outcomes = Vec::with_capacity(links.len());
         // Each all-or-nothing link's key and state before it ran (`None`: no key).
         let mut undo: Vec<(usize, Option<S>)> = Vec::new();
-        let mut refused = false;
+        let (mut refused, mut ended) = (false, false);
         for (i, link) in links.iter().enumerate() {
-            if refused {
+            if ended {
                 outcomes.push(Linked::NotReached);
                 continue;
             }
@@ -365,7 +365,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                 Ok(d) => Linked::Decided(d),
                 Err(e) => Linked::Failed(e),
             };
-            refused = chain::ends_chain(link.stops, &outcome);
+            let denied = chain::denied(&outcome);
+            refused |= link.refuses && denied;
+            ended = link.stops && denied;
             outcomes.push(outcome);
         }
         if refused {

@@ -28,11 +28,19 @@ impl Inner {
         }
         evalsha.arg(now).arg(self.min_ttl_ms).arg(links.len());
         for (link, call) in links.iter().zip(calls) {
-            let flags = match (link.stops, link.all_or_nothing) {
-                (true, true) => "sa",
-                (true, false) => "s",
-                (false, true) => "a",
-                (false, false) => "-",
+            let flags = [
+                (link.refuses, 'r'),
+                (link.stops, 's'),
+                (link.all_or_nothing, 'a'),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, flag)| *flag)
+            .collect::<String>();
+            let flags = if flags.is_empty() {
+                "-".to_owned()
+            } else {
+                flags
             };
             evalsha
                 .arg(call.script.twin)
