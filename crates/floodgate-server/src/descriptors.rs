@@ -46,6 +46,14 @@
 //!   rule it matches, or applies where none does: a fixed window of its `requests_per_unit`
 //!   per `unit`, never in shadow mode, with no name; the matched rule's `replaces` do not
 //!   apply. `requests_per_unit: 0` blocks, as above.
+//! - `all_or_nothing` (a Floodgate extension on a descriptor): when the request is over the
+//!   limit (its overall code is `OVER_LIMIT`), this descriptor's limit counts nothing for it,
+//!   atomically with the others (envoyproxy/ratelimit counts every descriptor's hits even when
+//!   another one refuses the request). Its status is still reported as decided. The limited
+//!   descriptors of such a request are decided in one [`Store::apply_chain`] call; when a
+//!   `requests_per_unit: 0` descriptor already blocks the request, its all-or-nothing
+//!   descriptors are only probed (nothing taken), their status saying whether the hits would
+//!   have fit.
 //! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
 //! - Dynamic metadata, only when the rule set has it enabled
 //!   ([`RuleSet::set_response_dynamic_metadata`]; off by default, as envoyproxy/ratelimit's
@@ -78,7 +86,7 @@ use std::sync::Arc;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
-use floodgate::store::{Request, Store};
+use floodgate::store::{Link, Linked, Request, Store};
 use floodgate::{ConfigError, Decision, Op, StoreError};
 use serde_json::{Map, Value};
 
@@ -91,6 +99,7 @@ pub struct Rule {
     name: Option<String>,
     replaces: Vec<String>,
     shadow_mode: bool,
+    all_or_nothing: bool,
     limit: Option<Limit>,
     metadata: Option<Arc<Map<String, Value>>>,
 }
@@ -167,9 +176,22 @@ impl Rule {
             name,
             replaces,
             shadow_mode,
+            all_or_nothing: false,
             limit,
             metadata: None,
         }
+    }
+
+    /// The same rule, counting nothing for requests that are over the limit (see the module's
+    /// "Deciding").
+    pub fn with_all_or_nothing(mut self, all_or_nothing: bool) -> Rule {
+        self.all_or_nothing = all_or_nothing;
+        self
+    }
+
+    /// Whether the rule counts nothing for requests that are over the limit.
+    pub fn all_or_nothing(&self) -> bool {
+        self.all_or_nothing
     }
 
     /// The same rule carrying the descriptor's `metadata`, which responses with dynamic
@@ -473,14 +495,15 @@ impl RuleSet {
         // Whether each descriptor is over its limit, shadow mode or not.
         let mut over = vec![false; request.descriptors.len()];
 
-        // (descriptor index, shadow mode, limit, counter key, hits) of each limit to decide.
-        let mut checks: Vec<(usize, bool, &Limit, String, u64)> = Vec::new();
+        // Each limit to decide.
+        let mut checks: Vec<Check<'_>> = Vec::new();
         let mut blocked = false;
         let mut shadow_over_limit = 0;
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
-            let (limit, shadow_mode, key) = match (&overrides[i], rule) {
+            let (limit, shadow_mode, all_or_nothing, key) = match (&overrides[i], rule) {
                 (Some(limit), _) => (
                     limit,
+                    false,
                     false,
                     override_counter_key(&request.domain, descriptor, limit.unit),
                 ),
@@ -499,7 +522,7 @@ impl RuleSet {
                     };
                     let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
                     let key = counter_key(&request.domain, descriptor, shared);
-                    (limit, rule.shadow_mode, key)
+                    (limit, rule.shadow_mode, rule.all_or_nothing, key)
                 }
             };
             if limit.requests_per_unit == 0 {
@@ -517,34 +540,22 @@ impl RuleSet {
                     blocked = true;
                 }
             } else {
-                checks.push((i, shadow_mode, limit, key, request.hits_for(descriptor)));
+                checks.push(Check {
+                    index: i,
+                    shadow_mode,
+                    all_or_nothing,
+                    limit,
+                    key,
+                    hits: request.hits_for(descriptor),
+                });
             }
         }
 
-        let decisions: Vec<Decision> = match checks.as_slice() {
-            [] => Vec::new(),
-            [(_, _, limit, key, hits)] => {
-                vec![
-                    store
-                        .apply(&limit.algorithm, key, Op::Check { cost: *hits })
-                        .await?,
-                ]
-            }
-            many => {
-                let requests: Vec<Request<'_, str, AnyAlgorithm>> = many
-                    .iter()
-                    .map(|(_, _, limit, key, hits)| Request {
-                        algorithm: &limit.algorithm,
-                        key: key.as_str(),
-                        op: Op::Check { cost: *hits },
-                    })
-                    .collect();
-                store.apply_many(&requests).await?
-            }
-        };
+        let decisions = decide(store, &checks, blocked).await?;
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
-        for ((i, shadow_mode, limit, _, _), decision) in checks.iter().zip(decisions) {
+        for (check, decision) in checks.iter().zip(decisions) {
+            let (i, shadow_mode, limit) = (&check.index, &check.shadow_mode, check.limit);
             over[*i] = !decision.allowed;
             let code = if decision.allowed {
                 Code::Ok
@@ -613,6 +624,87 @@ impl RuleSet {
         }
         Some(out)
     }
+}
+
+/// One limit a request's descriptor is checked against.
+struct Check<'r> {
+    /// The request descriptor's index.
+    index: usize,
+    shadow_mode: bool,
+    all_or_nothing: bool,
+    limit: &'r Limit,
+    /// Its counter's key in the store.
+    key: String,
+    hits: u64,
+}
+
+/// Decides `checks` in one store call: [`Store::apply`] for one, [`Store::apply_many`] for
+/// several, and [`Store::apply_chain`] when one is all or nothing (every enforcing limit
+/// refuses the request when over; nothing ends the chain early). When the request is already
+/// `blocked`, all-or-nothing limits are probed: a check of cost 0, whose `remaining` says
+/// whether the hits would have fit.
+async fn decide<S: Store<str, AnyAlgorithm>>(
+    store: &S,
+    checks: &[Check<'_>],
+    blocked: bool,
+) -> Result<Vec<Decision>, StoreError> {
+    fn op(c: &Check<'_>, blocked: bool) -> Op {
+        let cost = if blocked && c.all_or_nothing {
+            0
+        } else {
+            c.hits
+        };
+        Op::Check { cost }
+    }
+    fn request<'a>(c: &'a Check<'_>, blocked: bool) -> Request<'a, str, AnyAlgorithm> {
+        Request {
+            algorithm: &c.limit.algorithm,
+            key: c.key.as_str(),
+            op: op(c, blocked),
+        }
+    }
+    let mut decisions = match checks {
+        [] => Vec::new(),
+        [c] if !c.all_or_nothing => {
+            vec![
+                store
+                    .apply(&c.limit.algorithm, &c.key, op(c, blocked))
+                    .await?,
+            ]
+        }
+        many if blocked || many.iter().all(|c| !c.all_or_nothing) => {
+            let requests: Vec<_> = many.iter().map(|c| request(c, blocked)).collect();
+            store.apply_many(&requests).await?
+        }
+        many => {
+            let links: Vec<_> = many
+                .iter()
+                .map(|c| Link {
+                    request: request(c, blocked),
+                    refuses: !c.shadow_mode,
+                    stops: false,
+                    all_or_nothing: c.all_or_nothing,
+                })
+                .collect();
+            let mut decisions = Vec::with_capacity(links.len());
+            for outcome in store.apply_chain(&links).await? {
+                match outcome {
+                    Linked::Decided(d) => decisions.push(d),
+                    Linked::Failed(e) => return Err(e),
+                    _ => return Err(StoreError::Unavailable("a chain ended early".into())),
+                }
+            }
+            decisions
+        }
+    };
+    if blocked {
+        for (c, d) in checks.iter().zip(&mut decisions) {
+            if c.all_or_nothing && d.remaining < c.hits {
+                d.allowed = false;
+            }
+        }
+    }
+    Ok(decisions)
 }
 
 /// The namespace of the Envoy rules' counters in the store: no pipeline stage or named limit

@@ -488,3 +488,43 @@ fn json_round_trip_through_a_decision() {
         }]})
     );
 }
+
+/// envoyproxy/ratelimit counts a request against every descriptor's limit, even when another
+/// descriptor refuses it; `all_or_nothing: true` makes a refused request count nothing there,
+/// including when a `requests_per_unit: 0` descriptor blocks it.
+#[test]
+fn all_or_nothing_descriptors_count_nothing_for_refused_requests() {
+    let yaml = |all_or_nothing: bool| {
+        format!(
+            r#"
+domain: api
+descriptors:
+  - key: user
+    all_or_nothing: {all_or_nothing}
+    rate_limit: {{ unit: hour, requests_per_unit: 10 }}
+  - key: path
+    value: /search
+    rate_limit: {{ unit: hour, requests_per_unit: 1 }}
+  - key: path
+    value: /blocked
+    rate_limit: {{ unit: hour, requests_per_unit: 0 }}
+"#
+        )
+    };
+    for all_or_nothing in [false, true] {
+        let set = rules(&yaml(all_or_nothing));
+        let (store, _clock) = store_at(0);
+        let search = request("api", &[&[("user", "alice")], &[("path", "/search")]]);
+        let blocked = request("api", &[&[("user", "alice")], &[("path", "/blocked")]]);
+        let alone = request("api", &[&[("user", "alice")]]);
+        assert_eq!(decide(&set, &store, &search).overall_code, Code::Ok);
+        let refused = decide(&set, &store, &search);
+        assert_eq!(codes(&refused), [Code::Ok, Code::OverLimit]);
+        let refused = decide(&set, &store, &blocked);
+        assert_eq!(codes(&refused), [Code::Ok, Code::OverLimit]);
+        // alice used 1 of 10 (the allowed request), plus the two refused ones without
+        // all_or_nothing; this request takes one more.
+        let left = decide(&set, &store, &alone).statuses[0].limit_remaining;
+        assert_eq!(left, if all_or_nothing { 8 } else { 6 }, "{all_or_nothing}");
+    }
+}

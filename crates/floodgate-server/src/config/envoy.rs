@@ -25,10 +25,11 @@
 //! `descriptors`, and `detailed_metric` and `value_to_metric`, which are accepted and ignored
 //! (they only change envoyproxy's per-descriptor statistics names, which Floodgate does not
 //! have).
-//! Floodgate adds two things: `unlimited: true` may also be written on the descriptor itself
-//! (same meaning as `rate_limit: {unlimited: true}`), and a `rate_limit` may name one of
+//! Floodgate adds three things: `unlimited: true` may also be written on the descriptor itself
+//! (same meaning as `rate_limit: {unlimited: true}`); a `rate_limit` may name one of
 //! Floodgate's algorithms instead of a unit (`{algorithm: token_bucket, rate: 10, capacity: 20}`,
-//! any [`AlgorithmSpec`]), for example to allow bursts.
+//! any [`AlgorithmSpec`]), for example to allow bursts; and `all_or_nothing: true` makes a
+//! descriptor count nothing for requests that another descriptor puts over the limit.
 //!
 //! Units are envoy's, case-insensitive: `second`, `minute`, `hour`, `day`, `week`, `month`,
 //! `year`. A `unit` limit is a fixed window aligned to the clock's epoch
@@ -117,6 +118,10 @@ pub struct DescriptorConfig {
     /// [`RlsResponse::shadow_over_limit`](crate::rls::RlsResponse::shadow_over_limit).
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Floodgate's extension: when the request is over the limit, this descriptor's limit
+    /// counts nothing for it (see [`crate::descriptors`]).
+    #[serde(default)]
+    pub all_or_nothing: bool,
     /// Accepted for compatibility and ignored (envoyproxy/ratelimit's per-value statistics).
     #[serde(default)]
     pub detailed_metric: bool,
@@ -551,13 +556,16 @@ fn compile_rule(
                 .map_err(|e| ConfigFileError::from_config_error(&path, e))?,
         )
     };
-    Ok(Some(Rule::new(
-        full_key.to_string(),
-        name,
-        rate_limit.replaces.clone(),
-        config.shadow_mode,
-        limit,
-    )))
+    Ok(Some(
+        Rule::new(
+            full_key.to_string(),
+            name,
+            rate_limit.replaces.clone(),
+            config.shadow_mode,
+            limit,
+        )
+        .with_all_or_nothing(config.all_or_nothing),
+    ))
 }
 
 mod shape;

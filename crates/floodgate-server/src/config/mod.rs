@@ -14,7 +14,7 @@
 //! endpoint_costs: { /v1/search: 5 }   # cost of a request to an endpoint (default 1)
 //! users: { alice: free }        # a user's plan
 //! limiters:                     # each one optional: absent = not configured
-//!   request_rate: { mode: enforce, on_store_error: fail_open }
+//!   request_rate: { mode: enforce, on_store_error: fail_open, all_or_nothing: false }
 //!   concurrency: { capacity: 20, lease_ttl: 60s, mode: enforce, on_store_error: fail_open }
 //!   fleet: { capacity: 1000, reserved_for_critical: 0.2, lease_ttl: 60s }
 //!   utilization: { workers: 64, sample_interval: 1s, seed: 0, mode: shadow }
@@ -28,7 +28,9 @@
 //!         rate_limit: { unit: second, requests_per_unit: 10 }
 //! ```
 //!
-//! Defaults: `mode: enforce`, `on_store_error: fail_open` (or `fail_closed`), `lease_ttl: 60s`,
+//! Defaults: `mode: enforce`, `on_store_error: fail_open` (or `fail_closed`),
+//! `all_or_nothing: false` (`true`: a request another limiter refuses consumes nothing from
+//! this one, undone atomically in the same store call), `lease_ttl: 60s`,
 //! `sample_interval: 1s`, `seed: 0`, and Stripe's controller constants for the utilization
 //! shedder's optional `end_of_good`, `start_of_bad`, `seconds_before_shedding` and
 //! `seconds_to_shed_all`. A limiter written with no settings (`request_rate:` or
@@ -196,6 +198,10 @@ pub struct RequestRateConfig {
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
     #[serde(default)]
     pub status: Option<u16>,
+    /// Whether a request refused by another limiter consumes nothing here (default `false`;
+    /// see [`Stage::all_or_nothing`]).
+    #[serde(default)]
+    pub all_or_nothing: bool,
 }
 
 /// The concurrent requests limiter's settings.
@@ -216,6 +222,10 @@ pub struct ConcurrencyConfig {
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
     #[serde(default)]
     pub status: Option<u16>,
+    /// Whether a request refused by another limiter consumes nothing here (default `false`;
+    /// see [`Stage::all_or_nothing`]).
+    #[serde(default)]
+    pub all_or_nothing: bool,
 }
 
 /// The fleet usage load shedder's settings.
@@ -238,6 +248,10 @@ pub struct FleetConfig {
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
     #[serde(default)]
     pub status: Option<u16>,
+    /// Whether a request refused by another limiter consumes nothing here (default `false`;
+    /// see [`Stage::all_or_nothing`]).
+    #[serde(default)]
+    pub all_or_nothing: bool,
 }
 
 /// The worker utilization load shedder's settings.
@@ -467,6 +481,7 @@ impl Config {
                     mode: Mode::Enforce,
                     on_store_error: OnStoreError::FailOpen,
                     status: None,
+                    all_or_nothing: false,
                 }),
                 fleet: Some(FleetConfig {
                     capacity: 1000,
@@ -475,6 +490,7 @@ impl Config {
                     mode: Mode::Enforce,
                     on_store_error: OnStoreError::FailOpen,
                     status: None,
+                    all_or_nothing: false,
                 }),
                 utilization: Some(UtilizationConfig {
                     workers: 64,
@@ -610,8 +626,11 @@ impl Config {
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
-        let stage = |limiter: Limiter<S>, mode, on_error, status: Option<u16>| {
-            let stage = Stage::new(limiter).mode(mode).on_store_error(on_error);
+        let stage = |limiter: Limiter<S>, mode, on_error, status: Option<u16>, all_or_nothing| {
+            let stage = Stage::new(limiter)
+                .mode(mode)
+                .on_store_error(on_error)
+                .all_or_nothing(all_or_nothing);
             match status {
                 Some(status) => stage.status(status),
                 None => stage,
@@ -629,7 +648,13 @@ impl Config {
             let limiter = limiter
                 .build(store.clone())
                 .map_err(|e| ConfigFileError::from_config_error("limiters.request_rate", e))?;
-            builder = builder.stage(stage(limiter.into(), r.mode, r.on_store_error, r.status));
+            builder = builder.stage(stage(
+                limiter.into(),
+                r.mode,
+                r.on_store_error,
+                r.status,
+                r.all_or_nothing,
+            ));
         }
         if let Some(c) = &limiters.concurrency {
             let limiter = ConcurrencyLimiter::builder()
@@ -637,7 +662,13 @@ impl Config {
                 .lease_ttl(c.lease_ttl.0)
                 .build(store.clone())
                 .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
-            builder = builder.stage(stage(limiter.into(), c.mode, c.on_store_error, c.status));
+            builder = builder.stage(stage(
+                limiter.into(),
+                c.mode,
+                c.on_store_error,
+                c.status,
+                c.all_or_nothing,
+            ));
         }
         if let Some(f) = &limiters.fleet {
             let shedder = FleetShedder::builder()
@@ -646,7 +677,13 @@ impl Config {
                 .lease_ttl(f.lease_ttl.0)
                 .build(store.clone())
                 .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
-            builder = builder.stage(stage(shedder.into(), f.mode, f.on_store_error, f.status));
+            builder = builder.stage(stage(
+                shedder.into(),
+                f.mode,
+                f.on_store_error,
+                f.status,
+                f.all_or_nothing,
+            ));
         }
         let mut workers = None;
         if let Some(u) = &limiters.utilization {
@@ -661,7 +698,7 @@ impl Config {
                 .build()
                 .map_err(at)?;
             let on_error = OnStoreError::FailOpen; // it has no store
-            builder = builder.stage(stage(shedder.into(), u.mode, on_error, u.status));
+            builder = builder.stage(stage(shedder.into(), u.mode, on_error, u.status, false));
             workers = Some(gauge);
         }
         let pipeline = builder

@@ -106,7 +106,7 @@ endpoint_costs: {/v1/search: 5}
 users: {alice: gold}
 limiters:
   request_rate:
-  concurrency: {capacity: 2, mode: shadow, on_store_error: fail_closed}
+  concurrency: {capacity: 2, mode: shadow, on_store_error: fail_closed, all_or_nothing: true}
   fleet: {capacity: 10, reserved_for_critical: 0.5, lease_ttl: 500ms, mode: "off"}
   utilization: {workers: 4, sample_interval: 2s, seed: 9, start_of_bad: 0.9}
 limits:
@@ -131,7 +131,12 @@ domains:
         (Mode::Shadow, OnStoreError::FailClosed)
     );
     assert_eq!(c.lease_ttl, SpecDuration(Duration::from_secs(60)));
+    assert!(c.all_or_nothing);
+    let served = build(&config).expect("builds");
+    let stage = served.pipeline.stage("concurrency").expect("a stage");
+    assert!(stage.is_all_or_nothing());
     let f = l.fleet.expect("configured");
+    assert!(!f.all_or_nothing);
     assert_eq!(
         (f.mode, f.lease_ttl.0),
         (Mode::Off, Duration::from_millis(500))
