@@ -147,7 +147,7 @@ impl Metrics {
             "floodgate_rls_shadow_over_limit_total {}",
             self.rls_shadow_over_limit.load(Ordering::Relaxed)
         )?;
-        let per_stage: [StageCounter; 4] = [
+        let per_stage: [StageCounter; 5] = [
             (
                 "floodgate_refusals_total",
                 "Requests refused, by limiter (enforce mode).",
@@ -167,6 +167,11 @@ impl Metrics {
                 "floodgate_fail_closed_total",
                 "Store errors that refused the request.",
                 |s| s.fail_closed,
+            ),
+            (
+                "floodgate_decided_locally_total",
+                "Store errors after which the limiter decided on this node's share of its limit.",
+                |s| s.decided_locally,
             ),
         ];
         for (name, help, value) in per_stage {

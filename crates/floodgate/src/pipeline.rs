@@ -11,7 +11,9 @@
 //! - `off` (kill switch): the stage is not consulted.
 //!
 //! A store error never refuses by default ([`OnStoreError::FailOpen`], counted in
-//! [`StageStats::fail_open`]); [`OnStoreError::FailClosed`] makes it a 503.
+//! [`StageStats::fail_open`]); [`OnStoreError::FailClosed`] makes it a 503;
+//! [`OnStoreError::Local`] decides on this node's own memory store at this node's share of the
+//! limit ([`PipelineBuilder::nodes`]; counted in [`StageStats::decided_locally`]).
 //!
 //! A refusal carries the stage's status (by default 429 for the per-user limiters, 503 for the
 //! shedders), the stage, `retry_after`, an actionable message ("plan free allows 50 requests
@@ -22,6 +24,7 @@
 //! list of stages is built the same way with [`Pipeline::builder`].
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::spec::AnyAlgorithm;
@@ -34,10 +37,11 @@ use crate::limiter::{
     whole_seconds_up, Lease, LeaseHandle, LimiterKind, Mode, OnStoreError, Priority,
     RateLimitHeaders,
 };
-use crate::store::{Namespace, Store};
-use crate::{ConfigError, Decision, StoreError};
+use crate::store::{MemoryStore, Namespace, Store};
+use crate::{Clock, ConfigError, Decision, StoreError, SystemClock};
 
 mod chain;
+mod local;
 mod snapshot;
 
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
@@ -214,6 +218,8 @@ pub struct Stage<S> {
     on_error: OnStoreError,
     status: u16,
     all_or_nothing: bool,
+    /// The `local` policy's fallback, set when the pipeline is built.
+    local: Option<Arc<local::LocalShare>>,
     counters: Counters,
 }
 
@@ -223,6 +229,7 @@ struct Counters {
     shadow_refused: AtomicU64,
     fail_open: AtomicU64,
     fail_closed: AtomicU64,
+    decided_locally: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -241,6 +248,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             mode: AtomicU8::new(Mode::Enforce.to_u8()),
             on_error: OnStoreError::FailOpen,
             all_or_nothing: false,
+            local: None,
             counters: Counters::default(),
         }
     }
@@ -320,16 +328,42 @@ pub struct Pipeline<S> {
 }
 
 /// Assembles a [`Pipeline`] from stages, in the order they are added.
-#[derive(Debug)]
 #[must_use]
 pub struct PipelineBuilder<S> {
     stages: Vec<Stage<S>>,
+    nodes: u32,
+    local_clock: Option<Arc<dyn Clock>>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for PipelineBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineBuilder")
+            .field("stages", &self.stages)
+            .field("nodes", &self.nodes)
+            .field("local_clock", &self.local_clock.as_ref().map(|_| "set"))
+            .finish()
+    }
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
     /// Adds a stage after the ones already added.
     pub fn stage(mut self, stage: Stage<S>) -> Self {
         self.stages.push(stage);
+        self
+    }
+
+    /// How many nodes share the stages' store (default 1): a stage with
+    /// [`OnStoreError::Local`] decides at `1/nodes` of its limits while its store fails (see
+    /// [`AnyAlgorithm::share`]).
+    pub fn nodes(mut self, nodes: u32) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// The clock of the local store that [`OnStoreError::Local`] stages fall back on (default
+    /// the system clock).
+    pub fn local_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.local_clock = Some(clock);
         self
     }
 
@@ -357,9 +391,30 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
                 ));
             }
         }
-        let segments = chain::segments(&self.stages);
+        if self.nodes == 0 {
+            return Err(ConfigError::invalid(
+                "nodes",
+                0,
+                "must be at least 1: the nodes sharing the store",
+            ));
+        }
+        let mut stages = self.stages;
+        if stages.iter().any(|s| s.on_error == OnStoreError::Local) {
+            let clock = self
+                .local_clock
+                .unwrap_or_else(|| Arc::new(SystemClock::new()));
+            let store = Arc::new(MemoryStore::builder().clock(clock).build_typed()?);
+            for stage in stages
+                .iter_mut()
+                .filter(|s| s.on_error == OnStoreError::Local)
+            {
+                stage.local = local::LocalShare::new(&stage.limiter, self.nodes, store.clone())?
+                    .map(Arc::new);
+            }
+        }
+        let segments = chain::segments(&stages);
         Ok(Pipeline {
-            stages: self.stages.into_boxed_slice(),
+            stages: stages.into_boxed_slice(),
             segments,
         })
     }
@@ -388,7 +443,11 @@ pub enum ReleaseError {
 impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// An empty builder.
     pub fn builder() -> PipelineBuilder<S> {
-        PipelineBuilder { stages: Vec::new() }
+        PipelineBuilder {
+            stages: Vec::new(),
+            nodes: 1,
+            local_clock: None,
+        }
     }
 
     /// Stripe's four limiters, in their order: request rate → concurrency → fleet →
@@ -457,11 +516,17 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     pub async fn release(&self, lease: &LeaseHandle) -> Result<bool, ReleaseError> {
         let unknown = || ReleaseError::UnknownLimiter(lease.limiter().clone());
         let stage = self.stage(lease.limiter().as_str()).ok_or_else(unknown)?;
-        Ok(match &stage.limiter {
-            Limiter::Concurrency(l) => l.release(lease).await?,
-            Limiter::Fleet(l) => l.release(lease).await?,
+        let released = match &stage.limiter {
+            Limiter::Concurrency(l) => l.release(lease).await,
+            Limiter::Fleet(l) => l.release(lease).await,
             Limiter::RequestRate(_) | Limiter::Utilization(_) => return Err(unknown()),
-        })
+        };
+        // A lease taken while the store was down lives in the local store.
+        let local = stage.local.as_ref().is_some_and(|l| l.release(lease));
+        if local {
+            return Ok(true);
+        }
+        Ok(released?)
     }
 
     /// [`Pipeline::release`] for synchronous callers.
@@ -480,7 +545,8 @@ where
         Step::Pass => return false,
         Step::Refuse(refusal) => refusal,
         Step::Failed(error) => match stage.on_error {
-            OnStoreError::FailOpen => {
+            // `Local` reaches here only when the local decision failed too.
+            OnStoreError::FailOpen | OnStoreError::Local => {
                 bump(&stage.counters.fail_open);
                 verdict.fail_opens.push(stage.name.clone());
                 return false;

@@ -329,6 +329,65 @@ fn a_store_outage_fails_open_by_default_and_closed_when_asked() {
     assert!(closed.evaluate_blocking(&get("u")).allowed());
 }
 
+/// With the `local` policy a stage whose store is down decides on the node's own memory store
+/// at the node's share of its limits (here 1/5 of a bucket of 20 and of 10 places in flight),
+/// and its leases are given back there; once the store is back, it counts there again.
+#[test]
+fn a_store_outage_decides_locally_at_the_nodes_share() {
+    let rig = rig(1, 100, 0.0);
+    let rate = RequestRateLimiter::builder()
+        .plan(Plan::token_bucket("all", 0.001, 20).unwrap())
+        .build(rig.store.clone())
+        .unwrap();
+    let concurrency = ConcurrencyLimiter::builder()
+        .capacity(10)
+        .build(rig.store.clone())
+        .unwrap();
+    let local = Pipeline::builder()
+        .stage(Stage::new(rate).on_store_error(OnStoreError::Local))
+        .stage(Stage::new(concurrency).on_store_error(OnStoreError::Local))
+        .nodes(5)
+        .local_clock(Arc::new(rig.clock.clone()))
+        .build()
+        .unwrap();
+    rig.down.store(true, Ordering::SeqCst);
+    let first = local.evaluate_blocking(&get("u"));
+    let second = local.evaluate_blocking(&get("u"));
+    assert!(first.allowed() && second.allowed());
+    assert!(first.fail_opens.is_empty());
+    // The third request finds the node's two places taken (and took its third token).
+    let third = local.evaluate_blocking(&get("u"));
+    assert_eq!(
+        third.refusal.as_ref().unwrap().stage.as_str(),
+        "concurrency"
+    );
+    // A lease kept as a handle is given back locally by the pipeline.
+    let handle = first.leases.into_iter().next().unwrap().keep();
+    assert!(local.release_blocking(&handle).unwrap());
+    let fourth = local.evaluate_blocking(&get("u"));
+    assert!(fourth.allowed());
+    // The node's share of the bucket, 4 tokens, is used up.
+    let fifth = local.evaluate_blocking(&get("u"));
+    assert_eq!(
+        fifth.refusal.as_ref().unwrap().stage.as_str(),
+        "request_rate"
+    );
+    let locally: Vec<u64> = local.stats().iter().map(|s| s.decided_locally).collect();
+    assert_eq!(locally, [5, 4]);
+    // The bucket still refuses while the store is down.
+    drop((second, fourth));
+    let sixth = local.evaluate_blocking(&get("u"));
+    assert_eq!(
+        sixth.refusal.as_ref().unwrap().stage.as_str(),
+        "request_rate"
+    );
+    assert_eq!(local.stats()[1].decided_locally, 4);
+    // The store is back: counting there again (its bucket is full).
+    rig.down.store(false, Ordering::SeqCst);
+    assert!(local.evaluate_blocking(&get("u")).allowed());
+    assert_eq!(local.stats()[0].decided_locally, 6);
+}
+
 #[test]
 fn a_cancelled_evaluation_gives_back_the_leases_it_took() {
     let rig = rig(1, 100, 0.0);

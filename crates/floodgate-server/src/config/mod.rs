@@ -192,7 +192,8 @@ pub struct RequestRateConfig {
     /// `enforce` (default), `shadow` or `off`.
     #[serde(default, deserialize_with = "mode")]
     pub mode: Mode,
-    /// `fail_open` (default) or `fail_closed`.
+    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
+    /// own memory store, with `store.nodes` nodes).
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
@@ -216,7 +217,8 @@ pub struct ConcurrencyConfig {
     /// `enforce` (default), `shadow` or `off`.
     #[serde(default, deserialize_with = "mode")]
     pub mode: Mode,
-    /// `fail_open` (default) or `fail_closed`.
+    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
+    /// own memory store, with `store.nodes` nodes).
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
@@ -242,7 +244,8 @@ pub struct FleetConfig {
     /// `enforce` (default), `shadow` or `off`.
     #[serde(default, deserialize_with = "mode")]
     pub mode: Mode,
-    /// `fail_open` (default) or `fail_closed`.
+    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
+    /// own memory store, with `store.nodes` nodes).
     #[serde(default, deserialize_with = "on_store_error")]
     pub on_store_error: OnStoreError,
     /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
@@ -329,8 +332,9 @@ fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Er
     match name.as_str() {
         "fail_open" => Ok(OnStoreError::FailOpen),
         "fail_closed" => Ok(OnStoreError::FailClosed),
+        "local" => Ok(OnStoreError::Local),
         _ => Err(de::Error::custom(format!(
-            "unknown on_store_error `{name}`, expected fail_open or fail_closed"
+            "unknown on_store_error `{name}`, expected fail_open, fail_closed or local"
         ))),
     }
 }

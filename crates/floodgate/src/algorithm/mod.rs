@@ -23,6 +23,7 @@ pub mod gcra;
 pub(crate) mod laws;
 pub mod leaky_bucket;
 pub mod leaky_queue;
+mod share;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;

@@ -141,6 +141,9 @@ pub enum OnStoreError {
     FailOpen,
     /// Refuse the request with 503.
     FailClosed,
+    /// Decide on this node's own memory store, at this node's share of the limit (`1/nodes`
+    /// of it, with the pipeline's `nodes`): see [`crate::pipeline`]'s `local` module docs.
+    Local,
 }
 
 /// A place taken in a concurrency or fleet limiter. Dropping it gives the place back, on every

@@ -285,8 +285,22 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                             let undone = undone && stages[i].all_or_nothing;
                             stages[i].conclude(request, p, d, undone, verdict)
                         }
-                        // The lease guard, dropped here, gives back what may have been taken.
-                        Linked::Failed(e) => Step::Failed(e),
+                        Linked::Failed(e) => match &stages[i].local {
+                            Some(local) => {
+                                let mut p = p;
+                                let plan = p.plan.map(|(plan, _)| plan.name());
+                                match local.decide(plan, &p.key, p.op, &mut p.lease) {
+                                    Ok(d) => {
+                                        super::bump(&stages[i].counters.decided_locally);
+                                        stages[i].conclude(request, p, d, false, verdict)
+                                    }
+                                    Err(_) => Step::Failed(e),
+                                }
+                            }
+                            // The lease guard, dropped here, gives back what may have been
+                            // taken.
+                            None => Step::Failed(e),
+                        },
                         _ => {
                             if let Some(lease) = p.lease {
                                 let _ = lease.keep();

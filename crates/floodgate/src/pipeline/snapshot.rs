@@ -26,6 +26,9 @@ pub struct StageStats {
     pub fail_open: u64,
     /// Store errors that refused the request.
     pub fail_closed: u64,
+    /// Store errors after which the stage decided on this node's share of its limit
+    /// ([`OnStoreError::Local`](crate::limiter::OnStoreError::Local)).
+    pub decided_locally: u64,
 }
 
 /// One plan of a request rate stage.
@@ -105,6 +108,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
             fail_open: c.fail_open.load(Ordering::Relaxed),
             fail_closed: c.fail_closed.load(Ordering::Relaxed),
+            decided_locally: c.decided_locally.load(Ordering::Relaxed),
         }
     }
 
