@@ -132,6 +132,7 @@ mod link;
 mod reply;
 use breaker::Breaker;
 pub use breaker::BreakerState;
+pub use call::script_source;
 use call::{lease_rule, not_on_redis, Call, Scripts, MAX_MICROS};
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
