@@ -10,6 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -18,19 +19,124 @@ use std::time::Duration;
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    tls: Option<Tls>,
+}
+
+/// A TLS port beside the plain one, with its certificates in a directory of its own.
+#[derive(Debug)]
+struct Tls {
+    port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Runs `openssl` with `args` in `dir`, panicking if it fails.
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is installed");
+    assert!(status.success(), "openssl {args:?}");
 }
 
 impl RedisServer {
     /// Starts one on a free loopback port and waits until it answers `PING`. Panics if
     /// `redis-server` is not installed or does not come up within 5 s.
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+            tls: None,
+        };
         server.restart();
         server
+    }
+
+    /// Starts one that also serves TLS on a second port ([`RedisServer::tls_url`]), with a
+    /// certificate for `127.0.0.1` signed by a test CA of its own ([`RedisServer::ca_file`]),
+    /// made with `openssl` in a fresh directory that is removed when the server is dropped.
+    pub fn start_tls() -> RedisServer {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("floodgate-redis-tls-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let ca = [
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=floodgate-test-ca",
+        ];
+        let request = [
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ];
+        let new_key = ["req", "-newkey", "rsa:2048", "-nodes"];
+        openssl(
+            &dir,
+            &[&new_key[..], &["-x509", "-days", "2"], &ca].concat(),
+        );
+        openssl(&dir, &[&new_key[..], &request].concat());
+        std::fs::write(
+            dir.join("san.cnf"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("writes");
+        let sign = [
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+        ];
+        let signed = ["-CAcreateserial", "-out", "server.crt", "-days", "2"];
+        openssl(
+            &dir,
+            &[&sign[..], &signed, &["-extfile", "san.cnf"]].concat(),
+        );
+        let mut server = RedisServer {
+            port,
+            child: None,
+            tls: Some(Tls {
+                port: free_port(),
+                dir,
+            }),
+        };
+        server.restart();
+        server
+    }
+
+    /// The TLS URL, `rediss://127.0.0.1:PORT`, of a server started with
+    /// [`RedisServer::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("started with start_tls");
+        format!("rediss://127.0.0.1:{}", tls.port)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.tls
+            .as_ref()
+            .expect("started with start_tls")
+            .dir
+            .join("ca.crt")
     }
 
     /// Its port.
@@ -45,9 +151,25 @@ impl RedisServer {
 
     /// Starts the process (again) on the same port, empty, and waits until it answers `PING`.
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+        let mut command = Command::new("redis-server");
+        command.args(["--port", &self.port.to_string()]).args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+        ]);
+        if let Some(tls) = &self.tls {
+            let file = |name: &str| tls.dir.join(name).display().to_string();
+            command
+                .args(["--tls-port", &tls.port.to_string()])
+                .args(["--tls-cert-file", &file("server.crt")])
+                .args(["--tls-key-file", &file("server.key")])
+                .args(["--tls-ca-cert-file", &file("ca.crt")])
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -105,6 +227,9 @@ impl Drop for RedisServer {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(tls) = &self.tls {
+            let _ = std::fs::remove_dir_all(&tls.dir);
         }
     }
 }

@@ -144,6 +144,7 @@ pub struct RedisStoreBuilder {
     clock: Option<ExplicitClock>,
     breaker_threshold: u32,
     breaker_cool_down: Duration,
+    tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -155,6 +156,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("clock", &self.clock)
             .field("breaker_threshold", &self.breaker_threshold)
             .field("breaker_cool_down", &self.breaker_cool_down)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -213,6 +215,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// For `rediss://` URLs: trust the CA certificates in this PEM file instead of the
+    /// system's (for a Redis whose certificate a private CA signed). Read by
+    /// [`RedisStoreBuilder::build`]; an unreadable file is a [`ConfigError`] for field
+    /// `tls_ca_file`.
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
+
     /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
     /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
     /// may run slower than Redis's own.
@@ -227,9 +238,27 @@ impl RedisStoreBuilder {
     /// Must be called inside a Tokio runtime, which runs the connection. A URL that is not a
     /// Redis URL (`redis://[user:password@]host:port[/db]`) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
-        let client = redis::Client::open(self.url.as_str()).map_err(|_| {
-            ConfigError::invalid("url", redacted(&self.url), "must be redis://host:port[/db]")
-        })?;
+        let bad_url = || {
+            ConfigError::invalid(
+                "url",
+                redacted(&self.url),
+                "must be redis://host:port[/db] or rediss://host:port[/db]",
+            )
+        };
+        let client = match &self.tls_ca_file {
+            None => redis::Client::open(self.url.as_str()).map_err(|_| bad_url())?,
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|_| {
+                    ConfigError::invalid("tls_ca_file", path.display(), "must be a readable file")
+                })?;
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(self.url.as_str(), certificates)
+                    .map_err(|_| bad_url())?
+            }
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -287,6 +316,7 @@ impl RedisStore {
             clock: None,
             breaker_threshold: 3,
             breaker_cool_down: Duration::from_secs(1),
+            tls_ca_file: None,
         }
     }
 
