@@ -13,6 +13,13 @@
 //! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store loads
 //! the script (`SCRIPT LOAD`) and calls it again.
 //!
+//! # Connecting
+//!
+//! `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (rustls; the server's
+//! certificate is checked against the system's roots, or the CA file given with
+//! [`RedisStoreBuilder::tls_ca_file`]). A password never appears in errors or `Debug` output
+//! ([`redacted`]).
+//!
 //! # Keys and state
 //!
 //! The key is used exactly as given (limiters pass `namespace:key`), one Redis key per limiter
