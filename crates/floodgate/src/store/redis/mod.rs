@@ -45,7 +45,7 @@
 //! # TTL
 //!
 //! Every write sets a TTL (`SET … PX`) equal to the time until the state is indistinguishable
-//! from a fresh key's (the algorithm's [`Algorithm::is_fresh`]), rounded up to whole
+//! from a fresh key's (the algorithm's [`is_fresh`](crate::algorithm::Algorithm::is_fresh)), rounded up to whole
 //! milliseconds, which is Redis's resolution: a key outlives its last useful instant by less than
 //! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
 //! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
