@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use floodgate::pipeline::{LimiterState, StageSnapshot, StageStats};
+use floodgate::store::redis::BreakerState;
+
+use crate::store::health::breaker_gauge;
+use crate::store::{ErrorKind, StoreHealth};
 
 /// Which API answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,6 +267,9 @@ impl Metrics {
                 }
             }
         }
+        if let Some(store) = &live.store {
+            store.write(out)?;
+        }
         writeln!(
             out,
             "# HELP floodgate_reloads_total Configuration reloads by result."
@@ -286,6 +293,87 @@ pub struct Live {
     pub stages: Vec<StageSnapshot>,
     /// Workers busy (the utilization gauge).
     pub busy_workers: u64,
+    /// The store's counters and breaker.
+    pub store: Option<StoreLive>,
+}
+
+/// The store's counters and breaker state, read at scrape time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreLive {
+    /// `memory`, `redis` or `redis-cluster`.
+    pub kind: &'static str,
+    /// Calls made.
+    pub calls: u64,
+    /// Failed calls, by kind ([`ErrorKind::ALL`]'s order).
+    pub errors: [u64; 3],
+    /// The breaker's state (`None` for the memory store).
+    pub breaker: Option<BreakerState>,
+    /// Whether the last call succeeded (`None` before the first).
+    pub last_call_ok: Option<bool>,
+}
+
+impl StoreLive {
+    /// Reads `health` and the breaker's `state`.
+    pub fn read(health: &StoreHealth, breaker: Option<BreakerState>) -> StoreLive {
+        StoreLive {
+            kind: health.kind(),
+            calls: health.calls(),
+            errors: ErrorKind::ALL.map(|k| health.errors(k)),
+            breaker,
+            last_call_ok: health.last_call_ok(),
+        }
+    }
+
+    fn write(&self, out: &mut String) -> std::fmt::Result {
+        let store = self.kind;
+        writeln!(
+            out,
+            "# HELP floodgate_store_calls_total Calls to the store (a batch sent together is one)."
+        )?;
+        writeln!(out, "# TYPE floodgate_store_calls_total counter")?;
+        writeln!(
+            out,
+            "floodgate_store_calls_total{{store=\"{store}\"}} {}",
+            self.calls
+        )?;
+        writeln!(
+            out,
+            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, unavailable (unreachable, an error answer, or the breaker open), other."
+        )?;
+        writeln!(out, "# TYPE floodgate_store_errors_total counter")?;
+        for (kind, n) in ErrorKind::ALL.iter().zip(self.errors) {
+            writeln!(
+                out,
+                "floodgate_store_errors_total{{store=\"{store}\",kind=\"{}\"}} {n}",
+                kind.name()
+            )?;
+        }
+        writeln!(
+            out,
+            "# HELP floodgate_store_last_call_ok Whether the store's last call succeeded (1), failed (0); absent before the first call."
+        )?;
+        writeln!(out, "# TYPE floodgate_store_last_call_ok gauge")?;
+        if let Some(ok) = self.last_call_ok {
+            writeln!(
+                out,
+                "floodgate_store_last_call_ok{{store=\"{store}\"}} {}",
+                u8::from(ok)
+            )?;
+        }
+        if let Some(state) = self.breaker {
+            writeln!(
+                out,
+                "# HELP floodgate_store_breaker_state The store's circuit breaker: 0 closed, 1 open (calls fail at once), 2 half-open (one call probes)."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_breaker_state gauge")?;
+            writeln!(
+                out,
+                "floodgate_store_breaker_state{{store=\"{store}\"}} {}",
+                breaker_gauge(state)
+            )?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -306,5 +394,30 @@ mod tests {
         assert!(text.contains("floodgate_store_seconds_bucket{le=\"0.00001\"} 1"));
         assert!(text.contains("floodgate_store_seconds_bucket{le=\"0.005\"} 2"));
         assert!(text.contains("floodgate_store_seconds_count 2"));
+    }
+
+    #[test]
+    fn renders_the_store_counters_and_breaker() {
+        let live = Live {
+            store: Some(StoreLive {
+                kind: "redis",
+                calls: 9,
+                errors: [2, 3, 0],
+                breaker: Some(BreakerState::Open),
+                last_call_ok: Some(false),
+            }),
+            ..Live::default()
+        };
+        let text = Metrics::default().render(&live);
+        for line in [
+            "floodgate_store_calls_total{store=\"redis\"} 9",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"timeout\"} 2",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"unavailable\"} 3",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"other\"} 0",
+            "floodgate_store_breaker_state{store=\"redis\"} 1",
+            "floodgate_store_last_call_ok{store=\"redis\"} 0",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError, Overrides, Served};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
-use crate::metrics::{Endpoint, Live, Metrics, Outcome};
+use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
@@ -214,6 +214,30 @@ impl Server {
         self.ready.load(Ordering::Relaxed)
     }
 
+    /// What `/readyz` answers: whether the service takes traffic (not while shutting down, nor
+    /// while the store's circuit breaker is open), and a JSON body saying so, with the store's
+    /// kind, URL (password redacted), breaker state and whether its last call succeeded.
+    pub fn readiness(&self) -> (bool, Value) {
+        let store = self.store.status();
+        let (ready, reason) = if !self.is_ready() {
+            (false, Some("shutting down"))
+        } else if !store.ready() {
+            (false, Some("the store's circuit breaker is open"))
+        } else {
+            (true, None)
+        };
+        let mut body = serde_json::json!({ "ready": ready, "store": store });
+        if let Some(reason) = reason {
+            body["reason"] = reason.into();
+        }
+        (ready, body)
+    }
+
+    /// The service's one store.
+    pub fn store(&self) -> &ServiceStore {
+        &self.store
+    }
+
     /// Marks the service as draining: `/readyz` answers 503 from now on.
     pub fn set_not_ready(&self) {
         self.ready.store(false, Ordering::Relaxed);
@@ -324,7 +348,8 @@ impl Server {
             match snapshot.pipeline.release(lease).await {
                 Ok(r) => released |= r,
                 Err(ReleaseError::Store(e)) => {
-                    tracing::warn!(error = %e, "release failed; the lease will expire");
+                    // The store logs its failures, at a bounded rate (`store::health`).
+                    tracing::debug!(error = %e, "release failed; the lease will expire");
                 }
                 // A stage that takes no leases: the token cannot be one we issued for it.
                 Err(_) => return Err(ReleaseTokenError::UnknownLimiter(lease.limiter().clone())),
@@ -369,7 +394,8 @@ impl Server {
                 response
             }
             Err(e) => {
-                tracing::warn!(error = %e, "store failed; ShouldRateLimit fails open");
+                // The store logs its failures, at a bounded rate (`store::health`).
+                tracing::debug!(error = %e, "store failed; ShouldRateLimit fails open");
                 self.metrics.call(endpoint, Outcome::FailedOpen);
                 RlsResponse {
                     overall_code: Code::Ok,
@@ -502,6 +528,10 @@ impl Server {
         let live = Live {
             stages: snapshot.pipeline.snapshot().await,
             busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
+            store: Some(StoreLive::read(
+                self.store.health(),
+                self.store.breaker_state(),
+            )),
         };
         self.metrics.render(&live)
     }

@@ -1,34 +1,50 @@
 //! The service's one store: the embedded memory store (`memory`, the default) or a Redis that
-//! several `floodgate serve` processes share (`redis://host:port[/db]`), chosen by
-//! `serve --store URL` or the config's `store: { url: … }`.
+//! several `floodgate serve` processes share (`redis://[user[:password]@]host:port[/db]`, or a
+//! Redis Cluster, `redis-cluster://host:port,host:port`), chosen by `serve --store URL` or the
+//! config's `store: { url: … }`, with its `timeout`, `breaker` and `password_env` ([`url`]).
 //!
-//! [`ServiceStore`] is an enum rather than a type parameter of the whole service: the HTTP,
-//! gRPC and admin faces, the snapshot and the runtime stay one concrete type, and a call costs
-//! one match on the variant before the store's own work (a shard lock, or a network round
-//! trip).
+//! [`ServiceStore`] wraps the store in one concrete type rather than making it a type
+//! parameter of the whole service: the HTTP, gRPC and admin faces, the snapshot and the runtime
+//! stay one concrete type, and a call costs one match on the kind of store before the store's
+//! own work (a shard lock, or a network round trip), plus a few relaxed atomic additions for
+//! its [`health`] (calls, errors by kind, the last outcome; failures logged at a bounded rate).
 //!
 //! A Redis store cannot run every algorithm yet; [`ServiceStore::check`] refuses a built
 //! configuration that uses one, naming the plan, limit, limiter or Envoy rule, so that
 //! `check-config` and start-up fail instead of every call failing open.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
-use floodgate::store::redis::redacted;
-use floodgate::store::{Link, Linked, MemoryStore, RedisStore, Request, Store};
-use floodgate::{Decision, Op, StoreError};
+use floodgate::store::redis::BreakerState;
+use floodgate::store::{Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store};
+use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
 use crate::config::{ConfigFileError, Served, StoreConfig};
+
+pub mod health;
+pub mod url;
+
+pub use self::health::{ErrorKind, StoreHealth, StoreStatus};
+pub use self::url::StoreUrl;
 
 /// The embedded store.
 pub type Mem = MemoryStore<String, AnyState>;
 
-/// The service's store (see the [module documentation](self)). Cloning is cheap: clones share
-/// the store.
+/// The service's store (see the [module documentation](self)), with its health: calls and
+/// errors counted, the last call's outcome, and failures logged at a bounded rate. Cloning is
+/// cheap: clones share the store and its health.
 #[derive(Clone, Debug)]
-pub enum ServiceStore {
+pub struct ServiceStore {
+    backend: Backend,
+    health: Arc<StoreHealth>,
+}
+
+#[derive(Clone, Debug)]
+enum Backend {
     /// The embedded memory store: limits count on this process alone.
     Memory(Arc<Mem>),
     /// A Redis shared by every process pointing at it: limits count across all of them.
@@ -38,59 +54,75 @@ pub enum ServiceStore {
 /// What `store.url` (or `--store`) holds when it names the memory store.
 pub const MEMORY: &str = "memory";
 
+/// How often, at most, a failing store is logged per kind of error (the lines in between
+/// are counted and the next line says how many were suppressed).
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
 impl ServiceStore {
-    /// The store `config` names. A Redis store must be created inside a Tokio runtime that
-    /// keeps running as long as the store is used (it runs the connection); nothing is sent yet.
+    /// The store `config` names, its failures logged on the system clock. A Redis store must
+    /// be created inside a Tokio runtime that keeps running as long as the store is used (it
+    /// runs the connection); nothing is sent yet.
     pub fn from_config(config: &StoreConfig) -> Result<ServiceStore, ConfigFileError> {
-        let url = config.url.as_deref().unwrap_or(MEMORY);
-        if url == MEMORY {
-            let store = MemoryStore::builder()
-                .max_keys(config.max_keys)
+        ServiceStore::from_config_with(config, Arc::new(SystemClock::new()), |b| b)
+    }
+
+    /// [`ServiceStore::from_config`] with `clock` timing the bounded logging, and `tune`
+    /// applied to a Redis store's builder after the configured settings (an explicit clock and
+    /// a `min_ttl` for replays).
+    pub fn from_config_with(
+        config: &StoreConfig,
+        clock: Arc<dyn Clock>,
+        tune: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+    ) -> Result<ServiceStore, ConfigFileError> {
+        let url = StoreUrl::from_config(config, |name| std::env::var(name).ok())?;
+        let backend = match &url {
+            StoreUrl::Memory => {
+                let store = MemoryStore::builder()
+                    .max_keys(config.max_keys)
+                    .build()
+                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+                Backend::Memory(Arc::new(store))
+            }
+            StoreUrl::Redis { url, .. } => tune(redis_builder(url, config)?)
                 .build()
-                .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-            return Ok(ServiceStore::Memory(Arc::new(store)));
+                .map(Backend::Redis)
+                .map_err(|e| ConfigFileError::from_config_error("store", e))?,
+        };
+        let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
+        Ok(ServiceStore {
+            backend,
+            health: Arc::new(health),
+        })
+    }
+
+    /// The store's health: counters, the last call's outcome.
+    pub fn health(&self) -> &StoreHealth {
+        &self.health
+    }
+
+    /// The circuit breaker's state (a Redis store's; the memory store has none).
+    pub fn breaker_state(&self) -> Option<BreakerState> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(r) => Some(r.breaker_state()),
         }
-        if url.starts_with("rediss://") {
-            return Err(ConfigFileError::invalid(
-                "store.url",
-                format!(
-                    "`{}`: TLS (rediss://) is not built into this floodgate yet; use redis://",
-                    redacted(url)
-                ),
-            ));
-        }
-        if !url.starts_with("redis://") {
-            return Err(ConfigFileError::invalid(
-                "store.url",
-                format!(
-                    "`{}` is not a store: expected `memory` or redis://host:port[/db]",
-                    redacted(url)
-                ),
-            ));
-        }
-        let mut builder = RedisStore::builder(url);
-        if let Some(timeout) = config.timeout {
-            builder = builder.timeout(timeout.0);
-        }
-        builder
-            .build()
-            .map(ServiceStore::Redis)
-            .map_err(|e| ConfigFileError::from_config_error("store", e))
+    }
+
+    /// What `/readyz` shows of the store.
+    pub fn status(&self) -> StoreStatus {
+        self.health.status(self.breaker_state())
     }
 
     /// The store's kind, as errors name it.
     pub fn kind(&self) -> &'static str {
-        match self {
-            ServiceStore::Memory(_) => "memory",
-            ServiceStore::Redis(_) => "redis",
-        }
+        self.health.kind()
     }
 
     /// Whether the store can run `algorithm` (the memory store runs them all).
     pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
-        match self {
-            ServiceStore::Memory(_) => true,
-            ServiceStore::Redis(r) => r.supports(algorithm),
+        match &self.backend {
+            Backend::Memory(_) => true,
+            Backend::Redis(r) => r.supports(algorithm),
         }
     }
 
@@ -154,44 +186,75 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         key: &str,
         op: Op,
     ) -> Result<Decision, StoreError> {
-        match self {
-            ServiceStore::Memory(m) => m.apply(algorithm, key, op).await,
-            ServiceStore::Redis(r) => r.apply(algorithm, key, op).await,
-        }
+        let result = match &self.backend {
+            Backend::Memory(m) => m.apply(algorithm, key, op).await,
+            Backend::Redis(r) => r.apply(algorithm, key, op).await,
+        };
+        self.health.record(&result);
+        result
     }
 
     async fn apply_many(
         &self,
         requests: &[Request<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
-        match self {
-            ServiceStore::Memory(m) => m.apply_many(requests).await,
-            ServiceStore::Redis(r) => r.apply_many(requests).await,
-        }
+        let result = match &self.backend {
+            Backend::Memory(m) => m.apply_many(requests).await,
+            Backend::Redis(r) => r.apply_many(requests).await,
+        };
+        self.health.record(&result);
+        result
     }
 
     async fn apply_chain(
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
-        match self {
-            ServiceStore::Memory(m) => m.apply_chain(links).await,
-            ServiceStore::Redis(r) => r.apply_chain(links).await,
-        }
+        let result = match &self.backend {
+            Backend::Memory(m) => m.apply_chain(links).await,
+            Backend::Redis(r) => r.apply_chain(links).await,
+        };
+        self.health.record(&result);
+        result
     }
 
     fn same_store(&self, other: &Self) -> bool {
-        match (self, other) {
-            (ServiceStore::Memory(a), ServiceStore::Memory(b)) => Arc::ptr_eq(a, b),
-            (ServiceStore::Redis(a), ServiceStore::Redis(b)) => a.same_store(b),
+        match (&self.backend, &other.backend) {
+            (Backend::Memory(a), Backend::Memory(b)) => Arc::ptr_eq(a, b),
+            (Backend::Redis(a), Backend::Redis(b)) => a.same_store(b),
             _ => false,
         }
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
-        match self {
-            ServiceStore::Memory(m) => m.apply_detached(algorithm, key, op),
-            ServiceStore::Redis(r) => r.apply_detached(algorithm, key, op),
+        match &self.backend {
+            Backend::Memory(m) => m.apply_detached(algorithm, key, op),
+            Backend::Redis(r) => r.apply_detached(algorithm, key, op),
         }
     }
+}
+
+/// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
+/// and breaker, checked.
+fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, ConfigFileError> {
+    let mut builder = RedisStore::builder(url);
+    if let Some(timeout) = config.timeout {
+        if timeout.0.is_zero() {
+            return Err(ConfigFileError::invalid(
+                "store.timeout",
+                "invalid value 0s (must be above 0)",
+            ));
+        }
+        builder = builder.timeout(timeout.0);
+    }
+    if let Some(breaker) = config.breaker {
+        if breaker.threshold > 0 && breaker.cool_down.0.is_zero() {
+            return Err(ConfigFileError::invalid(
+                "store.breaker.cool_down",
+                "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
+            ));
+        }
+        builder = builder.breaker(breaker.threshold, breaker.cool_down.0);
+    }
+    Ok(builder)
 }

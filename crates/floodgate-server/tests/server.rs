@@ -576,7 +576,10 @@ async fn sigterm_drains_and_exits_zero() {
 
     let mut s = start(None, None).await;
     let (status, ready) = s.get("/readyz").await;
-    assert_eq!((status, ready.as_str()), (200, "ready"));
+    assert_eq!(status, 200, "{ready}");
+    let ready: serde_json::Value = serde_json::from_str(&ready).expect("JSON");
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["store"]["kind"], "memory", "{ready}");
     // An open gRPC connection, as Envoy keeps one, must not hold the shutdown up.
     let mut client = RateLimitServiceClient::connect(format!("http://{}", s.grpc))
         .await

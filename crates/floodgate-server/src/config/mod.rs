@@ -7,7 +7,8 @@
 //! grpc: 127.0.0.1:8081
 //! store: { max_keys: 1000000 }  # the in-memory store's bound (default 1,000,000)
 //! # or, to count across every process sharing a Redis (`serve --store URL` overrides `url`):
-//! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms }
+//! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms, breaker: { threshold: 3, cool_down: 1s },
+//! #          password_env: REDIS_PASSWORD, nodes: 3 }
 //! plans:                        # plan name -> algorithm (floodgate's AlgorithmSpec)
 //!   free: { algorithm: token_bucket, rate: 50, capacity: 100 }
 //! default_plan: free            # for users without a known plan
@@ -141,16 +142,64 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Which store: `memory` (the default, also when absent) or `redis://host:port[/db]`.
-    /// `serve --store URL` overrides it. Read once at start-up: a reload keeps the store.
+    /// Which store: `memory` (the default, also when absent), `redis://[user[:password]@]host:port[/db]`
+    /// or `redis-cluster://[user[:password]@]host:port,host:port,…`. `serve --store URL`
+    /// overrides it (and only it). Read once at start-up: a reload keeps the store.
     #[serde(default)]
     pub url: Option<String>,
     /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
-    /// The Redis store's bound on every call (default 50 ms).
+    /// The Redis store's bound on every call (above 0; default 50 ms).
     #[serde(default)]
     pub timeout: Option<SpecDuration>,
+    /// The Redis store's circuit breaker (default: open after 3 failures in a row, for 1 s).
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+    /// The name of an environment variable holding the Redis password, which is put into the
+    /// URL's user information (so that the password stays out of the file and the command
+    /// line). The variable must be set when the store is created.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
+    /// failure policy that splits a limit between nodes while the store is down.
+    #[serde(default = "default_nodes")]
+    pub nodes: u32,
+}
+
+/// The Redis store's circuit breaker settings (see [`floodgate::store::RedisStore`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Timeouts or connection errors in a row that open the breaker (default 3; 0 turns the
+    /// breaker off).
+    #[serde(default = "default_breaker_threshold")]
+    pub threshold: u32,
+    /// How long an open breaker fails calls at once before one call probes Redis again
+    /// (above 0; default 1 s).
+    #[serde(default = "default_breaker_cool_down")]
+    pub cool_down: SpecDuration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            threshold: default_breaker_threshold(),
+            cool_down: default_breaker_cool_down(),
+        }
+    }
+}
+
+fn default_breaker_threshold() -> u32 {
+    3
+}
+
+fn default_breaker_cool_down() -> SpecDuration {
+    SpecDuration(Duration::from_secs(1))
+}
+
+fn default_nodes() -> u32 {
+    1
 }
 
 impl Default for StoreConfig {
@@ -159,6 +208,9 @@ impl Default for StoreConfig {
             url: None,
             max_keys: default_max_keys(),
             timeout: None,
+            breaker: None,
+            password_env: None,
+            nodes: default_nodes(),
         }
     }
 }

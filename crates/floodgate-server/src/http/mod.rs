@@ -309,7 +309,8 @@ async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejec
         Err(e) => {
             // Fail open: the caller gets an answer that lets the request through.
             server.metrics().call(Endpoint::Check, Outcome::FailedOpen);
-            tracing::warn!(error = %e, "store failed; /v1/check fails open");
+            // The store logs its failures, at a bounded rate (`store::health`).
+            tracing::debug!(error = %e, "store failed; /v1/check fails open");
             Json(
                 json!({"allowed": true, "limit": 0, "remaining": 0, "reset_after": 0.0,
                 "retry_after": null, "failed_open": true}),
@@ -406,12 +407,16 @@ async fn livez() -> &'static str {
     "ok"
 }
 
+/// 200 when the service takes traffic, 503 while it shuts down or while the store's circuit
+/// breaker is open; the JSON body says why, and shows the store ([`Server::readiness`]).
 async fn readyz(State(server): State<Arc<Server>>) -> Response {
-    if server.is_ready() {
-        "ready".into_response()
+    let (ready, body) = server.readiness();
+    let status = if ready {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn not_found() -> ApiError {

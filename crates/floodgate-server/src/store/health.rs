@@ -1,0 +1,291 @@
+//! A store's health, as `/metrics`, `/readyz` and the log show it: calls and errors by kind,
+//! whether the last call succeeded, and failures logged at a bounded rate.
+//!
+//! # Bounded logging
+//!
+//! A store that is down fails every call; one log line per call would flood the log when it
+//! matters most. Each kind of error (timeout, unavailable, other) is logged at most once per
+//! interval ([`super::LOG_EVERY`]) on the injected clock; the calls that failed in between are
+//! counted, and the next line says how many were suppressed. The first success after a failure
+//! is logged once ("store recovered"). Every line shows the URL with its password redacted.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::store::redis::BreakerState;
+use floodgate::{Clock, StoreError};
+use serde::Serialize;
+
+/// The kinds of store errors counted apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The call did not finish within the store's timeout.
+    Timeout,
+    /// The store could not be reached, answered with an error, or its breaker is open.
+    Unavailable,
+    /// Anything else (an operation or algorithm the store refused, a state conflict).
+    Other,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order metrics list them.
+    pub const ALL: [ErrorKind; 3] = [ErrorKind::Timeout, ErrorKind::Unavailable, ErrorKind::Other];
+
+    /// The kind of `error`.
+    pub fn of(error: &StoreError) -> ErrorKind {
+        match error {
+            StoreError::Timeout(_) => ErrorKind::Timeout,
+            StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            _ => ErrorKind::Other,
+        }
+    }
+
+    /// Its name in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The last call's outcome.
+const UNKNOWN: u8 = 0;
+const OK: u8 = 1;
+const FAILED: u8 = 2;
+
+/// What `/readyz` shows of the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StoreStatus {
+    /// `memory`, `redis` or `redis-cluster`.
+    pub kind: &'static str,
+    /// The URL, any password redacted.
+    pub url: String,
+    /// `closed`, `open` or `half_open` (a Redis store's breaker); `null` for the memory store.
+    pub breaker: Option<&'static str>,
+    /// Whether the last call succeeded; `null` before the first call.
+    pub last_call_ok: Option<bool>,
+}
+
+impl StoreStatus {
+    /// Whether the store can take calls now: not while its breaker is open.
+    pub fn ready(&self) -> bool {
+        self.breaker != Some("open")
+    }
+}
+
+/// The name of a breaker state, as metrics and `/readyz` show it.
+pub fn breaker_name(state: BreakerState) -> &'static str {
+    match state {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half_open",
+    }
+}
+
+/// The gauge value of a breaker state: 0 closed, 1 open, 2 half-open.
+pub fn breaker_gauge(state: BreakerState) -> u8 {
+    match state {
+        BreakerState::Closed => 0,
+        BreakerState::Open => 1,
+        BreakerState::HalfOpen => 2,
+    }
+}
+
+/// A store's counters and bounded log; see the [module documentation](self).
+pub struct StoreHealth {
+    kind: &'static str,
+    url: String,
+    calls: AtomicU64,
+    errors: [AtomicU64; 3],
+    last: AtomicU8,
+    log: ErrorLog,
+}
+
+impl std::fmt::Debug for StoreHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHealth")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("calls", &self.calls())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreHealth {
+    /// The health of a store of `kind` at `url` (already redacted), logging each kind of
+    /// failure at most once per `every` of `clock`.
+    pub fn new(kind: &'static str, url: String, clock: Arc<dyn Clock>, every: Duration) -> Self {
+        StoreHealth {
+            kind,
+            url,
+            calls: AtomicU64::new(0),
+            errors: Default::default(),
+            last: AtomicU8::new(UNKNOWN),
+            log: ErrorLog::new(clock, every),
+        }
+    }
+
+    /// `memory`, `redis` or `redis-cluster`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The URL, any password redacted.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Calls made (a batch of operations sent together is one call).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Calls that failed with an error of `kind`.
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// Whether the last call succeeded; `None` before the first.
+    pub fn last_call_ok(&self) -> Option<bool> {
+        match self.last.load(Ordering::Relaxed) {
+            OK => Some(true),
+            FAILED => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The status `/readyz` shows, with the breaker's `state` (`None`: the store has none).
+    pub fn status(&self, breaker: Option<BreakerState>) -> StoreStatus {
+        StoreStatus {
+            kind: self.kind,
+            url: self.url.clone(),
+            breaker: breaker.map(breaker_name),
+            last_call_ok: self.last_call_ok(),
+        }
+    }
+
+    /// Counts one call's outcome, and logs a failure (or the recovery) if the bound allows.
+    pub fn record<T>(&self, result: &Result<T, StoreError>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(_) => {
+                // A load first: the common path (already OK) writes nothing shared.
+                if self.last.load(Ordering::Relaxed) != OK
+                    && self.last.swap(OK, Ordering::Relaxed) == FAILED
+                {
+                    tracing::info!(store = self.kind, url = %self.url, "store recovered");
+                }
+            }
+            Err(e) => {
+                let kind = ErrorKind::of(e);
+                self.errors[kind.index()].fetch_add(1, Ordering::Relaxed);
+                self.last.store(FAILED, Ordering::Relaxed);
+                if let Some(suppressed) = self.log.admit(kind) {
+                    tracing::warn!(
+                        store = self.kind,
+                        url = %self.url,
+                        kind = kind.name(),
+                        suppressed,
+                        error = %e,
+                        "store call failed ({suppressed} more like it not logged since the last line)"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// At most one line per interval per kind of error, and a count of those not logged.
+struct ErrorLog {
+    clock: Arc<dyn Clock>,
+    every: u64,
+    /// Per kind: the instant (ns) of the last line, plus 1; 0 when none was written yet.
+    last: [AtomicU64; 3],
+    /// Per kind: failures not logged since the last line.
+    suppressed: [AtomicU64; 3],
+}
+
+impl ErrorLog {
+    fn new(clock: Arc<dyn Clock>, every: Duration) -> ErrorLog {
+        ErrorLog {
+            clock,
+            every: u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
+            last: Default::default(),
+            suppressed: Default::default(),
+        }
+    }
+
+    /// `Some(suppressed)` when a failure of `kind` may be logged now (with how many were not
+    /// since the last line), else `None` (and this one is counted as suppressed).
+    fn admit(&self, kind: ErrorKind) -> Option<u64> {
+        let i = kind.index();
+        let now = self.clock.now().0.saturating_add(1);
+        let last = self.last[i].load(Ordering::Acquire);
+        let due = last == 0 || now.saturating_sub(last) >= self.every;
+        if due
+            && self.last[i]
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Some(self.suppressed[i].swap(0, Ordering::AcqRel));
+        }
+        self.suppressed[i].fetch_add(1, Ordering::AcqRel);
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate::{ManualClock, Nanos};
+
+    #[test]
+    fn each_kind_is_logged_at_most_once_per_interval_with_a_count_of_the_rest() {
+        let clock = ManualClock::new(Nanos::from_secs(100));
+        let log = ErrorLog::new(Arc::new(clock.clone()), Duration::from_secs(10));
+        assert_eq!(log.admit(ErrorKind::Timeout), Some(0));
+        for _ in 0..5 {
+            assert_eq!(log.admit(ErrorKind::Timeout), None);
+        }
+        // Another kind has its own budget.
+        assert_eq!(log.admit(ErrorKind::Unavailable), Some(0));
+        clock.advance(Duration::from_secs(9));
+        assert_eq!(log.admit(ErrorKind::Timeout), None);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(log.admit(ErrorKind::Timeout), Some(6));
+        assert_eq!(log.admit(ErrorKind::Timeout), None);
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(log.admit(ErrorKind::Timeout), Some(1));
+    }
+
+    #[test]
+    fn counts_calls_errors_and_the_last_outcome() {
+        let clock = Arc::new(ManualClock::new(Nanos::ZERO));
+        let health = StoreHealth::new(
+            "redis",
+            "redis://:***@h:1".into(),
+            clock,
+            Duration::from_secs(10),
+        );
+        assert_eq!(health.last_call_ok(), None);
+        health.record::<()>(&Err(StoreError::Timeout(Duration::from_millis(50))));
+        health.record::<()>(&Err(StoreError::Unavailable("down".into())));
+        assert_eq!(health.last_call_ok(), Some(false));
+        health.record(&Ok(()));
+        assert_eq!(health.calls(), 3);
+        assert_eq!(health.errors(ErrorKind::Timeout), 1);
+        assert_eq!(health.errors(ErrorKind::Unavailable), 1);
+        assert_eq!(health.errors(ErrorKind::Other), 0);
+        let status = health.status(Some(BreakerState::Open));
+        assert!(!status.ready());
+        assert_eq!(status.last_call_ok, Some(true));
+        assert_eq!(status.breaker, Some("open"));
+    }
+}
