@@ -21,6 +21,15 @@
 //! `drop_probability` (utilization shedder, which has no `limit`, `remaining` or
 //! `reset_after`); times in seconds.
 //!
+//! `--store redis://…` (or `redis-cluster://…`) runs the keyed limiters on Redis, through the
+//! Lua twins, with the events' `t` as time (the store's explicit clock) instead of Redis
+//! `TIME`: the decisions are the memory store's, exactly. The run's keys live in a namespace of
+//! its own (`replay-RANDOM:KEY`; the output shows the trace's keys), so two runs never share
+//! state, and are kept at least [`REDIS_MIN_TTL`] of real time (Redis expires keys on its own
+//! clock, which a replay outruns). A limiter Redis cannot run is refused before the first
+//! event, naming it; the utilization shedder has no store and runs here either way. Each call
+//! has a 1 s timeout and no circuit breaker: a failing call stops the replay with an error.
+//!
 //! The trace's time 0 is the clock's epoch, so fixed windows align to whole multiples of their
 //! length from the trace's start. Input is streamed: memory grows with the number of live keys
 //! (bounded by the store), never with the length of the trace. The first bad line stops the run
@@ -42,10 +51,13 @@ use floodgate::limiter::utilization::{
 };
 use floodgate::limiter::Priority;
 use floodgate::pipeline::SHED_RETRY_AFTER;
-use floodgate::store::MemoryStore;
+use floodgate::store::{MemoryStore, Store};
 use floodgate::{ConfigError, Decision, LeaseId, ManualClock, Nanos, Op, OpKind, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+use crate::config::{BreakerConfig, ConfigFileError, StoreConfig};
+use crate::store::ServiceStore;
 
 /// Arguments of `floodgate replay`.
 #[derive(clap::Args, Debug)]
@@ -55,7 +67,9 @@ pub struct Args {
     /// or JSON file holding one.
     #[arg(long, value_name = "SPEC")]
     limiter: String,
-    /// Where the keys' state lives. Only `memory` (the embedded store) is available here.
+    /// Where the keys' state lives: `memory` (the embedded store) or a Redis
+    /// (`redis://host:port[/db]`, `redis-cluster://host:port,host:port`), run with the trace's
+    /// times.
     #[arg(long, value_name = "URL", default_value = "memory")]
     store: String,
     /// The most keys held at once (the embedded store's bound).
@@ -69,12 +83,20 @@ pub enum ReplayError {
     /// The `--limiter` spec could not be read or is invalid.
     #[error("--limiter: {0}")]
     Spec(#[from] SpecError),
-    /// The `--store` URL names a store this command cannot use.
-    #[error("--store: `{url}` is not available; use `memory`")]
-    Store {
-        /// The URL as given.
-        url: String,
+    /// The `--store` URL names no store this command can use.
+    #[error("--store: {0}")]
+    Store(#[from] ConfigFileError),
+    /// The store cannot run the limiter.
+    #[error("--limiter: the {store} store cannot run the {algorithm} algorithm (with these parameters); use --store memory")]
+    NotOnStore {
+        /// The store's kind.
+        store: &'static str,
+        /// The algorithm's name.
+        algorithm: &'static str,
     },
+    /// The runtime that drives the Redis store could not be started.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] io::Error),
     /// `--max-keys` is not a bound the store takes.
     #[error("--max-keys: {0}")]
     MaxKeys(#[source] ConfigError),
@@ -95,8 +117,11 @@ impl ReplayError {
     /// 2 for bad arguments (as for usage errors), 1 for bad input or I/O.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ReplayError::Spec(_) | ReplayError::Store { .. } | ReplayError::MaxKeys(_) => 2,
-            ReplayError::Event { .. } | ReplayError::Io(_) => 1,
+            ReplayError::Spec(_)
+            | ReplayError::Store(_)
+            | ReplayError::NotOnStore { .. }
+            | ReplayError::MaxKeys(_) => 2,
+            ReplayError::Event { .. } | ReplayError::Io(_) | ReplayError::Runtime(_) => 1,
         }
     }
 }
@@ -195,6 +220,9 @@ pub enum EventError {
     /// The limiter does not take the event's operation.
     #[error("field `op`: {0}")]
     Unsupported(#[source] StoreError),
+    /// The store failed (Redis unreachable or too slow).
+    #[error("{0}")]
+    Store(#[source] StoreError),
     /// The utilization shedder takes only `check`.
     #[error("field `op`: the utilization shedder only takes `check`, got `{op}`")]
     NotACheck {
@@ -208,14 +236,18 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
     let subject = load_spec(&args.limiter)?
         .build()
         .map_err(SpecError::Invalid)?;
-    if !matches!(args.store.as_str(), "memory" | "memory://") {
-        return Err(ReplayError::Store {
+    let backend = if matches!(args.store.as_str(), "memory" | "memory://") {
+        Backend::Memory {
+            max_keys: args.max_keys,
+        }
+    } else {
+        Backend::Redis {
             url: args.store.clone(),
-        });
-    }
+        }
+    };
     let stdin = io::stdin().lock();
     let stdout = BufWriter::new(io::stdout().lock());
-    match replay(subject, args.max_keys, stdin, stdout) {
+    match replay(subject, backend, stdin, stdout) {
         // A closed stdout (`| head`) is the reader saying it has seen enough.
         Err(ReplayError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
@@ -374,15 +406,27 @@ fn lease_id(name: &str) -> LeaseId {
     LeaseId::from(h.finish())
 }
 
+/// Where a replay keeps its keys' state.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    /// The embedded store, bounded.
+    Memory { max_keys: usize },
+    /// A Redis, run with the trace's times.
+    Redis { url: String },
+}
+
+/// How long a replay's keys stay in Redis at least, in real time.
+pub const REDIS_MIN_TTL: Duration = Duration::from_secs(3600);
+
 /// Replays `input` into `output`; the core of `run`, separated for tests.
 pub(crate) fn replay(
     subject: Subject,
-    max_keys: usize,
+    backend: Backend,
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<(), ReplayError> {
     let clock = ManualClock::new(Nanos::ZERO);
-    let mut decide = decider(subject, max_keys, clock.clone())?;
+    let mut decide = decider(subject, backend, clock.clone())?;
     let mut last = Nanos::ZERO;
     let mut line = String::new();
     let mut number = 0u64;
@@ -429,9 +473,12 @@ pub(crate) fn replay(
 type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, EventError>>;
 
 /// The function that decides events for `subject`.
-fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Decide, ReplayError> {
-    match subject {
-        Subject::Keyed(algorithm) => {
+fn decider(subject: Subject, backend: Backend, clock: ManualClock) -> Result<Decide, ReplayError> {
+    match (subject, backend) {
+        (Subject::Keyed(algorithm), Backend::Redis { url }) => {
+            redis_decider(algorithm, &url, clock)
+        }
+        (Subject::Keyed(algorithm), Backend::Memory { max_keys }) => {
             let store: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
                 .max_keys(max_keys)
                 .clock(clock)
@@ -445,7 +492,7 @@ fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Deci
                 Ok(keyed_output(event, &d, shapes))
             }))
         }
-        Subject::Utilization { seed, settings } => {
+        (Subject::Utilization { seed, settings }, _) => {
             let gauge = Arc::new(SettableUtilization::new(0.0));
             let shedder = UtilizationShedder::builder()
                 .settings(settings)
@@ -476,6 +523,56 @@ fn decider(subject: Subject, max_keys: usize, clock: ManualClock) -> Result<Deci
             }))
         }
     }
+}
+
+/// Decides on Redis, through the service's store with the trace's clock (see the
+/// [module documentation](self)).
+fn redis_decider(
+    algorithm: AnyAlgorithm,
+    url: &str,
+    clock: ManualClock,
+) -> Result<Decide, ReplayError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ReplayError::Runtime)?;
+    let config = StoreConfig {
+        url: Some(url.to_string()),
+        timeout: Some(SpecDuration(Duration::from_secs(1))),
+        breaker: Some(BreakerConfig {
+            threshold: 0,
+            ..BreakerConfig::default()
+        }),
+        ..StoreConfig::default()
+    };
+    let store = {
+        let _context = runtime.enter();
+        let explicit = clock.clone();
+        ServiceStore::from_config_with(&config, Arc::new(clock), move |b| {
+            b.clock(explicit).min_ttl(REDIS_MIN_TTL)
+        })?
+    };
+    if !store.supports(&algorithm) {
+        return Err(ReplayError::NotOnStore {
+            store: store.kind(),
+            algorithm: algorithm.name(),
+        });
+    }
+    let shapes = algorithm.supports(OpKind::Reserve);
+    let prefix = format!("replay-{:016x}:", rand::random::<u64>());
+    let mut key = String::new();
+    Ok(Box::new(move |event: &Event| {
+        key.clear();
+        key.push_str(&prefix);
+        key.push_str(&event.key);
+        let d = runtime
+            .block_on(store.apply(&algorithm, &key, event.op))
+            .map_err(|e| match e {
+                e if e.is_transient() => EventError::Store(e),
+                e => EventError::Unsupported(e),
+            })?;
+        Ok(keyed_output(event, &d, shapes))
+    }))
 }
 
 fn keyed_output<'e>(event: &'e Event, d: &Decision, shapes: bool) -> Output<'e> {
@@ -640,7 +737,12 @@ mod tests {
     fn run_trace(spec: &str, trace: &str) -> Result<Vec<Value>, ReplayError> {
         let subject = load_spec(spec).unwrap().build().unwrap();
         let mut out = Vec::new();
-        replay(subject, 1000, trace.as_bytes(), &mut out)?;
+        replay(
+            subject,
+            Backend::Memory { max_keys: 1000 },
+            trace.as_bytes(),
+            &mut out,
+        )?;
         Ok(String::from_utf8(out)
             .unwrap()
             .lines()
