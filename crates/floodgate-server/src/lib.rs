@@ -3,6 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod config;
 pub mod descriptors;
 pub mod grpc;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use floodgate_server::store::ServiceStore;
-use floodgate_server::{config, replay, runtime};
+use floodgate_server::{bench, config, replay, runtime};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
 // mimalloc's per-thread free lists serve them faster than glibc's malloc (BENCHMARKS.md).
@@ -31,6 +31,9 @@ enum Command {
     /// Replays a JSON-lines trace of requests (stdin) against one limiter and writes one JSON
     /// decision per line (stdout), in order.
     Replay(replay::Args),
+    /// Measures a store's decisions per second and latency, driven in-process as the service
+    /// drives it: a short summary, then one JSON line.
+    Bench(bench::Args),
     /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format), or a directory
     /// of them as `serve --config DIR` reads it, without serving.
     CheckConfig {
@@ -65,6 +68,10 @@ fn main() -> ExitCode {
         Command::Replay(args) => match replay::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),
+        },
+        Command::Bench(args) => match bench::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e.to_string(), 2),
         },
         Command::CheckConfig {
             path,

@@ -1,0 +1,440 @@
+//! `floodgate bench`: how many decisions per second a store gives, driven in-process the way
+//! the service drives it, for sizing (how many nodes, which store).
+//!
+//! `--concurrency C` tasks on a multi-threaded Tokio runtime each loop for `--duration`: pick a
+//! key at random among `--keys N`, make one decision with one [`Store::apply`] (`check`, cost
+//! 1; for the lease limiters an `acquire`, and its `release` right after when it was granted,
+//! counted as one decision timed by its `acquire`), record its latency. The limiter is
+//! `replay`'s spec (`{"algorithm": "gcra", …}` or `{"limiter": "concurrency", …}`); the
+//! utilization shedder has no store and is refused. The store is built exactly as
+//! `serve --store URL` builds it (timeout, breaker), and the keys live in a namespace of the
+//! run's own (`bench-RANDOM:`), so runs never see each other's state.
+//!
+//! Output: a short summary for people, then, last, one JSON line:
+//! `{"decisions", "seconds", "decisions_per_second", "p50_ms", "p99_ms", "errors"}` (plus
+//! `allowed`, `p999_ms`, `max_ms`, `store`). Latencies go into a log-linear histogram
+//! ([`Latencies`]: every value within 1% of its bucket's lower bound).
+//!
+//! This is a measuring tool, not a decision path: durations come from the real monotonic
+//! clock, [`SystemClock`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm};
+use floodgate::algorithm::Algorithm;
+use floodgate::store::Store;
+use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::config::{ConfigFileError, StoreConfig};
+use crate::replay::{load_spec, SpecError, Subject};
+use crate::store::ServiceStore;
+
+/// Arguments of `floodgate bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The store: `memory`, `redis://[user:password@]host:port[/db]` or
+    /// `redis-cluster://host:port,host:port`.
+    #[arg(long, value_name = "URL", default_value = "memory")]
+    pub store: String,
+    /// The limiter, as `replay --limiter` takes it: a JSON spec such as
+    /// '{"algorithm":"token_bucket","rate":100,"capacity":200}', or a YAML/JSON file's path.
+    #[arg(long, value_name = "SPEC")]
+    pub limiter: String,
+    /// How many distinct keys the decisions spread over, at random (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub keys: u64,
+    /// How many decisions are in flight at once (tasks; at least 1).
+    #[arg(long, value_name = "C", default_value_t = 64)]
+    pub concurrency: usize,
+    /// How long to run (`10s`, `500ms`; above 0).
+    #[arg(long, value_name = "D", default_value = "10s")]
+    pub duration: String,
+    /// Threads of the Tokio runtime (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+/// Why a bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The `--limiter` spec could not be read or is invalid.
+    #[error("--limiter: {0}")]
+    Spec(#[from] SpecError),
+    /// The limiter has no store to drive.
+    #[error("--limiter: the utilization shedder keeps no state in a store; bench a keyed algorithm or the concurrency or fleet limiter")]
+    NoStore,
+    /// An argument's value is not allowed.
+    #[error("--{arg}: invalid value `{value}` ({why})")]
+    Invalid {
+        /// The argument.
+        arg: &'static str,
+        /// The value as given.
+        value: String,
+        /// What it must be.
+        why: &'static str,
+    },
+    /// The store could not be set up.
+    #[error("--store: {0}")]
+    Store(#[from] ConfigFileError),
+    /// The store cannot run the limiter's algorithm.
+    #[error("--limiter: the {store} store cannot run the {algorithm} algorithm (with these parameters); use another algorithm or --store memory")]
+    NotOnStore {
+        /// The store's kind.
+        store: &'static str,
+        /// The algorithm's name.
+        algorithm: &'static str,
+    },
+    /// The runtime could not be started.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A bench's result: the last line of its output, as JSON.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Decisions made (errors included).
+    pub decisions: u64,
+    /// Of which allowed.
+    pub allowed: u64,
+    /// Of which failed with a store error.
+    pub errors: u64,
+    /// How long the run took, in seconds.
+    pub seconds: f64,
+    /// `decisions / seconds`.
+    pub decisions_per_second: f64,
+    /// Median latency of one decision, in milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile, in milliseconds.
+    pub p99_ms: f64,
+    /// 99.9th percentile, in milliseconds.
+    pub p999_ms: f64,
+    /// The slowest decision, in milliseconds.
+    pub max_ms: f64,
+    /// The store's kind.
+    pub store: &'static str,
+}
+
+/// Runs the bench and prints its summary and JSON line to stdout.
+pub fn run(args: &Args) -> Result<(), BenchError> {
+    let (report, summary) = bench(args)?;
+    println!("{summary}");
+    // Serializing plain numbers cannot fail.
+    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    Ok(())
+}
+
+/// Runs the bench; returns the report and the summary for people.
+pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
+    let invalid = |arg, value: String, why| BenchError::Invalid { arg, value, why };
+    let algorithm = match load_spec(&args.limiter)?
+        .build()
+        .map_err(SpecError::Invalid)?
+    {
+        Subject::Keyed(algorithm) => algorithm,
+        Subject::Utilization { .. } => return Err(BenchError::NoStore),
+    };
+    if args.keys == 0 {
+        return Err(invalid("keys", "0".into(), "at least 1"));
+    }
+    if args.concurrency == 0 {
+        return Err(invalid("concurrency", "0".into(), "at least 1"));
+    }
+    let duration = parse_duration(&args.duration)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            invalid(
+                "duration",
+                args.duration.clone(),
+                "a duration above 0, e.g. 10s",
+            )
+        })?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            return Err(invalid("threads", "0".into(), "at least 1"));
+        }
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build().map_err(BenchError::Runtime)?;
+    let config = StoreConfig {
+        url: Some(args.store.clone()),
+        ..StoreConfig::default()
+    };
+    let store = {
+        let _context = runtime.enter();
+        ServiceStore::from_config(&config)?
+    };
+    if !store.supports(&algorithm) {
+        return Err(BenchError::NotOnStore {
+            store: store.kind(),
+            algorithm: algorithm.name(),
+        });
+    }
+    let run = Run {
+        store: store.clone(),
+        algorithm,
+        keys: args.keys,
+        prefix: format!("bench-{:08x}:", rand::random::<u32>()),
+        clock: SystemClock::new(),
+    };
+    let (totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
+    let ms = |q| totals.latencies.quantile(q) as f64 / 1e6;
+    let report = Report {
+        decisions: totals.decisions,
+        allowed: totals.allowed,
+        errors: totals.errors,
+        seconds,
+        decisions_per_second: totals.decisions as f64 / seconds.max(f64::MIN_POSITIVE),
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: totals.latencies.max() as f64 / 1e6,
+        store: store.kind(),
+    };
+    let summary = format!(
+        "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
+         decisions: {} ({} allowed, {} errors): {:.0} per second\n\
+         latency of one decision: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
+        store.kind(),
+        store.health().url(),
+        run.algorithm.name(),
+        args.keys,
+        args.concurrency,
+        seconds,
+        report.decisions,
+        report.allowed,
+        report.errors,
+        report.decisions_per_second,
+        report.p50_ms,
+        report.p99_ms,
+        report.p999_ms,
+        report.max_ms,
+    );
+    Ok((report, summary))
+}
+
+/// What every task shares.
+struct Run {
+    store: ServiceStore,
+    algorithm: AnyAlgorithm,
+    keys: u64,
+    prefix: String,
+    clock: SystemClock,
+}
+
+/// One task's (or the run's) counts.
+struct Totals {
+    decisions: u64,
+    allowed: u64,
+    errors: u64,
+    latencies: Latencies,
+}
+
+impl Run {
+    /// `tasks` tasks deciding until `duration` has passed; the merged counts and the seconds
+    /// the run took (until the last task finished).
+    async fn drive(&self, tasks: usize, duration: Duration) -> (Totals, f64) {
+        let started = self.clock.now();
+        let deadline = started.saturating_add(duration);
+        let run = Arc::new(Run {
+            store: self.store.clone(),
+            algorithm: self.algorithm.clone(),
+            keys: self.keys,
+            prefix: self.prefix.clone(),
+            clock: self.clock,
+        });
+        let handles: Vec<_> = (0..tasks)
+            .map(|i| {
+                let run = run.clone();
+                tokio::spawn(async move { run.task(i as u64, deadline).await })
+            })
+            .collect();
+        let mut totals = Totals {
+            decisions: 0,
+            allowed: 0,
+            errors: 0,
+            latencies: Latencies::new(),
+        };
+        for handle in handles {
+            // A task panics only on a bug; its decisions are then missing from the counts.
+            if let Ok(t) = handle.await {
+                totals.decisions += t.decisions;
+                totals.allowed += t.allowed;
+                totals.errors += t.errors;
+                totals.latencies.merge(&t.latencies);
+            }
+        }
+        let seconds = self.clock.now().saturating_since(started).as_secs_f64();
+        (totals, seconds)
+    }
+
+    async fn task(&self, seed: u64, deadline: floodgate::Nanos) -> Totals {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ rand::random::<u64>());
+        let leases = self.algorithm.supports(OpKind::Acquire);
+        let mut totals = Totals {
+            decisions: 0,
+            allowed: 0,
+            errors: 0,
+            latencies: Latencies::new(),
+        };
+        let mut key = String::with_capacity(self.prefix.len() + 20);
+        loop {
+            let start = self.clock.now();
+            if start >= deadline {
+                return totals;
+            }
+            key.clear();
+            key.push_str(&self.prefix);
+            key.push_str(&rng.random_range(0..self.keys).to_string());
+            let lease = LeaseId(rng.random());
+            let op = if leases {
+                Op::Acquire {
+                    lease,
+                    critical: false,
+                }
+            } else {
+                Op::Check { cost: 1 }
+            };
+            let result = self.store.apply(&self.algorithm, &key, op).await;
+            totals
+                .latencies
+                .record(self.clock.now().saturating_since(start).as_nanos() as u64);
+            totals.decisions += 1;
+            match result {
+                Ok(d) if d.allowed => {
+                    totals.allowed += 1;
+                    if leases {
+                        let release = Op::Release { lease };
+                        let _ = self.store.apply(&self.algorithm, &key, release).await;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => totals.errors += 1,
+            }
+        }
+    }
+}
+
+/// A log-linear latency histogram in nanoseconds, in the manner of HDR histograms: values
+/// below 256 are counted exactly; above, each power of two is split into 128 buckets, so a
+/// value is within 1/128 of its bucket's lower bound. Fixed size (about 58 KiB), no allocation
+/// per value.
+#[derive(Clone)]
+pub struct Latencies {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+const LINEAR: usize = 256;
+const SUB: usize = 128;
+const BUCKETS: usize = LINEAR + (64 - 8) * SUB;
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies::new()
+    }
+}
+
+impl Latencies {
+    /// An empty histogram.
+    pub fn new() -> Latencies {
+        Latencies {
+            counts: vec![0; BUCKETS],
+            total: 0,
+            max: 0,
+        }
+    }
+
+    fn index(v: u64) -> usize {
+        if v < LINEAR as u64 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // 8..=63
+        let sub = (v >> (e - 7)) as usize; // 128..=255
+        LINEAR + (e - 8) * SUB + (sub - SUB)
+    }
+
+    fn lower_bound(i: usize) -> u64 {
+        if i < LINEAR {
+            return i as u64;
+        }
+        let e = (i - LINEAR) / SUB + 8;
+        let sub = ((i - LINEAR) % SUB + SUB) as u64;
+        sub << (e - 7)
+    }
+
+    /// Counts one value.
+    pub fn record(&mut self, v: u64) {
+        self.counts[Self::index(v)] += 1;
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    /// Adds `other`'s counts.
+    pub fn merge(&mut self, other: &Latencies) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
+    /// The value at quantile `q` (0..=1): the lower bound of the bucket holding the
+    /// `ceil(q × count)`-th value; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total.max(1));
+        let mut seen = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank && *n > 0 {
+                return Self::lower_bound(i).min(self.max);
+            }
+        }
+        0
+    }
+
+    /// The largest value recorded.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+}
+
+impl std::fmt::Debug for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Latencies")
+            .field("count", &self.total)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_within_one_percent_and_quantiles_pick_the_right_rank() {
+        for v in [0u64, 1, 255, 256, 257, 1000, 123_456, 50_000_000, u64::MAX] {
+            let low = Latencies::lower_bound(Latencies::index(v));
+            assert!(
+                low <= v && (v - low) as f64 <= v as f64 / 128.0,
+                "{v}: {low}"
+            );
+        }
+        let mut h = Latencies::new();
+        for v in 1..=1000u64 {
+            h.record(v * 1000); // 1 µs .. 1 ms
+        }
+        let p50 = h.quantile(0.5) as f64;
+        let p99 = h.quantile(0.99) as f64;
+        assert!((p50 - 500_000.0).abs() <= 500_000.0 / 128.0, "{p50}");
+        assert!((p99 - 990_000.0).abs() <= 990_000.0 / 128.0, "{p99}");
+        assert_eq!(h.max(), 1_000_000);
+        assert_eq!(Latencies::new().quantile(0.5), 0);
+    }
+}

@@ -1,0 +1,111 @@
+//! `floodgate bench` end to end: the real binary, on the memory store and on a Redis the test
+//! starts (never the machine's own on 6379); its last line is one JSON object with the numbers.
+
+use std::process::Command;
+
+use floodgate_redis_harness::RedisServer;
+use serde_json::Value;
+
+/// Runs `floodgate bench` with `args`; the exit status, the last line as JSON, and stderr.
+fn bench(args: &[&str]) -> (i32, Option<Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("the floodgate binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok());
+    (
+        out.status.code().unwrap_or(-1),
+        last,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_report(report: &Value, errors: u64) {
+    let decisions = report["decisions"].as_u64().expect("decisions");
+    assert!(decisions > 0, "{report}");
+    assert_eq!(report["errors"], errors, "{report}");
+    assert!(
+        report["seconds"].as_f64().expect("seconds") > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["decisions_per_second"].as_f64().expect("rate") > 0.0,
+        "{report}"
+    );
+    let (p50, p99) = (
+        report["p50_ms"].as_f64().expect("p50"),
+        report["p99_ms"].as_f64().expect("p99"),
+    );
+    assert!(0.0 <= p50 && p50 <= p99, "{report}");
+}
+
+#[test]
+fn bench_on_memory_ends_with_a_json_line() {
+    let spec = r#"{"algorithm":"token_bucket","rate":100,"capacity":10}"#;
+    let args = ["--limiter", spec, "--keys", "50", "--concurrency", "4"];
+    let (status, report, stderr) = bench(&[&args[..], &["--duration", "200ms"]].concat());
+    assert_eq!(status, 0, "{stderr}");
+    let report = report.expect("the last line is JSON");
+    assert_report(&report, 0);
+    // 50 keys of 10 tokens each: many refusals in 200 ms.
+    assert!(
+        report["allowed"].as_u64() < report["decisions"].as_u64(),
+        "{report}"
+    );
+    // Leases: each decision an acquire (and its release).
+    let spec = r#"{"limiter":"concurrency","capacity":2,"lease_ttl":"60s"}"#;
+    let (status, report, stderr) = bench(&[
+        "--limiter",
+        spec,
+        "--concurrency",
+        "4",
+        "--duration",
+        "100ms",
+    ]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_report(&report.expect("JSON"), 0);
+}
+
+#[test]
+fn bench_on_redis_ends_with_a_json_line() {
+    let redis = RedisServer::start();
+    let spec = r#"{"algorithm":"gcra","max_burst":10,"count":100,"period":"1s"}"#;
+    let url = redis.url();
+    let args = ["--store", &url, "--limiter", spec, "--keys", "100"];
+    let (status, report, stderr) =
+        bench(&[&args[..], &["--concurrency", "8", "--duration", "300ms"]].concat());
+    assert_eq!(status, 0, "{stderr}");
+    let report = report.expect("the last line is JSON");
+    assert_report(&report, report["errors"].as_u64().unwrap_or(0));
+    assert_eq!(report["store"], "redis", "{report}");
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let spec = r#"{"algorithm":"token_bucket","rate":100,"capacity":10}"#;
+    for (args, says) in [
+        (vec!["--limiter", spec, "--keys", "0"], "--keys"),
+        (vec!["--limiter", spec, "--duration", "soon"], "--duration"),
+        (
+            vec!["--limiter", spec, "--concurrency", "0"],
+            "--concurrency",
+        ),
+        (
+            vec!["--limiter", r#"{"limiter":"utilization"}"#],
+            "utilization",
+        ),
+        (
+            vec!["--limiter", spec, "--store", "mongodb://x"],
+            "store.url",
+        ),
+    ] {
+        let (status, _, stderr) = bench(&args);
+        assert_eq!(status, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
