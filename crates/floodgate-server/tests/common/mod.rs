@@ -1,2 +1,3 @@
 //! Helpers shared by the server's integration tests.
 pub mod rules;
+pub mod serve;

@@ -1,0 +1,120 @@
+//! Real `floodgate serve` processes for the multi-process tests: a config file of the test's
+//! own, the binary started on ports the OS chooses, its listening line read from stderr (and
+//! stderr drained after it, so the process never blocks on a full pipe), killed when dropped.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use floodgate_server::runtime::Listening;
+use serde_json::Value;
+
+/// A temporary directory, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes `text` to a `floodgate.yaml` of its own.
+pub fn config_file(text: &str) -> (TempDir, PathBuf) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-serve-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("floodgate.yaml");
+    std::fs::write(&path, text).expect("config written");
+    (TempDir(dir), path)
+}
+
+/// A running `floodgate serve`, killed when dropped.
+pub struct Service {
+    child: Child,
+    /// `http://ADDR` of its HTTP API.
+    pub http: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `floodgate serve --config path --store store` with `env` set, on ports the OS
+/// chooses, and waits (at most 30 s) for its listening line.
+pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+    command
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(path)
+        .args(["--store", store, "--workers", "1"])
+        .env_remove("FLOODGATE_STORE")
+        .env_remove("FLOODGATE_LEASE_SECRET")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("the floodgate binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (found, listening) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut before = Vec::new();
+        let result = loop {
+            match lines.next() {
+                Some(Ok(line)) => match Listening::parse(&line) {
+                    Some(l) => break Ok(l),
+                    None => before.push(line),
+                },
+                Some(Err(_)) | None => break Err(before.join("\n")),
+            }
+        };
+        let _ = found.send(result);
+        for _ in lines {}
+    });
+    match listening.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(l)) => Service {
+            child,
+            http: format!("http://{}", l.http),
+        },
+        Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
+        Err(e) => panic!("no listening line from floodgate serve: {e}"),
+    }
+}
+
+impl Service {
+    /// `POST path` with a JSON body: the status and the JSON answer.
+    pub async fn post(&self, client: &reqwest::Client, path: &str, body: &Value) -> (u16, Value) {
+        let response = client
+            .post(format!("{}{path}", self.http))
+            .json(body)
+            .send()
+            .await
+            .expect("the service answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    /// `GET path`: the status and the body.
+    pub async fn get(&self, client: &reqwest::Client, path: &str) -> (u16, String) {
+        let response = client
+            .get(format!("{}{path}", self.http))
+            .send()
+            .await
+            .expect("the service answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a body"))
+    }
+}
