@@ -258,3 +258,50 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
     }
     Ok(builder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BreakerConfig;
+    use floodgate::algorithm::spec::SpecDuration;
+
+    fn refused(config: StoreConfig) -> String {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _context = runtime.enter();
+        ServiceStore::from_config(&config).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_redis_settings_name_the_field() {
+        let redis = |config: StoreConfig| StoreConfig {
+            url: Some("redis://u:hunter2@127.0.0.1:1".into()),
+            ..config
+        };
+        let e = refused(redis(StoreConfig {
+            timeout: Some(SpecDuration(Duration::ZERO)),
+            ..StoreConfig::default()
+        }));
+        assert!(e.contains("store.timeout"), "{e}");
+        let e = refused(redis(StoreConfig {
+            breaker: Some(BreakerConfig {
+                threshold: 3,
+                cool_down: SpecDuration(Duration::ZERO),
+            }),
+            ..StoreConfig::default()
+        }));
+        assert!(e.contains("store.breaker.cool_down"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn the_memory_store_has_no_breaker_and_shows_its_kind() {
+        let store = ServiceStore::from_config(&StoreConfig::default()).unwrap();
+        assert_eq!(store.breaker_state(), None);
+        let status = store.status();
+        assert_eq!((status.kind, status.url.as_str()), ("memory", "memory"));
+        assert!(status.ready());
+    }
+}

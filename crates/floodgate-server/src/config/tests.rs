@@ -343,3 +343,47 @@ fn named_limits_get_namespaces_of_their_own() {
     assert_eq!(path, "limits[\"a:b\"].namespace");
     assert!(message.contains("a:b"), "{message}");
 }
+
+/// The store section: every setting read, defaults where absent, unknown fields refused.
+#[test]
+fn the_store_section_reads_its_settings_and_defaults() {
+    let config = Config::from_yaml_str(
+        "store:\n  url: redis-cluster://h1:7000,h2:7001\n  timeout: 20ms\n  \
+         breaker: {threshold: 5, cool_down: 2s}\n  password_env: REDIS_PASSWORD\n  nodes: 3\n",
+    )
+    .unwrap();
+    let store = &config.store;
+    assert_eq!(
+        store.url.as_deref(),
+        Some("redis-cluster://h1:7000,h2:7001")
+    );
+    assert_eq!(store.timeout, Some(SpecDuration(Duration::from_millis(20))));
+    assert_eq!(
+        store.breaker,
+        Some(BreakerConfig {
+            threshold: 5,
+            cool_down: SpecDuration(Duration::from_secs(2)),
+        })
+    );
+    assert_eq!(store.password_env.as_deref(), Some("REDIS_PASSWORD"));
+    assert_eq!(store.nodes, 3);
+    let config = Config::from_yaml_str("store: {breaker: {threshold: 0}}\n").unwrap();
+    assert_eq!(config.store.nodes, 1);
+    assert_eq!(
+        config.store.breaker.unwrap().cool_down,
+        SpecDuration(Duration::from_secs(1))
+    );
+    for bad in [
+        "store: {breaker: {treshold: 1}}\n",
+        "store: {nodes: -1}\n",
+        "store: {password: x}\n",
+    ] {
+        assert!(
+            matches!(
+                Config::from_yaml_str(bad),
+                Err(ConfigFileError::Yaml { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
