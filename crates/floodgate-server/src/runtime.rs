@@ -71,9 +71,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:8081). Port 0 lets the OS choose, as for `--http`.
     #[arg(long, value_name = "ADDR")]
     pub grpc: Option<SocketAddr>,
-    /// The store every limit counts in: `memory` (the default: this process alone) or
-    /// `redis://host:port[/db]`, a Redis shared by every `floodgate serve` pointing at it, so
-    /// that a limit holds across all of them. Overrides the config's `store.url`.
+    /// The store every limit counts in: `memory` (the default: this process alone),
+    /// `redis://[user@]host:port[/db]`, a Redis shared by every `floodgate serve` pointing at
+    /// it, so that a limit holds across all of them, or `redis-cluster://h1:p1,h2:p2`.
+    /// Overrides the config's `store.url` only (its timeout, breaker and password_env stay).
     #[arg(long, value_name = "URL", env = "FLOODGATE_STORE")]
     pub store: Option<String>,
     /// Worker threads, each with its own single-threaded runtime (default: one per core).
