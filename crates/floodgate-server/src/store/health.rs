@@ -194,7 +194,7 @@ impl StoreHealth {
                         kind = kind.name(),
                         suppressed,
                         error = %e,
-                        "store call failed ({suppressed} more like it not logged since the last line)"
+                        "store call failed (suppressed: failures of this kind not logged since its last line)"
                     );
                 }
             }
