@@ -198,7 +198,7 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
     let summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
          decisions: {} ({} allowed, {} errors): {:.0} per second\n\
-         latency of one decision: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
+         latency of one decision: p50 {}, p99 {}, p99.9 {}, max {}",
         store.kind(),
         store.health().url(),
         run.algorithm.name(),
@@ -209,12 +209,21 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         report.allowed,
         report.errors,
         report.decisions_per_second,
-        report.p50_ms,
-        report.p99_ms,
-        report.p999_ms,
-        report.max_ms,
+        shown(report.p50_ms),
+        shown(report.p99_ms),
+        shown(report.p999_ms),
+        shown(report.max_ms),
     );
     Ok((report, summary))
+}
+
+/// A latency in milliseconds as people read it: microseconds below 1 ms.
+fn shown(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.1} µs", ms * 1000.0)
+    } else {
+        format!("{ms:.2} ms")
+    }
 }
 
 /// What every task shares.
