@@ -10,6 +10,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::leaky_bucket::LeakyBucket;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::store::redis::redis_key;
 use floodgate::store::{MemoryStore, RedisStore, Store};
 use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock};
 use floodgate_redis_harness::RedisServer;
@@ -167,7 +168,11 @@ fn lua_twins_agree_with_the_memory_store() {
                         op
                     );
                     let exists: bool = rt
-                        .block_on(redis::cmd("EXISTS").arg(&key).query_async(&mut raw))
+                        .block_on(
+                            redis::cmd("EXISTS")
+                                .arg(redis_key(&key))
+                                .query_async(&mut raw),
+                        )
                         .unwrap();
                     if !exists {
                         floor = now;
@@ -241,7 +246,7 @@ fn ttl_is_the_time_until_fresh() {
             let d = store.apply(algorithm, key, check(0)).await.unwrap();
             assert!(d.allowed);
             let exists: bool = redis::cmd("EXISTS")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -250,7 +255,7 @@ fn ttl_is_the_time_until_fresh() {
             let d = store.apply(algorithm, key, check(3)).await.unwrap();
             assert!(d.allowed);
             let pttl: i64 = redis::cmd("PTTL")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -264,7 +269,7 @@ fn ttl_is_the_time_until_fresh() {
                 "{key}: PTTL {pttl} ms, fresh in {ceil_ms} ms"
             );
             let value: String = redis::cmd("GET")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -305,7 +310,7 @@ fn lease_ttl_is_until_the_last_lease_expires() {
                 let mut raw = raw.clone();
                 async move {
                     redis::cmd("PTTL")
-                        .arg(*key)
+                        .arg(redis_key(key))
                         .query_async::<i64>(&mut raw)
                         .await
                         .unwrap()

@@ -1,5 +1,7 @@
 -- A chain (store/chain.rs): one request's operations on several keys, in order, in one call.
--- ARGV[3]: the number of links; then, per link, its twin's name, its flags ('r': a denial
+-- ARGV[3]: the number of links; ARGV[4]: '1' if the request was already refused (by an
+-- earlier part of the chain, on another cluster slot); then, per link, its twin's name, its
+-- flags ('r': a denial
 -- refuses the request; 's': a denial ends the chain; 'a': undone if the request is refused;
 -- '-': none), its argument count n and its n arguments. KEYS[i] is link i's key.
 --
@@ -11,10 +13,10 @@
 -- back at the end (RESTORE … REPLACE), or is deleted if it did not exist. Redis runs a script
 -- alone, so nothing else ever sees the undone effects.
 local count = tonumber(ARGV[3])
-local at = 4
+local at = 5
 local replies = {}
 local kept, order = {}, {}
-local refused = false
+local refused = ARGV[4] == '1'
 for i = 1, count do
   local name, flags, n = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
   local a = {}

@@ -1,20 +1,25 @@
-//! How calls travel to Redis: by SHA with a reload on `NOSCRIPT`, singly or pipelined, under the
-//! store's timeout and circuit breaker.
+//! How calls travel to Redis: by SHA (falling back to the script's source on `NOSCRIPT`),
+//! singly or pipelined (one pipeline per cluster slot), under the store's timeout and circuit
+//! breaker.
 
 use std::future::Future;
 use std::time::Duration;
 
-use redis::Value;
+use redis::cluster_routing::Slot;
+use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
 
 use super::call::{Call, Script};
+use super::connection::Handle;
+use super::keys::Tagged;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::Request;
 use crate::{Decision, StoreError};
 
-/// A failed call: the error, and whether it is a link failure (a timeout or a connection
-/// error, which the breaker counts) rather than an answer from Redis.
+/// A failed call: the error, and whether it is a link failure (a timeout, a connection error,
+/// or a sign that the topology is changing, which the breaker counts) rather than an answer
+/// from Redis.
 pub(super) struct Failed {
     error: StoreError,
     link: bool,
@@ -26,28 +31,59 @@ impl From<StoreError> for Failed {
     }
 }
 
-impl From<redis::RedisError> for Failed {
-    fn from(e: redis::RedisError) -> Failed {
+impl From<RedisError> for Failed {
+    fn from(e: RedisError) -> Failed {
+        // Everything redis-rs would retry (I/O, `MOVED`/`ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+        // `MASTERDOWN`, `LOADING`, `READONLY`, a lost cluster node) is about the link or the
+        // topology; what it would not retry is an answer (a script error, `NOSCRIPT`, …).
         let link = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_timeout()
-            || e.is_unrecoverable_error();
+            || e.is_unrecoverable_error()
+            || !matches!(e.retry_method(), RetryMethod::NoRetry);
         // The client's own response timeout is the store's: `guarded` fills in the duration.
         let error = if e.is_timeout() {
             StoreError::Timeout(Duration::ZERO)
         } else {
-            unavailable(e)
+            StoreError::Unavailable(e.to_string())
         };
         Failed { error, link }
     }
 }
 
-fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+fn is(e: &RedisError, kind: ServerErrorKind) -> bool {
+    e.kind() == ErrorKind::Server(kind)
+}
+
+/// A reply saying the call did not run and may simply be sent again: the script is unknown
+/// there, or (on a cluster) the key's slot is elsewhere or moving.
+fn did_not_run(reply: &RedisResult<Value>, cluster: bool) -> bool {
+    use ServerErrorKind::*;
+    let Err(e) = reply else { return false };
+    is(e, NoScript)
+        || cluster
+            && [
+                Moved,
+                Ask,
+                TryAgain,
+                ClusterDown,
+                MasterDown,
+                BusyLoading,
+                ReadOnly,
+            ]
+            .into_iter()
+            .any(|kind| is(e, kind))
+}
+
+/// One call of a batch: its key, instant argument and script call.
+struct Item<'r> {
+    key: Tagged<'r>,
+    now: &'r str,
+    call: &'r Call<'r>,
 }
 
 impl Inner {
-    /// Runs `call` on `key` by SHA, loading the script once if Redis does not know it.
+    /// Runs `call` on `key`: by SHA, then once by source if Redis does not know the script.
     pub(super) async fn run(
         &self,
         algorithm: &AnyAlgorithm,
@@ -55,102 +91,120 @@ impl Inner {
         now: &str,
         call: &Call<'_>,
     ) -> Result<Decision, Failed> {
-        let value = self
-            .invoke(&self.evalsha(key, now, call), call.script)
-            .await?;
+        let mut handle = self.connection.handle();
+        let value = self.run_one(&mut handle, Tagged(key), now, call).await?;
         Ok(decode(algorithm, value)?)
     }
 
-    /// Sends `evalsha` (an `EVALSHA` of `script`); on `NOSCRIPT`, loads `script` and sends it
-    /// once more.
-    pub(super) async fn invoke(
+    /// `EVALSHA`, and `EVAL` of the source after `NOSCRIPT`. `EVAL` goes where `EVALSHA` went
+    /// (it is routed by the same key), runs the script and leaves it in that node's script
+    /// cache: one round trip, on exactly the node that lacked the script.
+    async fn run_one(
         &self,
-        evalsha: &redis::Cmd,
-        script: &Script,
-    ) -> Result<Value, Failed> {
-        let mut connection = self.connection.clone();
-        Ok(match evalsha.query_async::<Value>(&mut connection).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let loaded: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(&script.source)
-                    .query_async(&mut connection)
-                    .await?;
-                debug_assert_eq!(loaded, script.sha);
-                evalsha.query_async::<Value>(&mut connection).await
-            }
-            other => other,
-        }?)
+        handle: &mut Handle,
+        key: Tagged<'_>,
+        now: &str,
+        call: &Call<'_>,
+    ) -> RedisResult<Value> {
+        self.send_script(handle, |by_source| self.script(by_source, key, now, call))
+            .await
     }
 
-    /// `EVALSHA sha 1 key now min_ttl args…`.
-    fn evalsha(&self, key: &str, now: &str, call: &Call<'_>) -> redis::Cmd {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(&call.script.sha)
-            .arg(1)
+    /// Sends `command(false)` (an `EVALSHA`), and `command(true)` (the same call as `EVAL` of
+    /// the source) after `NOSCRIPT`; a `READONLY` answer replaces a single Redis's connection.
+    pub(super) async fn send_script(
+        &self,
+        handle: &mut Handle,
+        command: impl Fn(bool) -> redis::Cmd,
+    ) -> RedisResult<Value> {
+        let result = match command(false).query_async(handle).await {
+            Err(e) if is(&e, ServerErrorKind::NoScript) => command(true).query_async(handle).await,
+            other => other,
+        };
+        if let Err(e) = &result {
+            if is(e, ServerErrorKind::ReadOnly) {
+                self.connection.replace_if_readonly(handle);
+            }
+        }
+        result
+    }
+
+    /// `EVALSHA sha 1 key now min_ttl args…`, or `EVAL source 1 …` when `by_source`.
+    fn script(&self, by_source: bool, key: Tagged<'_>, now: &str, call: &Call<'_>) -> redis::Cmd {
+        let mut cmd = if by_source {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(&call.script.source);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&call.script.sha);
+            cmd
+        };
+        cmd.arg(1)
             .arg(key)
             .arg(now)
             .arg(self.min_ttl_ms)
             .arg(&call.args);
-        evalsha
+        cmd
     }
 
-    /// Runs every call in one pipeline (one round trip). The calls Redis answers `NOSCRIPT`
-    /// (and only those: the others have run) are sent again in a second pipeline, after
-    /// `SCRIPT LOAD` of their scripts.
+    /// Runs every call, in one pipeline on a single Redis, and in one pipeline per slot on a
+    /// cluster (sent concurrently). The first failing reply, in request order, is the batch's
+    /// error.
     pub(super) async fn run_many(
         &self,
         requests: &[Request<'_, str, AnyAlgorithm>],
         nows: &[String],
         calls: &[Call<'_>],
     ) -> Result<Vec<Decision>, Failed> {
-        let mut connection = self.connection.clone();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for ((request, now), call) in requests.iter().zip(nows).zip(calls) {
-            pipe.add_command(self.evalsha(request.key, now, call));
-        }
-        let mut replies: Vec<redis::RedisResult<Value>> = pipe.query_async(&mut connection).await?;
-        if replies.len() != calls.len() {
-            return Err(
-                StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
-            );
-        }
-        let no_script = |r: &redis::RedisResult<Value>| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
-        let missing: Vec<usize> = (0..replies.len())
-            .filter(|&i| no_script(&replies[i]))
+        let items: Vec<Item<'_>> = requests
+            .iter()
+            .zip(nows)
+            .zip(calls)
+            .map(|((request, now), call)| Item {
+                key: Tagged(request.key),
+                now,
+                call,
+            })
             .collect();
-        if !missing.is_empty() {
-            let mut scripts: Vec<&Script> = Vec::new();
-            for &i in &missing {
-                if !scripts.iter().any(|s| std::ptr::eq(*s, calls[i].script)) {
-                    scripts.push(calls[i].script);
+        let handle = self.connection.handle();
+        let replies = if self.connection.is_cluster() {
+            // Groups of indices, by slot, in order of first appearance.
+            let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let slot = item.key.slot();
+                match groups.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(i),
+                    None => groups.push((slot, vec![i])),
                 }
             }
-            let mut again = redis::pipe();
-            again.ignore_errors();
-            for script in &scripts {
-                again.cmd("SCRIPT").arg("LOAD").arg(&script.source);
+            let sent = futures_util::future::join_all(
+                groups
+                    .iter()
+                    .map(|(_, group)| self.run_group(handle.clone(), &items, group, true)),
+            )
+            .await;
+            let mut replies: Vec<Option<RedisResult<Value>>> = vec![None; items.len()];
+            for ((_, group), result) in groups.iter().zip(sent) {
+                match result {
+                    Ok(values) => {
+                        for (&i, value) in group.iter().zip(values) {
+                            replies[i] = Some(value);
+                        }
+                    }
+                    // The whole group failed: each of its calls carries the error.
+                    Err(e) => {
+                        for &i in group {
+                            replies[i] = Some(Err(e.clone()));
+                        }
+                    }
+                }
             }
-            for &i in &missing {
-                again.add_command(self.evalsha(requests[i].key, &nows[i], &calls[i]));
-            }
-            let answers: Vec<redis::RedisResult<Value>> =
-                again.query_async(&mut connection).await?;
-            if answers.len() != scripts.len() + missing.len() {
-                return Err(
-                    StoreError::Unavailable("a pipeline reply of the wrong length".into()).into(),
-                );
-            }
-            let mut answers = answers.into_iter();
-            for loaded in answers.by_ref().take(scripts.len()) {
-                loaded?;
-            }
-            for (&i, answer) in missing.iter().zip(answers) {
-                replies[i] = answer;
-            }
-        }
+            replies.into_iter().flatten().collect()
+        } else {
+            let all: Vec<usize> = (0..items.len()).collect();
+            self.run_group(handle, &items, &all, false).await?
+        };
         requests
             .iter()
             .zip(replies)
@@ -158,8 +212,75 @@ impl Inner {
             .collect()
     }
 
+    /// Runs `items[group]` in one pipeline (one round trip). The calls that did not run (and
+    /// only those, so nothing runs twice) are sent again: in a second pipeline when Redis only
+    /// lacked scripts (`EVAL` for each script's first call, which loads it, `EVALSHA` for the
+    /// others), else one by one in order, where the cluster client follows redirects and
+    /// refreshes its slot map.
+    async fn run_group(
+        &self,
+        mut handle: Handle,
+        items: &[Item<'_>],
+        group: &[usize],
+        cluster: bool,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &i in group {
+            let item = &items[i];
+            pipe.add_command(self.script(false, item.key, item.now, item.call));
+        }
+        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(&mut handle).await?;
+        if replies.len() != group.len() {
+            return Err(wrong_length());
+        }
+        if replies
+            .iter()
+            .any(|r| matches!(r, Err(e) if is(e, ServerErrorKind::ReadOnly)))
+        {
+            self.connection.replace_if_readonly(&handle);
+        }
+        let missing: Vec<usize> = (0..replies.len())
+            .filter(|&j| did_not_run(&replies[j], cluster))
+            .collect();
+        if missing.is_empty() {
+            return Ok(replies);
+        }
+        let only_scripts = missing
+            .iter()
+            .all(|&j| matches!(&replies[j], Err(e) if is(e, ServerErrorKind::NoScript)));
+        if only_scripts {
+            let mut again = redis::pipe();
+            again.ignore_errors();
+            let mut loaded: Vec<&Script> = Vec::new();
+            for &j in &missing {
+                let item = &items[group[j]];
+                let first = !loaded.iter().any(|s| std::ptr::eq(*s, item.call.script));
+                if first {
+                    loaded.push(item.call.script);
+                }
+                again.add_command(self.script(first, item.key, item.now, item.call));
+            }
+            let answers: Vec<RedisResult<Value>> = again.query_async(&mut handle).await?;
+            if answers.len() != missing.len() {
+                return Err(wrong_length());
+            }
+            for (&j, answer) in missing.iter().zip(answers) {
+                replies[j] = answer;
+            }
+        } else {
+            for &j in &missing {
+                let item = &items[group[j]];
+                replies[j] = self
+                    .run_one(&mut handle, item.key, item.now, item.call)
+                    .await;
+            }
+        }
+        Ok(replies)
+    }
+
     /// Runs `calls` under the breaker and the timeout: refused at once while the breaker is
-    /// open; a timeout or a connection error counts towards opening it, a success closes it.
+    /// open; a link failure counts towards opening it, a success closes it.
     pub(super) async fn guarded<T>(
         &self,
         calls: impl Future<Output = Result<T, Failed>>,
@@ -178,4 +299,8 @@ impl Inner {
             other => other,
         })
     }
+}
+
+fn wrong_length() -> RedisError {
+    RedisError::from((ErrorKind::Client, "a pipeline reply of the wrong length"))
 }

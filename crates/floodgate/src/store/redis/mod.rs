@@ -10,8 +10,9 @@
 //! sharing `prelude.lua`). One operation is one script call: the script reads the key's state,
 //! applies the rule and writes the new state, and Redis runs scripts one at a time, so the
 //! transition is atomic and linearizable per key. Scripts are called by their SHA-1 (`EVALSHA`);
-//! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store loads
-//! the script (`SCRIPT LOAD`) and calls it again.
+//! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store
+//! sends the call again as `EVAL` of the script's source, which runs it and leaves it in that
+//! server's script cache, so later calls go by SHA again.
 //!
 //! # Connecting
 //!
@@ -22,9 +23,18 @@
 //!
 //! # Keys and state
 //!
-//! The key is used exactly as given (limiters pass `namespace:key`), one Redis key per limiter
-//! key (no companion keys). Its value is one short string, the algorithm's tag and its state
-//! separated by `:`, or for the lease algorithms a sorted set:
+//! One Redis key per limiter key (no companion keys), hash-tagged so that everything of one
+//! user shares one Redis Cluster slot: limiters pass `namespace:key` (namespaces never contain
+//! `:`, `{` or `}`), written as `namespace:{key}`; a key without `:` is written as `{key}`
+//! ([`redis_key`] gives the Redis key of a store key, for looking at state by hand). So
+//! `api:alice` and `login:alice` live on the same cluster node, and a batch for one user is one
+//! pipeline. The layout is the same on a single Redis and on a cluster. Two edge cases follow
+//! Redis's hashing rule (the part between the first `{` and the first `}` after it, if not
+//! empty): `ns:` (an empty key) is written `ns:{}`, which Redis hashes whole; a key containing
+//! `}` is hashed up to it (`ns:{a}b}` hashes `a`). Either way the mapping stays one-to-one.
+//!
+//! Its value is one short string, the algorithm's tag and its state separated by `:`, or for
+//! the lease algorithms a sorted set:
 //!
 //! | algorithm | value |
 //! |---|---|
@@ -126,8 +136,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use super::{Link, Linked, Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
@@ -135,12 +143,16 @@ use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
 mod breaker;
 mod call;
 mod chain;
+mod connection;
+mod keys;
 mod link;
 mod reply;
 use breaker::Breaker;
 pub use breaker::BreakerState;
 pub use call::script_source;
 use call::{lease_rule, not_on_redis, Call, Scripts, MAX_MICROS};
+use connection::Connection;
+pub use keys::redis_key;
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
 /// the URL with any password replaced by `***`.
@@ -245,35 +257,13 @@ impl RedisStoreBuilder {
     /// Must be called inside a Tokio runtime, which runs the connection. A URL that is not a
     /// Redis URL (`redis://[user:password@]host:port[/db]`) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
-        let bad_url = || {
-            ConfigError::invalid(
-                "url",
-                redacted(&self.url),
-                "must be redis://host:port[/db] or rediss://host:port[/db]",
-            )
+        let tls_ca = match &self.tls_ca_file {
+            None => None,
+            Some(path) => Some(std::fs::read(path).map_err(|_| {
+                ConfigError::invalid("tls_ca_file", path.display(), "must be a readable file")
+            })?),
         };
-        let client = match &self.tls_ca_file {
-            None => redis::Client::open(self.url.as_str()).map_err(|_| bad_url())?,
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|_| {
-                    ConfigError::invalid("tls_ca_file", path.display(), "must be a readable file")
-                })?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                redis::Client::build_with_tls(self.url.as_str(), certificates)
-                    .map_err(|_| bad_url())?
-            }
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(self.timeout);
-        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(|_| {
-            ConfigError::invalid("url", redacted(&self.url), "could not set up a client")
-        })?;
+        let connection = Connection::new(&self.url, self.timeout, tls_ca)?;
         let breaker_clock: Arc<dyn Clock> = match &self.clock {
             Some(ExplicitClock(clock)) => clock.clone(),
             None => Arc::new(SystemClock::new()),
@@ -303,7 +293,7 @@ pub struct RedisStore {
 
 #[derive(Debug)]
 struct Inner {
-    connection: ConnectionManager,
+    connection: Connection,
     timeout: Duration,
     min_ttl_ms: u64,
     clock: Option<ExplicitClock>,

@@ -1,0 +1,216 @@
+//! The store's connection: one Redis (redis-rs's `ConnectionManager`) or a Redis Cluster
+//! (redis-rs's cluster client), behind one enum, so that calls, pipelines, timeouts and the
+//! breaker work the same on both.
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::redacted;
+use crate::ConfigError;
+
+/// The URL scheme of a Redis Cluster.
+const CLUSTER_SCHEME: &str = "redis-cluster://";
+
+/// Where the store's calls go.
+pub(super) enum Connection {
+    /// One Redis. The manager sits behind a lock only so that a `READONLY` answer (the server
+    /// was demoted to a replica) can replace it with a fresh one; calls clone it out.
+    Single {
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        current: RwLock<(u64, ConnectionManager)>,
+    },
+    /// A Redis Cluster: the client routes each command by its key's slot, follows `MOVED` and
+    /// `ASK`, and refreshes its slot map after `MOVED`, `READONLY` and lost nodes.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Connection::Single { .. } => "Connection::Single",
+            Connection::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+/// One call's hold on the connection (a cheap clone), usable as a redis-rs connection.
+#[derive(Clone)]
+pub(super) enum Handle {
+    /// The manager, and which one it was (see [`Connection::replace_if_readonly`]).
+    Single(u64, ConnectionManager),
+    /// The cluster connection.
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// A connection to `url` (`redis://…`, `rediss://…`, `unix://…` or
+    /// `redis-cluster://[user:password@]host:port,host:port,…`), made by the first call. With
+    /// `tls_ca` (PEM), a `rediss://` server's certificate is checked against those CAs instead
+    /// of the system's.
+    pub(super) fn new(
+        url: &str,
+        timeout: Duration,
+        tls_ca: Option<Vec<u8>>,
+    ) -> Result<Connection, ConfigError> {
+        if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+            return cluster(url, rest, timeout);
+        }
+        let bad_url = || {
+            ConfigError::invalid(
+                "url",
+                redacted(url),
+                "must be redis://host:port[/db], rediss://host:port[/db] or \
+                 redis-cluster://host:port,host:port,…",
+            )
+        };
+        let client = match tls_ca {
+            None => redis::Client::open(url).map_err(|_| bad_url())?,
+            Some(pem) => {
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(url, certificates).map_err(|_| bad_url())?
+            }
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(timeout);
+        let manager = lazy_manager(&client, &config, url)?;
+        Ok(Connection::Single {
+            client,
+            config,
+            current: RwLock::new((0, manager)),
+        })
+    }
+
+    /// A handle for one call.
+    pub(super) fn handle(&self) -> Handle {
+        match self {
+            Connection::Single { current, .. } => {
+                let guard = current.read().unwrap_or_else(|e| e.into_inner());
+                Handle::Single(guard.0, guard.1.clone())
+            }
+            Connection::Cluster(cluster) => Handle::Cluster(cluster.clone()),
+        }
+    }
+
+    /// Whether this is a cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
+    /// After `handle` got `READONLY` from a single Redis (it was demoted to a replica, and the
+    /// manager would keep using its connection to it): replaces the manager with a fresh one,
+    /// which connects anew (to whatever the URL points at now) on the next call. Only once per
+    /// manager, however many calls saw the answer. The cluster client handles `READONLY`
+    /// itself (it refreshes its slot map and retries).
+    pub(super) fn replace_if_readonly(&self, handle: &Handle) {
+        let (
+            Connection::Single {
+                client,
+                config,
+                current,
+            },
+            Handle::Single(used, _),
+        ) = (self, handle)
+        else {
+            return;
+        };
+        let mut guard = current.write().unwrap_or_else(|e| e.into_inner());
+        if guard.0 != *used {
+            return;
+        }
+        // Building a lazy manager only fails for URLs `new` already accepted.
+        if let Ok(fresh) = lazy_manager(client, config, "") {
+            *guard = (used.wrapping_add(1), fresh);
+        }
+    }
+}
+
+fn lazy_manager(
+    client: &redis::Client,
+    config: &ConnectionManagerConfig,
+    url: &str,
+) -> Result<ConnectionManager, ConfigError> {
+    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+        .map_err(|_| ConfigError::invalid("url", redacted(url), "could not set up a client"))
+}
+
+/// The cluster connection for `url` = `redis-cluster://` + `rest`.
+fn cluster(url: &str, rest: &str, timeout: Duration) -> Result<Connection, ConfigError> {
+    let invalid = |reason| ConfigError::invalid("url", redacted(url), reason);
+    let (user_info, hosts) = match rest.rsplit_once('@') {
+        Some((user_info, hosts)) => (Some(user_info), hosts),
+        None => (None, rest),
+    };
+    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+    if hosts.is_empty() || hosts.contains('/') {
+        return Err(invalid(
+            "must be redis-cluster://[user:password@]host:port,host:port,… (no database)",
+        ));
+    }
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(|host| match user_info {
+            Some(user_info) => format!("redis://{user_info}@{host}"),
+            None => format!("redis://{host}"),
+        })
+        .collect();
+    if nodes.iter().any(|n| n.ends_with("//") || n.ends_with('@')) {
+        return Err(invalid("has an empty host"));
+    }
+    let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let client = ClusterClientBuilder::new(nodes)
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        // Enough for a redirect, a refresh after READONLY and a retry; the store's timeout
+        // bounds them all anyway.
+        .retries(4)
+        .min_retry_wait(1)
+        .max_retry_wait(millis.clamp(2, 1_000))
+        .build()
+        .map_err(|_| invalid("must be redis-cluster://[user:password@]host:port,host:port,…"))?;
+    let config = ClusterConfig::new()
+        .set_connection_timeout(timeout)
+        .set_response_timeout(timeout);
+    Ok(Connection::Cluster(
+        client.get_pending_async_connection_with_config(config),
+    ))
+}
+
+impl ConnectionLike for Handle {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Handle::Single(_, manager) => manager.req_packed_command(cmd),
+            Handle::Cluster(cluster) => cluster.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Handle::Single(_, manager) => manager.req_packed_commands(pipeline, offset, count),
+            Handle::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Handle::Single(_, manager) => manager.get_db(),
+            Handle::Cluster(cluster) => cluster.get_db(),
+        }
+    }
+}

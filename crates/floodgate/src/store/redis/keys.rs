@@ -1,0 +1,108 @@
+//! From a store key to the Redis key that holds its state: hash-tagged, so that what belongs to
+//! one user (every namespace's `ns:user`) shares one Redis Cluster slot.
+
+use std::io::Write;
+
+use redis::cluster_routing::Slot;
+use redis::{RedisWrite, ToRedisArgs, ToSingleRedisArg};
+
+/// The Redis key holding `key`'s state: `ns:{rest}` for `ns:rest` (split at the first `:`), and
+/// `{key}` for a key without `:`. See the [module documentation](super#keys-and-state).
+///
+/// For looking at (or deleting) a key's state by hand; the store itself writes the same bytes
+/// without building this string.
+pub fn redis_key(key: &str) -> String {
+    let tagged = Tagged(key);
+    let mut out = String::with_capacity(tagged.len());
+    let (namespace, rest) = tagged.parts();
+    out.push_str(namespace);
+    out.push('{');
+    out.push_str(rest);
+    out.push('}');
+    out
+}
+
+/// A store key, written to Redis in its tagged form without an intermediate string.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tagged<'a>(pub(super) &'a str);
+
+impl<'a> Tagged<'a> {
+    /// The part before the tag (`ns:`, or empty) and the tagged part.
+    fn parts(self) -> (&'a str, &'a str) {
+        match self.0.find(':') {
+            Some(colon) => self.0.split_at(colon + 1),
+            None => ("", self.0),
+        }
+    }
+
+    /// The length of the Redis key in bytes.
+    fn len(self) -> usize {
+        self.0.len() + 2
+    }
+
+    /// The Redis Cluster slot of the Redis key (computed on the stack for keys up to 128 bytes).
+    pub(super) fn slot(self) -> Slot {
+        let mut buffer = [0u8; 128];
+        if self.len() <= buffer.len() {
+            let mut cursor = &mut buffer[..];
+            self.write_to(&mut cursor);
+            Slot::for_key(&buffer[..self.len()])
+        } else {
+            Slot::for_key(redis_key(self.0))
+        }
+    }
+
+    fn write_to(self, out: &mut impl Write) {
+        let (namespace, rest) = self.parts();
+        // Writing to a command buffer or a slice of the right length cannot fail.
+        let _ = out
+            .write_all(namespace.as_bytes())
+            .and_then(|()| out.write_all(b"{"))
+            .and_then(|()| out.write_all(rest.as_bytes()))
+            .and_then(|()| out.write_all(b"}"));
+    }
+}
+
+impl ToRedisArgs for Tagged<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        self.write_to(&mut out.writer_for_next_arg());
+    }
+}
+
+impl ToSingleRedisArg for Tagged<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_tagged_by_what_follows_the_namespace() {
+        assert_eq!(redis_key("api:alice"), "api:{alice}");
+        assert_eq!(redis_key("api:a:b"), "api:{a:b}");
+        assert_eq!(redis_key("alice"), "{alice}");
+        assert_eq!(redis_key("api:"), "api:{}");
+        assert_eq!(redis_key(""), "{}");
+        for key in ["api:alice", "alice", "api:", "x:{y}"] {
+            let cmd = redis::cmd("GET").arg(Tagged(key)).clone();
+            assert_eq!(
+                cmd.args_iter().nth(1),
+                Some(redis::Arg::Simple(redis_key(key).as_bytes()))
+            );
+        }
+    }
+
+    #[test]
+    fn one_users_keys_share_a_slot() {
+        assert_eq!(Tagged("api:alice").slot(), Tagged("login:alice").slot());
+        assert_eq!(Tagged("api:alice").slot(), Slot::for_key("alice"));
+        assert_eq!(Tagged("alice").slot(), Slot::for_key("alice"));
+        // Longer than the stack buffer: the same slot, computed from the string.
+        let long = format!("api:{}", "u".repeat(300));
+        assert_eq!(Tagged(&long).slot(), Slot::for_key("u".repeat(300)));
+        // An empty tag: Redis hashes the whole key.
+        assert_eq!(Tagged("api:").slot(), Slot::for_key("api:{}"));
+    }
+}
