@@ -20,11 +20,7 @@ const CLUSTER_SCHEME: &str = "redis-cluster://";
 pub(super) enum Connection {
     /// One Redis. The manager sits behind a lock only so that a `READONLY` answer (the server
     /// was demoted to a replica) can replace it with a fresh one; calls clone it out.
-    Single {
-        client: redis::Client,
-        config: ConnectionManagerConfig,
-        current: RwLock<(u64, ConnectionManager)>,
-    },
+    Single(Box<Single>),
     /// A Redis Cluster: the client routes each command by its key's slot, follows `MOVED` and
     /// `ASK`, and refreshes its slot map after `MOVED`, `READONLY` and lost nodes.
     Cluster(ClusterConnection),
@@ -33,10 +29,17 @@ pub(super) enum Connection {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Connection::Single { .. } => "Connection::Single",
+            Connection::Single(_) => "Connection::Single",
             Connection::Cluster(_) => "Connection::Cluster",
         })
     }
+}
+
+/// One Redis: how to make a manager, and the current one with its generation.
+pub(super) struct Single {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    current: RwLock<(u64, ConnectionManager)>,
 }
 
 /// One call's hold on the connection (a cheap clone), usable as a redis-rs connection.
@@ -85,18 +88,18 @@ impl Connection {
             .set_number_of_retries(1)
             .set_max_delay(timeout);
         let manager = lazy_manager(&client, &config, url)?;
-        Ok(Connection::Single {
+        Ok(Connection::Single(Box::new(Single {
             client,
             config,
             current: RwLock::new((0, manager)),
-        })
+        })))
     }
 
     /// A handle for one call.
     pub(super) fn handle(&self) -> Handle {
         match self {
-            Connection::Single { current, .. } => {
-                let guard = current.read().unwrap_or_else(|e| e.into_inner());
+            Connection::Single(single) => {
+                let guard = single.current.read().unwrap_or_else(|e| e.into_inner());
                 Handle::Single(guard.0, guard.1.clone())
             }
             Connection::Cluster(cluster) => Handle::Cluster(cluster.clone()),
@@ -114,23 +117,15 @@ impl Connection {
     /// manager, however many calls saw the answer. The cluster client handles `READONLY`
     /// itself (it refreshes its slot map and retries).
     pub(super) fn replace_if_readonly(&self, handle: &Handle) {
-        let (
-            Connection::Single {
-                client,
-                config,
-                current,
-            },
-            Handle::Single(used, _),
-        ) = (self, handle)
-        else {
+        let (Connection::Single(single), Handle::Single(used, _)) = (self, handle) else {
             return;
         };
-        let mut guard = current.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = single.current.write().unwrap_or_else(|e| e.into_inner());
         if guard.0 != *used {
             return;
         }
         // Building a lazy manager only fails for URLs `new` already accepted.
-        if let Ok(fresh) = lazy_manager(client, config, "") {
+        if let Ok(fresh) = lazy_manager(&single.client, &single.config, "") {
             *guard = (used.wrapping_add(1), fresh);
         }
     }
