@@ -14,11 +14,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod cluster;
+pub use cluster::{ClusterNode, RedisCluster};
+
 /// A `redis-server` of our own, killed when dropped.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Arguments after the common ones (a cluster node's, or a TLS port's).
+    extra: Vec<String>,
     tls: Option<Tls>,
 }
 
@@ -27,13 +32,6 @@ pub struct RedisServer {
 struct Tls {
     port: u16,
     dir: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Runs `openssl` with `args` in `dir`, panicking if it fails.
@@ -52,9 +50,15 @@ impl RedisServer {
     /// Starts one on a free loopback port and waits until it answers `PING`. Panics if
     /// `redis-server` is not installed or does not come up within 5 s.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(free_port(), Vec::new())
+    }
+
+    /// Starts one on `port` with `extra` arguments after the common ones.
+    fn start_with(port: u16, extra: Vec<String>) -> RedisServer {
         let mut server = RedisServer {
-            port: free_port(),
+            port,
             child: None,
+            extra,
             tls: None,
         };
         server.restart();
@@ -111,13 +115,28 @@ impl RedisServer {
             &dir,
             &[&sign[..], &signed, &["-extfile", "san.cnf"]].concat(),
         );
+        let tls = Tls {
+            port: free_port(),
+            dir,
+        };
+        let file = |name: &str| tls.dir.join(name).display().to_string();
+        let extra = vec![
+            "--tls-port".to_string(),
+            tls.port.to_string(),
+            "--tls-cert-file".to_string(),
+            file("server.crt"),
+            "--tls-key-file".to_string(),
+            file("server.key"),
+            "--tls-ca-cert-file".to_string(),
+            file("ca.crt"),
+            "--tls-auth-clients".to_string(),
+            "no".to_string(),
+        ];
         let mut server = RedisServer {
             port,
             child: None,
-            tls: Some(Tls {
-                port: free_port(),
-                dir,
-            }),
+            extra,
+            tls: Some(tls),
         };
         server.restart();
         server
@@ -149,27 +168,13 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Starts the process (again) on the same port, empty, and waits until it answers `PING`.
+    /// Starts the process (again) on the same port, empty (a cluster node keeps its identity
+    /// from its cluster config file), and waits until it answers `PING`.
     pub fn restart(&mut self) {
-        let mut command = Command::new("redis-server");
-        command.args(["--port", &self.port.to_string()]).args([
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--bind",
-            "127.0.0.1",
-        ]);
-        if let Some(tls) = &self.tls {
-            let file = |name: &str| tls.dir.join(name).display().to_string();
-            command
-                .args(["--tls-port", &tls.port.to_string()])
-                .args(["--tls-cert-file", &file("server.crt")])
-                .args(["--tls-key-file", &file("server.key")])
-                .args(["--tls-ca-cert-file", &file("ca.crt")])
-                .args(["--tls-auth-clients", "no"]);
-        }
-        let child = command
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -220,6 +225,14 @@ impl RedisServer {
         }
         false
     }
+}
+
+/// A free loopback port (free now: the server binds it right after).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl Drop for RedisServer {
