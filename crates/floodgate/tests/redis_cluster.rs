@@ -1,0 +1,285 @@
+//! The Redis store against a real Redis Cluster of the test's own (3 masters, `redis-server`
+//! processes on free loopback ports, joined by `redis-cli --cluster create`), one per test.
+#![cfg(feature = "redis")]
+
+mod conformance;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use floodgate::algorithm::fixed_window::FixedWindow;
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::store::redis::redis_key;
+use floodgate::store::{RedisStore, Request, Store};
+use floodgate::{Clock, ManualClock, Nanos, Op, SystemClock};
+use floodgate_redis_harness::RedisCluster;
+
+/// A cluster connection of the test's own, to look at what the store wrote.
+async fn raw(cluster: &RedisCluster) -> redis::cluster_async::ClusterConnection {
+    let nodes: Vec<String> = cluster.servers().iter().map(|s| s.url()).collect();
+    redis::cluster::ClusterClient::new(nodes)
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn check(cost: u64) -> Op {
+    Op::Check { cost }
+}
+
+/// The masters serving `keys` (store keys).
+fn masters_of<'a>(
+    cluster: &RedisCluster,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> BTreeSet<u16> {
+    keys.into_iter()
+        .map(|k| cluster.master_of(&redis_key(k)))
+        .collect()
+}
+
+/// The same random sequences as on a single Redis (`tests/redis_store.rs`), on a cluster: the
+/// Lua twins agree with the memory store, with the keys spread over the masters.
+#[test]
+fn lua_twins_agree_with_the_memory_store_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let rt = runtime();
+    let raw = rt.block_on(raw(&cluster));
+    conformance::lua_twins_agree_with_the_memory_store(&rt, &cluster.url(), raw);
+    let keys: Vec<String> = (0..8).map(|n| format!("conformance:{n}")).collect();
+    let masters = masters_of(&cluster, keys.iter().map(String::as_str));
+    assert!(masters.len() >= 2, "the keys all landed on {masters:?}");
+}
+
+/// A user's keys under several namespaces share a node; different users spread over nodes;
+/// the state is written under the hash-tagged key, on the node serving its slot.
+#[test]
+fn one_users_keys_share_a_node_and_users_spread() {
+    let cluster = RedisCluster::start(3, 0);
+    let rt = runtime();
+    rt.block_on(async {
+        let store = RedisStore::builder(cluster.url())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let fw: AnyAlgorithm = FixedWindow::new(3, Duration::from_secs(3600))
+            .unwrap()
+            .into();
+        let users: Vec<String> = (0..6).map(|i| format!("user{i}")).collect();
+        for user in &users {
+            let keys = [format!("api:{user}"), format!("login:{user}")];
+            for key in &keys {
+                let mut allowed = 0;
+                for _ in 0..5 {
+                    allowed += u64::from(store.apply(&fw, key, check(1)).await.unwrap().allowed);
+                }
+                assert_eq!(allowed, 3, "{key}");
+            }
+            let masters = masters_of(&cluster, keys.iter().map(String::as_str));
+            assert_eq!(masters.len(), 1, "{user}'s keys are on {masters:?}");
+            let port = *masters.first().unwrap();
+            let value = cluster.cli(port, &["GET", &redis_key(&keys[0])]).unwrap();
+            assert!(value.starts_with("F:"), "{user}: {value:?}");
+        }
+        let masters = masters_of(&cluster, users.iter().map(|u| u.as_str()));
+        assert!(masters.len() >= 2, "the users all landed on {masters:?}");
+    });
+}
+
+/// `apply_many` over keys on several nodes (one pipeline per slot) gives the decisions the same
+/// operations give one by one, in request order, also right after `SCRIPT FLUSH` on every node
+/// (`NOSCRIPT` in pipelines and single calls: the calls are sent again by source).
+#[test]
+fn apply_many_across_slots_agrees_with_one_by_one_and_survives_script_flush() {
+    let cluster = RedisCluster::start(3, 0);
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(conformance::START));
+    rt.block_on(async {
+        let store = RedisStore::builder(cluster.url())
+            .clock(clock.clone())
+            .min_ttl(Duration::from_secs(3600))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let algorithms: [AnyAlgorithm; 6] = [
+            Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
+            FixedWindow::new(3, Duration::from_secs(10)).unwrap().into(),
+            TokenBucket::new(0.5, 4).unwrap().into(),
+            Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
+            FixedWindow::new(3, Duration::from_secs(10)).unwrap().into(),
+            TokenBucket::new(0.5, 4).unwrap().into(),
+        ];
+        // Six users (several slots and nodes); the fourth request repeats the first key and the
+        // fifth shares the second's user (same slot, another namespace).
+        let names = ["g:a", "fw:b", "tb:c", "g:a", "fw2:b", "tb:f"];
+        let costs = [1u64, 2, 1, 1, 1, 2];
+        let many: Vec<String> = names.iter().map(|n| format!("many-{n}")).collect();
+        let masters = masters_of(&cluster, many.iter().map(|k| k.as_str()));
+        assert!(masters.len() >= 2, "the batch only touches {masters:?}");
+        let mut denied = false;
+        for round in 0..6 {
+            if round % 2 == 1 {
+                for server in cluster.servers() {
+                    assert!(cluster.cli(server.port(), &["SCRIPT", "FLUSH"]).is_some());
+                }
+            }
+            let requests: Vec<Request<'_, str, AnyAlgorithm>> = (0..names.len())
+                .map(|i| Request {
+                    algorithm: &algorithms[i],
+                    key: many[i].as_str(),
+                    op: check(costs[i]),
+                })
+                .collect();
+            let got = store.apply_many(&requests).await.unwrap();
+            let mut expected = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                let one = format!("one-{name}");
+                expected.push(
+                    store
+                        .apply(&algorithms[i], one.as_str(), check(costs[i]))
+                        .await
+                        .unwrap(),
+                );
+            }
+            assert_eq!(got, expected, "round {round}");
+            denied |= got.iter().any(|d| !d.allowed);
+            clock.advance(Duration::from_millis(700));
+        }
+        assert!(denied, "the comparison covers denials too");
+        assert!(store.apply_many(&[]).await.unwrap().is_empty());
+    });
+}
+
+/// Failovers under a loop of requests, without rebuilding the store: a manual one
+/// (`CLUSTER FAILOVER` on a replica, which loses no acknowledged write) and a dead master (its
+/// replica takes over after `cluster-node-timeout`). Every call returns within the timeout
+/// (plus scheduling slack), and afterwards calls succeed again by themselves and limits hold
+/// exactly.
+#[test]
+fn failovers_under_load_bound_every_call_and_counting_resumes() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let rt = runtime();
+    let timeout = Duration::from_millis(200);
+    let slack = Duration::from_millis(150);
+    let wall = SystemClock::new();
+    let store = {
+        let _guard = rt.enter();
+        RedisStore::builder(cluster.url())
+            .timeout(timeout)
+            .breaker(3, Duration::from_millis(100))
+            .build()
+            .unwrap()
+    };
+    let big: AnyAlgorithm = FixedWindow::new(1_000_000, Duration::from_secs(3600))
+        .unwrap()
+        .into();
+    let keys: Vec<String> = (0..12).map(|i| format!("load:u{i}")).collect();
+    assert!(masters_of(&cluster, keys.iter().map(|k| k.as_str())).len() >= 2);
+    // Calls in a loop until `done`, then until `after` more succeed: how many were allowed per
+    // key, and the slowest call.
+    let hammer = |done: &AtomicBool, after: usize| {
+        rt.block_on(async {
+            let mut allowed = vec![0u64; keys.len()];
+            let (mut slowest, mut ok_after, mut errors) = (Duration::ZERO, 0, 0);
+            let mut i = 0;
+            while ok_after < after {
+                let finished = done.load(Ordering::Acquire);
+                let k = i % keys.len();
+                i += 1;
+                let start = wall.now();
+                let result = store.apply(&big, keys[k].as_str(), check(1)).await;
+                let took = wall.now().saturating_since(start);
+                slowest = slowest.max(took);
+                assert!(took < timeout + slack, "call {i} took {took:?}: {result:?}");
+                match result {
+                    Ok(d) => {
+                        allowed[k] += u64::from(d.allowed);
+                        ok_after += usize::from(finished);
+                    }
+                    Err(e) => {
+                        assert!(e.is_transient(), "{e}");
+                        errors += 1;
+                        // Nothing to gain from spinning on an open breaker.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                assert!(i < 200_000, "calls never succeeded again");
+            }
+            (allowed, slowest, errors)
+        })
+    };
+
+    // 1. A manual failover of the master serving the first key.
+    let master = cluster.master_of(&redis_key(&keys[0]));
+    let done = AtomicBool::new(false);
+    let (allowed, slowest, errors) = std::thread::scope(|s| {
+        let failing_over = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            let new_master = cluster.failover(master);
+            done.store(true, Ordering::Release);
+            new_master
+        });
+        let result = hammer(&done, 200);
+        let new_master = failing_over.join().unwrap();
+        assert_eq!(cluster.master_of(&redis_key(&keys[0])), new_master);
+        result
+    });
+    eprintln!("manual failover: slowest call {slowest:?}, {errors} errors");
+    // No acknowledged write is lost in a manual failover: the store counted at least every
+    // allowed call (more if a call timed out after it had run).
+    rt.block_on(async {
+        for (key, &n) in keys.iter().zip(&allowed) {
+            let d = store.apply(&big, key.as_str(), check(0)).await.unwrap();
+            assert!(1_000_000 - d.remaining >= n, "{key}: {d:?}, {n} allowed");
+        }
+    });
+
+    // 2. A master killed: its replica takes over after the node timeout.
+    let victim = cluster.master_of(&redis_key(&keys[1]));
+    let done = AtomicBool::new(false);
+    let (_, slowest, errors) = std::thread::scope(|s| {
+        let cluster = &mut cluster;
+        let done = &done;
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            cluster.server_mut(victim).kill();
+            cluster.wait_until_ok();
+            done.store(true, Ordering::Release);
+        });
+        hammer(done, 200)
+    });
+    eprintln!("master killed: slowest call {slowest:?}, {errors} errors");
+    assert_ne!(cluster.master_of(&redis_key(&keys[1])), victim);
+
+    // Exact counting on the same store, on every node.
+    rt.block_on(async {
+        let limited: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(3600))
+            .unwrap()
+            .into();
+        for key in &keys {
+            let key = format!("after:{key}");
+            let mut allowed = 0;
+            for _ in 0..8 {
+                allowed += u64::from(
+                    store
+                        .apply(&limited, key.as_str(), check(1))
+                        .await
+                        .unwrap()
+                        .allowed,
+                );
+            }
+            assert_eq!(allowed, 5, "{key}");
+        }
+    });
+}
