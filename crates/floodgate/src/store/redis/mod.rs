@@ -55,7 +55,8 @@
 //! # TTL
 //!
 //! Every write sets a TTL (`SET … PX`) equal to the time until the state is indistinguishable
-//! from a fresh key's (the algorithm's [`is_fresh`](crate::algorithm::Algorithm::is_fresh)), rounded up to whole
+//! from a fresh key's (the algorithm's
+//! [`Algorithm::is_fresh`](crate::algorithm::Algorithm::is_fresh)), rounded up to whole
 //! milliseconds, which is Redis's resolution: a key outlives its last useful instant by less than
 //! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
 //! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
@@ -101,22 +102,63 @@
 //! connection or a Redis error is [`StoreError::Unavailable`]. The connection
 //! (redis-rs's `ConnectionManager`, one multiplexed connection that concurrent calls share)
 //! reconnects by itself, so calls succeed again once Redis is back, without restarting anything.
-//! A key holding a value of another Redis type (not a string) makes the script fail:
+//! A server that answers `READONLY` (a master demoted to a replica by a failover, while the
+//! connection still points at it) fails that call and makes the store drop the connection: the
+//! next call connects anew, to whatever the URL names now (a DNS name or proxy that follows the
+//! master). A key holding a value of another Redis type (not a string) makes the script fail:
 //! [`StoreError::Unavailable`].
 //!
 //! # Several operations in one round trip
 //!
 //! [`Store::apply_many`] checks every operation first (refusing the whole batch, before
 //! anything is sent, if one cannot run here), then sends all their `EVALSHA` calls in one
-//! pipeline, under one timeout and one breaker permit. Each call is still atomic on its own key;
-//! the batch as a whole is not a transaction. The calls Redis answers `NOSCRIPT` (and only
-//! those, so nothing runs twice) are sent again in a second pipeline that loads their scripts
-//! first. The first failing reply is the batch's error (the calls before and after it have run).
+//! pipeline (on a cluster: one per slot, see below), under one timeout and one breaker permit.
+//! Each call is still atomic on its own key; the batch as a whole is not a transaction. The
+//! calls Redis answers `NOSCRIPT` (and only those, so nothing runs twice) are sent again in a
+//! second pipeline, each script's first call as `EVAL` of its source (which loads it) and the
+//! others by SHA. The first failing reply, in request order, is the batch's error (the other
+//! calls have run).
+//!
+//! # Redis Cluster
+//!
+//! A URL `redis-cluster://host1:port1,host2:port2,…` (optionally
+//! `redis-cluster://user:password@host1:port1,…`; the hosts are seeds, from which the whole
+//! topology is learnt) makes the store use redis-rs's cluster client instead. Everything above
+//! holds on a cluster, with these points:
+//!
+//! - **Routing.** Each call goes to the master serving its key's slot. The [hash-tagged
+//!   keys](#keys-and-state) put every namespace's state of one user in one slot, so one user's
+//!   keys live on one node.
+//! - **Redirects and failover.** The client follows `MOVED` and `ASK` (resharding), refreshes
+//!   its slot map after `MOVED`, `READONLY` (a demoted master) or a lost node, and reconnects to
+//!   nodes by itself. While a master is down and until its replica has taken over (the
+//!   cluster's `cluster-node-timeout` plus an election), calls on its slots fail or time out
+//!   within the store's timeout, and count towards the breaker; afterwards they succeed again
+//!   without rebuilding the store. Calls on other masters' slots are unaffected, except through
+//!   the breaker, which is one per store (for the whole cluster).
+//! - **Scripts.** `NOSCRIPT` (a new node, a promoted replica, `SCRIPT FLUSH`) is answered by
+//!   `EVAL` of the source, routed by the same key, so the script is loaded on exactly the node
+//!   that runs it (`SCRIPT LOAD` has no key, and would have to reach every node).
+//! - **Batches.** redis-rs sends a pipeline to one node and refuses one spanning slots, so
+//!   [`Store::apply_many`] sends one pipeline per slot, all at once (concurrently), under the
+//!   one timeout: a batch for one user is one round trip; a batch over many users costs the
+//!   slowest of its pipelines. Calls a node answers with a redirect or `TRYAGAIN`/`CLUSTERDOWN`
+//!   (they did not run) are sent again one by one, in order, through the client's redirect
+//!   handling.
+//! - **Atomicity.** Each call is atomic on its key, on the master serving it, exactly as on a
+//!   single Redis; nothing spans keys. Replication is asynchronous: a failover after a master
+//!   died can lose its last acknowledged writes (a manual `CLUSTER FAILOVER` does not), so a
+//!   limit may admit a little more than its capacity once, around such a failover. The client
+//!   may also send a call again after a connection broke mid-call (it cannot know whether it
+//!   ran), which can count it twice (admitting a little less). Limits are exact except around
+//!   such failures.
 //!
 //! # Circuit breaker
 //!
 //! A Redis that keeps failing must not cost every request the timeout. After `threshold`
-//! consecutive *link failures* (timeouts and connection errors; default 3) the breaker opens:
+//! consecutive *link failures* (timeouts, connection errors, and the signs of a changing
+//! topology: `READONLY`, and on a cluster redirects, `TRYAGAIN` or `CLUSTERDOWN` left after the
+//! client's own retries; default 3) the breaker opens:
 //! every call fails at once with [`StoreError::Unavailable`], without touching the network,
 //! until the cool-down (default 1 s) has passed. Then one call probes Redis (the others still
 //! fail at once): its success closes the breaker, its failure opens it for another cool-down.
@@ -131,7 +173,6 @@
 //! The other algorithms (the leaky queue, sliding windows and log, smooth) and
 //! operations other than `check` (except `acquire` and `release` of leases) are refused with
 //! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
-//! Redis Cluster is still to come.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,8 +295,10 @@ impl RedisStoreBuilder {
     /// The store. Nothing is sent yet: the connection is made by the first call, and remade by
     /// later calls whenever it is lost.
     ///
-    /// Must be called inside a Tokio runtime, which runs the connection. A URL that is not a
-    /// Redis URL (`redis://[user:password@]host:port[/db]`) is a [`ConfigError`] for field `url`.
+    /// Must be called inside a Tokio runtime, which runs the connection. A URL that is neither a
+    /// Redis URL (`redis://[user:password@]host:port[/db]`) nor a Redis Cluster one
+    /// (`redis-cluster://[user:password@]host:port,host:port,…`, see the [module
+    /// documentation](self#redis-cluster)) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
         let tls_ca = match &self.tls_ca_file {
             None => None,
@@ -304,7 +347,8 @@ struct Inner {
 }
 
 impl RedisStore {
-    /// A builder for a store at `url` (`redis://host:port[/db]`).
+    /// A builder for a store at `url`: `redis://host:port[/db]` for one Redis,
+    /// `redis-cluster://host:port,host:port,…` for a Redis Cluster.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
