@@ -186,8 +186,8 @@ fn failovers_under_load_bound_every_call_and_counting_resumes() {
         .into();
     let keys: Vec<String> = (0..12).map(|i| format!("load:u{i}")).collect();
     assert!(masters_of(&cluster, keys.iter().map(|k| k.as_str())).len() >= 2);
-    // Calls in a loop until `done`, then until `after` more succeed: how many were allowed per
-    // key, and the slowest call.
+    // Calls (single, and batches over several nodes) in a loop until `done`, then until `after`
+    // more succeed: how many were allowed per key, the slowest call, how many failed.
     let hammer = |done: &AtomicBool, after: usize| {
         rt.block_on(async {
             let mut allowed = vec![0u64; keys.len()];
@@ -197,14 +197,37 @@ fn failovers_under_load_bound_every_call_and_counting_resumes() {
                 let finished = done.load(Ordering::Acquire);
                 let k = i % keys.len();
                 i += 1;
+                // Every third call is a batch of three keys (spread over the nodes).
+                let batch: Vec<usize> = if i % 3 == 0 {
+                    (0..3).map(|j| (k + j * 4) % keys.len()).collect()
+                } else {
+                    vec![k]
+                };
+                let requests: Vec<Request<'_, str, AnyAlgorithm>> = batch
+                    .iter()
+                    .map(|&b| Request {
+                        algorithm: &big,
+                        key: keys[b].as_str(),
+                        op: check(1),
+                    })
+                    .collect();
                 let start = wall.now();
-                let result = store.apply(&big, keys[k].as_str(), check(1)).await;
+                let result = if batch.len() == 1 {
+                    store
+                        .apply(&big, keys[k].as_str(), check(1))
+                        .await
+                        .map(|d| vec![d])
+                } else {
+                    store.apply_many(&requests).await
+                };
                 let took = wall.now().saturating_since(start);
                 slowest = slowest.max(took);
                 assert!(took < timeout + slack, "call {i} took {took:?}: {result:?}");
                 match result {
-                    Ok(d) => {
-                        allowed[k] += u64::from(d.allowed);
+                    Ok(decisions) => {
+                        for (&b, d) in batch.iter().zip(decisions) {
+                            allowed[b] += u64::from(d.allowed);
+                        }
                         ok_after += usize::from(finished);
                     }
                     Err(e) => {

@@ -497,4 +497,33 @@ mod tests {
         let builder = super::RedisStore::builder("redis://u:s3cret@h:1");
         assert!(!format!("{builder:?}").contains("s3cret"));
     }
+
+    #[tokio::test]
+    async fn cluster_urls() {
+        use super::RedisStore;
+        assert_eq!(
+            redacted("redis-cluster://u:s3cret@h:1,h:2"),
+            "redis-cluster://u:***@h:1,h:2"
+        );
+        for url in [
+            "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
+            "redis-cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001/",
+            "redis-cluster://:s3cret@localhost:7000",
+        ] {
+            assert!(RedisStore::builder(url).build().is_ok(), "{url}");
+        }
+        for url in [
+            "redis-cluster://",
+            "redis-cluster://u:s3cret@",
+            "redis-cluster://u:s3cret@h:1,,h:2",
+            "redis-cluster://u:s3cret@h:1/2",
+            "redis-cluster://u:s3cret@h:notaport",
+        ] {
+            let err = RedisStore::builder(url).build().unwrap_err().to_string();
+            assert!(
+                err.contains("url") && !err.contains("s3cret"),
+                "{url}: {err}"
+            );
+        }
+    }
 }
