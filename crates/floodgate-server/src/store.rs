@@ -256,6 +256,9 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
         }
         builder = builder.breaker(breaker.threshold, breaker.cool_down.0);
     }
+    if let Some(ca) = &config.tls_ca_file {
+        builder = builder.tls_ca_file(ca);
+    }
     Ok(builder)
 }
 

@@ -161,6 +161,10 @@ pub struct StoreConfig {
     /// line). The variable must be set when the store is created.
     #[serde(default)]
     pub password_env: Option<String>,
+    /// For `rediss://`: a PEM file of the CAs that sign the Redis server's certificate, when
+    /// they are not among the system's trusted roots.
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
     /// failure policy that splits a limit between nodes while the store is down.
     #[serde(default = "default_nodes")]
@@ -210,6 +214,7 @@ impl Default for StoreConfig {
             timeout: None,
             breaker: None,
             password_env: None,
+            tls_ca_file: None,
             nodes: default_nodes(),
         }
     }
@@ -692,7 +697,9 @@ impl Config {
                 None => stage,
             }
         };
-        let mut builder = Pipeline::builder();
+        let mut builder = Pipeline::builder()
+            .nodes(self.store.nodes)
+            .local_clock(clock.clone());
         let limiters = &self.limiters;
         if let Some(r) = &limiters.request_rate {
             let mut limiter = RequestRateLimiter::builder()

@@ -12,7 +12,7 @@ use crate::config::{ConfigFileError, StoreConfig};
 pub enum StoreUrl {
     /// `memory` (or no URL): the embedded store.
     Memory,
-    /// `redis://…` or `redis-cluster://…`.
+    /// `redis://…`, `rediss://…` (TLS) or `redis-cluster://…`.
     Redis {
         /// The URL to connect with, the password included: never shown (see
         /// [`StoreUrl::shown`]).
@@ -48,14 +48,14 @@ impl StoreUrl {
             ConfigFileError::invalid("store.url", format!("`{}`: {why}", redacted(url)))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            invalid("is not a store: expected `memory`, redis://host:port[/db] or redis-cluster://host:port,host:port")
+            invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db] or redis-cluster://host:port,host:port")
         })?;
         let cluster = match scheme {
-            "redis" => false,
+            "redis" | "rediss" => false,
             "redis-cluster" => true,
-            "rediss" | "rediss-cluster" => {
+            "rediss-cluster" => {
                 return Err(invalid(
-                    "TLS (rediss://) is not built into this floodgate yet; use redis://",
+                    "TLS to a Redis Cluster is not built in; use redis-cluster:// (or rediss:// for one server)",
                 ))
             }
             _ => return Err(invalid(
@@ -84,7 +84,7 @@ impl StoreUrl {
             }
         } else if hosts.contains(',') {
             return Err(invalid(
-                "redis:// names one server; use redis-cluster://h1:p1,h2:p2 for a cluster",
+                "redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster",
             ));
         }
         let Some(name) = &config.password_env else {
@@ -209,7 +209,7 @@ mod tests {
                 "already",
             ),
             ("mongodb://h:1", None, "store.url", "mongodb://h:1"),
-            ("rediss://u:hunter2@h:1", None, "store.url", "TLS"),
+            ("rediss-cluster://u:hunter2@h:1", None, "store.url", "TLS"),
             (
                 "redis-cluster://h1:1,h2",
                 None,
