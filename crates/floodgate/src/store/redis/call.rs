@@ -8,6 +8,10 @@ use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::Algorithm;
 use crate::{Op, StoreError};
 
+mod shapers;
+mod windows;
+use shapers::Smooth;
+
 /// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
 pub(super) const MAX_EXACT: u64 = 1 << 50;
 /// Instants the scripts take: whole microseconds below 2⁵³.
@@ -16,11 +20,15 @@ pub(super) const MAX_MICROS: u64 = 1 << 53;
 const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Every twin: its function's name and the file defining it.
-const TWINS: [(&str, &str); 4] = [
+const TWINS: [(&str, &str); 8] = [
     ("gcra", include_str!("gcra.lua")),
     ("fixed_window", include_str!("fixed_window.lua")),
     ("token_bucket", include_str!("token_bucket.lua")),
     ("leases", include_str!("leases.lua")),
+    ("sliding_log", include_str!("sliding_log.lua")),
+    ("sliding_window", include_str!("sliding_window.lua")),
+    ("leaky_queue", include_str!("leaky_queue.lua")),
+    ("smooth", include_str!("smooth.lua")),
 ];
 
 /// One Lua script: its source, the SHA-1 Redis knows it by, and the twin it runs (empty for
@@ -86,6 +94,10 @@ pub(super) struct Scripts {
     fixed_window: Script,
     token_bucket: Script,
     leases: Script,
+    sliding_log: Script,
+    sliding_window: Script,
+    leaky_queue: Script,
+    smooth: Script,
     pub(super) chain: Script,
 }
 
@@ -96,6 +108,10 @@ impl Scripts {
             fixed_window: Script::twin("fixed_window"),
             token_bucket: Script::twin("token_bucket"),
             leases: Script::twin("leases"),
+            sliding_log: Script::twin("sliding_log"),
+            sliding_window: Script::twin("sliding_window"),
+            leaky_queue: Script::twin("leaky_queue"),
+            smooth: Script::twin("smooth"),
             chain: Script::chain(),
         }
     }
@@ -110,6 +126,15 @@ impl Scripts {
         let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
         if let Some(lease) = lease_rule(algorithm) {
             return lease.call(&self.leases, op).ok_or_else(too_large);
+        }
+        match algorithm {
+            AnyAlgorithm::SmoothBursty(b) => return Smooth::Bursty(b).call(&self.smooth, op),
+            AnyAlgorithm::SmoothWarmingUp(w) => return Smooth::WarmingUp(w).call(&self.smooth, op),
+            // Reserve is the same operation as check for the queue.
+            AnyAlgorithm::LeakyQueue(q) => {
+                return shapers::leaky_queue(&self.leaky_queue, q, op.cost())
+            }
+            _ => {}
         }
         let Op::Check { cost } = op else {
             return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
@@ -151,6 +176,10 @@ impl Scripts {
             AnyAlgorithm::LeakyBucket(l) => self
                 .bucket("M", l.rate(), l.capacity(), cost)
                 .ok_or_else(too_large)?,
+            AnyAlgorithm::SlidingLog(l) => return windows::sliding_log(&self.sliding_log, l, cost),
+            AnyAlgorithm::SlidingWindow(w) => {
+                return windows::sliding_window(&self.sliding_window, w, cost)
+            }
             _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
         };
         Ok(Call { script, args })
@@ -193,6 +222,15 @@ pub(super) fn not_on_redis(algorithm: &AnyAlgorithm, reason: &'static str) -> St
         store: "redis",
         algorithm: algorithm.name(),
         reason,
+    }
+}
+
+/// The refusal of parameters beyond the exact limits, for `algorithm` (its name).
+pub(super) fn beyond_exact(algorithm: &'static str) -> StoreError {
+    StoreError::NotOnStore {
+        store: "redis",
+        algorithm,
+        reason: "its durations or counts exceed the exact limits",
     }
 }
 

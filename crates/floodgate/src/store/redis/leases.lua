@@ -27,7 +27,7 @@ local function leases(key, now_us, a)
     if found ~= tag then return {-1, found or ''} end
     seen = tonumber(s)
   elseif kind ~= 'none' then
-    return {-1, ''}
+    return {-1, owner(key)}
   end
 
   local at = now_us

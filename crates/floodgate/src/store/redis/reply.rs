@@ -17,13 +17,20 @@ fn tag_name(tag: &[u8]) -> &'static str {
         b"M" => "leaky_bucket",
         b"C" => "concurrency",
         b"L" => "fleet",
+        b"S" => "sliding_log",
+        b"W" | b"B" => "sliding_window",
+        b"Q" => "leaky_queue",
+        b"R" => "smooth_bursty",
+        b"U" => "smooth_warming_up",
         _ => "a value Floodgate did not write",
     }
 }
 
 /// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
-/// retry_sub}`, with an eighth element `limit` when it depends on the operation (the fleet's
-/// two classes), or `{-1, tag}` for a key holding another algorithm's state.
+/// retry_sub}`, with an eighth element `limit` when it depends on the operation or the state
+/// (the fleet's two classes, a smooth key's own rate), then for shapers `wait_us, wait_sub`;
+/// or `{-1, tag}` for a key holding another algorithm's state, or `{-2}` for an operation the
+/// script refused because its result would leave the exact range (nothing was written).
 pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
     let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
     let Value::Array(items) = value else {
@@ -39,8 +46,15 @@ pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision,
             found,
         });
     }
-    let mut ints = [0u64; 8];
-    if items.len() != 7 && items.len() != 8 {
+    if let [Value::Int(-2)] = items.as_slice() {
+        return Err(StoreError::NotOnStore {
+            store: "redis",
+            algorithm: algorithm.name(),
+            reason: "the key's next free instant would pass 3 × 2^51 microseconds",
+        });
+    }
+    let mut ints = [0u64; 10];
+    if !(7..=10).contains(&items.len()) || items.len() == 9 {
         return Err(bad());
     }
     for (slot, item) in ints.iter_mut().zip(&items) {
@@ -49,20 +63,26 @@ pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision,
             _ => return Err(bad()),
         }
     }
-    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub, limit] = ints;
+    let [allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub, limit, wait_us, wait_sub] =
+        ints;
     let duration =
         |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
     let limit = match algorithm {
-        _ if items.len() == 8 => limit,
+        _ if items.len() >= 8 => limit,
         AnyAlgorithm::Gcra(g) => g.limit(),
         AnyAlgorithm::FixedWindow(f) => f.limit(),
         AnyAlgorithm::TokenBucket(t) => t.capacity(),
         AnyAlgorithm::LeakyBucket(l) => l.capacity(),
+        AnyAlgorithm::SlidingLog(l) => l.limit(),
+        AnyAlgorithm::SlidingWindow(w) => w.limit(),
         _ => return Err(bad()),
     };
     let reset_after = duration(reset_us, reset_sub);
     Ok(if allowed == 1 {
-        Decision::allow(limit, remaining, reset_after)
+        Decision {
+            wait: duration(wait_us, wait_sub),
+            ..Decision::allow(limit, remaining, reset_after)
+        }
     } else {
         let retry_after = (has_retry == 1).then(|| duration(retry_us, retry_sub));
         Decision::deny(limit, remaining, reset_after, retry_after)
