@@ -50,12 +50,13 @@ async fn two_services_sharing_a_redis_admit_n_in_total() {
     }
 }
 
-/// `check-config --store redis://…` refuses a limit the Redis store cannot run, naming it; the
-/// same file passes on the memory store. Nothing listens at the Redis URL: nothing is sent.
+/// `check-config --store redis://…` refuses a limit the Redis store cannot run (a window beyond
+/// the 2^50 ns its Lua twin keeps exact), naming it; the same file passes on the memory store.
+/// Nothing listens at the Redis URL: nothing is sent.
 #[test]
 fn check_config_refuses_what_the_redis_store_cannot_run() {
     let (_dir, path) =
-        config_file("limits:\n  login: {algorithm: sliding_log, limit: 5, window: 1m}\n");
+        config_file("limits:\n  login: {algorithm: sliding_log, limit: 5, window: 30d}\n");
     // A port nothing listens on: the one a harness Redis had, once it is gone.
     let url = {
         let gone = RedisServer::start();
