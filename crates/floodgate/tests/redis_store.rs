@@ -396,6 +396,167 @@ fn ttl_is_the_time_until_fresh() {
     });
 }
 
+/// The newer twins: a write's TTL runs until the state is fresh (rounded up to the
+/// millisecond), a probe on a missing key writes nothing, except for a bursty smooth key that
+/// stores permits, which is never fresh and is kept without a TTL; each one's key is a conflict
+/// for another algorithm, and back.
+#[test]
+fn newer_twins_ttl_and_conflicts() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let clock = ManualClock::new(Nanos(START + 123_456_000));
+        let store = RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut raw = raw(&server).await;
+        let seconds = Duration::from_secs;
+        let cases: [(AnyAlgorithm, &str, Op); 7] = [
+            (
+                SlidingLog::new(5, Duration::from_nanos(7_000_000_500))
+                    .unwrap()
+                    .into(),
+                "ttl:log",
+                check(3),
+            ),
+            (
+                SlidingWindow::new(5, Duration::from_nanos(7_000_000_500), None)
+                    .unwrap()
+                    .into(),
+                "ttl:sw",
+                check(3),
+            ),
+            (
+                SlidingWindow::new(5, seconds(7), Some(6)).unwrap().into(),
+                "ttl:swb",
+                check(3),
+            ),
+            (LeakyQueue::new(0.3, 4).unwrap().into(), "ttl:lq", check(3)),
+            (
+                SmoothWarmingUp::new(2.0, Duration::from_millis(5_500), 3.0)
+                    .unwrap()
+                    .into(),
+                "ttl:warm",
+                Op::Reserve { cost: 3 },
+            ),
+            (
+                SmoothBursty::new(2.0, 0.0).unwrap().into(),
+                "ttl:bursty0",
+                Op::Reserve { cost: 3 },
+            ),
+            (
+                SmoothBursty::new(2.0, 1.0).unwrap().into(),
+                "ttl:bursty",
+                Op::Reserve { cost: 3 },
+            ),
+        ];
+        let conn = raw.clone();
+        let pttl = move |key: &'static str| {
+            let mut raw = conn.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async::<i64>(&mut raw)
+                    .await
+                    .unwrap()
+            }
+        };
+        for (algorithm, key, op) in &cases {
+            let never_fresh = *key == "ttl:bursty";
+            let d = store.apply(algorithm, key, check(0)).await.unwrap();
+            assert!(d.allowed, "{key}: {d:?}");
+            if never_fresh {
+                assert_eq!(pttl(key).await, -1, "{key}: created, without a TTL");
+            } else {
+                assert_eq!(pttl(key).await, -2, "{key}: a probe wrote state");
+            }
+            let d = store.apply(algorithm, key, *op).await.unwrap();
+            assert!(d.allowed, "{key}: {d:?}");
+            let ttl = pttl(key).await;
+            if never_fresh {
+                assert_eq!(ttl, -1, "{key}: never fresh, kept without a TTL");
+            } else {
+                let ceil_ms = d.reset_after.as_nanos().div_ceil(1_000_000) as i64;
+                assert!(
+                    ttl > 0 && ttl <= ceil_ms && ceil_ms - ttl < 1_000,
+                    "{key}: PTTL {ttl} ms, fresh in {ceil_ms} ms"
+                );
+            }
+            let kind: String = redis::cmd("TYPE")
+                .arg(*key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if kind == "string" {
+                let value: String = redis::cmd("GET")
+                    .arg(*key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                assert!(value.len() < 60, "{key}: {value}");
+            } else {
+                assert_eq!((*key, kind.as_str()), ("ttl:log", "list"));
+            }
+
+            // Another algorithm's key is a conflict, both ways, and both states are kept.
+            let gcra: AnyAlgorithm = Gcra::new(1, 1, Duration::from_secs(60)).unwrap().into();
+            let name = algorithm.name();
+            let err = store.apply(&gcra, key, check(1)).await.unwrap_err();
+            assert!(
+                matches!(err, StoreError::StateConflict { algorithm: "gcra", found } if found == name),
+                "{key}: {err}"
+            );
+            let other = format!("{key}:gcra");
+            assert!(store.apply(&gcra, other.as_str(), check(1)).await.unwrap().allowed);
+            let err = store.apply(algorithm, other.as_str(), *op).await.unwrap_err();
+            assert!(
+                matches!(err, StoreError::StateConflict { algorithm, found: "gcra" } if algorithm == name),
+                "{key}: {err}"
+            );
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(*key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert!(exists, "{key}: kept after the conflict");
+        }
+    });
+}
+
+/// The two sliding-window modes (and two bucket counts) on one key are one algorithm: each
+/// treats the other's state as fresh, on Redis as in memory.
+#[test]
+fn sliding_window_modes_share_a_key_as_in_memory() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let redis = {
+        let _guard = rt.enter();
+        RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(2))
+            .min_ttl(Duration::from_secs(3600))
+            .build()
+            .unwrap()
+    };
+    let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+    let window = Duration::from_secs(10);
+    let modes: [AnyAlgorithm; 3] = [
+        SlidingWindow::new(4, window, None).unwrap().into(),
+        SlidingWindow::new(4, window, Some(5)).unwrap().into(),
+        SlidingWindow::new(4, window, Some(3)).unwrap().into(),
+    ];
+    for (i, cost) in [3u64, 0, 2, 5, 1, 0, 4, 2, 0, 1].into_iter().enumerate() {
+        let algorithm = &modes[i % 3];
+        clock.advance(Duration::from_millis(700));
+        let expected = rt.block_on(memory.apply(algorithm, "modes", check(cost)));
+        let got = rt.block_on(redis.apply(algorithm, "modes", check(cost)));
+        assert_eq!(got.unwrap(), expected.unwrap(), "step {i}");
+    }
+}
+
 /// Leases: each acquire sets the TTL until the last lease expires; releasing the last lease
 /// drops the key; a lease set under a key is a conflict for other algorithms, and back.
 #[test]
