@@ -6,7 +6,7 @@
 //!
 //! # How a decision is made
 //!
-//! Each algorithm that runs on Redis has a Lua twin of its transition (`store/redis/*.lua`,
+//! Each algorithm has a Lua twin of its transition (`store/redis/*.lua`,
 //! sharing `prelude.lua`). One operation is one script call: the script reads the key's state,
 //! applies the rule and writes the new state, and Redis runs scripts one at a time, so the
 //! transition is atomic and linearizable per key. Scripts are called by their SHA-1 (`EVALSHA`);
@@ -34,7 +34,8 @@
 //! `}` is hashed up to it (`ns:{a}b}` hashes `a`). Either way the mapping stays one-to-one.
 //!
 //! Its value is one short string, the algorithm's tag and its state separated by `:`, or for
-//! the lease algorithms a sorted set:
+//! the algorithms whose state is a collection a sorted set (the leases, which are looked up by
+//! id and by expiry) or a list (the sliding log, a queue):
 //!
 //! | algorithm | value |
 //! |---|---|
@@ -42,7 +43,15 @@
 //! | fixed window | `F:start_us:start_sub:count` |
 //! | token bucket | `T:tokens:last_us` (tokens printed with 17 significant digits) |
 //! | leaky bucket (meter) | `M:room:last_us` (the token bucket's state: room left = `capacity − level`) |
+//! | leaky queue | `Q:free_us:free_sub` (the instant the next slot is free) |
+//! | sliding log | list: `S`, the total cost, then each entry's instant (whole µs) and cost as two elements, oldest first (an entry per distinct instant) |
+//! | sliding window, weighted (`buckets: None`) | `W:start_us:start_sub:previous:current:last_us` |
+//! | sliding window, `N` sub-buckets | `B:N:head_us:head_sub`, then `age:count` for each sub-bucket still holding cost (age 0 is the newest bucket, whose start is `head`; ages run to `N`): sparse, so a key costs what its traffic fills, not `N + 1` counters |
+//! | smooth bursty, smooth warming up | `R:stored:next_free_us:seen_us` (bursty), `U:…` (warming up), and a fifth field, the rate, when `set_rate` changed it; `stored` and the rate printed with the fewest digits (15 to 17) that read back exactly |
 //! | concurrency, fleet | sorted set: each lease's id (32 hex digits) scored `exp_us + 1` (non-critical) or `−(exp_us + 1)` (critical), and one marker member `C:seen_us` (concurrency) or `L:seen_us` (fleet) at score 0 |
+//!
+//! The sliding window's two modes (and two bucket counts) are one algorithm: as in memory, a
+//! state of the other mode counts as fresh, and is replaced by the first request with a cost.
 //!
 //! An instant is `us × 1000 + sub` nanoseconds since the clock's epoch. A lease's expiry is
 //! `exp_us × 1000 + (lease_ttl mod 1000 ns)`: every instant the lease script sees is a whole
@@ -60,10 +69,19 @@
 //! milliseconds, which is Redis's resolution: a key outlives its last useful instant by less than
 //! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
 //! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
-//! nothing. For leases the TTL runs until the last lease expires (or the clock is back past the
+//! nothing; one that turns an existing state fresh (a `set_rate` back to the configured rate on
+//! a smooth key at rest, a sliding window's other-mode state refused) deletes the key. For leases the TTL runs until the last lease expires (or the clock is back past the
 //! latest instant seen); an acquire or release that leaves the state fresh (the last lease
 //! released) deletes the key. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that may run
 //! slower than Redis's (a test's [`crate::ManualClock`] standing still while real time passes).
+//!
+//! **Keys kept without a TTL.** Two smooth states are never fresh, so they are kept without a
+//! TTL, exactly as the memory store keeps them (until its bound evicts them): a bursty key with
+//! `max_burst_seconds > 0` (an idle key fills up, while a new one starts empty: see
+//! [`crate::algorithm::smooth`]), which its first operation creates even when it is a probe, and
+//! a smooth key whose rate `set_rate` changed. Bound those with Redis's own eviction
+//! (`maxmemory` with an `allkeys-*` policy), or use the warming-up flavour or
+//! `max_burst_seconds = 0`, whose keys expire when back at rest.
 //!
 //! # Time
 //!
@@ -76,15 +94,27 @@
 //!
 //! Lua numbers are doubles, exact for integers below 2⁵³. The scripts keep instants in whole
 //! microseconds (2⁵³ µs is 285 years after the epoch) with sub-microsecond parts as separate
-//! integers, and every duration they compute in nanoseconds is below 2⁵¹; token counts are the
-//! same `f64` operations, in the same order, as the Rust bucket's. So a Lua twin's decision is
-//! exactly its algorithm's, within these limits, which the store checks before sending anything
-//! ([`StoreError::NotOnStore`] otherwise):
-//! - every duration the algorithm works with (GCRA's `τ`, the fixed window, the token bucket's
-//!   time to refill from empty, the leaky bucket's time to drain from full, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about 13 days;
-//! - counts (GCRA's limit, the window's limit, the buckets' capacity, the leases' capacity) are
-//!   at most 2⁵⁰;
+//! integers, and every duration they compute in nanoseconds is below 2⁵³; token counts and the
+//! smooth limiters' permits and intervals are the same `f64` operations, in the same order, as
+//! the Rust algorithm's (Guava's truncating casts included). The sliding window's integer
+//! products (`previous × weight` against `(limit − current − cost) × window`, up to 2¹⁰⁰) are
+//! compared in two 52-bit limbs and divided by long multiplication, never rounded. So a Lua
+//! twin's decision is exactly its algorithm's, within these limits, which the store checks
+//! before sending anything ([`StoreError::NotOnStore`] otherwise):
+//! - every duration the algorithm works with (GCRA's `τ`, the fixed, sliding and log windows,
+//!   the token bucket's time to refill from empty, the leaky bucket's time to drain from full,
+//!   the leaky queue's slot and `queue × slot`, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about
+//!   13 days; for the smooth limiters, the time to fill up from empty (`max_burst_seconds`, or
+//!   the warmup) is at most 2⁵⁰ µs;
+//! - counts (GCRA's limit, the windows' and the log's limits, the buckets' capacity, the queue's
+//!   length, the leases' capacity) are at most 2⁵⁰, and a smooth key's most stored permits (at
+//!   the configured rate, or at a `set_rate`'s) below 2⁵³;
 //! - an explicit clock's instants are below 2⁵³ µs (for leases, the instant plus `lease_ttl`).
+//!
+//! One limit depends on the state, so the script checks it: a smooth key's next free instant
+//! stays below 3 × 2⁵¹ µs (the year 2184 on a Unix clock). A reservation that would push it
+//! further (a debt of centuries) is refused with [`StoreError::NotOnStore`] and changes
+//! nothing.
 //!
 //! A cost above the limit can never pass; it is sent as `limit + 1`, which gives the same
 //! decision. The fleet's non-critical allowance is computed in Rust and sent as an integer.
@@ -168,11 +198,12 @@
 //! [`SystemClock`]. [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
 //!
-//! # Not yet on Redis
+//! # What is refused
 //!
-//! The other algorithms (the leaky queue, sliding windows and log, smooth) and
-//! operations other than `check` (except `acquire` and `release` of leases) are refused with
-//! [`StoreError::Unsupported`] or [`StoreError::NotOnStore`] before anything is sent.
+//! Every algorithm runs on Redis, with the operations it supports (shaping operations on the
+//! shapers, leases on the lease algorithms); other operations are refused with
+//! [`StoreError::Unsupported`], and parameters beyond the exact limits above with
+//! [`StoreError::NotOnStore`], before anything is sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -362,8 +393,9 @@ impl RedisStore {
     }
 
     /// Whether this store can run `algorithm` with its parameters (its `check`, at least):
-    /// `false` when every call with it would be refused with [`StoreError::NotOnStore`]. For
-    /// refusing, at start-up, a configuration that uses an algorithm Redis cannot run yet.
+    /// `false` when every call with it would be refused with [`StoreError::NotOnStore`] (its
+    /// parameters are beyond the exact limits of its Lua twin). For refusing such a
+    /// configuration at start-up.
     pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
         self.inner.call(algorithm, Op::Check { cost: 1 }).is_ok()
     }

@@ -7,9 +7,11 @@
 -- arguments (a[1] is ARGV[3] of a single call): a twin touches only `key`, so that one script
 -- can run several twins, each on its own key, in one call (chain.lua).
 --
--- Lua numbers are doubles: every number below is an integer under 2^53 (instants are whole
--- microseconds, durations nanoseconds under 2^51), so all arithmetic is exact. An instant that
--- is not a whole microsecond is kept as a pair (us, sub): us * 1000 + sub nanoseconds.
+-- Lua numbers are doubles: every integer below stays under 2^53 (instants are whole
+-- microseconds, durations nanoseconds under 2^53), so all integer arithmetic is exact; the
+-- buckets' tokens and the smooth limiters' permits are f64 values computed exactly as in Rust.
+-- An instant that is not a whole microsecond is kept as a pair (us, sub): us * 1000 + sub
+-- nanoseconds.
 
 local now_us
 if ARGV[1] == '' then
