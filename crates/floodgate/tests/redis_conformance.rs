@@ -71,7 +71,12 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
         }),
         sliding_window(),
         (
-            prop_oneof![0.5f64..1000.0, (1u32..200).prop_map(f64::from)],
+            prop_oneof![
+                8 => 0.5f64..1000.0,
+                8 => (1u32..200).prop_map(f64::from),
+                // Slots of minutes to hours: a queue up to its exact limit.
+                1 => 0.001f64..0.01,
+            ],
             0u64..10
         )
             .prop_map(|(rate, queue)| LeakyQueue::new(rate, queue).unwrap().into()),
@@ -93,11 +98,17 @@ fn window() -> impl Strategy<Value = u64> {
 
 /// Both sliding-window modes, with limits small enough to be reached by the costs (and huge
 /// ones, whose costs `cost_scale` makes comparable: products far beyond 2⁵³), windows of odd
-/// nanoseconds and bucket counts that divide them or not.
+/// nanoseconds (up to 2⁵⁰) and bucket counts (up to 3600) that divide them or not.
 fn sliding_window() -> impl Strategy<Value = AnyAlgorithm> {
     let limit = prop_oneof![4 => 1u64..30, 1 => (1u64 << 40)..(1u64 << 50)];
-    let buckets = prop_oneof![1 => Just(None), 1 => (1u32..12).prop_map(Some)];
-    (limit, window(), buckets).prop_map(|(limit, window, buckets)| {
+    let buckets = prop_oneof![
+        4 => Just(None),
+        4 => (1u32..12).prop_map(Some),
+        1 => (1u32..=3600).prop_map(Some),
+    ];
+    // Windows up to the exact limit too (2^50 ns), whose bucket arithmetic is the largest.
+    let window = prop_oneof![8 => window(), 1 => (1u64 << 49)..=(1u64 << 50)];
+    (limit, window, buckets).prop_map(|(limit, window, buckets)| {
         let buckets = buckets.map(|n| n.min(u32::try_from(window).unwrap_or(u32::MAX)));
         SlidingWindow::new(limit, Duration::from_nanos(window), buckets)
             .unwrap()
