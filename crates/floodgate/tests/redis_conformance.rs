@@ -64,7 +64,8 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
                     .unwrap()
                     .into()
             }),
-        (1u64..30, window()).prop_map(|(limit, window)| {
+        // Limits up to 100: logs longer than the twin's first reads (16, then 32 entries).
+        (prop_oneof![1u64..30, 30u64..100], window()).prop_map(|(limit, window)| {
             SlidingLog::new(limit, Duration::from_nanos(window))
                 .unwrap()
                 .into()

@@ -6,19 +6,47 @@
 local function sliding_log(key, now_us, a)
   local w, limit, cost = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
   local kind = redis.call('TYPE', key).ok
-  local items = {}
-  local total = 0
+  local total, n = 0, 0
   if kind == 'list' then
-    items = redis.call('LRANGE', key, 0, -1)
-    if items[1] ~= 'S' then return {-1, items[1] or ''} end
-    total = tonumber(items[2])
+    local header = redis.call('LRANGE', key, 0, 1)
+    if header[1] ~= 'S' then return {-1, header[1] or ''} end
+    total = tonumber(header[2])
+    n = (redis.call('LLEN', key) - 2) / 2
   elseif kind ~= 'none' then
     return {-1, owner(key)}
   end
-  local n = (#items - 2) / 2
-  if n < 0 then n = 0 end
-  local function at(i) return tonumber(items[2 * i + 1]) end
-  local function cost_of(i) return tonumber(items[2 * i + 2]) end
+  -- Entries are read from the oldest on, only as far as needed (in growing chunks): an
+  -- operation reads the expired entries, one live one, and on a denial the ones whose expiry
+  -- frees enough; the newest is read on its own.
+  local ats, costs, fetched, chunk = {}, {}, 0, 16
+  local function fetch(i)
+    while fetched < i do
+      local upto = fetched + chunk
+      if upto > n then upto = n end
+      local got = redis.call('LRANGE', key, 2 + 2 * fetched, 1 + 2 * upto)
+      if #got == 0 then break end -- a list shorter than its count: the caller fails
+      for j = 1, #got, 2 do
+        fetched = fetched + 1
+        ats[fetched], costs[fetched] = tonumber(got[j]), tonumber(got[j + 1])
+      end
+      chunk = chunk * 2
+    end
+  end
+  local newest_at, newest_cost
+  if n > 0 then
+    local got = redis.call('LRANGE', key, -2, -1)
+    newest_at, newest_cost = tonumber(got[1]), tonumber(got[2])
+  end
+  local function at(i)
+    if i == n then return newest_at end
+    fetch(i)
+    return ats[i]
+  end
+  local function cost_of(i)
+    if i == n then return newest_cost end
+    fetch(i)
+    return costs[i]
+  end
 
   -- The view: the effective instant (the newest entry's, if later), and the entries that
   -- have left the window at it.
