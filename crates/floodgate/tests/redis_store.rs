@@ -688,3 +688,61 @@ fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
         assert!(store.apply_many(&[]).await.unwrap().is_empty());
     });
 }
+
+/// A smooth key's next free instant must stay below 3 × 2⁵¹ µs for the twin to stay exact: a
+/// reservation that would push it further (a debt of centuries) is refused by the script with
+/// `NotOnStore`, and the key is left as it was.
+#[test]
+fn a_smooth_debt_beyond_the_exact_range_is_refused_and_changes_nothing() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let clock = ManualClock::new(Nanos(START));
+        let store = RedisStore::builder(server.url())
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut raw = raw(&server).await;
+        let bursty: AnyAlgorithm = SmoothBursty::new(1.0, 1.0).unwrap().into();
+        let d = store
+            .apply(&bursty, "debt", Op::Reserve { cost: 2 })
+            .await
+            .unwrap();
+        assert!(d.allowed);
+        let get = |raw: &mut redis::aio::MultiplexedConnection| {
+            let mut raw = raw.clone();
+            async move {
+                redis::cmd("GET")
+                    .arg("debt")
+                    .query_async::<String>(&mut raw)
+                    .await
+                    .unwrap()
+            }
+        };
+        let before = get(&mut raw).await;
+        // 2^60 permits of 1 s each: a debt far beyond 2^53 µs.
+        let err = store
+            .apply(&bursty, "debt", Op::Reserve { cost: 1 << 60 })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::NotOnStore {
+                    store: "redis",
+                    algorithm: "smooth_bursty",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(get(&mut raw).await, before);
+        // The key still works: the first reservation's debt (2 s) is all it owes.
+        let d = store.apply(&bursty, "debt", check(1)).await.unwrap();
+        assert!(
+            !d.allowed && d.retry_after == Some(Duration::from_secs(2)),
+            "{d:?}"
+        );
+    });
+}
