@@ -451,6 +451,12 @@ fn unsupported_is_refused_before_touching_redis() {
         let log: AnyAlgorithm = SlidingLog::new(5, Duration::from_secs(30 * 86_400))
             .unwrap()
             .into();
+        assert!(!store.supports(&log));
+        let minute: AnyAlgorithm = SlidingLog::new(5, Duration::from_secs(60)).unwrap().into();
+        assert!(store.supports(&minute));
+        // Filling up takes 2^50 µs and more: beyond the smooth twin's exact range.
+        let burst: AnyAlgorithm = SmoothBursty::new(1.0, 2e9).unwrap().into();
+        assert!(!store.supports(&burst));
         let err = store.apply(&log, "k", check(1)).await.unwrap_err();
         assert!(
             matches!(

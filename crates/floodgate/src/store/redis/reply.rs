@@ -50,7 +50,8 @@ pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision,
         return Err(StoreError::NotOnStore {
             store: "redis",
             algorithm: algorithm.name(),
-            reason: "the key's next free instant would pass 3 × 2^51 microseconds",
+            reason: "the result would leave the range its Lua twin keeps exact \
+                     (a smooth key's next free instant past 3 × 2^51 µs)",
         });
     }
     let mut ints = [0u64; 10];
