@@ -431,6 +431,40 @@ fn another_algorithms_key_is_a_conflict_and_is_kept() {
         // The GCRA state is intact: one unit of the burst of two is left.
         let d = store.apply(&gcra, "shared:k", check(0)).await.unwrap();
         assert_eq!(d.remaining, 1);
+
+        // A value Floodgate did not write (here a hash) is a conflict for every twin, and kept.
+        let mut raw = raw(&server).await;
+        let _: () = redis::cmd("HSET")
+            .arg("foreign")
+            .arg("f")
+            .arg("v")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let log: AnyAlgorithm = SlidingLog::new(2, Duration::from_secs(60)).unwrap().into();
+        let conc: AnyAlgorithm = Concurrency::new(2, Duration::from_secs(60)).unwrap().into();
+        for algorithm in [&gcra, &log, &conc] {
+            let err = store
+                .apply(algorithm, "foreign", check(1))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    StoreError::StateConflict {
+                        found: "a value Floodgate did not write",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        let kind: String = redis::cmd("TYPE")
+            .arg("foreign")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(kind, "hash");
     });
 }
 

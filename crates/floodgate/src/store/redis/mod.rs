@@ -70,10 +70,12 @@
 //! 1 ms, so Redis memory is bounded by the keys active in the last window, burst or refill time.
 //! A transition whose result is already fresh (a probe, a refused request on an empty key) writes
 //! nothing; one that turns an existing state fresh (a `set_rate` back to the configured rate on
-//! a smooth key at rest, a sliding window's other-mode state refused) deletes the key. For leases the TTL runs until the last lease expires (or the clock is back past the
-//! latest instant seen); an acquire or release that leaves the state fresh (the last lease
-//! released) deletes the key. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that may run
-//! slower than Redis's (a test's [`crate::ManualClock`] standing still while real time passes).
+//! a smooth key at rest, a sliding window's other-mode state replaced) deletes the key. For
+//! leases the TTL runs until the last lease expires (or the clock is back past the latest
+//! instant seen); an acquire or release that leaves the state fresh (the last lease released)
+//! deletes the key. [`RedisStoreBuilder::min_ttl`] lengthens TTLs, for an explicit clock that
+//! may run slower than Redis's (a test's [`crate::ManualClock`] standing still while real time
+//! passes).
 //!
 //! **Keys kept without a TTL.** Two smooth states are never fresh, so they are kept without a
 //! TTL, exactly as the memory store keeps them (until its bound evicts them): a bursty key with
@@ -119,9 +121,11 @@
 //! A cost above the limit can never pass; it is sent as `limit + 1`, which gives the same
 //! decision. The fleet's non-critical allowance is computed in Rust and sent as an integer.
 //!
-//! Conformance, which `tests/redis_store.rs` checks on random sequences: for the same
+//! Conformance, which `tests/redis_conformance.rs` checks on random sequences: for the same
 //! operations at the same non-decreasing instants, the memory store and this store give equal
-//! decisions. As on the memory store, a key dropped because it was fresh (here: expired) behaves
+//! decisions, and at instants going back too for the algorithms whose twins keep the latest
+//! instant seen as the Rust algorithms do (all but GCRA, the fixed window and the two
+//! buckets). As on the memory store, a key dropped because it was fresh (here: expired) behaves
 //! as a kept one for every later instant; a clock going back before a dropped key's last instant
 //! sees a fresh key.
 //!
@@ -135,8 +139,10 @@
 //! A server that answers `READONLY` (a master demoted to a replica by a failover, while the
 //! connection still points at it) fails that call and makes the store drop the connection: the
 //! next call connects anew, to whatever the URL names now (a DNS name or proxy that follows the
-//! master). A key holding a value of another Redis type (not a string) makes the script fail:
-//! [`StoreError::Unavailable`].
+//! master).
+//! A key holding a value Floodgate did not write (a string without a known tag, or another
+//! Redis type than the string, list or sorted set a twin writes) is a
+//! [`StoreError::StateConflict`] too, and is left as it is.
 //!
 //! # Several operations in one round trip
 //!
