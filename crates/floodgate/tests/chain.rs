@@ -10,6 +10,10 @@ use std::time::Duration;
 use floodgate::algorithm::concurrency::Concurrency;
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::leaky_queue::LeakyQueue;
+use floodgate::algorithm::sliding_log::SlidingLog;
+use floodgate::algorithm::sliding_window::SlidingWindow;
+use floodgate::algorithm::smooth::SmoothBursty;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
@@ -64,6 +68,15 @@ fn algorithms() -> Vec<AnyAlgorithm> {
         FixedWindow::new(4, Duration::from_secs(10)).unwrap().into(),
         TokenBucket::new(2.0, 4).unwrap().into(),
         Concurrency::new(2, Duration::from_secs(30)).unwrap().into(),
+        SlidingLog::new(3, Duration::from_secs(2)).unwrap().into(),
+        SlidingWindow::new(3, Duration::from_secs(2), None)
+            .unwrap()
+            .into(),
+        SlidingWindow::new(3, Duration::from_secs(2), Some(4))
+            .unwrap()
+            .into(),
+        LeakyQueue::new(2.0, 2).unwrap().into(),
+        SmoothBursty::new(2.0, 1.0).unwrap().into(),
     ]
 }
 
@@ -73,7 +86,7 @@ type LinkSpec = (usize, usize, u64, bool, bool, bool);
 
 fn link_spec(all_or_nothing: bool) -> impl Strategy<Value = LinkSpec> {
     (
-        0usize..4,
+        0usize..9,
         0usize..3,
         0u64..4,
         prop::bool::weighted(0.8),

@@ -3,6 +3,7 @@
 #![cfg(feature = "redis")]
 
 mod conformance;
+mod redis_common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
 use floodgate::store::{RedisStore, Request, Store};
-use floodgate::{Clock, ManualClock, Nanos, Op, SystemClock};
+use floodgate::{Clock, ManualClock, Nanos, SystemClock};
 use floodgate_redis_harness::RedisCluster;
 
 /// A cluster connection of the test's own, to look at what the store wrote.
@@ -27,17 +28,7 @@ async fn raw(cluster: &RedisCluster) -> redis::cluster_async::ClusterConnection 
         .unwrap()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn check(cost: u64) -> Op {
-    Op::Check { cost }
-}
+use redis_common::{check, runtime, START};
 
 /// The masters serving `keys` (store keys).
 fn masters_of<'a>(
@@ -104,7 +95,7 @@ fn one_users_keys_share_a_node_and_users_spread() {
 fn apply_many_across_slots_agrees_with_one_by_one_and_survives_script_flush() {
     let cluster = RedisCluster::start(3, 0);
     let rt = runtime();
-    let clock = ManualClock::new(Nanos(conformance::START));
+    let clock = ManualClock::new(Nanos(START));
     rt.block_on(async {
         let store = RedisStore::builder(cluster.url())
             .clock(clock.clone())

@@ -16,6 +16,7 @@ use floodgate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
+use floodgate::store::redis::redis_key;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock};
 use floodgate_redis_harness::RedisServer;
@@ -85,7 +86,7 @@ fn ttl_is_the_time_until_fresh() {
             let d = store.apply(algorithm, key, check(0)).await.unwrap();
             assert!(d.allowed);
             let exists: bool = redis::cmd("EXISTS")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -94,7 +95,7 @@ fn ttl_is_the_time_until_fresh() {
             let d = store.apply(algorithm, key, check(3)).await.unwrap();
             assert!(d.allowed);
             let pttl: i64 = redis::cmd("PTTL")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -108,7 +109,7 @@ fn ttl_is_the_time_until_fresh() {
                 "{key}: PTTL {pttl} ms, fresh in {ceil_ms} ms"
             );
             let value: String = redis::cmd("GET")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -178,7 +179,7 @@ fn newer_twins_ttl_and_conflicts() {
             let mut raw = conn.clone();
             async move {
                 redis::cmd("PTTL")
-                    .arg(key)
+                    .arg(redis_key(key))
                     .query_async::<i64>(&mut raw)
                     .await
                     .unwrap()
@@ -206,13 +207,13 @@ fn newer_twins_ttl_and_conflicts() {
                 );
             }
             let kind: String = redis::cmd("TYPE")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
             if kind == "string" {
                 let value: String = redis::cmd("GET")
-                    .arg(*key)
+                    .arg(redis_key(key))
                     .query_async(&mut raw)
                     .await
                     .unwrap();
@@ -237,7 +238,7 @@ fn newer_twins_ttl_and_conflicts() {
                 "{key}: {err}"
             );
             let exists: bool = redis::cmd("EXISTS")
-                .arg(*key)
+                .arg(redis_key(key))
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -278,7 +279,7 @@ fn lease_ttl_is_until_the_last_lease_expires() {
                 let mut raw = raw.clone();
                 async move {
                     redis::cmd("PTTL")
-                        .arg(*key)
+                        .arg(redis_key(key))
                         .query_async::<i64>(&mut raw)
                         .await
                         .unwrap()
@@ -435,7 +436,7 @@ fn another_algorithms_key_is_a_conflict_and_is_kept() {
         // A value Floodgate did not write (here a hash) is a conflict for every twin, and kept.
         let mut raw = raw(&server).await;
         let _: () = redis::cmd("HSET")
-            .arg("foreign")
+            .arg(redis_key("foreign"))
             .arg("f")
             .arg("v")
             .query_async(&mut raw)
@@ -460,7 +461,7 @@ fn another_algorithms_key_is_a_conflict_and_is_kept() {
             );
         }
         let kind: String = redis::cmd("TYPE")
-            .arg("foreign")
+            .arg(redis_key("foreign"))
             .query_async(&mut raw)
             .await
             .unwrap();
@@ -754,7 +755,7 @@ fn a_smooth_debt_beyond_the_exact_range_is_refused_and_changes_nothing() {
             let mut raw = raw.clone();
             async move {
                 redis::cmd("GET")
-                    .arg("debt")
+                    .arg(redis_key("debt"))
                     .query_async::<String>(&mut raw)
                     .await
                     .unwrap()

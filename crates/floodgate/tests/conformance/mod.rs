@@ -1,5 +1,7 @@
-//! The conformance cases both Redis test files run (a single Redis and a Redis Cluster): random
-//! operation sequences, the same decisions from the Lua twins as from the memory store.
+//! The conformance cases every Redis test file runs (a single Redis and a Redis Cluster):
+//! random operation sequences give the same decisions from the Lua twins as from the memory
+//! store, for every algorithm and the operations it supports. Test files that use it declare
+//! `mod redis_common;` too.
 
 use std::time::Duration;
 
@@ -7,20 +9,20 @@ use floodgate::algorithm::concurrency::{Concurrency, Fleet};
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::leaky_bucket::LeakyBucket;
+use floodgate::algorithm::leaky_queue::LeakyQueue;
+use floodgate::algorithm::sliding_log::SlidingLog;
+use floodgate::algorithm::sliding_window::SlidingWindow;
+use floodgate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::algorithm::Algorithm;
 use floodgate::store::redis::redis_key;
 use floodgate::store::{MemoryStore, RedisStore, Store};
-use floodgate::{LeaseId, ManualClock, Nanos, Op};
+use floodgate::{LeaseId, ManualClock, Nanos, Op, OpKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-/// 2024-01-01T00:00:00Z, in nanoseconds: realistic instants, far beyond 2⁵³ ns.
-pub const START: u64 = 1_704_067_200_000_000_000;
-
-fn check(cost: u64) -> Op {
-    Op::Check { cost }
-}
+use super::redis_common::{check, START};
 
 /// An algorithm that runs on Redis, with random small parameters (durations in odd
 /// nanoseconds, so that instants off the microsecond grid are exercised).
@@ -61,17 +63,123 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
                     .unwrap()
                     .into()
             }),
+        // Limits up to 100: logs longer than the twin's first reads (16, then 32 entries).
+        (prop_oneof![1u64..30, 30u64..100], window()).prop_map(|(limit, window)| {
+            SlidingLog::new(limit, Duration::from_nanos(window))
+                .unwrap()
+                .into()
+        }),
+        sliding_window(),
+        (
+            prop_oneof![
+                8 => 0.5f64..1000.0,
+                8 => (1u32..200).prop_map(f64::from),
+                // Slots of minutes to hours: a queue up to its exact limit.
+                1 => 0.001f64..0.01,
+            ],
+            0u64..10
+        )
+            .prop_map(|(rate, queue)| LeakyQueue::new(rate, queue).unwrap().into()),
+        smooth(),
     ]
 }
 
-fn is_lease(algorithm: &AnyAlgorithm) -> bool {
-    matches!(
+/// A window (ns) at the scale of the test's steps: odd nanoseconds, or whole milliseconds or
+/// seconds (whose boundaries the whole-millisecond and whole-second steps hit exactly).
+fn window() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1_000u64..10_000_000_000,
+        1_000u64..5_000_000,
+        1u64..3_000,
+        (1u64..10_000).prop_map(|ms| ms * 1_000_000),
+        (1u64..5).prop_map(|s| s * 1_000_000_000),
+    ]
+}
+
+/// Both sliding-window modes, with limits small enough to be reached by the costs (and huge
+/// ones, whose costs `cost_scale` makes comparable: products far beyond 2⁵³), windows of odd
+/// nanoseconds (up to 2⁵⁰) and bucket counts (up to 3600) that divide them or not.
+fn sliding_window() -> impl Strategy<Value = AnyAlgorithm> {
+    let limit = prop_oneof![4 => 1u64..30, 1 => (1u64 << 40)..(1u64 << 50)];
+    let buckets = prop_oneof![
+        4 => Just(None),
+        4 => (1u32..12).prop_map(Some),
+        1 => (1u32..=3600).prop_map(Some),
+    ];
+    // Windows up to the exact limit too (2^50 ns), whose bucket arithmetic is the largest.
+    let window = prop_oneof![8 => window(), 1 => (1u64 << 49)..=(1u64 << 50)];
+    (limit, window, buckets).prop_map(|(limit, window, buckets)| {
+        let buckets = buckets.map(|n| n.min(u32::try_from(window).unwrap_or(u32::MAX)));
+        SlidingWindow::new(limit, Duration::from_nanos(window), buckets)
+            .unwrap()
+            .into()
+    })
+}
+
+/// Guava's limiters: bursty with no, the default or some burst; warming up over odd warmups.
+fn smooth() -> impl Strategy<Value = AnyAlgorithm> {
+    let rate = || prop_oneof![0.5f64..1000.0, (1u32..200).prop_map(f64::from)];
+    prop_oneof![
+        (rate(), prop_oneof![Just(0.0), Just(1.0), 0.0f64..10.0])
+            .prop_map(|(rate, burst)| { SmoothBursty::new(rate, burst).unwrap().into() }),
+        (
+            rate(),
+            1_000u64..20_000_000_000,
+            prop_oneof![Just(3.0), 1.0f64..10.0]
+        )
+            .prop_map(|(rate, warmup, cold)| {
+                SmoothWarmingUp::new(rate, Duration::from_nanos(warmup), cold)
+                    .unwrap()
+                    .into()
+            }),
+    ]
+}
+
+/// A multiplier for check costs: 1, or for the huge sliding-window limits a sixteenth of the
+/// limit, so that their costs reach the limit.
+fn cost_scale(algorithm: &AnyAlgorithm) -> u64 {
+    match algorithm {
+        AnyAlgorithm::SlidingWindow(w) if w.limit() > 1 << 30 => w.limit() / 16 + 1,
+        _ => 1,
+    }
+}
+
+/// `op` as sent to `algorithm`: the operations it supports as they are, the others as checks
+/// of their cost.
+fn op_for(algorithm: &AnyAlgorithm, op: Op) -> Op {
+    let kind = op.kind();
+    let supported = match algorithm {
+        AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_) => {
+            matches!(kind, OpKind::Check | OpKind::Acquire | OpKind::Release)
+        }
+        AnyAlgorithm::SmoothBursty(_) | AnyAlgorithm::SmoothWarmingUp(_) => matches!(
+            kind,
+            OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
+        ),
+        AnyAlgorithm::LeakyQueue(_) => matches!(kind, OpKind::Check | OpKind::Reserve),
+        _ => kind == OpKind::Check,
+    };
+    match op {
+        Op::Check { cost } => check(cost.saturating_mul(cost_scale(algorithm))),
+        _ if supported => op,
+        other => check(other.cost()),
+    }
+}
+
+/// Whether the Lua twin keeps the latest instant its key has seen, as the Rust algorithm does,
+/// so that the test may move the clock backwards (every algorithm but the first four).
+fn goes_back(algorithm: &AnyAlgorithm) -> bool {
+    !matches!(
         algorithm,
-        AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_)
+        AnyAlgorithm::Gcra(_)
+            | AnyAlgorithm::FixedWindow(_)
+            | AnyAlgorithm::TokenBucket(_)
+            | AnyAlgorithm::LeakyBucket(_)
     )
 }
 
-/// An operation: a check of a cost, or (for leases) an acquire or release of one of a few ids.
+/// An operation: a check of a cost, (for leases) an acquire or release of one of a few ids, or
+/// (for shapers) a reservation, a try_acquire with a timeout, a set_rate (sometimes refused).
 fn op() -> impl Strategy<Value = Op> {
     let lease = (0u64..6).prop_map(|i| LeaseId(u128::from(i) << 100 | 0xabc));
     prop_oneof![
@@ -79,30 +187,47 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (lease.clone(), any::<bool>())
             .prop_map(|(lease, critical)| Op::Acquire { lease, critical }),
         2 => lease.prop_map(|lease| Op::Release { lease }),
+        2 => prop_oneof![0u64..4, 0u64..2_000].prop_map(|cost| Op::Reserve { cost }),
+        2 => (0u64..6, 0u64..5_000_000_000).prop_map(|(cost, timeout)| Op::TryAcquire {
+            cost,
+            timeout: Duration::from_nanos(timeout),
+        }),
+        1 => prop_oneof![
+            4 => 0.5f64..1000.0,
+            1 => Just(0.0),
+            1 => Just(-1.0),
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+        ]
+        .prop_map(|rate| Op::SetRate { rate }),
     ]
 }
 
-/// Steps in whole microseconds (0, tiny, up to 20 s, sometimes back up to 5 s) and operations
+/// Steps in whole microseconds (0, tiny, up to 20 s, whole milliseconds up to 3 s or
+/// seconds up to 4 s, sometimes back up to 5 s) and operations
 /// (checks of mostly small costs, sometimes above any limit; acquires and releases).
 fn ops() -> impl Strategy<Value = Vec<(i64, Op)>> {
     let step = prop_oneof![
         2 => Just(0i64),
         3 => 0i64..2_000,
         3 => 0i64..20_000_000,
+        2 => (0i64..3_000).prop_map(|ms| ms * 1_000),
+        1 => (0i64..5).prop_map(|s| s * 1_000_000),
         1 => -5_000_000i64..0,
     ];
     proptest::collection::vec((step, op()), 1..60)
 }
 
 /// For the same whole-microsecond instants and operations, the Lua twin on Redis and the Rust
-/// algorithm on the memory store give identical decisions. Instants only go back for the lease
-/// algorithms (whose Lua twin keeps the latest instant seen), and never before the instant at
+/// algorithm on the memory store give identical decisions. Instants go back only for the
+/// algorithms whose Lua twin keeps the latest instant seen, and never before the instant at
 /// which Redis last dropped the key as fresh (the documented difference: a dropped key's last
-/// instant is forgotten). Acquires and releases are only sent to the lease algorithms, other
-/// algorithms get them as checks of their cost.
+/// instant is forgotten). Each algorithm gets the operations it supports; the others are sent
+/// as checks of their cost.
 ///
 /// `url` is the store's Redis (or Redis Cluster) and `raw` a plain connection to it, for
-/// looking at what the store wrote; `rt` runs both.
+/// looking at what the store wrote; `rt` runs both. `FLOODGATE_CASES=<n>` runs more cases,
+/// `FLOODGATE_TWIN=<algorithm name>` checks that twin only.
 pub fn lua_twins_agree_with_the_memory_store<C>(rt: &tokio::runtime::Runtime, url: &str, raw: C)
 where
     C: redis::aio::ConnectionLike + Clone + Send + 'static,
@@ -120,7 +245,11 @@ where
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {
-        cases: 64,
+        // FLOODGATE_CASES=<n> for a longer run.
+        cases: std::env::var("FLOODGATE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(192),
         failure_persistence: None,
         ..Config::default()
     });
@@ -128,16 +257,20 @@ where
         .run(
             &(algorithm(), 0u64..1_000_000_000, ops()),
             |(algorithm, offset_us, ops)| {
+                // FLOODGATE_TWIN=<algorithm name> checks that twin only.
+                if std::env::var("FLOODGATE_TWIN").is_ok_and(|name| name != algorithm.name()) {
+                    return Ok(());
+                }
                 let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let key = format!("conformance:{n}");
                 let mut now = START + offset_us * 1000;
-                let lease = is_lease(&algorithm);
+                let back = goes_back(&algorithm);
                 let mut raw = raw.clone();
                 let mut floor = now;
                 for (i, (step_us, op)) in ops.into_iter().enumerate() {
-                    let step_us = if lease { step_us } else { step_us.max(0) };
+                    let step_us = if back { step_us } else { step_us.max(0) };
                     now = now.saturating_add_signed(step_us * 1000).max(floor);
-                    let op = if lease { op } else { check(op.cost()) };
+                    let op = op_for(&algorithm, op);
                     clock.set(Nanos(now));
                     let expected = rt.block_on(memory.apply(&algorithm, key.as_str(), op));
                     let got = rt.block_on(redis.apply(&algorithm, key.as_str(), op));

@@ -1,4 +1,5 @@
 //! What the Redis test files share: a runtime, a plain connection, realistic instants.
+#![allow(dead_code)] // each test binary uses a different part
 
 use floodgate::Op;
 use floodgate_redis_harness::RedisServer;
