@@ -69,6 +69,14 @@ fn the_same_trace_gives_the_same_decisions_on_memory_and_on_redis() {
             trace(),
         ),
         (
+            r#"{"algorithm":"sliding_log","limit":3,"window":"2s"}"#,
+            trace(),
+        ),
+        (
+            r#"{"algorithm":"sliding_window","limit":3,"window":"2s"}"#,
+            trace(),
+        ),
+        (
             r#"{"limiter":"concurrency","capacity":2,"lease_ttl":"100s"}"#,
             LEASES.to_string(),
         ),
@@ -90,7 +98,8 @@ fn the_same_trace_gives_the_same_decisions_on_memory_and_on_redis() {
 #[test]
 fn a_limiter_redis_cannot_run_is_refused_by_name() {
     let redis = RedisServer::start();
-    let spec = r#"{"algorithm":"sliding_log","limit":3,"window":"1s"}"#;
+    // A log over 30 days is beyond the sliding log twin's exact range (2^50 ns).
+    let spec = r#"{"algorithm":"sliding_log","limit":3,"window":"30d"}"#;
     let (status, out, stderr) = replay(&redis.url(), spec, "{\"t\":0}\n");
     assert_eq!(status, 2, "{stderr}");
     assert!(out.is_empty(), "{out}");

@@ -196,3 +196,60 @@ async fn a_restarted_redis_is_used_again_and_an_old_lease_releases_cleanly() {
     .await;
     assert_eq!(status, 200);
 }
+
+/// `on_store_error: local` with `store.nodes: 2`: while Redis is paused, the node decides on its
+/// own memory store at half of each limit (a plan of 4 per hour admits 2), and says so in
+/// `/metrics`; once Redis is back, the stage counts there again.
+#[tokio::test]
+async fn a_paused_redis_decides_locally_at_the_nodes_share() {
+    const LOCAL: &str = r#"
+store: {timeout: 100ms, breaker: {threshold: 3, cool_down: 300ms}, nodes: 2}
+limits:
+  window: {algorithm: fixed_window, limit: 5, window: 1h}
+plans: {free: {algorithm: fixed_window, limit: 4, window: 1h}}
+default_plan: free
+limiters:
+  request_rate: {on_store_error: local}
+"#;
+    let redis = RedisServer::start();
+    let (_dir, path) = config_file(LOCAL);
+    let node = serve(&path, &redis.url(), &[]);
+    let client = reqwest::Client::new();
+    let evaluate = |user: &'static str| {
+        let (node, client) = (&node, &client);
+        async move {
+            let (status, answer) = timed(node, client, "/v1/evaluate", json!({"user": user})).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["allowed"] == json!(true)
+        }
+    };
+    // One request counted in Redis before the outage.
+    assert!(evaluate("dora").await);
+    redis.signal("STOP");
+    let mut admitted = Vec::new();
+    for _ in 0..4 {
+        admitted.push(evaluate("dora").await);
+    }
+    assert_eq!(admitted, [true, true, false, false], "half of 4, locally");
+    let (_, metrics) = node.get(&client, "/metrics").await;
+    assert!(
+        metrics.contains("floodgate_decided_locally_total{limiter=\"request_rate\""),
+        "{metrics}"
+    );
+    let zero = "floodgate_decided_locally_total{limiter=\"request_rate\",kind=\"request_rate\",mode=\"enforce\"} 0";
+    assert!(!metrics.contains(zero), "{metrics}");
+    redis.signal("CONT");
+    comes_back(&node, &client).await;
+    // Counting is Redis's again: a user the outage did not touch gets the whole limit. (For
+    // dora, the calls that timed out while Redis was paused still ran when it resumed: Redis
+    // counted them, on top of the local decisions.)
+    let mut admitted = Vec::new();
+    for _ in 0..5 {
+        admitted.push(evaluate("erin").await);
+    }
+    assert_eq!(
+        admitted,
+        [true, true, true, true, false],
+        "Redis's count again"
+    );
+}
