@@ -51,16 +51,8 @@ impl Store<str, AnyAlgorithm> for InTurn {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// 2024-01-01T00:00:00Z in nanoseconds.
-const START: u64 = 1_704_067_200_000_000_000;
+mod redis_common;
+use redis_common::{runtime, START};
 
 fn algorithms() -> Vec<AnyAlgorithm> {
     vec![
@@ -336,6 +328,24 @@ fn stripe_on<S: Store<str, AnyAlgorithm> + Clone + 'static>(
         .unwrap()
 }
 
+/// The request rate tokens left after one request holds the user's one place in flight and a
+/// second one is refused for it.
+async fn left_after_a_refusal<S: Store<str, AnyAlgorithm> + 'static>(
+    pipeline: &Pipeline<S>,
+    request: &Descriptor<'_>,
+) -> u64 {
+    let held = pipeline.evaluate(request).await;
+    assert!(held.allowed());
+    let refused = pipeline.evaluate(request).await;
+    let refusal = refused.refusal.as_ref().expect("refused");
+    assert_eq!(refusal.stage.as_str(), "concurrency");
+    let Some(Limiter::RequestRate(rate)) = pipeline.stages().next().map(|s| s.limiter()) else {
+        unreachable!("the first stage is the request rate")
+    };
+    let probe = rate.check(request.user, request.plan, 0).await.unwrap();
+    probe.decision.remaining
+}
+
 /// A request refused by the concurrency stage has used a token of the request rate stage,
 /// unless that stage is all or nothing; on the memory store and on Redis alike.
 #[test]
@@ -359,48 +369,16 @@ fn all_or_nothing_stages_keep_refused_requests_free() {
             let expected = if all_or_nothing { 4 } else { 3 };
             assert_eq!(pipeline_left, expected, "all_or_nothing {all_or_nothing}");
         };
-        let pipeline = stripe_on(redis.clone(), all_or_nothing);
-        rt.block_on(async {
-            let held = pipeline.evaluate(&request).await;
-            assert!(held.allowed());
-            let refused = pipeline.evaluate(&request).await;
-            assert_eq!(
-                refused.refusal.as_ref().unwrap().stage.as_str(),
-                "concurrency"
-            );
-            let Some(Limiter::RequestRate(rate)) = pipeline.stages().next().map(|s| s.limiter())
-            else {
-                unreachable!()
-            };
-            left_after_refusal(
-                rate.check(&user, "all", 0)
-                    .await
-                    .unwrap()
-                    .decision
-                    .remaining,
-            );
-        });
-        let pipeline = stripe_on(memory.clone(), all_or_nothing);
-        rt.block_on(async {
-            let held = pipeline.evaluate(&request).await;
-            assert!(held.allowed());
-            let refused = pipeline.evaluate(&request).await;
-            assert_eq!(
-                refused.refusal.as_ref().unwrap().stage.as_str(),
-                "concurrency"
-            );
-            let Some(Limiter::RequestRate(rate)) = pipeline.stages().next().map(|s| s.limiter())
-            else {
-                unreachable!()
-            };
-            left_after_refusal(
-                rate.check(&user, "all", 0)
-                    .await
-                    .unwrap()
-                    .decision
-                    .remaining,
-            );
-        });
+        let on_redis = rt.block_on(left_after_a_refusal(
+            &stripe_on(redis.clone(), all_or_nothing),
+            &request,
+        ));
+        left_after_refusal(on_redis);
+        let on_memory = rt.block_on(left_after_a_refusal(
+            &stripe_on(memory.clone(), all_or_nothing),
+            &request,
+        ));
+        left_after_refusal(on_memory);
     }
 }
 
