@@ -296,8 +296,19 @@ impl Inner {
         permit.record(matches!(&result, Err(f) if f.link), clock);
         result.map_err(|f| match f.error {
             StoreError::Timeout(_) => StoreError::Timeout(self.timeout),
+            StoreError::Unavailable(message) => StoreError::Unavailable(self.scrubbed(message)),
             other => other,
         })
+    }
+
+    /// `message` with the URL's password, if it appears, replaced by `***`.
+    fn scrubbed(&self, mut message: String) -> String {
+        for secret in &self.secrets {
+            if message.contains(secret.as_str()) {
+                message = message.replace(secret.as_str(), "***");
+            }
+        }
+        message
     }
 }
 

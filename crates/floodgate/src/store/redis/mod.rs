@@ -277,6 +277,55 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// The password in `url`'s user information (`scheme://[user]:password@…`), as written and
+/// percent-decoded; empty when there is none.
+fn secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Vec::new();
+    };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let Some((user_info, _)) = authority.rsplit_once('@') else {
+        return Vec::new();
+    };
+    let Some((_, password)) = user_info.split_once(':') else {
+        return Vec::new();
+    };
+    let mut secrets = vec![password.to_string()];
+    let decoded = percent_decoded(password);
+    if decoded != password {
+        secrets.push(decoded);
+    }
+    secrets.retain(|s| !s.is_empty());
+    // Longest first, so that a secret containing another is scrubbed whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+}
+
+/// `%XX` escapes decoded (invalid ones kept as written).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// An explicit clock (shown as such in `Debug`: clocks need not implement it).
 #[derive(Clone)]
 struct ExplicitClock(Arc<dyn Clock>);
@@ -357,6 +406,7 @@ impl RedisStoreBuilder {
                 min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
                 clock: self.clock,
                 scripts: Scripts::new(),
+                secrets: secrets(&self.url),
             }),
         })
     }
@@ -381,6 +431,9 @@ struct Inner {
     breaker: Breaker,
     /// The breaker's time: the explicit clock, else a [`SystemClock`].
     breaker_clock: ExplicitClock,
+    /// The URL's password, as written and percent-decoded: scrubbed from every error message
+    /// the client gives, so that it cannot reach a log or a response.
+    secrets: Vec<String>,
 }
 
 impl RedisStore {
@@ -534,6 +587,15 @@ mod tests {
         assert_eq!(redacted("not a url"), "not a url");
         let builder = super::RedisStore::builder("redis://u:s3cret@h:1");
         assert!(!format!("{builder:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn the_passwords_to_scrub_are_found_as_written_and_decoded() {
+        use super::secrets;
+        assert_eq!(secrets("redis://u:p%40ss@h:1/0"), ["p%40ss", "p@ss"]);
+        assert_eq!(secrets("redis-cluster://:pw@h1:1,h2:2"), ["pw"]);
+        assert_eq!(secrets("rediss://u@h:1"), Vec::<String>::new());
+        assert_eq!(secrets("redis://h:1"), Vec::<String>::new());
     }
 
     #[tokio::test]
