@@ -1,0 +1,225 @@
+//! One line of a replay trace: its JSON read and checked into an [`Event`], or refused with
+//! an [`EventError`] naming the field.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use floodgate::algorithm::spec::parse_duration;
+use floodgate::limiter::Priority;
+use floodgate::{LeaseId, Nanos, Op, OpKind, StoreError};
+use serde_json::{Map, Value};
+
+/// Why one line of the trace was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// The line is not a JSON object.
+    #[error("not a JSON object: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// A required field is absent.
+    #[error("missing field `{field}` ({why})")]
+    Missing {
+        /// The field.
+        field: &'static str,
+        /// What needs it.
+        why: &'static str,
+    },
+    /// A field's value has the wrong type or is out of range.
+    #[error("field `{field}`: expected {expected}, got {got}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What the field takes.
+        expected: &'static str,
+        /// The value as given.
+        got: Value,
+    },
+    /// A duration field that does not read.
+    #[error("field `{field}`: {got}: {reason}")]
+    Duration {
+        /// The field.
+        field: &'static str,
+        /// The value as given.
+        got: Value,
+        /// Why it does not read.
+        reason: String,
+    },
+    /// `priority` is not one of the four classes.
+    #[error("field `priority`: `{priority}` is not one of critical, post, get, test")]
+    UnknownPriority {
+        /// The priority as given.
+        priority: String,
+    },
+    /// `op` is not an operation.
+    #[error(
+        "field `op`: unknown operation `{op}` (check, reserve, try_acquire, set_rate, acquire, \
+         release)"
+    )]
+    UnknownOp {
+        /// The operation as given.
+        op: String,
+    },
+    /// `t` goes back in time.
+    #[error(
+        "field `t`: {t} is earlier than the previous event's {previous} (events must be in time \
+         order)"
+    )]
+    OutOfOrder {
+        /// The event's time as given.
+        t: Value,
+        /// The previous event's time, in seconds.
+        previous: f64,
+    },
+    /// The limiter does not take the event's operation.
+    #[error("field `op`: {0}")]
+    Unsupported(#[source] StoreError),
+    /// The store failed (Redis unreachable or too slow).
+    #[error("{0}")]
+    Store(#[source] StoreError),
+    /// The utilization shedder takes only `check`.
+    #[error("field `op`: the utilization shedder only takes `check`, got `{op}`")]
+    NotACheck {
+        /// The operation given.
+        op: OpKind,
+    },
+}
+
+/// One event of the trace, validated.
+pub(crate) struct Event {
+    pub(crate) t: Value,
+    pub(crate) at: Nanos,
+    pub(crate) key: String,
+    pub(crate) op: Op,
+    /// The lease as the trace names it (`acquire`, `release`).
+    pub(crate) lease: Option<String>,
+    pub(crate) priority: Priority,
+    pub(crate) utilization: Option<f64>,
+}
+
+pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
+    let mut fields: Map<String, Value> = serde_json::from_str(line).map_err(EventError::NotJson)?;
+    let invalid = |field, expected, got: &Value| EventError::Invalid {
+        field,
+        expected,
+        got: got.clone(),
+    };
+    let t = fields.remove("t").ok_or(EventError::Missing {
+        field: "t",
+        why: "seconds from the trace's start",
+    })?;
+    let at = match t.as_f64() {
+        Some(secs) if secs.is_finite() && secs >= 0.0 => Nanos::from_secs_f64(secs),
+        _ => return Err(invalid("t", "a number of seconds ≥ 0", &t)),
+    };
+    let key = match fields.get("key") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(invalid("key", "a string", other)),
+    };
+    let op_name = match fields.get("op") {
+        None => "check",
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => return Err(invalid("op", "a string", other)),
+    };
+    let cost = match fields.get("cost") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| invalid("cost", "a whole number ≥ 0", v))?,
+    };
+    let lease = match fields.get("lease") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(other) => return Err(invalid("lease", "a string", other)),
+    };
+    let priority = match fields.get("priority") {
+        None => Priority::Get,
+        Some(Value::String(s)) => {
+            Priority::from_name(s).ok_or_else(|| EventError::UnknownPriority {
+                priority: s.clone(),
+            })?
+        }
+        Some(other) => return Err(invalid("priority", "a string", other)),
+    };
+    let utilization = match fields.get("utilization") {
+        None => None,
+        Some(v) => match v.as_f64() {
+            Some(u) if (0.0..=1.0).contains(&u) => Some(u),
+            _ => return Err(invalid("utilization", "a number in 0..1", v)),
+        },
+    };
+    let op = match op_name {
+        "check" => Op::Check { cost },
+
+        "reserve" => Op::Reserve { cost },
+        "try_acquire" => Op::TryAcquire {
+            cost,
+            timeout: match fields.get("timeout") {
+                None => Duration::ZERO,
+                Some(v) => duration_field("timeout", v)?,
+            },
+        },
+        "set_rate" => {
+            let rate = fields.get("rate").ok_or(EventError::Missing {
+                field: "rate",
+                why: "needed by `set_rate`",
+            })?;
+            match rate.as_f64() {
+                Some(r) if r.is_finite() && r > 0.0 => Op::SetRate { rate: r },
+                _ => return Err(invalid("rate", "a number above 0", rate)),
+            }
+        }
+        "acquire" => Op::Acquire {
+            lease: LeaseId(0), // named (or made up) by the caller
+            critical: priority == Priority::Critical,
+        },
+        "release" => {
+            let Some(name) = lease.as_deref() else {
+                return Err(EventError::Missing {
+                    field: "lease",
+                    why: "needed by `release`",
+                });
+            };
+            Op::Release {
+                lease: lease_id(name),
+            }
+        }
+        other => {
+            return Err(EventError::UnknownOp {
+                op: other.to_string(),
+            })
+        }
+    };
+    Ok(Event {
+        t,
+        at,
+        key,
+        op,
+        lease,
+        priority,
+        utilization,
+    })
+}
+
+fn duration_field(field: &'static str, value: &Value) -> Result<Duration, EventError> {
+    let parsed = match value {
+        Value::Number(n) => n
+            .as_f64()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| "must be a number of seconds ≥ 0".to_string()),
+        Value::String(s) => parse_duration(s).map_err(|e| e.to_string()),
+        _ => Err("expected seconds or a duration string".to_string()),
+    };
+    parsed.map_err(|reason| EventError::Duration {
+        field,
+        got: value.clone(),
+        reason,
+    })
+}
+
+/// A lease id as the algorithms take it: a stable hash of the trace's name for it.
+pub(crate) fn lease_id(name: &str) -> LeaseId {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    LeaseId::from(h.finish())
+}
