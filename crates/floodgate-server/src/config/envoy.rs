@@ -17,7 +17,7 @@
 //!
 //! Each descriptor has a `key`, an optional `value` (exact; a value holding `*` is a wildcard
 //! in which each `*` matches any run of characters, see
-//! [`Wildcard`](crate::descriptors::Wildcard); an empty value is the same as none), an optional
+//! [`crate::descriptors::Wildcard`]; an empty value is the same as none), an optional
 //! `rate_limit` (`unit` and `requests_per_unit`, or `unlimited: true`; optional `name` and
 //! `replaces: [{name}]`), optional `shadow_mode: true`, optional `share_threshold: true` (only
 //! on a wildcard value: all values it matches share one counter), optional `metadata` (any
