@@ -19,16 +19,25 @@ pub(super) const MAX_MICROS: u64 = 1 << 53;
 
 const PRELUDE: &str = include_str!("prelude.lua");
 
-/// Every twin: its function's name and the file defining it.
-const TWINS: [(&str, &str); 8] = [
-    ("gcra", include_str!("gcra.lua")),
-    ("fixed_window", include_str!("fixed_window.lua")),
-    ("token_bucket", include_str!("token_bucket.lua")),
-    ("leases", include_str!("leases.lua")),
-    ("sliding_log", include_str!("sliding_log.lua")),
-    ("sliding_window", include_str!("sliding_window.lua")),
-    ("leaky_queue", include_str!("leaky_queue.lua")),
-    ("smooth", include_str!("smooth.lua")),
+/// Helpers only some twins use, included only in their scripts (each is built anew on every
+/// call, so a script carries only what it needs).
+const EXACT: &str = include_str!("exact.lua");
+const SHAPING: &str = include_str!("shaping.lua");
+
+/// Every twin: its function's name, the file defining it, and the helper files it needs.
+const TWINS: [(&str, &str, &[&str]); 8] = [
+    ("gcra", include_str!("gcra.lua"), &[]),
+    ("fixed_window", include_str!("fixed_window.lua"), &[]),
+    ("token_bucket", include_str!("token_bucket.lua"), &[]),
+    ("leases", include_str!("leases.lua"), &[]),
+    ("sliding_log", include_str!("sliding_log.lua"), &[]),
+    (
+        "sliding_window",
+        include_str!("sliding_window.lua"),
+        &[EXACT],
+    ),
+    ("leaky_queue", include_str!("leaky_queue.lua"), &[SHAPING]),
+    ("smooth", include_str!("smooth.lua"), &[SHAPING]),
 ];
 
 /// One Lua script: its source, the SHA-1 Redis knows it by, and the twin it runs (empty for
@@ -50,24 +59,32 @@ impl Script {
 
     /// The script running the twin `name` of [`TWINS`] on `KEYS[1]` with `ARGV[3..]`.
     fn twin(name: &'static str) -> Script {
-        let body = TWINS
+        let (body, helpers) = TWINS
             .iter()
-            .find(|(n, _)| *n == name)
-            .map_or("", |(_, body)| body);
-        let source = format!("{PRELUDE}\n{body}\nreturn {name}(KEYS[1], now_us, args(3))\n");
+            .find(|(n, _, _)| *n == name)
+            .map_or(("", &[][..]), |(_, body, helpers)| (*body, *helpers));
+        let mut source = format!("{PRELUDE}\n");
+        for helper in helpers {
+            source.push_str(helper);
+            source.push('\n');
+        }
+        // The arguments as a table built in one step (no loop over ARGV).
+        source.push_str(&format!(
+            "{body}\nreturn {name}(KEYS[1], now_us, {{select(3, unpack(ARGV))}})\n"
+        ));
         Script::from_source(source, name)
     }
 
     /// The script running a chain of twins (chain.lua): every twin, and a table of them by
     /// name.
     fn chain() -> Script {
-        let mut source = format!("{PRELUDE}\n");
-        for (_, body) in TWINS {
+        let mut source = format!("{PRELUDE}\n{EXACT}\n{SHAPING}\n");
+        for (_, body, _) in TWINS {
             source.push_str(body);
             source.push('\n');
         }
         source.push_str("local twins = {");
-        for (name, _) in TWINS {
+        for (name, _, _) in TWINS {
             source.push_str(&format!("{name} = {name}, "));
         }
         source.push_str("}\n");
@@ -84,7 +101,7 @@ pub fn script_source(name: &str) -> Option<String> {
     if name == "chain" {
         return Some(Script::chain().source);
     }
-    let (name, _) = TWINS.iter().find(|(n, _)| *n == name)?;
+    let (name, _, _) = TWINS.iter().find(|(n, _, _)| *n == name)?;
     Some(Script::twin(name).source)
 }
 
