@@ -4,7 +4,9 @@
 //! for each. Usage: `redis-clients-bench redis://127.0.0.1:PORT [C] [D]`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use floodgate::{Clock, SystemClock};
 
 use fred::prelude::*;
 use rand::Rng;
@@ -47,17 +49,19 @@ where
     Fut: std::future::Future<Output = ()> + Send,
 {
     let call = Arc::new(call);
-    let start = Instant::now();
+    // Time from the project's clock, as everywhere else (one per run, shared by the tasks).
+    let clock = SystemClock::new();
+    let start = clock.now();
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let call = call.clone();
+        let (call, clock) = (call.clone(), clock.clone());
         handles.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            while start.elapsed() < duration {
+            while clock.now().saturating_since(start) < duration {
                 let key = rand::rng().random_range(0..KEYS);
-                let t = Instant::now();
+                let t = clock.now();
                 call(key).await;
-                latencies.push(t.elapsed().as_micros() as u64);
+                latencies.push(clock.now().saturating_since(t).as_micros() as u64);
             }
             latencies
         }));
@@ -68,7 +72,7 @@ where
     }
     Report {
         decisions: latencies_us.len() as u64,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds: clock.now().saturating_since(start).as_secs_f64(),
         latencies_us,
     }
 }
