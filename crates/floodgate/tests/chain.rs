@@ -52,7 +52,7 @@ impl Store<str, AnyAlgorithm> for InTurn {
 }
 
 mod redis_common;
-use redis_common::{runtime, START};
+use redis_common::{runtime, store_on_clock, START};
 
 fn algorithms() -> Vec<AnyAlgorithm> {
     vec![
@@ -166,23 +166,9 @@ fn probe(
         .unwrap()
 }
 
-fn redis_store(
-    rt: &tokio::runtime::Runtime,
-    server: &RedisServer,
-    clock: &ManualClock,
-) -> RedisStore {
-    let _guard = rt.enter();
-    RedisStore::builder(server.url())
-        .clock(clock.clone())
-        .timeout(Duration::from_secs(2))
-        .min_ttl(Duration::from_secs(3600))
-        .build()
-        .unwrap()
-}
-
 /// Without all-or-nothing links, a chain is exactly its links applied one call at a time,
-/// ending after the first denial of a stopping link (refusing or not): the memory store's chain, the Redis
-/// chain script and the trait's default give the same decisions.
+/// ending after the first denial of a stopping link (refusing or not): the memory store's
+/// chain, the Redis chain script and the trait's default give the same decisions.
 #[test]
 fn chains_are_their_links_in_turn() {
     let server = RedisServer::start();
@@ -199,7 +185,7 @@ fn chains_are_their_links_in_turn() {
             let clock = ManualClock::new(Nanos(START));
             let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
             let in_turn = InTurn(MemoryStore::builder().clock(clock.clone()).build().unwrap());
-            let redis = redis_store(&rt, &server, &clock);
+            let redis = store_on_clock(&rt, &server.url(), &clock);
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for (step, specs) in chains {
                 clock.advance(Duration::from_micros(step));
@@ -228,8 +214,8 @@ fn chains_are_their_links_in_turn() {
 }
 
 /// With all-or-nothing links: memory and Redis agree, and a chain with a denial of a refusing
-/// link (ended there or not) leaves every key that only all-or-nothing links touched as it was (a probe at the same
-/// instant answers the same before and after).
+/// link (ended there or not) leaves every key that only all-or-nothing links touched as it
+/// was (a probe at the same instant answers the same before and after).
 #[test]
 fn refused_chains_undo_all_or_nothing_links() {
     let server = RedisServer::start();
@@ -246,7 +232,7 @@ fn refused_chains_undo_all_or_nothing_links() {
         .run(&chains(true), |chains| {
             let clock = ManualClock::new(Nanos(START));
             let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-            let redis = redis_store(&rt, &server, &clock);
+            let redis = store_on_clock(&rt, &server.url(), &clock);
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for (step, specs) in chains {
                 clock.advance(Duration::from_micros(step));

@@ -28,7 +28,7 @@ async fn raw(cluster: &RedisCluster) -> redis::cluster_async::ClusterConnection 
         .unwrap()
 }
 
-use redis_common::{check, runtime, START};
+use redis_common::{check, runtime, store_on_clock, START};
 
 /// The masters serving `keys` (store keys).
 fn masters_of<'a>(
@@ -96,13 +96,8 @@ fn apply_many_across_slots_agrees_with_one_by_one_and_survives_script_flush() {
     let cluster = RedisCluster::start(3, 0);
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &cluster.url(), &clock);
     rt.block_on(async {
-        let store = RedisStore::builder(cluster.url())
-            .clock(clock.clone())
-            .min_ttl(Duration::from_secs(3600))
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
         let algorithms: [AnyAlgorithm; 6] = [
             Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),
             FixedWindow::new(3, Duration::from_secs(10)).unwrap().into(),

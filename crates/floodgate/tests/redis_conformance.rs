@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use floodgate::algorithm::sliding_window::SlidingWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
-use floodgate::store::{MemoryStore, RedisStore, Store};
+use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos};
 use floodgate_redis_harness::RedisServer;
 
 mod conformance;
 mod redis_common;
-use redis_common::{check, raw, runtime, START};
+use redis_common::{check, raw, runtime, store_on_clock, START};
 
 /// For the same whole-microsecond instants and operations, the Lua twin on Redis and the Rust
 /// algorithm on the memory store give identical decisions. Instants go back only for the
@@ -36,15 +36,7 @@ fn sliding_window_modes_share_a_key_as_in_memory() {
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
-    let redis = {
-        let _guard = rt.enter();
-        RedisStore::builder(server.url())
-            .clock(clock.clone())
-            .timeout(Duration::from_secs(2))
-            .min_ttl(Duration::from_secs(3600))
-            .build()
-            .unwrap()
-    };
+    let redis = store_on_clock(&rt, &server.url(), &clock);
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     let window = Duration::from_secs(10);
     let modes: [AnyAlgorithm; 3] = [

@@ -22,7 +22,7 @@ use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock}
 use floodgate_redis_harness::RedisServer;
 
 mod redis_common;
-use redis_common::{check, raw, runtime, START};
+use redis_common::{check, raw, runtime, store_on_clock, START};
 
 /// Hand-written cases, with Redis `TIME` as the clock: the numbers the algorithms' own tests give.
 #[test]
@@ -667,13 +667,8 @@ fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &server.url(), &clock);
     rt.block_on(async {
-        let store = RedisStore::builder(server.url())
-            .clock(clock.clone())
-            .min_ttl(Duration::from_secs(3600))
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
         let mut raw = raw(&server).await;
         let algorithms: [AnyAlgorithm; 4] = [
             Gcra::new(2, 1, Duration::from_secs(1)).unwrap().into(),

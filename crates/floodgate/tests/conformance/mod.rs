@@ -17,12 +17,12 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
 use floodgate::store::redis::redis_key;
-use floodgate::store::{MemoryStore, RedisStore, Store};
+use floodgate::store::{MemoryStore, Store};
 use floodgate::{LeaseId, ManualClock, Nanos, Op, OpKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use super::redis_common::{check, START};
+use super::redis_common::{check, store_on_clock, START};
 
 /// An algorithm that runs on Redis, with random small parameters (durations in odd
 /// nanoseconds, so that instants off the microsecond grid are exercised).
@@ -233,15 +233,7 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + 'static,
 {
     let clock = ManualClock::new(Nanos(START));
-    let redis = {
-        let _guard = rt.enter();
-        RedisStore::builder(url)
-            .clock(clock.clone())
-            .timeout(Duration::from_secs(2))
-            .min_ttl(Duration::from_secs(3600))
-            .build()
-            .unwrap()
-    };
+    let redis = store_on_clock(rt, url, &clock);
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {

@@ -1,8 +1,25 @@
-//! What the Redis test files share: a runtime, a plain connection, realistic instants.
+//! What the Redis test files share: a runtime, a plain connection, a store on the test's own
+//! clock, realistic instants.
 #![allow(dead_code)] // each test binary uses a different part
 
-use floodgate::Op;
+use std::time::Duration;
+
+use floodgate::store::RedisStore;
+use floodgate::{ManualClock, Op};
 use floodgate_redis_harness::RedisServer;
+
+/// The store at `url` deciding at `clock`'s instants (not Redis `TIME`), with a timeout
+/// generous enough for a loaded machine, and every key kept at least an hour, since the manual
+/// clock stands still while real time passes. Built inside `rt`, which runs its connection.
+pub fn store_on_clock(rt: &tokio::runtime::Runtime, url: &str, clock: &ManualClock) -> RedisStore {
+    let _guard = rt.enter();
+    RedisStore::builder(url)
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(2))
+        .min_ttl(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+}
 
 /// A plain connection to `server`, to look at what the store wrote.
 pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
