@@ -241,10 +241,15 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 
     #[inline]
     fn shard_of(&self, hash: u64) -> &Shard<K, S> {
+        &self.shards[self.shard_index(hash)]
+    }
+
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
         // hashbrown uses the low bits (bucket index) and the top 7 bits (tag) of the hash;
         // the shard index comes from the middle bits, so keys of one shard still spread over
         // its table.
-        &self.shards[(hash >> 32) as usize & self.shard_mask]
+        (hash >> 32) as usize & self.shard_mask
     }
 
     /// Applies `op` to `key`'s state under `algorithm`, now, and returns the decision.
@@ -337,10 +342,14 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             .iter()
             .map(|l| self.hasher.hash_one(l.request.key))
             .collect();
-        let index = |hash: u64| (hash >> 32) as usize & self.shard_mask;
-        let mut shards: Vec<usize> = hashes.iter().map(|&h| index(h)).collect();
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();
         shards.dedup();
+        // Each link's place among the locked shards.
+        let guard_of: Vec<usize> = hashes
+            .iter()
+            .map(|&h| shards.partition_point(|&i| i < self.shard_index(h)))
+            .collect();
         let mut guards: Vec<_> = shards.iter().map(|&i| self.shards[i].map.lock()).collect();
         let now = self.clock.now();
         let mut outcomes = Vec::with_capacity(links.len());
@@ -353,7 +362,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                 continue;
             }
             let r = link.request;
-            let map = &mut guards[shards.binary_search(&index(hashes[i])).unwrap_or(0)];
+            let map = &mut guards[guard_of[i]];
             if link.all_or_nothing {
                 let before = map
                     .table
@@ -374,7 +383,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             // Newest first, so a key touched twice gets its state from before the chain.
             for (i, before) in undo.into_iter().rev() {
                 let key = links[i].request.key;
-                let map = &mut guards[shards.binary_search(&index(hashes[i])).unwrap_or(0)];
+                let map = &mut guards[guard_of[i]];
                 let found = map.table.find_entry(hashes[i], |(k, _)| k.borrow() == key);
                 match (found, before) {
                     (Ok(mut entry), Some(state)) => entry.get_mut().1 = state,
