@@ -57,6 +57,20 @@ impl Script {
         Script { source, sha, twin }
     }
 
+    /// The start of a call of this script: `EVALSHA sha`, or `EVAL source` when `by_source`
+    /// (after Redis answered `NOSCRIPT`: it runs the script and keeps it).
+    pub(super) fn command(&self, by_source: bool) -> redis::Cmd {
+        if by_source {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(&self.source);
+            cmd
+        } else {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&self.sha);
+            cmd
+        }
+    }
+
     /// The script running the twin `name` of [`TWINS`] on `KEYS[1]` with `ARGV[3..]`.
     fn twin(name: &'static str) -> Script {
         let (body, helpers) = TWINS

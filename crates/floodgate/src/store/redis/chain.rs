@@ -70,15 +70,7 @@ impl Inner {
     ) -> Result<Vec<Linked>, Failed> {
         let chain = &self.scripts.chain;
         let command = |by_source: bool| {
-            let mut cmd = if by_source {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(&chain.source);
-                cmd
-            } else {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(&chain.sha);
-                cmd
-            };
+            let mut cmd = chain.command(by_source);
             cmd.arg(links.len());
             for link in links {
                 cmd.arg(Tagged(link.request.key));

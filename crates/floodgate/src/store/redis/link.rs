@@ -131,15 +131,7 @@ impl Inner {
 
     /// `EVALSHA sha 1 key now min_ttl args…`, or `EVAL source 1 …` when `by_source`.
     fn script(&self, by_source: bool, key: Tagged<'_>, now: &str, call: &Call<'_>) -> redis::Cmd {
-        let mut cmd = if by_source {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(&call.script.source);
-            cmd
-        } else {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&call.script.sha);
-            cmd
-        };
+        let mut cmd = call.script.command(by_source);
         cmd.arg(1)
             .arg(key)
             .arg(now)
