@@ -52,7 +52,7 @@ impl Store<str, AnyAlgorithm> for InTurn {
 }
 
 mod redis_common;
-use redis_common::{runtime, store_on_clock, START};
+use redis_common::{raw, runtime, store_on_clock, START};
 
 fn algorithms() -> Vec<AnyAlgorithm> {
     vec![
@@ -370,11 +370,7 @@ fn all_or_nothing_stages_keep_refused_requests_free() {
 
 /// `INFO commandstats`' count of calls to `command` on `server`.
 async fn calls(server: &RedisServer, command: &str) -> u64 {
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(server).await;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut raw)
