@@ -192,8 +192,9 @@ impl FixedWindow {
         let (start, count) = self.current(state, now);
         let to_end = Duration::from_nanos(start.saturating_add(self.window).saturating_sub(now.0));
         let reset = |count: u64| if count == 0 { Duration::ZERO } else { to_end };
-        // count ≤ limit always.
-        let free = self.limit - count;
+        // count ≤ limit, except in a cached store's view, which may hold more than the limit
+        // (what several nodes admitted between two syncs): then nothing is free.
+        let free = self.limit.saturating_sub(count);
         if cost == 0 {
             return Decision::allow(self.limit, free, reset(count));
         }
@@ -225,6 +226,31 @@ impl FixedWindowState {
     /// The start of the latest window this key was counted in.
     pub fn window_start(&self) -> Nanos {
         self.start
+    }
+
+    /// A state from its parts, as a store wrote them down elsewhere (the cached store reads
+    /// Redis's state back).
+    pub(crate) fn from_parts(start: Nanos, count: u64) -> FixedWindowState {
+        FixedWindowState { start, count }
+    }
+}
+
+impl FixedWindow {
+    /// Counts `cost` admitted at `at` by someone else, without deciding anything: the cached
+    /// store merging what several nodes admitted. The cost counts in the window of `at` when
+    /// that is the state's window; a later window starts with it; a cost from an earlier window
+    /// than the state's is dropped (it can no longer change a decision). The count may exceed
+    /// the limit (saturating at `u64::MAX`).
+    pub(crate) fn absorb(&self, state: &mut FixedWindowState, at: Nanos, cost: u64) {
+        let start = at.0 - at.0 % self.window;
+        if start == state.start.0 {
+            state.count = state.count.saturating_add(cost);
+        } else if start > state.start.0 {
+            *state = FixedWindowState {
+                start: Nanos(start),
+                count: cost,
+            };
+        }
     }
 }
 

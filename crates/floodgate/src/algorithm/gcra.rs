@@ -124,6 +124,23 @@ impl GcraState {
     pub fn tat(&self) -> Nanos {
         Nanos(self.tat)
     }
+
+    /// A state from its theoretical arrival time, as a store wrote it down elsewhere (the cached
+    /// store reads Redis's state back).
+    pub(crate) fn from_tat(tat: Nanos) -> GcraState {
+        GcraState { tat: tat.0 }
+    }
+}
+
+impl Gcra {
+    /// Schedules `cost` units admitted at `at` by someone else, without deciding anything: the
+    /// cached store merging what several nodes admitted. `tat = max(tat, at) + cost × e`,
+    /// saturating at the largest instant; it may run more than `τ` ahead of now, which refuses
+    /// everything until the schedule has caught up.
+    pub(crate) fn absorb(&self, state: &mut GcraState, at: Nanos, cost: u64) {
+        let tat = u128::from(state.tat.max(at.0)) + u128::from(self.emission) * u128::from(cost);
+        state.tat = u64::try_from(tat).unwrap_or(u64::MAX);
+    }
 }
 
 /// The five integers of a redis-cell `CL.THROTTLE` reply, computed exactly as redis-cell computes

@@ -246,7 +246,7 @@ impl AlgorithmSpec {
 impl AnyAlgorithm {
     /// A fingerprint of the algorithm and all its parameters: equal for equal parameters,
     /// different (but for a 2⁻⁶⁴ chance) otherwise. A few multiplications, no allocation.
-    fn params(&self) -> u64 {
+    pub(crate) fn params(&self) -> u64 {
         fn mix(h: u64, x: u64) -> u64 {
             (h ^ x)
                 .wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -324,12 +324,12 @@ macro_rules! any_algorithm {
         /// [`AnyAlgorithm::is_fresh`](Algorithm::is_fresh)).
         #[derive(Clone, Debug)]
         pub struct AnyState {
-            params: u64,
-            kind: StateKind,
+            pub(crate) params: u64,
+            pub(crate) kind: StateKind,
         }
 
         #[derive(Clone, Debug)]
-        enum StateKind {
+        pub(crate) enum StateKind {
             $($variant(<$ty as Algorithm>::State),)*
         }
 

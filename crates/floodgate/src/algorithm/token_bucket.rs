@@ -127,6 +127,24 @@ impl TokenBucketState {
     pub fn last_update(&self) -> Nanos {
         self.last
     }
+
+    /// A state from its parts, as a store wrote them down elsewhere (the cached store reads
+    /// Redis's state back). `tokens` may be negative: a debt to refill before the next pass.
+    pub(crate) fn from_parts(tokens: f64, last: Nanos) -> TokenBucketState {
+        TokenBucketState { tokens, last }
+    }
+}
+
+impl TokenBucket {
+    /// Takes `cost` tokens admitted at `at` by someone else, without deciding anything: the
+    /// cached store merging what several nodes admitted. The bucket is refilled up to `at` (or
+    /// its last update, if later) and `cost` is taken even if that leaves it below zero: the
+    /// debt is refilled before anything passes again, so the long-run rate stays exact.
+    pub(crate) fn absorb(&self, state: &mut TokenBucketState, at: Nanos, cost: u64) {
+        let last = state.last.max(at);
+        let tokens = self.bucket.tokens_at(state, last) - cost as f64;
+        *state = TokenBucketState { tokens, last };
+    }
 }
 
 impl Algorithm for TokenBucket {

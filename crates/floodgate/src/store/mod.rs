@@ -23,6 +23,8 @@ use std::future::Future;
 use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
+#[cfg(feature = "redis")]
+pub mod cached;
 pub mod chain;
 mod memory;
 mod namespace;
@@ -30,6 +32,8 @@ mod namespace;
 pub mod redis;
 mod shard_lock;
 
+#[cfg(feature = "redis")]
+pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use chain::{Link, Linked};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};

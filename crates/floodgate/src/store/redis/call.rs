@@ -23,11 +23,12 @@ const PRELUDE: &str = include_str!("prelude.lua");
 /// call, so a script carries only what it needs).
 const EXACT: &str = include_str!("exact.lua");
 const SHAPING: &str = include_str!("shaping.lua");
+const ALIGN: &str = include_str!("align.lua");
 
 /// Every twin: its function's name, the file defining it, and the helper files it needs.
 const TWINS: [(&str, &str, &[&str]); 8] = [
     ("gcra", include_str!("gcra.lua"), &[]),
-    ("fixed_window", include_str!("fixed_window.lua"), &[]),
+    ("fixed_window", include_str!("fixed_window.lua"), &[ALIGN]),
     ("token_bucket", include_str!("token_bucket.lua"), &[]),
     ("leases", include_str!("leases.lua"), &[]),
     ("sliding_log", include_str!("sliding_log.lua"), &[]),
@@ -89,10 +90,16 @@ impl Script {
         Script::from_source(source, name)
     }
 
+    /// The cached store's sync script (cached.lua).
+    fn cached() -> Script {
+        let source = format!("{PRELUDE}\n{ALIGN}\n{}", include_str!("cached.lua"));
+        Script::from_source(source, "cached")
+    }
+
     /// The script running a chain of twins (chain.lua): every twin, and a table of them by
     /// name.
     fn chain() -> Script {
-        let mut source = format!("{PRELUDE}\n{EXACT}\n{SHAPING}\n");
+        let mut source = format!("{PRELUDE}\n{EXACT}\n{SHAPING}\n{ALIGN}\n");
         for (_, body, _) in TWINS {
             source.push_str(body);
             source.push('\n');
@@ -115,6 +122,9 @@ pub fn script_source(name: &str) -> Option<String> {
     if name == "chain" {
         return Some(Script::chain().source);
     }
+    if name == "cached" {
+        return Some(Script::cached().source);
+    }
     let (name, _, _) = TWINS.iter().find(|(n, _, _)| *n == name)?;
     Some(Script::twin(name).source)
 }
@@ -130,6 +140,7 @@ pub(super) struct Scripts {
     leaky_queue: Script,
     smooth: Script,
     pub(super) chain: Script,
+    pub(super) cached: Script,
 }
 
 impl Scripts {
@@ -144,6 +155,7 @@ impl Scripts {
             leaky_queue: Script::twin("leaky_queue"),
             smooth: Script::twin("smooth"),
             chain: Script::chain(),
+            cached: Script::cached(),
         }
     }
 

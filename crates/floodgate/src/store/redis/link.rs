@@ -277,20 +277,35 @@ impl Inner {
         &self,
         calls: impl Future<Output = Result<T, Failed>>,
     ) -> Result<T, StoreError> {
+        self.guarded_for(self.timeout, calls).await
+    }
+
+    /// [`Inner::guarded`] with another bound than the store's timeout (a sync of many keys).
+    pub(super) async fn guarded_for<T>(
+        &self,
+        timeout: Duration,
+        calls: impl Future<Output = Result<T, Failed>>,
+    ) -> Result<T, StoreError> {
         let clock = &*self.breaker_clock.0;
         let permit = self.breaker.admit(clock)?;
-        let result = tokio::time::timeout(self.timeout, calls)
+        let result = tokio::time::timeout(timeout, calls)
             .await
             .unwrap_or(Err(Failed {
-                error: StoreError::Timeout(self.timeout),
+                error: StoreError::Timeout(timeout),
                 link: true,
             }));
         permit.record(matches!(&result, Err(f) if f.link), clock);
-        result.map_err(|f| match f.error {
-            StoreError::Timeout(_) => StoreError::Timeout(self.timeout),
+        result.map_err(|f| self.reported(f, timeout))
+    }
+
+    /// The error a caller sees for `failed`: a timeout of `timeout`, or the message with the
+    /// URL's password scrubbed.
+    pub(super) fn reported(&self, failed: Failed, timeout: Duration) -> StoreError {
+        match failed.error {
+            StoreError::Timeout(_) => StoreError::Timeout(timeout),
             StoreError::Unavailable(message) => StoreError::Unavailable(self.scrubbed(message)),
             other => other,
-        })
+        }
     }
 
     /// `message` with the URL's password, if it appears, replaced by `***`.

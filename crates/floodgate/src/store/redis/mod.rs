@@ -222,6 +222,7 @@ mod breaker;
 mod call;
 mod chain;
 mod connection;
+mod exchange;
 mod keys;
 mod link;
 mod reply;
@@ -230,6 +231,7 @@ pub use breaker::BreakerState;
 pub use call::script_source;
 use call::{lease_rule, not_on_redis, Call, Scripts, MAX_MICROS};
 use connection::Connection;
+pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show

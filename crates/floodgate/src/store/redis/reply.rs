@@ -9,7 +9,7 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, StoreError};
 
 /// Which algorithm a state tag belongs to, for [`StoreError::StateConflict`].
-fn tag_name(tag: &[u8]) -> &'static str {
+pub(super) fn tag_name(tag: &[u8]) -> &'static str {
     match tag {
         b"G" => "gcra",
         b"F" => "fixed_window",

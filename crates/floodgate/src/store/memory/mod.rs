@@ -38,6 +38,9 @@ use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
+#[cfg(feature = "redis")]
+mod entry;
+
 /// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Overflow {
@@ -312,7 +315,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         if algorithm.is_fresh(&state, now) {
             return Ok(decision);
         }
-        if map.table.len() >= self.per_shard && !self.make_room(map, algorithm, now) {
+        if map.table.len() >= self.per_shard
+            && !self.make_room(map, |s: &S, now| algorithm.is_fresh(s, now), now)
+        {
             map.refused_new += 1;
             return Ok(Decision::deny(
                 decision.limit,
@@ -406,15 +411,15 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 
     /// Frees one place in a full shard; false if the overflow policy refuses the new key.
     #[cold]
-    fn make_room<A: Algorithm<State = S>>(
+    fn make_room(
         &self,
         map: &mut ShardMap<K, S>,
-        algorithm: &A,
+        is_fresh: impl Fn(&S, Nanos) -> bool,
         now: Nanos,
     ) -> bool {
         if map.sweep_credit == 0 {
             let before = map.table.len();
-            map.table.retain(|(_, s)| !algorithm.is_fresh(s, now));
+            map.table.retain(|(_, s)| !is_fresh(s, now));
             map.evicted_idle += (before - map.table.len()) as u64;
             if map.table.len() < self.per_shard {
                 return true;
