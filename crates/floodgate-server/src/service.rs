@@ -533,7 +533,9 @@ impl Server {
                 self.store.breaker_state(),
             )),
         };
-        self.metrics.render(&live)
+        let mut text = self.metrics.render(&live);
+        self.store.write_cached_metrics(&mut text);
+        text
     }
 }
 

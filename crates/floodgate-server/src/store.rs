@@ -20,14 +20,18 @@ use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
 use floodgate::store::redis::BreakerState;
-use floodgate::store::{Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store};
+use floodgate::store::{
+    CachedStore, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store,
+};
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
-use crate::config::{ConfigFileError, Served, StoreConfig};
+use crate::config::{ConfigFileError, Served, StoreConfig, StoreMode};
 
+pub mod cached;
 pub mod health;
 pub mod url;
 
+pub use self::cached::CachedMetrics;
 pub use self::health::{ErrorKind, StoreHealth, StoreStatus};
 pub use self::url::StoreUrl;
 
@@ -49,6 +53,9 @@ enum Backend {
     Memory(Arc<Mem>),
     /// A Redis shared by every process pointing at it: limits count across all of them.
     Redis(RedisStore),
+    /// Cached mode: decisions on this process's views, synced with the Redis every
+    /// `sync_interval`; the sync loop's reports feed the metrics.
+    Cached(CachedStore, Arc<CachedMetrics>),
 }
 
 /// What `store.url` (or `--store`) holds when it names the memory store.
@@ -83,11 +90,35 @@ impl ServiceStore {
                     .map_err(|e| ConfigFileError::from_config_error("store", e))?;
                 Backend::Memory(Arc::new(store))
             }
-            StoreUrl::Redis { url, .. } => tune(redis_builder(url, config)?)
-                .build()
-                .map(Backend::Redis)
-                .map_err(|e| ConfigFileError::from_config_error("store", e))?,
+            StoreUrl::Redis { url, .. } => {
+                let redis = tune(redis_builder(url, config)?)
+                    .build()
+                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+                match config.mode {
+                    StoreMode::Exact => Backend::Redis(redis),
+                    StoreMode::Cached => cached(redis, config)?,
+                }
+            }
         };
+        if config.mode == StoreMode::Exact {
+            for (field, set) in [
+                ("store.sync_interval", config.sync_interval.is_some()),
+                ("store.max_view_age", config.max_view_age.is_some()),
+                ("store.load_budget", config.load_budget.is_some()),
+            ] {
+                if set {
+                    return Err(ConfigFileError::invalid(
+                        field,
+                        "only cached mode takes it (store.mode: cached)",
+                    ));
+                }
+            }
+        } else if matches!(url, StoreUrl::Memory) {
+            return Err(ConfigFileError::invalid(
+                "store.mode",
+                "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+            ));
+        }
         let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
         Ok(ServiceStore {
             backend,
@@ -105,12 +136,25 @@ impl ServiceStore {
         match &self.backend {
             Backend::Memory(_) => None,
             Backend::Redis(r) => Some(r.breaker_state()),
+            Backend::Cached(c, _) => Some(c.redis().breaker_state()),
         }
     }
 
     /// What `/readyz` shows of the store.
     pub fn status(&self) -> StoreStatus {
-        self.health.status(self.breaker_state())
+        let mut status = self.health.status(self.breaker_state());
+        if let Backend::Cached(c, _) = &self.backend {
+            status.mode = StoreMode::Cached.name();
+            status.sync_lag_seconds = Some(c.view_age().as_secs_f64());
+        }
+        status
+    }
+
+    /// Cached mode's metrics, as Prometheus text (nothing in other modes).
+    pub fn write_cached_metrics(&self, out: &mut String) {
+        if let Backend::Cached(store, metrics) = &self.backend {
+            metrics.write(out, store);
+        }
     }
 
     /// The store's kind, as errors name it.
@@ -123,6 +167,9 @@ impl ServiceStore {
         match &self.backend {
             Backend::Memory(_) => true,
             Backend::Redis(r) => r.supports(algorithm),
+            Backend::Cached(c, _) => {
+                CachedStore::decides_locally(algorithm) || c.redis().supports(algorithm)
+            }
         }
     }
 
@@ -138,7 +185,17 @@ impl ServiceStore {
                 ),
             ))
         };
+        let cached = matches!(self.backend, Backend::Cached(..));
+        let all_or_nothing = |path: String| {
+            Err(ConfigFileError::invalid(
+                path,
+                "all_or_nothing needs exact mode: a cached store decides each key on its own (set store.mode: exact, or drop all_or_nothing)",
+            ))
+        };
         for stage in served.pipeline.stages() {
+            if cached && stage.is_all_or_nothing() {
+                return all_or_nothing(format!("limiters.{}.all_or_nothing", stage.name()));
+            }
             match stage.limiter() {
                 Limiter::RequestRate(rr) => {
                     for plan in rr.plans() {
@@ -164,6 +221,9 @@ impl ServiceStore {
         let mut rules = served.rules.rules();
         rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
         for (domain, rule) in rules {
+            if cached && rule.all_or_nothing() {
+                return all_or_nothing(format!("domains[{domain}] descriptor {}", rule.full_key()));
+            }
             if let Some(algorithm) = rule.algorithm() {
                 if !self.supports(algorithm) {
                     let key = rule.full_key();
@@ -189,6 +249,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply(algorithm, key, op).await,
             Backend::Redis(r) => r.apply(algorithm, key, op).await,
+            Backend::Cached(c, _) => c.apply(algorithm, key, op).await,
         };
         self.health.record(&result);
         result
@@ -201,6 +262,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_many(requests).await,
             Backend::Redis(r) => r.apply_many(requests).await,
+            Backend::Cached(c, _) => c.apply_many(requests).await,
         };
         self.health.record(&result);
         result
@@ -213,6 +275,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_chain(links).await,
             Backend::Redis(r) => r.apply_chain(links).await,
+            Backend::Cached(c, _) => c.apply_chain(links).await,
         };
         self.health.record(&result);
         result
@@ -222,6 +285,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         match (&self.backend, &other.backend) {
             (Backend::Memory(a), Backend::Memory(b)) => Arc::ptr_eq(a, b),
             (Backend::Redis(a), Backend::Redis(b)) => a.same_store(b),
+            (Backend::Cached(a, _), Backend::Cached(b, _)) => a.same_store(b),
             _ => false,
         }
     }
@@ -230,8 +294,35 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         match &self.backend {
             Backend::Memory(m) => m.apply_detached(algorithm, key, op),
             Backend::Redis(r) => r.apply_detached(algorithm, key, op),
+            Backend::Cached(c, _) => c.apply_detached(algorithm, key, op),
         }
     }
+}
+
+/// Cached mode over `redis` with `config`'s settings, its sync loop started on the current
+/// Tokio runtime (when there is one; `check-config` builds the store without running it).
+fn cached(redis: RedisStore, config: &StoreConfig) -> Result<Backend, ConfigFileError> {
+    let mut builder = CachedStore::builder(redis)
+        .nodes(config.nodes)
+        .max_keys(config.max_keys);
+    if let Some(d) = config.sync_interval {
+        builder = builder.sync_interval(d.0);
+    }
+    if let Some(d) = config.max_view_age {
+        builder = builder.max_view_age(d.0);
+    }
+    if let Some(d) = config.load_budget {
+        builder = builder.load_budget(d.0);
+    }
+    let store = builder
+        .build()
+        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    let metrics = Arc::new(CachedMetrics::default());
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let recorder = metrics.clone();
+        store.start_syncing(move |report| recorder.record(report));
+    }
+    Ok(Backend::Cached(store, metrics))
 }
 
 /// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
@@ -297,6 +388,53 @@ mod tests {
         }));
         assert!(e.contains("store.breaker.cool_down"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn cached_settings_need_cached_mode_and_cached_mode_needs_redis() {
+        let e = refused(StoreConfig {
+            mode: StoreMode::Cached,
+            ..StoreConfig::default()
+        });
+        assert!(e.contains("store.mode"), "{e}");
+        let e = refused(StoreConfig {
+            url: Some("redis://127.0.0.1:1".into()),
+            sync_interval: Some(SpecDuration(Duration::from_millis(50))),
+            ..StoreConfig::default()
+        });
+        assert!(e.contains("store.sync_interval"), "{e}");
+        let e = refused(StoreConfig {
+            url: Some("redis://127.0.0.1:1".into()),
+            mode: StoreMode::Cached,
+            sync_interval: Some(SpecDuration(Duration::from_secs(7200))),
+            ..StoreConfig::default()
+        });
+        assert!(
+            e.contains("store.sync_interval") && e.contains("7200s"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cached_mode_refuses_all_or_nothing_stages() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _context = runtime.enter();
+        let config = crate::config::Config::from_yaml_str(
+            "store: {url: 'redis://127.0.0.1:1', mode: cached}\n\
+             plans: {free: {algorithm: token_bucket, rate: 10, capacity: 10}}\n\
+             default_plan: free\n\
+             limiters: {request_rate: {all_or_nothing: true}}\n",
+        )
+        .unwrap();
+        let store = ServiceStore::from_config(&config.store).unwrap();
+        assert!(matches!(store.status().mode, "cached"));
+        let clock = Arc::new(floodgate::CoarseClock::shared());
+        let served = config.build(store.clone(), clock).unwrap();
+        let e = store.check(&served).unwrap_err().to_string();
+        assert!(e.contains("all_or_nothing") && e.contains("exact"), "{e}");
     }
 
     #[test]

@@ -110,14 +110,7 @@ impl RedisCluster {
 
     /// `redis-cli -p port args…`'s output, or `None` if it failed (the node is down).
     pub fn cli(&self, port: u16, args: &[&str]) -> Option<String> {
-        let output = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(args)
-            .stderr(Stdio::null())
-            .output()
-            .expect("redis-cli is installed");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
+        crate::cli(port, args)
     }
 
     /// The nodes, as the first node that answers sees them.

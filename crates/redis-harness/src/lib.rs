@@ -206,6 +206,11 @@ impl RedisServer {
         assert!(status.success(), "kill -{signal} {pid}");
     }
 
+    /// `redis-cli args…` against it: its output, or `None` if it failed (the server is down).
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        cli(self.port, args)
+    }
+
     /// Whether it answers `PING` now.
     pub fn pong(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
@@ -245,4 +250,16 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(&tls.dir);
         }
     }
+}
+
+/// `redis-cli -p port args…`'s output, or `None` if it failed (the server is down).
+fn cli(port: u16, args: &[&str]) -> Option<String> {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("redis-cli is installed");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
 }

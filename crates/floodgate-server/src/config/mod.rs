@@ -169,6 +169,44 @@ pub struct StoreConfig {
     /// failure policy that splits a limit between nodes while the store is down.
     #[serde(default = "default_nodes")]
     pub nodes: u32,
+    /// `exact` (the default: every decision is one call to the store) or `cached` (decisions
+    /// on this node's views, synced with Redis every `sync_interval`, with a stated bound on
+    /// what the nodes together admit beyond a limit: see [`floodgate::store::cached`]). Cached
+    /// mode needs a Redis URL.
+    #[serde(default)]
+    pub mode: StoreMode,
+    /// Cached mode: how often the node syncs with Redis (1 ms to 1 h; default 100 ms).
+    #[serde(default)]
+    pub sync_interval: Option<SpecDuration>,
+    /// Cached mode: how old the last successful sync may be before every key is decided at
+    /// this node's share (`1 / nodes`) of its limit (at least `sync_interval`; default 1 s).
+    #[serde(default)]
+    pub max_view_age: Option<SpecDuration>,
+    /// Cached mode: how long a decision on a key this node has never seen may wait for its
+    /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
+    #[serde(default)]
+    pub load_budget: Option<SpecDuration>,
+}
+
+/// How the service uses a Redis store (see [`StoreConfig::mode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreMode {
+    /// Every decision is one call to the store: exact across nodes.
+    #[default]
+    Exact,
+    /// Decisions on local views, synced periodically: memory speed, a bounded overshoot.
+    Cached,
+}
+
+impl StoreMode {
+    /// `exact` or `cached`, as the config writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreMode::Exact => "exact",
+            StoreMode::Cached => "cached",
+        }
+    }
 }
 
 /// The Redis store's circuit breaker settings (see [`floodgate::store::RedisStore`]).
@@ -216,6 +254,10 @@ impl Default for StoreConfig {
             password_env: None,
             tls_ca_file: None,
             nodes: default_nodes(),
+            mode: StoreMode::Exact,
+            sync_interval: None,
+            max_view_age: None,
+            load_budget: None,
         }
     }
 }

@@ -61,7 +61,7 @@ const OK: u8 = 1;
 const FAILED: u8 = 2;
 
 /// What `/readyz` shows of the store.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StoreStatus {
     /// `memory`, `redis` or `redis-cluster`.
     pub kind: &'static str,
@@ -71,12 +71,17 @@ pub struct StoreStatus {
     pub breaker: Option<&'static str>,
     /// Whether the last call succeeded; `null` before the first call.
     pub last_call_ok: Option<bool>,
+    /// `exact` (every decision a call to the store) or `cached` (local decisions, synced).
+    pub mode: &'static str,
+    /// Cached mode: seconds since the last successful sync; `null` in exact mode.
+    pub sync_lag_seconds: Option<f64>,
 }
 
 impl StoreStatus {
-    /// Whether the store can take calls now: not while its breaker is open.
+    /// Whether the store can take calls now: not while its breaker is open, except in cached
+    /// mode, which goes on deciding locally.
     pub fn ready(&self) -> bool {
-        self.breaker != Some("open")
+        self.breaker != Some("open") || self.mode == "cached"
     }
 }
 
@@ -168,6 +173,8 @@ impl StoreHealth {
             url: self.url.clone(),
             breaker: breaker.map(breaker_name),
             last_call_ok: self.last_call_ok(),
+            mode: "exact",
+            sync_lag_seconds: None,
         }
     }
 

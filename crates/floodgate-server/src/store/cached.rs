@@ -1,0 +1,209 @@
+//! Cached mode's metrics: what each sync reports (the overshoot it saw per limiter, its round
+//! trip) and the store's counters, as Prometheus text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use floodgate::store::cached::SyncReport;
+use floodgate::store::CachedStore;
+
+/// Upper bounds of the overshoot histogram's buckets, in units of the limit (requests, or
+/// cost): how far beyond its limit a key's global state was when a sync saw it.
+const OVERSHOOT_BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+
+/// Upper bounds of the sync round trip's buckets, in seconds.
+const SYNC_SECONDS: [f64; 8] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
+
+/// One histogram: counts per bucket (the last is `+Inf`), count and sum.
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, value: f64, bounds: impl Iterator<Item = f64>) {
+        let mut bounds = bounds.peekable();
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; bounds.size_hint().0 + 1];
+        }
+        let i = bounds
+            .position(|b| value <= b)
+            .unwrap_or(self.buckets.len() - 1);
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.sum += value;
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str, bounds: &[String]) {
+        let mut cumulative = 0;
+        for (bound, n) in bounds.iter().zip(&self.buckets) {
+            cumulative += n;
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{}}} {}",
+            labels.trim_end_matches(','),
+            self.sum
+        );
+        let _ = writeln!(
+            out,
+            "{name}_count{{{}}} {}",
+            labels.trim_end_matches(','),
+            self.count
+        );
+    }
+}
+
+/// What the sync loop reports, kept for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CachedMetrics {
+    inner: Mutex<Reports>,
+}
+
+#[derive(Debug, Default)]
+struct Reports {
+    /// Limiter (the key's namespace) → overshoot histogram. Bounded by the configured limiters.
+    overshoot: BTreeMap<String, Histogram>,
+    round_trip: Histogram,
+}
+
+impl CachedMetrics {
+    /// Records one sync's report.
+    pub fn record(&self, report: &SyncReport) {
+        if report.keys == 0 {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if report.error.is_none() {
+            inner.round_trip.observe(
+                report.round_trip.as_secs_f64(),
+                SYNC_SECONDS.iter().copied(),
+            );
+        }
+        for (limiter, beyond) in &report.overshoot {
+            inner
+                .overshoot
+                .entry(limiter.clone())
+                .or_default()
+                .observe(*beyond as f64, OVERSHOOT_BUCKETS.iter().map(|&b| b as f64));
+        }
+    }
+
+    /// The cached store's metrics, as Prometheus text.
+    pub fn write(&self, out: &mut String, store: &CachedStore) {
+        let stats = store.stats();
+        let counter = |out: &mut String, name: &str, help: &str, lines: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (labels, n) in lines {
+                let _ = writeln!(out, "{name}{labels} {n}");
+            }
+        };
+        let _ = writeln!(
+            out,
+            "# HELP floodgate_cached_sync_lag_seconds Time since the last successful sync with Redis: how much older than the sync interval the views may be."
+        );
+        let _ = writeln!(out, "# TYPE floodgate_cached_sync_lag_seconds gauge");
+        let _ = writeln!(
+            out,
+            "floodgate_cached_sync_lag_seconds {}",
+            store.view_age().as_secs_f64()
+        );
+        counter(
+            out,
+            "floodgate_cached_syncs_total",
+            "Syncs with Redis by result (a failed one keeps its cost for the next).",
+            &[
+                ("{result=\"ok\"}", stats.syncs),
+                ("{result=\"failed\"}", stats.failed_syncs),
+            ],
+        );
+        counter(
+            out,
+            "floodgate_cached_cost_total",
+            "Cost admitted locally: sent (acknowledged by Redis), unsent (a sync could not send it and kept it, counted each time), lost (its key was evicted before it was sent).",
+            &[
+                ("{state=\"sent\"}", stats.sent_cost),
+                ("{state=\"unsent\"}", stats.unsent_cost),
+                ("{state=\"lost\"}", stats.lost_cost),
+            ],
+        );
+        counter(
+            out,
+            "floodgate_cached_loads_total",
+            "Keys this node had never seen: loaded from Redis within the load budget, or missed (decided at the node's share).",
+            &[
+                ("{result=\"loaded\"}", stats.loads),
+                ("{result=\"missed\"}", stats.missed_loads),
+            ],
+        );
+        counter(
+            out,
+            "floodgate_cached_decided_at_share_total",
+            "Decisions made at this node's share of the limit (an unknown key, or views too old).",
+            &[("", stats.decided_at_share)],
+        );
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(
+            out,
+            "# HELP floodgate_cached_overshoot Units beyond the limit in a key's global state when a sync saw it over, per limiter."
+        );
+        let _ = writeln!(out, "# TYPE floodgate_cached_overshoot histogram");
+        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(u64::to_string).collect();
+        for (limiter, histogram) in &inner.overshoot {
+            let labels = format!("limiter=\"{limiter}\",");
+            histogram.write(out, "floodgate_cached_overshoot", &labels, &bounds);
+        }
+        let _ = writeln!(
+            out,
+            "# HELP floodgate_cached_sync_seconds Round trip of a successful sync."
+        );
+        let _ = writeln!(out, "# TYPE floodgate_cached_sync_seconds histogram");
+        let bounds: Vec<String> = SYNC_SECONDS.iter().map(f64::to_string).collect();
+        if inner.round_trip.count > 0 {
+            inner
+                .round_trip
+                .write(out, "floodgate_cached_sync_seconds", "", &bounds);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_per_limiter() {
+        let metrics = CachedMetrics::default();
+        let report = SyncReport {
+            keys: 2,
+            overshoot: vec![("api".into(), 3), ("api".into(), 700)],
+            round_trip: std::time::Duration::from_micros(800),
+            ..SyncReport::default()
+        };
+        metrics.record(&report);
+        let inner = metrics.inner.lock().unwrap();
+        let mut out = String::new();
+        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(u64::to_string).collect();
+        inner.overshoot["api"].write(&mut out, "o", "limiter=\"api\",", &bounds);
+        assert!(
+            out.contains("o_bucket{limiter=\"api\",le=\"2\"} 0"),
+            "{out}"
+        );
+        assert!(
+            out.contains("o_bucket{limiter=\"api\",le=\"5\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("o_bucket{limiter=\"api\",le=\"+Inf\"} 2"),
+            "{out}"
+        );
+        assert!(out.contains("o_sum{limiter=\"api\"} 703"), "{out}");
+        assert_eq!(inner.round_trip.count, 1);
+    }
+}
