@@ -4,7 +4,8 @@
 //! `--concurrency C` tasks on a multi-threaded Tokio runtime each loop for `--duration`: pick a
 //! key at random among `--keys N`, make one decision with one [`Store::apply`] (`check`, cost
 //! 1; for the lease limiters an `acquire`, and its `release` right after when it was granted,
-//! counted as one decision timed by its `acquire`), record its latency. The limiter is
+//! counted as one decision timed by its `acquire`), record its latency, and yield to the
+//! runtime every 64 decisions. The limiter is
 //! `replay`'s spec (`{"algorithm": "gcra", …}` or `{"limiter": "concurrency", …}`); the
 //! utilization shedder has no store and is refused. The store is built exactly as
 //! `serve --store URL` builds it (timeout, breaker), and the keys live in a namespace of the
@@ -21,14 +22,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm};
+use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm, SpecDuration};
 use floodgate::algorithm::Algorithm;
 use floodgate::store::Store;
 use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::config::{ConfigFileError, StoreConfig};
+use crate::config::{ConfigFileError, StoreConfig, StoreMode};
 use crate::replay::{load_spec, SpecError, Subject};
 use crate::store::ServiceStore;
 
@@ -55,6 +56,13 @@ pub struct Args {
     /// Threads of the Tokio runtime (default: one per core).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// How a Redis store is used, as the config's `store.mode`: `exact` (a round trip per
+    /// decision) or `cached` (local decisions, synced every `--sync-interval`).
+    #[arg(long, value_name = "MODE", default_value = "exact")]
+    pub mode: String,
+    /// Cached mode's sync interval (`100ms` by default).
+    #[arg(long, value_name = "D")]
+    pub sync_interval: Option<String>,
 }
 
 /// Why a bench could not run.
@@ -160,12 +168,33 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build().map_err(BenchError::Runtime)?;
+    let mode = match args.mode.as_str() {
+        "exact" => StoreMode::Exact,
+        "cached" => StoreMode::Cached,
+        other => return Err(invalid("mode", other.into(), "exact or cached")),
+    };
+    let sync_interval = match &args.sync_interval {
+        None => None,
+        Some(text) => Some(SpecDuration(parse_duration(text).map_err(|_| {
+            invalid("sync-interval", text.clone(), "a duration, e.g. 100ms")
+        })?)),
+    };
     let config = StoreConfig {
         url: Some(args.store.clone()),
+        mode,
+        sync_interval,
         ..StoreConfig::default()
     };
+    // As `serve` does: the store lives on a runtime of its own (a Redis connection's
+    // housekeeping, cached mode's sync loop), apart from the tasks deciding.
+    let store_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("floodgate-store")
+        .enable_all()
+        .build()
+        .map_err(BenchError::Runtime)?;
     let store = {
-        let _context = runtime.enter();
+        let _context = store_runtime.enter();
         ServiceStore::from_config(&config)?
     };
     if !store.supports(&algorithm) {
@@ -214,6 +243,20 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         shown(report.p999_ms),
         shown(report.max_ms),
     );
+    let mut summary = summary;
+    if let Some(stats) = store.cached_stats() {
+        summary.push_str(&format!(
+            "\ncached mode: {} syncs ({} failed); cost sent {}, kept for a later sync {}, lost {}; \
+             keys loaded {}, missed {}",
+            stats.syncs,
+            stats.failed_syncs,
+            stats.sent_cost,
+            stats.unsent_cost,
+            stats.lost_cost,
+            stats.loads,
+            stats.missed_loads,
+        ));
+    }
     Ok((report, summary))
 }
 
@@ -323,6 +366,11 @@ impl Run {
                 }
                 Ok(_) => {}
                 Err(_) => totals.errors += 1,
+            }
+            // A store that answers at once never returns the worker: yield now and then, as
+            // a server's tasks do between requests, so that every task and timer gets to run.
+            if totals.decisions % 64 == 0 {
+                tokio::task::yield_now().await;
             }
         }
     }

@@ -150,6 +150,14 @@ impl ServiceStore {
         status
     }
 
+    /// Cached mode's counters (`None` in other modes).
+    pub fn cached_stats(&self) -> Option<floodgate::store::CachedStats> {
+        match &self.backend {
+            Backend::Cached(c, _) => Some(c.stats()),
+            _ => None,
+        }
+    }
+
     /// Cached mode's metrics, as Prometheus text (nothing in other modes).
     pub fn write_cached_metrics(&self, out: &mut String) {
         if let Backend::Cached(store, metrics) = &self.backend {

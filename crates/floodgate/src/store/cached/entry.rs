@@ -124,7 +124,8 @@ impl Shared {
             });
         }
         let op = Op::Check { cost };
-        let decision = if entry.loaded && !self.stale(now) {
+        // With one node the view holds everything admitted, and the share is the whole limit.
+        let decision = if self.nodes == 1 || (entry.loaded && !self.stale(now)) {
             let decision = algorithm.apply(&mut entry.view, now, op);
             entry.fresh_at = now.saturating_add(decision.reset_after);
             decision

@@ -114,8 +114,9 @@ impl Shared {
             })
             .collect();
         let left = self.node_clock.now();
-        // A sync may carry many keys: give it at least the sync interval.
-        let timeout = self.redis.timeout().max(self.sync_interval);
+        // A sync may carry many keys, and one that timed out may still run in Redis (its cost
+        // would then count twice when sent again): give it as long as the views may age.
+        let timeout = self.redis.timeout().max(self.max_view_age);
         let answers = self.redis.exchange(&items, timeout).await;
         let back = self.node_clock.now();
         report.round_trip = back.saturating_since(left);

@@ -82,9 +82,13 @@ impl Connection {
                 redis::Client::build_with_tls(url, certificates).map_err(|_| bad_url())?
             }
         };
+        // No response timeout of the client's own: every call is bounded by the store's
+        // (`guarded`), and a cached store's sync, which may carry thousands of keys, by its
+        // own longer one; a client-side timeout would cut the sync short while Redis still
+        // runs it.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
+            .set_response_timeout(None)
             .set_number_of_retries(1)
             .set_max_delay(timeout);
         let manager = lazy_manager(&client, &config, url)?;
