@@ -292,3 +292,60 @@ fn failovers_under_load_bound_every_call_and_counting_resumes() {
         }
     });
 }
+
+/// Cached mode on a cluster: a sync splits its keys by slot (one script call per slot, the
+/// calls sent at once), and every node's admissions on keys spread over all three masters
+/// reach their shards: three cached nodes, 200 users, each user's window of 5 filled exactly
+/// once the views are synced.
+#[test]
+fn cached_nodes_sync_keys_spread_over_the_masters() {
+    use floodgate::store::CachedStore;
+
+    let cluster = RedisCluster::start(3, 0);
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let nodes: Vec<CachedStore> = (0..3)
+        .map(|_| {
+            CachedStore::builder(store_on_clock(&rt, &cluster.url(), &clock))
+                .clock(clock.clone())
+                .nodes(3)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let fw: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(3600))
+        .unwrap()
+        .into();
+    let users: Vec<String> = (0..200).map(|u| format!("api:user{u}")).collect();
+    rt.block_on(async {
+        // Two requests per user on each node, then a sync: 6 admitted per user (one beyond
+        // the limit, admitted before any node could know), all of it in Redis.
+        let mut admitted = 0;
+        for node in &nodes {
+            for user in &users {
+                for _ in 0..2 {
+                    admitted += u64::from(node.apply(&fw, user, check(1)).await.unwrap().allowed);
+                }
+            }
+        }
+        assert_eq!(admitted, 6 * 200);
+        for node in &nodes {
+            let report = node.sync().await;
+            assert!(report.error.is_none(), "{:?}", report.error);
+            assert_eq!((report.keys, report.sent_cost), (200, 400));
+        }
+        let mut conn = raw(&cluster).await;
+        for user in &users {
+            let value: String = redis::cmd("GET")
+                .arg(redis_key(user))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(value.ends_with(":6"), "{user}: {value}");
+        }
+        // The last node to sync knows every user is over: it refuses them all locally.
+        for user in &users {
+            assert!(!nodes[2].apply(&fw, user, check(1)).await.unwrap().allowed);
+        }
+    });
+}

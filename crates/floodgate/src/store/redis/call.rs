@@ -116,7 +116,8 @@ impl Script {
 
 /// The Lua source of the script running the twin `name` (`"token_bucket"`, `"gcra"`, …; see
 /// the [module documentation](super)) on one key, exactly as the store loads it, or of the
-/// chain script for `"chain"`: for tools that inspect or benchmark the scripts (`SCRIPT LOAD`
+/// chain script for `"chain"`, or of the cached store's sync script for `"cached"`
+/// (`store/cached`): for tools that inspect or benchmark the scripts (`SCRIPT LOAD`
 /// it, then `EVALSHA sha 1 key now min_ttl args…`). `None` for an unknown name.
 pub fn script_source(name: &str) -> Option<String> {
     if name == "chain" {
