@@ -10,7 +10,7 @@ use floodgate::store::CachedStore;
 
 /// Upper bounds of the overshoot histogram's buckets, in units of the limit (requests, or
 /// cost): how far beyond its limit a key's global state was when a sync saw it.
-const OVERSHOOT_BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+const OVERSHOOT_BUCKETS: [f64; 10] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
 
 /// Upper bounds of the sync round trip's buckets, in seconds.
 const SYNC_SECONDS: [f64; 8] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
@@ -24,14 +24,15 @@ struct Histogram {
 }
 
 impl Histogram {
-    fn observe(&mut self, value: f64, bounds: impl Iterator<Item = f64>) {
-        let mut bounds = bounds.peekable();
+    /// Counts `value` in the first bucket whose upper bound holds it (the last is `+Inf`).
+    fn observe(&mut self, value: f64, bounds: &[f64]) {
         if self.buckets.is_empty() {
-            self.buckets = vec![0; bounds.size_hint().0 + 1];
+            self.buckets = vec![0; bounds.len() + 1];
         }
         let i = bounds
-            .position(|b| value <= b)
-            .unwrap_or(self.buckets.len() - 1);
+            .iter()
+            .position(|&b| value <= b)
+            .unwrap_or(bounds.len());
         self.buckets[i] += 1;
         self.count += 1;
         self.sum += value;
@@ -80,17 +81,16 @@ impl CachedMetrics {
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if report.error.is_none() {
-            inner.round_trip.observe(
-                report.round_trip.as_secs_f64(),
-                SYNC_SECONDS.iter().copied(),
-            );
+            inner
+                .round_trip
+                .observe(report.round_trip.as_secs_f64(), &SYNC_SECONDS);
         }
         for (limiter, beyond) in &report.overshoot {
             inner
                 .overshoot
                 .entry(limiter.clone())
                 .or_default()
-                .observe(*beyond as f64, OVERSHOOT_BUCKETS.iter().map(|&b| b as f64));
+                .observe(*beyond as f64, &OVERSHOOT_BUCKETS);
         }
     }
 
@@ -154,7 +154,7 @@ impl CachedMetrics {
             "# HELP floodgate_cached_overshoot Units beyond the limit in a key's global state when a sync saw it over, per limiter."
         );
         let _ = writeln!(out, "# TYPE floodgate_cached_overshoot histogram");
-        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(u64::to_string).collect();
+        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(f64::to_string).collect();
         for (limiter, histogram) in &inner.overshoot {
             let labels = format!("limiter=\"{limiter}\",");
             histogram.write(out, "floodgate_cached_overshoot", &labels, &bounds);
@@ -189,7 +189,7 @@ mod tests {
         metrics.record(&report);
         let inner = metrics.inner.lock().unwrap();
         let mut out = String::new();
-        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(u64::to_string).collect();
+        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(f64::to_string).collect();
         inner.overshoot["api"].write(&mut out, "o", "limiter=\"api\",", &bounds);
         assert!(
             out.contains("o_bucket{limiter=\"api\",le=\"2\"} 0"),

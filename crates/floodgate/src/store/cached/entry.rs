@@ -30,6 +30,19 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// A key this node has just met: a fresh view, nothing unsent, not loaded yet.
+    pub(super) fn new(algorithm: &AnyAlgorithm, now: Nanos) -> Entry {
+        Entry {
+            view: algorithm.fresh(now),
+            alone: None,
+            pending: 0,
+            first_at: now,
+            loaded: false,
+            queued: false,
+            fresh_at: now,
+        }
+    }
+
     /// Whether the local store may drop this entry without losing anything.
     pub(super) fn droppable(&self, now: Nanos) -> bool {
         self.pending == 0 && !self.queued && now >= self.fresh_at
@@ -228,15 +241,7 @@ impl Shared {
                 // Another request brought it in meanwhile.
                 return (self.decide_in(entry, algorithm, key, cost, now), None);
             }
-            let mut entry = Entry {
-                view: algorithm.fresh(now),
-                alone: None,
-                pending: 0,
-                first_at: now,
-                loaded: false,
-                queued: false,
-                fresh_at: now,
-            };
+            let mut entry = Entry::new(algorithm, now);
             if let Some(global) = loaded {
                 entry.learn(
                     algorithm,

@@ -149,28 +149,17 @@ impl Shared {
                         let namespace = key.split_once(':').map_or("", |(ns, _)| ns);
                         report.overshoot.push((namespace.to_owned(), beyond));
                     }
-                    let kept = self
-                        .local
-                        .update(key, Entry::droppable, |entry, local_now| match entry {
-                            Some(entry) => {
+                    self.local
+                        .update(key, Entry::droppable, |entry, local_now| {
+                            let Some(entry) = entry else {
+                                // Dropped while the sync was on its way: keep what Redis said.
+                                let mut entry = Entry::new(algorithm, local_now);
                                 entry.learn(algorithm, global, local_now);
-                                ((), None)
-                            }
-                            None => {
-                                let mut entry = Entry {
-                                    view: global.clone(),
-                                    alone: None,
-                                    pending: 0,
-                                    first_at: local_now,
-                                    loaded: false,
-                                    queued: false,
-                                    fresh_at: local_now,
-                                };
-                                entry.learn(algorithm, global, local_now);
-                                ((), Some(entry))
-                            }
+                                return ((), Some(entry));
+                            };
+                            entry.learn(algorithm, global, local_now);
+                            ((), None)
                         });
-                    let _ = kept;
                 }
                 Err(StoreError::StateConflict { .. }) => {
                     // Another algorithm's state in Redis: this cost can never be merged.
