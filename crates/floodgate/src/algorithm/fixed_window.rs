@@ -230,6 +230,7 @@ impl FixedWindowState {
 
     /// A state from its parts, as a store wrote them down elsewhere (the cached store reads
     /// Redis's state back).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_parts(start: Nanos, count: u64) -> FixedWindowState {
         FixedWindowState { start, count }
     }
@@ -241,6 +242,7 @@ impl FixedWindow {
     /// that is the state's window; a later window starts with it; a cost from an earlier window
     /// than the state's is dropped (it can no longer change a decision). The count may exceed
     /// the limit (saturating at `u64::MAX`).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn absorb(&self, state: &mut FixedWindowState, at: Nanos, cost: u64) {
         let start = at.0 - at.0 % self.window;
         if start == state.start.0 {

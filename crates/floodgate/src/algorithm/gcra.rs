@@ -127,6 +127,7 @@ impl GcraState {
 
     /// A state from its theoretical arrival time, as a store wrote it down elsewhere (the cached
     /// store reads Redis's state back).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_tat(tat: Nanos) -> GcraState {
         GcraState { tat: tat.0 }
     }
@@ -137,6 +138,7 @@ impl Gcra {
     /// cached store merging what several nodes admitted. `tat = max(tat, at) + cost × e`,
     /// saturating at the largest instant; it may run more than `τ` ahead of now, which refuses
     /// everything until the schedule has caught up.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn absorb(&self, state: &mut GcraState, at: Nanos, cost: u64) {
         let tat = u128::from(state.tat.max(at.0)) + u128::from(self.emission) * u128::from(cost);
         state.tat = u64::try_from(tat).unwrap_or(u64::MAX);

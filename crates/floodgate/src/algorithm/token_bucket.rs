@@ -130,6 +130,7 @@ impl TokenBucketState {
 
     /// A state from its parts, as a store wrote them down elsewhere (the cached store reads
     /// Redis's state back). `tokens` may be negative: a debt to refill before the next pass.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_parts(tokens: f64, last: Nanos) -> TokenBucketState {
         TokenBucketState { tokens, last }
     }
@@ -140,6 +141,7 @@ impl TokenBucket {
     /// cached store merging what several nodes admitted. The bucket is refilled up to `at` (or
     /// its last update, if later) and `cost` is taken even if that leaves it below zero: the
     /// debt is refilled before anything passes again, so the long-run rate stays exact.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn absorb(&self, state: &mut TokenBucketState, at: Nanos, cost: u64) {
         let last = state.last.max(at);
         let tokens = self.bucket.tokens_at(state, last) - cost as f64;

@@ -1,0 +1,434 @@
+//! The service the layer makes: one request's way through admission, the wire, learning and
+//! retries.
+//!
+//! ```text
+//! request ─► host state ─► admission: wait (≤ max_wait) for Retry-After, pacers, CUBIC rate,
+//!                          concurrency slot; adaptive throttling may refuse it locally
+//!         ─► inner service ─► answer: learn its fields (Signal), count the outcome
+//!         ─► refused (429/503) or connection failed, safe to retry, attempts and budget left:
+//!            full-jitter backoff, then admission again (which honours Retry-After)
+//!         ─► the last answer (or error) to the caller
+//! ```
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::Service;
+
+use crate::error::{BoxError, LocalRefusal, PoliteError};
+use crate::host::{Admission, Outcome};
+use crate::replay::{is_safe_to_retry, Replay};
+use crate::signal::Signal;
+use crate::state::{HostCell, Shared};
+
+/// A client service wrapped by [`PoliteLayer`](crate::PoliteLayer).
+pub struct Polite<S, R> {
+    inner: S,
+    shared: Arc<Shared>,
+    replay: R,
+}
+
+impl<S, R> Polite<S, R> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>, replay: R) -> Polite<S, R> {
+        Polite {
+            inner,
+            shared,
+            replay,
+        }
+    }
+
+    /// A handle on the shared state (the same as the layer's).
+    pub fn state(&self) -> crate::ClientState {
+        crate::ClientState {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: Clone, R: Clone> Clone for Polite<S, R> {
+    fn clone(&self) -> Self {
+        Polite {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            replay: self.replay.clone(),
+        }
+    }
+}
+
+impl<S, R> std::fmt::Debug for Polite<S, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Polite").finish_non_exhaustive()
+    }
+}
+
+/// The future a [`Polite`] service returns.
+pub type ResponseFuture<T> = Pin<Box<dyn Future<Output = Result<T, PoliteError>> + Send>>;
+
+impl<S, B, ResB, R> Service<Request<B>> for Polite<S, R>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Send + 'static,
+    ResB: Send + 'static,
+    R: Replay<B>,
+{
+    type Response = Response<ResB>;
+    type Error = PoliteError;
+    type Future = ResponseFuture<Response<ResB>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| PoliteError::Service(e.into()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The readied service goes with the request; the clone stays for the next poll_ready.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let run = Run {
+            inner,
+            shared: self.shared.clone(),
+            replay: self.replay.clone(),
+        };
+        Box::pin(run.go(request))
+    }
+}
+
+/// One request's run.
+struct Run<S, R> {
+    inner: S,
+    shared: Arc<Shared>,
+    replay: R,
+}
+
+/// What a finished attempt left to return if no retry follows.
+enum Last<T> {
+    Answer(T),
+    Error(PoliteError),
+}
+
+impl<S, R> Run<S, R> {
+    async fn go<B, ResB>(mut self, request: Request<B>) -> Result<Response<ResB>, PoliteError>
+    where
+        S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: Send + 'static,
+        ResB: Send + 'static,
+        R: Replay<B>,
+    {
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
+        let timer = shared.timer.clone();
+        let key = self.shared.key_of(&request);
+        let cell = self.shared.host(&key, timer.now());
+        let safe = is_safe_to_retry(&request);
+        let mut kept = Some(request);
+        let mut last: Option<Last<Response<ResB>>> = None;
+        for attempt in 1..=settings.max_attempts {
+            // Admission: wait while the host's state says so, at most max_wait.
+            let seq = match admit(&shared, &cell, &key).await {
+                Ok(seq) => seq,
+                Err(refusal) => {
+                    return match last {
+                        // A retry that cannot be made in time: the caller gets the last answer.
+                        Some(Last::Answer(answer)) => Ok(answer),
+                        Some(Last::Error(error)) => Err(error),
+                        None => Err(PoliteError::Refused(refusal)),
+                    };
+                }
+            };
+            let mut guard = InFlight {
+                cell: &cell,
+                armed: true,
+            };
+            let to_send = if attempt < settings.max_attempts {
+                match kept.as_ref().and_then(|r| self.replay.replay(r)) {
+                    Some(copy) => copy,
+                    None => kept.take().expect("a request is kept until it is sent"),
+                }
+            } else {
+                kept.take().expect("a request is kept until it is sent")
+            };
+            let result = self.send(to_send).await;
+            let now = timer.now();
+            guard.armed = false;
+            let (outcome, retry_after_timeout) = match &result {
+                Ok(response) => {
+                    let signal = Signal::read(response.headers(), now);
+                    let outcome = outcome_of(response);
+                    cell.lock().answered(seq, outcome, &signal, now);
+                    (outcome, false)
+                }
+                Err(error) => {
+                    let outcome = error_outcome(error);
+                    cell.lock().answered(seq, outcome, &Signal::default(), now);
+                    (outcome, outcome == Outcome::TimedOut)
+                }
+            };
+            cell.finished.notify_waiters();
+            let retryable = match outcome {
+                Outcome::Refused | Outcome::TimedOut => safe,
+                Outcome::ConnectFailed => true,
+                Outcome::Answered | Outcome::Failed => false,
+            };
+            let can_retry = retryable
+                && kept.is_some()
+                && attempt < settings.max_attempts
+                && cell.lock().withdraw_retry(retry_after_timeout);
+            if !can_retry {
+                return result;
+            }
+            last = Some(match result {
+                Ok(answer) => Last::Answer(answer),
+                Err(error) => Last::Error(error),
+            });
+            let delay = {
+                let mut host = cell.lock();
+                settings.backoff.delay(attempt, host.rng())
+            };
+            if delay > settings.max_wait {
+                break;
+            }
+            timer.sleep(delay).await;
+        }
+        match last {
+            Some(Last::Answer(answer)) => Ok(answer),
+            Some(Last::Error(error)) => Err(error),
+            None => unreachable!("the loop returns unless an attempt left a result"),
+        }
+    }
+
+    /// One attempt on the wire, bounded by `attempt_timeout` when set.
+    async fn send<B, ResB>(&mut self, request: Request<B>) -> Result<Response<ResB>, PoliteError>
+    where
+        S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: Send + 'static,
+        ResB: Send + 'static,
+        R: Replay<B>,
+    {
+        if let Err(e) = poll_fn(|cx| self.inner.poll_ready(cx)).await {
+            return Err(PoliteError::Service(e.into()));
+        }
+        let call = self.inner.call(request);
+        let result = match self.shared.settings.attempt_timeout {
+            None => Some(call.await),
+            Some(limit) => {
+                let timeout = self.shared.timer.sleep(limit);
+                match first_of(call, timeout).await {
+                    Either::Left(result) => Some(result),
+                    Either::Right(()) => None,
+                }
+            }
+        };
+        match result {
+            Some(Ok(response)) => Ok(response),
+            Some(Err(e)) => Err(PoliteError::Service(e.into())),
+            None => Err(PoliteError::TimedOut(
+                self.shared
+                    .settings
+                    .attempt_timeout
+                    .unwrap_or(Duration::ZERO),
+            )),
+        }
+    }
+}
+
+/// Waits until the host admits the request (returning its sequence number) or refuses it.
+async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, LocalRefusal> {
+    let settings = &shared.settings;
+    let timer = &shared.timer;
+    let start = timer.now();
+    let deadline = start.saturating_add(settings.max_wait);
+    let mut waited = false;
+    loop {
+        let now = timer.now();
+        // Register for "a request finished" before looking, so a release between the look
+        // and the wait is not missed.
+        let finished = cell.finished.notified();
+        let admission = cell.lock().admit(now, settings);
+        match admission {
+            Admission::Go { seq } => {
+                if waited {
+                    cell.lock().waited();
+                }
+                return Ok(seq);
+            }
+            Admission::Throttled(probability) => {
+                return Err(LocalRefusal::Throttled {
+                    host: key.to_string(),
+                    probability,
+                })
+            }
+            Admission::WaitUntil(at) if at > deadline => {
+                cell.lock().gave_up();
+                return Err(LocalRefusal::WouldWait {
+                    host: key.to_string(),
+                    wait: at.saturating_since(now),
+                    max_wait: settings.max_wait,
+                });
+            }
+            Admission::WaitUntil(at) => {
+                waited = true;
+                timer.sleep(at.saturating_since(now)).await;
+            }
+            Admission::Full => {
+                if now >= deadline {
+                    cell.lock().gave_up();
+                    return Err(LocalRefusal::WouldWait {
+                        host: key.to_string(),
+                        wait: settings.max_wait,
+                        max_wait: settings.max_wait,
+                    });
+                }
+                waited = true;
+                let timeout = timer.sleep(deadline.saturating_since(now));
+                first_of(finished, timeout).await;
+            }
+        }
+    }
+}
+
+/// Gives back a concurrency slot if the request is dropped before its answer.
+struct InFlight<'a> {
+    cell: &'a HostCell,
+    armed: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cell.lock().abandoned();
+            self.cell.finished.notify_waiters();
+        }
+    }
+}
+
+/// True when a response refuses: 429 or 503, or a gRPC status `RESOURCE_EXHAUSTED` (8) or
+/// `UNAVAILABLE` (14) in its header fields (a trailers-only gRPC answer).
+pub fn is_refusal<B>(response: &Response<B>) -> bool {
+    let status = response.status().as_u16();
+    if status == 429 || status == 503 {
+        return true;
+    }
+    matches!(
+        response.headers().get("grpc-status").map(|v| v.as_bytes()),
+        Some(b"8") | Some(b"14")
+    )
+}
+
+fn outcome_of<B>(response: &Response<B>) -> Outcome {
+    if is_refusal(response) {
+        Outcome::Refused
+    } else {
+        Outcome::Answered
+    }
+}
+
+/// Classifies an error by walking its sources: a refused or unreachable connection is a
+/// connection failure (nothing reached the server), an I/O timeout a timeout.
+fn error_outcome(error: &PoliteError) -> Outcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match error {
+        PoliteError::TimedOut(_) => return Outcome::TimedOut,
+        PoliteError::Refused(_) => return Outcome::Failed,
+        PoliteError::Service(e) => Some(e.as_ref()),
+    };
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            match io.kind() {
+                ConnectionRefused | NotConnected | AddrNotAvailable | HostUnreachable
+                | NetworkUnreachable => return Outcome::ConnectFailed,
+                TimedOut => return Outcome::TimedOut,
+                _ => {}
+            }
+        }
+        source = e.source();
+    }
+    Outcome::Failed
+}
+
+enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Polls both futures; the output of whichever completes first.
+async fn first_of<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    poll_fn(|cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Either::Left(v));
+        }
+        if let Poll::Ready(v) = b.as_mut().poll(cx) {
+            return Poll::Ready(Either::Right(v));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_by_status_and_grpc_status() {
+        let with = |status: u16, grpc: Option<&str>| {
+            let mut b = Response::builder().status(status);
+            if let Some(g) = grpc {
+                b = b.header("grpc-status", g);
+            }
+            is_refusal(&b.body(()).unwrap())
+        };
+        assert!(with(429, None));
+        assert!(with(503, None));
+        assert!(!with(500, None));
+        assert!(!with(200, None));
+        assert!(with(200, Some("8")));
+        assert!(with(200, Some("14")));
+        assert!(!with(200, Some("0")));
+    }
+
+    #[test]
+    fn connection_errors_are_found_in_the_source_chain() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "client error")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let wrap = |kind| PoliteError::Service(Box::new(Wrapper(std::io::Error::new(kind, "x"))));
+        assert_eq!(
+            error_outcome(&wrap(std::io::ErrorKind::ConnectionRefused)),
+            Outcome::ConnectFailed
+        );
+        assert_eq!(
+            error_outcome(&wrap(std::io::ErrorKind::TimedOut)),
+            Outcome::TimedOut
+        );
+        assert_eq!(
+            error_outcome(&wrap(std::io::ErrorKind::BrokenPipe)),
+            Outcome::Failed
+        );
+        assert_eq!(
+            error_outcome(&PoliteError::TimedOut(Duration::from_secs(1))),
+            Outcome::TimedOut
+        );
+    }
+}
