@@ -66,6 +66,11 @@ pub struct Host {
     dialect: Option<Dialect>,
     fields_at: Option<Nanos>,
     seq: u64,
+    /// Requests sent and not answered yet.
+    in_flight: u64,
+    /// True once any request to the host has finished: until then one request at a time goes
+    /// (the first answer tells the limits; a burst before it would be sent blind).
+    heard: bool,
     cubic: CubicRate,
     throttle: AdaptiveThrottle,
     budget: RetryBudget,
@@ -85,6 +90,8 @@ impl Host {
             dialect: None,
             fields_at: None,
             seq: 0,
+            in_flight: 0,
+            heard: false,
             cubic: CubicRate::new(settings.beta, settings.cubic_c),
             throttle: AdaptiveThrottle::new(settings.throttle_k, settings.throttle_window),
             budget: RetryBudget::new(
@@ -120,7 +127,7 @@ impl Host {
         let mut earliest = self.blocked_until;
         self.pacers.retain(|p| !p.is_stale(now));
         for pacer in &mut self.pacers {
-            earliest = earliest.max(pacer.earliest(now, settings.headroom));
+            earliest = earliest.max(pacer.earliest(now, settings.headroom, self.in_flight));
         }
         if settings.adaptive_rate && !self.paced_by_fields(now) {
             earliest = earliest.max(self.cubic.earliest(now));
@@ -150,13 +157,23 @@ impl Host {
         }
         self.cubic.sent(now);
         self.seq += 1;
+        self.in_flight += 1;
         self.counters.sent += 1;
         Admission::Go { seq: self.seq }
     }
 
     /// Learns from the answer (or failure) of request `seq` at `now`.
-    pub fn answered(&mut self, seq: u64, outcome: Outcome, signal: &Signal, now: Nanos) {
+    pub fn answered(
+        &mut self,
+        seq: u64,
+        outcome: Outcome,
+        signal: &Signal,
+        now: Nanos,
+        headroom: f64,
+    ) {
         self.last_used = self.last_used.max(now);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.heard = true;
         match outcome {
             Outcome::Answered => {
                 self.counters.succeeded += 1;
@@ -193,7 +210,7 @@ impl Host {
                     self.pacers.len() - 1
                 }
             };
-            self.pacers[at].heard(quota, seq, self.seq, now);
+            self.pacers[at].heard(quota, self.in_flight, now, headroom);
         }
         match outcome {
             Outcome::Refused | Outcome::Answered => {
@@ -243,7 +260,7 @@ impl Host {
             .pacers
             .iter_mut()
             .map(|p| {
-                p.earliest(now, headroom);
+                p.earliest(now, headroom, self.in_flight);
                 PolicySnapshot {
                     policy: p.policy().to_string(),
                     partition: p.partition().map(hex_prefix),
@@ -273,6 +290,8 @@ impl Host {
 
     /// Gives back the concurrency slot of a request that never got an answer (dropped).
     pub fn abandoned(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.heard = true;
         if let Some(c) = &mut self.concurrency {
             c.release(false);
         }
@@ -334,7 +353,7 @@ mod tests {
             retry_after: Some(Duration::from_secs(3)),
             ..Signal::default()
         };
-        h.answered(seq, Outcome::Refused, &signal, Nanos::from_millis(10));
+        h.answered(seq, Outcome::Refused, &signal, Nanos::from_millis(10), 1.0);
         assert_eq!(
             h.admit(Nanos::from_millis(20), &s),
             Admission::WaitUntil(Nanos::from_millis(3010))
@@ -359,7 +378,7 @@ mod tests {
         for i in 0..50u64 {
             let now = Nanos::from_millis(i);
             if let Admission::Go { seq } = h.admit(now, &s) {
-                h.answered(seq, Outcome::Refused, &Signal::default(), now);
+                h.answered(seq, Outcome::Refused, &Signal::default(), now, 1.0);
             }
         }
         assert!(h.snapshot(Nanos::from_millis(50), 1.0).send_rate.is_some());
@@ -368,7 +387,7 @@ mod tests {
         let Admission::Go { seq } = h.admit(now, &s) else {
             panic!()
         };
-        h.answered(seq, Outcome::Answered, &ietf(100, 1, 99, 1), now);
+        h.answered(seq, Outcome::Answered, &ietf(100, 1, 99, 1), now, 1.0);
         let snap = h.snapshot(now, 1.0);
         assert!(!snap.adaptive);
         assert_eq!(snap.send_rate, None);
@@ -385,7 +404,7 @@ mod tests {
         for i in 0..1000u64 {
             let mut signal = ietf(10, 1, 5, 1);
             signal.quotas[0].partition = Some(i.to_be_bytes().to_vec());
-            h.answered(i, Outcome::Answered, &signal, Nanos::from_millis(i));
+            h.answered(i, Outcome::Answered, &signal, Nanos::from_millis(i), 1.0);
         }
         assert_eq!(h.pacers.len(), MAX_PACERS);
         assert!(matches!(

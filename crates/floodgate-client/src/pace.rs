@@ -5,14 +5,16 @@
 //! - **capacity** `q` and **refill** `q / w · headroom` per second, when the policy gives both
 //!   (IETF `RateLimit-Policy`, or `X-RateLimit-Limit` with a `w`); without a window nothing
 //!   refills between answers and the quota is restored only at its reset;
-//! - **sync**: an answer with `r` left to the request numbered `seq` sets the tokens to
-//!   `r − (requests sent after seq)`: the server counted everything up to that request, and
-//!   the requests in flight since will each take one. Older answers (a lower `seq` than the
-//!   last one applied) are ignored: with requests in flight, answers arrive out of order;
+//! - **sync**: an answer with `r` left while `n` other requests are in flight can only lower
+//!   the tokens, to `r − n`: requests on different connections are not processed in the order
+//!   they were sent, so `r − n` bounds the count without being it. When the last request in
+//!   flight is answered, the tokens become the least `r` answered since the host was last
+//!   idle: the count after the request the server processed last;
 //! - **exhaustion**: an answer with `r = 0` stops the pacer until its reset `t` (or, without
 //!   one, one window, or [`PROBE_INTERVAL`]): nothing refills meanwhile, because the server
 //!   has said nothing will pass before then. At that instant the quota is whole again;
-//! - **reset**: when a reset passes, the tokens are at least `q` again.
+//! - **reset**: when a reset passes, the tokens are at least `q` minus the requests in flight
+//!   (those sent just before the reset may be counted in the new window).
 //!
 //! A request may go when every pacer of its host has a token; [`Pacer::earliest`] says when
 //! that will be. Requests never wait on a pacer that no answer has mentioned for
@@ -43,7 +45,8 @@ pub struct Pacer {
     refilled_at: Nanos,
     exhausted_until: Option<Nanos>,
     reset_at: Option<Nanos>,
-    seen_seq: u64,
+    /// The least `r` answered since the host last had nothing in flight.
+    burst_min: Option<u64>,
     heard_at: Nanos,
 }
 
@@ -59,7 +62,7 @@ impl Pacer {
             refilled_at: now,
             exhausted_until: None,
             reset_at: None,
-            seen_seq: 0,
+            burst_min: None,
             heard_at: now,
         }
     }
@@ -105,21 +108,22 @@ impl Pacer {
         Some(q as f64 / w.as_secs_f64().max(1e-9) * headroom)
     }
 
-    fn refill(&mut self, now: Nanos, headroom: f64) {
+    fn refill(&mut self, now: Nanos, headroom: f64, in_flight: u64) {
+        let whole_again = self.limit.map(|q| q as f64 - in_flight as f64);
         if let Some(until) = self.exhausted_until {
             if now < until {
                 return;
             }
             self.exhausted_until = None;
             self.reset_at = None;
-            self.tokens = self.limit.map(|q| q as f64).or(Some(1.0));
+            self.tokens = whole_again.or(Some(1.0));
             self.refilled_at = now;
             return;
         }
         if self.reset_at.is_some_and(|at| now >= at) {
             self.reset_at = None;
-            if let (Some(t), Some(q)) = (self.tokens, self.limit) {
-                self.tokens = Some(t.max(q as f64));
+            if let (Some(t), Some(whole)) = (self.tokens, whole_again) {
+                self.tokens = Some(t.max(whole));
             }
         }
         if let (Some(t), Some(rate)) = (self.tokens, self.rate(headroom)) {
@@ -130,9 +134,10 @@ impl Pacer {
         self.refilled_at = self.refilled_at.max(now);
     }
 
-    /// The earliest instant a request may be sent by this pacer (`now` when it may go now).
-    pub fn earliest(&mut self, now: Nanos, headroom: f64) -> Nanos {
-        self.refill(now, headroom);
+    /// The earliest instant a request may be sent by this pacer (`now` when it may go now),
+    /// with `in_flight` requests of the host sent and not answered yet.
+    pub fn earliest(&mut self, now: Nanos, headroom: f64, in_flight: u64) -> Nanos {
+        self.refill(now, headroom, in_flight);
         if let Some(until) = self.exhausted_until {
             return until;
         }
@@ -156,8 +161,9 @@ impl Pacer {
         }
     }
 
-    /// Learns from `quota`, read from the answer to request `seq` (of `sent` so far) at `now`.
-    pub fn heard(&mut self, quota: &Quota, seq: u64, sent: u64, now: Nanos) {
+    /// Learns from `quota`, read from an answer at `now` while `in_flight` other requests of
+    /// the host are still unanswered.
+    pub fn heard(&mut self, quota: &Quota, in_flight: u64, now: Nanos, headroom: f64) {
         self.heard_at = now;
         if quota.limit.is_some() {
             self.limit = quota.limit;
@@ -168,12 +174,21 @@ impl Pacer {
         let Some(r) = quota.remaining else {
             return;
         };
-        if seq < self.seen_seq {
-            return; // older news than what the pacer already knows
+        self.refill(now, headroom, in_flight);
+        let least = self.burst_min.map_or(r, |m| m.min(r));
+        if in_flight == 0 {
+            // Every request sent is answered: the last one the server processed has the least
+            // count, whatever order the answers arrived in.
+            self.tokens = Some(least as f64);
+            self.burst_min = None;
+        } else {
+            // The requests in flight may be processed before or after this one (requests on
+            // different connections are not processed in the order they were sent), and each
+            // will take one: `r − in_flight` bounds what is left.
+            let bound = r as f64 - in_flight as f64;
+            self.tokens = Some(self.tokens.map_or(bound, |t| t.min(bound)));
+            self.burst_min = Some(least);
         }
-        self.seen_seq = seq;
-        let after = sent.saturating_sub(seq) as f64;
-        self.tokens = Some(r as f64 - after);
         self.refilled_at = now;
         self.reset_at = quota.reset.map(|t| now.saturating_add(t));
         self.exhausted_until = (r == 0).then(|| {
@@ -218,38 +233,49 @@ mod tests {
     fn unknown_quota_holds_nothing_back() {
         let q = quota(None, None, None, None);
         let mut p = Pacer::new(&q, ms(0));
-        assert_eq!(p.earliest(ms(5), 1.0), ms(5));
+        assert_eq!(p.earliest(ms(5), 1.0, 0), ms(5));
     }
 
     #[test]
     fn syncs_to_the_servers_count_minus_requests_in_flight() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        // The answer to request 3 says 10 left; requests 4..=7 were sent since.
-        p.heard(&quota(Some(50), Some(1), Some(10), Some(1)), 3, 7, ms(10));
+        // 10 left, 4 others in flight.
+        p.heard(&quota(Some(50), Some(1), Some(10), Some(1)), 4, ms(10), 1.0);
         assert_eq!(p.tokens(), Some(6.0));
-        // An older answer changes nothing.
-        p.heard(&quota(Some(50), Some(1), Some(40), Some(1)), 2, 7, ms(11));
+        // With others in flight, a higher count is only a bound: it does not raise the tokens.
+        p.heard(&quota(Some(50), Some(1), Some(40), Some(1)), 3, ms(10), 1.0);
         assert_eq!(p.tokens(), Some(6.0));
+        // A lower one lowers them.
+        p.heard(&quota(Some(50), Some(1), Some(5), Some(1)), 2, ms(10), 1.0);
+        assert_eq!(p.tokens(), Some(3.0));
+        // The last answer of the burst arrives with a stale, high count: the least count of
+        // the burst is what is left.
+        p.heard(&quota(Some(50), Some(1), Some(44), Some(1)), 1, ms(10), 1.0);
+        p.heard(&quota(Some(50), Some(1), Some(45), Some(1)), 0, ms(10), 1.0);
+        assert_eq!(p.tokens(), Some(5.0));
+        // Alone on the wire, the answer is the count.
+        p.heard(&quota(Some(50), Some(1), Some(40), Some(1)), 0, ms(10), 1.0);
+        assert_eq!(p.tokens(), Some(40.0));
     }
 
     #[test]
     fn exhaustion_holds_until_the_reset_then_restores_the_quota() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        p.heard(&quota(Some(50), Some(1), Some(0), Some(2)), 1, 1, ms(100));
-        assert_eq!(p.earliest(ms(200), 1.0), ms(2100));
-        assert_eq!(p.earliest(ms(2099), 1.0), ms(2100));
-        assert_eq!(p.earliest(ms(2100), 1.0), ms(2100));
+        p.heard(&quota(Some(50), Some(1), Some(0), Some(2)), 0, ms(100), 1.0);
+        assert_eq!(p.earliest(ms(200), 1.0, 0), ms(2100));
+        assert_eq!(p.earliest(ms(2099), 1.0, 0), ms(2100));
+        assert_eq!(p.earliest(ms(2100), 1.0, 0), ms(2100));
         assert_eq!(p.tokens(), Some(50.0));
     }
 
     #[test]
     fn paces_at_the_policy_rate_once_the_burst_is_spent() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        p.heard(&quota(Some(10), Some(1), Some(2), Some(1)), 1, 1, ms(0));
+        p.heard(&quota(Some(10), Some(1), Some(2), Some(1)), 0, ms(0), 1.0);
         let mut now = ms(0);
         let mut sends = Vec::new();
         while sends.len() < 12 {
-            now = p.earliest(now, 1.0);
+            now = p.earliest(now, 1.0, 0);
             p.sent();
             sends.push(now);
         }
@@ -263,22 +289,22 @@ mod tests {
     #[test]
     fn without_a_window_the_quota_returns_only_at_reset() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        p.heard(&quota(Some(5), None, Some(1), Some(3)), 1, 1, ms(0));
-        assert_eq!(p.earliest(ms(0), 1.0), ms(0));
+        p.heard(&quota(Some(5), None, Some(1), Some(3)), 0, ms(0), 1.0);
+        assert_eq!(p.earliest(ms(0), 1.0, 0), ms(0));
         p.sent();
-        assert_eq!(p.earliest(ms(1), 1.0), ms(3000));
-        assert_eq!(p.earliest(ms(3000), 1.0), ms(3000));
+        assert_eq!(p.earliest(ms(1), 1.0, 0), ms(3000));
+        assert_eq!(p.earliest(ms(3000), 1.0, 0), ms(3000));
         assert_eq!(p.tokens(), Some(5.0));
     }
 
     #[test]
     fn zero_left_without_any_timing_probes_once_a_second() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        p.heard(&quota(None, None, Some(0), None), 1, 1, ms(0));
-        assert_eq!(p.earliest(ms(10), 1.0), ms(1000));
-        assert_eq!(p.earliest(ms(1000), 1.0), ms(1000));
+        p.heard(&quota(None, None, Some(0), None), 0, ms(0), 1.0);
+        assert_eq!(p.earliest(ms(10), 1.0, 0), ms(1000));
+        assert_eq!(p.earliest(ms(1000), 1.0, 0), ms(1000));
         p.sent();
-        assert_eq!(p.earliest(ms(1001), 1.0), ms(2001));
+        assert_eq!(p.earliest(ms(1001), 1.0, 0), ms(2001));
     }
 
     #[test]
@@ -291,18 +317,18 @@ mod tests {
             reset: Some(crate::signal::MAX_HORIZON),
             ..Quota::new("default", None)
         };
-        p.heard(&q, 1, 1, Nanos(u64::MAX - 5));
-        assert_eq!(p.earliest(Nanos(u64::MAX - 1), 1.0), Nanos(u64::MAX));
+        p.heard(&q, 0, Nanos(u64::MAX - 5), 1.0);
+        assert_eq!(p.earliest(Nanos(u64::MAX - 1), 1.0, 0), Nanos(u64::MAX));
         let mut p = Pacer::new(&q, ms(0));
-        p.heard(&quota(Some(1), Some(86_400), Some(1), None), 1, 1, ms(0));
+        p.heard(&quota(Some(1), Some(86_400), Some(1), None), 0, ms(0), 1.0);
         p.sent();
-        assert!(p.earliest(ms(1), 1e-9) > ms(1));
+        assert!(p.earliest(ms(1), 1e-9, 0) > ms(1));
     }
 
     #[test]
     fn stale_pacers_are_recognised() {
         let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
-        p.heard(&quota(Some(5), Some(10), Some(1), Some(3)), 1, 1, ms(0));
+        p.heard(&quota(Some(5), Some(10), Some(1), Some(3)), 0, ms(0), 1.0);
         assert!(!p.is_stale(Nanos::from_secs(72)));
         assert!(p.is_stale(Nanos::from_secs(74)));
     }
@@ -317,11 +343,9 @@ mod tests {
             let mut server_at = 0.0f64;
             let mut p = Pacer::new(&quota(None, None, None, None), ms(0));
             let mut now = ms(0);
-            let mut seq = 0;
             for _ in 0..steps {
-                now = p.earliest(now, 1.0);
+                now = p.earliest(now, 1.0, 0);
                 p.sent();
-                seq += 1;
                 let t = now.as_secs_f64();
                 server = (server + (t - server_at) * rate).min(q as f64);
                 server_at = t;
@@ -329,7 +353,7 @@ mod tests {
                 server -= 1.0;
                 let left = server.max(0.0).floor() as u64;
                 let full_in = ((q as f64 - server) / rate).ceil() as u64;
-                p.heard(&quota(Some(q), Some(w), Some(left), Some(full_in)), seq, seq, now);
+                p.heard(&quota(Some(q), Some(w), Some(left), Some(full_in)), 0, now, 1.0);
             }
         }
     }

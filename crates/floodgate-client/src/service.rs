@@ -163,12 +163,14 @@ impl<S, R> Run<S, R> {
                 Ok(response) => {
                     let signal = Signal::read(response.headers(), now);
                     let outcome = outcome_of(response);
-                    cell.lock().answered(seq, outcome, &signal, now);
+                    cell.lock()
+                        .answered(seq, outcome, &signal, now, settings.headroom);
                     (outcome, false)
                 }
                 Err(error) => {
                     let outcome = error_outcome(error);
-                    cell.lock().answered(seq, outcome, &Signal::default(), now);
+                    cell.lock()
+                        .answered(seq, outcome, &Signal::default(), now, settings.headroom);
                     (outcome, outcome == Outcome::TimedOut)
                 }
             };
