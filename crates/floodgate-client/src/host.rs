@@ -177,7 +177,6 @@ impl Host {
         match outcome {
             Outcome::Answered => {
                 self.counters.succeeded += 1;
-                self.throttle.accepted(now);
                 self.budget.succeeded();
             }
             Outcome::Refused => self.counters.throttled += 1,
@@ -185,6 +184,7 @@ impl Host {
                 self.counters.errors += 1
             }
         }
+        self.throttle.finished(now, outcome == Outcome::Answered);
         if let Some(c) = &mut self.concurrency {
             c.release(outcome != Outcome::Answered);
         }

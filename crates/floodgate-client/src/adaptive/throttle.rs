@@ -1,7 +1,9 @@
 //! Client-side adaptive throttling (Google, *Site Reliability Engineering*, ch. 21).
 //!
-//! Over a sliding window the client counts `requests` (every request that reached this check,
-//! including those it refused itself) and `accepts` (responses the server did not refuse).
+//! Over a sliding window the client counts `requests` (every request whose fate is known: the
+//! answered, the failed, and those it refused itself) and `accepts` (answers the server did
+//! not refuse). Requests still in flight are not counted: at start, with ten requests in
+//! flight and no answer yet, the book's formula would refuse nine in ten.
 //! A new request is refused locally with probability
 //!
 //! ```text
@@ -11,7 +13,8 @@
 //! With `K = 2` nothing is refused while the server accepts at least half of what is sent;
 //! beyond that the client sends about `K · accepts`, a little more than the server takes, so
 //! it still notices at once when the server recovers. The window is kept as one-second buckets
-//! (the default window is two minutes, as in the book).
+//! (the default window is two minutes, as in the book). Nothing is refused while the window
+//! holds fewer than [`MIN_REQUESTS`]: two failures out of two say little.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -20,6 +23,9 @@ use floodgate::Nanos;
 use rand::Rng;
 
 const BUCKET: u64 = 1_000_000_000;
+
+/// The fewest requests in the window before anything is refused locally.
+pub const MIN_REQUESTS: u64 = 20;
 
 /// The throttle's counts over its window.
 #[derive(Clone, Debug)]
@@ -65,22 +71,31 @@ impl AdaptiveThrottle {
     /// The probability that a request now is refused locally.
     pub fn probability(&mut self, now: Nanos) -> f64 {
         self.bucket(now);
+        if self.requests < MIN_REQUESTS {
+            return 0.0;
+        }
         let (requests, accepts) = (self.requests as f64, self.accepts as f64);
         ((requests - self.k * accepts) / (requests + 1.0)).max(0.0)
     }
 
-    /// Counts a request and decides it: true when it must be refused locally.
+    /// Decides a request: true when it must be refused locally (and then counts it).
     pub fn refuse(&mut self, now: Nanos, rng: &mut impl Rng) -> bool {
         let p = self.probability(now);
-        self.bucket(now).1 += 1;
-        self.requests += 1;
-        p > 0.0 && rng.random::<f64>() < p
+        let refused = p > 0.0 && rng.random::<f64>() < p;
+        if refused {
+            self.bucket(now).1 += 1;
+            self.requests += 1;
+        }
+        refused
     }
 
-    /// Counts a response the server did not refuse.
-    pub fn accepted(&mut self, now: Nanos) {
-        self.bucket(now).2 += 1;
-        self.accepts += 1;
+    /// Counts a request whose fate is known: `accepted` when the server did not refuse it.
+    pub fn finished(&mut self, now: Nanos, accepted: bool) {
+        let bucket = self.bucket(now);
+        bucket.1 += 1;
+        bucket.2 += u64::from(accepted);
+        self.requests += 1;
+        self.accepts += u64::from(accepted);
     }
 
     /// Requests and accepts in the window.
@@ -102,9 +117,7 @@ mod tests {
         for i in 0..1000 {
             let now = Nanos::from_millis(i * 10);
             assert!(!t.refuse(now, &mut rng));
-            if i % 2 == 0 {
-                t.accepted(now);
-            }
+            t.finished(now, i % 2 == 0);
         }
     }
 
@@ -127,11 +140,12 @@ mod tests {
             if taken_this_second.0 != second {
                 taken_this_second = (second, 0);
             }
-            if taken_this_second.1 < 10 {
+            let accept = taken_this_second.1 < 10;
+            if accept {
                 taken_this_second.1 += 1;
-                t.accepted(now);
                 accepted += 1;
             }
+            t.finished(now, accept);
         }
         assert!(refused_locally > 45_000, "{refused_locally}");
         let ratio = sent as f64 / (2.0 * accepted as f64);
@@ -144,11 +158,25 @@ mod tests {
     }
 
     #[test]
+    fn a_few_failures_refuse_nothing() {
+        let mut t = AdaptiveThrottle::new(2.0, Duration::from_secs(120));
+        for _ in 0..MIN_REQUESTS - 1 {
+            t.finished(Nanos::ZERO, false);
+        }
+        assert_eq!(t.probability(Nanos::ZERO), 0.0);
+        t.finished(Nanos::ZERO, false);
+        assert!(t.probability(Nanos::ZERO) > 0.9);
+    }
+
+    #[test]
     fn the_window_forgets() {
         let mut t = AdaptiveThrottle::new(2.0, Duration::from_secs(10));
         let mut rng = SmallRng::seed_from_u64(1);
         for i in 0..100 {
-            t.refuse(Nanos::from_millis(i * 10), &mut rng);
+            let now = Nanos::from_millis(i * 10);
+            if !t.refuse(now, &mut rng) {
+                t.finished(now, false);
+            }
         }
         assert!(t.probability(Nanos::from_secs(1)) > 0.9);
         assert_eq!(t.probability(Nanos::from_secs(12)), 0.0);
