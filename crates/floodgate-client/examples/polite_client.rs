@@ -204,7 +204,8 @@ async fn main() -> Result<(), Error> {
         )
     } else {
         let totals = state.totals();
-        let warm = warmup_totals.unwrap_or_default();
+        // A run shorter than the warm-up has nothing after it.
+        let warm = warmup_totals.unwrap_or_else(|| totals.clone());
         (
             totals.sent,
             totals.throttled,
