@@ -51,6 +51,18 @@ fn layer(clock: &ManualClock) -> PoliteLayer {
         .unwrap()
 }
 
+/// A layer without the CUBIC rate, and with adaptive throttling only if `throttle`: the tests of
+/// retries and of throttling alone.
+fn unadaptive_layer(clock: &ManualClock, throttle: bool) -> PoliteLayer {
+    PoliteLayer::builder()
+        .timer(Arc::new(ManualTimer::new(clock.clone())))
+        .adaptive_rate(false, 0.7, 0.4)
+        .adaptive_throttle(throttle, 2.0, Duration::from_secs(120))
+        .seed(3)
+        .build()
+        .unwrap()
+}
+
 fn get(url: &str) -> Request<Full<Bytes>> {
     Request::get(url).body(Full::default()).unwrap()
 }
@@ -225,12 +237,7 @@ async fn only_requests_safe_to_retry_are_retried() {
     let server = LimitedServer::start(loopback(), 50, Arc::new(clock.clone()))
         .await
         .unwrap();
-    let layer = PoliteLayer::builder()
-        .timer(Arc::new(ManualTimer::new(clock.clone())))
-        .adaptive_rate(false, 0.7, 0.4)
-        .adaptive_throttle(false, 2.0, Duration::from_secs(120))
-        .build()
-        .unwrap();
+    let layer = unadaptive_layer(&clock, false);
     let state = layer.state();
     let mut client = layer.layer(hyper_client());
     let url = format!("{}/garbage", server.url("hostile"));
@@ -279,13 +286,7 @@ async fn against_a_refusing_server(throttle: bool) -> (floodgate_client::Counter
     let server = LimitedServer::start(loopback(), 50, Arc::new(clock.clone()))
         .await
         .unwrap();
-    let layer = PoliteLayer::builder()
-        .timer(Arc::new(ManualTimer::new(clock.clone())))
-        .adaptive_rate(false, 0.7, 0.4)
-        .adaptive_throttle(throttle, 2.0, Duration::from_secs(120))
-        .seed(3)
-        .build()
-        .unwrap();
+    let layer = unadaptive_layer(&clock, throttle);
     let state = layer.state();
     let mut client = layer.layer(hyper_client());
     let url = format!("{}/garbage", server.url("hostile"));
