@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use floodgate_server::store::ServiceStore;
-use floodgate_server::{bench, config, replay, runtime};
+use floodgate_server::{bench, config, replay, runtime, simulate};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
 // mimalloc's per-thread free lists serve them faster than glibc's malloc (BENCHMARKS.md).
@@ -31,6 +31,9 @@ enum Command {
     /// Replays a JSON-lines trace of requests (stdin) against one limiter and writes one JSON
     /// decision per line (stdout), in order.
     Replay(replay::Args),
+    /// Runs generated (or recorded) traffic through several limiters on a simulated clock:
+    /// a summary table, and an HTML report with charts (`--out`).
+    Simulate(simulate::Args),
     /// Measures a store's decisions per second and latency, driven in-process as the service
     /// drives it: a short summary, then one JSON line.
     Bench(bench::Args),
@@ -66,6 +69,10 @@ fn main() -> ExitCode {
             Err(e) => fail(&e.to_string(), 1),
         },
         Command::Replay(args) => match replay::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e.to_string(), e.exit_code()),
+        },
+        Command::Simulate(args) => match simulate::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),
         },

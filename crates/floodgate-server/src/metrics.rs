@@ -151,7 +151,12 @@ impl Metrics {
             "floodgate_rls_shadow_over_limit_total {}",
             self.rls_shadow_over_limit.load(Ordering::Relaxed)
         )?;
-        let per_stage: [StageCounter; 5] = [
+        let per_stage: [StageCounter; 6] = [
+            (
+                "floodgate_decisions_total",
+                "Requests each limiter decided (those refused by an earlier limiter never reach it).",
+                |s| s.decided,
+            ),
             (
                 "floodgate_refusals_total",
                 "Requests refused, by limiter (enforce mode).",
@@ -233,6 +238,21 @@ impl Metrics {
             "floodgate_in_flight{{limiter=\"workers\"}} {}",
             live.busy_workers
         )?;
+        writeln!(
+            out,
+            "# HELP floodgate_utilization The utilization shedder's latest sample (0..1), by limiter."
+        )?;
+        writeln!(out, "# TYPE floodgate_utilization gauge")?;
+        for stage in &live.stages {
+            if let LimiterState::Utilization {
+                utilization: Some(u),
+                ..
+            } = stage.state
+            {
+                let name = &stage.stats.name;
+                writeln!(out, "floodgate_utilization{{limiter=\"{name}\"}} {u}")?;
+            }
+        }
         writeln!(
             out,
             "# HELP floodgate_shed_amount The utilization shedder's shed amount, by limiter."

@@ -53,11 +53,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{BreakerConfig, ConfigFileError, StoreConfig};
+use crate::report::{LimiterRun, Report, Sample, Tally};
 use crate::store::ServiceStore;
 
 mod event;
 pub use event::EventError;
-use event::{lease_id, parse_event, Event};
+pub(crate) use event::{lease_id, parse_event, Event};
 
 /// Arguments of `floodgate replay`.
 #[derive(clap::Args, Debug)]
@@ -75,6 +76,13 @@ pub struct Args {
     /// The most keys held at once (the embedded store's bound).
     #[arg(long, default_value_t = 1_000_000)]
     max_keys: usize,
+    /// Print a summary table (offered, admitted, refused, longest refusal streak, p50/p99
+    /// `retry_after`) instead of one decision per line.
+    #[arg(long)]
+    summary: bool,
+    /// Also write an HTML report with the summary and charts of the decisions over time.
+    #[arg(long, value_name = "FILE.html")]
+    chart: Option<std::path::PathBuf>,
 }
 
 /// Why a replay stopped.
@@ -111,6 +119,9 @@ pub enum ReplayError {
     /// Reading the trace or writing the decisions failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// The `--chart` report could not be drawn or written.
+    #[error("--chart: {0}")]
+    Chart(String),
 }
 
 impl ReplayError {
@@ -121,7 +132,10 @@ impl ReplayError {
             | ReplayError::Store(_)
             | ReplayError::NotOnStore { .. }
             | ReplayError::MaxKeys(_) => 2,
-            ReplayError::Event { .. } | ReplayError::Io(_) | ReplayError::Runtime(_) => 1,
+            ReplayError::Event { .. }
+            | ReplayError::Io(_)
+            | ReplayError::Runtime(_)
+            | ReplayError::Chart(_) => 1,
         }
     }
 }
@@ -159,9 +173,8 @@ pub enum SpecError {
 
 /// Runs the replay on stdin and stdout.
 pub fn run(args: &Args) -> Result<(), ReplayError> {
-    let subject = load_spec(&args.limiter)?
-        .build()
-        .map_err(SpecError::Invalid)?;
+    let named = load_named_spec(&args.limiter)?;
+    let subject = named.spec.build().map_err(SpecError::Invalid)?;
     let backend = if matches!(args.store.as_str(), "memory" | "memory://") {
         Backend::Memory {
             max_keys: args.max_keys,
@@ -173,11 +186,49 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
     };
     let stdin = io::stdin().lock();
     let stdout = BufWriter::new(io::stdout().lock());
-    match replay(subject, backend, stdin, stdout) {
+    let reports = args.summary || args.chart.is_some();
+    let mut tally = Tally::default();
+    let result = replay(
+        subject,
+        backend,
+        stdin,
+        stdout,
+        reports.then_some(&mut tally),
+        !args.summary,
+    );
+    match result {
         // A closed stdout (`| head`) is the reader saying it has seen enough.
-        Err(ReplayError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
+        Err(ReplayError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other?,
     }
+    if !reports {
+        return Ok(());
+    }
+    let report = Report {
+        title: "floodgate replay".into(),
+        details: vec![
+            ("trace".into(), "standard input".into()),
+            (
+                "store".into(),
+                floodgate::store::redis::redacted(&args.store),
+            ),
+        ],
+        limiters: vec![LimiterRun {
+            name: named.name,
+            spec: named.json,
+            tally,
+        }],
+        duration: None,
+    };
+    if args.summary {
+        print!("{}", report.table());
+    }
+    if let Some(path) = &args.chart {
+        crate::simulate::write_report(&report, path)
+            .map_err(|e| ReplayError::Chart(e.to_string()))?;
+        eprintln!("floodgate: wrote {}", path.display());
+    }
+    Ok(())
 }
 
 /// The limiters a replay can run besides the algorithms.
@@ -267,8 +318,48 @@ impl Spec {
 
 /// Reads a spec given inline (JSON) or as a file path (YAML or JSON).
 pub(crate) fn load_spec(arg: &str) -> Result<Spec, SpecError> {
-    let value: Value = if arg.trim_start().starts_with('{') {
-        serde_json::from_str(arg).map_err(SpecError::Json)?
+    Ok(load_named_spec(arg)?.spec)
+}
+
+/// A spec with the name reports show it by.
+#[derive(Debug)]
+pub(crate) struct NamedSpec {
+    /// The spec's optional `name`, else the spec itself as compact JSON.
+    pub name: String,
+    /// The spec without its name, as compact JSON.
+    pub json: String,
+    pub spec: Spec,
+}
+
+/// [`load_spec`], also taking an optional `"name"` (a string) for reports.
+pub(crate) fn load_named_spec(arg: &str) -> Result<NamedSpec, SpecError> {
+    let mut value = load_value(arg)?;
+    let name = match value.as_object_mut().and_then(|o| o.remove("name")) {
+        None => None,
+        Some(Value::String(name)) => Some(name),
+        Some(other) => {
+            return Err(SpecError::Shape(serde::de::Error::custom(format!(
+                "field `name`: expected a string, got {other}"
+            ))))
+        }
+    };
+    let json = value.to_string();
+    let spec = if value.get("limiter").is_some() {
+        serde_json::from_value(value).map(Spec::Limiter)
+    } else {
+        serde_json::from_value(value).map(Spec::Algorithm)
+    };
+    Ok(NamedSpec {
+        name: name.unwrap_or_else(|| json.clone()),
+        json,
+        spec: spec.map_err(SpecError::Shape)?,
+    })
+}
+
+/// A JSON value given inline (an argument starting with `{`) or as a YAML or JSON file's path.
+pub(crate) fn load_value(arg: &str) -> Result<Value, SpecError> {
+    if arg.trim_start().starts_with('{') {
+        serde_json::from_str(arg).map_err(SpecError::Json)
     } else {
         let text = std::fs::read_to_string(arg).map_err(|source| SpecError::Read {
             path: arg.to_string(),
@@ -277,40 +368,34 @@ pub(crate) fn load_spec(arg: &str) -> Result<Spec, SpecError> {
         serde_norway::from_str(&text).map_err(|source| SpecError::Yaml {
             path: arg.to_string(),
             source,
-        })?
-    };
-    let spec = if value.get("limiter").is_some() {
-        serde_json::from_value(value).map(Spec::Limiter)
-    } else {
-        serde_json::from_value(value).map(Spec::Algorithm)
-    };
-    spec.map_err(SpecError::Shape)
+        })
+    }
 }
 
 #[derive(Serialize, Default)]
 pub(crate) struct Output<'a> {
-    t: Value,
-    key: &'a str,
-    allowed: bool,
+    pub(crate) t: Value,
+    pub(crate) key: &'a str,
+    pub(crate) allowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    limit: Option<u64>,
+    pub(crate) limit: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reset_after: Option<f64>,
-    retry_after: Option<f64>,
+    pub(crate) reset_after: Option<f64>,
+    pub(crate) retry_after: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    wait: Option<f64>,
+    pub(crate) wait: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    lease: Option<&'a str>,
+    pub(crate) lease: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    released: Option<bool>,
+    pub(crate) released: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    in_flight: Option<u64>,
+    pub(crate) in_flight: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    shed_amount: Option<f64>,
+    pub(crate) shed_amount: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    drop_probability: Option<f64>,
+    pub(crate) drop_probability: Option<f64>,
 }
 
 /// Where a replay keeps its keys' state.
@@ -326,11 +411,15 @@ pub(crate) enum Backend {
 pub const REDIS_MIN_TTL: Duration = Duration::from_secs(3600);
 
 /// Replays `input` into `output`; the core of `run`, separated for tests.
+/// With `tally`, every decision is also counted there; `lines` says whether the decisions are
+/// written.
 pub(crate) fn replay(
     subject: Subject,
     backend: Backend,
     mut input: impl BufRead,
     mut output: impl Write,
+    mut tally: Option<&mut Tally>,
+    lines: bool,
 ) -> Result<(), ReplayError> {
     let clock = ManualClock::new(Nanos::ZERO);
     let mut decide = decider(subject, backend, clock.clone())?;
@@ -360,27 +449,57 @@ pub(crate) fn replay(
         }
         last = event.at;
         clock.set(event.at);
-        if let Op::Acquire { lease, .. } = &mut event.op {
-            // A lease the trace does not name gets the next made-up name.
-            let name = event.lease.get_or_insert_with(|| {
-                made_up += 1;
-                format!("lease-{made_up}")
-            });
-            *lease = lease_id(name);
-        }
+        name_lease(&mut event, &mut made_up);
         let out = decide(&event).map_err(bad)?;
-        serde_json::to_writer(&mut output, &out).map_err(io::Error::from)?;
-        output.write_all(b"\n")?;
+        if let Some(tally) = tally.as_deref_mut() {
+            tally_event(tally, &event, &out);
+        }
+        if lines {
+            serde_json::to_writer(&mut output, &out).map_err(io::Error::from)?;
+            output.write_all(b"\n")?;
+        }
     }
     output.flush()?;
     Ok(())
 }
 
+/// Gives an `acquire` its lease id: the trace's name for the lease, or else the next made-up
+/// name (`lease-1`, `lease-2`, …).
+pub(crate) fn name_lease(event: &mut Event, made_up: &mut u64) {
+    if let Op::Acquire { lease, .. } = &mut event.op {
+        let name = event.lease.get_or_insert_with(|| {
+            *made_up += 1;
+            format!("lease-{made_up}")
+        });
+        *lease = lease_id(name);
+    }
+}
+
+/// Counts one decided event in `tally`: `check`, `reserve`, `try_acquire` and `acquire` are
+/// requests offered; `release` and `set_rate` only move the gauges.
+pub(crate) fn tally_event(tally: &mut Tally, event: &Event, out: &Output<'_>) {
+    let sample = Sample {
+        allowed: out.allowed,
+        retry_after: out.retry_after,
+        in_flight: out.in_flight,
+        shed_amount: out.shed_amount,
+        utilization: out.shed_amount.and(event.utilization),
+    };
+    match event.op {
+        Op::Release { .. } | Op::SetRate { .. } => tally.observe(event.at, &sample),
+        _ => tally.record(event.at, &sample),
+    }
+}
+
 /// Turns one event into its output line.
-type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, EventError>>;
+pub(crate) type Decide = Box<dyn for<'e> FnMut(&'e Event) -> Result<Output<'e>, EventError>>;
 
 /// The function that decides events for `subject`.
-fn decider(subject: Subject, backend: Backend, clock: ManualClock) -> Result<Decide, ReplayError> {
+pub(crate) fn decider(
+    subject: Subject,
+    backend: Backend,
+    clock: ManualClock,
+) -> Result<Decide, ReplayError> {
     match (subject, backend) {
         (Subject::Keyed(algorithm), Backend::Redis { url }) => {
             redis_decider(algorithm, &url, clock)
@@ -527,6 +646,8 @@ mod tests {
             Backend::Memory { max_keys: 1000 },
             trace.as_bytes(),
             &mut out,
+            None,
+            true,
         )?;
         Ok(String::from_utf8(out)
             .unwrap()

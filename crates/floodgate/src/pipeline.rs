@@ -225,6 +225,7 @@ pub struct Stage<S> {
 
 #[derive(Debug, Default)]
 struct Counters {
+    decided: AtomicU64,
     refused: AtomicU64,
     shadow_refused: AtomicU64,
     fail_open: AtomicU64,
@@ -541,6 +542,7 @@ fn settle<S>(stage: &Stage<S>, mode: Mode, step: Step, verdict: &mut Verdict) ->
 where
     S: Store<str, AnyAlgorithm> + 'static,
 {
+    bump(&stage.counters.decided);
     let refusal = match step {
         Step::Pass => return false,
         Step::Refuse(refusal) => refusal,

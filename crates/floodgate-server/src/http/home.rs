@@ -112,7 +112,7 @@ pub fn render(overview: &Overview) -> String {
 
 /// `text` with the characters that mean something in HTML (in text and in quoted attribute
 /// values) written as entities.
-fn escape(text: &str) -> String {
+pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

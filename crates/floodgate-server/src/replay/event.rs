@@ -84,6 +84,7 @@ pub enum EventError {
 }
 
 /// One event of the trace, validated.
+#[derive(Clone, Debug)]
 pub(crate) struct Event {
     pub(crate) t: Value,
     pub(crate) at: Nanos,

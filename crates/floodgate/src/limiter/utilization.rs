@@ -133,6 +133,7 @@ pub struct ShedController {
     settings: ControllerSettings,
     shed_amount: f64,
     last_sample: Option<Nanos>,
+    last_utilization: Option<f64>,
 }
 
 impl ShedController {
@@ -143,6 +144,7 @@ impl ShedController {
             shed_amount: settings.resting_amount(),
             settings,
             last_sample: None,
+            last_utilization: None,
         })
     }
 
@@ -176,6 +178,7 @@ impl ShedController {
         }
         // Keep the latest instant seen, so that a clock going backwards adds no time later.
         self.last_sample = Some(self.last_sample.map_or(now, |last| last.max(now)));
+        self.last_utilization = Some(clamp_utilization(utilization));
         self.shed_amount
     }
 
@@ -187,6 +190,12 @@ impl ShedController {
     /// The instant of the latest sample, if any.
     pub fn last_sample(&self) -> Option<Nanos> {
         self.last_sample
+    }
+
+    /// The latest utilization sample as the controller used it (clamped to 0..=1, NaN read as
+    /// 1), if any.
+    pub fn last_utilization(&self) -> Option<f64> {
+        self.last_utilization
     }
 
     /// The probability that a request of `priority` is shed at the current amount.

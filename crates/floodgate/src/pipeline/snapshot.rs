@@ -18,6 +18,9 @@ pub struct StageStats {
     pub name: Namespace,
     /// The kind of limiter it runs.
     pub kind: LimiterKind,
+    /// Requests that reached it and were decided by it (allowed, refused, shadow-refused or
+    /// passed on a store error); a request refused by an earlier stage never reaches it.
+    pub decided: u64,
     /// Requests it refused (enforce mode, including fail-closed refusals).
     pub refused: u64,
     /// Requests it would have refused in shadow mode.
@@ -74,6 +77,8 @@ pub enum LimiterState {
     },
     /// A utilization shedder's controller.
     Utilization {
+        /// The latest utilization sample (0..=1), `None` before the first request.
+        utilization: Option<f64>,
         /// The controller's shed amount (see [`crate::limiter::utilization`]).
         shed_amount: f64,
         /// The probability of shedding a request of each class, least important first.
@@ -104,6 +109,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
         StageStats {
             name: self.name.clone(),
             kind: self.limiter.kind(),
+            decided: c.decided.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             shadow_refused: c.shadow_refused.load(Ordering::Relaxed),
             fail_open: c.fail_open.load(Ordering::Relaxed),
@@ -146,6 +152,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             Limiter::Utilization(l) => {
                 let controller = l.controller();
                 LimiterState::Utilization {
+                    utilization: controller.last_utilization(),
                     shed_amount: l.shed_amount(),
                     drop_probability: [
                         Priority::Test,

@@ -1,0 +1,403 @@
+//! What `simulate` and `replay --summary/--chart` show: per limiter, a summary row (offered,
+//! admitted, refused, the longest refusal streak, `retry_after`'s median and 99th percentile)
+//! and a self-contained HTML page with the charts (inline SVG, no script, nothing fetched).
+
+use std::fmt::Write as _;
+
+mod chart;
+mod tally;
+
+pub use chart::{line_chart, ChartError, Series, OFFERED};
+pub use tally::{Bucket, Histogram, Sample, Tally, MAX_BUCKETS};
+
+use crate::http::home::escape;
+
+/// One limiter's part of a report.
+#[derive(Clone, Debug)]
+pub struct LimiterRun {
+    /// Its name in the report (the spec's `name`, or the spec itself).
+    pub name: String,
+    /// Its spec, as JSON.
+    pub spec: String,
+    /// What it did.
+    pub tally: Tally,
+}
+
+/// A report: a title, the run's parameters, and the limiters' tallies over the same requests.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The page's title.
+    pub title: String,
+    /// The run's parameters, as (label, value) lines.
+    pub details: Vec<(String, String)>,
+    /// The limiters, in the order given.
+    pub limiters: Vec<LimiterRun>,
+    /// The run's length in seconds (the charts' x axis); the latest decision's time when `None`.
+    pub duration: Option<f64>,
+}
+
+/// The charts' shortest interval: rates are per second over at least this.
+const CHART_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The most points a chart's line has.
+const CHART_POINTS: usize = 240;
+
+/// The summary table's columns.
+const COLUMNS: [&str; 7] = [
+    "limiter",
+    "offered",
+    "admitted",
+    "refused",
+    "longest refusal streak",
+    "retry_after p50",
+    "retry_after p99",
+];
+
+impl Report {
+    /// The summary's rows: one per limiter, cells as text.
+    fn rows(&self) -> Vec<[String; 7]> {
+        self.limiters
+            .iter()
+            .map(|l| {
+                let t = &l.tally;
+                let quantile = |q| t.retry_after_quantile(q).map_or("-".to_string(), seconds);
+                [
+                    l.name.clone(),
+                    t.offered().to_string(),
+                    t.admitted().to_string(),
+                    t.refused().to_string(),
+                    t.longest_refusal_streak().to_string(),
+                    quantile(0.5),
+                    quantile(0.99),
+                ]
+            })
+            .collect()
+    }
+
+    /// The summary as a text table (for a terminal): a header, then one line per limiter.
+    pub fn table(&self) -> String {
+        let rows = self.rows();
+        let mut widths = COLUMNS.map(|c| c.chars().count());
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut line = |cells: [&str; 7]| {
+            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+                let pad = w - cell.chars().count();
+                if i == 0 {
+                    out.push_str(cell);
+                    out.extend(std::iter::repeat_n(' ', pad));
+                } else {
+                    out.push_str("  ");
+                    out.extend(std::iter::repeat_n(' ', pad));
+                    out.push_str(cell);
+                }
+            }
+            let trimmed = out.trim_end().len();
+            out.truncate(trimmed);
+            out.push('\n');
+        };
+        line(COLUMNS);
+        for row in &rows {
+            line(row.each_ref().map(String::as_str));
+        }
+        out
+    }
+
+    fn x_max(&self) -> f64 {
+        self.duration.unwrap_or_else(|| {
+            self.limiters
+                .iter()
+                .map(|l| l.tally.last().as_secs_f64())
+                .fold(0.0, f64::max)
+        })
+    }
+
+    /// The charts, as `<svg>` elements: offered and admitted, refused, then requests in flight
+    /// and the utilization shedder's controller where a limiter reports them.
+    pub fn charts(&self) -> Result<Vec<String>, ChartError> {
+        let x_max = self.x_max();
+        let series = |l: &LimiterRun| l.tally.coarse(CHART_INTERVAL, CHART_POINTS);
+        let per_second = |l: &LimiterRun, value: &dyn Fn(&Bucket) -> f64| -> Vec<(f64, f64)> {
+            let (width, buckets) = series(l);
+            let width = width.as_secs_f64();
+            buckets
+                .iter()
+                .enumerate()
+                .map(|(i, b)| ((i as f64 + 0.5) * width, value(b) / width))
+                .collect()
+        };
+        let gauge = |l: &LimiterRun, value: &dyn Fn(&Bucket) -> Option<f64>| -> Vec<(f64, f64)> {
+            let (width, buckets) = series(l);
+            let width = width.as_secs_f64();
+            buckets
+                .iter()
+                .enumerate()
+                .filter_map(|(i, b)| value(b).map(|v| ((i as f64 + 0.5) * width, v)))
+                .collect()
+        };
+        let mut charts = Vec::new();
+
+        let mut admitted = Vec::new();
+        if let Some(first) = self.limiters.first() {
+            admitted.push(Series {
+                name: "offered".into(),
+                color: OFFERED,
+                points: per_second(first, &|b| b.offered as f64),
+            });
+        }
+        for (i, l) in self.limiters.iter().enumerate() {
+            admitted.push(Series {
+                name: format!("admitted: {}", l.name),
+                color: i,
+                points: per_second(l, &|b| b.admitted as f64),
+            });
+        }
+        charts.push(line_chart(
+            "Offered and admitted",
+            "requests per second",
+            x_max,
+            None,
+            &admitted,
+        )?);
+
+        let refused: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: l.name.clone(),
+                color: i,
+                points: per_second(l, &|b| b.refused() as f64),
+            })
+            .collect();
+        charts.push(line_chart(
+            "Refused",
+            "refusals per second",
+            x_max,
+            None,
+            &refused,
+        )?);
+
+        let in_flight: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: l.name.clone(),
+                color: i,
+                points: gauge(l, &|b| b.in_flight.map(|n| n as f64)),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if !in_flight.is_empty() {
+            charts.push(line_chart(
+                "In flight (most in each interval)",
+                "requests",
+                x_max,
+                None,
+                &in_flight,
+            )?);
+        }
+
+        let mut controller = Vec::new();
+        for (i, l) in self.limiters.iter().enumerate() {
+            let shed = gauge(l, &|b| b.shed_amount);
+            if shed.is_empty() {
+                continue;
+            }
+            controller.push(Series {
+                name: format!("shed amount: {}", l.name),
+                color: i,
+                points: shed,
+            });
+            let utilization = gauge(l, &|b| b.utilization);
+            if !utilization.is_empty() {
+                controller.push(Series {
+                    name: format!("utilization: {}", l.name),
+                    color: OFFERED,
+                    points: utilization,
+                });
+            }
+        }
+        if !controller.is_empty() {
+            charts.push(line_chart(
+                "Utilization shedder: shed amount and utilization",
+                "fraction (shed amount < 0: at rest)",
+                x_max,
+                None,
+                &controller,
+            )?);
+        }
+        Ok(charts)
+    }
+
+    /// The report as one self-contained HTML page.
+    pub fn html(&self) -> Result<String, ChartError> {
+        let charts = self.charts()?;
+        let mut page = String::with_capacity(64 * 1024);
+        page.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+        let _ = writeln!(page, "<title>{}</title>", escape(&self.title));
+        let _ = writeln!(page, "<style>{STYLE}</style>\n</head>\n<body>");
+        let _ = writeln!(page, "<h1>{}</h1>", escape(&self.title));
+        page.push_str("<dl class=\"details\">\n");
+        for (label, value) in &self.details {
+            let _ = writeln!(
+                page,
+                "<dt>{}</dt><dd><code>{}</code></dd>",
+                escape(label),
+                escape(value)
+            );
+        }
+        for (i, l) in self.limiters.iter().enumerate() {
+            let _ = writeln!(
+                page,
+                "<dt>limiter {}</dt><dd>{} <code>{}</code></dd>",
+                i + 1,
+                escape(&l.name),
+                escape(&l.spec)
+            );
+        }
+        page.push_str("</dl>\n<h2>Summary</h2>\n<table id=\"summary\">\n<tr>");
+        for c in COLUMNS {
+            let _ = write!(page, "<th>{}</th>", escape(c));
+        }
+        page.push_str("</tr>\n");
+        for row in self.rows() {
+            page.push_str("<tr>");
+            for cell in row {
+                let _ = write!(page, "<td>{}</td>", escape(&cell));
+            }
+            page.push_str("</tr>\n");
+        }
+        page.push_str("</table>\n");
+        let _ = writeln!(
+            page,
+            "<p class=\"note\">The longest refusal streak counts refusals in a row in decision \
+             order, across keys. <code>retry_after</code> quantiles are within 1% and leave out \
+             refusals that can never pass. Rates are per second over intervals of {}.</p>",
+            seconds(self.limiters.first().map_or(1.0, |l| {
+                l.tally.coarse(CHART_INTERVAL, CHART_POINTS).0.as_secs_f64()
+            }))
+        );
+        page.push_str("<h2>Charts</h2>\n");
+        for chart in charts {
+            let _ = writeln!(page, "<figure class=\"chart\">{chart}</figure>");
+        }
+        page.push_str("</body>\n</html>\n");
+        Ok(page)
+    }
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:62rem;margin:2rem auto;\
+padding:0 1rem;color:#222;line-height:1.45}table{border-collapse:collapse}\
+th,td{padding:.25rem .8rem;border-bottom:1px solid #ddd;text-align:right}\
+th:first-child,td:first-child{text-align:left}.details{display:grid;\
+grid-template-columns:max-content 1fr;gap:.2rem 1rem}.details dd{margin:0}\
+.note{color:#555;font-size:.9rem}figure.chart{margin:1rem 0}figure.chart svg{max-width:100%;\
+height:auto}";
+
+/// Seconds for people: "250 µs", "12.5 ms", "1.5 s", "90 s".
+pub fn seconds(secs: f64) -> String {
+    let (value, unit) = if secs < 1e-3 {
+        (secs * 1e6, "µs")
+    } else if secs < 1.0 {
+        (secs * 1e3, "ms")
+    } else {
+        (secs, "s")
+    };
+    let text = if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    };
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    };
+    format!("{text} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate::Nanos;
+
+    fn run(name: &str, decisions: &[(u64, bool)]) -> LimiterRun {
+        let mut tally = Tally::default();
+        for &(ms, allowed) in decisions {
+            let sample = Sample {
+                allowed,
+                retry_after: (!allowed).then_some(0.5),
+                ..Sample::default()
+            };
+            tally.record(Nanos::from_millis(ms), &sample);
+        }
+        LimiterRun {
+            name: name.into(),
+            spec: "{}".into(),
+            tally,
+        }
+    }
+
+    #[test]
+    fn the_table_lines_up_its_columns() {
+        let report = Report {
+            title: "t".into(),
+            details: vec![],
+            limiters: vec![
+                run("bucket", &[(0, true), (10, false), (20, false)]),
+                run("a much longer name", &[(0, true)]),
+            ],
+            duration: Some(1.0),
+        };
+        let table = report.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("limiter "));
+        assert!(lines[1].starts_with("bucket "));
+        assert_eq!(lines[1].matches("500 ms").count(), 2, "{}", lines[1]);
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(cells[cells.len() - 2..], ["-", "-"], "{}", lines[2]);
+        // Numbers are right-aligned under their headers.
+        let end = lines[0].find("offered").unwrap() + "offered".len();
+        assert_eq!(&lines[1][end - 2..end], " 3", "{table}");
+    }
+
+    #[test]
+    fn the_page_holds_its_charts_and_escapes_names() {
+        let report = Report {
+            title: "<script>".into(),
+            details: vec![("traffic".into(), "{\"pattern\":\"steady\"}".into())],
+            limiters: vec![run("x<y", &[(0, true), (500, false)])],
+            duration: None,
+        };
+        let page = report.html().unwrap();
+        assert!(!page.contains("<script>"));
+        assert!(page.contains("&lt;script&gt;"));
+        assert_eq!(
+            page.matches("<svg").count(),
+            2,
+            "offered/admitted and refused"
+        );
+        assert!(
+            !page.contains("src=") && !page.contains("<link"),
+            "nothing fetched"
+        );
+    }
+
+    #[test]
+    fn seconds_read_well() {
+        assert_eq!(seconds(0.000_25), "250 µs");
+        assert_eq!(seconds(0.0125), "12.5 ms");
+        assert_eq!(seconds(1.5), "1.5 s");
+        assert_eq!(seconds(90.0), "90 s");
+        assert_eq!(seconds(2.0), "2 s");
+    }
+}

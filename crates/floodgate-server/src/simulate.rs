@@ -1,0 +1,455 @@
+//! `floodgate simulate`: generated (or recorded) traffic through several limiters at once, on
+//! a manual clock, into a summary table and an HTML report with charts.
+//!
+//! Every limiter sees the same requests, each in its own embedded store with its own clock
+//! (set to each request's time, so an hour of traffic takes as long as its decisions do). The
+//! model of the service behind the limiters: an admitted request is in flight for its traffic's
+//! `latency`, then completes; concurrency and fleet limiters take a lease at admission and
+//! return it at completion; the utilization shedder samples `in flight / --workers` (capped at
+//! 1) at each request. Requests refused are gone (no retries).
+//!
+//! With `--trace FILE.jsonl`, the requests are a recorded trace in `replay`'s event format
+//! instead, run as `replay` runs them (its `acquire`s and `release`s as written, its
+//! `utilization` samples); `--duration` then cuts the trace short if given.
+//!
+//! Traffic specs are described in [`traffic`]; limiter specs are `replay`'s, plus an optional
+//! `"name"` for the report.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm};
+use floodgate::limiter::Priority;
+use floodgate::{ManualClock, Nanos, Op};
+use serde_json::Value;
+
+use crate::replay::{
+    decider, lease_id, load_named_spec, name_lease, parse_event, tally_event, Backend, Decide,
+    Event, EventError, ReplayError, SpecError, Subject,
+};
+use crate::report::{ChartError, LimiterRun, Report, Sample, Tally};
+
+pub mod traffic;
+
+use traffic::{Generator, Merged, Request, Traffic, TrafficError};
+
+/// Arguments of `floodgate simulate`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A limiter to run (repeat for several): `replay`'s spec, plus an optional "name", e.g.
+    /// '{"name":"bucket","algorithm":"token_bucket","rate":10,"capacity":20}'.
+    #[arg(long = "limiter", value_name = "SPEC", required = true)]
+    limiters: Vec<String>,
+    /// Traffic to generate (repeat to mix several), e.g. '{"pattern":"poisson","rate":50,
+    /// "keys":100,"zipf":1.1}': patterns steady, poisson, burst, ramp, sine.
+    #[arg(long = "traffic", value_name = "SPEC")]
+    traffic: Vec<String>,
+    /// A recorded trace in `replay`'s event format, instead of generated traffic.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with = "traffic")]
+    trace: Option<PathBuf>,
+    /// How long the generated traffic lasts (seconds or `90s`, `5m`); with `--trace`, where to
+    /// cut it.
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
+    /// Where to write the HTML report (none if absent).
+    #[arg(long, value_name = "FILE.html")]
+    out: Option<PathBuf>,
+    /// The generators' seed: the same seed gives the same requests.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Workers of the simulated service (the utilization shedder's denominator).
+    #[arg(long, default_value_t = 100)]
+    workers: u64,
+    /// The most keys each limiter's store holds.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_keys: usize,
+}
+
+/// Why a simulation stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A `--limiter` spec was refused.
+    #[error("--limiter #{index}: {source}")]
+    Limiter {
+        /// 1-based, in the order given.
+        index: usize,
+        /// Why.
+        source: SpecError,
+    },
+    /// A `--traffic` spec was refused.
+    #[error("--traffic #{index}: {source}")]
+    Traffic {
+        /// 1-based, in the order given.
+        index: usize,
+        /// Why.
+        source: TrafficError,
+    },
+    /// A `--traffic` spec could not be read.
+    #[error("--traffic #{index}: {source}")]
+    TrafficFile {
+        /// 1-based, in the order given.
+        index: usize,
+        /// Why.
+        source: SpecError,
+    },
+    /// Neither `--traffic` nor `--trace` was given.
+    #[error("give the traffic: --traffic SPEC (one or more) or --trace FILE.jsonl")]
+    NoTraffic,
+    /// `--duration` is missing (with `--traffic`) or does not read.
+    #[error("--duration: {0}")]
+    Duration(String),
+    /// `--workers` is 0.
+    #[error("--workers: 0: the simulated service needs at least one worker")]
+    Workers,
+    /// A store could not be built, or a limiter refused an event.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The report's charts could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    /// Reading the trace or writing the report failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+}
+
+impl SimulateError {
+    /// 2 for bad arguments, 1 for bad input or I/O.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SimulateError::Replay(e) => e.exit_code(),
+            SimulateError::Chart(_) | SimulateError::Io { .. } => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Runs the simulation: the summary table on stdout, the report in `--out`.
+pub fn run(args: &Args) -> Result<(), SimulateError> {
+    let report = simulate(args)?;
+    print!("{}", report.table());
+    if let Some(out) = &args.out {
+        write_report(&report, out)?;
+        eprintln!("floodgate: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// The simulation's report (see [`run`]).
+pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
+    let duration = match &args.duration {
+        None => None,
+        Some(text) => {
+            Some(parse_duration(text).map_err(|e| SimulateError::Duration(e.to_string()))?)
+        }
+    };
+    if args.workers == 0 {
+        return Err(SimulateError::Workers);
+    }
+    let mut runners = Vec::with_capacity(args.limiters.len());
+    for (i, arg) in args.limiters.iter().enumerate() {
+        let bad = |source| SimulateError::Limiter {
+            index: i + 1,
+            source,
+        };
+        let named = load_named_spec(arg).map_err(bad)?;
+        let subject = named.spec.build().map_err(|e| bad(SpecError::Invalid(e)))?;
+        let backend = Backend::Memory {
+            max_keys: args.max_keys,
+        };
+        runners.push(Runner::new(
+            named.name,
+            named.json,
+            subject,
+            backend,
+            args.workers,
+        )?);
+    }
+    let mut details = Vec::new();
+    if let Some(path) = &args.trace {
+        details.push(("trace".to_string(), path.display().to_string()));
+        let file = std::fs::File::open(path).map_err(|source| SimulateError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        run_trace(&mut runners, io::BufReader::new(file), duration, path)?;
+    } else {
+        if args.traffic.is_empty() {
+            return Err(SimulateError::NoTraffic);
+        }
+        let duration = duration.ok_or_else(|| {
+            SimulateError::Duration("required with --traffic (e.g. --duration 60s)".into())
+        })?;
+        let mut generators = Vec::with_capacity(args.traffic.len());
+        for (i, arg) in args.traffic.iter().enumerate() {
+            let value =
+                crate::replay::load_value(arg).map_err(|source| SimulateError::TrafficFile {
+                    index: i + 1,
+                    source,
+                })?;
+            let traffic =
+                Traffic::from_value(value.clone()).map_err(|source| SimulateError::Traffic {
+                    index: i + 1,
+                    source,
+                })?;
+            details.push((format!("traffic {}", i + 1), value.to_string()));
+            // Each source draws from its own stream of the seed.
+            let seed = args.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            generators.push(Generator::new(traffic, duration, seed));
+        }
+        for request in Merged::new(generators) {
+            for runner in &mut runners {
+                runner.offer(&request)?;
+            }
+        }
+        let end = Nanos::ZERO.saturating_add(duration);
+        for runner in &mut runners {
+            runner.complete_until(end)?;
+        }
+    }
+    details.push((
+        "duration".into(),
+        duration.map_or_else(
+            || "the trace's".into(),
+            |d| format!("{} s", d.as_secs_f64()),
+        ),
+    ));
+    details.push(("seed".into(), args.seed.to_string()));
+    details.push(("workers".into(), args.workers.to_string()));
+    Ok(Report {
+        title: "floodgate simulate".into(),
+        details,
+        limiters: runners.into_iter().map(Runner::into_run).collect(),
+        duration: duration.map(|d| d.as_secs_f64()),
+    })
+}
+
+/// Feeds every runner each event of a trace, in order.
+fn run_trace(
+    runners: &mut [Runner],
+    input: impl BufRead,
+    until: Option<Duration>,
+    path: &std::path::Path,
+) -> Result<(), SimulateError> {
+    let end = until.map(|d| Nanos::ZERO.saturating_add(d));
+    let mut last = Nanos::ZERO;
+    for (number, line) in input.lines().enumerate() {
+        let line = line.map_err(|source| SimulateError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |source| {
+            SimulateError::Replay(ReplayError::Event {
+                line: number as u64 + 1,
+                source,
+            })
+        };
+        let event = parse_event(&line).map_err(bad)?;
+        if event.at < last {
+            return Err(bad(EventError::OutOfOrder {
+                t: event.t.clone(),
+                previous: last.as_secs_f64(),
+            }));
+        }
+        last = event.at;
+        if end.is_some_and(|end| event.at > end) {
+            break;
+        }
+        for runner in runners.iter_mut() {
+            runner.replay(&event).map_err(bad)?;
+        }
+    }
+    Ok(())
+}
+
+/// How a limiter takes the generated requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Takes {
+    /// `check` with the request's cost.
+    Checks,
+    /// `acquire` at admission, `release` at completion.
+    Leases,
+    /// `check` with the utilization of the simulated workers.
+    Utilization,
+}
+
+/// One limiter of the simulation: its decider, clock, completions pending and tally.
+struct Runner {
+    name: String,
+    spec: String,
+    decide: Decide,
+    clock: ManualClock,
+    takes: Takes,
+    /// Admitted requests' completions: (time, sequence number, key).
+    completions: BinaryHeap<Reverse<(Nanos, u64, String)>>,
+    admitted: u64,
+    workers: u64,
+    /// Leases of a trace's `acquire`s that name none.
+    made_up: u64,
+    tally: Tally,
+}
+
+impl Runner {
+    fn new(
+        name: String,
+        spec: String,
+        subject: Subject,
+        backend: Backend,
+        workers: u64,
+    ) -> Result<Runner, SimulateError> {
+        let takes = match &subject {
+            Subject::Keyed(AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_)) => Takes::Leases,
+            Subject::Keyed(_) => Takes::Checks,
+            Subject::Utilization { .. } => Takes::Utilization,
+        };
+        let clock = ManualClock::new(Nanos::ZERO);
+        let decide = decider(subject, backend, clock.clone())?;
+        Ok(Runner {
+            name,
+            spec,
+            decide,
+            clock,
+            takes,
+            completions: BinaryHeap::new(),
+            admitted: 0,
+            workers,
+            made_up: 0,
+            tally: Tally::default(),
+        })
+    }
+
+    fn in_flight(&self) -> u64 {
+        self.completions.len() as u64
+    }
+
+    /// Decides one generated request, after completing what finished before it.
+    fn offer(&mut self, request: &Request) -> Result<(), SimulateError> {
+        self.complete_until(request.at)?;
+        self.clock.set(request.at);
+        self.admitted += 1;
+        let lease = format!("sim-{}", self.admitted);
+        let (op, lease) = match self.takes {
+            Takes::Leases => (
+                Op::Acquire {
+                    lease: lease_id(&lease),
+                    critical: request.priority == Priority::Critical,
+                },
+                Some(lease),
+            ),
+            Takes::Checks | Takes::Utilization => (Op::Check { cost: request.cost }, None),
+        };
+        let utilization = (self.takes == Takes::Utilization)
+            .then(|| (self.in_flight() as f64 / self.workers as f64).min(1.0));
+        let event = Event {
+            t: Value::from(request.at.as_secs_f64()),
+            at: request.at,
+            key: request.key.clone(),
+            op,
+            lease,
+            priority: request.priority,
+            utilization,
+        };
+        let out = (self.decide)(&event).map_err(|source| ReplayError::Event { line: 0, source })?;
+        let allowed = out.allowed;
+        let mut sample = Sample {
+            allowed,
+            retry_after: out.retry_after,
+            shed_amount: out.shed_amount,
+            utilization,
+            in_flight: None,
+        };
+        if allowed {
+            let done = request.at.saturating_add(request.latency);
+            self.completions
+                .push(Reverse((done, self.admitted, request.key.clone())));
+        }
+        // In flight is what the lease limiters and the shedder act on; the others' charts
+        // leave it out.
+        if self.takes != Takes::Checks {
+            sample.in_flight = Some(self.in_flight());
+        }
+        self.tally.record(request.at, &sample);
+        Ok(())
+    }
+
+    /// Completes the admitted requests due by `until`, returning their leases.
+    fn complete_until(&mut self, until: Nanos) -> Result<(), SimulateError> {
+        while let Some(Reverse((at, _, _))) = self.completions.peek() {
+            if *at > until {
+                break;
+            }
+            let Some(Reverse((at, sequence, key))) = self.completions.pop() else {
+                break;
+            };
+            if self.takes == Takes::Leases {
+                self.clock.set(at);
+                let lease = format!("sim-{sequence}");
+                let event = Event {
+                    t: Value::from(at.as_secs_f64()),
+                    at,
+                    key,
+                    op: Op::Release {
+                        lease: lease_id(&lease),
+                    },
+                    lease: Some(lease),
+                    priority: Priority::Get,
+                    utilization: None,
+                };
+                (self.decide)(&event).map_err(|source| ReplayError::Event { line: 0, source })?;
+            }
+            if self.takes != Takes::Checks {
+                let sample = Sample {
+                    in_flight: Some(self.in_flight()),
+                    ..Sample::default()
+                };
+                self.tally.observe(at, &sample);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides one event of a recorded trace, as `replay` does.
+    fn replay(&mut self, event: &Event) -> Result<(), EventError> {
+        self.clock.set(event.at);
+        let mut event = event.clone();
+        name_lease(&mut event, &mut self.made_up);
+        let out = (self.decide)(&event)?;
+        tally_event(&mut self.tally, &event, &out);
+        Ok(())
+    }
+
+    fn into_run(self) -> LimiterRun {
+        LimiterRun {
+            name: self.name,
+            spec: self.spec,
+            tally: self.tally,
+        }
+    }
+}
+
+/// Writes `report`'s HTML to `out` (used by `replay --chart` too).
+pub(crate) fn write_report(report: &Report, out: &std::path::Path) -> Result<(), SimulateError> {
+    let page = report.html()?;
+    let mut file = std::fs::File::create(out).map_err(|source| SimulateError::Io {
+        path: out.display().to_string(),
+        source,
+    })?;
+    file.write_all(page.as_bytes())
+        .map_err(|source| SimulateError::Io {
+            path: out.display().to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+use super::*;
+
+fn args(limiters: &[&str], traffic: &[&str], duration: &str) -> Args {
+    Args {
+        limiters: limiters.iter().map(|s| s.to_string()).collect(),
+        traffic: traffic.iter().map(|s| s.to_string()).collect(),
+        trace: None,
+        duration: Some(duration.to_string()),
+        out: None,
+        seed: 1,
+        workers: 10,
+        max_keys: 1000,
+    }
+}
+
+#[test]
+fn every_limiter_sees_the_same_requests() {
+    let report = simulate(&args(
+        &[
+            r#"{"name":"bucket","algorithm":"token_bucket","rate":10,"capacity":10}"#,
+            r#"{"algorithm":"fixed_window","limit":10,"window":"1s"}"#,
+        ],
+        &[r#"{"pattern":"steady","rate":20}"#],
+        "60s",
+    ))
+    .unwrap();
+    let [bucket, window] = &report.limiters[..] else {
+        panic!("two limiters")
+    };
+    assert_eq!(bucket.name, "bucket");
+    assert!(window.name.contains("fixed_window"), "{}", window.name);
+    for l in [bucket, window] {
+        assert_eq!(l.tally.offered(), 1200);
+        // 10/s sustained out of 20/s offered, plus the first burst.
+        let admitted = l.tally.admitted();
+        assert!((600..=620).contains(&admitted), "{}: {admitted}", l.name);
+    }
+    // A steady 20/s at a 10/s bucket alternates: never two refusals in a row.
+    assert_eq!(bucket.tally.longest_refusal_streak(), 1);
+    let p50 = bucket.tally.retry_after_quantile(0.5).unwrap();
+    assert!(p50 > 0.0 && p50 <= 0.1, "{p50}");
+    let table = report.table();
+    assert!(
+        table.lines().count() == 3 && table.contains("bucket"),
+        "{table}"
+    );
+}
+
+#[test]
+fn leases_are_returned_when_requests_complete() {
+    // 50/s, each in flight 100 ms: about 5 at a time, under a capacity of 8.
+    let report = simulate(&args(
+        &[r#"{"limiter":"concurrency","capacity":8,"lease_ttl":"60s"}"#],
+        &[r#"{"pattern":"steady","rate":50,"latency":"100ms"}"#],
+        "30s",
+    ))
+    .unwrap();
+    let t = &report.limiters[0].tally;
+    assert_eq!((t.offered(), t.refused()), (1500, 0));
+    let peak = t
+        .buckets()
+        .iter()
+        .filter_map(|b| b.in_flight)
+        .max()
+        .unwrap();
+    assert!((5..=6).contains(&peak), "{peak}");
+    // Held twice as long, the same load needs ten places: some are refused.
+    let slow = simulate(&args(
+        &[r#"{"limiter":"concurrency","capacity":8,"lease_ttl":"60s"}"#],
+        &[r#"{"pattern":"steady","rate":50,"latency":"200ms"}"#],
+        "30s",
+    ))
+    .unwrap();
+    assert!(slow.limiters[0].tally.refused() > 0);
+}
+
+#[test]
+fn the_utilization_shedder_sheds_an_overloaded_service_but_never_critical() {
+    // 10 workers, 100 requests/s each in flight 200 ms: 20 needed, utilization pinned at 1.
+    let report = simulate(&args(
+        &[r#"{"limiter":"utilization"}"#],
+        &[
+            r#"{"pattern":"steady","rate":100,"latency":"200ms","priority":"test"}"#,
+            r#"{"pattern":"steady","rate":5,"latency":"200ms","priority":"critical","key_prefix":"c-"}"#,
+        ],
+        "180s",
+    ))
+    .unwrap();
+    let t = &report.limiters[0].tally;
+    assert!(t.refused() > 1000, "{}", t.refused());
+    let last = t.buckets().last().unwrap();
+    assert!(last.shed_amount.unwrap() > 0.0);
+    assert!(last.utilization.is_some());
+    assert_eq!(
+        report.charts().unwrap().len(),
+        4,
+        "with in flight and the controller"
+    );
+}
+
+#[test]
+fn a_trace_runs_as_replay_runs_it() {
+    let dir = std::env::temp_dir().join(format!("floodgate-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.jsonl");
+    let lines: String = (0..10)
+        .map(|i| format!("{{\"t\":{},\"key\":\"a\"}}\n", f64::from(i) * 0.1))
+        .collect();
+    std::fs::write(&trace, lines).unwrap();
+    let mut a = args(
+        &[r#"{"algorithm":"token_bucket","rate":1,"capacity":3}"#],
+        &[],
+        "10s",
+    );
+    a.trace = Some(trace.clone());
+    a.duration = None;
+    let report = simulate(&a).unwrap();
+    let t = &report.limiters[0].tally;
+    assert_eq!((t.offered(), t.admitted()), (10, 3));
+    assert_eq!(t.longest_refusal_streak(), 7);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_arguments_name_what_is_wrong() {
+    let tb = r#"{"algorithm":"token_bucket","rate":1,"capacity":3}"#;
+    let steady = r#"{"pattern":"steady","rate":1}"#;
+    let cases: [(Args, &str); 5] = [
+        (args(&[tb], &[], "10s"), "--traffic SPEC"),
+        (
+            args(&[tb], &[r#"{"pattern":"steady"}"#], "10s"),
+            "--traffic #1",
+        ),
+        (
+            args(&[tb, "{\"algorithm\":\"nope\"}"], &[steady], "10s"),
+            "--limiter #2",
+        ),
+        (args(&[tb], &[steady], "ten"), "--duration"),
+        (
+            Args {
+                workers: 0,
+                ..args(&[tb], &[steady], "10s")
+            },
+            "--workers",
+        ),
+    ];
+    for (a, expected) in cases {
+        let message = simulate(&a).unwrap_err().to_string();
+        assert!(message.contains(expected), "{message}");
+    }
+}
+
+#[test]
+fn a_minute_of_a_thousand_requests_a_second_is_simulated() {
+    let report = simulate(&args(
+        &[
+            r#"{"algorithm":"gcra","max_burst":50,"count":500,"period":"1s"}"#,
+            r#"{"algorithm":"sliding_window","limit":500,"window":"1s"}"#,
+        ],
+        &[r#"{"pattern":"poisson","rate":1000,"keys":1000,"zipf":1.2}"#],
+        "60s",
+    ))
+    .unwrap();
+    assert!(report.limiters.iter().all(|l| l.tally.offered() > 55_000));
+    assert!(report.html().unwrap().contains("<svg"));
+}
