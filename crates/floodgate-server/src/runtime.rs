@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// Worker threads, each with its own single-threaded runtime (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Counters the dashboard keeps for the heaviest keys (a space-saving sketch per minute;
+    /// at most about 2 × N × 350 bytes). 0 turns key counting off.
+    #[arg(long, value_name = "N", env = "FLOODGATE_HEAVY_KEYS", default_value_t = crate::dashboard::DEFAULT_HEAVY_KEYS)]
+    pub heavy_keys: usize,
 }
 
 /// The addresses `serve` listens on, as it announces them on stderr once both are bound:
@@ -183,13 +187,17 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         let _context = store_runtime.enter();
         Server::new(config, args.config.clone(), admin_token)?
     };
-    let mut server = server.with_overrides(overrides);
+    let mut server = server
+        .with_overrides(overrides)
+        .with_heavy_keys(args.heavy_keys);
     // Services behind one load balancer share this secret, so that any of them accepts the
     // lease tokens another issued; without it each process signs with its own random secret.
     if let Some(secret) = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty()) {
         server = server.with_lease_secret(secret.into_encoded_bytes());
     }
     let server = Arc::new(server);
+    // The dashboard's points, once a second, on the store's runtime (off the request path).
+    store_runtime.spawn(sample_dashboard(server.clone()));
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -220,6 +228,17 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         tracing::info!(workers, config = ?args.config, "floodgate serving");
         run(server, http, grpc, workers, stopped).await
     })
+}
+
+/// Takes the dashboard's points every [`crate::dashboard::INTERVAL`], for as long as the
+/// process serves.
+async fn sample_dashboard(server: Arc<Server>) {
+    let mut interval = tokio::time::interval(crate::dashboard::INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        server.sample_dashboard().await;
+    }
 }
 
 /// Writes the listening line to stderr in one write, so that no log line can split it.

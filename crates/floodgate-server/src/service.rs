@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError, Overrides, Served};
+use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
 use crate::rls::headers::rate_limit_headers;
@@ -161,6 +162,7 @@ pub struct Server {
     admin_token: Option<String>,
     tokens: LeaseTokens,
     metrics: Metrics,
+    dashboard: Dashboard,
     ready: AtomicBool,
     clock: SystemClock,
 }
@@ -185,6 +187,7 @@ impl Server {
             admin_token,
             tokens: LeaseTokens::random(),
             metrics: Metrics::default(),
+            dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
             ready: AtomicBool::new(true),
             clock: SystemClock::new(),
         })
@@ -201,6 +204,13 @@ impl Server {
     /// it accepts the others' tokens (services behind one load balancer over one store).
     pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
         self.tokens = LeaseTokens::new(secret);
+        self
+    }
+
+    /// Keeps `counters` counters for the dashboard's heaviest keys (0: counts no keys). The
+    /// default is [`DEFAULT_HEAVY_KEYS`].
+    pub fn with_heavy_keys(mut self, counters: usize) -> Server {
+        self.dashboard = Dashboard::new(counters);
         self
     }
 
@@ -255,6 +265,11 @@ impl Server {
         let Some(limit) = snapshot.limits.get(limiter) else {
             return Ok(None);
         };
+        self.dashboard.count_key(|k| {
+            k.push_str(limiter);
+            k.push_str(": ");
+            k.push_str(key);
+        });
         let started = self.clock.now();
         let decision = limit.check(key, cost).await;
         self.metrics
@@ -294,6 +309,7 @@ impl Server {
             cost: request.cost,
             endpoint: request.endpoint.as_deref(),
         };
+        self.dashboard.count_key(|k| k.push_str(&request.user));
         // Calls being answered are the utilization shedder's busy workers.
         let _busy = snapshot.workers.as_ref().map(WorkerGauge::enter);
         let started = self.clock.now();
@@ -373,6 +389,17 @@ impl Server {
     /// When the running config turns them on, the answer carries the rate limit headers
     /// ([`crate::rls::headers`]), their reset computed with the service's clock.
     pub async fn should_rate_limit(&self, request: &RlsRequest, endpoint: Endpoint) -> RlsResponse {
+        for descriptor in &request.descriptors {
+            self.dashboard.count_key(|k| {
+                k.push_str(&request.domain);
+                for (i, (key, value)) in descriptor.entries.iter().enumerate() {
+                    k.push_str(if i == 0 { ": " } else { ", " });
+                    k.push_str(key);
+                    k.push('=');
+                    k.push_str(value);
+                }
+            });
+        }
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
         let result = snapshot.rules.should_rate_limit(&self.store, request).await;
@@ -522,20 +549,75 @@ impl Server {
         }
     }
 
-    /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
-    pub async fn render_metrics(&self) -> String {
+    /// What `/metrics` and the dashboard read at a given moment: every stage's snapshot, the
+    /// busy workers, the store's counters and breaker.
+    pub async fn live(&self) -> Live {
         let snapshot = self.snapshot.load_full();
-        let live = Live {
+        Live {
             stages: snapshot.pipeline.snapshot().await,
             busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
             store: Some(StoreLive::read(
                 self.store.health(),
                 self.store.breaker_state(),
             )),
-        };
+        }
+    }
+
+    /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
+    pub async fn render_metrics(&self) -> String {
+        let live = self.live().await;
         let mut text = self.metrics.render(&live);
         self.store.write_cached_metrics(&mut text);
         text
+    }
+
+    /// Takes the dashboard's next point if one is due (see [`crate::dashboard`]); `serve`
+    /// calls it every [`dashboard::INTERVAL`].
+    pub async fn sample_dashboard(&self) {
+        if self.dashboard.due(self.clock.now()) {
+            let live = self.live().await;
+            self.dashboard.record(&live, self.clock.now());
+        }
+    }
+
+    /// `GET /v1/dashboard`: the stages, the store, the points after `since`, and the heaviest
+    /// keys, in full only for a caller with the admin token (`bearer`).
+    pub async fn dashboard(&self, since: Option<u64>, bearer: Option<&str>) -> Value {
+        let live = self.live().await;
+        let now = self.clock.now();
+        if self.dashboard.due(now) {
+            self.dashboard.record(&live, now);
+        }
+        let plain = self.authorize(bearer).is_ok();
+        let (keys, counted) = self.dashboard.heavy_keys(plain);
+        let overview = self.overview();
+        serde_json::json!({
+            "version": crate::http::home::VERSION,
+            "now": now.as_secs_f64(),
+            "interval_seconds": dashboard::INTERVAL.as_secs_f64(),
+            "history_points": dashboard::HISTORY,
+            "admin": self.admin_token.is_some(),
+            "authorized": plain,
+            "stages": live.stages.iter().map(dashboard::stage_json).collect::<Vec<_>>(),
+            "busy_workers": live.busy_workers,
+            "store": dashboard::store_json(&self.store.status(), live.store.as_ref()),
+            "points": self.dashboard.points_after(since),
+            "heavy_keys": {
+                "counted": self.dashboard.counts_keys(),
+                "plain": plain,
+                "window_seconds": dashboard::KEYS_WINDOW.as_secs_f64() * 2.0,
+                "requests": counted,
+                "keys": keys.iter().map(|c| serde_json::json!({
+                    "key": c.key,
+                    "count": c.count,
+                    "error": c.error,
+                })).collect::<Vec<_>>(),
+            },
+            "limits": overview.limits.iter().map(|(name, algorithm)| {
+                serde_json::json!({"name": name, "algorithm": algorithm})
+            }).collect::<Vec<_>>(),
+            "domains": overview.domains,
+        })
     }
 }
 

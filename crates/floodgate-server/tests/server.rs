@@ -539,11 +539,15 @@ async fn the_home_page_names_the_version_and_what_is_configured() {
     assert!(page.contains(env!("CARGO_PKG_VERSION")), "{page}");
     // The pipeline's limiters with their modes, the named limits, the domains.
     assert!(
-        page.contains("<code>request_rate</code></td><td>request_rate</td><td>enforce"),
+        page.contains(
+            "<code>request_rate</code></td><td class=\"kind\">request_rate</td><td class=\"mode\">enforce"
+        ),
         "{page}"
     );
     assert!(
-        page.contains("<code>concurrency</code></td><td>concurrency</td><td>enforce"),
+        page.contains(
+            "<code>concurrency</code></td><td class=\"kind\">concurrency</td><td class=\"mode\">enforce"
+        ),
         "{page}"
     );
     assert!(!page.contains("<code>fleet</code>"), "{page}");
@@ -564,8 +568,48 @@ async fn the_home_page_names_the_version_and_what_is_configured() {
             "{endpoint}"
         );
     }
-    for endpoint in ["/metrics", "/livez", "/readyz"] {
+    for endpoint in ["/metrics", "/livez", "/readyz", "/v1/dashboard"] {
         assert!(page.contains(&format!("href=\"{endpoint}\"")), "{endpoint}");
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_data_has_the_metrics_numbers_and_refuses_bad_queries() {
+    let s = start(None, None).await;
+    for _ in 0..3 {
+        s.post("/v1/check", json!({"limiter": "login", "key": "k"}))
+            .await;
+    }
+    let (status, body) = s.get("/v1/dashboard").await;
+    assert_eq!(status, 200, "{body}");
+    let dashboard: Value = serde_json::from_str(&body).expect("JSON");
+    let seq = dashboard["points"].as_array().unwrap().last().unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    // Only newer points after `since`.
+    let (_, newer) = s.get(&format!("/v1/dashboard?since={seq}")).await;
+    let newer: Value = serde_json::from_str(&newer).unwrap();
+    assert!(newer["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["seq"].as_u64().unwrap() > seq));
+    // The totals are the counters /metrics renders.
+    let (_, metrics) = s.get("/metrics").await;
+    for stage in dashboard["stages"].as_array().unwrap() {
+        let line = format!(
+            "floodgate_decisions_total{{limiter=\"{}\",kind=\"{}\",mode=\"{}\"}} {}",
+            stage["name"].as_str().unwrap(),
+            stage["kind"].as_str().unwrap(),
+            stage["mode"].as_str().unwrap(),
+            stage["totals"]["decisions"]
+        );
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    for bad in ["?since=x", "?since=-1", "?limit=3"] {
+        let (status, body) = s.get(&format!("/v1/dashboard{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.contains("invalid_request"), "{body}");
     }
 }
 

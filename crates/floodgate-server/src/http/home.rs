@@ -1,8 +1,10 @@
-//! `GET /`: a small HTML page for people who open the HTTP API's address in a browser. It names
-//! the service and its version, shows what the running configuration serves (the pipeline's
-//! limiters and their modes, the named limits of `POST /v1/check`, the Envoy domains) and links
-//! to the endpoints. The page is self-contained: no scripts, fonts, images or style sheets from
-//! elsewhere. Every configured name is HTML-escaped.
+//! `GET /`: the live dashboard. The page is rendered with what the running configuration
+//! serves (the pipeline's limiters and their modes, the named limits of `POST /v1/check`, the
+//! Envoy domains, the endpoints), then its script (`dashboard.js`, inlined) polls
+//! `GET /v1/dashboard` once a second and fills in the rates, charts, heaviest keys and store
+//! health ([`crate::dashboard`]). The page is self-contained: no fonts, images, scripts or style
+//! sheets from elsewhere. Every configured name is HTML-escaped here, and the script writes
+//! every value as text.
 
 use std::fmt::Write as _;
 
@@ -12,7 +14,7 @@ use crate::service::Overview;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The endpoints the page links to: method, path and what each does.
-const ENDPOINTS: [(&str, &str, &str); 7] = [
+const ENDPOINTS: [(&str, &str, &str); 8] = [
     ("POST", "/v1/check", "one decision of a named limit"),
     (
         "POST",
@@ -26,46 +28,92 @@ const ENDPOINTS: [(&str, &str, &str); 7] = [
     ),
     ("POST", "/json", "envoyproxy/ratelimit's JSON API"),
     ("GET", "/metrics", "Prometheus metrics"),
+    (
+        "GET",
+        "/v1/dashboard",
+        "this page's data, as JSON (?since=SEQ: only newer points)",
+    ),
     ("GET", "/livez", "liveness"),
     ("GET", "/readyz", "readiness (503 while shutting down)"),
 ];
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:46rem;margin:2rem auto;\
-padding:0 1rem;line-height:1.5;color:#222}h1 small{font-weight:normal;color:#666}\
-table{border-collapse:collapse}th,td{text-align:left;padding:.2rem 1rem .2rem 0;\
-border-bottom:1px solid #ddd}code{font-size:.95em}.none{color:#666}";
+const STYLE: &str = include_str!("dashboard.css");
+
+/// The dashboard's script.
+const SCRIPT: &str = include_str!("dashboard.js");
 
 /// The page for `overview`.
 pub fn render(overview: &Overview) -> String {
     // Writing to a String cannot fail: the `let _ =` below drop an always-Ok result.
-    let mut page = String::with_capacity(4096);
+    let mut page = String::with_capacity(32 * 1024);
     page.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     page.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     let _ = writeln!(page, "<title>Floodgate {}</title>", escape(VERSION));
     let _ = writeln!(page, "<style>{STYLE}</style>\n</head>\n<body>");
     let _ = writeln!(
         page,
-        "<h1>Floodgate <small>{}</small></h1>\n<p>Rate limiting and load shedding: this \
-         service answers decisions over HTTP JSON and Envoy's rate-limit gRPC API.</p>",
+        "<header><h1>Floodgate <small>{}</small></h1>\n<p>Rate limiting and load shedding: \
+         this service answers decisions over HTTP JSON and Envoy's rate-limit gRPC API.</p>\n\
+         <p class=\"bar\"><span id=\"status\">connecting…</span> · store \
+         <span id=\"store-kind\">–</span> <span id=\"store-health\" class=\"badge\">–</span>\
+         </p></header>",
         escape(VERSION)
     );
+    page.push_str(
+        "<noscript><p>The live figures need JavaScript; the same numbers are at \
+         <a href=\"/metrics\">/metrics</a> and <a href=\"/v1/dashboard\">/v1/dashboard</a>.\
+         </p></noscript>\n",
+    );
 
-    page.push_str("<h2>Pipeline limiters</h2>\n");
-    if overview.limiters.is_empty() {
-        page.push_str("<p class=\"none\">None configured.</p>\n");
-    } else {
-        page.push_str("<table>\n<tr><th>limiter</th><th>kind</th><th>mode</th></tr>\n");
-        for (name, kind, mode) in &overview.limiters {
-            let _ = writeln!(
-                page,
-                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
-                escape(name),
-                escape(kind.name()),
-                escape(mode.name())
-            );
+    page.push_str("<section id=\"limiters\"><h2>Pipeline limiters</h2>\n");
+    let _ = writeln!(
+        page,
+        "<p class=\"none\" id=\"no-stages\"{}>None configured.</p>",
+        if overview.limiters.is_empty() {
+            ""
+        } else {
+            " hidden"
         }
-        page.push_str("</table>\n");
+    );
+    page.push_str(
+        "<table id=\"stage-table\">\n<thead><tr><th>limiter</th><th>kind</th><th>mode</th>\
+         <th class=\"num\">decisions/s</th><th class=\"num\">refusals/s</th>\
+         <th class=\"num\">shadow would-refuse/s</th><th class=\"num\">fail-opens/s (total)</th>\
+         <th>last 5 min</th></tr></thead>\n<tbody>\n",
+    );
+    for (name, kind, mode) in &overview.limiters {
+        let _ = writeln!(
+            page,
+            "<tr data-stage=\"{name}\"><td class=\"name\"><code>{name}</code></td>\
+             <td class=\"kind\">{}</td><td class=\"mode\">{}</td>\
+             <td class=\"num decisions\">–</td><td class=\"num refusals\">–</td>\
+             <td class=\"num shadow\">–</td><td class=\"num fail-open\">–</td>\
+             <td class=\"spark\"></td></tr>",
+            escape(kind.name()),
+            escape(mode.name()),
+            name = escape(name),
+        );
     }
+    page.push_str(
+        "</tbody></table>\n<p class=\"legend-note\"><span class=\"key\" style=\"--c:#0072b2\">\
+         decisions/s</span> <span class=\"key\" style=\"--c:#d55e00\">refusals/s</span></p>\n\
+         <form id=\"admin\" hidden><label>Admin token <input id=\"token\" type=\"password\" \
+         autocomplete=\"off\"></label> <button type=\"submit\">Use token</button> \
+         <span id=\"admin-message\"></span><br><small>With the token, each limiter's mode can be \
+         switched here (enforce, shadow: dark launch, off: kill switch) and the heaviest keys are \
+         shown in full. The token stays in this page's memory.</small></form>\n</section>\n",
+    );
+    page.push_str(
+        "<section id=\"fleet\" hidden><h2>Fleet</h2></section>\n\
+         <section id=\"utilization\" hidden><h2>Utilization</h2></section>\n\
+         <section id=\"keys\"><h2>Heaviest keys</h2>\n<table id=\"key-table\"><thead><tr>\
+         <th>key</th><th class=\"num\">requests</th><th class=\"num\">over-count</th></tr>\
+         </thead><tbody></tbody></table>\n<p class=\"note\" id=\"key-note\"></p></section>\n\
+         <section id=\"store\"><h2>Store</h2>\n<dl class=\"details\"><dt>URL</dt>\
+         <dd><code id=\"store-url\">–</code></dd><dt>circuit breaker</dt>\
+         <dd id=\"store-breaker\">–</dd><dt>failed calls</dt><dd id=\"store-errors\">–</dd>\
+         </dl><div id=\"store-charts\"></div></section>\n",
+    );
 
     page.push_str("<h2>Named limits <small>(<code>POST /v1/check</code>)</small></h2>\n");
     if overview.limits.is_empty() {
@@ -106,7 +154,8 @@ pub fn render(overview: &Overview) -> String {
             writeln!(page, "<li>{method} <code>{path}</code>: {what}</li>")
         };
     }
-    page.push_str("</ul>\n</body>\n</html>\n");
+    page.push_str("</ul>\n");
+    let _ = writeln!(page, "<script>{SCRIPT}</script>\n</body>\n</html>");
     page
 }
 
@@ -144,14 +193,17 @@ mod tests {
             limits: vec![("<script>alert(1)</script>".into(), "gcra")],
             domains: vec!["a&b".into()],
         });
-        assert!(!page.contains("<script>"), "{page}");
+        assert!(!page.contains("<script>alert"), "{page}");
         assert!(
             page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
             "{page}"
         );
         assert!(page.contains("<code>a&amp;b</code>"), "{page}");
         assert!(
-            page.contains("<code>concurrency</code></td><td>concurrency</td><td>shadow"),
+            page.contains(
+                "<code>concurrency</code></td><td class=\"kind\">concurrency</td>\
+                 <td class=\"mode\">shadow"
+            ),
             "{page}"
         );
     }

@@ -7,7 +7,7 @@
 //!
 //! | status | `type` | when |
 //! |---|---|---|
-//! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type |
+//! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type; `/v1/dashboard`: a query other than `since=N` |
 //! | 413 | `body_too_large` | the body is over [`MAX_BODY`] |
 //! | 404 | `not_found` | no such endpoint |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
@@ -92,6 +92,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/v1/release", post(release))
         .route("/json", post(envoy_json))
         .route("/metrics", get(metrics))
+        .route("/v1/dashboard", get(dashboard))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/admin/mode", post(admin_mode))
@@ -393,6 +394,40 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
         server.render_metrics().await,
     )
         .into_response()
+}
+
+/// `GET /v1/dashboard[?since=SEQ]`: the dashboard's data ([`crate::dashboard`]); the heaviest
+/// keys in full only with the admin token as a bearer token.
+async fn dashboard(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    let mut since = None;
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("since", value)) => match value.parse::<u64>() {
+                Ok(n) => since = Some(n),
+                Err(_) => return ApiError::bad_request(format!(
+                    "query `since`: expected a point's number (a whole number ≥ 0), got `{value}`"
+                ))
+                .into_response(),
+            },
+            _ => {
+                return ApiError::bad_request(format!(
+                    "unknown query parameter `{pair}` (the dashboard takes `since`)"
+                ))
+                .into_response()
+            }
+        }
+    }
+    let answer = server.dashboard(since, bearer(&headers)).await;
+    ([("cache-control", "no-store")], Json(answer)).into_response()
 }
 
 async fn home_page(State(server): State<Arc<Server>>) -> Response {

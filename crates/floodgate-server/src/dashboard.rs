@@ -1,0 +1,357 @@
+//! The live dashboard's data: `GET /v1/dashboard` answers what `GET /` draws.
+//!
+//! Once a second (and when asked, if the latest point is older), the service reads the same
+//! [`Live`] snapshot `/metrics` renders — every stage's counters and state, the store's
+//! counters and breaker — and keeps the change since the previous reading as a point: per
+//! stage, decisions, refusals, shadow would-refusals, fail-opens, fail-closes and local
+//! decisions per second; the fleet's in-flight count; the utilization shedder's utilization,
+//! shed amount and drop probability per class; the store's calls and errors per second. The
+//! last [`HISTORY`] points are kept (five minutes), so a page opened now shows the last
+//! minutes at once, then asks only for the points after the last one it has (`?since=SEQ`).
+//!
+//! The heaviest keys come from [`heavy_keys`], over the last one to two minutes (the sketch
+//! starts afresh every minute and the previous minute's is kept beside it). Keys may be
+//! personal or secret (an API key as a descriptor value): they are shown in full only to a
+//! caller with the admin token, and otherwise as a short keyed hash that tells keys apart
+//! without revealing them.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use floodgate::limiter::OnStoreError;
+use floodgate::pipeline::{LimiterState, StageStats};
+use floodgate::Nanos;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::metrics::{Live, StoreLive};
+
+pub mod heavy_keys;
+
+use heavy_keys::{Counted, HeavyKeys};
+
+/// Points kept: five minutes at one a second.
+pub const HISTORY: usize = 300;
+
+/// How often the service takes a point.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long one heavy-keys sketch counts before it is set aside (and the one before dropped).
+pub const KEYS_WINDOW: Duration = Duration::from_secs(60);
+
+/// Counters kept for the heavy keys, in all (see [`HeavyKeys`]).
+pub const DEFAULT_HEAVY_KEYS: usize = 256;
+
+/// The heavy keys shown.
+const SHOWN_KEYS: usize = 20;
+
+/// One stage at one point: rates per second since the previous point, and gauges.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StagePoint {
+    /// Requests the stage decided, per second.
+    pub decisions: f64,
+    /// Requests it refused (enforce mode), per second.
+    pub refusals: f64,
+    /// Requests it would have refused (shadow mode), per second.
+    pub shadow_refusals: f64,
+    /// Store errors it let through, per second.
+    pub fail_open: f64,
+    /// Store errors it refused, per second.
+    pub fail_closed: f64,
+    /// Store errors after which it decided on this node's share, per second.
+    pub decided_locally: f64,
+    /// Fleet: non-critical requests in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
+    /// Utilization shedder: the latest utilization sample (0..1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    /// Utilization shedder: the shed amount.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shed_amount: Option<f64>,
+    /// Utilization shedder: the drop probability of `test`, `get`, `post`, `critical`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_probability: Option<[f64; 4]>,
+}
+
+/// One point of the history.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Point {
+    /// Its number: one more than the previous point's.
+    pub seq: u64,
+    /// When it was taken: seconds since the Unix epoch, by the service's monotonic clock
+    /// (anchored to the wall clock when the service started).
+    pub t: f64,
+    /// Each stage's values, by name.
+    pub stages: HashMap<String, StagePoint>,
+    /// The store's calls per second.
+    pub store_calls: f64,
+    /// The store's failed calls per second.
+    pub store_errors: f64,
+}
+
+/// What the previous reading counted.
+#[derive(Debug, Default)]
+struct Previous {
+    at: Option<Nanos>,
+    stages: HashMap<String, StageStats>,
+    store: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    points: VecDeque<Point>,
+    previous: Previous,
+    next_seq: u64,
+    /// When the current heavy-keys sketch started.
+    keys_since: Option<Nanos>,
+}
+
+/// The dashboard's state: the history of points and the heavy-keys sketches.
+#[derive(Debug)]
+pub struct Dashboard {
+    history: Mutex<History>,
+    /// The sketch counting now, and the previous window's.
+    keys: [HeavyKeys; 2],
+    /// Which of `keys` counts now (0 or 1).
+    current: std::sync::atomic::AtomicUsize,
+    /// Keys the hashes shown instead of keys (random per process).
+    hash_key: foldhash::quality::RandomState,
+}
+
+impl Dashboard {
+    /// A dashboard keeping `heavy_keys` counters per window (0: no heavy keys).
+    pub fn new(heavy_keys: usize) -> Dashboard {
+        Dashboard {
+            history: Mutex::new(History::default()),
+            keys: [HeavyKeys::new(heavy_keys), HeavyKeys::new(heavy_keys)],
+            current: std::sync::atomic::AtomicUsize::new(0),
+            hash_key: Default::default(),
+        }
+    }
+
+    /// Counts one request of the key `write` puts in a buffer (see [`HeavyKeys::add_with`]).
+    pub fn count_key(&self, write: impl FnOnce(&mut String)) {
+        let current = self.current.load(std::sync::atomic::Ordering::Relaxed) & 1;
+        self.keys[current].add_with(write);
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, History> {
+        // The history is replaced point by point; a poisoned lock is used as is.
+        self.history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the latest point is at least [`INTERVAL`] old at `now` (or there is none).
+    pub fn due(&self, now: Nanos) -> bool {
+        let history = self.history();
+        history
+            .previous
+            .at
+            .is_none_or(|at| now.saturating_since(at) >= INTERVAL)
+    }
+
+    /// Takes a point from `live` at `now` (the service's clock), and turns the heavy-keys
+    /// window when it is due.
+    pub fn record(&self, live: &Live, now: Nanos) {
+        let mut history = self.history();
+        let since = history.keys_since.get_or_insert(now);
+        if now.saturating_since(*since) >= KEYS_WINDOW {
+            *since = now;
+            let old = self.current.load(std::sync::atomic::Ordering::Relaxed) & 1;
+            self.keys[1 - old].clear();
+            self.current
+                .store(1 - old, std::sync::atomic::Ordering::Relaxed);
+        }
+        let previous = &history.previous;
+        let elapsed = previous.at.map(|at| now.saturating_since(at).as_secs_f64());
+        let rate = |now: u64, before: Option<u64>| match (elapsed, before) {
+            // A counter that went back was reset (a reload built new stages): count from 0.
+            (Some(dt), Some(b)) if dt > 0.0 => now.checked_sub(b).unwrap_or(now) as f64 / dt,
+            _ => 0.0,
+        };
+        let mut stages = HashMap::with_capacity(live.stages.len());
+        for stage in &live.stages {
+            let s = &stage.stats;
+            let before = previous.stages.get(s.name.as_str());
+            let mut point = StagePoint {
+                decisions: rate(s.decided, before.map(|b| b.decided)),
+                refusals: rate(s.refused, before.map(|b| b.refused)),
+                shadow_refusals: rate(s.shadow_refused, before.map(|b| b.shadow_refused)),
+                fail_open: rate(s.fail_open, before.map(|b| b.fail_open)),
+                fail_closed: rate(s.fail_closed, before.map(|b| b.fail_closed)),
+                decided_locally: rate(s.decided_locally, before.map(|b| b.decided_locally)),
+                ..StagePoint::default()
+            };
+            match &stage.state {
+                LimiterState::Fleet { in_flight, .. } => point.in_flight = *in_flight,
+                LimiterState::Utilization {
+                    utilization,
+                    shed_amount,
+                    drop_probability,
+                } => {
+                    point.utilization = *utilization;
+                    point.shed_amount = Some(*shed_amount);
+                    point.drop_probability = Some(drop_probability.map(|(_, p)| p));
+                }
+                _ => {}
+            }
+            stages.insert(s.name.as_str().to_string(), point);
+        }
+        let (store_calls, store_errors) = match &live.store {
+            Some(store) => {
+                let errors = store.errors.iter().sum::<u64>();
+                let before = previous.store;
+                (
+                    rate(store.calls, before.map(|b| b.0)),
+                    rate(errors, before.map(|b| b.1)),
+                )
+            }
+            None => (0.0, 0.0),
+        };
+        let seq = history.next_seq;
+        history.next_seq += 1;
+        history.previous = Previous {
+            at: Some(now),
+            stages: live
+                .stages
+                .iter()
+                .map(|s| (s.stats.name.as_str().to_string(), s.stats.clone()))
+                .collect(),
+            store: live
+                .store
+                .as_ref()
+                .map(|s| (s.calls, s.errors.iter().sum())),
+        };
+        if history.points.len() == HISTORY {
+            history.points.pop_front();
+        }
+        history.points.push_back(Point {
+            seq,
+            t: now.as_secs_f64(),
+            stages,
+            store_calls,
+            store_errors,
+        });
+    }
+
+    /// The points after `since` (all kept points when `None`).
+    pub fn points_after(&self, since: Option<u64>) -> Vec<Point> {
+        self.history()
+            .points
+            .iter()
+            .filter(|p| since.is_none_or(|s| p.seq > s))
+            .cloned()
+            .collect()
+    }
+
+    /// The heaviest keys of the current and previous windows, merged: in full when `plain`,
+    /// else as keyed hashes; and the requests counted.
+    pub fn heavy_keys(&self, plain: bool) -> (Vec<Counted>, u64) {
+        let mut merged: HashMap<String, Counted> = HashMap::new();
+        let mut total = 0;
+        for sketch in &self.keys {
+            let (top, counted) = sketch.top(SHOWN_KEYS * 2);
+            total += counted;
+            for c in top {
+                let entry = merged.entry(c.key.clone()).or_insert(Counted {
+                    key: c.key,
+                    count: 0,
+                    error: 0,
+                });
+                entry.count += c.count;
+                entry.error += c.error;
+            }
+        }
+        let mut keys: Vec<Counted> = merged.into_values().collect();
+        keys.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
+        keys.truncate(SHOWN_KEYS);
+        if !plain {
+            for c in &mut keys {
+                c.key = format!("#{:08x}", self.hash_key.hash_one(&c.key) as u32);
+            }
+        }
+        (keys, total)
+    }
+
+    /// Whether heavy keys are counted.
+    pub fn counts_keys(&self) -> bool {
+        self.keys[0].enabled()
+    }
+}
+
+/// A stage's settings and totals, as the page shows them beside its points.
+pub fn stage_json(stage: &floodgate::pipeline::StageSnapshot) -> Value {
+    let s = &stage.stats;
+    let on_error = match stage.on_store_error {
+        OnStoreError::FailOpen => "fail_open",
+        OnStoreError::FailClosed => "fail_closed",
+        OnStoreError::Local => "local",
+        _ => "other",
+    };
+    let mut value = json!({
+        "name": s.name.as_str(),
+        "kind": s.kind.name(),
+        "mode": stage.mode.name(),
+        "status": stage.status,
+        "on_store_error": on_error,
+        "totals": {
+            "decisions": s.decided,
+            "refusals": s.refused,
+            "shadow_refusals": s.shadow_refused,
+            "fail_open": s.fail_open,
+            "fail_closed": s.fail_closed,
+            "decided_locally": s.decided_locally,
+        },
+    });
+    match &stage.state {
+        LimiterState::RequestRate {
+            plans,
+            default_plan,
+        } => {
+            value["plans"] = plans.iter().map(|p| p.description.clone()).collect();
+            value["default_plan"] = default_plan.as_str().into();
+        }
+        LimiterState::Concurrency {
+            capacity,
+            lease_ttl,
+        } => {
+            value["capacity"] = (*capacity).into();
+            value["lease_ttl_seconds"] = lease_ttl.as_secs_f64().into();
+        }
+        LimiterState::Fleet {
+            capacity,
+            non_critical_allowance,
+            in_flight,
+        } => {
+            value["capacity"] = (*capacity).into();
+            value["non_critical_allowance"] = (*non_critical_allowance).into();
+            value["reserved_for_critical"] =
+                capacity.saturating_sub(*non_critical_allowance).into();
+            value["in_flight"] = json!(in_flight);
+        }
+        _ => {}
+    }
+    value
+}
+
+/// The store's health, as the page shows it.
+pub fn store_json(status: &crate::store::health::StoreStatus, live: Option<&StoreLive>) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    if let Some(live) = live {
+        value["calls"] = live.calls.into();
+        let errors: serde_json::Map<String, Value> = crate::store::ErrorKind::ALL
+            .iter()
+            .zip(live.errors)
+            .map(|(kind, n)| (kind.name().to_string(), n.into()))
+            .collect();
+        value["errors"] = errors.into();
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests;
