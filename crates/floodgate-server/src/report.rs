@@ -214,10 +214,10 @@ impl Report {
                 color: i,
                 points: shed,
             });
-            let utilization = gauge(l, &|b| b.utilization);
+            let utilization = gauge(l, &|b| b.utilization());
             if !utilization.is_empty() {
                 controller.push(Series {
-                    name: format!("utilization: {}", l.name),
+                    name: format!("utilization (mean): {}", l.name),
                     color: OFFERED,
                     points: utilization,
                 });

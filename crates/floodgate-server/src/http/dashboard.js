@@ -43,13 +43,19 @@
     let bottom = opts.min !== undefined ? opts.min : 0;
     for (const s of series) for (const [, y] of s.points) { top = Math.max(top, y); bottom = Math.min(bottom, y); }
     if (opts.max === undefined) top = top > 0 ? top * 1.1 : 1;
+    // Gridlines at round numbers: a step of 1, 2 or 5 times a power of ten, about four of them.
+    const raw = (top - bottom) / 4 || 1;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
+    if (opts.max === undefined) top = Math.ceil(top / step) * step;
+    bottom = Math.floor(bottom / step) * step;
     const x = (age) => L + (W - L - R) * (1 - age / span);
     const y = (v) => T + (H - T - B) * (1 - (v - bottom) / (top - bottom || 1));
-    for (let i = 0; i <= 4; i++) {
-      const v = bottom + (top - bottom) * i / 4;
+    const digits = Math.max(0, -Math.floor(Math.log10(step)));
+    for (let v = bottom; v <= top + step / 2; v += step) {
       svg.append(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
       const label = svgEl("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "tick" });
-      label.textContent = Math.abs(top - bottom) <= 2 ? v.toFixed(2) : rate(v);
+      label.textContent = v.toFixed(digits);
       svg.append(label);
     }
     for (let m = 0; m <= span / 60; m++) {
@@ -170,7 +176,7 @@
       tr.dataset.decisions = stage.totals.decisions;
       let spark = tr.querySelector(".spark svg");
       if (!spark) {
-        spark = svgEl("svg", { viewBox: "0 0 120 24", class: "sparkline" });
+        spark = svgEl("svg", { viewBox: "0 0 160 24", class: "sparkline" });
         tr.querySelector(".spark").append(spark);
       }
       sparkline(spark, [seriesOf(stage.name, (s) => s.decisions), seriesOf(stage.name, (s) => s.refusals)]);
@@ -243,7 +249,7 @@
     series.forEach((s, i) => {
       if (!s.length) return;
       svg.append(svgEl("polyline", {
-        points: s.map(([age, v]) => `${(120 * (1 - age / state.max)).toFixed(1)},${(23 - 22 * v / top).toFixed(1)}`).join(" "),
+        points: s.map(([age, v]) => `${(160 * (1 - age / state.max)).toFixed(1)},${(23 - 22 * v / top).toFixed(1)}`).join(" "),
         fill: "none", stroke: COLORS[i], "stroke-width": 1.5,
       }));
     });

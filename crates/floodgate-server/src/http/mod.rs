@@ -413,10 +413,12 @@ async fn dashboard(
         match pair.split_once('=') {
             Some(("since", value)) => match value.parse::<u64>() {
                 Ok(n) => since = Some(n),
-                Err(_) => return ApiError::bad_request(format!(
+                Err(_) => {
+                    return ApiError::bad_request(format!(
                     "query `since`: expected a point's number (a whole number ≥ 0), got `{value}`"
                 ))
-                .into_response(),
+                    .into_response()
+                }
             },
             _ => {
                 return ApiError::bad_request(format!(

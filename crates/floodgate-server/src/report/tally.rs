@@ -9,8 +9,9 @@ use floodgate::Nanos;
 /// The most time buckets a series keeps; past it, neighbours merge and the width doubles.
 pub const MAX_BUCKETS: usize = 1024;
 
-/// The first bucket width: 100 ms, doubled each time the series outgrows [`MAX_BUCKETS`].
-const FIRST_WIDTH: Nanos = Nanos(100_000_000);
+/// The first bucket width: 125 ms, doubled each time the series outgrows [`MAX_BUCKETS`]
+/// (125 ms · 2ⁿ: whole seconds merge from whole buckets).
+const FIRST_WIDTH: Nanos = Nanos(125_000_000);
 
 /// One decision as the tally reads it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -39,8 +40,9 @@ pub struct Bucket {
     pub in_flight: Option<u64>,
     /// The last shed amount seen in the bucket.
     pub shed_amount: Option<f64>,
-    /// The last utilization seen in the bucket.
-    pub utilization: Option<f64>,
+    /// The utilization samples' sum and count (see [`Bucket::utilization`]).
+    utilization_sum: f64,
+    utilization_samples: u64,
 }
 
 impl Bucket {
@@ -50,8 +52,15 @@ impl Bucket {
             admitted: self.admitted + later.admitted,
             in_flight: max_option(self.in_flight, later.in_flight),
             shed_amount: later.shed_amount.or(self.shed_amount),
-            utilization: later.utilization.or(self.utilization),
+            utilization_sum: self.utilization_sum + later.utilization_sum,
+            utilization_samples: self.utilization_samples + later.utilization_samples,
         }
+    }
+
+    /// The mean utilization the shedder sampled in the bucket, if it sampled any.
+    pub fn utilization(&self) -> Option<f64> {
+        (self.utilization_samples > 0)
+            .then(|| self.utilization_sum / self.utilization_samples as f64)
     }
 
     /// Requests refused in the bucket.
@@ -131,7 +140,10 @@ impl Tally {
         let bucket = self.bucket(at);
         bucket.in_flight = max_option(bucket.in_flight, sample.in_flight);
         bucket.shed_amount = sample.shed_amount.or(bucket.shed_amount);
-        bucket.utilization = sample.utilization.or(bucket.utilization);
+        if let Some(u) = sample.utilization {
+            bucket.utilization_sum += u;
+            bucket.utilization_samples += 1;
+        }
     }
 
     fn bucket(&mut self, at: Nanos) -> &mut Bucket {
@@ -366,8 +378,8 @@ mod tests {
         let offered: u64 = t.buckets().iter().map(|b| b.offered).sum();
         let admitted: u64 = t.buckets().iter().map(|b| b.admitted).sum();
         assert_eq!((offered, admitted), (10_000, 5_000));
-        // 10,000 s in at most 1,024 buckets: 100 ms doubled seven times is 12.8 s.
-        assert_eq!(t.bucket_width(), Duration::from_millis(12_800));
+        // 10,000 s in at most 1,024 buckets: 125 ms doubled seven times is 16 s.
+        assert_eq!(t.bucket_width(), Duration::from_secs(16));
     }
 
     #[test]

@@ -90,12 +90,34 @@ fn the_utilization_shedder_sheds_an_overloaded_service_but_never_critical() {
     assert!(t.refused() > 1000, "{}", t.refused());
     let last = t.buckets().last().unwrap();
     assert!(last.shed_amount.unwrap() > 0.0);
-    assert!(last.utilization.is_some());
+    // Pinned at 1 until shedding starts, then held by the controller near its good band
+    // (0.7–0.8) over the last minute.
+    let peak = t
+        .buckets()
+        .iter()
+        .filter_map(|b| b.utilization())
+        .fold(0.0, f64::max);
+    assert!(peak > 0.99, "{peak}");
+    let (width, buckets) = t.coarse(Duration::from_secs(60), 10);
+    assert_eq!(width, Duration::from_secs(60));
+    let held = buckets[2].utilization().unwrap();
+    assert!((0.6..0.9).contains(&held), "{held}");
     assert_eq!(
         report.charts().unwrap().len(),
         4,
         "with in flight and the controller"
     );
+
+    // The same overload, all of it critical: nothing is shed.
+    let critical = simulate(&args(
+        &[r#"{"limiter":"utilization"}"#],
+        &[r#"{"pattern":"steady","rate":105,"latency":"200ms","priority":"critical"}"#],
+        "180s",
+    ))
+    .unwrap();
+    let t = &critical.limiters[0].tally;
+    assert_eq!(t.refused(), 0);
+    assert!(t.buckets().last().unwrap().shed_amount.unwrap() > 0.0);
 }
 
 #[test]
