@@ -10,14 +10,15 @@
 //! minutes at once, then asks only for the points after the last one it has (`?since=SEQ`).
 //!
 //! The heaviest keys come from [`heavy_keys`], over the last one to two minutes (the sketch
-//! starts afresh every minute and the previous minute's is kept beside it). Keys may be
+//! starts afresh every minute and the previous minute's is kept beside it), read once per
+//! point so that a page's request never sorts the sketches. Keys may be
 //! personal or secret (an API key as a descriptor value): they are shown in full only to a
 //! caller with the admin token, and otherwise as a short keyed hash that tells keys apart
 //! without revealing them.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate::limiter::OnStoreError;
@@ -27,6 +28,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::metrics::{Live, StoreLive};
+use crate::service::Snapshot;
 
 pub mod heavy_keys;
 
@@ -43,6 +45,9 @@ pub const KEYS_WINDOW: Duration = Duration::from_secs(60);
 
 /// Counters kept for the heavy keys, in all (see [`HeavyKeys`]).
 pub const DEFAULT_HEAVY_KEYS: usize = 256;
+
+/// The most counters `serve --heavy-keys` takes (about 700 MB at most, in the two windows).
+pub const MAX_HEAVY_KEYS: usize = 1_000_000;
 
 /// The heavy keys shown.
 const SHOWN_KEYS: usize = 20;
@@ -98,6 +103,9 @@ struct Previous {
     at: Option<Nanos>,
     stages: HashMap<String, StageStats>,
     store: Option<(u64, u64)>,
+    /// The configuration its stages belonged to: held, so that a reload is told apart even
+    /// if the new one lands at the same address.
+    config: Option<Arc<Snapshot>>,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +115,8 @@ struct History {
     next_seq: u64,
     /// When the current heavy-keys sketch started.
     keys_since: Option<Nanos>,
+    /// The heaviest keys as of the latest point (in full), and the requests counted.
+    keys: (Vec<Counted>, u64),
 }
 
 /// The dashboard's state: the history of points and the heavy-keys sketches.
@@ -119,6 +129,9 @@ pub struct Dashboard {
     current: std::sync::atomic::AtomicUsize,
     /// Keys the hashes shown instead of keys (random per process).
     hash_key: foldhash::quality::RandomState,
+    /// Tells this process's points from another's (a restart, a replica behind the same
+    /// address): random.
+    instance: u64,
 }
 
 impl Dashboard {
@@ -129,6 +142,7 @@ impl Dashboard {
             keys: [HeavyKeys::new(heavy_keys), HeavyKeys::new(heavy_keys)],
             current: std::sync::atomic::AtomicUsize::new(0),
             hash_key: Default::default(),
+            instance: rand::random(),
         }
     }
 
@@ -154,10 +168,19 @@ impl Dashboard {
             .is_none_or(|at| now.saturating_since(at) >= INTERVAL)
     }
 
-    /// Takes a point from `live` at `now` (the service's clock), and turns the heavy-keys
-    /// window when it is due.
-    pub fn record(&self, live: &Live, now: Nanos) {
+    /// Takes a point from `live` at `now` (the service's clock), turns the heavy-keys window
+    /// when it is due, and reads the heaviest keys. Does nothing (`false`) if another point
+    /// was taken less than [`INTERVAL`] before `now`: the sampler and a page's request may both
+    /// have found a point due, and a second point a moment later would divide by nothing.
+    pub fn record(&self, live: &Live, now: Nanos) -> bool {
         let mut history = self.history();
+        if history
+            .previous
+            .at
+            .is_some_and(|at| now.saturating_since(at) < INTERVAL)
+        {
+            return false;
+        }
         let since = history.keys_since.get_or_insert(now);
         if now.saturating_since(*since) >= KEYS_WINDOW {
             *since = now;
@@ -168,9 +191,14 @@ impl Dashboard {
         }
         let previous = &history.previous;
         let elapsed = previous.at.map(|at| now.saturating_since(at).as_secs_f64());
+        // A reload builds new stages whose counters start at 0: count from there.
+        let same_config = match (&previous.config, &live.config) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
         let rate = |now: u64, before: Option<u64>| match (elapsed, before) {
-            // A counter that went back was reset (a reload built new stages): count from 0.
-            (Some(dt), Some(b)) if dt > 0.0 => now.checked_sub(b).unwrap_or(now) as f64 / dt,
+            (Some(dt), Some(b)) if dt > 0.0 && same_config => now.saturating_sub(b) as f64 / dt,
+            (Some(dt), _) if dt > 0.0 => now as f64 / dt,
             _ => 0.0,
         };
         let mut stages = HashMap::with_capacity(live.stages.len());
@@ -225,7 +253,9 @@ impl Dashboard {
                 .store
                 .as_ref()
                 .map(|s| (s.calls, s.errors.iter().sum())),
+            config: live.config.clone(),
         };
+        history.keys = self.merged_keys();
         if history.points.len() == HISTORY {
             history.points.pop_front();
         }
@@ -236,6 +266,7 @@ impl Dashboard {
             store_calls,
             store_errors,
         });
+        true
     }
 
     /// The points after `since` (all kept points when `None`).
@@ -248,33 +279,53 @@ impl Dashboard {
             .collect()
     }
 
-    /// The heaviest keys of the current and previous windows, merged: in full when `plain`,
-    /// else as keyed hashes; and the requests counted.
-    pub fn heavy_keys(&self, plain: bool) -> (Vec<Counted>, u64) {
-        let mut merged: HashMap<String, Counted> = HashMap::new();
+    /// The heaviest keys of the current and previous windows: the candidates are each
+    /// window's largest counters, and each candidate's count is its estimate in both windows
+    /// (a window that does not hold it adds its smallest counter, to count and error alike), so
+    /// a count stays at least the true one.
+    fn merged_keys(&self) -> (Vec<Counted>, u64) {
+        let mut candidates: Vec<String> = Vec::new();
         let mut total = 0;
         for sketch in &self.keys {
-            let (top, counted) = sketch.top(SHOWN_KEYS * 2);
+            let (top, counted) = sketch.top(SHOWN_KEYS);
             total += counted;
-            for c in top {
-                let entry = merged.entry(c.key.clone()).or_insert(Counted {
-                    key: c.key,
-                    count: 0,
-                    error: 0,
-                });
-                entry.count += c.count;
-                entry.error += c.error;
-            }
+            candidates.extend(top.into_iter().map(|c| c.key));
         }
-        let mut keys: Vec<Counted> = merged.into_values().collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        let mut keys: Vec<Counted> = candidates
+            .into_iter()
+            .map(|key| {
+                let (mut count, mut error) = (0, 0);
+                for sketch in &self.keys {
+                    let (c, e) = sketch.estimate(&key);
+                    count += c;
+                    error += e;
+                }
+                Counted { key, count, error }
+            })
+            .collect();
         keys.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
         keys.truncate(SHOWN_KEYS);
+        (keys, total)
+    }
+
+    /// The heaviest keys as of the latest point, in full when `plain`, else as keyed hashes;
+    /// and the requests counted.
+    pub fn heavy_keys(&self, plain: bool) -> (Vec<Counted>, u64) {
+        let (mut keys, total) = self.history().keys.clone();
         if !plain {
             for c in &mut keys {
                 c.key = format!("#{:08x}", self.hash_key.hash_one(&c.key) as u32);
             }
         }
         (keys, total)
+    }
+
+    /// This process's points' identity, as hex: a page that sees it change starts over
+    /// (sequence numbers start again at 0 in another process).
+    pub fn instance(&self) -> String {
+        format!("{:016x}", self.instance)
     }
 
     /// Whether heavy keys are counted.

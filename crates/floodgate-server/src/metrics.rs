@@ -315,6 +315,8 @@ pub struct Live {
     pub busy_workers: u64,
     /// The store's counters and breaker.
     pub store: Option<StoreLive>,
+    /// The configuration the stages belong to (the dashboard tells reloads apart by it).
+    pub config: Option<std::sync::Arc<crate::service::Snapshot>>,
 }
 
 /// The store's counters and breaker state, read at scrape time.

@@ -58,7 +58,7 @@ use crate::store::ServiceStore;
 
 mod event;
 pub use event::EventError;
-pub(crate) use event::{lease_id, parse_event, Event};
+pub(crate) use event::{lease_id, Event, Trace};
 
 /// Arguments of `floodgate replay`.
 #[derive(clap::Args, Debug)]
@@ -416,38 +416,20 @@ pub const REDIS_MIN_TTL: Duration = Duration::from_secs(3600);
 pub(crate) fn replay(
     subject: Subject,
     backend: Backend,
-    mut input: impl BufRead,
+    input: impl BufRead,
     mut output: impl Write,
     mut tally: Option<&mut Tally>,
     lines: bool,
 ) -> Result<(), ReplayError> {
     let clock = ManualClock::new(Nanos::ZERO);
     let mut decide = decider(subject, backend, clock.clone())?;
-    let mut last = Nanos::ZERO;
-    let mut line = String::new();
-    let mut number = 0u64;
     let mut made_up = 0u64;
-    loop {
-        line.clear();
-        if input.read_line(&mut line)? == 0 {
-            break;
-        }
-        number += 1;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for read in Trace::new(input) {
+        let (number, mut event) = read?;
         let bad = |source: EventError| ReplayError::Event {
             line: number,
             source,
         };
-        let mut event = parse_event(&line).map_err(bad)?;
-        if event.at < last {
-            return Err(bad(EventError::OutOfOrder {
-                t: event.t.clone(),
-                previous: last.as_secs_f64(),
-            }));
-        }
-        last = event.at;
         clock.set(event.at);
         name_lease(&mut event, &mut made_up);
         let out = decide(&event).map_err(bad)?;

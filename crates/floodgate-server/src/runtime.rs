@@ -82,8 +82,24 @@ pub struct ServeArgs {
     pub workers: Option<usize>,
     /// Counters the dashboard keeps for the heaviest keys (a space-saving sketch per minute;
     /// at most about 2 × N × 350 bytes). 0 turns key counting off.
-    #[arg(long, value_name = "N", env = "FLOODGATE_HEAVY_KEYS", default_value_t = crate::dashboard::DEFAULT_HEAVY_KEYS)]
+    #[arg(long, value_name = "N", env = "FLOODGATE_HEAVY_KEYS",
+          default_value_t = crate::dashboard::DEFAULT_HEAVY_KEYS,
+          value_parser = heavy_keys_in_range)]
     pub heavy_keys: usize,
+}
+
+/// `--heavy-keys`: 0 ..= [`crate::dashboard::MAX_HEAVY_KEYS`].
+fn heavy_keys_in_range(text: &str) -> Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number"))?;
+    if n > crate::dashboard::MAX_HEAVY_KEYS {
+        return Err(format!(
+            "{n} is more than {} counters",
+            crate::dashboard::MAX_HEAVY_KEYS
+        ));
+    }
+    Ok(n)
 }
 
 /// The addresses `serve` listens on, as it announces them on stderr once both are bound:

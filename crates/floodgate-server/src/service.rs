@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError, Overrides, Served};
+use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
@@ -266,6 +267,7 @@ impl Server {
             return Ok(None);
         };
         self.dashboard.count_key(|k| {
+            k.push_str("limit ");
             k.push_str(limiter);
             k.push_str(": ");
             k.push_str(key);
@@ -309,7 +311,10 @@ impl Server {
             cost: request.cost,
             endpoint: request.endpoint.as_deref(),
         };
-        self.dashboard.count_key(|k| k.push_str(&request.user));
+        self.dashboard.count_key(|k| {
+            k.push_str("user ");
+            k.push_str(&request.user);
+        });
         // Calls being answered are the utilization shedder's busy workers.
         let _busy = snapshot.workers.as_ref().map(WorkerGauge::enter);
         let started = self.clock.now();
@@ -391,8 +396,12 @@ impl Server {
     pub async fn should_rate_limit(&self, request: &RlsRequest, endpoint: Endpoint) -> RlsResponse {
         for descriptor in &request.descriptors {
             self.dashboard.count_key(|k| {
+                k.push_str("domain ");
                 k.push_str(&request.domain);
                 for (i, (key, value)) in descriptor.entries.iter().enumerate() {
+                    if k.len() > MAX_KEY_BYTES {
+                        break; // the sketch keeps no more of a key
+                    }
                     k.push_str(if i == 0 { ": " } else { ", " });
                     k.push_str(key);
                     k.push('=');
@@ -560,6 +569,7 @@ impl Server {
                 self.store.health(),
                 self.store.breaker_state(),
             )),
+            config: Some(snapshot),
         }
     }
 
@@ -578,6 +588,7 @@ impl Server {
             let live = self.live().await;
             self.dashboard.record(&live, self.clock.now());
         }
+        // (`record` takes no second point if a page's request took one meanwhile.)
     }
 
     /// `GET /v1/dashboard`: the stages, the store, the points after `since`, and the heaviest
@@ -593,6 +604,7 @@ impl Server {
         let overview = self.overview();
         serde_json::json!({
             "version": crate::http::home::VERSION,
+            "instance": self.dashboard.instance(),
             "now": now.as_secs_f64(),
             "interval_seconds": dashboard::INTERVAL.as_secs_f64(),
             "history_points": dashboard::HISTORY,

@@ -5,8 +5,10 @@
 //! (set to each request's time, so an hour of traffic takes as long as its decisions do). The
 //! model of the service behind the limiters: an admitted request is in flight for its traffic's
 //! `latency`, then completes; concurrency and fleet limiters take a lease at admission and
-//! return it at completion; the utilization shedder samples `in flight / --workers` (capped at
-//! 1) at each request. Requests refused are gone (no retries).
+//! return it at completion (per user for concurrency; on the fleet's one key for the fleet,
+//! as the service's fleet limiter counts); the utilization shedder samples
+//! `in flight / --workers` (capped at 1) at each request. Requests refused are gone (no
+//! retries).
 //!
 //! With `--trace FILE.jsonl`, the requests are a recorded trace in `replay`'s event format
 //! instead, run as `replay` runs them (its `acquire`s and `release`s as written, its
@@ -22,13 +24,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm};
+use floodgate::limiter::fleet::FLEET_KEY;
 use floodgate::limiter::Priority;
 use floodgate::{ManualClock, Nanos, Op};
 use serde_json::Value;
 
 use crate::replay::{
-    decider, lease_id, load_named_spec, name_lease, parse_event, tally_event, Backend, Decide,
-    Event, EventError, ReplayError, SpecError, Subject,
+    decider, lease_id, load_named_spec, name_lease, tally_event, Backend, Decide, Event,
+    EventError, ReplayError, SpecError, Subject, Trace,
 };
 use crate::report::{ChartError, LimiterRun, Report, Sample, Tally};
 
@@ -179,7 +182,7 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
             path: path.display().to_string(),
             source,
         })?;
-        run_trace(&mut runners, io::BufReader::new(file), duration, path)?;
+        run_trace(&mut runners, io::BufReader::new(file), duration)?;
     } else {
         if args.traffic.is_empty() {
             return Err(SimulateError::NoTraffic);
@@ -231,42 +234,22 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
     })
 }
 
-/// Feeds every runner each event of a trace, in order.
+/// Feeds every runner each event of a trace, in order, up to `until`.
 fn run_trace(
     runners: &mut [Runner],
     input: impl BufRead,
     until: Option<Duration>,
-    path: &std::path::Path,
 ) -> Result<(), SimulateError> {
     let end = until.map(|d| Nanos::ZERO.saturating_add(d));
-    let mut last = Nanos::ZERO;
-    for (number, line) in input.lines().enumerate() {
-        let line = line.map_err(|source| SimulateError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |source| {
-            SimulateError::Replay(ReplayError::Event {
-                line: number as u64 + 1,
-                source,
-            })
-        };
-        let event = parse_event(&line).map_err(bad)?;
-        if event.at < last {
-            return Err(bad(EventError::OutOfOrder {
-                t: event.t.clone(),
-                previous: last.as_secs_f64(),
-            }));
-        }
-        last = event.at;
+    for read in Trace::new(input) {
+        let (line, event) = read?;
         if end.is_some_and(|end| event.at > end) {
             break;
         }
         for runner in runners.iter_mut() {
-            runner.replay(&event).map_err(bad)?;
+            runner
+                .replay(&event)
+                .map_err(|source| ReplayError::Event { line, source })?;
         }
     }
     Ok(())
@@ -290,8 +273,13 @@ struct Runner {
     decide: Decide,
     clock: ManualClock,
     takes: Takes,
-    /// Admitted requests' completions: (time, sequence number, key).
+    /// The in-flight requests' completions: (time, sequence number, the key whose lease
+    /// returns; empty for the shedder). Checks keep none: the heap holds what is in flight,
+    /// rate × latency entries, only where the model needs it.
     completions: BinaryHeap<Reverse<(Nanos, u64, String)>>,
+    /// The fleet's one key: a fleet counts every user's requests together, as the service's
+    /// fleet limiter does.
+    fleet: bool,
     admitted: u64,
     workers: u64,
     /// Leases of a trace's `acquire`s that name none.
@@ -307,6 +295,7 @@ impl Runner {
         backend: Backend,
         workers: u64,
     ) -> Result<Runner, SimulateError> {
+        let fleet = matches!(subject, Subject::Keyed(AnyAlgorithm::Fleet(_)));
         let takes = match &subject {
             Subject::Keyed(AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_)) => Takes::Leases,
             Subject::Keyed(_) => Takes::Checks,
@@ -321,6 +310,7 @@ impl Runner {
             clock,
             takes,
             completions: BinaryHeap::new(),
+            fleet,
             admitted: 0,
             workers,
             made_up: 0,
@@ -350,10 +340,15 @@ impl Runner {
         };
         let utilization = (self.takes == Takes::Utilization)
             .then(|| (self.in_flight() as f64 / self.workers as f64).min(1.0));
+        let key = if self.fleet {
+            FLEET_KEY.to_string()
+        } else {
+            request.key.clone()
+        };
         let event = Event {
             t: Value::from(request.at.as_secs_f64()),
             at: request.at,
-            key: request.key.clone(),
+            key,
             op,
             lease,
             priority: request.priority,
@@ -368,10 +363,13 @@ impl Runner {
             utilization,
             in_flight: None,
         };
-        if allowed {
+        if allowed && self.takes != Takes::Checks {
             let done = request.at.saturating_add(request.latency);
-            self.completions
-                .push(Reverse((done, self.admitted, request.key.clone())));
+            let key = match self.takes {
+                Takes::Leases => event.key,
+                _ => String::new(),
+            };
+            self.completions.push(Reverse((done, self.admitted, key)));
         }
         // In flight is what the lease limiters and the shedder act on; the others' charts
         // leave it out.

@@ -193,7 +193,7 @@ check();
 const done = arguments[arguments.length - 1];
 const check = () => {
   const cells = [...document.querySelectorAll('#key-table tbody td:first-child')].map(c => c.textContent);
-  if (cells.some(c => c.startsWith('user-'))) { observer.disconnect(); done(cells); }
+  if (cells.some(c => c.startsWith('user '))) { observer.disconnect(); done(cells); }
 };
 const observer = new MutationObserver(check);
 observer.observe(document.getElementById('key-table'), { childList: true, subtree: true, characterData: true });
@@ -202,7 +202,10 @@ check();
             vec![],
         )
         .await;
-    assert!(plain.to_string().contains("login: 10.1.2.3"), "{plain}");
+    assert!(
+        plain.to_string().contains("limit login: 10.1.2.3"),
+        "{plain}"
+    );
     // The token never reaches the page's markup.
     assert!(!page.source().await.unwrap().contains("s3cret-token"));
     browser.close().await;

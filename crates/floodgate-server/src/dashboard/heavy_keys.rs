@@ -44,12 +44,13 @@ impl SpaceSaving {
     /// An empty sketch of `capacity` counters (at least 1).
     pub fn new(capacity: usize) -> SpaceSaving {
         let capacity = capacity.max(1);
+        // Nothing is reserved up front: the counters grow as keys arrive.
         SpaceSaving {
             capacity,
-            slots: Vec::with_capacity(capacity),
-            index: HashMap::with_capacity_and_hasher(capacity, Default::default()),
-            heap: Vec::with_capacity(capacity),
-            place: Vec::with_capacity(capacity),
+            slots: Vec::new(),
+            index: HashMap::default(),
+            heap: Vec::new(),
+            place: Vec::new(),
             total: 0,
         }
     }
@@ -90,11 +91,32 @@ impl SpaceSaving {
         self.total
     }
 
-    /// The counters, the largest first.
-    pub fn top(&self) -> Vec<Counted> {
-        let mut all = self.slots.clone();
-        all.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
-        all
+    /// The `n` largest counters, the largest first (only those `n` keys are copied).
+    pub fn top(&self, n: usize) -> Vec<Counted> {
+        let mut slots: Vec<usize> = (0..self.slots.len()).collect();
+        let by_count = |a: &usize, b: &usize| {
+            let (a, b) = (&self.slots[*a], &self.slots[*b]);
+            b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key))
+        };
+        if n < slots.len() {
+            slots.select_nth_unstable_by(n, by_count);
+            slots.truncate(n);
+        }
+        slots.sort_unstable_by(by_count);
+        slots.into_iter().map(|i| self.slots[i].clone()).collect()
+    }
+
+    /// `key`'s estimate: its counter when held; otherwise its true count is at most the
+    /// smallest counter (0 while the sketch has room), given as both count and error.
+    pub fn estimate(&self, key: &str) -> (u64, u64) {
+        match self.index.get(cut(key)) {
+            Some(&slot) => (self.slots[slot].count, self.slots[slot].error),
+            None if self.slots.len() < self.capacity => (0, 0),
+            None => {
+                let min = self.count_at(0);
+                (min, min)
+            }
+        }
     }
 
     fn count_at(&self, i: usize) -> u64 {
@@ -183,21 +205,33 @@ impl HeavyKeys {
         !self.shards.is_empty()
     }
 
+    fn shard(&self, key: &str) -> std::sync::MutexGuard<'_, SpaceSaving> {
+        let shard = (self.hasher.hash_one(cut(key)) % self.shards.len() as u64) as usize;
+        // A counter is a few numbers updated together; a poisoned lock is used as is.
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Counts one request of `key`.
     pub fn add(&self, key: &str) {
         if self.shards.is_empty() {
             return;
         }
-        let shard = (self.hasher.hash_one(cut(key)) % self.shards.len() as u64) as usize;
-        // A counter is a few numbers updated together; a poisoned lock is used as is.
-        let mut sketch = self.shards[shard]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        sketch.add(key, 1);
+        self.shard(key).add(key, 1);
+    }
+
+    /// `key`'s estimate in its shard (see [`SpaceSaving::estimate`]); (0, 0) when off.
+    pub fn estimate(&self, key: &str) -> (u64, u64) {
+        if self.shards.is_empty() {
+            return (0, 0);
+        }
+        self.shard(key).estimate(key)
     }
 
     /// Counts one request of the key `write` puts into a buffer (reused per thread, so that
-    /// building a key allocates nothing).
+    /// building a key allocates nothing). `write` may stop once the buffer holds more than
+    /// [`MAX_KEY_BYTES`]: the rest would be cut anyway.
     pub fn add_with(&self, write: impl FnOnce(&mut String)) {
         if self.shards.is_empty() {
             return;
@@ -210,6 +244,10 @@ impl HeavyKeys {
             buffer.clear();
             write(&mut buffer);
             self.add(&buffer);
+            // A huge key once must not keep a huge buffer for the thread's life.
+            if buffer.capacity() > 4 * MAX_KEY_BYTES {
+                *buffer = String::new();
+            }
         });
     }
 
@@ -222,7 +260,7 @@ impl HeavyKeys {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             total += sketch.total();
-            all.extend(sketch.top().into_iter().take(n));
+            all.extend(sketch.top(n));
         }
         all.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
         all.truncate(n);
@@ -252,7 +290,7 @@ mod tests {
         for key in ["a", "b", "a", "c", "a", "b"] {
             s.add(key, 1);
         }
-        let top = s.top();
+        let top = s.top(10);
         assert_eq!(
             top[0],
             Counted {
@@ -262,7 +300,15 @@ mod tests {
             }
         );
         assert_eq!(top[1].count, 2);
+        assert_eq!(top.len(), 3);
+        assert_eq!(s.top(1).len(), 1);
         assert_eq!(s.total(), 6);
+        assert_eq!(s.estimate("b"), (2, 0));
+        assert_eq!(
+            s.estimate("z"),
+            (0, 0),
+            "room left: an absent key was never seen"
+        );
     }
 
     #[test]
@@ -274,8 +320,13 @@ mod tests {
                 s.add("attacker", 1);
             }
         }
-        let top = s.top();
+        let top = s.top(16);
         assert_eq!(top[0].key, "attacker");
+        let (count, error) = s.estimate("never-seen");
+        assert_eq!(
+            count, error,
+            "an absent key is bounded by the smallest counter"
+        );
         assert!(top[0].count >= 10_000 && top[0].count - top[0].error <= 10_000);
         assert_eq!(s.slots.len(), 16, "memory stays at its counters");
     }
@@ -285,7 +336,7 @@ mod tests {
         let mut s = SpaceSaving::new(2);
         let long = "é".repeat(100); // 200 bytes
         s.add(&long, 1);
-        let key = &s.top()[0].key;
+        let key = &s.top(1)[0].key;
         assert!(key.len() <= MAX_KEY_BYTES && key.chars().all(|c| c == 'é'));
     }
 
@@ -325,7 +376,7 @@ mod tests {
             }
             let n = stream.len() as u64;
             let bound = n / capacity as u64;
-            let top = s.top();
+            let top = s.top(capacity);
             for c in &top {
                 let truth = exact[&c.key.parse::<u32>().unwrap()];
                 prop_assert!(c.count >= truth && c.count - c.error <= truth);
@@ -335,6 +386,8 @@ mod tests {
                 if truth > bound {
                     prop_assert!(top.iter().any(|c| c.key == k.to_string()), "{k}: {truth}");
                 }
+                let (count, error) = s.estimate(&k.to_string());
+                prop_assert!(count >= truth && count - error <= truth);
             }
         }
     }

@@ -29,6 +29,35 @@ async fn points_are_rates_since_the_previous_one() {
     assert_eq!(points[0].seq, 1);
     assert!(!dashboard.due(Nanos::from_millis(12_500)));
     assert!(dashboard.due(Nanos::from_secs(13)));
+    // A second reading a moment after the first (the sampler and a page both found a point
+    // due) takes no point.
+    assert!(!dashboard.record(&live, Nanos::from_millis(12_001)));
+    assert_eq!(dashboard.points_after(None).len(), 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reload_counts_from_zero() {
+    let server = server();
+    let dashboard = Dashboard::new(0);
+    let mut before = server.live().await;
+    for s in &mut before.stages {
+        s.stats.decided = 1000;
+    }
+    dashboard.record(&before, Nanos::from_secs(1));
+    // New stages (another configuration) that decided 50 since: 50/s, not 50 − 1000 nor 0.
+    let mut after = Server::new(Config::builtin(), None, None)
+        .unwrap()
+        .live()
+        .await;
+    for s in &mut after.stages {
+        s.stats.decided = 50;
+    }
+    dashboard.record(&after, Nanos::from_secs(2));
+    let point = dashboard.points_after(Some(0)).pop().unwrap();
+    assert!(
+        point.stages.values().all(|s| s.decisions == 50.0),
+        "{point:?}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -44,13 +73,15 @@ async fn the_history_is_bounded() {
     assert_eq!(points[0].seq, 50);
 }
 
-#[test]
-fn keys_are_hashed_unless_shown_in_full() {
+#[tokio::test(flavor = "current_thread")]
+async fn keys_are_hashed_unless_shown_in_full() {
+    let live = server().live().await;
     let dashboard = Dashboard::new(16);
     for _ in 0..3 {
         dashboard.count_key(|k| k.push_str("sk_live_secret"));
     }
     dashboard.count_key(|k| k.push_str("other"));
+    dashboard.record(&live, Nanos::from_secs(1));
     let (plain, counted) = dashboard.heavy_keys(true);
     assert_eq!(counted, 4);
     assert_eq!(
@@ -72,6 +103,7 @@ async fn the_key_window_turns_every_minute_keeping_the_previous_one() {
     dashboard.count_key(|k| k.push_str("early"));
     dashboard.record(&live, Nanos::from_secs(60));
     dashboard.count_key(|k| k.push_str("late"));
+    dashboard.record(&live, Nanos::from_secs(61));
     let keys: Vec<String> = dashboard
         .heavy_keys(true)
         .0
@@ -100,7 +132,7 @@ async fn the_dashboard_counts_what_the_service_decides() {
     let keys = answer["heavy_keys"]["keys"].as_array().unwrap();
     assert!(
         keys.iter()
-            .any(|k| k["key"] == "login: 10.0.0.1" && k["count"] == 5),
+            .any(|k| k["key"] == "limit login: 10.0.0.1" && k["count"] == 5),
         "{keys:?}"
     );
     let anonymous = server.dashboard(None, None).await;

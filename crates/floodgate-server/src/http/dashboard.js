@@ -6,7 +6,10 @@
   const SVG = "http://www.w3.org/2000/svg";
   const COLORS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#3c3c3c"];
   const CLASSES = ["test", "get", "post", "critical"];
-  const state = { since: null, points: [], token: null, authorized: false, max: 300, last: null };
+  const state = {
+    since: null, points: [], token: null, authorized: false, max: 300, last: null,
+    instance: null, generation: 0,
+  };
   const $ = (id) => document.getElementById(id);
 
   function el(tag, attrs, text) {
@@ -102,6 +105,13 @@
     return out;
   }
 
+  // Removes the charts of stages a reload took away.
+  function prune(parent, keep) {
+    for (const f of parent.querySelectorAll("figure")) {
+      if (!keep.has(f.dataset.chart)) f.remove();
+    }
+  }
+
   function figure(parent, id, title) {
     let fig = null;
     for (const f of parent.querySelectorAll("figure")) if (f.dataset.chart === id) fig = f;
@@ -137,21 +147,32 @@
     if (!select) {
       select = el("select", { "aria-label": "mode of " + stage.name });
       for (const m of ["enforce", "shadow", "off"]) select.append(el("option", { value: m }, m));
-      select.addEventListener("change", () => setMode(stage.name, select.value));
+      select.addEventListener("change", () => setMode(stage.name, select.value, select));
       td.replaceChildren(select);
     }
+    select.dataset.mode = stage.mode;
     if (document.activeElement !== select) select.value = stage.mode;
   }
 
-  async function setMode(limiter, mode) {
-    const r = await fetch("/admin/mode", {
-      method: "POST",
-      headers: Object.assign({ "Content-Type": "application/json" }, headers()),
-      body: JSON.stringify({ limiter, mode }),
-    });
-    const answer = await r.json().catch(() => ({}));
-    $("admin-message").textContent = r.ok ? `${limiter}: ${mode}` :
-      (answer.error && answer.error.message) || `refused (${r.status})`;
+  async function setMode(limiter, mode, select) {
+    let message;
+    try {
+      const r = await fetch("/admin/mode", {
+        method: "POST",
+        headers: Object.assign({ "Content-Type": "application/json" }, headers()),
+        body: JSON.stringify({ limiter, mode }),
+      });
+      const answer = await r.json().catch(() => ({}));
+      message = r.ok ? `${limiter}: ${mode}` :
+        (answer.error && answer.error.message) || `refused (${r.status})`;
+      if (r.ok) select.dataset.mode = mode;
+    } catch (e) {
+      message = `not sent: ${e.message}`;
+    }
+    // A refused switch shows the mode in force again.
+    select.value = select.dataset.mode;
+    select.blur();
+    $("admin-message").textContent = message;
   }
 
   function render(d) {
@@ -185,6 +206,7 @@
     const fleet = $("fleet");
     const fleets = stages.filter((s) => s.kind === "fleet");
     fleet.hidden = fleets.length === 0;
+    prune(fleet, new Set(fleets.map((s) => s.name)));
     for (const s of fleets) {
       const svg = figure(fleet, s.name, `${s.name}: in flight against capacity and reserve`);
       const span = [[state.max, 0], [0, 0]];
@@ -199,6 +221,7 @@
     const util = $("utilization");
     const shedders = stages.filter((s) => s.kind === "utilization");
     util.hidden = shedders.length === 0;
+    prune(util, new Set(shedders.flatMap((s) => [s.name + "/amount", s.name + "/drop"])));
     for (const s of shedders) {
       chart(figure(util, s.name + "/amount", `${s.name}: utilization and shed amount`), [
         { name: "utilization", points: seriesOf(s.name, (p) => p.utilization) },
@@ -256,11 +279,25 @@
   }
 
   async function poll() {
+    const generation = state.generation;
     try {
       const url = "/v1/dashboard" + (state.since === null ? "" : "?since=" + state.since);
       const r = await fetch(url, { headers: headers(), cache: "no-store" });
       if (!r.ok) throw new Error("HTTP " + r.status);
-      const d = await r.json();
+      let d = await r.json();
+      // The token changed while this request was out: its answer is the old view.
+      if (generation !== state.generation) return;
+      const latest = d.points.length ? d.points[d.points.length - 1].seq : null;
+      if (state.since !== null && (d.instance !== state.instance ||
+          (latest !== null && latest < state.since))) {
+        // Another process answers now (a restart): its points are numbered afresh.
+        state.since = null;
+        state.points = [];
+        const again = await fetch("/v1/dashboard", { headers: headers(), cache: "no-store" });
+        if (!again.ok) throw new Error("HTTP " + again.status);
+        d = await again.json();
+      }
+      state.instance = d.instance;
       state.max = d.history_points * d.interval_seconds;
       state.authorized = d.authorized;
       for (const p of d.points) state.points.push(p);
@@ -285,6 +322,7 @@
     state.token = input.value || null;
     input.value = "";
     $("admin-message").textContent = state.token ? "token set for this page (kept in memory only)" : "";
+    state.generation += 1;
     state.since = null;
     state.points = [];
   });

@@ -218,6 +218,59 @@ fn duration_field(field: &'static str, value: &Value) -> Result<Duration, EventE
     })
 }
 
+/// The events of a trace, in order, each with its 1-based line number: blank lines are
+/// skipped; a line that does not parse, or goes back in time, is an error naming the line.
+pub(crate) struct Trace<R> {
+    input: R,
+    line: String,
+    number: u64,
+    last: Nanos,
+}
+
+impl<R: std::io::BufRead> Trace<R> {
+    pub(crate) fn new(input: R) -> Trace<R> {
+        Trace {
+            input,
+            line: String::new(),
+            number: 0,
+            last: Nanos::ZERO,
+        }
+    }
+}
+
+impl<R: std::io::BufRead> Iterator for Trace<R> {
+    type Item = Result<(u64, Event), super::ReplayError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.line.clear();
+            match self.input.read_line(&mut self.line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e.into())),
+            }
+            self.number += 1;
+            if self.line.trim().is_empty() {
+                continue;
+            }
+            let line = self.number;
+            let bad = |source| super::ReplayError::Event { line, source };
+            let event = match parse_event(&self.line) {
+                Ok(event) => event,
+                Err(e) => return Some(Err(bad(e))),
+            };
+            if event.at < self.last {
+                return Some(Err(bad(EventError::OutOfOrder {
+                    t: event.t.clone(),
+                    previous: self.last.as_secs_f64(),
+                })));
+            }
+            self.last = event.at;
+            return Some(Ok((line, event)));
+        }
+    }
+}
+
 /// A lease id as the algorithms take it: a stable hash of the trace's name for it.
 pub(crate) fn lease_id(name: &str) -> LeaseId {
     let mut h = DefaultHasher::new();

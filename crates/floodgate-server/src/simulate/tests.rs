@@ -72,6 +72,23 @@ fn leases_are_returned_when_requests_complete() {
     ))
     .unwrap();
     assert!(slow.limiters[0].tally.refused() > 0);
+    // A fleet counts every user together: spreading the same load over 100 users changes
+    // nothing.
+    let fleet = simulate(&args(
+        &[r#"{"limiter":"fleet","capacity":8,"reserved_for_critical":0.0,"lease_ttl":"60s"}"#],
+        &[r#"{"pattern":"steady","rate":50,"latency":"200ms","keys":100}"#],
+        "30s",
+    ))
+    .unwrap();
+    let t = &fleet.limiters[0].tally;
+    assert!(t.refused() > 0);
+    let peak = t
+        .buckets()
+        .iter()
+        .filter_map(|b| b.in_flight)
+        .max()
+        .unwrap();
+    assert_eq!(peak, 8);
 }
 
 #[test]
