@@ -231,6 +231,27 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
     Ok(())
 }
 
+/// `floodgate replay` without the command line: replays the trace `input` (one JSON event per
+/// line) through the limiter `spec` (inline JSON, or the path of a YAML or JSON file) on the
+/// embedded store, holding at most `max_keys` keys, and writes one JSON decision per line to
+/// `output`. A bad spec or event is an error naming it, as for the command.
+pub fn replay_trace(
+    spec: &str,
+    max_keys: usize,
+    input: impl BufRead,
+    output: impl Write,
+) -> Result<(), ReplayError> {
+    let subject = load_spec(spec)?.build().map_err(SpecError::Invalid)?;
+    replay(
+        subject,
+        Backend::Memory { max_keys },
+        input,
+        output,
+        None,
+        true,
+    )
+}
+
 /// The limiters a replay can run besides the algorithms.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "limiter", rename_all = "snake_case", deny_unknown_fields)]
