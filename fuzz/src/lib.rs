@@ -90,9 +90,7 @@ pub fn http_call(data: &[u8]) {
             Err(_) => return,
         }
     } else {
-        request
-            .uri(path)
-            .header("content-type", "application/json")
+        request.uri(path).header("content-type", "application/json")
     };
     if pick >= 128 {
         request = request.header("authorization", format!("Bearer {TOKEN}"));
@@ -139,10 +137,15 @@ pub fn replay(text: &str) {
     }
     let mut out = Vec::new();
     if floodgate_server::replay::replay_trace(spec, 1000, trace.as_bytes(), &mut out).is_ok() {
-        let events = trace.as_bytes().lines().filter(|l| {
-            l.as_ref().is_ok_and(|l| !l.trim().is_empty())
-        });
-        assert_eq!(out.lines().count(), events.count(), "one decision per event");
+        let events = trace
+            .as_bytes()
+            .lines()
+            .filter(|l| l.as_ref().is_ok_and(|l| !l.trim().is_empty()));
+        assert_eq!(
+            out.lines().count(),
+            events.count(),
+            "one decision per event"
+        );
     }
 }
 
