@@ -29,7 +29,7 @@ use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::config::{ConfigFileError, StoreConfig, StoreMode};
+use crate::config::{ConfigFileError, OverflowPolicy, StoreConfig, StoreMode};
 use crate::replay::{load_spec, SpecError, Subject};
 use crate::store::ServiceStore;
 
@@ -63,6 +63,14 @@ pub struct Args {
     /// Cached mode's sync interval (`100ms` by default).
     #[arg(long, value_name = "D")]
     pub sync_interval: Option<String>,
+    /// The memory store's bound, as the config's `store.max_keys`: with `--keys` above it, the
+    /// bench is a flood of distinct keys (see RELIABILITY.md).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub max_keys: usize,
+    /// The memory store's overflow policy, as the config's `store.overflow`: `evict_live` or
+    /// `refuse_new`.
+    #[arg(long, value_name = "POLICY", default_value = "evict_live")]
+    pub overflow: String,
 }
 
 /// Why a bench could not run.
@@ -123,6 +131,31 @@ pub struct Report {
     pub max_ms: f64,
     /// The store's kind.
     pub store: &'static str,
+    /// The process's peak resident memory (`VmHWM`, Linux), in MiB.
+    pub peak_rss_mib: Option<f64>,
+    /// The memory store's keys at the end, and its evictions and refusals of new keys.
+    pub memory: Option<MemoryReport>,
+}
+
+/// The memory store's bookkeeping at the end of a bench.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryReport {
+    /// Keys held.
+    pub keys: u64,
+    /// Keys dropped because their state was a fresh key's (lossless).
+    pub evicted_idle: u64,
+    /// Live keys forgotten (`--overflow evict_live`).
+    pub evicted_live: u64,
+    /// Requests of new keys refused (`--overflow refuse_new`).
+    pub refused_new: u64,
+}
+
+/// The process's peak resident set size in MiB, from `/proc/self/status` (`None` elsewhere).
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// Runs the bench and prints its summary and JSON line to stdout.
@@ -179,10 +212,23 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
             invalid("sync-interval", text.clone(), "a duration, e.g. 100ms")
         })?)),
     };
+    let overflow = match args.overflow.as_str() {
+        "evict_live" => OverflowPolicy::EvictLive,
+        "refuse_new" => OverflowPolicy::RefuseNew,
+        other => {
+            return Err(invalid(
+                "overflow",
+                other.into(),
+                "evict_live or refuse_new",
+            ))
+        }
+    };
     let config = StoreConfig {
         url: Some(args.store.clone()),
         mode,
         sync_interval,
+        max_keys: args.max_keys,
+        overflow,
         ..StoreConfig::default()
     };
     // As `serve` does: the store lives on a runtime of its own (a Redis connection's
@@ -223,6 +269,13 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         p999_ms: ms(0.999),
         max_ms: totals.latencies.max() as f64 / 1e6,
         store: store.kind(),
+        peak_rss_mib: peak_rss_mib(),
+        memory: store.memory_stats().map(|m| MemoryReport {
+            keys: m.keys,
+            evicted_idle: m.evicted_idle,
+            evicted_live: m.evicted_live,
+            refused_new: m.refused_new,
+        }),
     };
     let summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
@@ -244,6 +297,16 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         shown(report.max_ms),
     );
     let mut summary = summary;
+    if let Some(m) = &report.memory {
+        summary.push_str(&format!(
+            "\nmemory store: {} keys held (max {}), {} idle keys dropped, {} live keys evicted, \
+             {} requests of new keys refused",
+            m.keys, args.max_keys, m.evicted_idle, m.evicted_live, m.refused_new
+        ));
+    }
+    if let Some(peak) = report.peak_rss_mib {
+        summary.push_str(&format!("\npeak resident memory: {peak:.0} MiB"));
+    }
     if let Some(stats) = store.cached_stats() {
         summary.push_str(&format!(
             "\ncached mode: {} syncs ({} failed); cost sent {}, kept for a later sync {}, lost {}; \

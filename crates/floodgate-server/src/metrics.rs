@@ -332,6 +332,8 @@ pub struct StoreLive {
     pub breaker: Option<BreakerState>,
     /// Whether the last call succeeded (`None` before the first).
     pub last_call_ok: Option<bool>,
+    /// The memory store's bookkeeping (`None` for Redis).
+    pub memory: Option<floodgate::store::StoreStats>,
 }
 
 impl StoreLive {
@@ -343,6 +345,7 @@ impl StoreLive {
             errors: ErrorKind::ALL.map(|k| health.errors(k)),
             breaker,
             last_call_ok: health.last_call_ok(),
+            memory: None,
         }
     }
 
@@ -380,6 +383,35 @@ impl StoreLive {
                 out,
                 "floodgate_store_last_call_ok{{store=\"{store}\"}} {}",
                 u8::from(ok)
+            )?;
+        }
+        if let Some(m) = &self.memory {
+            writeln!(
+                out,
+                "# HELP floodgate_store_keys Keys the memory store holds now (at most store.max_keys)."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_keys gauge")?;
+            writeln!(out, "floodgate_store_keys{{store=\"{store}\"}} {}", m.keys)?;
+            writeln!(
+                out,
+                "# HELP floodgate_store_evictions_total Keys the memory store dropped to make room: idle (their state was a fresh key's: lossless) or live (store.overflow: evict_live)."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_evictions_total counter")?;
+            for (reason, n) in [("idle", m.evicted_idle), ("live", m.evicted_live)] {
+                writeln!(
+                    out,
+                    "floodgate_store_evictions_total{{store=\"{store}\",reason=\"{reason}\"}} {n}"
+                )?;
+            }
+            writeln!(
+                out,
+                "# HELP floodgate_store_refused_new_total Requests of new keys refused because the memory store was full of live keys (store.overflow: refuse_new)."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_refused_new_total counter")?;
+            writeln!(
+                out,
+                "floodgate_store_refused_new_total{{store=\"{store}\"}} {}",
+                m.refused_new
             )?;
         }
         if let Some(state) = self.breaker {
@@ -427,6 +459,7 @@ mod tests {
                 errors: [2, 3, 0],
                 breaker: Some(BreakerState::Open),
                 last_call_ok: Some(false),
+                memory: None,
             }),
             ..Live::default()
         };

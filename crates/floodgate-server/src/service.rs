@@ -565,10 +565,10 @@ impl Server {
         Live {
             stages: snapshot.pipeline.snapshot().await,
             busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
-            store: Some(StoreLive::read(
-                self.store.health(),
-                self.store.breaker_state(),
-            )),
+            store: Some(StoreLive {
+                memory: self.store.memory_stats(),
+                ..StoreLive::read(self.store.health(), self.store.breaker_state())
+            }),
             config: Some(snapshot),
         }
     }

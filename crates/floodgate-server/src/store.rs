@@ -86,6 +86,7 @@ impl ServiceStore {
             StoreUrl::Memory => {
                 let store = MemoryStore::builder()
                     .max_keys(config.max_keys)
+                    .overflow(config.overflow.into())
                     .build()
                     .map_err(|e| ConfigFileError::from_config_error("store", e))?;
                 Backend::Memory(Arc::new(store))
@@ -129,6 +130,15 @@ impl ServiceStore {
     /// The store's health: counters, the last call's outcome.
     pub fn health(&self) -> &StoreHealth {
         &self.health
+    }
+
+    /// The memory store's bookkeeping (keys held, evictions, refusals of new keys); `None`
+    /// for a Redis store.
+    pub fn memory_stats(&self) -> Option<floodgate::store::StoreStats> {
+        match &self.backend {
+            Backend::Memory(m) => Some(m.stats()),
+            Backend::Redis(_) | Backend::Cached(..) => None,
+        }
     }
 
     /// The circuit breaker's state (a Redis store's; the memory store has none).

@@ -810,3 +810,44 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
     );
     assert_eq!(call("nowhere", vec![api()]).await, (1, vec![(1, 0)]));
 }
+
+#[tokio::test]
+async fn a_key_flood_is_bounded_and_counted_in_the_metrics() {
+    // 64 keys at most, new keys refused while every tracked one is live (a minute's window).
+    let config = "store: { max_keys: 64, overflow: refuse_new }\n\
+                  limits:\n  per_ip: { algorithm: fixed_window, limit: 5, window: 1m }\n";
+    let s = start(Some(config), None).await;
+    let mut refused = 0;
+    for i in 0..500 {
+        let (status, body) = s
+            .post(
+                "/v1/check",
+                json!({"limiter": "per_ip", "key": format!("10.0.{}.{}", i / 256, i % 256)}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        refused += usize::from(body["allowed"] == false);
+    }
+    assert!(refused >= 500 - 128, "{refused}");
+    let (_, metrics) = s.get("/metrics").await;
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{metrics}"))
+    };
+    // The bound is per shard (max_keys / shards, rounded up), so at most a shard's rounding
+    // above 64.
+    let keys = value("floodgate_store_keys{store=\"memory\"}");
+    assert!((1..=128).contains(&keys), "{keys}");
+    assert_eq!(
+        value("floodgate_store_refused_new_total{store=\"memory\"}"),
+        refused as u64
+    );
+    assert_eq!(
+        value("floodgate_store_evictions_total{store=\"memory\",reason=\"live\"}"),
+        0
+    );
+}

@@ -5,7 +5,8 @@
 //! ```yaml
 //! http: 127.0.0.1:8080          # optional listen addresses
 //! grpc: 127.0.0.1:8081
-//! store: { max_keys: 1000000 }  # the in-memory store's bound (default 1,000,000)
+//! store: { max_keys: 1000000, overflow: evict_live }  # the in-memory store's bound (default
+//!                               # 1,000,000) and what a full store does (or refuse_new)
 //! # or, to count across every process sharing a Redis (`serve --store URL` overrides `url`):
 //! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms, breaker: { threshold: 3, cool_down: 1s },
 //! #          password_env: REDIS_PASSWORD, nodes: 3 }
@@ -150,6 +151,13 @@ pub struct StoreConfig {
     /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
+    /// What the memory store does when a new key arrives and its shard is full of live keys
+    /// (after dropping every idle key, which changes no decision): `evict_live` (the default:
+    /// forget a live key, which may then be over-admitted by one burst) or `refuse_new` (keep
+    /// every tracked key exact and refuse requests of new keys until room frees up). Both are
+    /// counted in `/metrics`.
+    #[serde(default)]
+    pub overflow: OverflowPolicy,
     /// The Redis store's bound on every call (above 0; default 50 ms).
     #[serde(default)]
     pub timeout: Option<SpecDuration>,
@@ -186,6 +194,26 @@ pub struct StoreConfig {
     /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
     #[serde(default)]
     pub load_budget: Option<SpecDuration>,
+}
+
+/// The memory store's overflow policy, as the config writes it (see [`StoreConfig::overflow`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverflowPolicy {
+    /// Forget a live key to make room.
+    #[default]
+    EvictLive,
+    /// Refuse requests of new keys until room frees up.
+    RefuseNew,
+}
+
+impl From<OverflowPolicy> for floodgate::store::Overflow {
+    fn from(policy: OverflowPolicy) -> Self {
+        match policy {
+            OverflowPolicy::EvictLive => floodgate::store::Overflow::EvictLive,
+            OverflowPolicy::RefuseNew => floodgate::store::Overflow::RefuseNew,
+        }
+    }
 }
 
 /// How the service uses a Redis store (see [`StoreConfig::mode`]).
@@ -249,6 +277,7 @@ impl Default for StoreConfig {
         StoreConfig {
             url: None,
             max_keys: default_max_keys(),
+            overflow: OverflowPolicy::default(),
             timeout: None,
             breaker: None,
             password_env: None,
