@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod connections;
 pub mod dashboard;
 pub mod descriptors;
 pub mod grpc;

@@ -37,6 +37,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::config::{Config, ConfigFileError, Overrides};
+use crate::connections::ConnectionGate;
 use crate::service::Server;
 
 /// The HTTP address used when neither the command line nor the config names one.
@@ -399,6 +400,7 @@ pub(crate) async fn serve_each<S, F, C>(
     api: &'static str,
     connections: S,
     shutdown: F,
+    gate: Option<Arc<ConnectionGate>>,
     mut serve_one: impl FnMut(tokio::net::TcpStream) -> C,
 ) where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
@@ -425,10 +427,23 @@ pub(crate) async fn serve_each<S, F, C>(
                 break;
             }
         };
+        // A place (`connections.max_connections`) before serving it: while every place is
+        // taken, this connection waits and no other is taken, so the rest stay in the
+        // hand-off queue and then unaccepted in the kernel's listen queue.
+        if let Some(gate) = &gate {
+            tokio::select! {
+                () = gate.admit() => {}
+                () = &mut shutdown => break,
+            }
+        }
         let connection = graceful.watch(serve_one(stream));
+        let gate = gate.clone();
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(api, error = %e, "connection closed on an error");
+            }
+            if let Some(gate) = gate {
+                gate.release();
             }
         });
     }

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError, Overrides, Served};
+use crate::connections::{ConnectionGate, ConnectionLimits};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
@@ -164,6 +165,9 @@ pub struct Server {
     tokens: LeaseTokens,
     metrics: Metrics,
     dashboard: Dashboard,
+    /// The connection limits the process started with, and the count of open connections.
+    limits: ConnectionLimits,
+    gate: Arc<ConnectionGate>,
     ready: AtomicBool,
     clock: SystemClock,
 }
@@ -179,7 +183,10 @@ impl Server {
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
         let snapshot = build_snapshot(&config, &store)?;
+        let limits = config.connections.clone();
         Ok(Server {
+            gate: ConnectionGate::new(limits.max_connections),
+            limits,
             snapshot: ArcSwap::from_pointee(snapshot),
             store,
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
@@ -213,6 +220,16 @@ impl Server {
     pub fn with_heavy_keys(mut self, counters: usize) -> Server {
         self.dashboard = Dashboard::new(counters);
         self
+    }
+
+    /// The connection limits the service started with (a reload keeps them).
+    pub fn limits(&self) -> &ConnectionLimits {
+        &self.limits
+    }
+
+    /// The count of open connections, against `connections.max_connections`.
+    pub fn gate(&self) -> &Arc<ConnectionGate> {
+        &self.gate
     }
 
     /// The service's metrics.
@@ -645,5 +662,9 @@ fn build_snapshot(config: &Config, store: &ServiceStore) -> Result<Snapshot, Con
 impl crate::grpc::RlsBackend for Server {
     async fn should_rate_limit(&self, request: RlsRequest) -> RlsResponse {
         Server::should_rate_limit(self, &request, Endpoint::Grpc).await
+    }
+
+    fn connection_limits(&self) -> (ConnectionLimits, Option<Arc<ConnectionGate>>) {
+        (self.limits.clone(), Some(self.gate.clone()))
     }
 }

@@ -10,6 +10,8 @@
 //! # or, to count across every process sharing a Redis (`serve --store URL` overrides `url`):
 //! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms, breaker: { threshold: 3, cool_down: 1s },
 //! #          password_env: REDIS_PASSWORD, nodes: 3 }
+//! connections: { max_connections: 10000, header_read_timeout: 30s, max_header_bytes: 16384,
+//!                max_body_bytes: 65536, max_streams: 4096 }   # defaults; crate::connections
 //! plans:                        # plan name -> algorithm (floodgate's AlgorithmSpec)
 //!   free: { algorithm: token_bucket, rate: 50, capacity: 100 }
 //! default_plan: free            # for users without a known plan
@@ -92,6 +94,7 @@ pub use self::validate::ConfigFileError;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
 use self::validate::key_path;
+use crate::connections::ConnectionLimits;
 use crate::descriptors::RuleSet;
 
 /// A whole server configuration (see the [module documentation](self)).
@@ -107,6 +110,9 @@ pub struct Config {
     /// The store's settings.
     #[serde(default)]
     pub store: StoreConfig,
+    /// Limits on connections (read once at start-up; see [`crate::connections`]).
+    #[serde(default)]
+    pub connections: ConnectionLimits,
     /// The request rate limiter's plans: name → algorithm.
     #[serde(default)]
     pub plans: BTreeMap<String, AlgorithmSpec>,
@@ -601,6 +607,7 @@ impl Config {
             http: None,
             grpc: None,
             store: StoreConfig::default(),
+            connections: ConnectionLimits::default(),
             plans,
             default_plan: Some("free".to_string()),
             endpoint_costs: BTreeMap::new(),

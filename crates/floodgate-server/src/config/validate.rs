@@ -123,10 +123,12 @@ impl Config {
     /// The checks across fields that no single part's builder can make, given the built
     /// `plans` ([`Config::build`] runs them before building the rest; each part's own
     /// parameters are checked by its builder, with the same paths):
+    /// the `connections` limits' ranges ([`crate::connections::ConnectionLimits::validate`]);
     /// `store.max_keys` ≥ 1; `http` and `grpc` differ (unless the port is 0); when there are
     /// plans or a request rate limiter, `default_plan` names a plan (and a request rate limiter
     /// needs at least one plan); every user's plan exists; endpoint costs are ≥ 1.
     pub fn validate(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
+        self.connections.validate()?;
         if let (Some(http), Some(grpc)) = (self.http, self.grpc) {
             if http == grpc && http.port() != 0 {
                 return Err(ConfigFileError::invalid(

@@ -28,11 +28,6 @@ use crate::runtime::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 /// The one method served.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Calls in flight on one connection. Envoy sends every rate-limit call of a worker over few
-/// connections, so this is well above its default of 1,024 requests per cluster; the bound
-/// keeps a single client from holding unbounded per-stream state.
-const MAX_CONCURRENT_STREAMS: u32 = 4_096;
-
 /// The gRPC message prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
 
@@ -49,16 +44,21 @@ where
     S: Stream<Item = std::io::Result<TcpStream>>,
     F: Future<Output = ()>,
 {
+    // Calls in flight on one connection (`connections.max_streams`, default 4,096): Envoy
+    // sends every rate-limit call of a worker over few connections, so the default is well
+    // above its 1,024 requests per cluster; the bound keeps one client from holding unbounded
+    // per-stream state.
+    let (limits, gate) = backend.connection_limits();
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     // gRPC has no use for `date`; leaving it out saves a header on every answer. The pings are
     // the ones the HTTP API's HTTP/2 side sends too (see KEEP_ALIVE_INTERVAL).
     http2
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(limits.max_streams)
         .auto_date_header(false)
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    crate::runtime::serve_each("grpc", connections, shutdown, |stream| {
+    crate::runtime::serve_each("grpc", connections, shutdown, gate, |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };

@@ -139,6 +139,17 @@ pub trait RlsBackend: Send + Sync + 'static {
     /// Decides one call. There is no error: a backend that cannot decide answers for itself
     /// (fails open, say) in the response.
     fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send;
+
+    /// The limits the gRPC connections are served with, and the gate counting them against
+    /// `max_connections` (the defaults and no gate unless the backend says otherwise).
+    fn connection_limits(
+        &self,
+    ) -> (
+        crate::connections::ConnectionLimits,
+        Option<std::sync::Arc<crate::connections::ConnectionGate>>,
+    ) {
+        (crate::connections::ConnectionLimits::default(), None)
+    }
 }
 
 /// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the

@@ -47,12 +47,13 @@ use crate::rls::json::RlsJsonError;
 use crate::runtime::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::service::{AdminError, EvaluateError, EvaluateRequest, ReleaseTokenError, Server};
 
-/// The largest request body accepted, in bytes.
+/// The largest request body accepted by default, in bytes (`connections.max_body_bytes`).
 pub const MAX_BODY: usize = 64 * 1024;
 
-/// How long a client may take to send a request's head over HTTP/1.1, counted from when the
-/// server starts reading it; then the connection is closed. Without it a client that sends a
-/// byte now and then (slowloris) would hold a connection and its task for good.
+/// How long a client may take by default to send a request's head over HTTP/1.1, counted from
+/// when the server starts waiting for it (`connections.header_read_timeout`); then the
+/// connection is closed. Without it a client that sends a byte now and then (slowloris) would
+/// hold a connection and its task for good.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
@@ -63,18 +64,22 @@ where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
     F: std::future::Future<Output = ()>,
 {
+    let limits = server.limits().clone();
+    let gate = Some(server.gate().clone());
     let router = router(server);
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(limits.header_read_timeout.0)
+        .max_buf_size(limits.max_header_bytes);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    serve_each("http", connections, shutdown, |stream| {
+    serve_each("http", connections, shutdown, gate, |stream| {
         let service = TowerToHyperService::new(router.clone());
         builder
             .serve_connection(TokioIo::new(stream), service)
@@ -85,6 +90,7 @@ where
 
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
+    let max_body = server.limits().max_body_bytes;
     Router::new()
         .route("/", get(home_page))
         .route("/v1/check", post(check))
@@ -99,7 +105,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/admin/plan", post(admin_plan))
         .route("/admin/reload", post(admin_reload))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(max_body))
         .with_state(server)
 }
 
