@@ -187,3 +187,25 @@ async fn the_api_speaks_http2_with_prior_knowledge_too() {
         .to_bytes();
     assert_eq!(&body[..], b"ok");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_is_not_buffered_without_bound() {
+    let addr = start().await;
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (_reader, mut writer) = stream.into_split();
+    // Two million pipelined requests (80 MB), answers never read: the server answers into the
+    // socket until the kernel's buffers are full (a few MB each way on loopback), then stops
+    // reading requests, so the client cannot write them all.
+    let request = b"GET /livez HTTP/1.1\r\nHost: floodgate\r\n\r\n";
+    let mut written = 0usize;
+    let total = 2_000_000 * request.len();
+    let all = tokio::time::timeout(Duration::from_secs(5), async {
+        while written < total {
+            writer.write_all(request).await.expect("a write");
+            written += request.len();
+        }
+    })
+    .await;
+    assert!(all.is_err(), "the server read everything: {written} bytes");
+    assert!(written < total / 2, "{written} of {total} bytes taken");
+}
