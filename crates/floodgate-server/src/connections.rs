@@ -8,7 +8,14 @@
 //!   max_header_bytes: 16384     # HTTP/1.1: a request head's size (431 above it)
 //!   max_body_bytes: 65536       # a request body's size (413 above it)
 //!   max_streams: 4096           # HTTP/2: concurrent streams per connection (both APIs)
+//!   max_in_flight: 10000        # decisions being answered at once, both APIs together
 //! ```
+//!
+//! **Overload.** Beyond `max_in_flight` decisions being answered at once (they pile up when the
+//! store is slow: each waits up to the store's timeout), a new call is shed at once instead of
+//! queued: `503` with `Retry-After: 1` and `{"error": {"type": "overloaded"}}` on the HTTP
+//! API, `UNAVAILABLE` on gRPC (Envoy then applies its `failure_mode_deny`). Health, metrics and
+//! the dashboard are never shed. Shed calls are counted (`floodgate_overload_shed_total`).
 //!
 //! A connection beyond `max_connections` is not refused: it waits until one closes (one per
 //! worker taken but not yet served, the next ones in the bounded hand-off queue to the
@@ -17,6 +24,7 @@
 //! A peer that opens connections and sends nothing holds one of them for at most
 //! `header_read_timeout` (HTTP/1.1; an HTTP/2 peer is pinged and closed if it does not answer).
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +49,9 @@ pub struct ConnectionLimits {
     pub max_body_bytes: usize,
     /// Concurrent HTTP/2 streams per connection (at least 1).
     pub max_streams: u32,
+    /// Decisions being answered at once, both APIs together, beyond which calls are shed
+    /// (at least 1).
+    pub max_in_flight: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -51,6 +62,7 @@ impl Default for ConnectionLimits {
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
             max_streams: 4_096,
+            max_in_flight: 10_000,
         }
     }
 }
@@ -86,6 +98,9 @@ impl ConnectionLimits {
         }
         if self.max_streams == 0 {
             return bad("max_streams", "0".into(), "at least 1");
+        }
+        if self.max_in_flight == 0 {
+            return bad("max_in_flight", "0".into(), "at least 1");
         }
         Ok(())
     }
@@ -127,6 +142,67 @@ impl ConnectionGate {
     }
 }
 
+/// The decisions being answered, against `max_in_flight`.
+#[derive(Debug)]
+pub struct InFlight {
+    now: AtomicUsize,
+    max: usize,
+    shed: AtomicU64,
+}
+
+/// A call counted in [`InFlight`]; dropping it ends the call.
+#[derive(Debug)]
+#[must_use = "the call counts as in flight while its guard lives"]
+pub struct CallGuard<'a>(&'a InFlight);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A call shed because `max_in_flight` decisions were being answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the service is answering {max} decisions at once (connections.max_in_flight); retry in 1 s"
+)]
+pub struct Overloaded {
+    /// The limit.
+    pub max: usize,
+}
+
+impl InFlight {
+    /// A count of at most `max` calls.
+    pub fn new(max: usize) -> InFlight {
+        InFlight {
+            now: AtomicUsize::new(0),
+            max,
+            shed: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a call in, or sheds it (counted) when `max` are in flight already.
+    pub fn enter(&self) -> Result<CallGuard<'_>, Overloaded> {
+        let before = self.now.fetch_add(1, Ordering::Relaxed);
+        if before >= self.max {
+            self.now.fetch_sub(1, Ordering::Relaxed);
+            self.shed.fetch_add(1, Ordering::Relaxed);
+            return Err(Overloaded { max: self.max });
+        }
+        Ok(CallGuard(self))
+    }
+
+    /// Calls in flight now.
+    pub fn now(&self) -> usize {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// Calls shed since the start.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +236,18 @@ mod tests {
             assert!(message.contains(field), "{message}");
         }
         assert!(ConnectionLimits::default().validate().is_ok());
+    }
+
+    #[test]
+    fn calls_beyond_the_limit_are_shed_and_counted() {
+        let calls = InFlight::new(2);
+        let a = calls.enter().unwrap();
+        let _b = calls.enter().unwrap();
+        assert_eq!(calls.enter().unwrap_err(), Overloaded { max: 2 });
+        assert_eq!((calls.now(), calls.shed()), (2, 1));
+        drop(a);
+        let _c = calls.enter().unwrap();
+        assert_eq!(calls.shed(), 1);
     }
 
     #[tokio::test(flavor = "current_thread")]

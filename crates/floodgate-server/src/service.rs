@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Config, ConfigFileError, Overrides, Served};
-use crate::connections::{ConnectionGate, ConnectionLimits};
+use crate::connections::{CallGuard, ConnectionGate, ConnectionLimits, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
@@ -168,6 +168,7 @@ pub struct Server {
     /// The connection limits the process started with, and the count of open connections.
     limits: ConnectionLimits,
     gate: Arc<ConnectionGate>,
+    in_flight: InFlight,
     ready: AtomicBool,
     clock: SystemClock,
 }
@@ -186,6 +187,7 @@ impl Server {
         let limits = config.connections.clone();
         Ok(Server {
             gate: ConnectionGate::new(limits.max_connections),
+            in_flight: InFlight::new(limits.max_in_flight),
             limits,
             snapshot: ArcSwap::from_pointee(snapshot),
             store,
@@ -230,6 +232,12 @@ impl Server {
     /// The count of open connections, against `connections.max_connections`.
     pub fn gate(&self) -> &Arc<ConnectionGate> {
         &self.gate
+    }
+
+    /// Counts a decision call in, or sheds it when `connections.max_in_flight` are being
+    /// answered (see [`crate::connections`]).
+    pub fn enter_call(&self) -> Result<CallGuard<'_>, Overloaded> {
+        self.in_flight.enter()
     }
 
     /// The service's metrics.
@@ -595,6 +603,14 @@ impl Server {
         let live = self.live().await;
         let mut text = self.metrics.render(&live);
         self.store.write_cached_metrics(&mut text);
+        text.push_str(&format!(
+            "# HELP floodgate_calls_in_flight Decisions being answered now (at most connections.max_in_flight).\n\
+             # TYPE floodgate_calls_in_flight gauge\nfloodgate_calls_in_flight {}\n\
+             # HELP floodgate_overload_shed_total Decision calls shed because connections.max_in_flight were being answered.\n\
+             # TYPE floodgate_overload_shed_total counter\nfloodgate_overload_shed_total {}\n",
+            self.in_flight.now(),
+            self.in_flight.shed()
+        ));
         text
     }
 
@@ -666,5 +682,9 @@ impl crate::grpc::RlsBackend for Server {
 
     fn connection_limits(&self) -> (ConnectionLimits, Option<Arc<ConnectionGate>>) {
         (self.limits.clone(), Some(self.gate.clone()))
+    }
+
+    fn enter_call(&self) -> Result<Option<CallGuard<'_>>, Overloaded> {
+        self.in_flight.enter().map(Some)
     }
 }

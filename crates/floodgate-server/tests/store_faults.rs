@@ -253,3 +253,58 @@ limiters:
         "Redis's count again"
     );
 }
+
+/// A slow store makes decisions pile up; beyond `connections.max_in_flight` the service sheds
+/// the excess at once (503 `overloaded`, `Retry-After: 1`) instead of queueing it, while the
+/// calls it took wait for the store and fail open. Health and metrics still answer.
+#[tokio::test]
+async fn beyond_max_in_flight_the_service_sheds_at_once_instead_of_queueing() {
+    let redis = RedisServer::start();
+    // A long timeout and no breaker, so that the taken calls hold their places while Redis is
+    // paused.
+    let config = "store: {timeout: 30s, breaker: {threshold: 0}}\n\
+                  connections: {max_in_flight: 4}\n\
+                  limits:\n  window: {algorithm: fixed_window, limit: 5, window: 1h}\n";
+    let (_dir, path) = config_file(config);
+    let node = serve(&path, &redis.url(), &[]);
+    let client = reqwest::Client::new();
+    check(&node, &client, "warm").await;
+    redis.signal("STOP");
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let (client, http) = (client.clone(), node.http.clone());
+        calls.spawn(async move {
+            let response = client
+                .post(format!("{http}/v1/check"))
+                .json(&json!({"limiter": "window", "key": format!("k{i}")}))
+                .send()
+                .await
+                .expect("an answer");
+            let retry = response.headers().get("retry-after").cloned();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.expect("JSON");
+            (status, retry, body)
+        });
+    }
+    // While Redis is still paused, the calls beyond the four in flight come back shed.
+    let mut shed = 0;
+    while shed < 20 {
+        let (status, retry, body) = calls.join_next().await.unwrap().unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["type"], "overloaded", "{body}");
+        assert_eq!(retry.as_ref().map(|v| v.as_bytes()), Some(&b"1"[..]));
+        shed += 1;
+    }
+    let (status, metrics) = node.get(&client, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("floodgate_overload_shed_total 20"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("floodgate_calls_in_flight 4"), "{metrics}");
+    redis.signal("CONT");
+    while let Some(call) = calls.join_next().await {
+        let (status, _, body) = call.unwrap();
+        assert_eq!(status, 200, "the four taken are answered: {body}");
+    }
+}

@@ -109,6 +109,10 @@ async fn answer<B: RlsBackend>(backend: &B, request: Request<Incoming>) -> Respo
 }
 
 async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitResponse, Refusal> {
+    // Shed before reading anything: an overloaded service must answer this one cheaply.
+    let _call = backend
+        .enter_call()
+        .map_err(|e| Refusal::new(GrpcCode::Unavailable, e.to_string()))?;
     let message = read_message(body).await?;
     let request = RateLimitRequest::decode(message).map_err(|e| {
         Refusal::new(
@@ -252,6 +256,7 @@ impl Received {
 enum GrpcCode {
     InvalidArgument = 3,
     ResourceExhausted = 8,
+    Unavailable = 14,
     Unimplemented = 12,
     Internal = 13,
 }

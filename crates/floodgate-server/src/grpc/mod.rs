@@ -150,6 +150,14 @@ pub trait RlsBackend: Send + Sync + 'static {
     ) {
         (crate::connections::ConnectionLimits::default(), None)
     }
+
+    /// Counts a call in before it is read, or sheds it (answered `UNAVAILABLE` at once);
+    /// `Ok(None)` when the backend does not count calls (the default).
+    fn enter_call(
+        &self,
+    ) -> Result<Option<crate::connections::CallGuard<'_>>, crate::connections::Overloaded> {
+        Ok(None)
+    }
 }
 
 /// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the

@@ -8,7 +8,8 @@
 //! | status | `type` | when |
 //! |---|---|---|
 //! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type; `/v1/dashboard`: a query other than `since=N` |
-//! | 413 | `body_too_large` | the body is over [`MAX_BODY`] |
+//! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]) |
+//! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
 //! | 404 | `not_found` | no such endpoint |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
 //! | 400 | `unknown_priority`, `empty_user` | `/v1/evaluate` ([`EvaluateError`]) |
@@ -91,12 +92,20 @@ where
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
-    Router::new()
-        .route("/", get(home_page))
+    // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the dashboard
+    // and the admin API always answer.
+    let decisions = Router::new()
         .route("/v1/check", post(check))
         .route("/v1/evaluate", post(evaluate))
         .route("/v1/release", post(release))
         .route("/json", post(envoy_json))
+        .route_layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            shed_overload,
+        ));
+    Router::new()
+        .route("/", get(home_page))
+        .merge(decisions)
         .route("/metrics", get(metrics))
         .route("/v1/dashboard", get(dashboard))
         .route("/livez", get(livez))
@@ -400,6 +409,28 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
         server.render_metrics().await,
     )
         .into_response()
+}
+
+/// Answers a decision call, or sheds it at once with 503 when the service is answering
+/// `connections.max_in_flight` of them already.
+async fn shed_overload(
+    State(server): State<Arc<Server>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let _call = match server.enter_call() {
+        Ok(call) => call,
+        Err(e) => {
+            let mut response =
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string())
+                    .into_response();
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+            return response;
+        }
+    };
+    next.run(request).await
 }
 
 /// `GET /v1/dashboard[?since=SEQ]`: the dashboard's data ([`crate::dashboard`]); the heaviest

@@ -7,7 +7,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -52,10 +51,7 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        // In a process group of its own, so that dropping the browser stops Chromium too, even
-        // when a failed test never ends its session.
         let mut driver = Command::new(CHROMEDRIVER)
-            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -121,10 +117,6 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The whole group: chromedriver and the Chromium processes it started.
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.driver.id())])
-            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
