@@ -95,6 +95,21 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
 }
 
 impl Service {
+    /// Sends the process `signal` (`HUP`, `TERM`, …).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// The process's exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("the child's status")
+    }
+
     /// `POST path` with a JSON body: the status and the JSON answer.
     pub async fn post(&self, client: &reqwest::Client, path: &str, body: &Value) -> (u16, Value) {
         let response = client
