@@ -1,0 +1,110 @@
+//! A flood of distinct keys on Redis (a `redis-server` of the test's own, never the machine's)
+//! leaves nothing behind: every key written carries a TTL that runs out when its state is a
+//! fresh key's again, so once the longest window has passed, Redis holds no key. Time is
+//! Redis's own (`TIME`), as in production; the test waits for Redis's expiry by polling
+//! `DBSIZE` a bounded number of times.
+//!
+//! Not covered: `smooth_bursty` keys that store permits (`max_burst_seconds > 0`), which never
+//! become fresh (a new key starts empty, an idle one full) and are kept without a TTL.
+#![cfg(feature = "redis")]
+
+mod redis_common;
+
+use std::time::Duration;
+
+use floodgate::algorithm::concurrency::Fleet;
+use floodgate::algorithm::fixed_window::FixedWindow;
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::leaky_bucket::LeakyBucket;
+use floodgate::algorithm::sliding_log::SlidingLog;
+use floodgate::algorithm::sliding_window::SlidingWindow;
+use floodgate::algorithm::smooth::SmoothWarmingUp;
+use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::algorithm::Algorithm;
+use floodgate::store::{RedisStore, Request, Store};
+use floodgate::{LeaseId, Op};
+use floodgate_redis_harness::RedisServer;
+use redis_common::{raw, runtime};
+
+/// Distinct keys per algorithm.
+const KEYS: usize = 2_000;
+
+#[test]
+fn a_flood_of_distinct_keys_expires_entirely_after_the_longest_window() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let store = RedisStore::builder(server.url())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let window = Duration::from_millis(400);
+        let algorithms: Vec<(AnyAlgorithm, Op)> = vec![
+            (
+                TokenBucket::new(10.0, 4).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                LeakyBucket::new(10.0, 4).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                FixedWindow::new(4, window).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                SlidingLog::new(4, window).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                SlidingWindow::new(4, window, None).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                Gcra::new(3, 10, Duration::from_secs(1)).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                SmoothWarmingUp::new(20.0, window, 3.0).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                Fleet::new(100, 0.1, window).unwrap().into(),
+                Op::Acquire {
+                    lease: LeaseId(7),
+                    critical: false,
+                },
+            ),
+        ];
+        for (i, (algorithm, op)) in algorithms.iter().enumerate() {
+            let keys: Vec<String> = (0..KEYS).map(|k| format!("flood:{i}:{k}")).collect();
+            for chunk in keys.chunks(500) {
+                let requests: Vec<Request<'_, str, AnyAlgorithm>> = chunk
+                    .iter()
+                    .map(|key| Request {
+                        algorithm,
+                        key: key.as_str(),
+                        op: *op,
+                    })
+                    .collect();
+                let decisions = store.apply_many(&requests).await.unwrap();
+                assert!(decisions.iter().all(|d| d.allowed), "{}", algorithm.name());
+            }
+        }
+        let mut raw = raw(&server).await;
+        let size: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+        // The shortest-lived keys may be gone already.
+        assert!(size > 0 && size as usize <= KEYS * algorithms.len(), "{size}");
+        // Redis expires keys on its own clock; poll until none is left (each poll is a round
+        // trip; the bound keeps a key without a TTL from hanging the test).
+        let mut left = size;
+        for _ in 0..200_000 {
+            left = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+            if left == 0 {
+                break;
+            }
+        }
+        assert_eq!(left, 0, "keys without a TTL were left behind");
+    });
+}
