@@ -388,7 +388,7 @@ impl StoreLive {
         if let Some(m) = &self.memory {
             writeln!(
                 out,
-                "# HELP floodgate_store_keys Keys the memory store holds now (at most store.max_keys)."
+                "# HELP floodgate_store_keys Keys the memory store holds now (at most store.max_keys, enforced per shard)."
             )?;
             writeln!(out, "# TYPE floodgate_store_keys gauge")?;
             writeln!(out, "floodgate_store_keys{{store=\"{store}\"}} {}", m.keys)?;

@@ -37,8 +37,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::config::{Config, ConfigFileError, Overrides};
-use crate::connections::ConnectionGate;
+use crate::connections::{Admission, Watched, PREFACE};
 use crate::service::Server;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The HTTP address used when neither the command line nor the config names one.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
@@ -400,13 +401,13 @@ pub(crate) async fn serve_each<S, F, C>(
     api: &'static str,
     connections: S,
     shutdown: F,
-    gate: Option<Arc<ConnectionGate>>,
-    mut serve_one: impl FnMut(tokio::net::TcpStream) -> C,
+    admission: Admission,
+    mut serve_one: impl FnMut(Watched) -> C,
 ) where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
     F: Future<Output = ()>,
     C: GracefulConnection + Send + 'static,
-    C::Error: std::fmt::Display,
+    C::Error: std::fmt::Display + Send,
 {
     let graceful = GracefulShutdown::new();
     tokio::pin!(connections, shutdown);
@@ -430,20 +431,32 @@ pub(crate) async fn serve_each<S, F, C>(
         // A place (`connections.max_connections`) before serving it: while every place is
         // taken, this connection waits and no other is taken, so the rest stay in the
         // hand-off queue and then unaccepted in the kernel's listen queue.
-        if let Some(gate) = &gate {
-            tokio::select! {
-                () = gate.admit() => {}
+        let place = match &admission.gate {
+            Some(gate) => tokio::select! {
+                place = gate.admit() => place,
                 () = &mut shutdown => break,
-            }
-        }
-        let connection = graceful.watch(serve_one(stream));
-        let gate = gate.clone();
+            },
+            None => None,
+        };
+        let seen = Arc::new(AtomicUsize::new(0));
+        let connection = graceful.watch(serve_one(Watched::new(stream, seen.clone())));
+        let first_bytes = admission.first_bytes;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            // The place goes back when this task ends, even by unwinding.
+            let _place = place;
+            tokio::pin!(connection);
+            let served = match tokio::time::timeout(first_bytes, &mut connection).await {
+                Ok(served) => served,
+                // Not even a preface's worth of bytes in all that time: not a client. Dropping
+                // the connection closes it.
+                Err(_) if seen.load(Ordering::Relaxed) < PREFACE => {
+                    tracing::debug!(api, "connection closed: nothing sent");
+                    return;
+                }
+                Err(_) => connection.await,
+            };
+            if let Err(e) = served {
                 tracing::debug!(api, error = %e, "connection closed on an error");
-            }
-            if let Some(gate) = gate {
-                gate.release();
             }
         });
     }

@@ -58,7 +58,11 @@ where
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    crate::runtime::serve_each("grpc", connections, shutdown, gate, |stream| {
+    let admission = crate::connections::Admission {
+        gate,
+        first_bytes: limits.header_read_timeout.0,
+    };
+    crate::runtime::serve_each("grpc", connections, shutdown, admission, |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };
@@ -109,11 +113,12 @@ async fn answer<B: RlsBackend>(backend: &B, request: Request<Incoming>) -> Respo
 }
 
 async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitResponse, Refusal> {
-    // Shed before reading anything: an overloaded service must answer this one cheaply.
+    let message = read_message(body).await?;
+    // Counted once its message is in (a peer that never sends one holds no place), then shed
+    // at once if the service is answering `max_in_flight` calls already.
     let _call = backend
         .enter_call()
         .map_err(|e| Refusal::new(GrpcCode::Unavailable, e.to_string()))?;
-    let message = read_message(body).await?;
     let request = RateLimitRequest::decode(message).map_err(|e| {
         Refusal::new(
             GrpcCode::InvalidArgument,

@@ -41,6 +41,8 @@
 //! - `INTERNAL`: gRPC framing errors (a body that ends inside a message, no message, more than
 //!   one message), as gRPC's status code guide says.
 //! - `UNIMPLEMENTED`: another method, or a compressed message (Envoy does not compress).
+//! - `UNAVAILABLE`: the service is answering `connections.max_in_flight` calls already (see
+//!   [`crate::connections`]); the call is shed at once, once its message is read.
 //! - Not gRPC at all: HTTP 405 for a method other than `POST`, 415 for a `content-type` other
 //!   than `application/grpc[+proto]`.
 //!
@@ -151,7 +153,7 @@ pub trait RlsBackend: Send + Sync + 'static {
         (crate::connections::ConnectionLimits::default(), None)
     }
 
-    /// Counts a call in before it is read, or sheds it (answered `UNAVAILABLE` at once);
+    /// Counts a call in once its message is read, or sheds it (answered `UNAVAILABLE` at once);
     /// `Ok(None)` when the backend does not count calls (the default).
     fn enter_call(
         &self,

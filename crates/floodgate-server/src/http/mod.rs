@@ -42,6 +42,7 @@ use serde_json::{json, Value};
 use tokio_stream::Stream;
 
 use crate::config::ConfigFileError;
+use crate::connections::Admission;
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::rls::json::RlsJsonError;
@@ -66,7 +67,10 @@ where
     F: std::future::Future<Output = ()>,
 {
     let limits = server.limits().clone();
-    let gate = Some(server.gate().clone());
+    let admission = Admission {
+        gate: Some(server.gate().clone()),
+        first_bytes: limits.header_read_timeout.0,
+    };
     let router = router(server);
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -80,7 +84,7 @@ where
         .max_concurrent_streams(limits.max_streams)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    serve_each("http", connections, shutdown, gate, |stream| {
+    serve_each("http", connections, shutdown, admission, |stream| {
         let service = TowerToHyperService::new(router.clone());
         builder
             .serve_connection(TokioIo::new(stream), service)
@@ -92,12 +96,11 @@ where
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
-    // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the dashboard
-    // and the admin API always answer.
+    // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the
+    // dashboard, the admin API and `/v1/release` always answer.
     let decisions = Router::new()
         .route("/v1/check", post(check))
         .route("/v1/evaluate", post(evaluate))
-        .route("/v1/release", post(release))
         .route("/json", post(envoy_json))
         .route_layer(axum::middleware::from_fn_with_state(
             server.clone(),
@@ -106,6 +109,8 @@ pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/", get(home_page))
         .merge(decisions)
+        // Giving leases back relieves an overload: never shed.
+        .route("/v1/release", post(release))
         .route("/metrics", get(metrics))
         .route("/v1/dashboard", get(dashboard))
         .route("/livez", get(livez))
@@ -238,17 +243,20 @@ impl IntoResponse for ApiError {
 
 /// Reads a JSON body into `T`, turning every failure into a clear 4xx.
 fn parse<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
-        let status = rejection.status();
-        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "body_too_large"
-        } else {
-            "invalid_request"
-        };
-        ApiError::new(status, kind, rejection.body_text())
-    })?;
+    let bytes = body.map_err(body_error)?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// A body that could not be read: too large (413) or broken off (400).
+fn body_error(rejection: BytesRejection) -> ApiError {
+    let status = rejection.status();
+    let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "body_too_large"
+    } else {
+        "invalid_request"
+    };
+    ApiError::new(status, kind, rejection.body_text())
 }
 
 /// [`parse`] for a counted API: a bad body is counted as `invalid` for `endpoint`.
@@ -412,12 +420,21 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
 }
 
 /// Answers a decision call, or sheds it at once with 503 when the service is answering
-/// `connections.max_in_flight` of them already.
+/// `connections.max_in_flight` of them already. The body is read first (within
+/// `connections.max_body_bytes`), so that a client that never sends one holds no place.
 async fn shed_overload(
     State(server): State<Arc<Server>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    use axum::extract::FromRequest;
+    let (parts, body) = request.into_parts();
+    let request = axum::extract::Request::from_parts(parts.clone(), body);
+    let bytes = match Bytes::from_request(request, &()).await {
+        Ok(bytes) => bytes,
+        Err(rejection) => return body_error(rejection).into_response(),
+    };
+    let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     let _call = match server.enter_call() {
         Ok(call) => call,
         Err(e) => {
