@@ -1,8 +1,8 @@
 //! Call sequences run on the real Guava and their exact waits, in microseconds.
 //!
-//! Produced by Guava 31.1-jre (Debian's `/usr/share/java/guava.jar`) through
-//! `/work/notes/guava-check/src/com/google/common/util/concurrent/GuavaCheck.java` (`cases`
-//! mode), which drives `RateLimiter.create(rate, stopwatch)`, `new SmoothBursty(stopwatch,
+//! Produced by Guava 31.1-jre (Debian's `/usr/share/java/guava.jar`) through a small Java
+//! program of our own placed in Guava's package (so that it may use the package-private test
+//! hooks), run once in a "cases" mode, which drives `RateLimiter.create(rate, stopwatch)`, `new SmoothBursty(stopwatch,
 //! maxBurstSeconds)` + `setRate`, and `RateLimiter.create(rate, warmup, MICROSECONDS,
 //! coldFactor, stopwatch)` with a fake `SleepingStopwatch` starting at 0 µs. When a case says
 //! "callers sleep", sleeping a wait advances the fake stopwatch (as in Guava's own tests), so a
