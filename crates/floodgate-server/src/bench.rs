@@ -69,8 +69,8 @@ pub struct Args {
     pub max_keys: usize,
     /// The memory store's overflow policy, as the config's `store.overflow`: `evict_live` or
     /// `refuse_new`.
-    #[arg(long, value_name = "POLICY", default_value = "evict_live")]
-    pub overflow: String,
+    #[arg(long, value_name = "POLICY", value_enum, default_value = "evict_live")]
+    pub overflow: OverflowPolicy,
 }
 
 /// Why a bench could not run.
@@ -212,23 +212,12 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
             invalid("sync-interval", text.clone(), "a duration, e.g. 100ms")
         })?)),
     };
-    let overflow = match args.overflow.as_str() {
-        "evict_live" => OverflowPolicy::EvictLive,
-        "refuse_new" => OverflowPolicy::RefuseNew,
-        other => {
-            return Err(invalid(
-                "overflow",
-                other.into(),
-                "evict_live or refuse_new",
-            ))
-        }
-    };
     let config = StoreConfig {
         url: Some(args.store.clone()),
         mode,
         sync_interval,
         max_keys: args.max_keys,
-        overflow,
+        overflow: args.overflow,
         ..StoreConfig::default()
     };
     // As `serve` does: the store lives on a runtime of its own (a Redis connection's

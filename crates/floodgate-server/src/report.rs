@@ -120,40 +120,40 @@ impl Report {
     /// and the utilization shedder's controller where a limiter reports them.
     pub fn charts(&self) -> Result<Vec<String>, ChartError> {
         let x_max = self.x_max();
-        let series = |l: &LimiterRun| l.tally.coarse(CHART_INTERVAL, CHART_POINTS);
-        let per_second = |l: &LimiterRun, value: &dyn Fn(&Bucket) -> f64| -> Vec<(f64, f64)> {
-            let (width, buckets) = series(l);
-            let width = width.as_secs_f64();
+        // Each limiter's series at the charts' resolution, merged once.
+        let series: Vec<(f64, Vec<Bucket>)> = self
+            .limiters
+            .iter()
+            .map(|l| {
+                let (width, buckets) = l.tally.coarse(CHART_INTERVAL, CHART_POINTS);
+                (width.as_secs_f64(), buckets)
+            })
+            .collect();
+        // Limiter `i`'s points `(middle of the interval, value)`; `value` gets the bucket and the
+        // interval's length in seconds, and leaves out the intervals it has nothing for.
+        let points = |i: usize, value: &dyn Fn(&Bucket, f64) -> Option<f64>| -> Vec<(f64, f64)> {
+            let (width, buckets) = &series[i];
             buckets
                 .iter()
                 .enumerate()
-                .map(|(i, b)| ((i as f64 + 0.5) * width, value(b) / width))
-                .collect()
-        };
-        let gauge = |l: &LimiterRun, value: &dyn Fn(&Bucket) -> Option<f64>| -> Vec<(f64, f64)> {
-            let (width, buckets) = series(l);
-            let width = width.as_secs_f64();
-            buckets
-                .iter()
-                .enumerate()
-                .filter_map(|(i, b)| value(b).map(|v| ((i as f64 + 0.5) * width, v)))
+                .filter_map(|(n, b)| value(b, *width).map(|v| ((n as f64 + 0.5) * width, v)))
                 .collect()
         };
         let mut charts = Vec::new();
 
         let mut admitted = Vec::new();
-        if let Some(first) = self.limiters.first() {
+        if !self.limiters.is_empty() {
             admitted.push(Series {
                 name: "offered".into(),
                 color: OFFERED,
-                points: per_second(first, &|b| b.offered as f64),
+                points: points(0, &|b, w| Some(b.offered as f64 / w)),
             });
         }
         for (i, l) in self.limiters.iter().enumerate() {
             admitted.push(Series {
                 name: format!("admitted: {}", l.name),
                 color: i,
-                points: per_second(l, &|b| b.admitted as f64),
+                points: points(i, &|b, w| Some(b.admitted as f64 / w)),
             });
         }
         charts.push(line_chart(
@@ -171,7 +171,7 @@ impl Report {
             .map(|(i, l)| Series {
                 name: l.name.clone(),
                 color: i,
-                points: per_second(l, &|b| b.refused() as f64),
+                points: points(i, &|b, w| Some(b.refused() as f64 / w)),
             })
             .collect();
         charts.push(line_chart(
@@ -189,7 +189,7 @@ impl Report {
             .map(|(i, l)| Series {
                 name: l.name.clone(),
                 color: i,
-                points: gauge(l, &|b| b.in_flight.map(|n| n as f64)),
+                points: points(i, &|b, _| b.in_flight.map(|n| n as f64)),
             })
             .filter(|s| !s.points.is_empty())
             .collect();
@@ -205,7 +205,7 @@ impl Report {
 
         let mut controller = Vec::new();
         for (i, l) in self.limiters.iter().enumerate() {
-            let shed = gauge(l, &|b| b.shed_amount);
+            let shed = points(i, &|b, _| b.shed_amount);
             if shed.is_empty() {
                 continue;
             }
@@ -214,7 +214,7 @@ impl Report {
                 color: i,
                 points: shed,
             });
-            let utilization = gauge(l, &|b| b.utilization());
+            let utilization = points(i, &|b, _| b.utilization());
             if !utilization.is_empty() {
                 controller.push(Series {
                     name: format!("utilization (mean): {}", l.name),

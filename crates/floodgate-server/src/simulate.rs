@@ -327,15 +327,15 @@ impl Runner {
         self.complete_until(request.at)?;
         self.clock.set(request.at);
         self.admitted += 1;
-        let lease = format!("sim-{}", self.admitted);
         let (op, lease) = match self.takes {
-            Takes::Leases => (
-                Op::Acquire {
+            Takes::Leases => {
+                let lease = format!("sim-{}", self.admitted);
+                let op = Op::Acquire {
                     lease: lease_id(&lease),
                     critical: request.priority == Priority::Critical,
-                },
-                Some(lease),
-            ),
+                };
+                (op, Some(lease))
+            }
             Takes::Checks | Takes::Utilization => (Op::Check { cost: request.cost }, None),
         };
         let utilization = (self.takes == Takes::Utilization)

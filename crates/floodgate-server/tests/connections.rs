@@ -147,10 +147,7 @@ async fn a_request_head_over_the_limit_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_request_head_that_never_ends_is_cut_off() {
     let addr = start().await;
-    let mut slow = TcpStream::connect(addr).await.expect("connect");
-    slow.write_all(b"GET /livez HTTP/1.1\r\nHost: floodgate\r\n")
-        .await
-        .expect("a partial head");
+    let mut slow = half_open(addr).await;
     let started = tokio::time::Instant::now();
     let mut answer = Vec::new();
     // The server closes the connection (with or without a 408) once the timeout passes; the
@@ -171,13 +168,7 @@ async fn a_request_head_that_never_ends_is_cut_off() {
     );
 
     // A complete request on a new connection is answered.
-    let mut prompt = TcpStream::connect(addr).await.expect("connect");
-    prompt
-        .write_all(b"GET /livez HTTP/1.1\r\nHost: floodgate\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("a request");
-    let mut answer = Vec::new();
-    prompt.read_to_end(&mut answer).await.expect("an answer");
+    let answer = livez(addr).await;
     assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
 }
 

@@ -1,8 +1,8 @@
 //! `floodgate replay` end to end: the real binary, a trace on stdin, decisions on stdout.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
 
+use common::cli::floodgate;
 use serde_json::Value;
 
 struct Run {
@@ -12,20 +12,7 @@ struct Run {
 }
 
 fn replay(spec: &str, trace: &str) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .args(["replay", "--limiter", spec])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the floodgate binary starts");
-    // The command may stop reading early (a bad spec or line): a broken pipe is expected then.
-    let _ = child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(trace.as_bytes());
-    let out = child.wait_with_output().expect("the binary finishes");
+    let out = floodgate(&["replay", "--limiter", spec], trace);
     Run {
         status: out.status.code().unwrap_or(-1),
         decisions: String::from_utf8_lossy(&out.stdout)

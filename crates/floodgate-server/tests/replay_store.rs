@@ -2,26 +2,14 @@
 //! test starts (never the machine's own on 6379) gives the same decisions, line for line; a
 //! limiter Redis cannot run is refused, naming it.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod common;
 
+use common::cli::floodgate;
 use floodgate_redis_harness::RedisServer;
 
 /// `floodgate replay --store STORE --limiter SPEC < trace`: exit status, stdout, stderr.
 fn replay(store: &str, spec: &str, trace: &str) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .args(["replay", "--store", store, "--limiter", spec])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the floodgate binary starts");
-    let _ = child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(trace.as_bytes());
-    let out = child.wait_with_output().expect("the binary finishes");
+    let out = floodgate(&["replay", "--store", store, "--limiter", spec], trace);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

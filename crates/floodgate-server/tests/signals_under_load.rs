@@ -6,6 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use common::cli::metric;
 use common::serve::{config_file, serve, Service};
 use serde_json::{json, Value};
 
@@ -55,15 +56,6 @@ async fn caller(http: String, rounds: u64, done: Arc<AtomicU64>) -> Result<u64, 
         done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(rounds)
-}
-
-/// The value of the metric line starting with `name`.
-fn metric(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Polls `/metrics` (a bounded number of times) until `name` reaches `at_least`.

@@ -203,9 +203,11 @@ pub struct StoreConfig {
     pub load_budget: Option<SpecDuration>,
 }
 
-/// The memory store's overflow policy, as the config writes it (see [`StoreConfig::overflow`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+/// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
+/// [`StoreConfig::overflow`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum OverflowPolicy {
     /// Forget a live key to make room.
     #[default]

@@ -1,4 +1,5 @@
 //! Helpers shared by the server's integration tests.
 pub mod browser;
+pub mod cli;
 pub mod rules;
 pub mod serve;
