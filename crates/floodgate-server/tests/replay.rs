@@ -64,18 +64,23 @@ fn redis_cell_readme_example() {
 
 #[test]
 fn guava_smooth_bursty_waits_and_the_next_caller_pays() {
-    // RateLimiter.create(5): acquire(10) returns 0, the next acquire() waits 2 s.
-    let spec = r#"{"algorithm":"smooth_bursty","rate":5}"#;
     let trace = "{\"t\":0,\"op\":\"reserve\",\"cost\":10}\n{\"t\":0,\"op\":\"reserve\"}\n{\"t\":0,\"op\":\"try_acquire\",\"timeout\":\"1s\"}\n";
-    let run = replay(spec, trace);
-    assert_eq!(run.status, 0, "{}", run.stderr);
-    let waits: Vec<f64> = run
-        .decisions
-        .iter()
-        .map(|d| d["wait"].as_f64().unwrap())
-        .collect();
-    assert_eq!(waits[..2], [0.0, 2.0]);
-    assert_eq!(allowed(&run), [true, true, false]);
+    // RateLimiter.create(5): acquire(10) returns 0, the next acquire() waits 2 s.
+    let guava = r#"{"algorithm":"smooth_bursty","rate":5,"starts":"empty"}"#;
+    // Starting full, the 5 stored permits are free: the next caller waits only 1 s (and owes
+    // 0.2 s more, so a try_acquire with a 1 s timeout is still refused).
+    let full = r#"{"algorithm":"smooth_bursty","rate":5}"#;
+    for (spec, second_wait, third) in [(guava, 2.0, false), (full, 1.0, false)] {
+        let run = replay(spec, trace);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        let waits: Vec<f64> = run
+            .decisions
+            .iter()
+            .map(|d| d["wait"].as_f64().unwrap())
+            .collect();
+        assert_eq!(waits[..2], [0.0, second_wait], "{spec}");
+        assert_eq!(allowed(&run), [true, true, third], "{spec}");
+    }
 }
 
 #[test]

@@ -4,8 +4,9 @@
 //! no key. Time is Redis's own (`TIME`), as in production; the test reads every key's `PTTL`
 //! rather than waiting for the expiry.
 //!
-//! Not covered: `smooth_bursty` keys that store permits (`max_burst_seconds > 0`), which never
-//! become fresh (a new key starts empty, an idle one full) and are kept without a TTL.
+//! Not covered: `smooth_bursty` keys with `starts: empty` (Guava's exact start) that store
+//! permits, which never become fresh (a new key starts empty, an idle one full) and are kept
+//! without a TTL; the default (`starts: full`) is in the flood.
 #![cfg(feature = "redis")]
 
 mod redis_common;
@@ -18,7 +19,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::leaky_bucket::LeakyBucket;
 use floodgate::algorithm::sliding_log::SlidingLog;
 use floodgate::algorithm::sliding_window::SlidingWindow;
-use floodgate::algorithm::smooth::SmoothWarmingUp;
+use floodgate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
@@ -71,6 +72,10 @@ fn a_flood_of_distinct_keys_expires_entirely_after_the_longest_window() {
             ),
             (
                 SmoothWarmingUp::new(20.0, window, 3.0).unwrap().into(),
+                Op::Check { cost: 1 },
+            ),
+            (
+                SmoothBursty::new(20.0, 0.4).unwrap().into(),
                 Op::Check { cost: 1 },
             ),
             (

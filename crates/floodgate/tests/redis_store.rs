@@ -135,7 +135,7 @@ fn newer_twins_ttl_and_conflicts() {
             .unwrap();
         let mut raw = raw(&server).await;
         let seconds = Duration::from_secs;
-        let cases: [(AnyAlgorithm, &str, Op); 7] = [
+        let cases: [(AnyAlgorithm, &str, Op); 8] = [
             (
                 SlidingLog::new(5, Duration::from_nanos(7_000_000_500))
                     .unwrap()
@@ -170,6 +170,11 @@ fn newer_twins_ttl_and_conflicts() {
             ),
             (
                 SmoothBursty::new(2.0, 1.0).unwrap().into(),
+                "ttl:bursty_full",
+                Op::Reserve { cost: 3 },
+            ),
+            (
+                SmoothBursty::guava(2.0, 1.0).unwrap().into(),
                 "ttl:bursty",
                 Op::Reserve { cost: 3 },
             ),
@@ -740,7 +745,7 @@ fn a_smooth_debt_beyond_the_exact_range_is_refused_and_changes_nothing() {
             .build()
             .unwrap();
         let mut raw = raw(&server).await;
-        let bursty: AnyAlgorithm = SmoothBursty::new(1.0, 1.0).unwrap().into();
+        let bursty: AnyAlgorithm = SmoothBursty::guava(1.0, 1.0).unwrap().into();
         let d = store
             .apply(&bursty, "debt", Op::Reserve { cost: 2 })
             .await

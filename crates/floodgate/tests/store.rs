@@ -15,7 +15,7 @@ fn build(json: &str) -> AnyAlgorithm {
 }
 
 /// Each spec with the total cost it admits on one key at one frozen instant, from fresh.
-const AT_ONE_INSTANT: [(&str, usize); 10] = [
+const AT_ONE_INSTANT: [(&str, usize); 11] = [
     (
         r#"{"algorithm":"token_bucket","rate":5,"capacity":300}"#,
         300,
@@ -46,8 +46,13 @@ const AT_ONE_INSTANT: [(&str, usize); 10] = [
         300,
     ),
     // Guava lets exactly one request through at once from a fresh limiter (no stored permits
-    // for bursty; the cold interval for warming up), then makes the next one wait.
-    (r#"{"algorithm":"smooth_bursty","rate":5}"#, 1),
+    // for bursty; the cold interval for warming up), then makes the next one wait. A bursty
+    // key starting full spends its 5 stored permits, then one more whose cost the next pays.
+    (
+        r#"{"algorithm":"smooth_bursty","rate":5,"starts":"empty"}"#,
+        1,
+    ),
+    (r#"{"algorithm":"smooth_bursty","rate":5}"#, 6),
     (
         r#"{"algorithm":"smooth_warming_up","rate":5,"warmup":"2s"}"#,
         1,
@@ -89,7 +94,7 @@ fn threads_hammering_one_key_admit_exactly_the_bound() {
 }
 
 /// Specs whose keys go back to fresh within about a second of their last use.
-const SHORT_MEMORY: [&str; 9] = [
+const SHORT_MEMORY: [&str; 10] = [
     r#"{"algorithm":"token_bucket","rate":50,"capacity":10}"#,
     r#"{"algorithm":"leaky_bucket","rate":50,"capacity":10}"#,
     r#"{"algorithm":"leaky_queue","rate":50,"queue":9}"#,
@@ -99,6 +104,7 @@ const SHORT_MEMORY: [&str; 9] = [
     r#"{"algorithm":"sliding_window","limit":10,"window":1,"buckets":4}"#,
     r#"{"algorithm":"gcra","max_burst":9,"count":50,"period":1}"#,
     r#"{"algorithm":"smooth_warming_up","rate":50,"warmup":"500ms"}"#,
+    r#"{"algorithm":"smooth_bursty","rate":50,"max_burst_seconds":0.2}"#,
 ];
 
 /// A deterministic trace: time moves forward 0–39 ms a step; keys come from a window of 24 that
@@ -121,8 +127,8 @@ fn trace(len: usize, seed: u64) -> Vec<(Nanos, String, u64)> {
 
 #[test]
 fn eviction_on_and_off_give_identical_decisions() {
-    // Not smooth_bursty: a used bursty key saves up permits and never looks fresh again
-    // (Guava's semantics), so it can never be dropped losslessly.
+    // Not smooth_bursty starting empty (Guava's exact semantics): a used key saves up permits
+    // and never looks fresh again, so it can never be dropped losslessly.
     for spec in SHORT_MEMORY {
         let alg = build(spec);
         let small_clock = ManualClock::new(Nanos::ZERO);

@@ -58,7 +58,7 @@ impl AnyAlgorithm {
             )?
             .into(),
             AnyAlgorithm::SmoothBursty(s) => {
-                SmoothBursty::new(s.rate() / n, s.max_burst_seconds())?.into()
+                SmoothBursty::starting(s.rate() / n, s.max_burst_seconds(), s.start())?.into()
             }
             AnyAlgorithm::SmoothWarmingUp(s) => {
                 SmoothWarmingUp::new(s.rate() / n, s.warmup(), s.cold_factor())?.into()

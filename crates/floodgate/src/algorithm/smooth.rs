@@ -48,9 +48,12 @@
 //!   length). Allowed when `r′` is finite, above 0 and gives finite derived values; otherwise
 //!   denied with `retry_after: None` and nothing changes (Guava throws for `r′ ≤ 0` or NaN;
 //!   it accepts `+∞`, which we refuse).
-//! - **First request** (the limiter Guava creates at that instant, `fresh(now)`): `N = t`;
-//!   bursty starts *empty* (`stored = 0`), warming up starts *cold* (`stored = M`), as Guava's
-//!   `doSetRate` does when the previous maximum is 0.
+//! - **First request** (`fresh(now)`): `N = t`. Warming up starts *cold* (`stored = M`), as
+//!   Guava's `doSetRate` does when the previous maximum is 0. Bursty starts as its
+//!   [`BurstyStart`] says: *full* (`stored = M`, the default: a key first seen now behaves as if
+//!   it had been idle since forever, like a token bucket that starts full), or *empty*
+//!   (`stored = 0`, the limiter Guava's `RateLimiter.create` builds at that instant). The two
+//!   differ only in that first burst; from the same state they decide alike.
 //!
 //! # Decision fields
 //!
@@ -62,8 +65,9 @@
 //!   they measure how *cold* the key is: each still costs between `I` and `cold` µs;
 //! - `reset_after`: the time until the key is at rest: debt paid and `stored = M` (rounded up
 //!   to the microsecond; 1 µs when a `set_rate` rescale left `stored` one ulp above `M`, which
-//!   the next resync clamps). For warming up that is exactly back to fresh (cold); bursty never
-//!   returns to its fresh (empty) state by waiting, so this is the time until it is full;
+//!   the next resync clamps). That is exactly back to fresh for warming up (cold) and for
+//!   bursty starting full; bursty starting empty never returns to its fresh state by waiting,
+//!   so for it this is the time until it is full;
 //! - `retry_after` (denied `try_acquire`/`check`): the time until `t` reaches `N − timeout`,
 //!   exact to the nanosecond; `None` when that instant is beyond the last representable
 //!   [`Nanos`] (a key whose `N` saturated), and for a refused `set_rate`;
@@ -112,14 +116,18 @@
 //! only for keys whose rate `set_rate` changed.
 //!
 //! [`Algorithm::is_fresh`] must guarantee that dropping the key and creating it again later
-//! changes no decision, and a new key starts from `fresh` at the instant it is seen again. For
-//! warming up that holds for any idle key back at rest: configured rate, no debt, and `stored`
-//! back to `M` (after a resync at `now`). Bursty's fresh state (empty) is not what an idle key
-//! becomes (full), and a fresh key that idles fills up while a re-created one would start empty,
-//! so `is_fresh` is true only when `M = 0` (`max_burst_seconds = 0`) and the key has no debt: for
-//! other bursty limiters it is never true, and stores must bound them some other way. Both
-//! guarantees are for operations at instants from `now` on: a clock that goes back before the
-//! eviction instant meets a new key that knows nothing of the instants the old one had seen.
+//! changes no decision, and a new key starts from `fresh` at the instant it is seen again. That
+//! holds for any idle key back at rest when the fresh state is the resting one (`stored = M`):
+//! configured rate, no debt, and `stored` back to `M` (after a resync at `now`). So warming-up
+//! keys and bursty keys starting full become evictable once idle long enough to refill, and a
+//! store (memory or Redis) drops them then. A bursty key starting *empty* rests full, which is
+//! not its fresh state (a fresh key that idles fills up while a re-created one would start
+//! empty), so for it `is_fresh` is true only when `M = 0` (`max_burst_seconds = 0`) and the key
+//! has no debt: with `M > 0` such keys are never evictable, and a store bounds them only by
+//! refusing new keys when full (`refuse_new`). A key whose rate `set_rate` changed is never
+//! fresh either. Both guarantees are for operations at instants from `now` on: a clock that goes
+//! back before the eviction instant meets a new key that knows nothing of the instants the old
+//! one had seen.
 
 use std::time::Duration;
 
@@ -207,7 +215,22 @@ trait Flavour {
 pub struct SmoothBursty {
     rate: f64,
     max_burst_seconds: f64,
+    start: BurstyStart,
     derived: Derived,
+}
+
+/// How many permits a [`SmoothBursty`] key holds when it is first seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BurstyStart {
+    /// `stored = M`: the key behaves as if idle since forever, and an idle key that refilled is
+    /// a fresh one again (evictable). The default.
+    #[default]
+    Full,
+    /// `stored = 0`: exactly the limiter Guava's `RateLimiter.create` builds when the key is
+    /// first seen. An idle key fills up and never looks fresh again (never evictable when
+    /// `max_burst_seconds > 0`).
+    Empty,
 }
 
 impl SmoothBursty {
@@ -215,11 +238,27 @@ impl SmoothBursty {
     pub const DEFAULT_MAX_BURST_SECONDS: f64 = 1.0;
 
     /// A bursty limiter of `rate` permits per second that stores up to
-    /// `max_burst_seconds × rate` permits while idle.
+    /// `max_burst_seconds × rate` permits while idle; a new key starts full
+    /// ([`BurstyStart::Full`]).
     ///
     /// `rate` must be finite and above 0, `max_burst_seconds` finite and at least 0, and
     /// `1e6 / rate` and `max_burst_seconds × rate` must be finite.
     pub fn new(rate: f64, max_burst_seconds: f64) -> Result<SmoothBursty, ConfigError> {
+        SmoothBursty::starting(rate, max_burst_seconds, BurstyStart::Full)
+    }
+
+    /// Guava's `SmoothBursty` exactly: as [`SmoothBursty::new`], but a new key starts empty
+    /// ([`BurstyStart::Empty`]), as `RateLimiter.create(rate)` does.
+    pub fn guava(rate: f64, max_burst_seconds: f64) -> Result<SmoothBursty, ConfigError> {
+        SmoothBursty::starting(rate, max_burst_seconds, BurstyStart::Empty)
+    }
+
+    /// As [`SmoothBursty::new`], with new keys starting as `start` says.
+    pub fn starting(
+        rate: f64,
+        max_burst_seconds: f64,
+        start: BurstyStart,
+    ) -> Result<SmoothBursty, ConfigError> {
         let rate = param::rate("rate", rate)?;
         if !(max_burst_seconds.is_finite() && max_burst_seconds >= 0.0) {
             return Err(ConfigError::invalid(
@@ -245,6 +284,7 @@ impl SmoothBursty {
         Ok(SmoothBursty {
             rate,
             max_burst_seconds,
+            start,
             derived,
         })
     }
@@ -257,6 +297,11 @@ impl SmoothBursty {
     /// The configured burst, in seconds of permits.
     pub fn max_burst_seconds(&self) -> f64 {
         self.max_burst_seconds
+    }
+
+    /// How a new key starts.
+    pub fn start(&self) -> BurstyStart {
+        self.start
     }
 
     /// The most permits a key stores at the configured rate (Guava's `maxPermits`).
@@ -299,8 +344,11 @@ impl Flavour for SmoothBursty {
     }
 
     #[inline]
-    fn initial_stored(&self, _d: &Derived) -> f64 {
-        0.0
+    fn initial_stored(&self, d: &Derived) -> f64 {
+        match self.start {
+            BurstyStart::Full => d.max_permits,
+            BurstyStart::Empty => 0.0,
+        }
     }
 
     #[inline]
@@ -697,10 +745,13 @@ impl Algorithm for SmoothBursty {
         apply_smooth(self, state, now, op)
     }
 
-    /// True only when `max_burst_seconds` is 0 (see the module documentation): a bursty key
-    /// that stores permits never becomes a fresh (empty) key by waiting.
+    /// True for a key at rest (configured rate, no debt, full again) when new keys start full;
+    /// when they start empty, only if `max_burst_seconds` is 0 (see the module
+    /// documentation): such a key that stores permits never becomes a fresh (empty) one by
+    /// waiting.
     fn is_fresh(&self, state: &SmoothState, now: Nanos) -> bool {
-        self.derived.max_permits == 0.0 && is_fresh_smooth(self, state, now)
+        let rests_fresh = self.start == BurstyStart::Full || self.derived.max_permits == 0.0;
+        rests_fresh && is_fresh_smooth(self, state, now)
     }
 
     fn supports(&self, op: OpKind) -> bool {

@@ -12,7 +12,7 @@
 //! | `sliding_log` | `limit`, `window` |
 //! | `sliding_window` | `limit`, `window`, optional `buckets` |
 //! | `gcra` | `max_burst`, `count`, `period` |
-//! | `smooth_bursty` | `rate`, optional `max_burst_seconds` (default 1) |
+//! | `smooth_bursty` | `rate`, optional `max_burst_seconds` (default 1), optional `starts`: `full` (default) or `empty` |
 //! | `smooth_warming_up` | `rate`, `warmup`, optional `cold_factor` (default 3) |
 //!
 //! Rates are per second; counts are whole numbers; durations are seconds (a JSON number) or a
@@ -29,7 +29,7 @@ use super::leaky_bucket::LeakyBucket;
 use super::leaky_queue::LeakyQueue;
 use super::sliding_log::SlidingLog;
 use super::sliding_window::SlidingWindow;
-use super::smooth::{SmoothBursty, SmoothWarmingUp};
+use super::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
 use super::token_bucket::TokenBucket;
 use super::Algorithm;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
@@ -188,6 +188,10 @@ pub enum AlgorithmSpec {
         /// Seconds of unused permits that may be saved up.
         #[serde(default = "default_max_burst_seconds")]
         max_burst_seconds: f64,
+        /// How a new key starts: `full` (the default; idle keys become evictable) or `empty`
+        /// (exactly Guava's `RateLimiter.create`).
+        #[serde(default)]
+        starts: BurstyStart,
     },
     /// [`SmoothWarmingUp`] (Guava)
     SmoothWarmingUp {
@@ -233,7 +237,10 @@ impl AlgorithmSpec {
             AlgorithmSpec::SmoothBursty {
                 rate,
                 max_burst_seconds,
-            } => AnyAlgorithm::SmoothBursty(SmoothBursty::new(rate, max_burst_seconds)?),
+                starts,
+            } => {
+                AnyAlgorithm::SmoothBursty(SmoothBursty::starting(rate, max_burst_seconds, starts)?)
+            }
             AlgorithmSpec::SmoothWarmingUp {
                 rate,
                 warmup,
@@ -269,9 +276,11 @@ impl AnyAlgorithm {
                 ),
             ],
             AnyAlgorithm::Gcra(a) => [7, a.max_burst(), mix(a.count(), nanos(a.period()))],
-            AnyAlgorithm::SmoothBursty(a) => {
-                [8, a.rate().to_bits(), a.max_burst_seconds().to_bits()]
-            }
+            AnyAlgorithm::SmoothBursty(a) => [
+                8,
+                a.rate().to_bits(),
+                mix(a.max_burst_seconds().to_bits(), a.start() as u64),
+            ],
             AnyAlgorithm::SmoothWarmingUp(a) => [
                 9,
                 a.rate().to_bits(),
@@ -470,6 +479,26 @@ mod tests {
             let expected = json.split('"').nth(3).unwrap();
             assert_eq!(alg.name(), expected);
         }
+    }
+
+    #[test]
+    fn a_bursty_spec_starts_full_unless_told_empty() {
+        let start = |json: &str| match spec(json).unwrap().build().unwrap() {
+            AnyAlgorithm::SmoothBursty(b) => b.start(),
+            other => panic!("{other:?}"),
+        };
+        let full = r#"{"algorithm":"smooth_bursty","rate":5}"#;
+        let empty = r#"{"algorithm":"smooth_bursty","rate":5,"starts":"empty"}"#;
+        assert_eq!(start(full), BurstyStart::Full);
+        assert_eq!(
+            start(r#"{"algorithm":"smooth_bursty","rate":5,"starts":"full"}"#),
+            BurstyStart::Full
+        );
+        assert_eq!(start(empty), BurstyStart::Empty);
+        let params = |json: &str| spec(json).unwrap().build().unwrap().params();
+        assert_ne!(params(full), params(empty));
+        let bad = spec(r#"{"algorithm":"smooth_bursty","rate":5,"starts":"half"}"#).unwrap_err();
+        assert!(bad.contains("half") && bad.contains("empty"), "{bad}");
     }
 
     #[test]

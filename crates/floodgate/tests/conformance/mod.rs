@@ -12,7 +12,7 @@ use floodgate::algorithm::leaky_bucket::LeakyBucket;
 use floodgate::algorithm::leaky_queue::LeakyQueue;
 use floodgate::algorithm::sliding_log::SlidingLog;
 use floodgate::algorithm::sliding_window::SlidingWindow;
-use floodgate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
+use floodgate::algorithm::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
@@ -116,12 +116,19 @@ fn sliding_window() -> impl Strategy<Value = AnyAlgorithm> {
     })
 }
 
-/// Guava's limiters: bursty with no, the default or some burst; warming up over odd warmups.
+/// Guava's limiters: bursty with no, the default or some burst, starting full or empty; warming
+/// up over odd warmups.
 fn smooth() -> impl Strategy<Value = AnyAlgorithm> {
     let rate = || prop_oneof![0.5f64..1000.0, (1u32..200).prop_map(f64::from)];
     prop_oneof![
-        (rate(), prop_oneof![Just(0.0), Just(1.0), 0.0f64..10.0])
-            .prop_map(|(rate, burst)| { SmoothBursty::new(rate, burst).unwrap().into() }),
+        (
+            rate(),
+            prop_oneof![Just(0.0), Just(1.0), 0.0f64..10.0],
+            prop_oneof![Just(BurstyStart::Full), Just(BurstyStart::Empty)]
+        )
+            .prop_map(|(rate, burst, start)| {
+                SmoothBursty::starting(rate, burst, start).unwrap().into()
+            }),
         (
             rate(),
             1_000u64..20_000_000_000,

@@ -57,7 +57,7 @@ impl Smooth {
             Alg::Bursty {
                 rate_milli,
                 burst_milli,
-            } => Smooth::B(SmoothBursty::new(milli(rate_milli), milli(burst_milli)).unwrap()),
+            } => Smooth::B(SmoothBursty::guava(milli(rate_milli), milli(burst_milli)).unwrap()),
             Alg::WarmingUp {
                 rate_milli,
                 warmup_us,
@@ -300,7 +300,7 @@ const fn ms(n: u64) -> Nanos {
 
 #[test]
 fn bursty_decision_fields_by_hand() {
-    let b = SmoothBursty::new(5.0, 1.0).unwrap();
+    let b = SmoothBursty::guava(5.0, 1.0).unwrap();
     let mut st = b.fresh(ms(0));
     // Fresh: empty, so reset_after is the time to fill 5 permits at 200 ms each.
     let d = b.apply(&mut st, ms(0), Op::Check { cost: 0 });
@@ -369,24 +369,57 @@ fn warming_up_decision_fields_by_hand() {
 }
 
 #[test]
-fn bursty_is_fresh_only_without_burst() {
+fn a_bursty_key_starting_full_has_its_burst_at_once_and_is_fresh_once_refilled() {
     let b = SmoothBursty::new(5.0, 1.0).unwrap();
+    assert_eq!(b.start(), BurstyStart::Full);
+    let mut st = b.fresh(ms(0));
+    assert!(b.is_fresh(&st, ms(0)));
+    // Full: 5 free permits now, as a key idle for a second or more would hold.
+    let d = b.apply(&mut st, ms(0), Op::Check { cost: 0 });
+    assert_eq!(d, Decision::allow(5, 5, Duration::ZERO));
+    let d = b.apply(&mut st, ms(0), Op::Reserve { cost: 2 });
+    assert_eq!(d, Decision::allow(5, 3, Duration::from_millis(400)));
+    // Two permits refill at 200 ms each: fresh again at 400 ms, not a microsecond earlier.
+    assert!(!b.is_fresh(&st, Nanos(399_999_000)));
+    assert!(b.is_fresh(&st, ms(400)));
+    // And then it decides exactly as a new key does, from then on.
+    let mut new = b.fresh(ms(400));
+    for (t, op) in [
+        (ms(400), Op::Reserve { cost: 7 }),
+        (ms(450), Op::Check { cost: 1 }),
+        (ms(900), Op::Reserve { cost: 1 }),
+    ] {
+        assert_eq!(b.apply(&mut st, t, op), b.apply(&mut new, t, op));
+        assert_eq!(st, new);
+    }
+    // Guava's limiter is the same but for the first burst.
+    let g = SmoothBursty::guava(5.0, 1.0).unwrap();
+    let mut st = g.fresh(ms(0));
+    let d = g.apply(&mut st, ms(0), Op::Check { cost: 0 });
+    assert_eq!(d, Decision::allow(5, 0, Duration::from_secs(1)));
+}
+
+#[test]
+fn a_bursty_key_starting_empty_is_fresh_only_without_burst() {
+    let b = SmoothBursty::guava(5.0, 1.0).unwrap();
     let st = b.fresh(ms(0));
     // A fresh bursty key that idles fills up; a re-created one would start empty.
     assert!(!b.is_fresh(&st, ms(0)));
     assert!(!b.is_fresh(&st, ms(60_000)));
 
-    let b0 = SmoothBursty::new(5.0, 0.0).unwrap();
-    let mut st = b0.fresh(ms(0));
-    assert!(b0.is_fresh(&st, ms(0)));
-    let _ = b0.apply(&mut st, ms(0), Op::Reserve { cost: 3 });
-    assert!(!b0.is_fresh(&st, ms(599)));
-    assert!(b0.is_fresh(&st, ms(600)));
-    // A changed rate is not fresh until set back.
-    let _ = b0.apply(&mut st, ms(700), Op::SetRate { rate: 7.0 });
-    assert!(!b0.is_fresh(&st, ms(800)));
-    let _ = b0.apply(&mut st, ms(800), Op::SetRate { rate: 5.0 });
-    assert!(b0.is_fresh(&st, ms(800)));
+    for start in [BurstyStart::Empty, BurstyStart::Full] {
+        let b0 = SmoothBursty::starting(5.0, 0.0, start).unwrap();
+        let mut st = b0.fresh(ms(0));
+        assert!(b0.is_fresh(&st, ms(0)));
+        let _ = b0.apply(&mut st, ms(0), Op::Reserve { cost: 3 });
+        assert!(!b0.is_fresh(&st, ms(599)));
+        assert!(b0.is_fresh(&st, ms(600)));
+        // A changed rate is not fresh until set back.
+        let _ = b0.apply(&mut st, ms(700), Op::SetRate { rate: 7.0 });
+        assert!(!b0.is_fresh(&st, ms(800)));
+        let _ = b0.apply(&mut st, ms(800), Op::SetRate { rate: 5.0 });
+        assert!(b0.is_fresh(&st, ms(800)));
+    }
 }
 
 #[test]
@@ -542,9 +575,17 @@ fn smooth_alg() -> impl Strategy<Value = Smooth> {
     prop_oneof![
         (
             0.5f64..2000.0,
-            prop_oneof![Just(0.0), Just(1.0), 0.0f64..3.0]
+            prop_oneof![Just(0.0), Just(1.0), 0.0f64..3.0],
+            any::<bool>(),
         )
-            .prop_map(|(r, s)| Smooth::B(SmoothBursty::new(r, s).unwrap())),
+            .prop_map(|(r, s, full)| {
+                let start = if full {
+                    BurstyStart::Full
+                } else {
+                    BurstyStart::Empty
+                };
+                Smooth::B(SmoothBursty::starting(r, s, start).unwrap())
+            }),
         (
             0.5f64..2000.0,
             1_000u64..5_000_000,
@@ -665,7 +706,7 @@ proptest! {
     }
 
     /// `retry_after` is exact to the nanosecond, `reset_after` leads to a key at rest (back to
-    /// fresh for warming up), denials and probes change nothing, waits respect timeouts.
+    /// fresh for warming up and bursty starting full), denials and probes change nothing, waits respect timeouts.
     #[test]
     fn retry_and_reset_are_exact(smooth in smooth_alg(), raw in raw_steps(40)) {
         let ops = realize(&smooth, &raw, true);
@@ -696,10 +737,13 @@ proptest! {
                 let p = smooth.apply(&mut probe, Nanos(t + reset - 2_000), Op::Check { cost: 0 });
                 prop_assert!(p.reset_after > Duration::ZERO);
             }
-            if let Smooth::W(w) = &smooth {
-                if st.rate() == w.rate() {
-                    prop_assert!(w.is_fresh(&st, Nanos(t + reset)));
-                }
+            // Back at rest is back to fresh for warming up and for bursty starting full.
+            let rests_fresh = match &smooth {
+                Smooth::W(w) => st.rate() == w.rate(),
+                Smooth::B(b) => st.rate() == b.rate() && b.start() == BurstyStart::Full,
+            };
+            if rests_fresh {
+                prop_assert!(smooth.is_fresh(&st, Nanos(t + reset)));
             }
         }
     }

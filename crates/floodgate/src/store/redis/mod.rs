@@ -78,12 +78,13 @@
 //! passes).
 //!
 //! **Keys kept without a TTL.** Two smooth states are never fresh, so they are kept without a
-//! TTL, exactly as the memory store keeps them (until its bound evicts them): a bursty key with
+//! TTL, exactly as the memory store keeps them (until its bound evicts them): a bursty key
+//! starting empty ([`crate::algorithm::smooth::BurstyStart::Empty`], Guava's exact start) with
 //! `max_burst_seconds > 0` (an idle key fills up, while a new one starts empty: see
 //! [`crate::algorithm::smooth`]), which its first operation creates even when it is a probe, and
 //! a smooth key whose rate `set_rate` changed. Bound those with Redis's own eviction
-//! (`maxmemory` with an `allkeys-*` policy), or use the warming-up flavour or
-//! `max_burst_seconds = 0`, whose keys expire when back at rest.
+//! (`maxmemory` with an `allkeys-*` policy), or use the default bursty start (full), the
+//! warming-up flavour or `max_burst_seconds = 0`, whose keys expire when back at rest.
 //!
 //! # Time
 //!

@@ -1,6 +1,7 @@
 -- Guava's SmoothRateLimiter (algorithm/smooth.rs). a[1]: 'R' bursty, 'U' warming up;
 -- a[2]: the configured rate; a[3]: max_burst_seconds (bursty) or the warmup in whole
--- microseconds (warming up); a[4]: the cold factor (warming up); a[5]: the op ('c' check,
+-- microseconds (warming up); a[4]: the cold factor (warming up), or how a new bursty key
+-- starts ('1' full, '0' empty); a[5]: the op ('c' check,
 -- 'r' reserve, 't' try_acquire, 's' set_rate); a[6]: its cost; a[7]: try_acquire's timeout
 -- in whole microseconds (at most 2^53); a[8]: set_rate's rate ('0' for one that is refused).
 -- Every f64 is printed as Rust prints it (shortest, exact round trip).
@@ -54,8 +55,10 @@ local function smooth(key, now_us, a)
     end
     return string.format('%.17g', x)
   end
+  -- A bursty key starting empty rests full, never fresh: it is kept without a TTL.
+  local starts_empty = tag == 'R' and a[4] == '0'
   local function initial(d)
-    if tag == 'R' then return 0.0 end
+    if starts_empty then return 0.0 end
     return d.max
   end
   local function stored_cost(d, stored, take)
@@ -130,15 +133,15 @@ local function smooth(key, now_us, a)
   end
   -- Writes the state (`changed`: the operation changed it) with a TTL until it is fresh (a
   -- key at rest at the configured rate), or deletes it if it already is. A state that never
-  -- becomes fresh (a bursty key that stores permits, or a key whose rate set_rate changed) is
-  -- kept without a TTL, and written even by a probe or a denial when the key was missing: a
-  -- key is created by its first operation, whatever it is.
+  -- becomes fresh (a bursty key starting empty that stores permits, or a key whose rate
+  -- set_rate changed) is kept without a TTL, and written even by a probe or a denial when the
+  -- key was missing: a key is created by its first operation, whatever it is.
   local function save(r, changed)
     if r[1] == -2 then return r end
     if not changed and state then return r end
     local value = tag .. ':' .. float(st.stored) .. ':' .. int(st.next_free) .. ':' .. int(st.seen)
     if st.rate ~= rate0 then value = value .. ':' .. float(st.rate) end
-    if st.rate ~= rate0 or (tag == 'R' and configured.max ~= 0) then
+    if st.rate ~= rate0 or (starts_empty and configured.max ~= 0) then
       redis.call('SET', key, value)
       return r
     end

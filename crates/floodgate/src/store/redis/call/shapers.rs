@@ -3,7 +3,7 @@
 
 use super::{beyond_exact, nanos, Call, Script, MAX_EXACT, MAX_MICROS};
 use crate::algorithm::leaky_queue::LeakyQueue;
-use crate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
+use crate::algorithm::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
 use crate::{Op, StoreError};
 
 /// `leaky_queue.lua`: the slot and the queue's length in time (`queue × slot`) at most 2⁵⁰ ns.
@@ -43,7 +43,7 @@ impl Smooth<'_> {
     /// The most permits stored at `rate`, or `None` if the limiter refuses that rate.
     fn max_permits(&self, rate: f64) -> Option<f64> {
         match self {
-            Smooth::Bursty(b) => SmoothBursty::new(rate, b.max_burst_seconds())
+            Smooth::Bursty(b) => SmoothBursty::starting(rate, b.max_burst_seconds(), b.start())
                 .ok()
                 .map(|b| b.max_permits()),
             Smooth::WarmingUp(w) => SmoothWarmingUp::new(rate, w.warmup(), w.cold_factor())
@@ -56,19 +56,30 @@ impl Smooth<'_> {
     /// burst of `max_burst_seconds`, or the warmup), and a maximum of stored permits, at the
     /// configured rate or a `set_rate`'s, of 2⁵³ or more.
     pub(super) fn call<'a>(&self, script: &'a Script, op: Op) -> Result<Call<'a>, StoreError> {
-        let (tag, rate, p1, cold_factor) = match self {
+        let (tag, rate, p1, p2) = match self {
             Smooth::Bursty(b) => {
                 if b.max_burst_seconds() * 1e6 > MAX_EXACT as f64 {
                     return Err(beyond_exact(self.name()));
                 }
-                ("R", b.rate(), b.max_burst_seconds().to_string(), 0.0)
+                let full = u8::from(b.start() == BurstyStart::Full);
+                (
+                    "R",
+                    b.rate(),
+                    b.max_burst_seconds().to_string(),
+                    full.to_string(),
+                )
             }
             Smooth::WarmingUp(w) => {
                 let micros = u64::try_from(w.warmup().as_micros()).unwrap_or(u64::MAX);
                 if micros > MAX_EXACT {
                     return Err(beyond_exact(self.name()));
                 }
-                ("U", w.rate(), micros.to_string(), w.cold_factor())
+                (
+                    "U",
+                    w.rate(),
+                    micros.to_string(),
+                    w.cold_factor().to_string(),
+                )
             }
         };
         if self.max_permits(rate).is_none_or(|m| m >= MAX_PERMITS) {
@@ -94,7 +105,7 @@ impl Smooth<'_> {
             tag.to_owned(),
             rate.to_string(),
             p1,
-            cold_factor.to_string(),
+            p2,
             kind.to_owned(),
             cost.to_string(),
             timeout.to_string(),
