@@ -8,15 +8,15 @@
 //! its time slice, so a holder that was preempted gets the CPU back instead of being starved by
 //! spinning waiters.
 
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::sync::{wait, AtomicBool, Cell, Ordering};
 
 /// A test-and-set lock around a `T`.
 pub(crate) struct ShardLock<T> {
     locked: AtomicBool,
-    value: UnsafeCell<T>,
+    value: Cell<T>,
 }
 
 // SAFETY: the lock hands out access to `value` to one thread at a time (see `lock`), so sharing
@@ -27,7 +27,7 @@ impl<T> ShardLock<T> {
     pub(crate) fn new(value: T) -> Self {
         ShardLock {
             locked: AtomicBool::new(false),
-            value: UnsafeCell::new(value),
+            value: Cell::new(value),
         }
     }
 
@@ -53,12 +53,7 @@ impl<T> ShardLock<T> {
         loop {
             // Wait with plain loads, which keep the line shared, before trying to write it.
             while self.locked.load(Ordering::Relaxed) {
-                if spins < 64 {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+                wait(&mut spins);
             }
             if self
                 .locked
@@ -109,7 +104,7 @@ impl<T> Drop for ShardGuard<'_, T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
