@@ -8,15 +8,15 @@
 //! its time slice, so a holder that was preempted gets the CPU back instead of being starved by
 //! spinning waiters.
 
+use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
-
-use super::sync::{wait, AtomicBool, Cell, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A test-and-set lock around a `T`.
 pub(crate) struct ShardLock<T> {
     locked: AtomicBool,
-    value: Cell<T>,
+    value: UnsafeCell<T>,
 }
 
 // SAFETY: the lock hands out access to `value` to one thread at a time (see `lock`), so sharing
@@ -27,7 +27,7 @@ impl<T> ShardLock<T> {
     pub(crate) fn new(value: T) -> Self {
         ShardLock {
             locked: AtomicBool::new(false),
-            value: Cell::new(value),
+            value: UnsafeCell::new(value),
         }
     }
 
@@ -53,7 +53,12 @@ impl<T> ShardLock<T> {
         loop {
             // Wait with plain loads, which keep the line shared, before trying to write it.
             while self.locked.load(Ordering::Relaxed) {
-                wait(&mut spins);
+                if spins < 64 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
             if self
                 .locked
@@ -104,7 +109,7 @@ impl<T> Drop for ShardGuard<'_, T> {
     }
 }
 
-#[cfg(all(test, not(floodgate_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;

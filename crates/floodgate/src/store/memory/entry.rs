@@ -8,8 +8,8 @@ use super::MemoryStore;
 use crate::{Clock, Nanos};
 
 impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
-    /// Runs `f` on `key`'s entry under its lock, with the store's "now" read under that lock
-    /// (as every operation of the memory store does).
+    /// Runs `f` on `key`'s entry under its shard's lock, with the store's "now" read under that
+    /// lock (as every operation of the memory store does).
     ///
     /// `f` gets the entry (`None` for a key the store does not hold) and returns its result and,
     /// for a missing key only, the entry to insert. A new entry is inserted under the store's
@@ -28,32 +28,23 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let shard = self.shard_of(hash);
-        if let Some((_, mut entry)) = shard.table.find(hash, key) {
-            let now = self.clock.now();
-            return Some(f(Some(entry.state_mut()), now).0);
-        }
-        let mut books = shard.lock();
-        if let Some((_, mut entry)) = shard.table.find(hash, key) {
-            let now = self.clock.now();
-            return Some(f(Some(entry.state_mut()), now).0);
-        }
+        let mut map = self.shard_of(hash).map.lock();
         let now = self.clock.now();
+        if let Some((_, entry)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return Some(f(Some(entry), now).0);
+        }
         let (result, new) = f(None, now);
         let Some(new) = new else {
             return Some(result);
         };
-        if books.len >= self.per_shard && !self.make_room(shard, &mut books, is_fresh) {
-            books.refused_new += 1;
+        if map.table.len() >= self.per_shard && !self.make_room(&mut map, is_fresh, now) {
+            map.refused_new += 1;
             return None;
         }
-        match shard.table.insert(&mut books, hash, key.to_owned(), new) {
-            Ok(_) => Some(result),
-            Err(_) => {
-                books.refused_new += 1;
-                None
-            }
-        }
+        let hasher = &self.hasher;
+        map.table
+            .insert_unique(hash, (key.to_owned(), new), |(k, _)| hasher.hash_one(k));
+        Some(result)
     }
 }
 

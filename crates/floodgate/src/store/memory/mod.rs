@@ -1,16 +1,15 @@
 //! The embedded store: keyed state in memory, sharded, bounded, linearizable per key.
 //!
-//! Keys are spread over a power-of-two number of shards by hash (with a per-store random seed,
-//! so that clients cannot aim keys at one shard). A decision for a key the store already holds
-//! takes no shard-wide lock: it finds the key's entry with atomic loads of the shard's index
-//! and locks just that entry for the transition (`table.rs` documents the protocol), so threads
-//! deciding for different keys write no common cache line and scale with the cores. The shard's
-//! lock (`shard_lock.rs`) is for writers: a new key, an eviction, a sweep. The key is hashed
-//! once per call and compared by its borrowed form: checking an existing key allocates nothing.
+//! Keys are spread over a power-of-two number of shards by hash; each shard is a
+//! [`hashbrown::HashTable`] behind its own lock (`shard_lock.rs`), so threads working on different keys rarely
+//! meet, and a decision holds exactly one lock for the time of one transition (tens of
+//! nanoseconds). The key is hashed once per call (with a per-store random seed, so that clients
+//! cannot aim keys at one shard) and looked up by its borrowed form: checking an existing key
+//! allocates nothing.
 //!
 //! **Bound.** The store holds at most `max_keys` keys, enforced per shard (`max_keys / shards`
-//! each, rounded up, at most 16,777,214), so eviction can start a little before `max_keys` keys
-//! are live when keys spread unevenly. When a new key arrives at a full shard:
+//! each, rounded up), so eviction can start a little before `max_keys` keys are live when keys
+//! spread unevenly. When a new key arrives at a full shard:
 //! 1. *idle eviction*: the shard drops every key whose state is indistinguishable from a fresh
 //!    key's ([`Algorithm::is_fresh`]). This never changes a decision: a dropped key behaves
 //!    exactly as if it had been kept. To keep this O(1) amortized, a sweep that leaves the shard
@@ -18,10 +17,9 @@
 //! 2. if the shard is still full of live keys, the [`Overflow`] policy decides, and the event is
 //!    counted in [`StoreStats`].
 //!
-//! "Now" is read from the store's clock while holding the key's entry lock (for a new key, the
-//! shard lock), so that with a monotonic clock (all of Floodgate's are) the instants one key
-//! sees never go backwards, and a key found fresh at one instant stays droppable for every
-//! later operation.
+//! "Now" is read from the store's clock while holding the key's shard lock, so that with a
+//! monotonic clock (all of Floodgate's are) the instants one key sees never go backwards, and a
+//! key found fresh at one instant stays droppable for every later operation.
 //!
 //! A key whose state after its first operation is still fresh (a probe, or a request denied
 //! because its cost can never pass) is not stored at all.
@@ -31,18 +29,17 @@ use std::fmt;
 use std::future::{ready, Future};
 use std::hash::{BuildHasher, Hash};
 
-use self::table::{Books, EntryGuard, Table, MAX_ENTRIES};
+use hashbrown::HashTable;
+
 use super::chain::{self, Link, Linked};
-use super::shard_lock::{ShardGuard, ShardLock};
+use super::shard_lock::ShardLock;
 use super::{ensure_supported, Request, Store};
 use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
-mod arena;
 #[cfg(feature = "redis")]
 mod entry;
-mod table;
 
 /// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,21 +150,16 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             }
         };
         let per_shard = self.max_keys.div_ceil(shards);
-        if per_shard > MAX_ENTRIES as usize {
-            return Err(ConfigError::invalid(
-                "max_keys",
-                self.max_keys,
-                "needs more than 16,777,214 keys per shard: use more shards",
-            ));
-        }
         Ok(MemoryStore {
             shards: (0..shards)
-                .map(|_| {
-                    let (table, books) = Table::new();
-                    Shard {
-                        table,
-                        books: Aligned(ShardLock::new(books)),
-                    }
+                .map(|_| Shard {
+                    map: ShardLock::new(ShardMap {
+                        table: HashTable::new(),
+                        sweep_credit: 0,
+                        evicted_idle: 0,
+                        evicted_live: 0,
+                        refused_new: 0,
+                    }),
                 })
                 .collect(),
             shard_mask: shards - 1,
@@ -193,23 +185,19 @@ pub struct MemoryStore<K = String, S = AnyState, C = CoarseClock> {
     overflow: Overflow,
 }
 
-/// One shard: the table every decision reads, then the writers' lock on a cache line of its
-/// own, so that taking it (for a new key) does not evict the table's header from the cores
-/// that only read it.
+// Each shard on its own cache line, so that two threads on two shards never share one.
 #[repr(align(64))]
 struct Shard<K, S> {
-    table: Table<K, S>,
-    books: Aligned<ShardLock<Books>>,
+    map: ShardLock<ShardMap<K, S>>,
 }
 
-#[repr(align(64))]
-struct Aligned<T>(T);
-
-impl<K, S> Shard<K, S> {
-    #[inline]
-    fn lock(&self) -> ShardGuard<'_, Books> {
-        self.books.0.lock()
-    }
+struct ShardMap<K, S> {
+    table: HashTable<(K, S)>,
+    /// New keys that must arrive at a full shard before the next idle sweep.
+    sweep_credit: usize,
+    evicted_idle: u64,
+    evicted_live: u64,
+    refused_new: u64,
 }
 
 impl<K, S, C: fmt::Debug> fmt::Debug for MemoryStore<K, S, C> {
@@ -261,8 +249,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 
     #[inline]
     fn shard_index(&self, hash: u64) -> usize {
-        // A shard's table uses the hash's low 22 bits (directory) and top 8 bits (tag); the
-        // shard index comes from the middle bits, so keys of one shard still spread over it.
+        // hashbrown uses the low bits (bucket index) and the top 7 bits (tag) of the hash;
+        // the shard index comes from the middle bits, so keys of one shard still spread over
+        // its table.
         (hash >> 32) as usize & self.shard_mask
     }
 
@@ -288,91 +277,64 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let shard = self.shard_of(hash);
-        if let Some((_, mut entry)) = shard.table.find(hash, key) {
-            // Read the clock under the entry's lock: with a monotonic clock, the instants a key
-            // sees are then in lock order, so no key ever sees time go backwards and idle
-            // eviction (decided at one instant, valid for all later ones) stays lossless.
-            let now = self.clock.now();
-            return decide(&mut entry, algorithm, op, now);
-        }
-        self.apply_new(shard, hash, algorithm, key, op)
+        let mut map = self.shard_of(hash).map.lock();
+        // Read the clock under the shard lock: with a monotonic clock, the instants a shard
+        // sees are then in lock order, so no key ever sees time go backwards and idle
+        // eviction (decided at one instant, valid for all later ones) stays lossless.
+        let now = self.clock.now();
+        self.apply_in(&mut map, hash, algorithm, key, op, now)
     }
 
-    /// The slow path: `key` was not found without the shard lock. Looks again with it (exact),
-    /// and inserts the key if it is still missing.
-    #[inline(never)]
-    fn apply_new<Q, A>(
+    /// Applies `op` to `key` (hashing to `hash`) in its shard's locked `map`, at `now`.
+    #[inline]
+    fn apply_in<Q, A>(
         &self,
-        shard: &Shard<K, S>,
+        map: &mut ShardMap<K, S>,
         hash: u64,
         algorithm: &A,
         key: &Q,
         op: Op,
+        now: Nanos,
     ) -> Result<Decision, StoreError>
     where
         A: Algorithm<State = S>,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut books = shard.lock();
-        if let Some((_, mut entry)) = shard.table.find(hash, key) {
-            let now = self.clock.now();
-            return decide(&mut entry, algorithm, op, now);
+        if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            if !algorithm.owns(state) {
+                return Err(StoreError::StateConflict {
+                    algorithm: algorithm.name(),
+                    found: algorithm.state_name(state),
+                });
+            }
+            return Ok(algorithm.apply(state, now, op));
         }
-        let now = self.clock.now();
-        Ok(self
-            .insert(shard, &mut books, hash, algorithm, key, op, now)
-            .0)
-    }
-
-    /// Decides `op` for `key`, which `shard` (whose lock `books` is) does not hold, at `now`,
-    /// and keeps the key unless its state is still fresh. Returns the decision and the new
-    /// entry, locked, if one was made.
-    #[allow(clippy::too_many_arguments)]
-    fn insert<'s, Q, A>(
-        &self,
-        shard: &'s Shard<K, S>,
-        books: &mut Books,
-        hash: u64,
-        algorithm: &A,
-        key: &Q,
-        op: Op,
-        now: Nanos,
-    ) -> (Decision, Made<'s, K, S>)
-    where
-        A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
         let mut state = algorithm.fresh(now);
         let decision = algorithm.apply(&mut state, now, op);
         if algorithm.is_fresh(&state, now) {
-            return (decision, None);
+            return Ok(decision);
         }
-        let refused = Decision::deny(decision.limit, 0, decision.reset_after, None);
-        if books.len >= self.per_shard
-            && !self.make_room(shard, books, |s: &S, now| algorithm.is_fresh(s, now))
+        if map.table.len() >= self.per_shard
+            && !self.make_room(map, |s: &S, now| algorithm.is_fresh(s, now), now)
         {
-            books.refused_new += 1;
-            return (refused, None);
+            map.refused_new += 1;
+            return Ok(Decision::deny(
+                decision.limit,
+                0,
+                decision.reset_after,
+                None,
+            ));
         }
-        match shard.table.insert(books, hash, key.to_owned(), state) {
-            Ok(entry) => (decision, Some(entry)),
-            // A bucket as deep as the hash allows is full: as unlikely as 17 keys sharing 30
-            // bits of a seeded hash. Refused like a full store.
-            Err(_) => {
-                books.refused_new += 1;
-                (refused, None)
-            }
-        }
+        let hasher = &self.hasher;
+        map.table
+            .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+        Ok(decision)
     }
 
     /// [`Store::apply_chain`] on this store: the shards of every key are locked together (in
-    /// ascending order, so two chains never wait on each other in a cycle), then the entries of
-    /// the keys they hold, and the clock is read once, after those locks; the entries stay
-    /// locked until the chain ends, so all-or-nothing links are undone from snapshots before
-    /// any other decision sees them.
+    /// ascending order, so two chains never wait on each other in a cycle), the clock is read
+    /// once, and all-or-nothing links are undone from snapshots before any lock is released.
     fn apply_chain_now<Q, A>(&self, links: &[Link<'_, Q, A>]) -> Result<Vec<Linked>, StoreError>
     where
         S: Clone,
@@ -388,46 +350,32 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         let mut shards: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shards.sort_unstable();
         shards.dedup();
-        let mut books: Vec<_> = shards.iter().map(|&i| self.shards[i].lock()).collect();
-        let mut held: Vec<Held<'_, K, S>> = Vec::new();
-        for (link, &hash) in links.iter().zip(&hashes) {
-            self.hold(&mut held, hash, link.request.key);
-        }
+        // Each link's place among the locked shards.
+        let guard_of: Vec<usize> = hashes
+            .iter()
+            .map(|&h| shards.partition_point(|&i| i < self.shard_index(h)))
+            .collect();
+        let mut guards: Vec<_> = shards.iter().map(|&i| self.shards[i].map.lock()).collect();
         let now = self.clock.now();
         let mut outcomes = Vec::with_capacity(links.len());
-        // Each all-or-nothing link's entry (its place in `held`) and state before it ran
-        // (`None`: the link made the key).
+        // Each all-or-nothing link's key and state before it ran (`None`: no key).
         let mut undo: Vec<(usize, Option<S>)> = Vec::new();
         let (mut refused, mut ended) = (false, false);
-        for (link, &hash) in links.iter().zip(&hashes) {
+        for (i, link) in links.iter().enumerate() {
             if ended {
                 outcomes.push(Linked::NotReached);
                 continue;
             }
             let r = link.request;
-            let outcome = match self.hold(&mut held, hash, r.key) {
-                Some(at) => {
-                    let entry = &mut held[at].entry;
-                    if link.all_or_nothing && entry.is_live() {
-                        undo.push((at, Some(entry.state().clone())));
-                    }
-                    decide(entry, r.algorithm, r.op, now)
-                }
-                None => {
-                    let shard = self.shard_of(hash);
-                    let at = shards.partition_point(|&i| i < self.shard_index(hash));
-                    let (decision, made) =
-                        self.insert(shard, &mut books[at], hash, r.algorithm, r.key, r.op, now);
-                    if let Some((id, entry)) = made {
-                        held.push(Held { hash, id, entry });
-                        if link.all_or_nothing {
-                            undo.push((held.len() - 1, None));
-                        }
-                    }
-                    Ok(decision)
-                }
-            };
-            let outcome = match outcome {
+            let map = &mut guards[guard_of[i]];
+            if link.all_or_nothing {
+                let before = map
+                    .table
+                    .find(hashes[i], |(k, _)| k.borrow() == r.key)
+                    .map(|(_, s)| s.clone());
+                undo.push((i, before));
+            }
+            let outcome = match self.apply_in(map, hashes[i], r.algorithm, r.key, r.op, now) {
                 Ok(d) => Linked::Decided(d),
                 Err(e) => Linked::Failed(e),
             };
@@ -438,125 +386,92 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         }
         if refused {
             // Newest first, so a key touched twice gets its state from before the chain.
-            let mut made = Vec::new();
-            for (at, before) in undo.into_iter().rev() {
-                match before {
-                    Some(state) => *held[at].entry.state_mut() = state,
-                    None => made.push(at),
+            for (i, before) in undo.into_iter().rev() {
+                let key = links[i].request.key;
+                let map = &mut guards[guard_of[i]];
+                let found = map.table.find_entry(hashes[i], |(k, _)| k.borrow() == key);
+                match (found, before) {
+                    (Ok(mut entry), Some(state)) => entry.get_mut().1 = state,
+                    (Ok(entry), None) => {
+                        entry.remove();
+                    }
+                    (Err(_), Some(state)) => {
+                        let hasher = &self.hasher;
+                        map.table
+                            .insert_unique(hashes[i], (key.to_owned(), state), |(k, _)| {
+                                hasher.hash_one(k)
+                            });
+                    }
+                    (Err(_), None) => {}
                 }
             }
-            made.sort_unstable();
-            for at in made.into_iter().rev() {
-                let Held { hash, id, entry } = held.swap_remove(at);
-                let at = shards.partition_point(|&i| i < self.shard_index(hash));
-                self.shard_of(hash).table.remove(&mut books[at], id, entry);
-            }
         }
-        // Entries unlock before their shards.
-        drop(held);
-        drop(books);
         Ok(outcomes)
-    }
-
-    /// The place in `held` of `key`'s entry, locking it first if the store holds the key; the
-    /// caller holds the key's shard lock, so the look is exact.
-    fn hold<'s, Q>(&'s self, held: &mut Vec<Held<'s, K, S>>, hash: u64, key: &Q) -> Option<usize>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mine = |h: &Held<'_, K, S>| h.hash == hash && h.entry.key().borrow() == key;
-        if let Some(at) = held.iter().position(mine) {
-            return Some(at);
-        }
-        let shard = self.shard_index(hash);
-        let same_shard = |h: &&Held<'_, K, S>| self.shard_index(h.hash) == shard;
-        let (id, entry) = self.shards[shard].table.find_skipping(hash, key, |id| {
-            held.iter().filter(same_shard).any(|h| h.id == id)
-        })?;
-        held.push(Held { hash, id, entry });
-        Some(held.len() - 1)
     }
 
     /// Frees one place in a full shard; false if the overflow policy refuses the new key.
     #[cold]
     fn make_room(
         &self,
-        shard: &Shard<K, S>,
-        books: &mut Books,
+        map: &mut ShardMap<K, S>,
         is_fresh: impl Fn(&S, Nanos) -> bool,
+        now: Nanos,
     ) -> bool {
-        if books.sweep_credit == 0 {
-            self.sweep_shard(shard, books, &is_fresh);
-            if books.len < self.per_shard {
+        if map.sweep_credit == 0 {
+            let before = map.table.len();
+            map.table.retain(|(_, s)| !is_fresh(s, now));
+            map.evicted_idle += (before - map.table.len()) as u64;
+            if map.table.len() < self.per_shard {
                 return true;
             }
-            books.sweep_credit = (self.per_shard / 4).max(1);
+            map.sweep_credit = (self.per_shard / 4).max(1);
         }
-        books.sweep_credit -= 1;
+        map.sweep_credit -= 1;
         match self.overflow {
             Overflow::RefuseNew => false,
-            Overflow::EvictLive => self.evict_live(shard, books),
-        }
-    }
-
-    /// Drops the shard's keys whose state is fresh, each judged at "now" read under its lock.
-    /// Entries another thread holds right now are in use, so not idle: they are skipped.
-    fn sweep_shard(
-        &self,
-        shard: &Shard<K, S>,
-        books: &mut Books,
-        is_fresh: impl Fn(&S, Nanos) -> bool,
-    ) -> usize {
-        let mut dropped = 0;
-        for id in 0..books.ids() {
-            let Some(entry) = shard.table.entry(id).try_lock() else {
-                continue;
-            };
-            if entry.is_live() && is_fresh(entry.state(), self.clock.now()) {
-                shard.table.remove(books, id, entry);
-                dropped += 1;
+            Overflow::EvictLive => {
+                let victim = map
+                    .table
+                    .iter()
+                    .next()
+                    .map(|(k, _)| self.hasher.hash_one(k));
+                if let Some(victim_hash) = victim {
+                    // The table's first entry is an arbitrary key (the order is the seeded
+                    // hash order). Any entry with the same full hash is as good a victim.
+                    let hasher = &self.hasher;
+                    if let Ok(entry) = map
+                        .table
+                        .find_entry(victim_hash, |(k, _)| hasher.hash_one(k) == victim_hash)
+                    {
+                        entry.remove();
+                        map.evicted_live += 1;
+                    }
+                }
+                true
             }
         }
-        books.evicted_idle += dropped as u64;
-        dropped
-    }
-
-    /// Forgets one live key of a full shard: the next one after the last forgotten, in entry
-    /// order (an arbitrary key, as far as clients can tell). False if every one is in use.
-    fn evict_live(&self, shard: &Shard<K, S>, books: &mut Books) -> bool {
-        let ids = books.ids();
-        for step in 0..ids {
-            let id = (books.cursor.wrapping_add(step)) % ids;
-            let Some(entry) = shard.table.entry(id).try_lock() else {
-                continue;
-            };
-            if entry.is_live() {
-                shard.table.remove(books, id, entry);
-                books.cursor = id + 1;
-                books.evicted_live += 1;
-                return true;
-            }
-        }
-        false
     }
 
     /// Drops every key whose state is fresh at the store's current time (lossless; see
     /// [`Algorithm::is_fresh`]). The store does this by itself when a shard fills up; calling it
     /// periodically returns memory earlier. Returns the number of keys dropped.
     pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| {
-                let mut books = shard.lock();
-                self.sweep_shard(shard, &mut books, |s: &S, now| algorithm.is_fresh(s, now))
-            })
-            .sum()
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.map.lock();
+            let now = self.clock.now();
+            let before = map.table.len();
+            map.table.retain(|(_, s)| !algorithm.is_fresh(s, now));
+            let n = before - map.table.len();
+            map.evicted_idle += n as u64;
+            dropped += n;
+        }
+        dropped
     }
 
     /// The number of keys held now.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len).sum()
+        self.shards.iter().map(|s| s.map.lock().table.len()).sum()
     }
 
     /// Whether the store holds no key.
@@ -568,22 +483,21 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     pub fn stats(&self) -> StoreStats {
         let mut stats = StoreStats::default();
         for shard in self.shards.iter() {
-            let books = shard.lock();
-            stats.keys += books.len as u64;
-            stats.evicted_idle += books.evicted_idle;
-            stats.evicted_live += books.evicted_live;
-            stats.refused_new += books.refused_new;
+            let map = shard.map.lock();
+            stats.keys += map.table.len() as u64;
+            stats.evicted_idle += map.evicted_idle;
+            stats.evicted_live += map.evicted_live;
+            stats.refused_new += map.refused_new;
         }
         stats
     }
 
-    /// Bytes the shards' tables have allocated: entries (keys and states stored inline),
-    /// buckets and directories; not counting heap memory the keys or states own themselves,
-    /// such as a `String`'s buffer.
+    /// Bytes the shards' tables have allocated (keys and states stored inline; not counting
+    /// heap memory the keys or states own themselves, such as a `String`'s buffer).
     pub fn table_bytes(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.table.bytes(&s.lock()))
+            .map(|s| s.map.lock().table.allocation_size())
             .sum::<usize>()
             + std::mem::size_of_val(&*self.shards)
     }
@@ -596,39 +510,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let shard = self.shard_of(hash);
-        let _books = shard.lock();
-        let (_, entry) = shard.table.find(hash, key)?;
-        Some(entry.state().clone())
+        let map = self.shard_of(hash).map.lock();
+        map.table
+            .find(hash, |(k, _)| k.borrow() == key)
+            .map(|(_, s)| s.clone())
     }
-}
-
-/// A key's new entry (its id, and the entry still locked), if one was made.
-type Made<'s, K, S> = Option<(u32, EntryGuard<'s, K, S>)>;
-
-/// An entry a chain holds locked until it ends.
-struct Held<'s, K, S> {
-    hash: u64,
-    id: u32,
-    entry: EntryGuard<'s, K, S>,
-}
-
-/// Applies `op` to a locked entry's state at `now`, if the state is `algorithm`'s.
-#[inline]
-fn decide<K, S, A: Algorithm<State = S>>(
-    entry: &mut EntryGuard<'_, K, S>,
-    algorithm: &A,
-    op: Op,
-    now: Nanos,
-) -> Result<Decision, StoreError> {
-    let state = entry.state_mut();
-    if !algorithm.owns(state) {
-        return Err(StoreError::StateConflict {
-            algorithm: algorithm.name(),
-            found: algorithm.state_name(state),
-        });
-    }
-    Ok(algorithm.apply(state, now, op))
 }
 
 impl<K, Q, A, C> Store<Q, A> for MemoryStore<K, A::State, C>
