@@ -1,0 +1,103 @@
+//! A decision for a key the store already holds allocates nothing: counted by a global
+//! allocator that tallies this thread's allocations (other threads, such as the coarse clock's,
+//! are not counted).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::algorithm::token_bucket::TokenBucket;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::store::MemoryStore;
+use floodgate::Op;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; the tally is a
+// thread-local counter, which allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations `f` makes on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn the_memory_store_decides_for_a_held_key_without_allocating() {
+    let store = MemoryStore::new();
+    let gcra: AnyAlgorithm = Gcra::new(100, 1_000_000, std::time::Duration::from_secs(1))
+        .unwrap()
+        .into();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
+    for key in &keys {
+        assert!(
+            store
+                .apply_now(&gcra, key.as_str(), Op::Check { cost: 1 })
+                .unwrap()
+                .allowed
+        );
+    }
+    let n = allocations(|| {
+        for _ in 0..10 {
+            for key in &keys {
+                let d = store.apply_now(&gcra, key.as_str(), Op::Check { cost: 1 });
+                assert!(d.is_ok());
+            }
+        }
+    });
+    assert_eq!(n, 0, "allocations for 10,000 decisions on held keys");
+    // A new key allocates its owned copy (and, now and then, table memory).
+    let n = allocations(|| {
+        let _ = store.apply_now(&gcra, "someone-new", Op::Check { cost: 1 });
+    });
+    assert!(n >= 1);
+}
+
+#[test]
+fn the_request_rate_limiter_decides_for_a_known_user_without_allocating() {
+    let limiter = RequestRateLimiter::builder()
+        .plan(Plan::new("pro", TokenBucket::new(1e6, 1_000_000).unwrap().into()).unwrap())
+        .build(MemoryStore::new())
+        .unwrap();
+    assert!(
+        limiter
+            .check_blocking("alice", "pro", 1)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    let n = allocations(|| {
+        for _ in 0..1_000 {
+            let d = limiter.check_blocking("alice", "pro", 1).unwrap();
+            assert!(d.decision.allowed);
+        }
+    });
+    assert_eq!(n, 0, "allocations for 1,000 decisions on a known user");
+}
