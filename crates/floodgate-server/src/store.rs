@@ -257,6 +257,11 @@ impl ServiceStore {
     }
 }
 
+// The Redis and cached stores' futures are boxed: an async fn's future is as big as its
+// biggest branch, and every call of the service carries this one inline, so unboxed they made
+// each call's future kilobytes long, copied at every spawn, for the memory store too (where a
+// decision is ready at once). A Redis call costs a round trip; one allocation more is nothing
+// beside it.
 impl Store<str, AnyAlgorithm> for ServiceStore {
     async fn apply(
         &self,
@@ -266,8 +271,8 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
     ) -> Result<Decision, StoreError> {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply(algorithm, key, op).await,
-            Backend::Redis(r) => r.apply(algorithm, key, op).await,
-            Backend::Cached(c, _) => c.apply(algorithm, key, op).await,
+            Backend::Redis(r) => Box::pin(r.apply(algorithm, key, op)).await,
+            Backend::Cached(c, _) => Box::pin(c.apply(algorithm, key, op)).await,
         };
         self.health.record(&result);
         result
@@ -279,8 +284,8 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
     ) -> Result<Vec<Decision>, StoreError> {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_many(requests).await,
-            Backend::Redis(r) => r.apply_many(requests).await,
-            Backend::Cached(c, _) => c.apply_many(requests).await,
+            Backend::Redis(r) => Box::pin(r.apply_many(requests)).await,
+            Backend::Cached(c, _) => Box::pin(c.apply_many(requests)).await,
         };
         self.health.record(&result);
         result
@@ -292,8 +297,8 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
     ) -> Result<Vec<Linked>, StoreError> {
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_chain(links).await,
-            Backend::Redis(r) => r.apply_chain(links).await,
-            Backend::Cached(c, _) => c.apply_chain(links).await,
+            Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
+            Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
         };
         self.health.record(&result);
         result
