@@ -31,6 +31,7 @@ mod namespace;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod shard_lock;
+mod sync;
 
 #[cfg(feature = "redis")]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
