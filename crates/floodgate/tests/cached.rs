@@ -418,10 +418,7 @@ fn other_algorithms_go_to_redis_exactly_and_conflicts_are_refused() {
 /// own instant: Redis's absorb (the Lua twin) must then give back exactly the state the memory
 /// store holds, so every decision is the memory store's, field for field.
 ///
-/// Known gap (see `a_refusal_folds_the_memory_stores_bucket_but_not_redis`): a refused token
-/// bucket request folds the refill into the memory store's state, which Redis never sees, so a
-/// later `reset_after` can differ by a nanosecond (float association). The cases run from a
-/// fixed seed, so that CI checks the same 48 and does not fail at random on that gap.
+/// The cases run from a fixed seed, so that every CI run checks the same 48.
 #[test]
 fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
     use floodgate::store::MemoryStore;
@@ -491,14 +488,13 @@ fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
         .unwrap();
 }
 
-/// The gap the property above steps around, as found: a token bucket (1/s, capacity 4) takes 3,
-/// refuses 2 at +380 ms (the memory store folds the refill into its state: 1.38 tokens at
-/// +380 ms; the cached node sends nothing to Redis), takes 1 at +792 ms, and a probe at
-/// +1,744 ms reports `reset_after` 2.256000001 s on memory and 2.256 s through Redis. The fix
-/// is to forward a refusal's fold as a zero-cost absorb at its instant. Run with `--ignored`.
+/// A case the property above once found: a token bucket (1/s, capacity 4) takes 3, refuses 2
+/// at +380 ms, takes 1 at +792 ms, and a probe at +1,744 ms reported `reset_after`
+/// 2.256000001 s on memory and 2.256 s through Redis, because the memory store recorded the
+/// refused request's refill (1.38 tokens at +380 ms) and the cached node sends nothing to Redis
+/// for a refusal. A denial now changes no bucket's state, on any store.
 #[test]
-#[ignore = "known 1 ns gap: refusals fold the memory store's bucket but not Redis's"]
-fn a_refusal_folds_the_memory_stores_bucket_but_not_redis() {
+fn a_refused_bucket_request_leaves_memory_and_redis_alike() {
     use floodgate::store::MemoryStore;
 
     let server = RedisServer::start();

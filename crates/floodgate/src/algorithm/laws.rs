@@ -99,6 +99,26 @@ pub(crate) fn effective(start: Nanos, events: &[(Nanos, Op)]) -> Vec<u64> {
         .collect()
 }
 
+/// [`effective`] for algorithms that record only admissions (the buckets): the running maximum
+/// over admitted operations of cost above 0, from the instant the key was first seen.
+pub(crate) fn effective_admitted(
+    start: Nanos,
+    events: &[(Nanos, Op)],
+    decisions: &[Decision],
+) -> Vec<u64> {
+    let mut max = start.0;
+    events
+        .iter()
+        .zip(decisions)
+        .map(|((t, op), d)| {
+            if cost(op) > 0 && d.allowed {
+                max = max.max(t.0);
+            }
+            max
+        })
+        .collect()
+}
+
 /// For every closed interval `[t_i, t_j]` spanned by the admitted `(instant, cost)` pairs,
 /// the admitted cost is within `bound(t_j − t_i)`.
 pub(crate) fn assert_bound(mut admitted: Vec<(u64, u64)>, bound: impl Fn(u64) -> f64) {

@@ -55,7 +55,8 @@
 //! - Long idle: the level stops at 0.
 //! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
-//! - A denied request adds nothing to the level; it records the drain up to `now`.
+//! - A denied request adds nothing to the level and changes nothing (the drain up to `now` is
+//!   computed for the decision, not recorded).
 //! - Clock going backwards: counts as no time passed (no drain); the later instant is kept.
 //!   Times in the decision are measured from the caller's `now`.
 //! - Huge values never panic, as for the token bucket.
@@ -277,7 +278,7 @@ mod tests {
             let events = events(&steps, &costs, &[2; 80]);
             let start = Nanos(1_000_000_000);
             let decisions = laws::run(&lb, &mut lb.fresh(start), &events, false);
-            let eff = laws::effective(start, &events);
+            let eff = laws::effective_admitted(start, &events, &decisions);
             let admitted = decisions.iter().zip(&events).zip(&eff)
                 .filter(|((d, _), _)| d.allowed)
                 .map(|((_, e), &t)| (t, cost(&e.1)))

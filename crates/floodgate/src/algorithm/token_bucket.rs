@@ -60,8 +60,9 @@
 //! - Long idle: refill stops at `capacity`; nothing else accumulates.
 //! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
-//! - A denied request consumes nothing; it does record the refill up to `now`, which changes
-//!   no future decision.
+//! - A denied request consumes nothing and changes nothing (the refill up to `now` is computed
+//!   for the decision, not recorded), so every store agrees on the state whether or not it saw
+//!   the denial.
 //! - Clock going backwards: `now` earlier than the last update counts as no time passed, and the
 //!   later instant is kept, so a later refill is never counted twice. Times in the decision are
 //!   measured from the caller's `now`, so they include the lag back to the kept instant.
@@ -255,7 +256,12 @@ impl Bucket {
         let wanted = cost as f64;
         let allowed = cost <= self.capacity && tokens >= wanted;
         let left = if allowed { tokens - wanted } else { tokens };
-        if cost > 0 {
+        // Only an admission is recorded. Recording a denial's refill too would change no
+        // decision in exact arithmetic, but in f64 `a + x + y` is not `a + (x + y)`: a bucket
+        // that folded its refill at a denial could end a nanosecond or an ulp away from one
+        // that did not, and a store that never sees denials (the cached store's Redis) would
+        // drift from the memory store by that much.
+        if cost > 0 && allowed {
             state.tokens = left;
             state.last = state.last.max(now);
         }
@@ -351,6 +357,30 @@ mod tests {
             self.timestamp = Some((now_f, expires));
             Ok((allowed.then_some(1), new_tokens as i64))
         }
+    }
+
+    #[test]
+    fn a_denial_leaves_the_state_as_it_was() {
+        let tb = TokenBucket::new(1.0, 4).unwrap();
+        let t0 = Nanos::from_secs(1_000);
+        let mut s = tb.fresh(t0);
+        assert!(tb.apply(&mut s, t0, check(3)).allowed);
+        let before = s;
+        // 1.38 tokens at +380 ms: 2 are refused, and nothing is recorded.
+        assert!(
+            !tb.apply(&mut s, Nanos(t0.0 + 380_000_000), check(2))
+                .allowed
+        );
+        assert_eq!(s, before);
+        // So the next admission sees the refill from the last admission, as a store that never
+        // saw the denial does.
+        let mut unseen = before;
+        let t = Nanos(t0.0 + 792_000_000);
+        assert_eq!(
+            tb.apply(&mut s, t, check(1)),
+            tb.apply(&mut unseen, t, check(1))
+        );
+        assert_eq!(s, unseen);
     }
 
     #[test]
@@ -592,7 +622,7 @@ mod tests {
             let events: Vec<_> = times.iter().zip(&costs).map(|(&t, &c)| (t, check(c))).collect();
             let start = Nanos(1_000_000_000);
             let decisions = laws::run(&tb, &mut tb.fresh(start), &events, false);
-            let eff = laws::effective(start, &events);
+            let eff = laws::effective_admitted(start, &events, &decisions);
             let admitted = decisions.iter().zip(&events).zip(&eff)
                 .filter(|((d, _), _)| d.allowed)
                 .map(|((_, e), &t)| (t, cost(&e.1)))

@@ -39,7 +39,8 @@ local function token_bucket(key, now_us, a)
   local remaining = math.floor(left)
   if remaining > cap then remaining = cap end
   local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
-  if cost > 0 then
+  -- Only an admission is recorded, as in Rust: a denial changes nothing.
+  if cost > 0 and allowed then
     local kept = last_us
     if now_us > kept then kept = now_us end
     store(key, tag .. ':' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
