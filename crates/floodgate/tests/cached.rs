@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
-use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
-use floodgate::store::{CachedStore, Store};
-use floodgate::{ManualClock, Nanos, StoreError};
+use floodgate::store::{CachedStore, MemoryStore, Store};
+use floodgate::{Decision, ManualClock, Nanos, StoreError};
 use floodgate_redis_harness::RedisServer;
 use redis::AsyncCommands;
 
@@ -414,6 +414,38 @@ fn other_algorithms_go_to_redis_exactly_and_conflicts_are_refused() {
     });
 }
 
+/// One cached node that syncs after every request, beside a memory store on the same clock.
+struct SyncedTwins {
+    node: CachedStore,
+    memory: MemoryStore<String, AnyState, ManualClock>,
+}
+
+impl SyncedTwins {
+    fn new(rt: &tokio::runtime::Runtime, server: &RedisServer, clock: &ManualClock) -> Self {
+        let node = CachedStore::builder(store_on_clock(rt, &server.url(), clock))
+            .clock(clock.clone())
+            .max_view_age(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+        SyncedTwins { node, memory }
+    }
+
+    /// `cost` on `key` through the node (then a sync, which must succeed) and on the memory
+    /// store: the two decisions.
+    async fn check(&self, algorithm: &AnyAlgorithm, key: &str, cost: u64) -> (Decision, Decision) {
+        let cached = self.node.apply(algorithm, key, check(cost)).await.unwrap();
+        let report = self.node.sync().await;
+        assert!(report.error.is_none(), "{:?}", report.error);
+        let exact = self
+            .memory
+            .apply(algorithm, key, check(cost))
+            .await
+            .unwrap();
+        (cached, exact)
+    }
+}
+
 /// One node syncing after every request is a chain of single admissions, each absorbed at its
 /// own instant: Redis's absorb (the Lua twin) must then give back exactly the state the memory
 /// store holds, so every decision is the memory store's, field for field.
@@ -421,7 +453,6 @@ fn other_algorithms_go_to_redis_exactly_and_conflicts_are_refused() {
 /// The cases run from a fixed seed, so that every CI run checks the same 48.
 #[test]
 fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
-    use floodgate::store::MemoryStore;
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
@@ -458,29 +489,13 @@ fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
         .run(&(algorithm, steps), |(algorithm, steps)| {
             let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let clock = ManualClock::new(Nanos(START));
-            let node = CachedStore::builder(store_on_clock(&rt, &server.url(), &clock))
-                .clock(clock.clone())
-                .max_view_age(Duration::from_secs(3600))
-                .build()
-                .unwrap();
-            let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+            let twins = SyncedTwins::new(&rt, &server, &clock);
             let key = format!("prop:{case}");
             let mut t = START;
             for (i, (step, cost)) in steps.into_iter().enumerate() {
                 t += step * 1_000_000;
                 clock.set(Nanos(t));
-                let (cached, exact) = rt.block_on(async {
-                    let cached = node.apply(&algorithm, &key, check(cost)).await.unwrap();
-                    let report = node.sync().await;
-                    assert!(report.error.is_none(), "{:?}", report.error);
-                    (
-                        cached,
-                        memory
-                            .apply(&algorithm, key.as_str(), check(cost))
-                            .await
-                            .unwrap(),
-                    )
-                });
+                let (cached, exact) = rt.block_on(twins.check(&algorithm, &key, cost));
                 prop_assert_eq!(cached, exact, "step {} of {:?}", i, algorithm);
             }
             Ok(())
@@ -495,28 +510,16 @@ fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
 /// for a refusal. A denial now changes no bucket's state, on any store.
 #[test]
 fn a_refused_bucket_request_leaves_memory_and_redis_alike() {
-    use floodgate::store::MemoryStore;
-
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
-    let node = CachedStore::builder(store_on_clock(&rt, &server.url(), &clock))
-        .clock(clock.clone())
-        .max_view_age(Duration::from_secs(3600))
-        .build()
-        .unwrap();
-    let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+    let twins = SyncedTwins::new(&rt, &server, &clock);
     let bucket = AnyAlgorithm::from(TokenBucket::new(1.0, 4).unwrap());
     let mut t = START;
     for (step_ms, cost) in [(0u64, 3u64), (380, 2), (412, 1), (952, 0)] {
         t += step_ms * 1_000_000;
         clock.set(Nanos(t));
-        let (cached, exact) = rt.block_on(async {
-            let cached = node.apply(&bucket, "gap", check(cost)).await.unwrap();
-            node.sync().await;
-            let exact = memory.apply(&bucket, "gap", check(cost)).await.unwrap();
-            (cached, exact)
-        });
+        let (cached, exact) = rt.block_on(twins.check(&bucket, "gap", cost));
         assert_eq!(cached, exact, "at +{} ms", (t - START) / 1_000_000);
     }
 }
