@@ -13,17 +13,31 @@ use floodgate::{Decision, ManualClock, Nanos, Op};
 
 const MAX_KEYS: usize = 4096;
 
-fn store<A: Algorithm>(
-    clock: &ManualClock,
-    max_keys: usize,
-    overflow: Overflow,
-) -> MemoryStore<String, A::State, ManualClock> {
+type Store<A> = MemoryStore<String, <A as Algorithm>::State, ManualClock>;
+
+fn store<A: Algorithm>(clock: &ManualClock, max_keys: usize, overflow: Overflow) -> Store<A> {
     MemoryStore::builder()
         .max_keys(max_keys)
         .overflow(overflow)
         .clock(clock.clone())
         .build_typed()
         .expect("a valid store")
+}
+
+/// One request of cost 1 for `key` on each store: the bounded one's decision and the
+/// reference's.
+fn check_both<A: Algorithm>(
+    bounded: &Store<A>,
+    reference: &Store<A>,
+    algorithm: &A,
+    key: &str,
+) -> (Decision, Decision) {
+    let check = |store: &Store<A>| {
+        store
+            .apply_now(algorithm, key, Op::Check { cost: 1 })
+            .unwrap()
+    };
+    (check(bounded), check(reference))
 }
 
 fn same(a: &Decision, b: &Decision) -> bool {
@@ -53,12 +67,7 @@ fn a_flood_of_short_lived_keys_needs_only_lossless_eviction() {
         assert!(d.unwrap().allowed, "a new key's first request passes");
         if i % 250 == 0 {
             let key = steady[(i / 250) as usize % steady.len()].as_str();
-            let a = bounded
-                .apply_now(&bucket, key, Op::Check { cost: 1 })
-                .unwrap();
-            let b = reference
-                .apply_now(&bucket, key, Op::Check { cost: 1 })
-                .unwrap();
+            let (a, b) = check_both(&bounded, &reference, &bucket, key);
             assert!(same(&a, &b), "{key} at {i}: {a:?} vs {b:?}");
             compared += 1;
         }
@@ -102,12 +111,7 @@ fn a_flood_of_long_lived_keys_is_bounded_and_counted() {
             );
             if i % 10_000 == 0 {
                 let key = tracked[(i / 10_000) as usize % tracked.len()].as_str();
-                let a = bounded
-                    .apply_now(&window, key, Op::Check { cost: 1 })
-                    .unwrap();
-                let b = reference
-                    .apply_now(&window, key, Op::Check { cost: 1 })
-                    .unwrap();
+                let (a, b) = check_both(&bounded, &reference, &window, key);
                 mismatches += usize::from(!same(&a, &b));
             }
         }

@@ -46,6 +46,16 @@ fn every_limiter_sees_the_same_requests() {
     );
 }
 
+/// The most requests in flight in any bucket of `tally`.
+fn peak_in_flight(tally: &crate::report::Tally) -> u64 {
+    tally
+        .buckets()
+        .iter()
+        .filter_map(|b| b.in_flight)
+        .max()
+        .unwrap()
+}
+
 #[test]
 fn leases_are_returned_when_requests_complete() {
     // 50/s, each in flight 100 ms: about 5 at a time, under a capacity of 8.
@@ -57,12 +67,7 @@ fn leases_are_returned_when_requests_complete() {
     .unwrap();
     let t = &report.limiters[0].tally;
     assert_eq!((t.offered(), t.refused()), (1500, 0));
-    let peak = t
-        .buckets()
-        .iter()
-        .filter_map(|b| b.in_flight)
-        .max()
-        .unwrap();
+    let peak = peak_in_flight(t);
     assert!((5..=6).contains(&peak), "{peak}");
     // Held twice as long, the same load needs ten places: some are refused.
     let slow = simulate(&args(
@@ -82,12 +87,7 @@ fn leases_are_returned_when_requests_complete() {
     .unwrap();
     let t = &fleet.limiters[0].tally;
     assert!(t.refused() > 0);
-    let peak = t
-        .buckets()
-        .iter()
-        .filter_map(|b| b.in_flight)
-        .max()
-        .unwrap();
+    let peak = peak_in_flight(t);
     assert_eq!(peak, 8);
 }
 
