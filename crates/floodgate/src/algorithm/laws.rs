@@ -87,16 +87,7 @@ pub(crate) fn assert_well_formed(d: &Decision, shaper: bool) {
 /// The instants as the algorithm sees them: the running maximum over operations that change
 /// state (cost above 0), from the instant the key was first seen.
 pub(crate) fn effective(start: Nanos, events: &[(Nanos, Op)]) -> Vec<u64> {
-    let mut max = start.0;
-    events
-        .iter()
-        .map(|(t, op)| {
-            if cost(op) > 0 {
-                max = max.max(t.0);
-            }
-            max
-        })
-        .collect()
+    running_max(start, events.iter().map(|(t, op)| (t.0, cost(op) > 0)))
 }
 
 /// [`effective`] for algorithms that record only admissions (the buckets): the running maximum
@@ -106,13 +97,20 @@ pub(crate) fn effective_admitted(
     events: &[(Nanos, Op)],
     decisions: &[Decision],
 ) -> Vec<u64> {
+    let recorded = events.iter().zip(decisions);
+    running_max(
+        start,
+        recorded.map(|((t, op), d)| (t.0, cost(op) > 0 && d.allowed)),
+    )
+}
+
+/// For each `(instant, recorded)`, the latest recorded instant so far (`start` before any).
+fn running_max(start: Nanos, instants: impl Iterator<Item = (u64, bool)>) -> Vec<u64> {
     let mut max = start.0;
-    events
-        .iter()
-        .zip(decisions)
-        .map(|((t, op), d)| {
-            if cost(op) > 0 && d.allowed {
-                max = max.max(t.0);
+    instants
+        .map(|(t, recorded)| {
+            if recorded {
+                max = max.max(t);
             }
             max
         })
