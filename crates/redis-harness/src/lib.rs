@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 mod cluster;
@@ -232,12 +233,28 @@ impl RedisServer {
     }
 }
 
-/// A free loopback port (free now: the server binds it right after).
+/// The ports handed out: they and their cluster bus ports (10,000 above) lie below Linux's
+/// ephemeral range (32768 and up), so that between the check and the server's own bind no
+/// outgoing connection can be given one as its source (a port the OS picks for `127.0.0.1:0`
+/// can be, and a test run opens thousands of connections). They are handed out in turn from a
+/// start that differs between processes, so two servers of one test run never get the same.
+const PORTS: std::ops::Range<u32> = 20_000..22_700;
+
+/// A loopback port free now, with its cluster bus port (the server binds them right after).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static TURN: AtomicU32 = AtomicU32::new(0);
+    let span = PORTS.end - PORTS.start;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let turn = TURN.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS.start + (start + turn) % span;
+        let port = u16::try_from(port).expect("PORTS are u16");
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {PORTS:?}")
 }
 
 impl Drop for RedisServer {
