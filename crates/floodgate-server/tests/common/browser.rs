@@ -1,12 +1,14 @@
 //! A real headless Chromium for the browser tests: Debian's `chromium`, driven through
 //! `chromedriver` (WebDriver) on a loopback port the OS chose, with a fresh profile directory;
-//! both stopped and the profile removed when dropped. Nothing downloads a browser: without
+//! the driver and every browser process it started are stopped, and the profile removed, when
+//! dropped (also when a test panics before closing its session). Nothing downloads a browser: without
 //! the `chromium` and `chromium-driver` packages (which `.ci/run` installs), the tests fail
 //! saying so.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -51,8 +53,12 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        // A process group of its own, which the browsers it starts join: on drop the whole
+        // group is stopped, so a test that panics with its session open leaves no Chromium
+        // behind.
         let mut driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -108,6 +114,11 @@ impl Browser {
             .unwrap_or_else(|e| panic!("waiting in the page failed: {e}\n{script}"))
     }
 
+    /// The process group of the driver and the browser processes it started.
+    pub fn process_group(&self) -> u32 {
+        self.driver.id()
+    }
+
     /// Ends the session, then stops the driver (see `Drop`).
     pub async fn close(self) {
         let client = self.client.clone();
@@ -117,6 +128,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // The group's id is the driver's pid (`process_group(0)`).
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.driver.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
