@@ -47,7 +47,7 @@ use floodgate::limiter::utilization::{
     ControllerSettings, SettableUtilization, UtilizationShedder,
 };
 use floodgate::pipeline::SHED_RETRY_AFTER;
-use floodgate::store::{MemoryStore, Store};
+use floodgate::store::{Key, MemoryStore, Store};
 use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -508,7 +508,7 @@ pub(crate) fn decider(
             redis_decider(algorithm, &url, clock)
         }
         (Subject::Keyed(algorithm), Backend::Memory { max_keys }) => {
-            let store: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
+            let store: MemoryStore<Key, AnyState, ManualClock> = MemoryStore::builder()
                 .max_keys(max_keys)
                 .clock(clock)
                 .build()

@@ -21,7 +21,7 @@ use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
 use floodgate::store::redis::BreakerState;
 use floodgate::store::{
-    CachedStore, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store,
+    CachedStore, Key, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store,
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
@@ -36,7 +36,7 @@ pub use self::health::{ErrorKind, StoreHealth, StoreStatus};
 pub use self::url::StoreUrl;
 
 /// The embedded store.
-pub type Mem = MemoryStore<String, AnyState>;
+pub type Mem = MemoryStore<Key, AnyState>;
 
 /// The service's store (see the [module documentation](self)), with its health: calls and
 /// errors counted, the last call's outcome, and failures logged at a bounded rate. Cloning is

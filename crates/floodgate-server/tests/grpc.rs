@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::{FixedWindow, FixedWindowState, Unit};
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos, Op};
 use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use floodgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -35,7 +35,7 @@ const LIMIT: u32 = 3;
 /// At most [`LIMIT`] hits per minute for each descriptor of each domain.
 struct TestBackend {
     limiter: FixedWindow,
-    store: MemoryStore<String, FixedWindowState, ManualClock>,
+    store: MemoryStore<Key, FixedWindowState, ManualClock>,
     calls: AtomicUsize,
 }
 

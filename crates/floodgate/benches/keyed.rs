@@ -6,8 +6,9 @@
 //! order; 1 or 2 threads (with 2 threads each takes half of the keys; with one key both hit
 //! it). Ids differ only in their last part: `…/floodgate` and `…/governor`.
 //!
-//! Floodgate runs with its defaults: the memory store on the shared coarse clock. `clock/*`
-//! measures the clock choices themselves.
+//! Floodgate runs with its defaults: the memory store on the shared coarse clock, keeping string
+//! keys as its [`Key`] (short ones inline) and looking them up with the same `&str` borrowed
+//! from the `String` keys that governor gets. `clock/*` measures the clock choices themselves.
 
 // Benchmarks time themselves with the OS clock; the rule against it is for library code.
 #![allow(clippy::disallowed_methods)]
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore, OwnedKey};
 use floodgate::{Clock, CoarseClock, Op, SystemClock};
 use governor::{Quota, RateLimiter};
 
@@ -109,14 +110,17 @@ fn run_threads(iters: u64, threads: usize, order: &[u32], op: &(impl Fn(u32) + S
     .elapsed()
 }
 
-fn bench_keyed<K, Q>(
+/// `K` is the callers' key (what governor keeps), `Q` its borrowed form, `Stored` what
+/// Floodgate's store keeps for it.
+fn bench_keyed<K, Q, Stored>(
     c: &mut Criterion,
     key_kind: &str,
     make_key: fn(u32) -> K,
     borrow: fn(&K) -> &Q,
 ) where
     K: Hash + Eq + Clone + Send + Sync + std::borrow::Borrow<Q> + 'static,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + Sync,
+    Q: Hash + Eq + ?Sized + Sync,
+    Stored: OwnedKey<Q> + Hash + Eq + Send + Sync,
 {
     for workload in [Workload::Allowed, Workload::Denied] {
         for threads in [1usize, 2] {
@@ -132,7 +136,7 @@ fn bench_keyed<K, Q>(
                 let order = &order(n);
 
                 let gcra = workload.gcra();
-                let store: MemoryStore<K, <Gcra as Algorithm>::State> = MemoryStore::builder()
+                let store: MemoryStore<Stored, <Gcra as Algorithm>::State> = MemoryStore::builder()
                     .max_keys(4_000_000)
                     .build_typed()
                     .expect("valid store");
@@ -166,11 +170,11 @@ fn bench_keyed<K, Q>(
 }
 
 fn keyed_u64(c: &mut Criterion) {
-    bench_keyed::<u64, u64>(c, "u64", |i| i as u64, |k| k);
+    bench_keyed::<u64, u64, u64>(c, "u64", |i| i as u64, |k| k);
 }
 
 fn keyed_string(c: &mut Criterion) {
-    bench_keyed::<String, str>(c, "string", |i| format!("user-{i:06}"), |k| k.as_str());
+    bench_keyed::<String, str, Key>(c, "string", |i| format!("user-{i:06}"), |k| k.as_str());
 }
 
 /// What one read of each clock choice costs.

@@ -11,7 +11,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
-use floodgate::store::{CachedStore, MemoryStore, Store};
+use floodgate::store::{CachedStore, Key, MemoryStore, Store};
 use floodgate::{Decision, ManualClock, Nanos, StoreError};
 use floodgate_redis_harness::RedisServer;
 use redis::AsyncCommands;
@@ -417,7 +417,7 @@ fn other_algorithms_go_to_redis_exactly_and_conflicts_are_refused() {
 /// One cached node that syncs after every request, beside a memory store on the same clock.
 struct SyncedTwins {
     node: CachedStore,
-    memory: MemoryStore<String, AnyState, ManualClock>,
+    memory: MemoryStore<Key, AnyState, ManualClock>,
 }
 
 impl SyncedTwins {

@@ -22,13 +22,13 @@ use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
 use floodgate::limiter::Priority;
 use floodgate::pipeline::{Descriptor, Pipeline, Stage};
-use floodgate::store::{Link, Linked, MemoryStore, RedisStore, Request, Store};
+use floodgate::store::{Key, Link, Linked, MemoryStore, RedisStore, Request, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use floodgate_redis_harness::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-type Mem = MemoryStore<String, AnyState, ManualClock>;
+type Mem = MemoryStore<Key, AnyState, ManualClock>;
 
 /// A memory store seen only through `apply`, so that chains take the trait's default path.
 struct InTurn(Mem);

@@ -8,12 +8,12 @@ use std::time::Duration;
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::{MemoryStore, Overflow};
+use floodgate::store::{Key, MemoryStore, Overflow};
 use floodgate::{Decision, ManualClock, Nanos, Op};
 
 const MAX_KEYS: usize = 4096;
 
-type Store<A> = MemoryStore<String, <A as Algorithm>::State, ManualClock>;
+type Store<A> = MemoryStore<Key, <A as Algorithm>::State, ManualClock>;
 
 fn store<A: Algorithm>(clock: &ManualClock, max_keys: usize, overflow: Overflow) -> Store<A> {
     MemoryStore::builder()

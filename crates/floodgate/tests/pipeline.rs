@@ -20,11 +20,11 @@ use floodgate::limiter::{
 use floodgate::pipeline::{
     Descriptor, Limiter, LimiterState, Pipeline, ReleaseError, Stage, StageStats, Verdict,
 };
-use floodgate::store::{MemoryStore, Namespace, Request, Store};
+use floodgate::store::{Key, MemoryStore, Namespace, Request, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use proptest::prelude::*;
 
-type Mem = MemoryStore<String, AnyState, ManualClock>;
+type Mem = MemoryStore<Key, AnyState, ManualClock>;
 
 /// The real memory store, with a switch that makes it fail as a store that went down would,
 /// and one that makes it answer a poll late, as a remote store does.

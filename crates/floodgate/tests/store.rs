@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
-use floodgate::store::{MemoryStore, Overflow};
+use floodgate::store::{Key, MemoryStore, Overflow};
 use floodgate::{ManualClock, Nanos, Op};
 
 fn build(json: &str) -> AnyAlgorithm {
@@ -64,7 +64,7 @@ fn threads_hammering_one_key_admit_exactly_the_bound() {
     for (spec, bound) in AT_ONE_INSTANT {
         let alg = Arc::new(build(spec));
         let clock = ManualClock::new(Nanos::from_secs(1_000));
-        let store: Arc<MemoryStore<String, AnyState, ManualClock>> = Arc::new(
+        let store: Arc<MemoryStore<Key, AnyState, ManualClock>> = Arc::new(
             MemoryStore::builder()
                 .clock(clock.clone())
                 .build()
@@ -133,14 +133,14 @@ fn eviction_on_and_off_give_identical_decisions() {
         let alg = build(spec);
         let small_clock = ManualClock::new(Nanos::ZERO);
         let big_clock = ManualClock::new(Nanos::ZERO);
-        let small: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
+        let small: MemoryStore<Key, AnyState, ManualClock> = MemoryStore::builder()
             .max_keys(64)
             .shards(1)
             .overflow(Overflow::RefuseNew)
             .clock(small_clock.clone())
             .build()
             .expect("valid store");
-        let big: MemoryStore<String, AnyState, ManualClock> = MemoryStore::builder()
+        let big: MemoryStore<Key, AnyState, ManualClock> = MemoryStore::builder()
             .max_keys(1 << 20)
             .shards(1)
             .clock(big_clock.clone())

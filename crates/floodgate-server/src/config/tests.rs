@@ -4,7 +4,7 @@ use super::*;
 use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::Priority;
 use floodgate::pipeline::Descriptor;
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 
 fn example_path(name: &str) -> PathBuf {
@@ -14,7 +14,7 @@ fn example_path(name: &str) -> PathBuf {
 }
 
 /// Builds `config` over a throwaway store, as `check-config` does.
-type TestStore = Arc<MemoryStore<String, AnyState, ManualClock>>;
+type TestStore = Arc<MemoryStore<Key, AnyState, ManualClock>>;
 
 fn build(config: &Config) -> Result<Served<TestStore>, ConfigFileError> {
     let clock = ManualClock::new(Nanos::from_secs(1_000));

@@ -4,13 +4,13 @@
 
 use floodgate::algorithm::spec::AnyState;
 use floodgate::blocking::block_on;
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 use floodgate_server::descriptors::RuleSet;
 use floodgate_server::rls::{RlsDescriptor, RlsRequest, RlsResponse};
 
 /// The memory store on a manual clock.
-pub type TestStore = MemoryStore<String, AnyState, ManualClock>;
+pub type TestStore = MemoryStore<Key, AnyState, ManualClock>;
 
 /// A store whose clock stands at `secs` seconds, and the clock.
 pub fn store_at(secs: u64) -> (TestStore, ManualClock) {

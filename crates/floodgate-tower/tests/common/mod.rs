@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
-use floodgate::store::{MemoryStore, Request as StoreRequest, Store};
+use floodgate::store::{Key, MemoryStore, Request as StoreRequest, Store};
 use floodgate::{Clock, Decision, ManualClock, Nanos, Op, StoreError};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
@@ -37,7 +37,7 @@ impl Clock for TokioClock {
 }
 
 /// The memory store the limiters use, on tokio's clock.
-pub type TestStore = MemoryStore<String, AnyState, TokioClock>;
+pub type TestStore = MemoryStore<Key, AnyState, TokioClock>;
 
 pub fn store(clock: &TokioClock) -> TestStore {
     MemoryStore::builder().clock(clock.clone()).build().unwrap()
@@ -45,7 +45,7 @@ pub fn store(clock: &TokioClock) -> TestStore {
 
 /// The memory store on a manual clock: for tests over real sockets, during which tokio's
 /// paused clock would jump ahead whenever every task waits on a socket.
-pub type ManualStore = MemoryStore<String, AnyState, ManualClock>;
+pub type ManualStore = MemoryStore<Key, AnyState, ManualClock>;
 
 pub fn manual_store(clock: &ManualClock) -> ManualStore {
     MemoryStore::builder().clock(clock.clone()).build().unwrap()

@@ -324,11 +324,11 @@ impl<S: Store<str, AnyAlgorithm>> RequestRateLimiter<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::store::{Key, MemoryStore};
     use crate::{ManualClock, Nanos};
 
     type Limiter =
-        RequestRateLimiter<MemoryStore<String, crate::algorithm::spec::AnyState, ManualClock>>;
+        RequestRateLimiter<MemoryStore<Key, crate::algorithm::spec::AnyState, ManualClock>>;
 
     fn builder() -> RequestRateLimiterBuilder {
         RequestRateLimiter::builder()

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use super::Limiter;
 use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::limiter::{Lease, LeaseHandle, ReturnLease};
-use crate::store::{MemoryStore, Namespace, Store};
+use crate::store::{Key, MemoryStore, Namespace, Store};
 use crate::{Clock, ConfigError, Decision, LeaseId, Op, StoreError};
 
 /// The memory store every `local` stage of a pipeline shares (keys stay apart by namespace).
-pub(super) type LocalStore = MemoryStore<String, AnyState, Arc<dyn Clock>>;
+pub(super) type LocalStore = MemoryStore<Key, AnyState, Arc<dyn Clock>>;
 
 /// A stage's fallback: its algorithms at this node's share, on the pipeline's local store.
 pub(super) struct LocalShare {

@@ -26,6 +26,7 @@ use crate::{Decision, Op, StoreError};
 #[cfg(feature = "redis")]
 pub mod cached;
 pub mod chain;
+mod key;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
@@ -36,6 +37,7 @@ mod sync;
 #[cfg(feature = "redis")]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use chain::{Link, Linked};
+pub use key::{Key, OwnedKey};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]

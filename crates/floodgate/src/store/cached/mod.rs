@@ -98,7 +98,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{MemoryStore, Overflow, RedisStore, Store};
+use super::{Key, MemoryStore, Overflow, RedisStore, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
@@ -263,7 +263,7 @@ impl std::fmt::Debug for CachedStore {
 }
 
 struct Shared {
-    local: MemoryStore<String, Entry, Shifted>,
+    local: MemoryStore<Key, Entry, Shifted>,
     redis: RedisStore,
     node_clock: Arc<dyn Clock>,
     /// Redis's clock minus the node's, in nanoseconds.

@@ -82,7 +82,7 @@ impl Shared {
         for (key, algorithm) in batch {
             let took = self
                 .local
-                .update(&key, Entry::droppable, |entry, _| match entry {
+                .update(key.as_str(), Entry::droppable, |entry, _| match entry {
                     Some(e) => {
                         let took = (e.first_at, e.pending);
                         e.pending = 0;
@@ -150,7 +150,7 @@ impl Shared {
                         report.overshoot.push((namespace.to_owned(), beyond));
                     }
                     self.local
-                        .update(key, Entry::droppable, |entry, local_now| {
+                        .update(key.as_str(), Entry::droppable, |entry, local_now| {
                             let Some(entry) = entry else {
                                 // Dropped while the sync was on its way: keep what Redis said.
                                 let mut entry = Entry::new(algorithm, local_now);

@@ -1,10 +1,10 @@
 //! Direct access to one key's entry, for stores built on the memory store that keep more per key
 //! than an algorithm's state (the cached store's view, unsent cost and sync bookkeeping).
 
-use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use super::MemoryStore;
+use crate::store::OwnedKey;
 use crate::{Clock, Nanos};
 
 impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
@@ -24,8 +24,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         f: impl FnOnce(Option<&mut S>, Nanos) -> (R, Option<S>),
     ) -> Option<R>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
         let mut map = self.shard_of(hash).map.lock();
@@ -43,7 +43,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         }
         let hasher = &self.hasher;
         map.table
-            .insert_unique(hash, (key.to_owned(), new), |(k, _)| hasher.hash_one(k));
+            .insert_unique(hash, (K::from_borrowed(key), new), |(k, _)| {
+                hasher.hash_one(k)
+            });
         Some(result)
     }
 }

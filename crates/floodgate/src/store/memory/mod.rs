@@ -5,7 +5,9 @@
 //! meet, and a decision holds exactly one lock for the time of one transition (tens of
 //! nanoseconds). The key is hashed once per call (with a per-store random seed, so that clients
 //! cannot aim keys at one shard) and looked up by its borrowed form: checking an existing key
-//! allocates nothing.
+//! allocates nothing. A new key is copied into the table once, as the store's owned key type
+//! ([`OwnedKey`]); string keys are kept as [`Key`]s, whose bytes sit in the table's entry when
+//! they fit in 24, so that comparing a held key reads no memory beyond its entry.
 //!
 //! **Bound.** The store holds at most `max_keys` keys, enforced per shard (`max_keys / shards`
 //! each, rounded up), so eviction can start a little before `max_keys` keys are live when keys
@@ -33,7 +35,7 @@ use hashbrown::HashTable;
 
 use super::chain::{self, Link, Linked};
 use super::shard_lock::ShardLock;
-use super::{ensure_supported, Request, Store};
+use super::{ensure_supported, Key, OwnedKey, Request, Store};
 use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -123,8 +125,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// Validates the settings and builds the store for the common case: string keys (the
-    /// limiters' namespaced keys) and the state of any algorithm ([`AnyState`]).
-    pub fn build(self) -> Result<MemoryStore<String, AnyState, C>, ConfigError> {
+    /// limiters' namespaced keys, kept as [`Key`]s and looked up with `&str`) and the state of
+    /// any algorithm ([`AnyState`]).
+    pub fn build(self) -> Result<MemoryStore<Key, AnyState, C>, ConfigError> {
         self.build_typed()
     }
 
@@ -175,7 +178,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 /// state it holds, `C` its clock. See the [`crate::store`] module documentation and the
 /// builder for the exact bound and eviction rules: at most `max_keys` keys, idle keys dropped
 /// losslessly when a shard fills up, then the [`Overflow`] policy.
-pub struct MemoryStore<K = String, S = AnyState, C = CoarseClock> {
+pub struct MemoryStore<K = Key, S = AnyState, C = CoarseClock> {
     shards: Box<[Shard<K, S>]>,
     /// `shards.len() - 1`: the shard index is `(hash >> 32) & shard_mask` (see `shard_of`).
     shard_mask: usize,
@@ -262,8 +265,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     pub fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
     where
         A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         ensure_supported(algorithm, op)?;
         self.apply_locked(algorithm, key, op)
@@ -273,8 +276,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     fn apply_locked<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
     where
         A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
         let mut map = self.shard_of(hash).map.lock();
@@ -298,8 +301,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     ) -> Result<Decision, StoreError>
     where
         A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         if let Some((_, state)) = map.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             if !algorithm.owns(state) {
@@ -328,7 +331,9 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         }
         let hasher = &self.hasher;
         map.table
-            .insert_unique(hash, (key.to_owned(), state), |(k, _)| hasher.hash_one(k));
+            .insert_unique(hash, (K::from_borrowed(key), state), |(k, _)| {
+                hasher.hash_one(k)
+            });
         Ok(decision)
     }
 
@@ -339,8 +344,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     where
         S: Clone,
         A: Algorithm<State = S>,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         chain::ensure_chain_supported(links)?;
         let hashes: Vec<u64> = links
@@ -397,10 +402,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                     }
                     (Err(_), Some(state)) => {
                         let hasher = &self.hasher;
-                        map.table
-                            .insert_unique(hashes[i], (key.to_owned(), state), |(k, _)| {
-                                hasher.hash_one(k)
-                            });
+                        map.table.insert_unique(
+                            hashes[i],
+                            (K::from_borrowed(key), state),
+                            |(k, _)| hasher.hash_one(k),
+                        );
                     }
                     (Err(_), None) => {}
                 }
@@ -520,8 +526,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 impl<K, Q, A, C> Store<Q, A> for MemoryStore<K, A::State, C>
 where
     A: Algorithm,
-    K: Borrow<Q> + Hash + Eq + Send + Sync,
-    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    K: OwnedKey<Q> + Hash + Eq + Send + Sync,
+    Q: Hash + Eq + Sync + ?Sized,
     C: Clock,
 {
     fn apply(
