@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
 use redis::Value;
 
 use super::call::{nanos, MAX_EXACT};
-use super::keys::Tagged;
+use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
 use super::reply::tag_name;
 use super::RedisStore;
@@ -146,23 +145,13 @@ impl RedisStore {
         }
         let now = inner.now_arg_for(items.iter().map(|i| i.algorithm))?;
         // Groups of indices by slot (one group on a single Redis), cut to KEYS_PER_CALL.
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
         let cluster = inner.connection.is_cluster();
-        for (i, item) in items.iter().enumerate() {
-            // On a single Redis every key goes in one group.
-            let slot = if cluster {
-                Some(Tagged(item.key).slot())
-            } else {
-                None
-            };
-            match groups
-                .iter_mut()
-                .find(|(s, g)| *s == slot && g.len() < KEYS_PER_CALL)
-            {
-                Some((_, group)) => group.push(i),
-                None => groups.push((slot, vec![i])),
-            }
-        }
+        let groups = group_by_slot(
+            items
+                .iter()
+                .map(|item| cluster.then(|| Tagged(item.key).slot())),
+            KEYS_PER_CALL,
+        );
         let script = &inner.scripts.cached;
         let command = |group: &[usize], by_source: bool| {
             let mut cmd = script.command(by_source);

@@ -1,6 +1,8 @@
 //! From a store key to the Redis key that holds its state: hash-tagged, so that what belongs to
 //! one user (every namespace's `ns:user`) shares one Redis Cluster slot.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::io::Write;
 
 use redis::cluster_routing::Slot;
@@ -74,6 +76,30 @@ impl ToRedisArgs for Tagged<'_> {
 
 impl ToSingleRedisArg for Tagged<'_> {}
 
+/// The indices `0..` of `slots`, grouped by slot in order of first appearance, each group cut
+/// into runs of at most `max` (at least 1): what one script call or pipeline may carry on a
+/// cluster, where everything one call touches must live in one slot. Linear in the number of
+/// items, however many slots they spread over.
+pub(super) fn group_by_slot<S: Copy + Eq + Hash>(
+    slots: impl IntoIterator<Item = S>,
+    max: usize,
+) -> Vec<(S, Vec<usize>)> {
+    let max = max.max(1);
+    let mut groups: Vec<(S, Vec<usize>)> = Vec::new();
+    // The group of each slot still taking items.
+    let mut open: HashMap<S, usize> = HashMap::new();
+    for (i, slot) in slots.into_iter().enumerate() {
+        match open.get(&slot) {
+            Some(&g) if groups[g].1.len() < max => groups[g].1.push(i),
+            _ => {
+                open.insert(slot, groups.len());
+                groups.push((slot, vec![i]));
+            }
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +130,31 @@ mod tests {
         assert_eq!(Tagged(&long).slot(), Slot::for_key("u".repeat(300)));
         // An empty tag: Redis hashes the whole key.
         assert_eq!(Tagged("api:").slot(), Slot::for_key("api:{}"));
+    }
+
+    #[test]
+    fn groups_by_slot_in_order_of_first_appearance_and_cuts_them() {
+        let groups = group_by_slot([3, 1, 3, 3, 2, 1, 3], 2);
+        assert_eq!(
+            groups,
+            vec![
+                (3, vec![0, 2]),
+                (1, vec![1, 5]),
+                (3, vec![3, 6]),
+                (2, vec![4]),
+            ]
+        );
+        assert_eq!(
+            group_by_slot([7, 7, 7], 0),
+            vec![(7, vec![0]), (7, vec![1]), (7, vec![2])]
+        );
+        assert_eq!(group_by_slot(Vec::<u16>::new(), 4), vec![]);
+        // Many distinct slots: one group each, in order.
+        let groups = group_by_slot(0..10_000u32, 256);
+        assert_eq!(groups.len(), 10_000);
+        assert!(groups
+            .iter()
+            .enumerate()
+            .all(|(i, (s, g))| *s == i as u32 && *g == vec![i]));
     }
 }

@@ -5,12 +5,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::cluster_routing::Slot;
 use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
 
 use super::call::{Call, Script};
 use super::connection::Handle;
-use super::keys::Tagged;
+use super::keys::{group_by_slot, Tagged};
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
@@ -161,15 +160,7 @@ impl Inner {
             .collect();
         let handle = self.connection.handle();
         let replies = if self.connection.is_cluster() {
-            // Groups of indices, by slot, in order of first appearance.
-            let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                let slot = item.key.slot();
-                match groups.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, group)) => group.push(i),
-                    None => groups.push((slot, vec![i])),
-                }
-            }
+            let groups = group_by_slot(items.iter().map(|item| item.key.slot()), usize::MAX);
             let sent = futures_util::future::join_all(
                 groups
                     .iter()
