@@ -4,6 +4,7 @@
 //! [`Host`] is plain data behind the layer's per-host lock: every method is a transition at
 //! an instant the caller passes, so its behaviour is tested without any clock or network.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use floodgate::Nanos;
@@ -78,6 +79,10 @@ pub struct Host {
     counters: Counters,
     rng: SmallRng,
     last_used: Nanos,
+    /// The tickets of the requests waiting for admission, in arrival order: only the first
+    /// may be admitted, so that waiters go in the order they came (see [`Host::is_first`]).
+    waiting: BTreeSet<u64>,
+    next_ticket: u64,
 }
 
 impl Host {
@@ -106,7 +111,39 @@ impl Host {
             counters: Counters::default(),
             rng,
             last_used: now,
+            waiting: BTreeSet::new(),
+            next_ticket: 0,
         }
+    }
+
+    /// Joins the queue of waiting requests; returns the ticket to ask with.
+    pub fn queue_up(&mut self) -> u64 {
+        self.next_ticket += 1;
+        self.waiting.insert(self.next_ticket);
+        self.next_ticket
+    }
+
+    /// Whether a request holding `ticket` (`None`: one that has not waited) may ask for
+    /// admission now: it is first in the queue, or the queue is empty. A newcomer never
+    /// overtakes a request that is already waiting.
+    pub fn is_first(&self, ticket: Option<u64>) -> bool {
+        match ticket {
+            None => self.waiting.is_empty(),
+            Some(t) => self.waiting.first() == Some(&t),
+        }
+    }
+
+    /// Leaves the queue (admitted, refused, or gone); returns whether the ticket was first, so
+    /// that the next one can be told its turn has come.
+    pub fn leave_queue(&mut self, ticket: u64) -> bool {
+        let first = self.waiting.first() == Some(&ticket);
+        self.waiting.remove(&ticket);
+        first
+    }
+
+    /// Requests waiting for admission now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 
     /// When the host was last asked for admission or heard from.
@@ -120,9 +157,9 @@ impl Host {
             .is_some_and(|at| now.saturating_since(at) < FIELDS_MEMORY)
     }
 
-    /// Decides whether a request may be sent now. On [`Admission::Go`] the request is counted
-    /// as sent (and holds a concurrency slot until [`Host::answered`]).
-    pub fn admit(&mut self, now: Nanos, settings: &Settings) -> Admission {
+    /// The first instant the pacers, `Retry-After` and the adaptive rate let a request go
+    /// (the concurrency limit and throttling aside); `now` or earlier if they let one go now.
+    pub fn earliest(&mut self, now: Nanos, settings: &Settings) -> Nanos {
         self.last_used = self.last_used.max(now);
         let mut earliest = self.blocked_until;
         self.pacers.retain(|p| !p.is_stale(now));
@@ -132,6 +169,13 @@ impl Host {
         if settings.adaptive_rate && !self.paced_by_fields(now) {
             earliest = earliest.max(self.cubic.earliest(now));
         }
+        earliest
+    }
+
+    /// Decides whether a request may be sent now. On [`Admission::Go`] the request is counted
+    /// as sent (and holds a concurrency slot until [`Host::answered`]).
+    pub fn admit(&mut self, now: Nanos, settings: &Settings) -> Admission {
+        let earliest = self.earliest(now, settings);
         if earliest > now {
             return Admission::WaitUntil(earliest);
         }

@@ -2,8 +2,9 @@
 //! retries.
 //!
 //! ```text
-//! request ─► host state ─► admission: wait (≤ max_wait) for Retry-After, pacers, CUBIC rate,
-//!                          concurrency slot; adaptive throttling may refuse it locally
+//! request ─► host state ─► admission: wait (≤ max_wait, in arrival order) for Retry-After,
+//!                          pacers, CUBIC rate, concurrency slot; adaptive throttling may
+//!                          refuse it locally
 //!         ─► inner service ─► answer: learn its fields (Signal), count the outcome
 //!         ─► refused (429/503) or connection failed, safe to retry, attempts and budget left:
 //!            full-jitter backoff, then admission again (which honours Retry-After)
@@ -244,21 +245,92 @@ impl<S, R> Run<S, R> {
     }
 }
 
+/// A request's place in its host's queue of waiting requests; leaving it (on admission, on a
+/// refusal, or when the request's future is dropped) tells the next one its turn has come.
+struct Place<'a> {
+    cell: &'a HostCell,
+    ticket: Option<u64>,
+}
+
+impl Place<'_> {
+    fn leave(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            if self.cell.lock().leave_queue(ticket) {
+                self.cell.turn.notify_waiters();
+            }
+        }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
 /// Waits until the host admits the request (returning its sequence number) or refuses it.
+///
+/// Requests that have to wait are admitted in the order they came: a request that cannot go
+/// at once queues up, only the first in the queue asks for admission, and a newcomer finding
+/// requests waiting queues behind them even when it could have gone (no overtaking when a
+/// slot or a token frees up). One that would wait beyond `max_wait` is refused at once, as
+/// before: waiting in the queue cannot make the host's earliest instant come sooner.
 async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, LocalRefusal> {
     let settings = &shared.settings;
     let timer = &shared.timer;
     let start = timer.now();
     let deadline = start.saturating_add(settings.max_wait);
     let mut waited = false;
+    let mut place = Place { cell, ticket: None };
+    let would_wait = |wait: Duration| LocalRefusal::WouldWait {
+        host: key.to_string(),
+        wait,
+        max_wait: settings.max_wait,
+    };
     loop {
         let now = timer.now();
-        // Register for "a request finished" before looking, so a release between the look
-        // and the wait is not missed.
+        // Register for "a request finished" and "the first waiter left" before looking, so
+        // that neither is missed between the look and the wait.
         let finished = cell.finished.notified();
-        let admission = cell.lock().admit(now, settings);
+        let turn = cell.turn.notified();
+        let admission = {
+            let mut host = cell.lock();
+            if host.is_first(place.ticket) {
+                let admission = host.admit(now, settings);
+                let waits = match admission {
+                    Admission::WaitUntil(at) => at <= deadline,
+                    Admission::Full => now < deadline,
+                    Admission::Go { .. } | Admission::Throttled(_) => false,
+                };
+                if waits && place.ticket.is_none() {
+                    // The queue is empty (this request is first): from now on, it is the one
+                    // newcomers queue behind.
+                    place.ticket = Some(host.queue_up());
+                }
+                Some(admission)
+            } else {
+                if place.ticket.is_none() {
+                    place.ticket = Some(host.queue_up());
+                }
+                let earliest = host.earliest(now, settings);
+                if earliest > deadline || now >= deadline {
+                    host.gave_up();
+                    drop(host);
+                    return Err(would_wait(earliest.max(deadline).saturating_since(now)));
+                }
+                None
+            }
+        };
+        let Some(admission) = admission else {
+            // Behind others: wait for the first to leave the queue (it does by its own
+            // deadline, which comes no later than this one's).
+            waited = true;
+            turn.await;
+            continue;
+        };
         match admission {
             Admission::Go { seq } => {
+                place.leave();
                 if waited {
                     cell.lock().waited();
                 }
@@ -272,11 +344,7 @@ async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, Local
             }
             Admission::WaitUntil(at) if at > deadline => {
                 cell.lock().gave_up();
-                return Err(LocalRefusal::WouldWait {
-                    host: key.to_string(),
-                    wait: at.saturating_since(now),
-                    max_wait: settings.max_wait,
-                });
+                return Err(would_wait(at.saturating_since(now)));
             }
             Admission::WaitUntil(at) => {
                 waited = true;
@@ -285,11 +353,7 @@ async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, Local
             Admission::Full => {
                 if now >= deadline {
                     cell.lock().gave_up();
-                    return Err(LocalRefusal::WouldWait {
-                        host: key.to_string(),
-                        wait: settings.max_wait,
-                        max_wait: settings.max_wait,
-                    });
+                    return Err(would_wait(settings.max_wait));
                 }
                 waited = true;
                 let timeout = timer.sleep(deadline.saturating_since(now));
@@ -432,5 +496,92 @@ mod tests {
             error_outcome(&PoliteError::TimedOut(Duration::from_secs(1))),
             Outcome::TimedOut
         );
+    }
+
+    /// A layer whose only limit is one request in flight per host, and whose host "h" has none
+    /// in flight yet.
+    fn one_at_a_time() -> (Arc<Shared>, Arc<HostCell>) {
+        let layer = crate::PoliteLayer::builder()
+            .timer(Arc::new(crate::TokioTimer::new()))
+            .adaptive_rate(false, 0.7, 0.4)
+            .adaptive_throttle(false, 2.0, Duration::from_secs(120))
+            .concurrency(crate::ConcurrencySettings {
+                initial: 1,
+                min: 1,
+                max: 1,
+                backoff: 0.9,
+            })
+            .max_wait(Duration::from_secs(600))
+            .build()
+            .unwrap();
+        let shared = layer.shared.clone();
+        let cell = shared.host("h", shared.timer.now());
+        (shared, cell)
+    }
+
+    /// Request `seq` is answered: its slot frees up and the waiters are told.
+    fn answer(shared: &Shared, cell: &HostCell, seq: u64) {
+        let now = shared.timer.now();
+        let headroom = shared.settings.headroom;
+        cell.lock()
+            .answered(seq, Outcome::Answered, &Signal::default(), now, headroom);
+        cell.finished.notify_waiters();
+    }
+
+    type Admitting<'a> = Pin<Box<dyn Future<Output = Result<u64, LocalRefusal>> + 'a>>;
+
+    fn poll(admitting: &mut Admitting<'_>) -> Poll<Result<u64, LocalRefusal>> {
+        admitting
+            .as_mut()
+            .poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    fn admitted(admitting: &mut Admitting<'_>) -> u64 {
+        match poll(admitting) {
+            Poll::Ready(Ok(seq)) => seq,
+            other => panic!("expected admission, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn waiting_requests_are_admitted_in_the_order_they_came() {
+        let (shared, cell) = one_at_a_time();
+        let first = admit(&shared, &cell, "h").await.unwrap();
+        let mut second: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+        let mut third: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+        assert!(poll(&mut second).is_pending());
+        assert!(poll(&mut third).is_pending());
+        assert_eq!(cell.lock().waiting(), 2);
+        // The slot frees up, and a newcomer asks before any waiter has run: it does not take
+        // the slot, it queues behind them.
+        answer(&shared, &cell, first);
+        let mut newcomer: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+        assert!(poll(&mut newcomer).is_pending());
+        // Nor does the second waiter, polled before the first.
+        assert!(poll(&mut third).is_pending());
+        let seq = admitted(&mut second);
+        assert!(poll(&mut third).is_pending());
+        answer(&shared, &cell, seq);
+        assert!(poll(&mut newcomer).is_pending());
+        let seq = admitted(&mut third);
+        answer(&shared, &cell, seq);
+        admitted(&mut newcomer);
+        assert_eq!(cell.lock().waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_is_dropped_passes_its_turn_on() {
+        let (shared, cell) = one_at_a_time();
+        let first = admit(&shared, &cell, "h").await.unwrap();
+        let mut second: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+        let mut third: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+        assert!(poll(&mut second).is_pending());
+        assert!(poll(&mut third).is_pending());
+        // The first in the queue goes away (its caller's future is dropped, as on a timeout).
+        drop(second);
+        assert_eq!(cell.lock().waiting(), 1);
+        answer(&shared, &cell, first);
+        admitted(&mut third);
+        assert_eq!(cell.lock().waiting(), 0);
     }
 }

@@ -106,6 +106,8 @@ pub(crate) struct HostCell {
     pub(crate) host: Mutex<Host>,
     /// Signalled when a request finishes (a concurrency slot is free again).
     pub(crate) finished: Notify,
+    /// Signalled when the first waiting request leaves the queue: the next one's turn.
+    pub(crate) turn: Notify,
 }
 
 impl HostCell {
@@ -185,6 +187,7 @@ impl Shared {
                 now,
             )),
             finished: Notify::new(),
+            turn: Notify::new(),
         });
         hosts.insert(key.to_string(), cell.clone());
         cell
