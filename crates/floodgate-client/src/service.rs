@@ -274,7 +274,9 @@ impl Drop for Place<'_> {
 /// at once queues up, only the first in the queue asks for admission, and a newcomer finding
 /// requests waiting queues behind them even when it could have gone (no overtaking when a
 /// slot or a token frees up). One that would wait beyond `max_wait` is refused at once, as
-/// before: waiting in the queue cannot make the host's earliest instant come sooner.
+/// before: waiting in the queue cannot make the host's earliest instant come sooner. As in
+/// any fair queue (tokio's semaphore is one), a request future that has started waiting and is
+/// then neither polled nor dropped holds up the requests behind it.
 async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, LocalRefusal> {
     let settings = &shared.settings;
     let timer = &shared.timer;
