@@ -4,11 +4,13 @@
 //! [`Host`] is plain data behind the layer's per-host lock: every method is a transition at
 //! an instant the caller passes, so its behaviour is tested without any clock or network.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::Nanos;
 use rand::rngs::SmallRng;
+use tokio::sync::Notify;
 
 use crate::adaptive::concurrency::AimdLimit;
 use crate::adaptive::cubic::CubicRate;
@@ -69,9 +71,6 @@ pub struct Host {
     seq: u64,
     /// Requests sent and not answered yet.
     in_flight: u64,
-    /// True once any request to the host has finished: until then one request at a time goes
-    /// (the first answer tells the limits; a burst before it would be sent blind).
-    heard: bool,
     cubic: CubicRate,
     throttle: AdaptiveThrottle,
     budget: RetryBudget,
@@ -79,9 +78,10 @@ pub struct Host {
     counters: Counters,
     rng: SmallRng,
     last_used: Nanos,
-    /// The tickets of the requests waiting for admission, in arrival order: only the first
-    /// may be admitted, so that waiters go in the order they came (see [`Host::is_first`]).
-    waiting: BTreeSet<u64>,
+    /// The requests waiting for admission, by ticket (arrival order), each with the
+    /// notification that tells it its turn has come: only the first may be admitted, so that
+    /// waiters go in the order they came (see [`Host::is_first`]).
+    waiting: BTreeMap<u64, Arc<Notify>>,
     next_ticket: u64,
 }
 
@@ -96,7 +96,6 @@ impl Host {
             fields_at: None,
             seq: 0,
             in_flight: 0,
-            heard: false,
             cubic: CubicRate::new(settings.beta, settings.cubic_c),
             throttle: AdaptiveThrottle::new(settings.throttle_k, settings.throttle_window),
             budget: RetryBudget::new(
@@ -111,16 +110,18 @@ impl Host {
             counters: Counters::default(),
             rng,
             last_used: now,
-            waiting: BTreeSet::new(),
+            waiting: BTreeMap::new(),
             next_ticket: 0,
         }
     }
 
-    /// Joins the queue of waiting requests; returns the ticket to ask with.
-    pub fn queue_up(&mut self) -> u64 {
+    /// Joins the queue of waiting requests; returns the ticket to ask with and the
+    /// notification the request is woken by when it becomes first.
+    pub fn queue_up(&mut self) -> (u64, Arc<Notify>) {
         self.next_ticket += 1;
-        self.waiting.insert(self.next_ticket);
-        self.next_ticket
+        let turn = Arc::new(Notify::new());
+        self.waiting.insert(self.next_ticket, turn.clone());
+        (self.next_ticket, turn)
     }
 
     /// Whether a request holding `ticket` (`None`: one that has not waited) may ask for
@@ -129,16 +130,23 @@ impl Host {
     pub fn is_first(&self, ticket: Option<u64>) -> bool {
         match ticket {
             None => self.waiting.is_empty(),
-            Some(t) => self.waiting.first() == Some(&t),
+            Some(t) => self
+                .waiting
+                .first_key_value()
+                .is_some_and(|(&first, _)| first == t),
         }
     }
 
-    /// Leaves the queue (admitted, refused, or gone); returns whether the ticket was first, so
-    /// that the next one can be told its turn has come.
-    pub fn leave_queue(&mut self, ticket: u64) -> bool {
-        let first = self.waiting.first() == Some(&ticket);
+    /// Leaves the queue (admitted, refused, or gone). When the ticket was first, returns the
+    /// notification of the request that is first now, to be told its turn has come.
+    pub fn leave_queue(&mut self, ticket: u64) -> Option<Arc<Notify>> {
+        let was_first = self.is_first(Some(ticket));
         self.waiting.remove(&ticket);
-        first
+        if was_first {
+            self.waiting.first_key_value().map(|(_, turn)| turn.clone())
+        } else {
+            None
+        }
     }
 
     /// Requests waiting for admission now.
@@ -217,7 +225,6 @@ impl Host {
     ) {
         self.last_used = self.last_used.max(now);
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.heard = true;
         match outcome {
             Outcome::Answered => {
                 self.counters.succeeded += 1;
@@ -335,7 +342,6 @@ impl Host {
     /// Gives back the concurrency slot of a request that never got an answer (dropped).
     pub fn abandoned(&mut self) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.heard = true;
         if let Some(c) = &mut self.concurrency {
             c.release(false);
         }

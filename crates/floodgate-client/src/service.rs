@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
+use tokio::sync::Notify;
 use tower::Service;
 
 use crate::error::{BoxError, LocalRefusal, PoliteError};
@@ -249,14 +250,21 @@ impl<S, R> Run<S, R> {
 /// refusal, or when the request's future is dropped) tells the next one its turn has come.
 struct Place<'a> {
     cell: &'a HostCell,
-    ticket: Option<u64>,
+    /// The ticket, and the notification that says this request is first now.
+    ticket: Option<(u64, Arc<Notify>)>,
 }
 
 impl Place<'_> {
+    fn ticket(&self) -> Option<u64> {
+        self.ticket.as_ref().map(|(t, _)| *t)
+    }
+
     fn leave(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            if self.cell.lock().leave_queue(ticket) {
-                self.cell.turn.notify_waiters();
+        if let Some((ticket, _)) = self.ticket.take() {
+            let next = self.cell.lock().leave_queue(ticket);
+            if let Some(next) = next {
+                // `notify_one` keeps the permit if the next waiter is not waiting yet.
+                next.notify_one();
             }
         }
     }
@@ -291,13 +299,12 @@ async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, Local
     };
     loop {
         let now = timer.now();
-        // Register for "a request finished" and "the first waiter left" before looking, so
-        // that neither is missed between the look and the wait.
+        // Register for "a request finished" before looking, so a release between the look and
+        // the wait is not missed.
         let finished = cell.finished.notified();
-        let turn = cell.turn.notified();
         let admission = {
             let mut host = cell.lock();
-            if host.is_first(place.ticket) {
+            if host.is_first(place.ticket()) {
                 let admission = host.admit(now, settings);
                 let waits = match admission {
                     Admission::WaitUntil(at) => at <= deadline,
@@ -309,26 +316,41 @@ async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, Local
                     // newcomers queue behind.
                     place.ticket = Some(host.queue_up());
                 }
-                Some(admission)
+                Ok(admission)
             } else {
-                if place.ticket.is_none() {
-                    place.ticket = Some(host.queue_up());
-                }
-                let earliest = host.earliest(now, settings);
-                if earliest > deadline || now >= deadline {
+                let turn = match &place.ticket {
+                    Some((_, turn)) => turn.clone(),
+                    None => {
+                        let (ticket, turn) = host.queue_up();
+                        place.ticket = Some((ticket, turn.clone()));
+                        // Waiting in the queue cannot make the host's earliest instant come
+                        // sooner: refuse at once what would wait beyond max_wait anyway.
+                        let earliest = host.earliest(now, settings);
+                        if earliest > deadline {
+                            host.gave_up();
+                            drop(host);
+                            return Err(would_wait(earliest.saturating_since(now)));
+                        }
+                        turn
+                    }
+                };
+                if now >= deadline {
                     host.gave_up();
                     drop(host);
-                    return Err(would_wait(earliest.max(deadline).saturating_since(now)));
+                    return Err(would_wait(settings.max_wait));
                 }
-                None
+                Err(turn)
             }
         };
-        let Some(admission) = admission else {
-            // Behind others: wait for the first to leave the queue (it does by its own
-            // deadline, which comes no later than this one's).
-            waited = true;
-            turn.await;
-            continue;
+        let admission = match admission {
+            Ok(admission) => admission,
+            Err(turn) => {
+                // Behind others: wait until this request is first (the first leaves by its own
+                // deadline, which comes no later than this one's).
+                waited = true;
+                turn.notified().await;
+                continue;
+            }
         };
         match admission {
             Admission::Go { seq } => {

@@ -106,8 +106,6 @@ pub(crate) struct HostCell {
     pub(crate) host: Mutex<Host>,
     /// Signalled when a request finishes (a concurrency slot is free again).
     pub(crate) finished: Notify,
-    /// Signalled when the first waiting request leaves the queue: the next one's turn.
-    pub(crate) turn: Notify,
 }
 
 impl HostCell {
@@ -161,15 +159,20 @@ impl Shared {
     }
 
     /// The state of host `key`, created on first use (forgetting the least recently used host
-    /// beyond `max_hosts`).
+    /// that no request holds beyond `max_hosts`).
     pub(crate) fn host(&self, key: &str, now: Nanos) -> Arc<HostCell> {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cell) = hosts.get(key) {
             return cell.clone();
         }
         if hosts.len() >= self.settings.max_hosts {
+            // Only a host no request holds (none in flight or waiting) is forgotten: another
+            // cell for a host in use would split its queue, its in-flight count and its
+            // Retry-After. While every host is in use the map grows past `max_hosts`, by at
+            // most the number of requests under way.
             let oldest = hosts
                 .iter()
+                .filter(|(_, cell)| Arc::strong_count(cell) == 1)
                 .min_by_key(|(_, cell)| cell.lock().last_used())
                 .map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
@@ -187,7 +190,6 @@ impl Shared {
                 now,
             )),
             finished: Notify::new(),
-            turn: Notify::new(),
         });
         hosts.insert(key.to_string(), cell.clone());
         cell
@@ -235,5 +237,40 @@ impl fmt::Debug for ClientState {
         f.debug_struct("ClientState")
             .field("totals", &self.totals())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualTimer, PoliteLayer};
+    use floodgate::{Clock, ManualClock};
+    use std::time::Duration;
+
+    #[test]
+    fn a_host_in_use_is_never_forgotten() {
+        let clock = ManualClock::new(Nanos::from_secs(1));
+        let layer = PoliteLayer::builder()
+            .timer(Arc::new(ManualTimer::new(clock.clone())))
+            .max_hosts(1)
+            .build()
+            .unwrap();
+        let shared = &layer.shared;
+        // A request to "a" is under way (it holds the cell) when "b" is first used.
+        let a = shared.host("a", clock.now());
+        clock.advance(Duration::from_secs(1));
+        let _b = shared.host("b", clock.now());
+        assert!(
+            Arc::ptr_eq(&a, &shared.host("a", clock.now())),
+            "a was kept"
+        );
+        // Once nothing holds "a", it is the one forgotten for "c".
+        drop(a);
+        clock.advance(Duration::from_secs(1));
+        drop(_b);
+        let _c = shared.host("c", clock.now());
+        let hosts = shared.hosts.lock().unwrap();
+        assert_eq!(hosts.len(), 2);
+        assert!(hosts.contains_key("c"));
     }
 }
