@@ -1,10 +1,11 @@
 //! The keys the memory store keeps: what it stores for a key it is asked about by reference.
 //!
 //! A decision looks a key up by its borrowed form (`&str`, `&u64`) and copies it only when the
-//! key is new. For string keys the copy is a [`Key`]: up to 24 bytes are kept inline, in the
-//! table's own entry, so checking a held key reads no memory beyond the entry (a `String` would
-//! send every key comparison to a heap buffer of its own, one more cache miss per decision at a
-//! million keys) and a new short key costs no allocation of its own.
+//! key is new. For string keys the copy is a [`Key`]: up to 24 bytes (on 64-bit targets) are
+//! kept inline, in the table's own entry, so checking a held key reads no memory beyond the
+//! entry (a `String` would send every key comparison to a heap buffer of its own, one more
+//! cache miss per decision at a million keys) and a new short key costs no allocation of its
+//! own. A store of `Key`s is looked up with `&str` (`key.as_str()` for a `String` in hand).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -13,8 +14,8 @@ use std::ops::Deref;
 
 use compact_str::CompactString;
 
-/// An owned string key as the memory store keeps it: the bytes of a key of up to 24 bytes
-/// inline (the size of a `String`), a longer one on the heap. Hashes, compares and borrows as
+/// An owned string key as the memory store keeps it: the bytes of a key that fits in the size
+/// of a `String` (24 bytes on 64-bit targets) inline, a longer one on the heap. Hashes, compares and borrows as
 /// the `str` it holds, so a store of `Key`s is looked up with `&str`.
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key(CompactString);
@@ -170,8 +171,10 @@ mod tests {
 
     #[test]
     fn short_keys_need_no_allocation_of_their_own() {
-        assert_eq!(size_of::<Key>(), size_of::<String>());
-        assert!(!Key::new("abcdefghijklmnopqrstuvwx").0.is_heap_allocated());
-        assert!(Key::new("abcdefghijklmnopqrstuvwxy").0.is_heap_allocated());
+        let inline = size_of::<String>();
+        assert_eq!(size_of::<Key>(), inline);
+        let fits = "k".repeat(inline);
+        assert!(!Key::new(&fits).0.is_heap_allocated());
+        assert!(Key::new(&(fits + "k")).0.is_heap_allocated());
     }
 }
