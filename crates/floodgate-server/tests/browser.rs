@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::browser::Browser;
+use common::browser::{processes_marked, Browser};
 use common::serve::{config_file, serve};
 use fantoccini::Locator;
 use serde_json::{json, Value};
@@ -284,22 +284,6 @@ return [...document.querySelectorAll('figure.chart svg')].map(svg => {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The live (not yet exited) processes of process group `group`.
-fn live_members(group: u32) -> Vec<String> {
-    let out = Command::new("ps")
-        .args(["-eo", "pgid=,stat=,comm="])
-        .output()
-        .expect("ps runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (pgid, stat) = (fields.next()?, fields.next()?);
-            (pgid == group.to_string() && !stat.starts_with('Z')).then(|| line.trim().to_string())
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_dropped_without_closing_leaves_no_process_behind() {
     let browser = Browser::start(400, 300).await;
@@ -308,24 +292,22 @@ async fn a_browser_dropped_without_closing_leaves_no_process_behind() {
         .goto("about:blank")
         .await
         .expect("a blank page");
-    let group = browser.process_group();
-    let running = live_members(group);
+    let marker = browser.marker();
+    let running = processes_marked(&marker);
     assert!(
-        running
-            .iter()
-            .any(|p| p.contains("chrom") && !p.contains("chromedriver")),
-        "the browser runs in the driver's process group: {running:?}"
+        running.iter().any(|p| p.contains("--type=renderer")),
+        "the browser and its renderers carry the profile: {running:?}"
     );
     // As a test that panics with its session open does.
     drop(browser);
     // SIGKILL is delivered at once, but a process takes a moment to exit: look for up to 5 s.
-    let mut left = live_members(group);
+    let mut left = processes_marked(&marker);
     for _ in 0..50 {
         if left.is_empty() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-        left = live_members(group);
+        left = processes_marked(&marker);
     }
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -1,14 +1,14 @@
 //! A real headless Chromium for the browser tests: Debian's `chromium`, driven through
 //! `chromedriver` (WebDriver) on a loopback port the OS chose, with a fresh profile directory;
-//! the driver and every browser process it started are stopped, and the profile removed, when
-//! dropped (also when a test panics before closing its session). Nothing downloads a browser: without
+//! the driver and every browser process using that profile are stopped, and the profile
+//! removed, when dropped (also when a test panics before closing its session, or while
+//! starting). They stay in the test's process group, so Ctrl-C stops them with the tests. Nothing downloads a browser: without
 //! the `chromium` and `chromium-driver` packages (which `.ci/run` installs), the tests fail
 //! saying so.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -33,11 +33,37 @@ const FLAGS: [&str; 8] = [
     "--disable-dev-shm-usage",
 ];
 
-/// A browser session, and the driver process behind it.
+/// A browser session, and the processes behind it.
 pub struct Browser {
     pub client: Client,
+    processes: Processes,
+}
+
+/// The driver and its profile directory; dropping it stops the driver and every browser
+/// process using the profile (the driver's children outlive it if only it is killed; the
+/// crash handlers, which run detached, exit by themselves once the browser is gone).
+struct Processes {
     driver: Child,
     profile: PathBuf,
+}
+
+impl Processes {
+    /// The argument every process of this browser carries (the zygotes, renderers and
+    /// utilities inherit it from the browser process).
+    fn marker(&self) -> String {
+        format!("--user-data-dir={}", self.profile.display())
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", "--", &self.marker()])
+            .status();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
 }
 
 impl Browser {
@@ -53,18 +79,18 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        // A process group of its own, which the browsers it starts join: on drop the whole
-        // group is stopped, so a test that panics with its session open leaves no Chromium
-        // behind.
         let mut driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
-            .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts");
-        // The driver says when it listens; its later output is drained so it never blocks.
         let stdout = driver.stdout.take().expect("stdout is piped");
+        let profile =
+            std::env::temp_dir().join(format!("floodgate-chromium-{}-{port}", std::process::id()));
+        // From here on, a panic stops what was started.
+        let processes = Processes { driver, profile };
+        // The driver says when it listens; its later output is drained so it never blocks.
         let (ready, started) = mpsc::channel();
         std::thread::spawn(move || {
             let mut ready = Some(ready);
@@ -79,11 +105,9 @@ impl Browser {
         started
             .recv_timeout(Duration::from_secs(30))
             .expect("chromedriver started within 30 s");
-        let profile =
-            std::env::temp_dir().join(format!("floodgate-chromium-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&profile).expect("a profile directory");
+        std::fs::create_dir_all(&processes.profile).expect("a profile directory");
         let mut args: Vec<String> = FLAGS.iter().map(|f| f.to_string()).collect();
-        args.push(format!("--user-data-dir={}", profile.display()));
+        args.push(processes.marker());
         args.push(format!("--window-size={width},{height}"));
         let capabilities = json!({
             "browserName": "chrome",
@@ -97,11 +121,7 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .expect("a Chromium session");
-        Browser {
-            client,
-            driver,
-            profile,
-        }
+        Browser { client, processes }
     }
 
     /// Runs `script` in the page until it calls its callback (the last argument) with a value,
@@ -114,27 +134,26 @@ impl Browser {
             .unwrap_or_else(|e| panic!("waiting in the page failed: {e}\n{script}"))
     }
 
-    /// The process group of the driver and the browser processes it started.
-    pub fn process_group(&self) -> u32 {
-        self.driver.id()
+    /// The command-line argument that marks this browser's processes (see [`processes_marked`]).
+    pub fn marker(&self) -> String {
+        self.processes.marker()
     }
 
-    /// Ends the session, then stops the driver (see `Drop`).
+    /// Ends the session; dropping the browser then stops its processes.
     pub async fn close(self) {
         let client = self.client.clone();
         let _ = client.close().await;
     }
 }
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // The group's id is the driver's pid (`process_group(0)`).
-        let _ = Command::new("kill")
-            .args(["-s", "KILL", "--", &format!("-{}", self.driver.id())])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
+/// The live processes whose command line holds `marker` (pid and command line each).
+pub fn processes_marked(marker: &str) -> Vec<String> {
+    let out = Command::new("pgrep")
+        .args(["-a", "-f", "--", marker])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
