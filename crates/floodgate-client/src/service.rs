@@ -567,15 +567,24 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn waiting_requests_are_admitted_in_the_order_they_came() {
-        let (shared, cell) = one_at_a_time();
-        let first = admit(&shared, &cell, "h").await.unwrap();
-        let mut second: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
-        let mut third: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
+    /// One request admitted (the host's only slot), then two waiting for it, in this order.
+    async fn one_in_flight_two_waiting<'a>(
+        shared: &'a Shared,
+        cell: &'a HostCell,
+    ) -> (u64, Admitting<'a>, Admitting<'a>) {
+        let first = admit(shared, cell, "h").await.unwrap();
+        let mut second: Admitting<'a> = Box::pin(admit(shared, cell, "h"));
+        let mut third: Admitting<'a> = Box::pin(admit(shared, cell, "h"));
         assert!(poll(&mut second).is_pending());
         assert!(poll(&mut third).is_pending());
         assert_eq!(cell.lock().waiting(), 2);
+        (first, second, third)
+    }
+
+    #[tokio::test]
+    async fn waiting_requests_are_admitted_in_the_order_they_came() {
+        let (shared, cell) = one_at_a_time();
+        let (first, mut second, mut third) = one_in_flight_two_waiting(&shared, &cell).await;
         // The slot frees up, and a newcomer asks before any waiter has run: it does not take
         // the slot, it queues behind them.
         answer(&shared, &cell, first);
@@ -596,11 +605,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_is_dropped_passes_its_turn_on() {
         let (shared, cell) = one_at_a_time();
-        let first = admit(&shared, &cell, "h").await.unwrap();
-        let mut second: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
-        let mut third: Admitting<'_> = Box::pin(admit(&shared, &cell, "h"));
-        assert!(poll(&mut second).is_pending());
-        assert!(poll(&mut third).is_pending());
+        let (first, second, mut third) = one_in_flight_two_waiting(&shared, &cell).await;
         // The first in the queue goes away (its caller's future is dropped, as on a timeout).
         drop(second);
         assert_eq!(cell.lock().waiting(), 1);
