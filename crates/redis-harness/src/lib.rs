@@ -184,6 +184,39 @@ impl RedisServer {
         if !self.wait_until(true) {
             panic!("redis-server on port {} did not come up", self.port);
         }
+        // The PONG may come from someone else's server on the port (ours then failed to bind
+        // it): fail here rather than run a test against it.
+        let ours = self.child.as_ref().map(Child::id);
+        let serving = self.process_id();
+        assert_eq!(
+            serving, ours,
+            "port {} is served by another process, not the redis-server started here",
+            self.port
+        );
+    }
+
+    /// The `process_id` of the server answering on the port (from `INFO server`).
+    fn process_id(&self) -> Option<u32> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        s.write_all(b"INFO server\r\n").ok()?;
+        // A bulk string: `$<length>\r\n`, then that many bytes and `\r\n`.
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).ok().filter(|&n| n > 0)?;
+            reply.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            let Some((header, body)) = text.strip_prefix('$')?.split_once("\r\n") else {
+                continue;
+            };
+            if body.len() >= header.parse::<usize>().ok()? {
+                break;
+            }
+        }
+        let reply = String::from_utf8_lossy(&reply);
+        let line = reply.lines().find_map(|l| l.strip_prefix("process_id:"))?;
+        line.trim().parse().ok()
     }
 
     /// Kills the process and waits until the port no longer answers.
@@ -279,4 +312,28 @@ fn cli(port: u16, args: &[&str]) -> Option<String> {
         .expect("redis-cli is installed");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "served by another process")]
+    fn a_port_another_server_answers_on_is_refused() {
+        let first = RedisServer::start();
+        let mut second = RedisServer {
+            port: first.port(),
+            child: None,
+            extra: Vec::new(),
+            tls: None,
+        };
+        second.restart();
+    }
+
+    #[test]
+    fn a_server_knows_its_own_process() {
+        let server = RedisServer::start();
+        assert_eq!(server.process_id(), server.child.as_ref().map(Child::id));
+    }
 }
