@@ -2,9 +2,9 @@
 //! `chromedriver` (WebDriver) on a loopback port the OS chose, with a fresh profile directory;
 //! the driver and every browser process using that profile are stopped, and the profile
 //! removed, when dropped (also when a test panics before closing its session, or while
-//! starting). They stay in the test's process group, so Ctrl-C stops them with the tests. Nothing downloads a browser: without
-//! the `chromium` and `chromium-driver` packages (which `.ci/run` installs), the tests fail
-//! saying so.
+//! starting). They stay in the test's process group, so Ctrl-C stops them with the tests.
+//! Nothing downloads a browser: without the `chromium` and `chromium-driver` packages (which
+//! `.ci/run` installs), the tests fail saying so.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader};

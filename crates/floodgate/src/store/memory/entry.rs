@@ -41,11 +41,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             map.refused_new += 1;
             return None;
         }
-        let hasher = &self.hasher;
-        map.table
-            .insert_unique(hash, (K::from_borrowed(key), new), |(k, _)| {
-                hasher.hash_one(k)
-            });
+        self.insert_new(&mut map.table, hash, key, new);
         Some(result)
     }
 }

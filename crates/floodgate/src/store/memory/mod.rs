@@ -7,7 +7,8 @@
 //! cannot aim keys at one shard) and looked up by its borrowed form: checking an existing key
 //! allocates nothing. A new key is copied into the table once, as the store's owned key type
 //! ([`OwnedKey`]); string keys are kept as [`Key`]s, whose bytes sit in the table's entry when
-//! they fit in 24, so that comparing a held key reads no memory beyond its entry.
+//! they fit in 24 (on 64-bit targets), so that comparing a held key reads no memory beyond its
+//! entry.
 //!
 //! **Bound.** The store holds at most `max_keys` keys, enforced per shard (`max_keys / shards`
 //! each, rounded up), so eviction can start a little before `max_keys` keys are live when keys
@@ -329,12 +330,21 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                 None,
             ));
         }
-        let hasher = &self.hasher;
-        map.table
-            .insert_unique(hash, (K::from_borrowed(key), state), |(k, _)| {
-                hasher.hash_one(k)
-            });
+        self.insert_new(&mut map.table, hash, key, state);
         Ok(decision)
+    }
+
+    /// Puts `key` (hashing to `hash`), which `table` does not hold, in it with `state`, copied
+    /// as the store's owned key.
+    fn insert_new<Q>(&self, table: &mut HashTable<(K, S)>, hash: u64, key: &Q, state: S)
+    where
+        K: OwnedKey<Q>,
+        Q: ?Sized,
+    {
+        let hasher = &self.hasher;
+        table.insert_unique(hash, (K::from_borrowed(key), state), |(k, _)| {
+            hasher.hash_one(k)
+        });
     }
 
     /// [`Store::apply_chain`] on this store: the shards of every key are locked together (in
@@ -401,12 +411,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                         entry.remove();
                     }
                     (Err(_), Some(state)) => {
-                        let hasher = &self.hasher;
-                        map.table.insert_unique(
-                            hashes[i],
-                            (K::from_borrowed(key), state),
-                            |(k, _)| hasher.hash_one(k),
-                        );
+                        self.insert_new(&mut map.table, hashes[i], key, state);
                     }
                     (Err(_), None) => {}
                 }
