@@ -126,8 +126,7 @@ impl GcraState {
     }
 
     /// A state from its theoretical arrival time, as a store wrote it down elsewhere (the cached
-    /// store reads Redis's state back).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
+    /// store reads Redis's state back; the word store keeps it as a word).
     pub(crate) fn from_tat(tat: Nanos) -> GcraState {
         GcraState { tat: tat.0 }
     }

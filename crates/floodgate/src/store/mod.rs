@@ -1,9 +1,11 @@
 //! Where per-key state lives, and the one thing a store does: apply an algorithm's transition to
 //! one key's state atomically.
 //!
-//! [`Store`] is the contract every backend implements. Today that is the embedded
-//! [`MemoryStore`], which answers at once; the contract is written so that a remote store can
-//! implement it by running each algorithm's transition server-side. Every store keeps these:
+//! [`Store`] is the contract every backend implements. The embedded [`MemoryStore`] answers at
+//! once, for any algorithm; the [`WordStore`] is its twin for states that fit in one word
+//! (GCRA's): its checks take no lock, a refusal writes nothing and an admission writes only the
+//! key's own word, so threads on different keys share no lock line (see [`word`]); the contract is written so that a remote store can implement it
+//! by running each algorithm's transition server-side. Every store keeps these:
 //! - each [`Store::apply`] is linearizable per key: concurrent calls on one key behave as if they
 //!   ran one after the other, so no update is lost and nothing is over-admitted;
 //! - "now" is the store's own clock (the memory store's injected [`crate::Clock`], Redis `TIME`),
@@ -33,6 +35,7 @@ mod namespace;
 pub mod redis;
 mod shard_lock;
 mod sync;
+pub mod word;
 
 #[cfg(feature = "redis")]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
@@ -42,6 +45,7 @@ pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]
 pub use redis::{RedisStore, RedisStoreBuilder};
+pub use word::{WordState, WordStore};
 
 /// One operation of a batch given to [`Store::apply_many`].
 #[derive(Debug)]

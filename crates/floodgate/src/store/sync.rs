@@ -1,12 +1,13 @@
-//! The atomics, cells and spin-wait the memory store's shard lock is built on: the standard
-//! library's in a normal build, `loom`'s under `--cfg floodgate_loom`, so that the model
-//! checker explores every interleaving of the same code (see `shard_lock.rs`'s loom tests).
+//! The atomics, cells and spin-wait the shard lock and the word store's tables are built on: the
+//! standard library's in a normal build, `loom`'s under `--cfg floodgate_loom`, so that the
+//! model checker explores every interleaving of the same code (see the loom tests of
+//! `shard_lock.rs` and `word/`).
 
 #[cfg(not(all(test, floodgate_loom)))]
-pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 #[cfg(all(test, floodgate_loom))]
-pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// One step of waiting for a lock another thread holds: a few spins, then a yield so that a
 /// holder that was preempted gets its CPU back.
@@ -43,6 +44,13 @@ impl<T> Cell<T> {
     pub(crate) fn get(&self) -> *mut T {
         self.0.get()
     }
+
+    /// The contents' address, for reading only (the same address; under loom the access is
+    /// recorded as a read, which other reads may overlap).
+    #[inline]
+    pub(crate) fn read(&self) -> *const T {
+        self.0.get()
+    }
 }
 
 /// loom's cell records every access, so that an access no lock orders is reported.
@@ -58,5 +66,9 @@ impl<T> Cell<T> {
 
     pub(crate) fn get(&self) -> *mut T {
         self.0.with_mut(|p| p)
+    }
+
+    pub(crate) fn read(&self) -> *const T {
+        self.0.with(|p| p)
     }
 }

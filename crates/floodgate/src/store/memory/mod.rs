@@ -77,10 +77,10 @@ const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// Builds a [`MemoryStore`] with chosen bounds, shard count, overflow policy and clock.
 #[derive(Debug, Clone)]
 pub struct MemoryStoreBuilder<C = CoarseClock> {
-    clock: C,
+    pub(in crate::store) clock: C,
     max_keys: usize,
     shards: Option<usize>,
-    overflow: Overflow,
+    pub(in crate::store) overflow: Overflow,
 }
 
 impl MemoryStoreBuilder<CoarseClock> {
@@ -125,17 +125,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         }
     }
 
-    /// Validates the settings and builds the store for the common case: string keys (the
-    /// limiters' namespaced keys, kept as [`Key`]s and looked up with `&str`) and the state of
-    /// any algorithm ([`AnyState`]).
-    pub fn build(self) -> Result<MemoryStore<Key, AnyState, C>, ConfigError> {
-        self.build_typed()
-    }
-
-    /// Validates the settings and builds a store of owned keys `K` holding one algorithm's
-    /// state `S`: `build_typed::<u64, GcraState>()` for a store dedicated to one GCRA limit on
-    /// numeric keys, which is smaller and faster than an [`AnyState`] store.
-    pub fn build_typed<K, S>(self) -> Result<MemoryStore<K, S, C>, ConfigError> {
+    /// The validated shard count and the bound on keys per shard (`max_keys / shards`, rounded
+    /// up).
+    pub(in crate::store) fn layout(&self) -> Result<(usize, usize), ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::invalid("max_keys", 0, "must be at least 1"));
         }
@@ -153,7 +145,21 @@ impl<C: Clock> MemoryStoreBuilder<C> {
                 (cores * 16).next_power_of_two().clamp(64, 4096)
             }
         };
-        let per_shard = self.max_keys.div_ceil(shards);
+        Ok((shards, self.max_keys.div_ceil(shards)))
+    }
+
+    /// Validates the settings and builds the store for the common case: string keys (the
+    /// limiters' namespaced keys, kept as [`Key`]s and looked up with `&str`) and the state of
+    /// any algorithm ([`AnyState`]).
+    pub fn build(self) -> Result<MemoryStore<Key, AnyState, C>, ConfigError> {
+        self.build_typed()
+    }
+
+    /// Validates the settings and builds a store of owned keys `K` holding one algorithm's
+    /// state `S`: `build_typed::<u64, GcraState>()` for a store dedicated to one GCRA limit on
+    /// numeric keys, which is smaller and faster than an [`AnyState`] store.
+    pub fn build_typed<K, S>(self) -> Result<MemoryStore<K, S, C>, ConfigError> {
+        let (shards, per_shard) = self.layout()?;
         Ok(MemoryStore {
             shards: (0..shards)
                 .map(|_| Shard {

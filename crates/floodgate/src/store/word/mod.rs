@@ -1,0 +1,541 @@
+//! The word store: the memory store for states that fit in one machine word, whose checks take
+//! no lock, whose refusals write nothing, and whose admissions write only the key's own word.
+//!
+//! [`MemoryStore`](super::MemoryStore) takes a shard lock for every decision, so two threads on
+//! different keys of one shard write the same lock line, and every refusal writes it too. A
+//! [`WordStore`] keeps each key's state as one word (a [`WordState`], such as GCRA's theoretical
+//! arrival time) and decides without any lock:
+//!
+//! 1. it pins the thread (a store to a line of its own; `reclaim.rs`), loads the shard's table
+//!    and probes it; keys are written once, before their slot is published, so the probe reads
+//!    them safely with no lock;
+//! 2. it applies the algorithm to a copy of the state word at the store's current time (read
+//!    after the word); if the state is unchanged (a refusal, a probe) the decision is final and
+//!    nothing was written; otherwise one compare-and-swap installs the new word, and a failed one
+//!    (another thread updated the key) starts again from the word it found;
+//! 3. a key the table does not hold, a word that is frozen (its key is being deleted or moved),
+//!    and every change to the table itself (inserts, evictions, growth) go through the shard's
+//!    lock, as in the memory store.
+//!
+//! **Exactness.** Each decision is linearizable per key, like the memory store's: a decision
+//! that changed the state took effect at its compare-and-swap, which succeeds only on the word it
+//! was computed from; an unchanged one took effect when the word was read. A refusal's "now" is
+//! read after the word, so it may be a little later than the instant at which it took effect;
+//! for every algorithm whose refusals stay refusals at earlier instants (all of Floodgate's
+//! word-sized ones: a state only frees capacity as time passes) the decision is the one the
+//! state gave at that instant.
+//!
+//! **Across cores.** Refusals only read, so threads refusing on any keys share no written line
+//! and scale with cores. Admissions on different keys share no lock, but keys still share cache
+//! lines (four `u64` keys' slots to a line), so two threads admitting on keys of one line pass
+//! it between their cores; only a line per key would avoid that, at four times the memory.
+//!
+//! **Bound and eviction** are the memory store's (`max_keys` per shard, idle keys dropped
+//! losslessly first, then the [`Overflow`] policy). A deleted key leaves a tombstone that no new
+//! key reuses (a reader may still be reading it); a shard's table is rebuilt without its
+//! tombstones, or twice as big, when taken slots reach 7/8 of it, and the old table is freed once
+//! no reader can still be in it (a grace period, `reclaim.rs`).
+//!
+//! **Chains** take [`Store::apply_chain`]'s default: links are applied one at a time and chains
+//! with all-or-nothing links are refused, since no lock keeps other threads' checks out while a
+//! chain would be undone. Use the memory store for pipelines.
+
+mod reclaim;
+mod table;
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::future::{ready, Future};
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+
+use self::table::{Slot, Table};
+use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
+use super::shard_lock::ShardLock;
+use super::sync::{AtomicPtr, Ordering};
+use super::{ensure_supported, Key, OwnedKey, Request, Store};
+use crate::algorithm::gcra::GcraState;
+use crate::algorithm::Algorithm;
+use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
+
+/// An algorithm state that fits in one word, so that the [`WordStore`] can update it with one
+/// compare-and-swap.
+///
+/// `from_word(to_word(s)) == s` must hold, and `to_word` must never return `u64::MAX`, which the
+/// store reserves for a key being deleted or moved.
+pub trait WordState: Copy + PartialEq {
+    /// The state as a word below `u64::MAX`.
+    fn to_word(self) -> u64;
+    /// The state a word of [`WordState::to_word`] came from.
+    fn from_word(word: u64) -> Self;
+}
+
+/// GCRA's state is its theoretical arrival time in nanoseconds. A time of `u64::MAX` (about 584
+/// years after the clock's origin, reached only by saturation) is kept as one nanosecond less.
+impl WordState for GcraState {
+    fn to_word(self) -> u64 {
+        self.tat().0.min(u64::MAX - 1)
+    }
+
+    fn from_word(word: u64) -> Self {
+        GcraState::from_tat(Nanos(word))
+    }
+}
+
+/// The embedded store for word-sized states: `K` is the owned key type, `S` the state, `C` the
+/// clock. Built by [`MemoryStoreBuilder::build_word`]; see the [module documentation](self).
+pub struct WordStore<K = Key, S = GcraState, C = CoarseClock> {
+    shards: Box<[Shard<K>]>,
+    shard_mask: usize,
+    hasher: foldhash::fast::RandomState,
+    clock: C,
+    per_shard: usize,
+    overflow: Overflow,
+    _state: PhantomData<fn() -> S>,
+    /// The tables' keys are shared with readers on every thread: the store is `Send` and
+    /// `Sync` as a table is (`K: Send + Sync`), not as the raw pointers alone would say.
+    _tables: PhantomData<Box<Table<K>>>,
+}
+
+/// One shard on its own cache line: the table readers load, and the lock writers take.
+#[repr(align(64))]
+struct Shard<K> {
+    /// The current table; replaced (and the old one retired) only under `books`' lock.
+    table: AtomicPtr<Table<K>>,
+    books: ShardLock<Books<K>>,
+}
+
+/// What only the shard lock's holder reads and writes.
+struct Books<K> {
+    /// Live keys in the current table.
+    live: usize,
+    /// Taken slots (live and tombstones) in the current table.
+    taken: usize,
+    /// New keys that must arrive at a full shard before the next idle sweep.
+    sweep_credit: usize,
+    /// Where the search for the next key to evict under [`Overflow::EvictLive`] starts.
+    victims_from: usize,
+    /// Tables replaced but perhaps still read, with the epoch they were retired at.
+    retired: Vec<(*mut Table<K>, u64)>,
+    evicted_idle: u64,
+    evicted_live: u64,
+    refused_new: u64,
+}
+
+// SAFETY: the raw pointers in `retired` own their tables (made by `Box::into_raw`), which are
+// `Send` when `K` is; the lock moves `Books` between threads one at a time.
+unsafe impl<K: Send> Send for Books<K> {}
+
+impl<C: Clock> MemoryStoreBuilder<C> {
+    /// Validates the settings and builds a [`WordStore`] of owned keys `K` holding word-sized
+    /// states `S`: `build_word::<u64, GcraState>()` for one GCRA limit on numeric keys.
+    pub fn build_word<K, S: WordState>(self) -> Result<WordStore<K, S, C>, ConfigError> {
+        let (shards, per_shard) = self.layout()?;
+        Ok(WordStore {
+            shards: (0..shards)
+                .map(|_| Shard {
+                    table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(1)))),
+                    books: ShardLock::new(Books {
+                        live: 0,
+                        taken: 0,
+                        sweep_credit: 0,
+                        victims_from: 0,
+                        retired: Vec::new(),
+                        evicted_idle: 0,
+                        evicted_live: 0,
+                        refused_new: 0,
+                    }),
+                })
+                .collect(),
+            shard_mask: shards - 1,
+            hasher: foldhash::fast::RandomState::default(),
+            clock: self.clock,
+            per_shard,
+            overflow: self.overflow,
+            _state: PhantomData,
+            _tables: PhantomData,
+        })
+    }
+}
+
+impl<K, S, C> fmt::Debug for WordStore<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WordStore")
+            .field("shards", &self.shards.len())
+            .field("per_shard", &self.per_shard)
+            .field("overflow", &self.overflow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, S, C> Drop for WordStore<K, S, C> {
+    fn drop(&mut self) {
+        for shard in self.shards.iter_mut() {
+            // SAFETY: `&mut self`: no reader or writer is left. Each pointer came from
+            // `Box::into_raw` and is owned by the shard (current) or its books (retired).
+            unsafe { drop(Box::from_raw(shard.table.load(Ordering::Relaxed))) };
+            for (table, _) in shard.books.lock().retired.drain(..) {
+                // SAFETY: as above.
+                unsafe { drop(Box::from_raw(table)) };
+            }
+        }
+    }
+}
+
+impl<K, S, C> WordStore<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: WordState,
+    C: Clock,
+{
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    #[inline]
+    fn shard_of(&self, hash: u64) -> &Shard<K> {
+        // The table uses the hash's low bits (group) and top seven (tag): the shard takes the
+        // middle ones, as in the memory store.
+        &self.shards[(hash >> 32) as usize & self.shard_mask]
+    }
+
+    /// Applies `op` to `key`'s state under `algorithm`, now, and returns the decision. This is
+    /// [`Store::apply`] without the future: the store answers at once.
+    #[inline]
+    pub fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        ensure_supported(algorithm, op)?;
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard_of(hash);
+        if let Some(pin) = reclaim::pin() {
+            // SAFETY: the table is retired only after it was replaced, and freed only once no
+            // pin taken before that can remain; `pin` lives until the end of this block.
+            let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+            match table.find(hash, key) {
+                Some(slot) => {
+                    if let Some(decision) = self.update(slot, algorithm, op)? {
+                        return Ok(decision);
+                    }
+                }
+                None => {
+                    let now = self.clock.now();
+                    let mut state = algorithm.fresh(now);
+                    let decision = algorithm.apply(&mut state, now, op);
+                    // A key whose first operation leaves it fresh is not stored at all.
+                    if algorithm.is_fresh(&state, now) {
+                        return Ok(decision);
+                    }
+                }
+            }
+            drop(pin);
+        }
+        self.apply_locked(shard, hash, algorithm, key, op)
+    }
+
+    /// Applies `op` to the key of `slot` by compare-and-swap on its word; `None` when the word
+    /// is frozen (the caller retries under the lock).
+    #[inline(always)]
+    fn update<A: Algorithm<State = S>>(
+        &self,
+        slot: &Slot<K>,
+        algorithm: &A,
+        op: Op,
+    ) -> Result<Option<Decision>, StoreError> {
+        slot.update(|word| {
+            // After the word: with a monotonic clock, no later decision on this key reads an
+            // earlier instant than the one that wrote the word.
+            let now = self.clock.now();
+            let mut state = S::from_word(word);
+            if !algorithm.owns(&state) {
+                return (
+                    word,
+                    Err(StoreError::StateConflict {
+                        algorithm: algorithm.name(),
+                        found: algorithm.state_name(&state),
+                    }),
+                );
+            }
+            let decision = algorithm.apply(&mut state, now, op);
+            (state.to_word(), Ok(decision))
+        })
+        .transpose()
+    }
+
+    /// The slow path: under the shard's lock, the key's slot in the current table (updated as
+    /// on the fast path), or a new one.
+    #[cold]
+    fn apply_locked<Q, A>(
+        &self,
+        shard: &Shard<K>,
+        hash: u64,
+        algorithm: &A,
+        key: &Q,
+        op: Op,
+    ) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut books = shard.books.lock();
+        // SAFETY: tables are replaced and freed only by the lock's holder.
+        let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+        if let Some(slot) = table.find(hash, key) {
+            // Only the lock's holder freezes words, and it deletes or moves their keys before
+            // releasing the lock: a slot found under the lock is never frozen.
+            return match self.update(slot, algorithm, op)? {
+                Some(decision) => Ok(decision),
+                None => unreachable!("a frozen word outside the lock's holder"),
+            };
+        }
+        let now = self.clock.now();
+        let mut state = algorithm.fresh(now);
+        let decision = algorithm.apply(&mut state, now, op);
+        if algorithm.is_fresh(&state, now) {
+            return Ok(decision);
+        }
+        if books.live >= self.per_shard && !self.make_room(&mut books, table, algorithm, now) {
+            books.refused_new += 1;
+            return Ok(Decision::deny(
+                decision.limit,
+                0,
+                decision.reset_after,
+                None,
+            ));
+        }
+        let table = if books.taken >= table.room() {
+            self.rebuild(shard, &mut books, table)
+        } else {
+            table
+        };
+        table.insert(hash, K::from_borrowed(key), state.to_word());
+        books.taken += 1;
+        books.live += 1;
+        // A table retired while readers were in it is freed on a later try: every 64 new keys.
+        if !books.retired.is_empty() && books.live % 64 == 0 {
+            Self::reclaim(&mut books);
+        }
+        Ok(decision)
+    }
+
+    /// Frees one place in a full shard; false if the overflow policy refuses the new key. The
+    /// memory store's rule: an idle sweep, then at most one sweep per quarter shard of new keys.
+    #[cold]
+    fn make_room<A: Algorithm<State = S>>(
+        &self,
+        books: &mut Books<K>,
+        table: &Table<K>,
+        algorithm: &A,
+        now: Nanos,
+    ) -> bool {
+        if books.sweep_credit == 0 {
+            self.sweep_table(books, table, algorithm, now);
+            if books.live < self.per_shard {
+                return true;
+            }
+            books.sweep_credit = (self.per_shard / 4).max(1);
+        }
+        books.sweep_credit -= 1;
+        match self.overflow {
+            Overflow::RefuseNew => false,
+            Overflow::EvictLive => {
+                // An arbitrary key (slots are in hash order), found from where the last search
+                // stopped, so that tombstones left by earlier evictions are not walked again.
+                if let Some((index, slot)) = table.next_live(books.victims_from) {
+                    slot.freeze();
+                    table.delete(index);
+                    books.victims_from = index + 1;
+                    books.live -= 1;
+                    books.evicted_live += 1;
+                }
+                true
+            }
+        }
+    }
+
+    /// Deletes every key of `table` whose state is fresh at `now`; returns how many.
+    fn sweep_table<A: Algorithm<State = S>>(
+        &self,
+        books: &mut Books<K>,
+        table: &Table<K>,
+        algorithm: &A,
+        now: Nanos,
+    ) -> usize {
+        let mut dropped = 0;
+        for (index, slot, _) in table.live() {
+            let word = slot.load();
+            // Freeze only the word judged fresh: a thread that updated it meanwhile keeps it.
+            if algorithm.is_fresh(&S::from_word(word), now) && slot.freeze_if(word) {
+                table.delete(index);
+                dropped += 1;
+            }
+        }
+        books.live -= dropped;
+        books.evicted_idle += dropped as u64;
+        dropped
+    }
+
+    /// Replaces the shard's full `table` by one without tombstones, twice as big when more than
+    /// half of its room is live, and retires the old one. Each word is frozen as it is copied,
+    /// so an update racing the copy fails its compare-and-swap and retries under the lock.
+    #[cold]
+    fn rebuild<'t>(
+        &self,
+        shard: &'t Shard<K>,
+        books: &mut Books<K>,
+        table: &Table<K>,
+    ) -> &'t Table<K> {
+        let groups = if books.live + 1 > table.room() / 2 {
+            table.groups() * 2
+        } else {
+            table.groups()
+        };
+        let new = Box::new(Table::new(groups));
+        for (_, slot, key) in table.live() {
+            let word = slot.freeze();
+            new.insert(self.hasher.hash_one(key), key.clone(), word);
+        }
+        let new = Box::into_raw(new);
+        let old = shard.table.swap(new, Ordering::AcqRel);
+        books.retired.push((old, reclaim::domain().retire()));
+        books.taken = books.live;
+        Self::reclaim(books);
+        // SAFETY: just made by `Box::into_raw`; freed only by a later holder of this lock.
+        unsafe { &*new }
+    }
+
+    /// Frees the retired tables no reader can still be in.
+    fn reclaim(books: &mut Books<K>) {
+        let Some(&(_, newest)) = books.retired.last() else {
+            return;
+        };
+        // Epochs grow: if no reader can hold the newest, none can hold any.
+        if reclaim::domain().is_quiet_since(newest) {
+            for (table, _) in books.retired.drain(..) {
+                // SAFETY: made by `Box::into_raw`, replaced (so no new reader finds it), and no
+                // reader pinned before its retirement remains.
+                unsafe { drop(Box::from_raw(table)) };
+            }
+        }
+    }
+
+    /// Drops every key whose state is fresh at the store's current time (lossless), and frees
+    /// the tables that no reader can still be in. Returns the number of keys dropped.
+    pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
+        let mut dropped = 0;
+        for shard in self.shards.iter() {
+            let mut books = shard.books.lock();
+            let now = self.clock.now();
+            // SAFETY: tables are replaced and freed only by the lock's holder.
+            let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+            dropped += self.sweep_table(&mut books, table, algorithm, now);
+            Self::reclaim(&mut books);
+        }
+        dropped
+    }
+
+    /// The number of keys held now.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.books.lock().live).sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bookkeeping counters, summed over the shards.
+    pub fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats::default();
+        for shard in self.shards.iter() {
+            let books = shard.books.lock();
+            stats.keys += books.live as u64;
+            stats.evicted_idle += books.evicted_idle;
+            stats.evicted_live += books.evicted_live;
+            stats.refused_new += books.refused_new;
+        }
+        stats
+    }
+
+    /// Bytes the shards' tables have allocated, retired ones included (keys stored inline; not
+    /// counting heap memory the keys own themselves, such as a `String`'s buffer).
+    pub fn table_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let books = s.books.lock();
+                // SAFETY: tables are replaced and freed only by the lock's holder.
+                let current = unsafe { &*s.table.load(Ordering::Acquire) }.bytes();
+                // SAFETY: retired tables are freed only by the lock's holder.
+                current
+                    + books
+                        .retired
+                        .iter()
+                        .map(|&(t, _)| unsafe { &*t }.bytes())
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + std::mem::size_of_val(&*self.shards)
+    }
+
+    /// A copy of `key`'s state, if the store holds it (for inspection and tests).
+    pub fn state<Q>(&self, key: &Q) -> Option<S>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard_of(hash);
+        let _books = shard.books.lock();
+        // SAFETY: tables are replaced and freed only by the lock's holder.
+        let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+        table.find(hash, key).map(|slot| S::from_word(slot.load()))
+    }
+}
+
+impl<K, Q, A, C> Store<Q, A> for WordStore<K, A::State, C>
+where
+    A: Algorithm,
+    A::State: WordState,
+    K: OwnedKey<Q> + Hash + Eq + Clone + Send + Sync,
+    Q: Hash + Eq + Sync + ?Sized,
+    C: Clock,
+{
+    fn apply(
+        &self,
+        algorithm: &A,
+        key: &Q,
+        op: Op,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        ready(self.apply_now(algorithm, key, op))
+    }
+
+    fn apply_many(
+        &self,
+        requests: &[Request<'_, Q, A>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        // Refuse an unsupported operation before applying anything.
+        let result = requests
+            .iter()
+            .try_for_each(|r| ensure_supported(r.algorithm, r.op))
+            .and_then(|()| {
+                requests
+                    .iter()
+                    .map(|r| self.apply_now(r.algorithm, r.key, r.op))
+                    .collect()
+            });
+        ready(result)
+    }
+
+    fn same_store(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests;

@@ -1,0 +1,340 @@
+//! The word store's table: open addressing over groups of eight slots, each slot a key written
+//! once and a state word that threads update by compare-and-swap.
+//!
+//! A slot's key is written before the slot is published (its control byte, stored with release)
+//! and never again while the table lives: a reader that saw the control byte reads the key with
+//! no lock and no race. Deleting a key freezes its word and turns its control byte into a
+//! tombstone, and the key stays where it is until the table is dropped; inserts take only empty
+//! slots. So slots are never reused, and tombstones go when the table is rebuilt (see `mod.rs`).
+//!
+//! Control bytes, eight to a word: `EMPTY` (0x80), `DELETED` (0x81), or the top seven bits of
+//! the key's hash (below 0x80) for a live slot. A probe starts at the group the hash picks and
+//! walks groups in order until one has an empty slot.
+
+use std::borrow::Borrow;
+use std::mem::MaybeUninit;
+
+use crate::store::sync::{AtomicU64, Cell, Ordering};
+
+/// The word of a slot whose key is being deleted or moved to another table: an update that
+/// meets it must go through the shard's lock.
+pub(super) const FROZEN: u64 = u64::MAX;
+
+const EMPTY: u8 = 0x80;
+const DELETED: u8 = 0x81;
+const LOW: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// One key and its state word.
+pub(super) struct Slot<K> {
+    /// The key's state ([`super::WordState::to_word`]), or [`FROZEN`].
+    word: AtomicU64,
+    key: Cell<MaybeUninit<K>>,
+}
+
+impl<K> Slot<K> {
+    /// Moves the word on by `step`, which gets the current word and returns the next one and a
+    /// result: one compare-and-swap when the word changes, none when it does not; `step` runs
+    /// again on the word another thread installed meanwhile. `None` when the word is frozen
+    /// (the key is being deleted or moved: the caller goes through the shard's lock).
+    #[inline(always)]
+    pub(super) fn update<R>(&self, mut step: impl FnMut(u64) -> (u64, R)) -> Option<R> {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word == FROZEN {
+                return None;
+            }
+            let (new, result) = step(word);
+            debug_assert_ne!(new, FROZEN, "a state word of u64::MAX");
+            if new == word {
+                return Some(result);
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(result),
+                Err(seen) => word = seen,
+            }
+        }
+    }
+
+    /// Freezes the word and returns what it held: every later [`Slot::update`] fails. Under the
+    /// shard's lock, before the key is deleted or moved.
+    pub(super) fn freeze(&self) -> u64 {
+        self.word.swap(FROZEN, Ordering::AcqRel)
+    }
+
+    /// Freezes the word if it still holds `word` (nobody updated it since).
+    pub(super) fn freeze_if(&self, word: u64) -> bool {
+        self.word
+            .compare_exchange(word, FROZEN, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The current word (perhaps [`FROZEN`]).
+    pub(super) fn load(&self) -> u64 {
+        self.word.load(Ordering::Acquire)
+    }
+}
+
+/// A fixed-size table; writers hold the shard's lock, readers hold a pin (`reclaim.rs`).
+pub(super) struct Table<K> {
+    groups_mask: usize,
+    control: Box<[AtomicU64]>,
+    slots: Box<[Slot<K>]>,
+}
+
+// SAFETY: a table hands out `&K` to any thread that finds the key (so `K: Sync`), and drops its
+// keys on whichever thread drops it (so `K: Send`); everything else in it is atomic.
+unsafe impl<K: Send + Sync> Sync for Table<K> {}
+// SAFETY: as above: moving a table moves its keys, which are `Send`.
+unsafe impl<K: Send> Send for Table<K> {}
+
+impl<K> Table<K> {
+    /// An empty table of `groups` groups (a power of two).
+    pub(super) fn new(groups: usize) -> Table<K> {
+        debug_assert!(groups.is_power_of_two());
+        Table {
+            groups_mask: groups - 1,
+            control: (0..groups)
+                .map(|_| AtomicU64::new(u64::from(EMPTY) * LOW))
+                .collect(),
+            slots: (0..groups * 8)
+                .map(|_| Slot {
+                    word: AtomicU64::new(0),
+                    key: Cell::new(MaybeUninit::uninit()),
+                })
+                .collect(),
+        }
+    }
+
+    /// Groups in the table.
+    pub(super) fn groups(&self) -> usize {
+        self.groups_mask + 1
+    }
+
+    /// The most slots that may be taken (live or tombstones) before the table must be rebuilt:
+    /// 7/8 of them, so that every probe meets an empty slot.
+    pub(super) fn room(&self) -> usize {
+        self.groups() * 7
+    }
+
+    /// Bytes the table allocated.
+    pub(super) fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.control) + std::mem::size_of_val(&*self.slots)
+    }
+
+    /// The live slot holding `key`, if any. Safe without the lock: a published slot's key is
+    /// never written again, and slots are never reused.
+    #[inline]
+    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let tag = tag(hash);
+        let mut group = hash as usize & self.groups_mask;
+        loop {
+            let control = self.control[group].load(Ordering::Acquire);
+            let x = control ^ (u64::from(tag) * LOW);
+            // Bytes of `x` that are zero, i.e. control bytes equal to the tag (a byte above a
+            // match may show up as a false match; the key comparison sorts it out). Empty and
+            // deleted bytes have their top bit set, so they never match a tag.
+            let mut matches = x.wrapping_sub(LOW) & !x & HIGH;
+            while matches != 0 {
+                let index = group * 8 + (matches.trailing_zeros() / 8) as usize;
+                let slot = &self.slots[index];
+                // SAFETY: the control byte, read with acquire, holds a tag, so the slot was
+                // published after its key was written, and the key is not written again or
+                // dropped while the table lives.
+                if unsafe { (*slot.key.read()).assume_init_ref() }.borrow() == key {
+                    return Some(slot);
+                }
+                matches &= matches - 1;
+            }
+            if empties(control) != 0 {
+                return None;
+            }
+            group = (group + 1) & self.groups_mask;
+        }
+    }
+
+    /// Puts `key` with `word` in the first empty slot of its probe sequence. The caller holds
+    /// the shard's lock, has checked that the key is absent, and that a slot is free (fewer
+    /// than [`Table::room`] slots are taken).
+    pub(super) fn insert(&self, hash: u64, key: K, word: u64) {
+        let mut group = hash as usize & self.groups_mask;
+        loop {
+            let control = self.control[group].load(Ordering::Relaxed);
+            let empty = empties(control);
+            if empty != 0 {
+                let byte = empty.trailing_zeros() / 8;
+                let slot = &self.slots[group * 8 + byte as usize];
+                // SAFETY: the slot is empty, so no reader reads its key (they read only slots
+                // whose control byte holds a tag), and the caller's lock excludes writers.
+                unsafe { (*slot.key.get()).write(key) };
+                slot.word.store(word, Ordering::Relaxed);
+                let tagged =
+                    (control & !(0xFF << (byte * 8))) | (u64::from(tag(hash)) << (byte * 8));
+                // Release: a reader that sees the tag sees the key and the word.
+                self.control[group].store(tagged, Ordering::Release);
+                return;
+            }
+            group = (group + 1) & self.groups_mask;
+        }
+    }
+
+    /// Turns the live slot at `index` into a tombstone. The caller holds the shard's lock and
+    /// has frozen the slot's word.
+    pub(super) fn delete(&self, index: usize) {
+        let (group, byte) = (index / 8, index % 8);
+        let control = self.control[group].load(Ordering::Relaxed);
+        let deleted = (control & !(0xFF << (byte * 8))) | (u64::from(DELETED) << (byte * 8));
+        self.control[group].store(deleted, Ordering::Release);
+    }
+
+    /// The first live slot at or after `from` (wrapping around), with its index.
+    pub(super) fn next_live(&self, from: usize) -> Option<(usize, &Slot<K>)> {
+        let n = self.slots.len();
+        (0..n)
+            .map(|i| (from + i) % n)
+            .find(|&index| self.control_byte(index) < EMPTY)
+            .map(|index| (index, &self.slots[index]))
+    }
+
+    /// Slot `index`'s control byte.
+    fn control_byte(&self, index: usize) -> u8 {
+        (self.control[index / 8].load(Ordering::Relaxed) >> ((index % 8) * 8)) as u8
+    }
+
+    /// The live slots, with their index and key. The caller holds the shard's lock, so the set
+    /// of live slots does not change while it iterates.
+    pub(super) fn live(&self) -> impl Iterator<Item = (usize, &Slot<K>, &K)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|&(index, _)| self.control_byte(index) < EMPTY)
+            // SAFETY: a byte below 0x80 is a live slot's tag: its key was written.
+            .map(|(index, slot)| (index, slot, unsafe { (*slot.key.read()).assume_init_ref() }))
+    }
+}
+
+impl<K> Drop for Table<K> {
+    fn drop(&mut self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            if self.control_byte(index) != EMPTY {
+                // SAFETY: live and deleted slots hold a key written once and never dropped
+                // before: tombstones keep theirs until now. `&mut self`: no reader is left.
+                unsafe { (*slot.key.get()).assume_init_drop() };
+            }
+        }
+    }
+}
+
+/// A slot's tag: the hash's top seven bits (the low bits pick the group, and the shard uses bits
+/// 32 and up, which a tag of the top seven bits overlaps only for more than 2^25 shards).
+#[inline]
+fn tag(hash: u64) -> u8 {
+    (hash >> 57) as u8
+}
+
+/// The top bit of each byte of `control` that is `EMPTY` (top bit set, lowest bit clear).
+#[inline]
+fn empties(control: u64) -> u64 {
+    control & !(control << 7) & HIGH
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_what_was_inserted_and_not_what_was_deleted() {
+        let table: Table<String> = Table::new(2);
+        for i in 0..14u64 {
+            // Hashes that collide on the group, to walk the probe sequence.
+            table.insert(i << 57, format!("k{i}"), i);
+        }
+        for i in 0..14u64 {
+            let slot = table.find(i << 57, format!("k{i}").as_str()).unwrap();
+            assert_eq!(slot.load(), i);
+        }
+        assert!(
+            table.find(3 << 57, "k4").is_none(),
+            "same tag group, other key"
+        );
+        let (index, _, _) = table.live().find(|(_, _, k)| *k == "k5").unwrap();
+        table.delete(index);
+        assert!(table.find(5 << 57, "k5").is_none());
+        // Keys past the tombstone in the probe sequence are still found.
+        assert!(table.find(13 << 57, "k13").is_some());
+        assert_eq!(table.live().count(), 13);
+    }
+
+    #[test]
+    fn empties_sees_only_empty_bytes() {
+        let control = u64::from_le_bytes([EMPTY, DELETED, 0x00, 0x7F, EMPTY, 0x01, DELETED, 0x80]);
+        assert_eq!(empties(control), 0x8000_0080_0000_0080);
+    }
+}
+
+/// The table's protocols under loom (`RUSTFLAGS="--cfg floodgate_loom" cargo test -p floodgate
+/// --lib --release loom`): every interleaving, and loom's cell reports a key read that its
+/// write is not ordered before.
+#[cfg(all(test, floodgate_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::{Arc, Mutex};
+
+    /// A reader probing while a writer inserts finds either nothing or the whole key and word.
+    #[test]
+    fn a_reader_sees_a_key_whole_or_not_at_all() {
+        loom::model(|| {
+            let table = Arc::new(Table::<u64>::new(1));
+            let writer = {
+                let table = table.clone();
+                loom::thread::spawn(move || table.insert(0, 7, 10))
+            };
+            // Let the writer go first in some executions: loom's search does not reorder the
+            // writer's read of the control word before this thread's.
+            loom::thread::yield_now();
+            if let Some(slot) = table.find(0, &7) {
+                assert_eq!(slot.load(), 10);
+            }
+            writer.join().unwrap();
+        });
+    }
+
+    /// One thread adds one to a key's word by compare-and-swap, going through the lock to the
+    /// new table when it meets a frozen word, while a writer moves the key to a new table under
+    /// the lock: the moved word has the addition exactly once.
+    #[test]
+    fn an_update_racing_a_move_is_neither_lost_nor_doubled() {
+        loom::model(|| {
+            let old = Arc::new(Table::<u64>::new(1));
+            old.insert(0, 7, 10);
+            let new = Arc::new(Table::<u64>::new(1));
+            let moved = Arc::new(Mutex::new(false));
+            let updater = {
+                let (old, new, moved) = (old.clone(), new.clone(), moved.clone());
+                loom::thread::spawn(move || {
+                    let slot = old.find(0, &7).unwrap();
+                    if slot.update(|word| (word + 1, ())).is_none() {
+                        assert!(*moved.lock().unwrap(), "frozen, so moved before the lock");
+                        let slot = new.find(0, &7).unwrap();
+                        slot.update(|word| (word + 1, ())).unwrap();
+                    }
+                })
+            };
+            {
+                let mut done = moved.lock().unwrap();
+                let word = old.find(0, &7).unwrap().freeze();
+                new.insert(0, 7, word);
+                *done = true;
+            }
+            updater.join().unwrap();
+            assert_eq!(new.find(0, &7).unwrap().load(), 11);
+        });
+    }
+}

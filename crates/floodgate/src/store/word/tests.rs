@@ -1,0 +1,261 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::algorithm::gcra::Gcra;
+use crate::store::{Link, MemoryStore};
+use crate::ManualClock;
+
+fn check(cost: u64) -> Op {
+    Op::Check { cost }
+}
+
+fn word_store(
+    max_keys: usize,
+    shards: usize,
+    overflow: Overflow,
+    clock: &ManualClock,
+) -> WordStore<u64, GcraState, ManualClock> {
+    MemoryStore::builder()
+        .max_keys(max_keys)
+        .shards(shards)
+        .overflow(overflow)
+        .clock(clock.clone())
+        .build_word()
+        .unwrap()
+}
+
+fn retired<K, S, C>(store: &WordStore<K, S, C>) -> usize {
+    store
+        .shards
+        .iter()
+        .map(|s| s.books.lock().retired.len())
+        .sum()
+}
+
+proptest! {
+    /// Decision for decision, and key for key, the word store is the memory store: through
+    /// idle eviction, refused new keys, and table rebuilds (one shard, so that both stores
+    /// apply their bound to the same keys).
+    #[test]
+    fn decides_as_the_memory_store(
+        max_burst in 0u64..4,
+        period_ms in 1u64..50,
+        max_keys in 1usize..48,
+        ops in prop::collection::vec((0u64..64, 0u64..20, 0u64..4), 1..400),
+    ) {
+        let clock = ManualClock::new(Nanos(1_000_000_000));
+        let gcra = Gcra::new(max_burst, 1, Duration::from_millis(period_ms)).unwrap();
+        let word = word_store(max_keys, 1, Overflow::RefuseNew, &clock);
+        let memory: MemoryStore<u64, GcraState, ManualClock> = MemoryStore::builder()
+            .max_keys(max_keys)
+            .shards(1)
+            .overflow(Overflow::RefuseNew)
+            .clock(clock.clone())
+            .build_typed()
+            .unwrap();
+        for (i, (key, dt_ms, cost)) in ops.into_iter().enumerate() {
+            clock.advance(Duration::from_millis(dt_ms) / 4);
+            let got = word.apply_now(&gcra, &key, check(cost)).unwrap();
+            let expected = memory.apply_now(&gcra, &key, check(cost)).unwrap();
+            prop_assert_eq!(got, expected, "op {} on key {}", i, key);
+            prop_assert_eq!(word.state(&key), memory.state(&key));
+        }
+        prop_assert_eq!(word.stats(), memory.stats());
+    }
+}
+
+#[test]
+fn threads_on_one_key_admit_exactly_the_burst() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = Arc::new(word_store(1000, 64, Overflow::EvictLive, &clock));
+    let gcra = Arc::new(Gcra::new(999, 1, Duration::from_secs(3600)).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, gcra) = (store.clone(), gcra.clone());
+            std::thread::spawn(move || {
+                (0..500)
+                    .filter(|_| store.apply_now(&*gcra, &7u64, check(1)).unwrap().allowed)
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(admitted, 1000);
+}
+
+/// Every key gets exactly its burst while one shard's table is rebuilt again and again under
+/// the threads' compare-and-swaps: an update racing a rebuild is neither lost nor doubled.
+#[test]
+fn threads_admit_exactly_the_burst_while_the_table_grows() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = Arc::new(word_store(1 << 20, 1, Overflow::RefuseNew, &clock));
+    let gcra = Arc::new(Gcra::new(2, 1, Duration::from_secs(3600)).unwrap());
+    let keys = 3000u64;
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (store, gcra) = (store.clone(), gcra.clone());
+            std::thread::spawn(move || {
+                let mut admitted = 0;
+                for round in 0..2 {
+                    for i in 0..keys {
+                        // Each thread walks the keys from its own starting point.
+                        let key = (i + t * 757 + round * 31) % keys;
+                        admitted +=
+                            usize::from(store.apply_now(&*gcra, &key, check(1)).unwrap().allowed);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(
+        admitted,
+        3 * keys as usize,
+        "8 checks per key, a burst of 3 each"
+    );
+    assert_eq!(store.len(), keys as usize);
+}
+
+#[test]
+fn the_bound_holds_under_either_policy() {
+    let clock = ManualClock::new(Nanos(5));
+    let gcra = Gcra::new(5, 1, Duration::from_secs(60)).unwrap();
+    let evicting = word_store(100, 4, Overflow::EvictLive, &clock);
+    let refusing = word_store(100, 4, Overflow::RefuseNew, &clock);
+    for key in 0..1000u64 {
+        assert!(evicting.apply_now(&gcra, &key, check(1)).unwrap().allowed);
+        let _ = refusing.apply_now(&gcra, &key, check(1)).unwrap();
+    }
+    assert!(evicting.len() <= 100);
+    let stats = evicting.stats();
+    assert_eq!(stats.keys as usize, evicting.len());
+    assert_eq!(stats.evicted_live as usize, 1000 - evicting.len());
+    let stats = refusing.stats();
+    assert!(refusing.len() <= 100);
+    assert_eq!(stats.refused_new as usize, 1000 - refusing.len());
+    // Once the keys are fresh again, a sweep drops them all, losslessly.
+    clock.advance(Duration::from_secs(61));
+    let held = evicting.len();
+    assert_eq!(evicting.sweep(&gcra), held);
+    assert!(evicting.is_empty());
+}
+
+/// A flood of distinct live keys on a full store: each new key evicts one, the bound holds and
+/// every eviction is counted (an eviction does not walk the tombstones of the earlier ones).
+#[test]
+fn a_flood_of_live_keys_is_bounded_and_counted() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = word_store(4096, 4, Overflow::EvictLive, &clock);
+    let gcra = Gcra::new(5, 1, Duration::from_secs(3600)).unwrap();
+    let keys = 200_000u64;
+    for key in 0..keys {
+        assert!(store.apply_now(&gcra, &key, check(1)).unwrap().allowed);
+    }
+    let stats = store.stats();
+    assert!(store.len() <= 4096);
+    assert_eq!(stats.keys as usize, store.len());
+    assert_eq!(stats.evicted_live, keys - stats.keys);
+    // The newest key is held: its second check spends a second unit of its burst.
+    let last = store.state(&(keys - 1)).unwrap();
+    let _ = store.apply_now(&gcra, &(keys - 1), check(1)).unwrap();
+    assert!(store.state(&(keys - 1)).unwrap().tat() > last.tat());
+}
+
+#[test]
+fn retired_tables_are_freed_once_no_reader_can_be_in_them() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = word_store(1 << 20, 1, Overflow::RefuseNew, &clock);
+    let gcra = Gcra::new(5, 1, Duration::from_secs(60)).unwrap();
+    for key in 0..10_000u64 {
+        let _ = store.apply_now(&gcra, &key, check(1)).unwrap();
+    }
+    // Readers of other tests may hold back a grace period for a moment, never for ever.
+    while retired(&store) > 0 {
+        std::thread::yield_now();
+        store.sweep(&gcra);
+    }
+    let table = store.shards[0].table.load(Ordering::Relaxed);
+    // SAFETY: this thread is the store's only user.
+    let current = unsafe { &*table }.bytes();
+    assert_eq!(
+        store.table_bytes(),
+        current + std::mem::size_of_val(&*store.shards)
+    );
+    assert!(
+        current < 10_000 * 17 * 8 / 7 * 2 + 1024,
+        "{current} bytes for 10k keys"
+    );
+}
+
+#[test]
+fn string_keys_long_and_short_are_kept_and_dropped() {
+    let clock = ManualClock::new(Nanos(5));
+    let store: WordStore<Key, GcraState, ManualClock> = MemoryStore::builder()
+        .shards(1)
+        .clock(clock.clone())
+        .build_word()
+        .unwrap();
+    let gcra = Gcra::new(0, 1, Duration::from_secs(60)).unwrap();
+    let long = "a key much longer than the twenty-four bytes kept inline";
+    for key in ["short", long] {
+        assert!(store.apply_now(&gcra, key, check(1)).unwrap().allowed);
+        assert!(!store.apply_now(&gcra, key, check(1)).unwrap().allowed);
+    }
+    for i in 0..100 {
+        let _ = store
+            .apply_now(&gcra, format!("{long} {i}").as_str(), check(1))
+            .unwrap();
+    }
+    assert!(!store.apply_now(&gcra, long, check(1)).unwrap().allowed);
+    assert_eq!(store.len(), 102);
+}
+
+#[test]
+fn probes_and_impossible_requests_store_nothing() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = word_store(10, 1, Overflow::RefuseNew, &clock);
+    let gcra = Gcra::new(1, 1, Duration::from_secs(1)).unwrap();
+    assert!(store.apply_now(&gcra, &1, check(0)).unwrap().allowed);
+    assert!(!store.apply_now(&gcra, &2, check(3)).unwrap().allowed);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn chains_go_link_by_link_and_refuse_all_or_nothing() {
+    let clock = ManualClock::new(Nanos(5));
+    let store = word_store(10, 1, Overflow::RefuseNew, &clock);
+    let gcra = Gcra::new(0, 1, Duration::from_secs(1)).unwrap();
+    let link = |key, all_or_nothing| Link {
+        request: Request {
+            algorithm: &gcra,
+            key,
+            op: check(1),
+        },
+        refuses: true,
+        stops: true,
+        all_or_nothing,
+    };
+    let links = [link(&1u64, false), link(&2u64, false)];
+    let outcome = poll_ready(store.apply_chain(&links)).unwrap();
+    assert!(outcome
+        .iter()
+        .all(|l| l.decision().is_some_and(|d| d.allowed)));
+    let links = [link(&3u64, true)];
+    assert!(poll_ready(store.apply_chain(&links)).is_err());
+    assert_eq!(store.len(), 2);
+}
+
+fn poll_ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("the word store answers at once"),
+    }
+}
