@@ -4,11 +4,12 @@
 //! `denied` is 1 per second with no burst (every check after the first is refused). Keys are
 //! `u64` or short strings (`"user-123456"`); 1, 1k or 1m of them, visited in a fixed random
 //! order; 1 or 2 threads (with 2 threads each takes half of the keys; with one key both hit
-//! it). Ids differ only in their last part: `…/floodgate` and `…/governor`.
+//! it). Ids differ only in their last part: `…/floodgate` (the memory store),
+//! `…/floodgate-word` (the word store) and `…/governor`.
 //!
-//! Floodgate runs with its defaults: the memory store on the shared coarse clock, keeping string
-//! keys as its [`Key`] (short ones inline) and looking them up with the same `&str` borrowed
-//! from the `String` keys that governor gets. `clock/*` measures the clock choices themselves.
+//! Floodgate runs with its defaults: its stores on the shared coarse clock, keeping string keys
+//! as its [`Key`] (short ones inline) and looking them up with the same `&str` borrowed from the
+//! `String` keys that governor gets. `clock/*` measures the clock choices themselves.
 
 // Benchmarks time themselves with the OS clock; the rule against it is for library code.
 #![allow(clippy::disallowed_methods)]
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::{Key, MemoryStore, OwnedKey};
+use floodgate::store::{Key, MemoryStore, OwnedKey, WordStore};
 use floodgate::{Clock, CoarseClock, Op, SystemClock};
 use governor::{Quota, RateLimiter};
 
@@ -120,7 +121,7 @@ fn bench_keyed<K, Q, Stored>(
 ) where
     K: Hash + Eq + Clone + Send + Sync + std::borrow::Borrow<Q> + 'static,
     Q: Hash + Eq + ?Sized + Sync,
-    Stored: OwnedKey<Q> + Hash + Eq + Send + Sync,
+    Stored: OwnedKey<Q> + Hash + Eq + Clone + Send + Sync,
 {
     for workload in [Workload::Allowed, Workload::Denied] {
         for threads in [1usize, 2] {
@@ -148,6 +149,22 @@ fn bench_keyed<K, Q, Stored>(
                     black_box(store.apply_now(&gcra, key, Op::Check { cost: 1 }).is_ok());
                 };
                 group.bench_function(BenchmarkId::new(label, "floodgate"), |b| {
+                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                });
+                drop(store);
+
+                let store: WordStore<Stored, <Gcra as Algorithm>::State> = MemoryStore::builder()
+                    .max_keys(4_000_000)
+                    .build_word()
+                    .expect("valid store");
+                for k in &keys {
+                    let _ = store.apply_now(&gcra, borrow(k), Op::Check { cost: 1 });
+                }
+                let check = |k: u32| {
+                    let key = borrow(&keys[(k as usize).min(n - 1)]);
+                    black_box(store.apply_now(&gcra, key, Op::Check { cost: 1 }).is_ok());
+                };
+                group.bench_function(BenchmarkId::new(label, "floodgate-word"), |b| {
                     b.iter_custom(|iters| run_threads(iters, threads, order, &check))
                 });
                 drop(store);

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use floodgate::algorithm::gcra::{Gcra, GcraState};
-use floodgate::store::{Key, MemoryStore};
+use floodgate::store::{Key, MemoryStore, WordStore};
 use floodgate::Op;
 use governor::{Quota, RateLimiter};
 
@@ -70,6 +70,16 @@ fn main() {
         }
         store
     });
+    let word_u64 = per_key(|| {
+        let store: WordStore<u64, GcraState> = MemoryStore::builder()
+            .max_keys(4 * N)
+            .build_word()
+            .expect("valid store");
+        for k in 0..N as u64 {
+            let _ = store.apply_now(&gcra, &k, check);
+        }
+        store
+    });
     let governor_u64 = per_key(|| {
         let limiter: governor::DefaultKeyedRateLimiter<u64> = RateLimiter::keyed(quota);
         for k in 0..N as u64 {
@@ -89,6 +99,16 @@ fn main() {
         }
         store
     });
+    let word_string = per_key(|| {
+        let store: WordStore<Key, GcraState> = MemoryStore::builder()
+            .max_keys(4 * N)
+            .build_word()
+            .expect("valid store");
+        for k in &names {
+            let _ = store.apply_now(&gcra, k.as_str(), check);
+        }
+        store
+    });
     let governor_string = per_key(|| {
         let limiter: governor::DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota);
         for k in &names {
@@ -98,14 +118,14 @@ fn main() {
     });
     let state = std::mem::size_of::<GcraState>() as f64;
     println!("bytes per key at 1m keys (GCRA state: {state} bytes; u64 key: 8 bytes; string key: 11 bytes, in a 24-byte Key or a 24-byte String and its buffer)");
-    println!("| keys | floodgate | governor | floodgate overhead (beyond key + state) |");
-    println!("|---|---|---|---|");
+    println!("| keys | floodgate (memory store) | floodgate (word store) | governor | memory store overhead (beyond key + state) |");
+    println!("|---|---|---|---|---|");
     println!(
-        "| u64 | {floodgate_u64:.1} | {governor_u64:.1} | {:.1} |",
+        "| u64 | {floodgate_u64:.1} | {word_u64:.1} | {governor_u64:.1} | {:.1} |",
         floodgate_u64 - 8.0 - state
     );
     println!(
-        "| string | {floodgate_string:.1} | {governor_string:.1} | {:.1} |",
+        "| string | {floodgate_string:.1} | {word_string:.1} | {governor_string:.1} | {:.1} |",
         floodgate_string - 11.0 - state
     );
 }

@@ -5,11 +5,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::gcra::{Gcra, GcraState};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore, WordStore};
 use floodgate::Op;
 
 struct Counting;
@@ -87,6 +87,31 @@ fn the_memory_store_decides_for_a_held_key_without_allocating() {
         let _ = store.apply_now(&gcra, key, Op::Check { cost: 1 });
     });
     assert!(n >= 1);
+}
+
+#[test]
+fn the_word_store_decides_for_a_held_key_without_allocating() {
+    let store: WordStore<Key, GcraState> = MemoryStore::builder().build_word().unwrap();
+    let gcra = Gcra::new(100, 1_000_000, std::time::Duration::from_secs(1)).unwrap();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
+    for key in &keys {
+        assert!(
+            store
+                .apply_now(&gcra, key.as_str(), Op::Check { cost: 1 })
+                .unwrap()
+                .allowed
+        );
+    }
+    // The thread's first pin registered its record (above); later ones allocate nothing.
+    let n = allocations(|| {
+        for _ in 0..10 {
+            for key in &keys {
+                let d = store.apply_now(&gcra, key.as_str(), Op::Check { cost: 1 });
+                assert!(d.is_ok());
+            }
+        }
+    });
+    assert_eq!(n, 0, "allocations for 10,000 decisions on held keys");
 }
 
 #[test]
