@@ -10,20 +10,21 @@
 //!    and probes it; keys are written once, before their slot is published, so the probe reads
 //!    them safely with no lock;
 //! 2. it applies the algorithm to a copy of the state word at the store's current time (read
-//!    after the word); if the state is unchanged (a refusal, a probe) the decision is final and
-//!    nothing was written; otherwise one compare-and-swap installs the new word, and a failed one
-//!    (another thread updated the key) starts again from the word it found;
+//!    after the word); if the state is unchanged (a refusal, a probe) and a second read finds the
+//!    same word, the decision is final and nothing was written; otherwise one compare-and-swap
+//!    installs the new word, and a failed one (another thread updated the key) starts again from
+//!    the word it found;
 //! 3. a key the table does not hold, a word that is frozen (its key is being deleted or moved),
 //!    and every change to the table itself (inserts, evictions, growth) go through the shard's
 //!    lock, as in the memory store.
 //!
 //! **Exactness.** Each decision is linearizable per key, like the memory store's: a decision
 //! that changed the state took effect at its compare-and-swap, which succeeds only on the word it
-//! was computed from; an unchanged one took effect when the word was read. A refusal's "now" is
-//! read after the word, so it may be a little later than the instant at which it took effect;
-//! for every algorithm whose refusals stay refusals at earlier instants (all of Floodgate's
-//! word-sized ones: a state only frees capacity as time passes) the decision is the one the
-//! state gave at that instant.
+//! was computed from; one that left the state unchanged (a refusal, a probe) took effect at a
+//! second read of the word, after the clock, that found the word unchanged. Either way the
+//! decision, `remaining` and `retry_after` included, is what the key's state at that instant
+//! gives at the instant the clock read, and with a monotonic clock no later decision on the key
+//! reads an earlier instant.
 //!
 //! **Across cores.** Refusals only read, so threads refusing on any keys share no written line
 //! and scale with cores. Admissions on different keys share no lock, but keys still share cache
@@ -62,7 +63,8 @@ use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 /// compare-and-swap.
 ///
 /// `from_word(to_word(s)) == s` must hold, and `to_word` must never return `u64::MAX`, which the
-/// store reserves for a key being deleted or moved.
+/// store reserves for a key being deleted or moved (the store panics if it does, before
+/// writing anything).
 pub trait WordState: Copy + PartialEq {
     /// The state as a word below `u64::MAX`.
     fn to_word(self) -> u64;
@@ -97,12 +99,28 @@ pub struct WordStore<K = Key, S = GcraState, C = CoarseClock> {
     _tables: PhantomData<Box<Table<K>>>,
 }
 
-/// One shard on its own cache line: the table readers load, and the lock writers take.
+/// New keys between two tries at freeing a shard's retired tables (besides the try that
+/// follows each retirement and each sweep).
+const RECLAIM_EVERY: u32 = 64;
+
+/// One shard: the table readers load, on a cache line of its own so that writers taking the
+/// lock (or reading the books) never invalidate it, and the lock with what it guards.
 #[repr(align(64))]
 struct Shard<K> {
     /// The current table; replaced (and the old one retired) only under `books`' lock.
-    table: AtomicPtr<Table<K>>,
+    table: TableCell<K>,
     books: ShardLock<Books<K>>,
+}
+
+#[repr(align(64))]
+struct TableCell<K>(AtomicPtr<Table<K>>);
+
+impl<K> std::ops::Deref for TableCell<K> {
+    type Target = AtomicPtr<Table<K>>;
+
+    fn deref(&self) -> &AtomicPtr<Table<K>> {
+        &self.0
+    }
 }
 
 /// What only the shard lock's holder reads and writes.
@@ -115,6 +133,8 @@ struct Books<K> {
     sweep_credit: usize,
     /// Where the search for the next key to evict under [`Overflow::EvictLive`] starts.
     victims_from: usize,
+    /// New keys until the next try at freeing retired tables.
+    reclaim_credit: u32,
     /// Tables replaced but perhaps still read, with the epoch they were retired at.
     retired: Vec<(*mut Table<K>, u64)>,
     evicted_idle: u64,
@@ -134,12 +154,13 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         Ok(WordStore {
             shards: (0..shards)
                 .map(|_| Shard {
-                    table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(1)))),
+                    table: TableCell(AtomicPtr::new(Box::into_raw(Box::new(Table::new(1))))),
                     books: ShardLock::new(Books {
                         live: 0,
                         taken: 0,
                         sweep_credit: 0,
                         victims_from: 0,
+                        reclaim_credit: RECLAIM_EVERY,
                         retired: Vec::new(),
                         evicted_idle: 0,
                         evicted_live: 0,
@@ -316,8 +337,9 @@ where
         table.insert(hash, K::from_borrowed(key), state.to_word());
         books.taken += 1;
         books.live += 1;
-        // A table retired while readers were in it is freed on a later try: every 64 new keys.
-        if !books.retired.is_empty() && books.live % 64 == 0 {
+        // A table retired while readers were in it is freed on a later try.
+        books.reclaim_credit = books.reclaim_credit.saturating_sub(1);
+        if books.reclaim_credit == 0 {
             Self::reclaim(&mut books);
         }
         Ok(decision)
@@ -396,9 +418,15 @@ where
             table.groups()
         };
         let new = Box::new(Table::new(groups));
-        for (_, slot, key) in table.live() {
-            let word = slot.freeze();
-            new.insert(self.hasher.hash_one(key), key.clone(), word);
+        // First the keys, whose hashing and cloning may panic: a panic here leaves the old
+        // table as it was. Then the words, frozen one by one with no code of the caller's
+        // in between, so that no word stays frozen in a table that is still current.
+        let moves: Vec<(&Slot<K>, &Slot<K>)> = table
+            .live()
+            .map(|(_, old, key)| (old, new.insert(self.hasher.hash_one(key), key.clone(), 0)))
+            .collect();
+        for (old, moved) in moves {
+            moved.set(old.freeze());
         }
         let new = Box::into_raw(new);
         let old = shard.table.swap(new, Ordering::AcqRel);
@@ -409,19 +437,25 @@ where
         unsafe { &*new }
     }
 
-    /// Frees the retired tables no reader can still be in.
+    /// Frees the retired tables no reader can still be in: those retired before the oldest pin.
     fn reclaim(books: &mut Books<K>) {
-        let Some(&(_, newest)) = books.retired.last() else {
+        books.reclaim_credit = RECLAIM_EVERY;
+        if books.retired.is_empty() {
+            return;
+        }
+        let Some(oldest) = reclaim::domain().oldest_pin() else {
             return;
         };
-        // Epochs grow: if no reader can hold the newest, none can hold any.
-        if reclaim::domain().is_quiet_since(newest) {
-            for (table, _) in books.retired.drain(..) {
-                // SAFETY: made by `Box::into_raw`, replaced (so no new reader finds it), and no
-                // reader pinned before its retirement remains.
+        books.retired.retain(|&(table, retired)| {
+            if retired < oldest {
+                // SAFETY: made by `Box::into_raw`, replaced (so no new reader finds it), and
+                // every reader pinned before its retirement has left.
                 unsafe { drop(Box::from_raw(table)) };
+                false
+            } else {
+                true
             }
-        }
+        });
     }
 
     /// Drops every key whose state is fresh at the store's current time (lossless), and frees

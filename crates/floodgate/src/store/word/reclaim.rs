@@ -9,7 +9,7 @@
 //!   stores 0 there. A check thus writes no line another thread writes or reads in its course.
 //! - a writer that has replaced a table notes the epoch and advances it ([`Domain::retire`]);
 //!   after a heavy barrier, the table may be freed once every record holds 0 or a later epoch
-//!   ([`Domain::is_quiet_since`]). A reader that pinned with a later epoch read the epoch after
+//!   ([`Domain::oldest_pin`]). A reader that pinned with a later epoch read the epoch after
 //!   the replacement (acquire against the advance's release) and so loads the new table.
 //!
 //! The barriers make the pin and the writer's check a Dekker pair: either the writer sees the
@@ -63,6 +63,9 @@ impl Domain {
     pub(super) fn register(&self) -> Arc<Record> {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(free) = records.iter().find(|r| Arc::strong_count(r) == 1) {
+            // Acquire against the exited thread's release of its `Arc` (which follows its last
+            // unpin): the new owner's pins come after that unpin in the record's order.
+            fence(Ordering::Acquire);
             return free.clone();
         }
         let record = Arc::new(Record::new());
@@ -87,20 +90,27 @@ impl Domain {
     }
 
     /// Called by a writer after it replaced a table: the epoch to pass to
-    /// [`Domain::is_quiet_since`] before freeing the old one.
+    /// [`Domain::oldest_pin`]: the old one may be freed once that is later.
     pub(super) fn retire(&self) -> u64 {
         self.epoch.fetch_add(1, Ordering::AcqRel)
     }
 
-    /// Whether no reader can still hold a table retired at `epoch`: every record is unpinned or
-    /// pinned at a later epoch. False answers are safe (the table is kept for a later try).
-    pub(super) fn is_quiet_since(&self, epoch: u64) -> bool {
-        self.heavy_barrier();
+    /// The epoch of the oldest reader still pinned (`u64::MAX` if none), after a heavy barrier:
+    /// a table retired at an earlier epoch can no longer be in use. `None` if the barrier could
+    /// not be run, when nothing may be freed.
+    pub(super) fn oldest_pin(&self) -> Option<u64> {
+        if !self.heavy_barrier() {
+            return None;
+        }
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        records.iter().all(|r| {
-            let pinned = r.pinned.load(Ordering::Acquire);
-            pinned == 0 || pinned > epoch
-        })
+        Some(
+            records
+                .iter()
+                .map(|r| r.pinned.load(Ordering::Acquire))
+                .filter(|&pinned| pinned != 0)
+                .min()
+                .unwrap_or(u64::MAX),
+        )
     }
 
     #[inline]
@@ -112,11 +122,13 @@ impl Domain {
         }
     }
 
-    fn heavy_barrier(&self) {
+    /// False when the barrier could not be run: nothing may be freed then.
+    fn heavy_barrier(&self) -> bool {
         if self.asymmetric {
-            membarrier::run();
+            membarrier::run()
         } else {
             fence(Ordering::SeqCst);
+            true
         }
     }
 }
@@ -183,8 +195,10 @@ mod reader {
         #[inline]
         fn drop(&mut self) {
             // SAFETY: a `Pin` is neither `Send` nor `Sync` (raw pointer field), so it is dropped
-            // on the thread that made it, whose `READER` outlives it: the thread-local is
-            // destroyed only after the thread's own code, which owns every `Pin`, has returned.
+            // on the thread that made it, and it never outlives the store call that made it
+            // (`pin` is private to the word store, whose calls drop their pins before
+            // returning). A thread's `READER` is destroyed only between such calls: thread-local
+            // destructors run one at a time, even when one of them calls the store.
             let reader = unsafe { &*self.reader };
             let depth = reader.depth.get() - 1;
             reader.depth.set(depth);
@@ -220,13 +234,10 @@ mod membarrier {
             call(REGISTER_PRIVATE_EXPEDITED)
         }
 
-        pub(in crate::store::word) fn run() {
-            // Registered before the domain existed, so this cannot fail with EPERM; should the
-            // kernel refuse anyway, a full fence here would not be enough, so abort loudly.
-            assert!(
-                call(PRIVATE_EXPEDITED),
-                "membarrier failed after registration"
-            );
+        /// Runs the barrier; false if the kernel refused (it cannot once registered, but a
+        /// refusal must not let a table be freed under a reader, so the caller keeps it).
+        pub(in crate::store::word) fn run() -> bool {
+            call(PRIVATE_EXPEDITED)
         }
     }
 
@@ -236,8 +247,8 @@ mod membarrier {
             false
         }
 
-        pub(in crate::store::word) fn run() {
-            unreachable!("no asymmetric barrier without membarrier");
+        pub(in crate::store::word) fn run() -> bool {
+            false
         }
     }
 
@@ -255,13 +266,13 @@ mod tests {
         domain.enter(&a);
         let retired = domain.retire();
         assert!(
-            !domain.is_quiet_since(retired),
+            domain.oldest_pin().unwrap() <= retired,
             "a is pinned at the retired epoch"
         );
         // b pins after the retirement: it cannot have seen the old table.
         domain.enter(&b);
         domain.leave(&a);
-        assert!(domain.is_quiet_since(retired));
+        assert!(domain.oldest_pin().unwrap() > retired);
         domain.leave(&b);
     }
 
@@ -280,10 +291,10 @@ mod tests {
         let inner = pin().unwrap();
         let retired = reader::domain().retire();
         drop(inner);
-        assert!(!reader::domain().is_quiet_since(retired));
+        assert!(reader::domain().oldest_pin().unwrap() <= retired);
         drop(outer);
         // Other tests' threads may be pinned; wait for them to move on.
-        while !reader::domain().is_quiet_since(retired) {
+        while reader::domain().oldest_pin().unwrap() <= retired {
             std::thread::yield_now();
         }
     }
@@ -327,7 +338,7 @@ mod loom_tests {
                 Ordering::Release,
             );
             let retired = domain.retire();
-            if domain.is_quiet_since(retired) {
+            if domain.oldest_pin().is_some_and(|oldest| oldest > retired) {
                 tables[0].store(true, Ordering::Relaxed);
             }
             reader.join().unwrap();

@@ -34,9 +34,14 @@ pub(super) struct Slot<K> {
 
 impl<K> Slot<K> {
     /// Moves the word on by `step`, which gets the current word and returns the next one and a
-    /// result: one compare-and-swap when the word changes, none when it does not; `step` runs
-    /// again on the word another thread installed meanwhile. `None` when the word is frozen
-    /// (the key is being deleted or moved: the caller goes through the shard's lock).
+    /// result: one compare-and-swap when the word changes; when it does not, a second read
+    /// confirms that the word `step` saw was still the key's after `step` ran (so a result
+    /// computed from the word and the clock read inside `step` is one the key's state gave at
+    /// that instant). `step` runs again on any word another thread installed meanwhile. `None`
+    /// when the word is frozen (the key is being deleted or moved: the caller goes through the
+    /// shard's lock).
+    ///
+    /// Panics if `step` returns `u64::MAX` (the frozen word), which `WordState` forbids.
     #[inline(always)]
     pub(super) fn update<R>(&self, mut step: impl FnMut(u64) -> (u64, R)) -> Option<R> {
         let mut word = self.word.load(Ordering::Acquire);
@@ -45,9 +50,14 @@ impl<K> Slot<K> {
                 return None;
             }
             let (new, result) = step(word);
-            debug_assert_ne!(new, FROZEN, "a state word of u64::MAX");
+            assert_ne!(new, FROZEN, "WordState::to_word returned u64::MAX");
             if new == word {
-                return Some(result);
+                let again = self.word.load(Ordering::Acquire);
+                if again == word {
+                    return Some(result);
+                }
+                word = again;
+                continue;
             }
             match self
                 .word
@@ -57,6 +67,11 @@ impl<K> Slot<K> {
                 Err(seen) => word = seen,
             }
         }
+    }
+
+    /// Sets the word of a slot that no reader can see yet (a table being built).
+    pub(super) fn set(&self, word: u64) {
+        self.word.store(word, Ordering::Relaxed);
     }
 
     /// Freezes the word and returns what it held: every later [`Slot::update`] fails. Under the
@@ -163,7 +178,7 @@ impl<K> Table<K> {
     /// Puts `key` with `word` in the first empty slot of its probe sequence. The caller holds
     /// the shard's lock, has checked that the key is absent, and that a slot is free (fewer
     /// than [`Table::room`] slots are taken).
-    pub(super) fn insert(&self, hash: u64, key: K, word: u64) {
+    pub(super) fn insert(&self, hash: u64, key: K, word: u64) -> &Slot<K> {
         let mut group = hash as usize & self.groups_mask;
         loop {
             let control = self.control[group].load(Ordering::Relaxed);
@@ -179,7 +194,7 @@ impl<K> Table<K> {
                     (control & !(0xFF << (byte * 8))) | (u64::from(tag(hash)) << (byte * 8));
                 // Release: a reader that sees the tag sees the key and the word.
                 self.control[group].store(tagged, Ordering::Release);
-                return;
+                return slot;
             }
             group = (group + 1) & self.groups_mask;
         }
@@ -294,7 +309,9 @@ mod loom_tests {
             let table = Arc::new(Table::<u64>::new(1));
             let writer = {
                 let table = table.clone();
-                loom::thread::spawn(move || table.insert(0, 7, 10))
+                loom::thread::spawn(move || {
+                    table.insert(0, 7, 10);
+                })
             };
             // Let the writer go first in some executions: loom's search does not reorder the
             // writer's read of the control word before this thread's.
@@ -330,7 +347,7 @@ mod loom_tests {
             {
                 let mut done = moved.lock().unwrap();
                 let word = old.find(0, &7).unwrap().freeze();
-                new.insert(0, 7, word);
+                let _ = new.insert(0, 7, word);
                 *done = true;
             }
             updater.join().unwrap();

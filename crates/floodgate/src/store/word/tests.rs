@@ -259,3 +259,67 @@ fn poll_ready<F: Future>(future: F) -> F::Output {
         std::task::Poll::Pending => panic!("the word store answers at once"),
     }
 }
+
+/// A key whose copy can be made to panic, to interrupt a table's rebuild.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Fragile(u64);
+
+static REFUSE_COPIES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        assert!(
+            !REFUSE_COPIES.load(std::sync::atomic::Ordering::Relaxed),
+            "copy refused"
+        );
+        Fragile(self.0)
+    }
+}
+
+#[test]
+fn a_panic_while_a_table_is_rebuilt_leaves_every_key_usable() {
+    let clock = ManualClock::new(Nanos(5));
+    let store: WordStore<Fragile, GcraState, ManualClock> = MemoryStore::builder()
+        .shards(1)
+        .clock(clock.clone())
+        .build_word()
+        .unwrap();
+    let gcra = Gcra::new(1, 1, Duration::from_secs(60)).unwrap();
+    // The first table has room for 7 keys: the 8th rebuilds it, copying the 7.
+    for key in 0..7 {
+        assert!(
+            store
+                .apply_now(&gcra, &Fragile(key), check(1))
+                .unwrap()
+                .allowed
+        );
+    }
+    REFUSE_COPIES.store(true, std::sync::atomic::Ordering::Relaxed);
+    let interrupted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.apply_now(&gcra, &Fragile(7), check(1))
+    }));
+    REFUSE_COPIES.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(interrupted.is_err());
+    // Every key kept its state (one unit of a burst of two spent) and can still be updated.
+    for key in 0..7 {
+        assert!(
+            store
+                .apply_now(&gcra, &Fragile(key), check(1))
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !store
+                .apply_now(&gcra, &Fragile(key), check(1))
+                .unwrap()
+                .allowed
+        );
+    }
+    assert!(
+        store
+            .apply_now(&gcra, &Fragile(7), check(1))
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(store.len(), 8);
+}
