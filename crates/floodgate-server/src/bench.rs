@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm, SpecDuration};
 use floodgate::algorithm::Algorithm;
-use floodgate::store::Store;
+use floodgate::store::{Store, StoreStats};
 use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -134,20 +134,7 @@ pub struct Report {
     /// The process's peak resident memory (`VmHWM`, Linux), in MiB.
     pub peak_rss_mib: Option<f64>,
     /// The memory store's keys at the end, and its evictions and refusals of new keys.
-    pub memory: Option<MemoryReport>,
-}
-
-/// The memory store's bookkeeping at the end of a bench.
-#[derive(Clone, Debug, Serialize)]
-pub struct MemoryReport {
-    /// Keys held.
-    pub keys: u64,
-    /// Keys dropped because their state was a fresh key's (lossless).
-    pub evicted_idle: u64,
-    /// Live keys forgotten (`--overflow evict_live`).
-    pub evicted_live: u64,
-    /// Requests of new keys refused (`--overflow refuse_new`).
-    pub refused_new: u64,
+    pub memory: Option<StoreStats>,
 }
 
 /// The process's peak resident set size in MiB, from `/proc/self/status` (`None` elsewhere).
@@ -259,12 +246,7 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         max_ms: totals.latencies.max() as f64 / 1e6,
         store: store.kind(),
         peak_rss_mib: peak_rss_mib(),
-        memory: store.memory_stats().map(|m| MemoryReport {
-            keys: m.keys,
-            evicted_idle: m.evicted_idle,
-            evicted_live: m.evicted_live,
-            refused_new: m.refused_new,
-        }),
+        memory: store.memory_stats(),
     };
     let summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\

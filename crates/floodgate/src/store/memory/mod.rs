@@ -59,7 +59,7 @@ pub enum Overflow {
 }
 
 /// Counters of a [`MemoryStore`]'s bookkeeping, summed over its shards.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StoreStats {
     /// Keys held now.
     pub keys: u64,
