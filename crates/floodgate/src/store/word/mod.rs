@@ -14,17 +14,18 @@
 //!    same word, the decision is final and nothing was written; otherwise one compare-and-swap
 //!    installs the new word, and a failed one (another thread updated the key) starts again from
 //!    the word it found;
-//! 3. a key the table does not hold, a word that is frozen (its key is being deleted or moved),
-//!    and every change to the table itself (inserts, evictions, growth) go through the shard's
-//!    lock, as in the memory store.
+//! 3. a key the table does not hold (unless its first operation would leave it fresh, which
+//!    stores nothing), a word that is frozen (its key is being deleted or moved), and every
+//!    change to the table itself (inserts, evictions, growth) go through the shard's lock, as in
+//!    the memory store.
 //!
 //! **Exactness.** Each decision is linearizable per key, like the memory store's: a decision
 //! that changed the state took effect at its compare-and-swap, which succeeds only on the word it
 //! was computed from; one that left the state unchanged (a refusal, a probe) took effect at a
 //! second read of the word, after the clock, that found the word unchanged. Either way the
-//! decision, `remaining` and `retry_after` included, is what the key's state at that instant
-//! gives at the instant the clock read, and with a monotonic clock no later decision on the key
-//! reads an earlier instant.
+//! decision, `remaining` and `retry_after` included, is the one the key's state gave at the
+//! clock's reading, and with a monotonic clock no later decision on the key reads an earlier
+//! instant.
 //!
 //! **Across cores.** Refusals only read, so threads refusing on any keys share no written line
 //! and scale with cores. Admissions on different keys share no lock, but keys still share cache
