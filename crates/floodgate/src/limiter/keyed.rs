@@ -1,6 +1,7 @@
 //! One limit on keys: an algorithm applied to a key's state in the limit's namespace of a store.
 
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::Algorithm;
 use crate::blocking::block_on;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
@@ -28,10 +29,28 @@ use crate::{ConfigError, Decision, Op, StoreError};
 /// assert!(sixth.retry_after.is_some());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// `A` is the algorithm's type: [`AnyAlgorithm`] (any algorithm, chosen at run time; what
+/// [`KeyedLimit::new`] builds) or one algorithm's own type ([`KeyedLimit::typed`]), which a store
+/// for that algorithm's state alone can hold: a [`crate::store::WordStore`] for GCRA, whose
+/// checks take no lock.
+///
+/// ```
+/// use floodgate::algorithm::gcra::{Gcra, GcraState};
+/// use floodgate::limiter::KeyedLimit;
+/// use floodgate::store::{Key, MemoryStore, WordStore};
+/// use std::time::Duration;
+///
+/// // 100 requests per second per user, bursts of 10, on a store of GCRA states only.
+/// let store: WordStore<Key, GcraState> = MemoryStore::builder().build_word()?;
+/// let api = KeyedLimit::typed("api", Gcra::new(9, 100, Duration::from_secs(1))?, store)?;
+/// assert!(api.check_blocking("user-42", 1)?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
-pub struct KeyedLimit<S> {
+pub struct KeyedLimit<S, A = AnyAlgorithm> {
     namespace: Namespace,
-    algorithm: AnyAlgorithm,
+    algorithm: A,
     store: S,
 }
 
@@ -42,9 +61,17 @@ impl<S: Store<str, AnyAlgorithm>> KeyedLimit<S> {
         algorithm: impl Into<AnyAlgorithm>,
         store: S,
     ) -> Result<Self, ConfigError> {
+        KeyedLimit::typed(namespace, algorithm.into(), store)
+    }
+}
+
+impl<S: Store<str, A>, A: Algorithm> KeyedLimit<S, A> {
+    /// `algorithm`, of its own type, on keys of `namespace` in `store` (a store that holds that
+    /// algorithm's state, or any store as [`KeyedLimit::new`]).
+    pub fn typed(namespace: &str, algorithm: A, store: S) -> Result<Self, ConfigError> {
         Ok(KeyedLimit {
             namespace: Namespace::new(namespace)?,
-            algorithm: algorithm.into(),
+            algorithm,
             store,
         })
     }
@@ -55,7 +82,7 @@ impl<S: Store<str, AnyAlgorithm>> KeyedLimit<S> {
     }
 
     /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &AnyAlgorithm {
+    pub fn algorithm(&self) -> &A {
         &self.algorithm
     }
 
