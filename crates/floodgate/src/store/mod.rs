@@ -104,6 +104,19 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
     }
 }
 
+/// [`Store::apply_many`] for a store that answers at once: every request's operation is checked
+/// first (an unsupported one anywhere refuses the batch before anything is applied), then
+/// `apply` applies each in order.
+pub(crate) fn apply_each<Q: ?Sized, A: Algorithm>(
+    requests: &[Request<'_, Q, A>],
+    mut apply: impl FnMut(&Request<'_, Q, A>) -> Result<Decision, StoreError>,
+) -> Result<Vec<Decision>, StoreError> {
+    requests
+        .iter()
+        .try_for_each(|r| ensure_supported(r.algorithm, r.op))?;
+    requests.iter().map(&mut apply).collect()
+}
+
 /// Refuses `op` with [`StoreError::Unsupported`] when `algorithm` does not implement it: every
 /// store checks this before touching any state.
 pub(crate) fn ensure_supported<A: Algorithm>(algorithm: &A, op: Op) -> Result<(), StoreError> {

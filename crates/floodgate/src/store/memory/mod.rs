@@ -36,7 +36,7 @@ use hashbrown::HashTable;
 
 use super::chain::{self, Link, Linked};
 use super::shard_lock::ShardLock;
-use super::{ensure_supported, Key, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, OwnedKey, Request, Store};
 use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -554,17 +554,9 @@ where
         &self,
         requests: &[Request<'_, Q, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        // Refuse an unsupported operation before applying anything.
-        let result = requests
-            .iter()
-            .try_for_each(|r| ensure_supported(r.algorithm, r.op))
-            .and_then(|()| {
-                requests
-                    .iter()
-                    .map(|r| self.apply_locked(r.algorithm, r.key, r.op))
-                    .collect()
-            });
-        ready(result)
+        ready(apply_each(requests, |r| {
+            self.apply_locked(r.algorithm, r.key, r.op)
+        }))
     }
 
     fn apply_chain(

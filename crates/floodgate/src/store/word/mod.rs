@@ -55,7 +55,7 @@ use self::table::{Slot, Table};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
 use super::sync::{AtomicPtr, Ordering};
-use super::{ensure_supported, Key, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, OwnedKey, Request, Store};
 use crate::algorithm::gcra::GcraState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -232,6 +232,17 @@ where
         Q: Hash + Eq + ?Sized,
     {
         ensure_supported(algorithm, op)?;
+        self.apply_supported(algorithm, key, op)
+    }
+
+    /// [`WordStore::apply_now`] for an operation already checked with `ensure_supported`.
+    #[inline]
+    fn apply_supported<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard_of(hash);
         if let Some(pin) = reclaim::pin() {
@@ -554,17 +565,9 @@ where
         &self,
         requests: &[Request<'_, Q, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        // Refuse an unsupported operation before applying anything.
-        let result = requests
-            .iter()
-            .try_for_each(|r| ensure_supported(r.algorithm, r.op))
-            .and_then(|()| {
-                requests
-                    .iter()
-                    .map(|r| self.apply_now(r.algorithm, r.key, r.op))
-                    .collect()
-            });
-        ready(result)
+        ready(apply_each(requests, |r| {
+            self.apply_supported(r.algorithm, r.key, r.op)
+        }))
     }
 
     fn same_store(&self, other: &Self) -> bool {
