@@ -10,7 +10,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::store::{Key, MemoryStore, WordStore};
-use floodgate::Op;
+use floodgate::{Decision, Op, StoreError};
 
 struct Counting;
 
@@ -49,29 +49,29 @@ fn allocations(f: impl FnOnce()) -> u64 {
     ALLOCATIONS.with(Cell::get) - before
 }
 
+/// Allocations for 10,000 decisions on 1,000 keys (`user-0` …) already held: `decide` makes one
+/// decision on a key; each key's first, made before counting, must be allowed.
+fn allocations_for_held_keys(decide: impl Fn(&str) -> Result<Decision, StoreError>) -> u64 {
+    let keys: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
+    for key in &keys {
+        assert!(decide(key).unwrap().allowed);
+    }
+    allocations(|| {
+        for _ in 0..10 {
+            for key in &keys {
+                assert!(decide(key).is_ok());
+            }
+        }
+    })
+}
+
 #[test]
 fn the_memory_store_decides_for_a_held_key_without_allocating() {
     let store = MemoryStore::new();
     let gcra: AnyAlgorithm = Gcra::new(100, 1_000_000, std::time::Duration::from_secs(1))
         .unwrap()
         .into();
-    let keys: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
-    for key in &keys {
-        assert!(
-            store
-                .apply_now(&gcra, key.as_str(), Op::Check { cost: 1 })
-                .unwrap()
-                .allowed
-        );
-    }
-    let n = allocations(|| {
-        for _ in 0..10 {
-            for key in &keys {
-                let d = store.apply_now(&gcra, key.as_str(), Op::Check { cost: 1 });
-                assert!(d.is_ok());
-            }
-        }
-    });
+    let n = allocations_for_held_keys(|key| store.apply_now(&gcra, key, Op::Check { cost: 1 }));
     assert_eq!(n, 0, "allocations for 10,000 decisions on held keys");
     // A new key of up to 24 bytes is kept inline in the table: nothing is allocated unless the
     // table grows. A longer one allocates its copy.
@@ -93,24 +93,9 @@ fn the_memory_store_decides_for_a_held_key_without_allocating() {
 fn the_word_store_decides_for_a_held_key_without_allocating() {
     let store: WordStore<Key, GcraState> = MemoryStore::builder().build_word().unwrap();
     let gcra = Gcra::new(100, 1_000_000, std::time::Duration::from_secs(1)).unwrap();
-    let keys: Vec<String> = (0..1_000).map(|i| format!("user-{i}")).collect();
-    for key in &keys {
-        assert!(
-            store
-                .apply_now(&gcra, key.as_str(), Op::Check { cost: 1 })
-                .unwrap()
-                .allowed
-        );
-    }
-    // The thread's first pin registered its record (above); later ones allocate nothing.
-    let n = allocations(|| {
-        for _ in 0..10 {
-            for key in &keys {
-                let d = store.apply_now(&gcra, key.as_str(), Op::Check { cost: 1 });
-                assert!(d.is_ok());
-            }
-        }
-    });
+    // The thread's first pin registers its record (while the keys are stored, before counting);
+    // later ones allocate nothing.
+    let n = allocations_for_held_keys(|key| store.apply_now(&gcra, key, Op::Check { cost: 1 }));
     assert_eq!(n, 0, "allocations for 10,000 decisions on held keys");
 }
 
