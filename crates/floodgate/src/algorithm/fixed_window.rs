@@ -53,6 +53,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{param, Algorithm};
+use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// A fixed window limiter: at most `limit` per epoch-aligned window of `window`. See the
@@ -233,6 +234,25 @@ impl FixedWindowState {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_parts(start: Nanos, count: u64) -> FixedWindowState {
         FixedWindowState { start, count }
+    }
+}
+
+/// The word store keeps a fixed window as one 16-byte word: the window's start in the high
+/// half, its count in the low half. The one state that would be all ones, a count of
+/// `u64::MAX` in the window starting at `u64::MAX` nanoseconds (a limit of 2^64 − 1 reached in
+/// the last nanosecond of year 2554), is kept with a count of one less.
+impl WordState for FixedWindowState {
+    type Word = u128;
+
+    fn to_word(self) -> u128 {
+        (u128::from(self.start.0) << 64 | u128::from(self.count)).min(u128::MAX - 1)
+    }
+
+    fn from_word(word: u128) -> FixedWindowState {
+        FixedWindowState {
+            start: Nanos((word >> 64) as u64),
+            count: word as u64,
+        }
     }
 }
 

@@ -94,6 +94,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{param, Algorithm};
+use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// The generic cell rate algorithm with redis-cell's parameters: `count` units per `period`, and
@@ -126,9 +127,25 @@ impl GcraState {
     }
 
     /// A state from its theoretical arrival time, as a store wrote it down elsewhere (the cached
-    /// store reads Redis's state back; the word store keeps it as a word).
+    /// store reads Redis's state back).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_tat(tat: Nanos) -> GcraState {
         GcraState { tat: tat.0 }
+    }
+}
+
+/// The word store keeps GCRA's state as its theoretical arrival time in nanoseconds. A time of
+/// `u64::MAX` (about 584 years after the clock's origin, reached only by saturation) is kept as
+/// one nanosecond less.
+impl WordState for GcraState {
+    type Word = u64;
+
+    fn to_word(self) -> u64 {
+        self.tat.min(u64::MAX - 1)
+    }
+
+    fn from_word(word: u64) -> GcraState {
+        GcraState { tat: word }
     }
 }
 

@@ -63,6 +63,7 @@
 
 use crate::algorithm::token_bucket::{Bucket, TokenBucketState};
 use crate::algorithm::Algorithm;
+use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// A leaky bucket meter: a level of at most `capacity`, drained at `rate` per second. See the
@@ -112,6 +113,22 @@ impl LeakyBucketState {
     /// The latest instant at which an operation updated this state; drain counts from it.
     pub fn last_update(&self) -> Nanos {
         self.room.last_update()
+    }
+}
+
+/// The word store keeps a leaky bucket as its room, a token bucket's word (see
+/// [`TokenBucketState`]'s).
+impl WordState for LeakyBucketState {
+    type Word = u128;
+
+    fn to_word(self) -> u128 {
+        self.room.to_word()
+    }
+
+    fn from_word(word: u128) -> LeakyBucketState {
+        LeakyBucketState {
+            room: TokenBucketState::from_word(word),
+        }
     }
 }
 

@@ -66,6 +66,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{param, Algorithm};
+use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
 /// A leaky bucket queue (shaper): one slot every `1/rate` seconds, at most `queue` requests
@@ -205,6 +206,22 @@ impl LeakyQueueState {
     /// The instant the next slot is free; at or before `now`, the queue is empty.
     pub fn next_free(&self) -> Nanos {
         self.next_free
+    }
+}
+
+/// The word store keeps a leaky queue as the instant its next slot is free, in nanoseconds. An
+/// instant of `u64::MAX` (reached only by saturation) is kept as one nanosecond less.
+impl WordState for LeakyQueueState {
+    type Word = u64;
+
+    fn to_word(self) -> u64 {
+        self.next_free.0.min(u64::MAX - 1)
+    }
+
+    fn from_word(word: u64) -> LeakyQueueState {
+        LeakyQueueState {
+            next_free: Nanos(word),
+        }
     }
 }
 

@@ -76,6 +76,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{param, Algorithm};
+use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 const NANOS_PER_SEC: f64 = 1e9;
@@ -134,6 +135,25 @@ impl TokenBucketState {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn from_parts(tokens: f64, last: Nanos) -> TokenBucketState {
         TokenBucketState { tokens, last }
+    }
+}
+
+/// The word store keeps a token bucket as one 16-byte word: the last update's instant in the
+/// high half, the tokens' `f64` bits in the low half, so the state is kept exactly. The word is
+/// never all ones: tokens are never NaN (a finite positive rate and whole costs cannot make
+/// one), and all-ones bits are a NaN.
+impl WordState for TokenBucketState {
+    type Word = u128;
+
+    fn to_word(self) -> u128 {
+        u128::from(self.last.0) << 64 | u128::from(self.tokens.to_bits())
+    }
+
+    fn from_word(word: u128) -> TokenBucketState {
+        TokenBucketState {
+            tokens: f64::from_bits(word as u64),
+            last: Nanos((word >> 64) as u64),
+        }
     }
 }
 

@@ -32,8 +32,8 @@ use crate::{ConfigError, Decision, Op, StoreError};
 ///
 /// `A` is the algorithm's type: [`AnyAlgorithm`] (any algorithm, chosen at run time; what
 /// [`KeyedLimit::new`] builds) or one algorithm's own type ([`KeyedLimit::typed`]), which a store
-/// for that algorithm's state alone can hold: a [`crate::store::WordStore`] for GCRA, whose
-/// checks take no lock.
+/// for that algorithm's state alone can hold: a [`crate::store::WordStore`] (GCRA, the fixed
+/// window, the token and leaky buckets, the leaky queue), whose checks take no lock.
 ///
 /// ```
 /// use floodgate::algorithm::gcra::{Gcra, GcraState};

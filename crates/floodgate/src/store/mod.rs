@@ -2,9 +2,10 @@
 //! one key's state atomically.
 //!
 //! [`Store`] is the contract every backend implements. The embedded [`MemoryStore`] answers at
-//! once, for any algorithm; the [`WordStore`] is its twin for states that fit in one word
-//! (GCRA's): its checks take no lock, a refusal writes nothing and an admission writes only the
-//! key's own word, so threads on different keys share no lock line (see [`word`]); the contract is written so that a remote store can implement it
+//! once, for any algorithm; the [`WordStore`] is its twin for states that fit in one word of 8
+//! or 16 bytes (GCRA's, the fixed window's, the buckets'): its checks take no lock, a refusal
+//! writes nothing and an admission writes only the key's own word, so threads on different keys
+//! share no lock line (see [`word`]); the contract is written so that a remote store can implement it
 //! by running each algorithm's transition server-side. Every store keeps these:
 //! - each [`Store::apply`] is linearizable per key: concurrent calls on one key behave as if they
 //!   ran one after the other, so no update is lost and nothing is over-admitted;

@@ -1,10 +1,12 @@
-//! The word store: the memory store for states that fit in one machine word, whose checks take
-//! no lock, whose refusals write nothing, and whose admissions write only the key's own word.
+//! The word store: the memory store for states that fit in one word of 8 or 16 bytes, whose
+//! checks take no lock, whose refusals write nothing, and whose admissions write only the key's
+//! own word.
 //!
 //! [`MemoryStore`](super::MemoryStore) takes a shard lock for every decision, so two threads on
 //! different keys of one shard write the same lock line, and every refusal writes it too. A
-//! [`WordStore`] keeps each key's state as one word (a [`WordState`], such as GCRA's theoretical
-//! arrival time) and decides without any lock:
+//! [`WordStore`] keeps each key's state as one word (a [`WordState`]: a `u64` such as GCRA's
+//! theoretical arrival time, or a `u128` such as a fixed window's start and count) and decides
+//! without any lock:
 //!
 //! 1. it pins the thread (a store to a line of its own; `reclaim.rs`), loads the shard's table
 //!    and probes it; keys are written once, before their slot is published, so the probe reads
@@ -29,8 +31,10 @@
 //!
 //! **Across cores.** Refusals only read, so threads refusing on any keys share no written line
 //! and scale with cores. Admissions on different keys share no lock, but keys still share cache
-//! lines (four `u64` keys' slots to a line), so two threads admitting on keys of one line pass
-//! it between their cores; only a line per key would avoid that, at four times the memory.
+//! lines (four slots to a line for `u64` keys and words, two for `u128` words), so two threads
+//! admitting on keys of one line pass it between their cores; only a line per key would avoid
+//! that, at several times the memory. A `u128` word is read by one 16-byte load where the CPU
+//! has one that is atomic (x86-64 with AVX): see `atom.rs` for where it is not.
 //!
 //! **Bound and eviction** are the memory store's (`max_keys` per shard, idle keys dropped
 //! losslessly first, then the [`Overflow`] policy). A deleted key leaves a tombstone that no new
@@ -42,6 +46,7 @@
 //! with all-or-nothing links are refused, since no lock keeps other threads' checks out while a
 //! chain would be undone. Use the memory store for pipelines.
 
+mod atom;
 mod reclaim;
 mod table;
 
@@ -51,6 +56,8 @@ use std::future::{ready, Future};
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
+use self::atom::Atom;
+pub use self::atom::Word;
 use self::table::{Slot, Table};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
@@ -60,35 +67,31 @@ use crate::algorithm::gcra::GcraState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
-/// An algorithm state that fits in one word, so that the [`WordStore`] can update it with one
-/// compare-and-swap.
+/// An algorithm state that fits in one word (8 or 16 bytes), so that the [`WordStore`] can
+/// update it with one compare-and-swap.
 ///
-/// `from_word(to_word(s)) == s` must hold, and `to_word` must never return `u64::MAX`, which the
-/// store reserves for a key being deleted or moved (the store panics if it does, before
-/// writing anything).
+/// `from_word(to_word(s)) == s` must hold, and `to_word` must never return all ones
+/// (`u64::MAX`, `u128::MAX`), which the store reserves for a key being deleted or moved (the
+/// store panics if it does, before writing anything). A state whose natural word is all ones,
+/// reachable only by saturation, is kept as its nearest neighbour, and its impl says so.
+///
+/// Implemented by [`GcraState`] and [`LeakyQueueState`](crate::algorithm::leaky_queue::LeakyQueueState)
+/// (`u64`), and by [`FixedWindowState`](crate::algorithm::fixed_window::FixedWindowState),
+/// [`TokenBucketState`](crate::algorithm::token_bucket::TokenBucketState) and
+/// [`LeakyBucketState`](crate::algorithm::leaky_bucket::LeakyBucketState) (`u128`).
 pub trait WordState: Copy + PartialEq {
-    /// The state as a word below `u64::MAX`.
-    fn to_word(self) -> u64;
+    /// The word the state is kept in: `u64`, or `u128` for states of two halves.
+    type Word: Word;
+    /// The state as a word other than all ones.
+    fn to_word(self) -> Self::Word;
     /// The state a word of [`WordState::to_word`] came from.
-    fn from_word(word: u64) -> Self;
-}
-
-/// GCRA's state is its theoretical arrival time in nanoseconds. A time of `u64::MAX` (about 584
-/// years after the clock's origin, reached only by saturation) is kept as one nanosecond less.
-impl WordState for GcraState {
-    fn to_word(self) -> u64 {
-        self.tat().0.min(u64::MAX - 1)
-    }
-
-    fn from_word(word: u64) -> Self {
-        GcraState::from_tat(Nanos(word))
-    }
+    fn from_word(word: Self::Word) -> Self;
 }
 
 /// The embedded store for word-sized states: `K` is the owned key type, `S` the state, `C` the
 /// clock. Built by [`MemoryStoreBuilder::build_word`]; see the [module documentation](self).
-pub struct WordStore<K = Key, S = GcraState, C = CoarseClock> {
-    shards: Box<[Shard<K>]>,
+pub struct WordStore<K = Key, S: WordState = GcraState, C = CoarseClock> {
+    shards: Box<[Shard<K, S::Word>]>,
     shard_mask: usize,
     hasher: foldhash::fast::RandomState,
     clock: C,
@@ -97,7 +100,7 @@ pub struct WordStore<K = Key, S = GcraState, C = CoarseClock> {
     _state: PhantomData<fn() -> S>,
     /// The tables' keys are shared with readers on every thread: the store is `Send` and
     /// `Sync` as a table is (`K: Send + Sync`), not as the raw pointers alone would say.
-    _tables: PhantomData<Box<Table<K>>>,
+    _tables: PhantomData<Box<Table<K, S::Word>>>,
 }
 
 /// New keys between two tries at freeing a shard's retired tables (besides the try that
@@ -107,25 +110,25 @@ const RECLAIM_EVERY: u32 = 64;
 /// One shard: the table readers load, on a cache line of its own so that writers taking the
 /// lock (or reading the books) never invalidate it, and the lock with what it guards.
 #[repr(align(64))]
-struct Shard<K> {
+struct Shard<K, W: Word> {
     /// The current table; replaced (and the old one retired) only under `books`' lock.
-    table: TableCell<K>,
-    books: ShardLock<Books<K>>,
+    table: TableCell<K, W>,
+    books: ShardLock<Books<K, W>>,
 }
 
 #[repr(align(64))]
-struct TableCell<K>(AtomicPtr<Table<K>>);
+struct TableCell<K, W: Word>(AtomicPtr<Table<K, W>>);
 
-impl<K> std::ops::Deref for TableCell<K> {
-    type Target = AtomicPtr<Table<K>>;
+impl<K, W: Word> std::ops::Deref for TableCell<K, W> {
+    type Target = AtomicPtr<Table<K, W>>;
 
-    fn deref(&self) -> &AtomicPtr<Table<K>> {
+    fn deref(&self) -> &AtomicPtr<Table<K, W>> {
         &self.0
     }
 }
 
 /// What only the shard lock's holder reads and writes.
-struct Books<K> {
+struct Books<K, W: Word> {
     /// Live keys in the current table.
     live: usize,
     /// Taken slots (live and tombstones) in the current table.
@@ -137,7 +140,7 @@ struct Books<K> {
     /// New keys until the next try at freeing retired tables.
     reclaim_credit: u32,
     /// Tables replaced but perhaps still read, with the epoch they were retired at.
-    retired: Vec<(*mut Table<K>, u64)>,
+    retired: Vec<(*mut Table<K, W>, u64)>,
     evicted_idle: u64,
     evicted_live: u64,
     refused_new: u64,
@@ -145,7 +148,7 @@ struct Books<K> {
 
 // SAFETY: the raw pointers in `retired` own their tables (made by `Box::into_raw`), which are
 // `Send` when `K` is; the lock moves `Books` between threads one at a time.
-unsafe impl<K: Send> Send for Books<K> {}
+unsafe impl<K: Send, W: Word> Send for Books<K, W> {}
 
 impl<C: Clock> MemoryStoreBuilder<C> {
     /// Validates the settings and builds a [`WordStore`] of owned keys `K` holding word-sized
@@ -180,7 +183,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 }
 
-impl<K, S, C> fmt::Debug for WordStore<K, S, C> {
+impl<K, S: WordState, C> fmt::Debug for WordStore<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WordStore")
             .field("shards", &self.shards.len())
@@ -190,7 +193,7 @@ impl<K, S, C> fmt::Debug for WordStore<K, S, C> {
     }
 }
 
-impl<K, S, C> Drop for WordStore<K, S, C> {
+impl<K, S: WordState, C> Drop for WordStore<K, S, C> {
     fn drop(&mut self) {
         for shard in self.shards.iter_mut() {
             // SAFETY: `&mut self`: no reader or writer is left. Each pointer came from
@@ -216,7 +219,7 @@ where
     }
 
     #[inline]
-    fn shard_of(&self, hash: u64) -> &Shard<K> {
+    fn shard_of(&self, hash: u64) -> &Shard<K, S::Word> {
         // The table uses the hash's low bits (group) and top seven (tag): the shard takes the
         // middle ones, as in the memory store.
         &self.shards[(hash >> 32) as usize & self.shard_mask]
@@ -275,28 +278,39 @@ where
     #[inline(always)]
     fn update<A: Algorithm<State = S>>(
         &self,
-        slot: &Slot<K>,
+        slot: &Slot<K, S::Word>,
         algorithm: &A,
         op: Op,
     ) -> Result<Option<Decision>, StoreError> {
-        slot.update(|word| {
+        // The step returns an `Option<Decision>` (`None`: another algorithm's state), whose
+        // `None` lives in a niche of the decision: no `Result` layer to copy it through (a
+        // token bucket's check paid 3 ns for it). Writing the decision to a captured
+        // `&mut Option` instead kept the step from being inlined (GCRA: 14 → 22 ns a check).
+        let outcome = slot.update(|word| {
             // After the word: with a monotonic clock, no later decision on this key reads an
             // earlier instant than the one that wrote the word.
             let now = self.clock.now();
             let mut state = S::from_word(word);
             if !algorithm.owns(&state) {
-                return (
-                    word,
-                    Err(StoreError::StateConflict {
-                        algorithm: algorithm.name(),
-                        found: algorithm.state_name(&state),
-                    }),
-                );
+                return (word, None);
             }
             let decision = algorithm.apply(&mut state, now, op);
-            (state.to_word(), Ok(decision))
-        })
-        .transpose()
+            (state.to_word(), Some(decision))
+        });
+        match outcome {
+            Some(Some(decision)) => Ok(Some(decision)),
+            None => Ok(None),
+            Some(None) => Err(Self::conflict(slot, algorithm)),
+        }
+    }
+
+    /// The error for a key whose state another algorithm wrote.
+    #[cold]
+    fn conflict<A: Algorithm<State = S>>(slot: &Slot<K, S::Word>, algorithm: &A) -> StoreError {
+        StoreError::StateConflict {
+            algorithm: algorithm.name(),
+            found: algorithm.state_name(&S::from_word(slot.load())),
+        }
     }
 
     /// The slow path: under the shard's lock, the key's slot in the current table (updated as
@@ -304,7 +318,7 @@ where
     #[cold]
     fn apply_locked<Q, A>(
         &self,
-        shard: &Shard<K>,
+        shard: &Shard<K, S::Word>,
         hash: u64,
         algorithm: &A,
         key: &Q,
@@ -362,8 +376,8 @@ where
     #[cold]
     fn make_room<A: Algorithm<State = S>>(
         &self,
-        books: &mut Books<K>,
-        table: &Table<K>,
+        books: &mut Books<K, S::Word>,
+        table: &Table<K, S::Word>,
         algorithm: &A,
         now: Nanos,
     ) -> bool {
@@ -395,8 +409,8 @@ where
     /// Deletes every key of `table` whose state is fresh at `now`; returns how many.
     fn sweep_table<A: Algorithm<State = S>>(
         &self,
-        books: &mut Books<K>,
-        table: &Table<K>,
+        books: &mut Books<K, S::Word>,
+        table: &Table<K, S::Word>,
         algorithm: &A,
         now: Nanos,
     ) -> usize {
@@ -420,10 +434,10 @@ where
     #[cold]
     fn rebuild<'t>(
         &self,
-        shard: &'t Shard<K>,
-        books: &mut Books<K>,
-        table: &Table<K>,
-    ) -> &'t Table<K> {
+        shard: &'t Shard<K, S::Word>,
+        books: &mut Books<K, S::Word>,
+        table: &Table<K, S::Word>,
+    ) -> &'t Table<K, S::Word> {
         let groups = if books.live + 1 > table.room() / 2 {
             table.groups() * 2
         } else {
@@ -433,9 +447,12 @@ where
         // First the keys, whose hashing and cloning may panic: a panic here leaves the old
         // table as it was. Then the words, frozen one by one with no code of the caller's
         // in between, so that no word stays frozen in a table that is still current.
-        let moves: Vec<(&Slot<K>, &Slot<K>)> = table
+        let moves: Vec<_> = table
             .live()
-            .map(|(_, old, key)| (old, new.insert(self.hasher.hash_one(key), key.clone(), 0)))
+            .map(|(_, old, key)| {
+                let hash = self.hasher.hash_one(key);
+                (old, new.insert(hash, key.clone(), S::Word::FROZEN))
+            })
             .collect();
         for (old, moved) in moves {
             moved.set(old.freeze());
@@ -450,7 +467,7 @@ where
     }
 
     /// Frees the retired tables no reader can still be in: those retired before the oldest pin.
-    fn reclaim(books: &mut Books<K>) {
+    fn reclaim(books: &mut Books<K, S::Word>) {
         books.reclaim_credit = RECLAIM_EVERY;
         if books.retired.is_empty() {
             return;

@@ -14,11 +14,8 @@
 use std::borrow::Borrow;
 use std::mem::MaybeUninit;
 
+use super::atom::Word;
 use crate::store::sync::{AtomicU64, Cell, Ordering};
-
-/// The word of a slot whose key is being deleted or moved to another table: an update that
-/// meets it must go through the shard's lock.
-pub(super) const FROZEN: u64 = u64::MAX;
 
 const EMPTY: u8 = 0x80;
 const DELETED: u8 = 0x81;
@@ -26,13 +23,14 @@ const LOW: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
 /// One key and its state word.
-pub(super) struct Slot<K> {
-    /// The key's state ([`super::WordState::to_word`]), or [`FROZEN`].
-    word: AtomicU64,
+pub(super) struct Slot<K, W: Word = u64> {
+    /// The key's state ([`super::WordState::to_word`]), or the frozen word (all ones) while
+    /// the key is being deleted or moved: an update that meets it goes through the shard's lock.
+    word: W::Atomic,
     key: Cell<MaybeUninit<K>>,
 }
 
-impl<K> Slot<K> {
+impl<K, W: Word> Slot<K, W> {
     /// Moves the word on by `step`, which gets the current word and returns the next one and a
     /// result: one compare-and-swap when the word changes; when it does not, a second read
     /// confirms that the word `step` saw was still the key's after `step` ran (so a result
@@ -41,28 +39,31 @@ impl<K> Slot<K> {
     /// when the word is frozen (the key is being deleted or moved: the caller goes through the
     /// shard's lock).
     ///
-    /// Panics if `step` returns `u64::MAX` (the frozen word), which `WordState` forbids.
+    /// Panics if `step` returns all ones (the frozen word), which `WordState` forbids.
     #[inline(always)]
-    pub(super) fn update<R>(&self, mut step: impl FnMut(u64) -> (u64, R)) -> Option<R> {
-        let mut word = self.word.load(Ordering::Acquire);
+    pub(super) fn update<R>(&self, mut step: impl FnMut(W) -> (W, R)) -> Option<R> {
+        let mut word = W::load(&self.word, Ordering::Acquire);
         loop {
-            if word == FROZEN {
+            if word == W::FROZEN {
                 return None;
             }
             let (new, result) = step(word);
-            assert_ne!(new, FROZEN, "WordState::to_word returned u64::MAX");
+            assert_ne!(new, W::FROZEN, "WordState::to_word returned all ones");
             if new == word {
-                let again = self.word.load(Ordering::Acquire);
+                let again = W::load(&self.word, Ordering::Acquire);
                 if again == word {
                     return Some(result);
                 }
                 word = again;
                 continue;
             }
-            match self
-                .word
-                .compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match W::compare_exchange_weak(
+                &self.word,
+                word,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Some(result),
                 Err(seen) => word = seen,
             }
@@ -70,45 +71,50 @@ impl<K> Slot<K> {
     }
 
     /// Sets the word of a slot that no reader can see yet (a table being built).
-    pub(super) fn set(&self, word: u64) {
-        self.word.store(word, Ordering::Relaxed);
+    pub(super) fn set(&self, word: W) {
+        W::store(&self.word, word, Ordering::Relaxed);
     }
 
     /// Freezes the word and returns what it held: every later [`Slot::update`] fails. Under the
     /// shard's lock, before the key is deleted or moved.
-    pub(super) fn freeze(&self) -> u64 {
-        self.word.swap(FROZEN, Ordering::AcqRel)
+    pub(super) fn freeze(&self) -> W {
+        W::swap(&self.word, W::FROZEN, Ordering::AcqRel)
     }
 
     /// Freezes the word if it still holds `word` (nobody updated it since).
-    pub(super) fn freeze_if(&self, word: u64) -> bool {
-        self.word
-            .compare_exchange(word, FROZEN, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+    pub(super) fn freeze_if(&self, word: W) -> bool {
+        W::compare_exchange(
+            &self.word,
+            word,
+            W::FROZEN,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
     }
 
-    /// The current word (perhaps [`FROZEN`]).
-    pub(super) fn load(&self) -> u64 {
-        self.word.load(Ordering::Acquire)
+    /// The current word (perhaps frozen).
+    pub(super) fn load(&self) -> W {
+        W::load(&self.word, Ordering::Acquire)
     }
 }
 
 /// A fixed-size table; writers hold the shard's lock, readers hold a pin (`reclaim.rs`).
-pub(super) struct Table<K> {
+pub(super) struct Table<K, W: Word = u64> {
     groups_mask: usize,
     control: Box<[AtomicU64]>,
-    slots: Box<[Slot<K>]>,
+    slots: Box<[Slot<K, W>]>,
 }
 
 // SAFETY: a table hands out `&K` to any thread that finds the key (so `K: Sync`), and drops its
 // keys on whichever thread drops it (so `K: Send`); everything else in it is atomic.
-unsafe impl<K: Send + Sync> Sync for Table<K> {}
+unsafe impl<K: Send + Sync, W: Word> Sync for Table<K, W> {}
 // SAFETY: as above: moving a table moves its keys, which are `Send`.
-unsafe impl<K: Send> Send for Table<K> {}
+unsafe impl<K: Send, W: Word> Send for Table<K, W> {}
 
-impl<K> Table<K> {
+impl<K, W: Word> Table<K, W> {
     /// An empty table of `groups` groups (a power of two).
-    pub(super) fn new(groups: usize) -> Table<K> {
+    pub(super) fn new(groups: usize) -> Table<K, W> {
         debug_assert!(groups.is_power_of_two());
         Table {
             groups_mask: groups - 1,
@@ -117,7 +123,7 @@ impl<K> Table<K> {
                 .collect(),
             slots: (0..groups * 8)
                 .map(|_| Slot {
-                    word: AtomicU64::new(0),
+                    word: W::atomic(W::FROZEN),
                     key: Cell::new(MaybeUninit::uninit()),
                 })
                 .collect(),
@@ -143,7 +149,7 @@ impl<K> Table<K> {
     /// The live slot holding `key`, if any. Safe without the lock: a published slot's key is
     /// never written again, and slots are never reused.
     #[inline]
-    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K>>
+    pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&Slot<K, W>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -178,7 +184,7 @@ impl<K> Table<K> {
     /// Puts `key` with `word` in the first empty slot of its probe sequence. The caller holds
     /// the shard's lock, has checked that the key is absent, and that a slot is free (fewer
     /// than [`Table::room`] slots are taken).
-    pub(super) fn insert(&self, hash: u64, key: K, word: u64) -> &Slot<K> {
+    pub(super) fn insert(&self, hash: u64, key: K, word: W) -> &Slot<K, W> {
         let mut group = hash as usize & self.groups_mask;
         loop {
             let control = self.control[group].load(Ordering::Relaxed);
@@ -189,7 +195,7 @@ impl<K> Table<K> {
                 // SAFETY: the slot is empty, so no reader reads its key (they read only slots
                 // whose control byte holds a tag), and the caller's lock excludes writers.
                 unsafe { (*slot.key.get()).write(key) };
-                slot.word.store(word, Ordering::Relaxed);
+                slot.set(word);
                 let tagged =
                     (control & !(0xFF << (byte * 8))) | (u64::from(tag(hash)) << (byte * 8));
                 // Release: a reader that sees the tag sees the key and the word.
@@ -210,7 +216,7 @@ impl<K> Table<K> {
     }
 
     /// The first live slot at or after `from` (wrapping around), with its index.
-    pub(super) fn next_live(&self, from: usize) -> Option<(usize, &Slot<K>)> {
+    pub(super) fn next_live(&self, from: usize) -> Option<(usize, &Slot<K, W>)> {
         let n = self.slots.len();
         (0..n)
             .map(|i| (from + i) % n)
@@ -225,7 +231,7 @@ impl<K> Table<K> {
 
     /// The live slots, with their index and key. The caller holds the shard's lock, so the set
     /// of live slots does not change while it iterates.
-    pub(super) fn live(&self) -> impl Iterator<Item = (usize, &Slot<K>, &K)> {
+    pub(super) fn live(&self) -> impl Iterator<Item = (usize, &Slot<K, W>, &K)> {
         self.slots
             .iter()
             .enumerate()
@@ -235,7 +241,7 @@ impl<K> Table<K> {
     }
 }
 
-impl<K> Drop for Table<K> {
+impl<K, W: Word> Drop for Table<K, W> {
     fn drop(&mut self) {
         for (index, slot) in self.slots.iter().enumerate() {
             if self.control_byte(index) != EMPTY {

@@ -4,7 +4,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::algorithm::fixed_window::{FixedWindow, FixedWindowState};
 use crate::algorithm::gcra::Gcra;
+use crate::algorithm::leaky_bucket::LeakyBucket;
+use crate::algorithm::leaky_queue::LeakyQueue;
+use crate::algorithm::token_bucket::{TokenBucket, TokenBucketState};
 use crate::store::{Link, MemoryStore};
 use crate::ManualClock;
 
@@ -27,7 +31,7 @@ fn word_store(
         .unwrap()
 }
 
-fn retired<K, S, C>(store: &WordStore<K, S, C>) -> usize {
+fn retired<K, S: WordState, C>(store: &WordStore<K, S, C>) -> usize {
     store
         .shards
         .iter()
@@ -35,55 +39,175 @@ fn retired<K, S, C>(store: &WordStore<K, S, C>) -> usize {
         .sum()
 }
 
+/// Applies `ops` (key, clock step in quarter milliseconds, cost) to a word store and to a
+/// memory store of the same bound, one shard each (so that both apply their bound to the same
+/// keys), and fails at the first decision, state or count where they differ.
+fn decide_as_the_memory_store<A>(
+    algorithm: &A,
+    max_keys: usize,
+    ops: Vec<(u64, u64, u64)>,
+) -> Result<(), TestCaseError>
+where
+    A: Algorithm,
+    A::State: WordState + fmt::Debug,
+{
+    let clock = ManualClock::new(Nanos(1_000_000_000));
+    let word: WordStore<u64, A::State, ManualClock> = MemoryStore::builder()
+        .max_keys(max_keys)
+        .shards(1)
+        .overflow(Overflow::RefuseNew)
+        .clock(clock.clone())
+        .build_word()
+        .unwrap();
+    let memory: MemoryStore<u64, A::State, ManualClock> = MemoryStore::builder()
+        .max_keys(max_keys)
+        .shards(1)
+        .overflow(Overflow::RefuseNew)
+        .clock(clock.clone())
+        .build_typed()
+        .unwrap();
+    for (i, (key, dt_ms, cost)) in ops.into_iter().enumerate() {
+        clock.advance(Duration::from_millis(dt_ms) / 4);
+        let got = word.apply_now(algorithm, &key, check(cost)).unwrap();
+        let expected = memory.apply_now(algorithm, &key, check(cost)).unwrap();
+        prop_assert_eq!(got, expected, "op {} on key {}", i, key);
+        prop_assert_eq!(word.state(&key), memory.state(&key));
+    }
+    prop_assert_eq!(word.stats(), memory.stats());
+    Ok(())
+}
+
+/// Keys, clock steps and costs for [`decide_as_the_memory_store`].
+fn ops() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
+    prop::collection::vec((0u64..64, 0u64..20, 0u64..4), 1..400)
+}
+
 proptest! {
-    /// Decision for decision, and key for key, the word store is the memory store: through
-    /// idle eviction, refused new keys, and table rebuilds (one shard, so that both stores
-    /// apply their bound to the same keys).
+    /// Decision for decision, and key for key, the word store is the memory store, for every
+    /// state it holds (a `u64` word: GCRA, the leaky queue; a `u128` word: the fixed window,
+    /// token and leaky buckets), through idle eviction, refused new keys and table rebuilds.
     #[test]
-    fn decides_as_the_memory_store(
+    fn gcra_decides_as_on_the_memory_store(
         max_burst in 0u64..4,
         period_ms in 1u64..50,
         max_keys in 1usize..48,
-        ops in prop::collection::vec((0u64..64, 0u64..20, 0u64..4), 1..400),
+        ops in ops(),
     ) {
-        let clock = ManualClock::new(Nanos(1_000_000_000));
         let gcra = Gcra::new(max_burst, 1, Duration::from_millis(period_ms)).unwrap();
-        let word = word_store(max_keys, 1, Overflow::RefuseNew, &clock);
-        let memory: MemoryStore<u64, GcraState, ManualClock> = MemoryStore::builder()
-            .max_keys(max_keys)
-            .shards(1)
-            .overflow(Overflow::RefuseNew)
-            .clock(clock.clone())
-            .build_typed()
-            .unwrap();
-        for (i, (key, dt_ms, cost)) in ops.into_iter().enumerate() {
-            clock.advance(Duration::from_millis(dt_ms) / 4);
-            let got = word.apply_now(&gcra, &key, check(cost)).unwrap();
-            let expected = memory.apply_now(&gcra, &key, check(cost)).unwrap();
-            prop_assert_eq!(got, expected, "op {} on key {}", i, key);
-            prop_assert_eq!(word.state(&key), memory.state(&key));
-        }
-        prop_assert_eq!(word.stats(), memory.stats());
+        decide_as_the_memory_store(&gcra, max_keys, ops)?;
+    }
+
+    #[test]
+    fn the_fixed_window_decides_as_on_the_memory_store(
+        limit in 1u64..6,
+        window_ms in 1u64..50,
+        max_keys in 1usize..48,
+        ops in ops(),
+    ) {
+        let window = FixedWindow::new(limit, Duration::from_millis(window_ms)).unwrap();
+        decide_as_the_memory_store(&window, max_keys, ops)?;
+    }
+
+    #[test]
+    fn the_buckets_decide_as_on_the_memory_store(
+        rate in 1.0f64..400.0,
+        capacity in 1u64..6,
+        max_keys in 1usize..48,
+        ops in ops(),
+    ) {
+        let tokens = TokenBucket::new(rate, capacity).unwrap();
+        decide_as_the_memory_store(&tokens, max_keys, ops.clone())?;
+        let meter = LeakyBucket::new(rate, capacity).unwrap();
+        decide_as_the_memory_store(&meter, max_keys, ops)?;
+    }
+
+    #[test]
+    fn the_leaky_queue_decides_as_on_the_memory_store(
+        rate in 1.0f64..400.0,
+        queue in 0u64..6,
+        max_keys in 1usize..48,
+        ops in ops(),
+    ) {
+        let queue = LeakyQueue::new(rate, queue).unwrap();
+        decide_as_the_memory_store(&queue, max_keys, ops)?;
     }
 }
 
-#[test]
-fn threads_on_one_key_admit_exactly_the_burst() {
+/// Four threads checking one key 500 times each admit exactly `expected`, for an algorithm
+/// whose clock does not move.
+fn four_threads_on_one_key_admit<A>(algorithm: A, expected: usize)
+where
+    A: Algorithm + Send + Sync + 'static,
+    A::State: WordState,
+{
     let clock = ManualClock::new(Nanos(5));
-    let store = Arc::new(word_store(1000, 64, Overflow::EvictLive, &clock));
-    let gcra = Arc::new(Gcra::new(999, 1, Duration::from_secs(3600)).unwrap());
+    let store: Arc<WordStore<u64, A::State, ManualClock>> = Arc::new(
+        MemoryStore::builder()
+            .max_keys(1000)
+            .shards(64)
+            .clock(clock)
+            .build_word()
+            .unwrap(),
+    );
+    let algorithm = Arc::new(algorithm);
     let threads: Vec<_> = (0..4)
         .map(|_| {
-            let (store, gcra) = (store.clone(), gcra.clone());
+            let (store, algorithm) = (store.clone(), algorithm.clone());
             std::thread::spawn(move || {
                 (0..500)
-                    .filter(|_| store.apply_now(&*gcra, &7u64, check(1)).unwrap().allowed)
+                    .filter(|_| {
+                        store
+                            .apply_now(&*algorithm, &7u64, check(1))
+                            .unwrap()
+                            .allowed
+                    })
                     .count()
             })
         })
         .collect();
     let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    assert_eq!(admitted, 1000);
+    assert_eq!(admitted, expected, "{}", std::any::type_name::<A>());
+}
+
+#[test]
+fn threads_on_one_key_admit_exactly_the_limit() {
+    four_threads_on_one_key_admit(Gcra::new(999, 1, Duration::from_secs(3600)).unwrap(), 1000);
+    // The 16-byte words: both halves change together or not at all.
+    four_threads_on_one_key_admit(
+        FixedWindow::new(1000, Duration::from_secs(60)).unwrap(),
+        1000,
+    );
+    four_threads_on_one_key_admit(TokenBucket::new(1e-3, 1000).unwrap(), 1000);
+    four_threads_on_one_key_admit(LeakyBucket::new(1e-3, 1000).unwrap(), 1000);
+}
+
+/// The 16-byte words keep their states exactly, including what only saturation or a debt
+/// reaches; the one state that would be all ones is kept as its neighbour.
+#[test]
+fn sixteen_byte_words_keep_their_states() {
+    for (tokens, last) in [
+        (2.5, 7),
+        (-3.25, u64::MAX),
+        (-0.0, 0),
+        (f64::MIN_POSITIVE, 1),
+    ] {
+        let state = TokenBucketState::from_parts(tokens, Nanos(last));
+        let back = TokenBucketState::from_word(state.to_word());
+        assert_eq!(
+            back.to_word(),
+            state.to_word(),
+            "bit for bit: {tokens} at {last}"
+        );
+    }
+    for (start, count) in [(0, 0), (60, u64::MAX), (u64::MAX, 3)] {
+        let state = FixedWindowState::from_parts(Nanos(start), count);
+        assert_eq!(FixedWindowState::from_word(state.to_word()), state);
+    }
+    let last = FixedWindowState::from_parts(Nanos(u64::MAX), u64::MAX);
+    assert_eq!(
+        FixedWindowState::from_word(last.to_word()),
+        FixedWindowState::from_parts(Nanos(u64::MAX), u64::MAX - 1)
+    );
 }
 
 /// Every key gets exactly its burst while one shard's table is rebuilt again and again under
