@@ -7,6 +7,10 @@
 //! it). Ids differ only in their last part: `…/floodgate` (the memory store),
 //! `…/floodgate-word` (the word store) and `…/governor`.
 //!
+//! `states/…` runs the word store's 16-byte states, the fixed window and the token bucket, on
+//! `u64` keys against the memory store holding the same state (governor has neither):
+//! `allowed` never refuses, `denied` refuses every check after the first.
+//!
 //! Floodgate runs with its defaults: its stores on the shared coarse clock, keeping string keys
 //! as its [`Key`] (short ones inline) and looking them up with the same `&str` borrowed from the
 //! `String` keys that governor gets. `clock/*` measures the clock choices themselves.
@@ -21,9 +25,11 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::{Key, MemoryStore, OwnedKey, WordStore};
+use floodgate::store::{Key, MemoryStore, OwnedKey, WordState, WordStore};
 use floodgate::{Clock, CoarseClock, Op, SystemClock};
 use governor::{Quota, RateLimiter};
 
@@ -194,6 +200,86 @@ fn keyed_string(c: &mut Criterion) {
     bench_keyed::<String, str, Key>(c, "string", |i| format!("user-{i:06}"), |k| k.as_str());
 }
 
+/// One 16-byte state, on the memory store and on the word store, `u64` keys.
+fn bench_state<A>(c: &mut Criterion, name: &str, make: fn(Workload) -> A)
+where
+    A: Algorithm,
+    A::State: WordState,
+{
+    for workload in [Workload::Allowed, Workload::Denied] {
+        for threads in [1usize, 2] {
+            let mut group = c.benchmark_group(format!(
+                "states/{name}/{}/{threads}-thread",
+                workload.name()
+            ));
+            group.warm_up_time(Duration::from_millis(500));
+            group.measurement_time(Duration::from_secs(2));
+            group.sample_size(30);
+            let algorithm = make(workload);
+            for (n, label) in &KEY_COUNTS[1..] {
+                let n = *n;
+                let order = &order(n);
+                let store: MemoryStore<u64, A::State> = MemoryStore::builder()
+                    .max_keys(4_000_000)
+                    .build_typed()
+                    .expect("valid store");
+                for k in 0..n as u64 {
+                    let _ = store.apply_now(&algorithm, &k, Op::Check { cost: 1 });
+                }
+                let check = |k: u32| {
+                    let key = u64::from(k).min(n as u64 - 1);
+                    black_box(
+                        store
+                            .apply_now(&algorithm, &key, Op::Check { cost: 1 })
+                            .is_ok(),
+                    );
+                };
+                group.bench_function(BenchmarkId::new(*label, "floodgate"), |b| {
+                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                });
+                drop(store);
+
+                let store: WordStore<u64, A::State> = MemoryStore::builder()
+                    .max_keys(4_000_000)
+                    .build_word()
+                    .expect("valid store");
+                for k in 0..n as u64 {
+                    let _ = store.apply_now(&algorithm, &k, Op::Check { cost: 1 });
+                }
+                let check = |k: u32| {
+                    let key = u64::from(k).min(n as u64 - 1);
+                    black_box(
+                        store
+                            .apply_now(&algorithm, &key, Op::Check { cost: 1 })
+                            .is_ok(),
+                    );
+                };
+                group.bench_function(BenchmarkId::new(*label, "floodgate-word"), |b| {
+                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+fn states(c: &mut Criterion) {
+    bench_state(c, "fixed_window", |workload| {
+        let limit = match workload {
+            Workload::Allowed => u64::MAX / 2,
+            Workload::Denied => 1,
+        };
+        FixedWindow::new(limit, Duration::from_secs(3600)).expect("valid window")
+    });
+    bench_state(c, "token_bucket", |workload| {
+        let made = match workload {
+            Workload::Allowed => TokenBucket::new(1e12, 1 << 40),
+            Workload::Denied => TokenBucket::new(1e-6, 1),
+        };
+        made.expect("valid bucket")
+    });
+}
+
 /// What one read of each clock choice costs.
 fn clocks(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
@@ -208,5 +294,5 @@ fn clocks(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, clocks, keyed_u64, keyed_string);
+criterion_group!(benches, clocks, keyed_u64, keyed_string, states);
 criterion_main!(benches);
