@@ -76,12 +76,12 @@
 //! window cannot share). Overrides of one descriptor and unit share one count, whatever their
 //! `requests_per_unit`, as in envoyproxy/ratelimit.
 
+mod counter_key;
 mod wildcard;
 
 pub use self::wildcard::Wildcard;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
@@ -89,6 +89,10 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{Link, Linked, Request, Store};
 use floodgate::{ConfigError, Decision, Op, StoreError};
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
+
+pub use self::counter_key::RLS_NAMESPACE;
+use self::counter_key::{counter_key, push_counter_key, push_override_counter_key};
 
 use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
 
@@ -467,16 +471,18 @@ impl RuleSet {
                 response_headers_to_add: Vec::new(),
             });
         };
-        let matches: Vec<Option<RuleMatch<'_>>> = request
+        // Per-descriptor working lists, on the stack for up to `INLINE` descriptors: a call on
+        // counters the store holds allocates only its response (`tests/allocations.rs`).
+        let matches: PerDescriptor<Option<RuleMatch<'_>>> = request
             .descriptors
             .iter()
             .map(|d| root.lookup(&d.entries))
             .collect();
-        let rules: Vec<Option<&Rule>> =
+        let rules: PerDescriptor<Option<&Rule>> =
             matches.iter().map(|m| m.as_ref().map(|m| m.rule)).collect();
         // A descriptor's own limit replaces whatever it matches (envoyproxy/ratelimit's rule):
         // its configured rule is neither checked nor replaces others.
-        let overrides: Vec<Option<Limit>> = request
+        let overrides: PerDescriptor<Option<Limit>> = request
             .descriptors
             .iter()
             .map(|d| {
@@ -485,7 +491,7 @@ impl RuleSet {
                 Limit::per_unit(o.requests_per_unit, o.unit, None).ok()
             })
             .collect();
-        let replaced: Vec<&str> = rules
+        let replaced: PerDescriptor<&str> = rules
             .iter()
             .zip(&overrides)
             .filter(|(_, o)| o.is_none())
@@ -493,20 +499,22 @@ impl RuleSet {
             .flat_map(|r| r.replaces.iter().map(String::as_str))
             .collect();
         // Whether each descriptor is over its limit, shadow mode or not.
-        let mut over = vec![false; request.descriptors.len()];
+        let mut over: PerDescriptor<bool> = smallvec::smallvec![false; request.descriptors.len()];
 
-        // Each limit to decide.
-        let mut checks: Vec<Check<'_>> = Vec::new();
+        // Each limit to decide, its counter's key a range of `keys`: one buffer for them all,
+        // this thread's from the last call (see `KEYS`).
+        let mut checks: PerDescriptor<Check<'_>> = SmallVec::new();
+        let mut keys = KEYS.take();
+        keys.clear();
         let mut blocked = false;
         let mut shadow_over_limit = 0;
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
-            let (limit, shadow_mode, all_or_nothing, key) = match (&overrides[i], rule) {
-                (Some(limit), _) => (
-                    limit,
-                    false,
-                    false,
-                    override_counter_key(&request.domain, descriptor, limit.unit),
-                ),
+            let start = keys.len();
+            let (limit, shadow_mode, all_or_nothing) = match (&overrides[i], rule) {
+                (Some(limit), _) => {
+                    push_override_counter_key(&mut keys, &request.domain, descriptor, limit.unit);
+                    (limit, false, false)
+                }
                 (None, None) => continue,
                 (None, Some(rule)) => {
                     if rule
@@ -521,8 +529,8 @@ impl RuleSet {
                         continue;
                     };
                     let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
-                    let key = counter_key(&request.domain, descriptor, shared);
-                    (limit, rule.shadow_mode, rule.all_or_nothing, key)
+                    push_counter_key(&mut keys, &request.domain, descriptor, shared);
+                    (limit, rule.shadow_mode, rule.all_or_nothing)
                 }
             };
             if limit.requests_per_unit == 0 {
@@ -545,13 +553,15 @@ impl RuleSet {
                     shadow_mode,
                     all_or_nothing,
                     limit,
-                    key,
+                    key: start..keys.len(),
                     hits: request.hits_for(descriptor),
                 });
             }
         }
 
-        let decisions = decide(store, &checks, blocked).await?;
+        let decided = decide(store, &checks, &keys, blocked).await;
+        KEYS.set(keys);
+        let decisions = decided?;
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
         for (check, decision) in checks.iter().zip(decisions) {
@@ -633,9 +643,23 @@ struct Check<'r> {
     shadow_mode: bool,
     all_or_nothing: bool,
     limit: &'r Limit,
-    /// Its counter's key in the store.
-    key: String,
+    /// Its counter's key in the store: a range of the call's key buffer.
+    key: std::ops::Range<usize>,
     hits: u64,
+}
+
+/// Descriptors a request holds in the common case: per-descriptor lists up to this long stay on
+/// the stack.
+const INLINE: usize = 4;
+
+/// A per-descriptor list of a call.
+type PerDescriptor<T> = SmallVec<[T; INLINE]>;
+
+thread_local! {
+    /// The buffer the last call on this thread built its counter keys in, kept so that the
+    /// next one does not allocate its own. A call takes it and puts it back; a call dropped
+    /// in between, or resumed on another thread, just leaves a thread without one for a while.
+    static KEYS: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
 }
 
 /// Decides `checks` in one store call: [`Store::apply`] for one, [`Store::apply_many`] for
@@ -646,8 +670,9 @@ struct Check<'r> {
 async fn decide<S: Store<str, AnyAlgorithm>>(
     store: &S,
     checks: &[Check<'_>],
+    keys: &str,
     blocked: bool,
-) -> Result<Vec<Decision>, StoreError> {
+) -> Result<PerDescriptor<Decision>, StoreError> {
     fn op(c: &Check<'_>, blocked: bool) -> Op {
         let cost = if blocked && c.all_or_nothing {
             0
@@ -656,37 +681,40 @@ async fn decide<S: Store<str, AnyAlgorithm>>(
         };
         Op::Check { cost }
     }
-    fn request<'a>(c: &'a Check<'_>, blocked: bool) -> Request<'a, str, AnyAlgorithm> {
+    fn request<'a>(
+        c: &'a Check<'_>,
+        keys: &'a str,
+        blocked: bool,
+    ) -> Request<'a, str, AnyAlgorithm> {
         Request {
             algorithm: &c.limit.algorithm,
-            key: c.key.as_str(),
+            key: &keys[c.key.clone()],
             op: op(c, blocked),
         }
     }
-    let mut decisions = match checks {
-        [] => Vec::new(),
+    let mut decisions: PerDescriptor<Decision> = match checks {
+        [] => SmallVec::new(),
         [c] if !c.all_or_nothing => {
-            vec![
-                store
-                    .apply(&c.limit.algorithm, &c.key, op(c, blocked))
-                    .await?,
-            ]
+            let key = &keys[c.key.clone()];
+            smallvec::smallvec![store.apply(&c.limit.algorithm, key, op(c, blocked)).await?]
         }
         many if blocked || many.iter().all(|c| !c.all_or_nothing) => {
-            let requests: Vec<_> = many.iter().map(|c| request(c, blocked)).collect();
-            store.apply_many(&requests).await?
+            let requests: PerDescriptor<_> =
+                many.iter().map(|c| request(c, keys, blocked)).collect();
+            // The store's answer is a `Vec` (the one allocation of a call on several counters).
+            SmallVec::from_vec(store.apply_many(&requests).await?)
         }
         many => {
-            let links: Vec<_> = many
+            let links: PerDescriptor<_> = many
                 .iter()
                 .map(|c| Link {
-                    request: request(c, blocked),
+                    request: request(c, keys, blocked),
                     refuses: !c.shadow_mode,
                     stops: false,
                     all_or_nothing: c.all_or_nothing,
                 })
                 .collect();
-            let mut decisions = Vec::with_capacity(links.len());
+            let mut decisions = SmallVec::with_capacity(links.len());
             for outcome in store.apply_chain(&links).await? {
                 match outcome {
                     Linked::Decided(d) => decisions.push(d),
@@ -705,50 +733,6 @@ async fn decide<S: Store<str, AnyAlgorithm>>(
         }
     }
     Ok(decisions)
-}
-
-/// The namespace of the Envoy rules' counters in the store: no pipeline stage or named limit
-/// may take it.
-pub const RLS_NAMESPACE: &str = "rls";
-
-/// The store key of one request descriptor's counter (see the module's "Counter keys");
-/// `shared` lists the entries counted under a wildcard's pattern, in entry order.
-fn counter_key(domain: &str, descriptor: &RlsDescriptor, shared: &[(usize, &str)]) -> String {
-    let len: usize = domain.len()
-        + descriptor
-            .entries
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 8)
-            .sum::<usize>();
-    let mut key = String::with_capacity(len + 12);
-    key.push_str(RLS_NAMESPACE);
-    key.push(':');
-    // `:` after the length for a string as sent, `*` for a shared wildcard's pattern. Writing
-    // to a String cannot fail.
-    let mut part = |s: &str, mark: char| {
-        let _ = write!(key, "{}{mark}", s.len());
-        key.push_str(s);
-    };
-    part(domain, ':');
-    let mut shared = shared.iter().peekable();
-    for (i, (k, v)) in descriptor.entries.iter().enumerate() {
-        part(k, ':');
-        match shared.next_if(|(at, _)| *at == i) {
-            Some((_, pattern)) => part(pattern, '*'),
-            None => part(v, ':'),
-        }
-    }
-    key
-}
-
-/// The store key of one request descriptor's limit override in `unit`: its [`counter_key`]
-/// and one more part, the unit's name (see the module's "Counter keys").
-fn override_counter_key(domain: &str, descriptor: &RlsDescriptor, unit: RateUnit) -> String {
-    let mut key = counter_key(domain, descriptor, &[]);
-    let unit = unit.name();
-    // Writing to a String cannot fail.
-    let _ = write!(key, "{}:{unit}", unit.len());
-    key
 }
 
 /// A Floodgate algorithm's quota in envoy's terms: the shortest unit in which it allows at
