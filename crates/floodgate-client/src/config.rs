@@ -313,7 +313,7 @@ impl PoliteLayerBuilder {
 }
 
 /// The client-side layer: wraps an HTTP client service (hyper's, reqwest through
-/// [`ReqwestService`](crate::ReqwestService), a tonic channel) so that it learns the server's
+/// `ReqwestService` (feature `reqwest`), a tonic channel) so that it learns the server's
 /// limits, paces, retries within a budget and adapts.
 ///
 /// Services made by one layer (and their clones) share one state per host: build one layer per

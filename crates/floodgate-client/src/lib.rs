@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Wrap any tower HTTP client service whose requests are `http::Request<B>` and answers
-//! `http::Response<_>`: hyper-util's client, [`ReqwestService`] (feature `reqwest`), a tonic
+//! `http::Response<_>`: hyper-util's client, `ReqwestService` (feature `reqwest`), a tonic
 //! `Channel` (with [`PoliteLayer::never_replay`], its bodies are streams).
 //!
 //! ```no_run

@@ -13,12 +13,12 @@
 //! - a field that does not parse as a List (on any of its lines) is ignored as a whole;
 //! - a member that is an inner list, whose name is not a String or Token, whose `q` or `r` is
 //!   missing, not an Integer or negative, or whose name or `pk` is longer than
-//!   [`MAX_NAME_LEN`](super::MAX_NAME_LEN) is ignored; an invalid `w` or `t` (not an Integer,
+//!   [`MAX_NAME_LEN`] is ignored; an invalid `w` or `t` (not an Integer,
 //!   negative, or `w=0`) is ignored as if absent;
 //! - policies in units other than requests (`qu="content-bytes"`, `"concurrent-requests"`)
 //!   are ignored: this layer paces requests;
 //! - numbers are clamped to what a duration can mean ([`MAX_HORIZON`](super::MAX_HORIZON)), and
-//!   at most [`MAX_QUOTAS`](super::MAX_QUOTAS) quotas are kept.
+//!   at most [`MAX_QUOTAS`] quotas are kept.
 
 use http::HeaderMap;
 use sfv::{BareItem, Item, List, ListEntry, Parameters, Parser};

@@ -174,7 +174,7 @@ fn cut(key: &str) -> &str {
 /// The shards of [`HeavyKeys`].
 const SHARDS: usize = 8;
 
-/// Space-saving sketches for concurrent use: [`SHARDS`] of them, a key always in the same one,
+/// Space-saving sketches for concurrent use: `SHARDS` (8) of them, a key always in the same one,
 /// each behind its own lock; `capacity` counters in all (0 turns counting off).
 #[derive(Debug)]
 pub struct HeavyKeys {

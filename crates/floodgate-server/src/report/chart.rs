@@ -8,7 +8,7 @@ use plotters::prelude::*;
 pub struct Series {
     /// The legend's label.
     pub name: String,
-    /// Its colour's index in [`PALETTE`] (wrapping).
+    /// Its colour's index in the charts' palette (wrapping).
     pub color: usize,
     /// Points `(seconds from the start, value)`, in time order.
     pub points: Vec<(f64, f64)>,

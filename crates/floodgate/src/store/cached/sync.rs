@@ -27,8 +27,9 @@ pub struct SyncReport {
     /// The error that made the whole sync fail, if it did (the cost it carried was kept).
     pub error: Option<StoreError>,
     /// For each synced key whose global state was beyond its limit: the key's namespace (the
-    /// part of the key before the first `:`, the limiter) and how many units beyond, as
-    /// [`overshoot`] counts them.
+    /// part of the key before the first `:`, the limiter) and how many units beyond: a fixed
+    /// window's count past the limit, a token bucket's debt below zero, a GCRA schedule's
+    /// units beyond its tolerance.
     pub overshoot: Vec<(String, u64)>,
     /// The round trip, on the node's clock.
     pub round_trip: Duration,
