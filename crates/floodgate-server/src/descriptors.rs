@@ -560,7 +560,10 @@ impl RuleSet {
         }
 
         let decided = decide(store, &checks, &keys, blocked).await;
-        KEYS.set(keys);
+        // A buffer grown by an unusually large request is not kept.
+        if keys.capacity() <= MAX_KEPT_KEY_BYTES {
+            KEYS.set(keys);
+        }
         let decisions = decided?;
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
@@ -654,6 +657,9 @@ const INLINE: usize = 4;
 
 /// A per-descriptor list of a call.
 type PerDescriptor<T> = SmallVec<[T; INLINE]>;
+
+/// The largest key buffer a thread keeps between calls, in bytes.
+const MAX_KEPT_KEY_BYTES: usize = 4096;
 
 thread_local! {
     /// The buffer the last call on this thread built its counter keys in, kept so that the
