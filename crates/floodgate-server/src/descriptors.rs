@@ -81,6 +81,7 @@ mod wildcard;
 
 pub use self::wildcard::Wildcard;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -504,7 +505,7 @@ impl RuleSet {
         // Each limit to decide, its counter's key a range of `keys`: one buffer for them all,
         // this thread's from the last call (see `KEYS`).
         let mut checks: PerDescriptor<Check<'_>> = SmallVec::new();
-        let mut keys = KEYS.take();
+        let mut keys = KEYS.try_with(Cell::take).unwrap_or_default();
         keys.clear();
         let mut blocked = false;
         let mut shadow_over_limit = 0;
@@ -562,7 +563,8 @@ impl RuleSet {
         let decided = decide(store, &checks, &keys, blocked).await;
         // A buffer grown by an unusually large request is not kept.
         if keys.capacity() <= MAX_KEPT_KEY_BYTES {
-            KEYS.set(keys);
+            // Not during the thread's teardown, when its thread-locals are going.
+            let _ = KEYS.try_with(|kept| kept.set(keys));
         }
         let decisions = decided?;
 
@@ -665,7 +667,7 @@ thread_local! {
     /// The buffer the last call on this thread built its counter keys in, kept so that the
     /// next one does not allocate its own. A call takes it and puts it back; a call dropped
     /// in between, or resumed on another thread, just leaves a thread without one for a while.
-    static KEYS: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+    static KEYS: Cell<String> = const { Cell::new(String::new()) };
 }
 
 /// Decides `checks` in one store call: [`Store::apply`] for one, [`Store::apply_many`] for

@@ -3,11 +3,14 @@
 //! and count, a token bucket's tokens and instant).
 //!
 //! The 16-byte atomic is `portable_atomic::AtomicU128`: the standard library has none on stable
-//! Rust. On x86-64 its compare-and-swap is `cmpxchg16b`, and its load is one `vmovdqa` on CPUs
-//! with AVX (which Intel and AMD document as atomic when aligned), so that a refusal still
-//! writes nothing; on a CPU without AVX the load is a `cmpxchg16b` too, which writes the line
-//! (the decision is the same, the scaling of refusals is not). Other targets use what
-//! portable-atomic has for them (a lock-free pair where the CPU has one, else its fallback).
+//! Rust. On x86-64, with the default target features, each operation is a call through a
+//! pointer chosen once at run time from the CPU's features: the compare-and-swap is
+//! `cmpxchg16b`, and the load is one `vmovdqa` on CPUs with AVX (which Intel and AMD document as
+//! atomic when aligned), so that a refusal still writes nothing; on a CPU without AVX the load
+//! is a `cmpxchg16b` too, which writes the line (the decision is the same, the scaling of
+//! refusals is not), and without `cmpxchg16b` portable-atomic falls back to a lock. Other
+//! targets use what portable-atomic has for them (on aarch64 without LSE2, a load also writes).
+//! Loads are never torn on any of them.
 
 use std::fmt::Debug;
 

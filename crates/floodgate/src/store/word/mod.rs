@@ -1,6 +1,7 @@
 //! The word store: the memory store for states that fit in one word of 8 or 16 bytes, whose
-//! checks take no lock, whose refusals write nothing, and whose admissions write only the key's
-//! own word.
+//! checks take no lock, whose refusals write nothing when they leave the state as it was (all
+//! but a fixed window's first refusal in a new window; 16-byte words: where the CPU has an
+//! atomic 16-byte load, see `atom.rs`), and whose admissions write only the key's own word.
 //!
 //! [`MemoryStore`](super::MemoryStore) takes a shard lock for every decision, so two threads on
 //! different keys of one shard write the same lock line, and every refusal writes it too. A
@@ -300,17 +301,26 @@ where
         match outcome {
             Some(Some(decision)) => Ok(Some(decision)),
             None => Ok(None),
-            Some(None) => Err(Self::conflict(slot, algorithm)),
+            Some(None) => Self::conflict(slot, algorithm),
         }
     }
 
-    /// The error for a key whose state another algorithm wrote.
+    /// The error for a key whose state another algorithm wrote, read again from the slot; `None`
+    /// (go through the lock) if the word froze since the step saw it: a frozen word is no
+    /// state to name.
     #[cold]
-    fn conflict<A: Algorithm<State = S>>(slot: &Slot<K, S::Word>, algorithm: &A) -> StoreError {
-        StoreError::StateConflict {
-            algorithm: algorithm.name(),
-            found: algorithm.state_name(&S::from_word(slot.load())),
+    fn conflict<A: Algorithm<State = S>>(
+        slot: &Slot<K, S::Word>,
+        algorithm: &A,
+    ) -> Result<Option<Decision>, StoreError> {
+        let word = slot.load();
+        if word == S::Word::FROZEN {
+            return Ok(None);
         }
+        Err(StoreError::StateConflict {
+            algorithm: algorithm.name(),
+            found: algorithm.state_name(&S::from_word(word)),
+        })
     }
 
     /// The slow path: under the shard's lock, the key's slot in the current table (updated as

@@ -269,13 +269,15 @@ fn prefetch<T>(slots: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let bytes = std::mem::size_of_val(slots);
-        let start = slots.as_ptr().cast::<i8>();
-        let mut offset = 0;
-        while offset < bytes {
-            // SAFETY: a prefetch is a hint that never faults; the address is inside `slots`.
-            unsafe { _mm_prefetch(start.add(offset), _MM_HINT_T0) };
-            offset += 64;
+        // Every line the slots touch, from the one their first byte is in.
+        let start = slots.as_ptr() as usize;
+        let end = start + std::mem::size_of_val(slots);
+        let mut line = start & !63;
+        while line < end {
+            // SAFETY: x86-64 always has SSE, which `_mm_prefetch` requires, and a prefetch is a
+            // hint that never faults, whatever the address.
+            unsafe { _mm_prefetch(line as *const i8, _MM_HINT_T0) };
+            line += 64;
         }
     }
 }

@@ -44,6 +44,7 @@ fn retired<K, S: WordState, C>(store: &WordStore<K, S, C>) -> usize {
 /// keys), and fails at the first decision, state or count where they differ.
 fn decide_as_the_memory_store<A>(
     algorithm: &A,
+    start: u64,
     max_keys: usize,
     ops: Vec<(u64, u64, u64)>,
 ) -> Result<(), TestCaseError>
@@ -51,7 +52,7 @@ where
     A: Algorithm,
     A::State: WordState + fmt::Debug,
 {
-    let clock = ManualClock::new(Nanos(1_000_000_000));
+    let clock = ManualClock::new(Nanos(start));
     let word: WordStore<u64, A::State, ManualClock> = MemoryStore::builder()
         .max_keys(max_keys)
         .shards(1)
@@ -77,9 +78,21 @@ where
     Ok(())
 }
 
-/// Keys, clock steps and costs for [`decide_as_the_memory_store`].
+/// Keys, clock steps and costs for [`decide_as_the_memory_store`]; a cost is now and then
+/// beyond 32 bits, which the limits near `u64::MAX` admit, so that counts fill their half.
 fn ops() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
-    prop::collection::vec((0u64..64, 0u64..20, 0u64..4), 1..400)
+    let cost = prop_oneof![9 => 0u64..4, 1 => (1u64 << 32)..(1 << 48)];
+    prop::collection::vec((0u64..64, 0u64..20, cost), 1..400)
+}
+
+/// The clock's first instant: near the origin, past 2^62, or near the end of time (the ops move
+/// it by at most 2 s), so that states use every bit of their words.
+fn start() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..1 << 40,
+        (1u64 << 62)..(1 << 63),
+        (u64::MAX - (1 << 40))..(u64::MAX - 10_000_000_000),
+    ]
 }
 
 proptest! {
@@ -90,46 +103,50 @@ proptest! {
     fn gcra_decides_as_on_the_memory_store(
         max_burst in 0u64..4,
         period_ms in 1u64..50,
+        start in start(),
         max_keys in 1usize..48,
         ops in ops(),
     ) {
         let gcra = Gcra::new(max_burst, 1, Duration::from_millis(period_ms)).unwrap();
-        decide_as_the_memory_store(&gcra, max_keys, ops)?;
+        decide_as_the_memory_store(&gcra, start, max_keys, ops)?;
     }
 
     #[test]
     fn the_fixed_window_decides_as_on_the_memory_store(
-        limit in 1u64..6,
+        limit in prop_oneof![1u64..6, (u64::MAX - 6)..=u64::MAX],
         window_ms in 1u64..50,
+        start in start(),
         max_keys in 1usize..48,
         ops in ops(),
     ) {
         let window = FixedWindow::new(limit, Duration::from_millis(window_ms)).unwrap();
-        decide_as_the_memory_store(&window, max_keys, ops)?;
+        decide_as_the_memory_store(&window, start, max_keys, ops)?;
     }
 
     #[test]
     fn the_buckets_decide_as_on_the_memory_store(
         rate in 1.0f64..400.0,
-        capacity in 1u64..6,
+        capacity in prop_oneof![1u64..6, (u64::MAX - 6)..=u64::MAX],
+        start in start(),
         max_keys in 1usize..48,
         ops in ops(),
     ) {
         let tokens = TokenBucket::new(rate, capacity).unwrap();
-        decide_as_the_memory_store(&tokens, max_keys, ops.clone())?;
+        decide_as_the_memory_store(&tokens, start, max_keys, ops.clone())?;
         let meter = LeakyBucket::new(rate, capacity).unwrap();
-        decide_as_the_memory_store(&meter, max_keys, ops)?;
+        decide_as_the_memory_store(&meter, start, max_keys, ops)?;
     }
 
     #[test]
     fn the_leaky_queue_decides_as_on_the_memory_store(
         rate in 1.0f64..400.0,
         queue in 0u64..6,
+        start in start(),
         max_keys in 1usize..48,
         ops in ops(),
     ) {
         let queue = LeakyQueue::new(rate, queue).unwrap();
-        decide_as_the_memory_store(&queue, max_keys, ops)?;
+        decide_as_the_memory_store(&queue, start, max_keys, ops)?;
     }
 }
 
@@ -210,25 +227,36 @@ fn sixteen_byte_words_keep_their_states() {
     );
 }
 
-/// Every key gets exactly its burst while one shard's table is rebuilt again and again under
-/// the threads' compare-and-swaps: an update racing a rebuild is neither lost nor doubled.
-#[test]
-fn threads_admit_exactly_the_burst_while_the_table_grows() {
+/// Every key gets exactly its limit of 3 while one shard's table is rebuilt again and again
+/// under the threads' compare-and-swaps: an update racing a rebuild is neither lost nor doubled.
+fn threads_admit_exactly_the_limit_while_the_table_grows<A>(algorithm: A)
+where
+    A: Algorithm + Send + Sync + 'static,
+    A::State: WordState,
+{
     let clock = ManualClock::new(Nanos(5));
-    let store = Arc::new(word_store(1 << 20, 1, Overflow::RefuseNew, &clock));
-    let gcra = Arc::new(Gcra::new(2, 1, Duration::from_secs(3600)).unwrap());
+    let store: Arc<WordStore<u64, A::State, ManualClock>> = Arc::new(
+        MemoryStore::builder()
+            .max_keys(1 << 20)
+            .shards(1)
+            .overflow(Overflow::RefuseNew)
+            .clock(clock)
+            .build_word()
+            .unwrap(),
+    );
+    let algorithm = Arc::new(algorithm);
     let keys = 3000u64;
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
-            let (store, gcra) = (store.clone(), gcra.clone());
+            let (store, algorithm) = (store.clone(), algorithm.clone());
             std::thread::spawn(move || {
                 let mut admitted = 0;
                 for round in 0..2 {
                     for i in 0..keys {
                         // Each thread walks the keys from its own starting point.
                         let key = (i + t * 757 + round * 31) % keys;
-                        admitted +=
-                            usize::from(store.apply_now(&*gcra, &key, check(1)).unwrap().allowed);
+                        let decision = store.apply_now(&*algorithm, &key, check(1)).unwrap();
+                        admitted += usize::from(decision.allowed);
                     }
                 }
                 admitted
@@ -239,9 +267,21 @@ fn threads_admit_exactly_the_burst_while_the_table_grows() {
     assert_eq!(
         admitted,
         3 * keys as usize,
-        "8 checks per key, a burst of 3 each"
+        "8 checks per key, a limit of 3 each: {}",
+        std::any::type_name::<A>()
     );
     assert_eq!(store.len(), keys as usize);
+}
+
+#[test]
+fn threads_admit_exactly_the_limit_while_the_table_grows_for_both_word_sizes() {
+    threads_admit_exactly_the_limit_while_the_table_grows(
+        Gcra::new(2, 1, Duration::from_secs(3600)).unwrap(),
+    );
+    threads_admit_exactly_the_limit_while_the_table_grows(
+        FixedWindow::new(3, Duration::from_secs(3600)).unwrap(),
+    );
+    threads_admit_exactly_the_limit_while_the_table_grows(TokenBucket::new(1e-6, 3).unwrap());
 }
 
 #[test]
