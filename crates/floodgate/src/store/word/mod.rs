@@ -59,7 +59,7 @@ use std::marker::PhantomData;
 
 use self::atom::Atom;
 pub use self::atom::Word;
-use self::table::{Slot, Table};
+use self::table::{Slot, Table, Unpublished};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
 use super::sync::{AtomicPtr, Ordering};
@@ -117,14 +117,32 @@ struct Shard<K, W: Word> {
     books: ShardLock<Books<K, W>>,
 }
 
+/// The shard's current table, as its tagged pointer ([`Table::into_tagged`]).
 #[repr(align(64))]
-struct TableCell<K, W: Word>(AtomicPtr<Table<K, W>>);
+struct TableCell<K, W: Word>(AtomicPtr<u8>, PhantomData<Table<K, W>>);
 
-impl<K, W: Word> std::ops::Deref for TableCell<K, W> {
-    type Target = AtomicPtr<Table<K, W>>;
+impl<K, W: Word> TableCell<K, W> {
+    fn new(table: Table<K, W>) -> TableCell<K, W> {
+        TableCell(AtomicPtr::new(table.into_tagged()), PhantomData)
+    }
 
-    fn deref(&self) -> &AtomicPtr<Table<K, W>> {
-        &self.0
+    /// The current table.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a pin taken before this load, or the shard's lock, for as long as it
+    /// uses the table (tables are replaced and retired under the lock, and freed after a grace
+    /// period).
+    #[inline(always)]
+    unsafe fn load(&self) -> Table<K, W> {
+        // SAFETY: the pointer came from `into_tagged`; the caller's pin or lock keeps it.
+        unsafe { Table::from_tagged(self.0.load(Ordering::Acquire)) }
+    }
+
+    /// Installs `new`; returns the tagged pointer of the table it replaces, which the caller
+    /// (holding the lock) now owns.
+    fn replace(&self, new: Table<K, W>) -> *mut u8 {
+        self.0.swap(new.into_tagged(), Ordering::AcqRel)
     }
 }
 
@@ -141,14 +159,17 @@ struct Books<K, W: Word> {
     /// New keys until the next try at freeing retired tables.
     reclaim_credit: u32,
     /// Tables replaced but perhaps still read, with the epoch they were retired at.
-    retired: Vec<(*mut Table<K, W>, u64)>,
+    retired: Vec<(*mut u8, u64)>,
+    /// The retired pointers own tables of `K` keys.
+    _tables: PhantomData<Table<K, W>>,
     evicted_idle: u64,
     evicted_live: u64,
     refused_new: u64,
 }
 
-// SAFETY: the raw pointers in `retired` own their tables (made by `Box::into_raw`), which are
-// `Send` when `K` is; the lock moves `Books` between threads one at a time.
+// SAFETY: the tagged pointers in `retired` own their tables (`Table::into_tagged`), whose
+// keys may be dropped on another thread when `K` is `Send`; the lock moves `Books` between
+// threads one at a time.
 unsafe impl<K: Send, W: Word> Send for Books<K, W> {}
 
 impl<C: Clock> MemoryStoreBuilder<C> {
@@ -159,7 +180,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         Ok(WordStore {
             shards: (0..shards)
                 .map(|_| Shard {
-                    table: TableCell(AtomicPtr::new(Box::into_raw(Box::new(Table::new(1))))),
+                    table: TableCell::new(Table::new(1)),
                     books: ShardLock::new(Books {
                         live: 0,
                         taken: 0,
@@ -167,6 +188,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
                         victims_from: 0,
                         reclaim_credit: RECLAIM_EVERY,
                         retired: Vec::new(),
+                        _tables: PhantomData,
                         evicted_idle: 0,
                         evicted_live: 0,
                         refused_new: 0,
@@ -198,11 +220,11 @@ impl<K, S: WordState, C> Drop for WordStore<K, S, C> {
     fn drop(&mut self) {
         for shard in self.shards.iter_mut() {
             // SAFETY: `&mut self`: no reader or writer is left. Each pointer came from
-            // `Box::into_raw` and is owned by the shard (current) or its books (retired).
-            unsafe { drop(Box::from_raw(shard.table.load(Ordering::Relaxed))) };
+            // `Table::into_tagged` and is owned by the shard (current) or its books (retired).
+            unsafe { shard.table.load().free() };
             for (table, _) in shard.books.lock().retired.drain(..) {
                 // SAFETY: as above.
-                unsafe { drop(Box::from_raw(table)) };
+                unsafe { Table::<K, S::Word>::from_tagged(table).free() };
             }
         }
     }
@@ -252,7 +274,7 @@ where
         if let Some(pin) = reclaim::pin() {
             // SAFETY: the table is retired only after it was replaced, and freed only once no
             // pin taken before that can remain; `pin` lives until the end of this block.
-            let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+            let table = unsafe { shard.table.load() };
             match table.find(hash, key) {
                 Some(slot) => {
                     if let Some(decision) = self.update(slot, algorithm, op)? {
@@ -341,7 +363,7 @@ where
     {
         let mut books = shard.books.lock();
         // SAFETY: tables are replaced and freed only by the lock's holder.
-        let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+        let table = unsafe { shard.table.load() };
         if let Some(slot) = table.find(hash, key) {
             // Only the lock's holder freezes words, and it deletes or moves their keys before
             // releasing the lock: a slot found under the lock is never frozen.
@@ -387,7 +409,7 @@ where
     fn make_room<A: Algorithm<State = S>>(
         &self,
         books: &mut Books<K, S::Word>,
-        table: &Table<K, S::Word>,
+        table: Table<K, S::Word>,
         algorithm: &A,
         now: Nanos,
     ) -> bool {
@@ -420,7 +442,7 @@ where
     fn sweep_table<A: Algorithm<State = S>>(
         &self,
         books: &mut Books<K, S::Word>,
-        table: &Table<K, S::Word>,
+        table: Table<K, S::Word>,
         algorithm: &A,
         now: Nanos,
     ) -> usize {
@@ -442,18 +464,20 @@ where
     /// half of its room is live, and retires the old one. Each word is frozen as it is copied,
     /// so an update racing the copy fails its compare-and-swap and retries under the lock.
     #[cold]
-    fn rebuild<'t>(
+    fn rebuild(
         &self,
-        shard: &'t Shard<K, S::Word>,
+        shard: &Shard<K, S::Word>,
         books: &mut Books<K, S::Word>,
-        table: &Table<K, S::Word>,
-    ) -> &'t Table<K, S::Word> {
+        table: Table<K, S::Word>,
+    ) -> Table<K, S::Word> {
         let groups = if books.live + 1 > table.room() / 2 {
             table.groups() * 2
         } else {
             table.groups()
         };
-        let new = Box::new(Table::new(groups));
+        // Freed, with the keys copied so far, if a key's hashing or cloning panics.
+        let building = Unpublished::new(groups);
+        let new = building.table();
         // First the keys, whose hashing and cloning may panic: a panic here leaves the old
         // table as it was. Then the words, frozen one by one with no code of the caller's
         // in between, so that no word stays frozen in a table that is still current.
@@ -467,13 +491,13 @@ where
         for (old, moved) in moves {
             moved.set(old.freeze());
         }
-        let new = Box::into_raw(new);
-        let old = shard.table.swap(new, Ordering::AcqRel);
+        let new = building.publish();
+        let old = shard.table.replace(new);
         books.retired.push((old, reclaim::domain().retire()));
         books.taken = books.live;
         Self::reclaim(books);
-        // SAFETY: just made by `Box::into_raw`; freed only by a later holder of this lock.
-        unsafe { &*new }
+        // Just installed: freed only after a later holder of this lock replaces it.
+        new
     }
 
     /// Frees the retired tables no reader can still be in: those retired before the oldest pin.
@@ -489,7 +513,7 @@ where
             if retired < oldest {
                 // SAFETY: made by `Box::into_raw`, replaced (so no new reader finds it), and
                 // every reader pinned before its retirement has left.
-                unsafe { drop(Box::from_raw(table)) };
+                unsafe { Table::<K, S::Word>::from_tagged(table).free() };
                 false
             } else {
                 true
@@ -505,7 +529,7 @@ where
             let mut books = shard.books.lock();
             let now = self.clock.now();
             // SAFETY: tables are replaced and freed only by the lock's holder.
-            let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+            let table = unsafe { shard.table.load() };
             dropped += self.sweep_table(&mut books, table, algorithm, now);
             Self::reclaim(&mut books);
         }
@@ -543,13 +567,13 @@ where
             .map(|s| {
                 let books = s.books.lock();
                 // SAFETY: tables are replaced and freed only by the lock's holder.
-                let current = unsafe { &*s.table.load(Ordering::Acquire) }.bytes();
+                let current = unsafe { s.table.load() }.bytes();
                 // SAFETY: retired tables are freed only by the lock's holder.
                 current
                     + books
                         .retired
                         .iter()
-                        .map(|&(t, _)| unsafe { &*t }.bytes())
+                        .map(|&(t, _)| unsafe { Table::<K, S::Word>::from_tagged(t) }.bytes())
                         .sum::<usize>()
             })
             .sum::<usize>()
@@ -566,7 +590,7 @@ where
         let shard = self.shard_of(hash);
         let _books = shard.books.lock();
         // SAFETY: tables are replaced and freed only by the lock's holder.
-        let table = unsafe { &*shard.table.load(Ordering::Acquire) };
+        let table = unsafe { shard.table.load() };
         table.find(hash, key).map(|slot| S::from_word(slot.load()))
     }
 }

@@ -342,9 +342,8 @@ fn retired_tables_are_freed_once_no_reader_can_be_in_them() {
         std::thread::yield_now();
         store.sweep(&gcra);
     }
-    let table = store.shards[0].table.load(Ordering::Relaxed);
     // SAFETY: this thread is the store's only user.
-    let current = unsafe { &*table }.bytes();
+    let current = unsafe { store.shards[0].table.load() }.bytes();
     assert_eq!(
         store.table_bytes(),
         current + std::mem::size_of_val(&*store.shards)
