@@ -109,7 +109,8 @@ impl<K, W: Word> Slot<K, W> {
 /// owned by whoever holds its [`Table::into_tagged`] pointer (the shard, or its list of
 /// retired tables) and freed by [`Table::free`]. The tagged pointer carries the group count
 /// in its low bits, so that a reader gets everything it needs to probe from the one load of
-/// its shard's pointer, with no header to read first (2 ns of a 15 ns check).
+/// its shard's pointer, with no header to read first (measured: about 1.5 ns of a 15 ns
+/// check).
 pub(super) struct Table<K, W: Word = u64> {
     base: NonNull<u8>,
     groups_mask: usize,
