@@ -483,13 +483,17 @@ impl RuleSet {
             matches.iter().map(|m| m.as_ref().map(|m| m.rule)).collect();
         // A descriptor's own limit replaces whatever it matches (envoyproxy/ratelimit's rule):
         // its configured rule is neither checked nor replaces others.
-        let overrides: PerDescriptor<Option<Limit>> = request
+        // Boxed: an override is rare, and a `Limit` inline is 160 bytes a descriptor in this
+        // call's future, which is built on the stack and copied into its box for every call.
+        let overrides: PerDescriptor<Option<Box<Limit>>> = request
             .descriptors
             .iter()
             .map(|d| {
                 let o = d.limit?;
                 // Cannot fail: a window of at least one request over a whole unit.
-                Limit::per_unit(o.requests_per_unit, o.unit, None).ok()
+                Limit::per_unit(o.requests_per_unit, o.unit, None)
+                    .ok()
+                    .map(Box::new)
             })
             .collect();
         let replaced: PerDescriptor<&str> = rules
@@ -514,7 +518,7 @@ impl RuleSet {
             let (limit, shadow_mode, all_or_nothing) = match (&overrides[i], rule) {
                 (Some(limit), _) => {
                     push_override_counter_key(&mut keys, &request.domain, descriptor, limit.unit);
-                    (limit, false, false)
+                    (&**limit, false, false)
                 }
                 (None, None) => continue,
                 (None, Some(rule)) => {
@@ -704,7 +708,10 @@ async fn decide<S: Store<str, AnyAlgorithm>>(
         [] => SmallVec::new(),
         [c] if !c.all_or_nothing => {
             let key = &keys[c.key.clone()];
-            smallvec::smallvec![store.apply(&c.limit.algorithm, key, op(c, blocked)).await?]
+            // Awaited before the list is made: `smallvec!` makes its list first, which would
+            // keep 300 bytes of it in this future across the await.
+            let decision = store.apply(&c.limit.algorithm, key, op(c, blocked)).await?;
+            smallvec::smallvec![decision]
         }
         many if blocked || many.iter().all(|c| !c.all_or_nothing) => {
             let requests: PerDescriptor<_> =
@@ -722,8 +729,9 @@ async fn decide<S: Store<str, AnyAlgorithm>>(
                     all_or_nothing: c.all_or_nothing,
                 })
                 .collect();
-            let mut decisions = SmallVec::with_capacity(links.len());
-            for outcome in store.apply_chain(&links).await? {
+            let outcomes = store.apply_chain(&links).await?;
+            let mut decisions = SmallVec::with_capacity(outcomes.len());
+            for outcome in outcomes {
                 match outcome {
                     Linked::Decided(d) => decisions.push(d),
                     Linked::Failed(e) => return Err(e),
