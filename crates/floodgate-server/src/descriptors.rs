@@ -260,12 +260,18 @@ impl Rule {
 /// domain's top-level descriptors, or one descriptor's children).
 #[derive(Debug, Default)]
 pub struct DescriptorTree {
-    keys: HashMap<String, KeyMatch>,
+    keys: Names<KeyMatch>,
 }
+
+/// The rule set's maps from a configured name to what it leads to. foldhash rather than std's
+/// SipHash: every call looks up its domain and each entry's key and value here (SipHash was
+/// ~170 instructions a lookup), and no request can add a key to these maps, so there is no
+/// flooding of them to defend against.
+type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
 struct KeyMatch {
-    exact: HashMap<String, Node>,
+    exact: Names<Node>,
     /// Values holding `*`, in file order.
     wildcards: Vec<(Wildcard, Node)>,
     any: Option<Box<Node>>,
@@ -377,7 +383,7 @@ impl DescriptorTree {
 /// the exact rules. Immutable once built; share it behind an `Arc` and swap it on reload.
 #[derive(Debug, Default)]
 pub struct RuleSet {
-    domains: HashMap<String, DescriptorTree>,
+    domains: Names<DescriptorTree>,
     response_dynamic_metadata: bool,
 }
 
