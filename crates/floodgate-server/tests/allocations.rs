@@ -92,23 +92,29 @@ fn allocations_per_call(server: &Server, request: &RlsRequest) -> f64 {
     (ALLOCATIONS.with(Cell::get) - before) as f64 / 1_000.0
 }
 
-#[test]
-fn a_call_on_held_counters_allocates_only_its_answer() {
+/// Runs `test` on a server of `CONFIG`, made inside a Tokio runtime as the service makes it.
+fn with_server(test: impl FnOnce(&Server)) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let _context = runtime.enter();
-    let server = Server::new(Config::from_yaml_str(CONFIG).unwrap(), None, None).unwrap();
-    let one = request(&[&[("user", "alice")]]);
-    let two = request(&[&[("user", "alice")], &[("tenant", "acme"), ("plan", "pro")]]);
-    let per_one = allocations_per_call(&server, &one);
-    let per_two = allocations_per_call(&server, &two);
-    // One descriptor: the response's list of statuses, nothing else (it was 8 before the
-    // working lists moved to the stack and the keys to a reused buffer).
-    assert_eq!(per_one, 1.0);
-    // Two: the statuses, and the `Vec` of decisions `Store::apply_many` answers with.
-    assert_eq!(per_two, 2.0);
+    test(&Server::new(Config::from_yaml_str(CONFIG).unwrap(), None, None).unwrap());
+}
+
+#[test]
+fn a_call_on_held_counters_allocates_only_its_answer() {
+    with_server(|server| {
+        let one = request(&[&[("user", "alice")]]);
+        let two = request(&[&[("user", "alice")], &[("tenant", "acme"), ("plan", "pro")]]);
+        let per_one = allocations_per_call(server, &one);
+        let per_two = allocations_per_call(server, &two);
+        // One descriptor: the response's list of statuses, nothing else (it was 8 before the
+        // working lists moved to the stack and the keys to a reused buffer).
+        assert_eq!(per_one, 1.0);
+        // Two: the statuses, and the `Vec` of decisions `Store::apply_many` answers with.
+        assert_eq!(per_two, 2.0);
+    });
 }
 
 #[test]
@@ -116,17 +122,13 @@ fn a_call_future_stays_small() {
     // Every gRPC call's future is built on the stack and moved into its box; per-descriptor
     // lists kept inline across the store's await made it 2.5 KB (2,480 bytes in a debug build,
     // before overrides were boxed and `decide` stopped holding its list across the await).
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _context = runtime.enter();
-    let server = Server::new(Config::from_yaml_str(CONFIG).unwrap(), None, None).unwrap();
-    let one = request(&[&[("user", "alice")]]);
-    let call = server.should_rate_limit(&one, Endpoint::Grpc);
-    let bytes = std::mem::size_of_val(&call);
-    assert!(
-        bytes <= 1_600,
-        "a ShouldRateLimit call's future is {bytes} bytes"
-    );
+    with_server(|server| {
+        let one = request(&[&[("user", "alice")]]);
+        let call = server.should_rate_limit(&one, Endpoint::Grpc);
+        let bytes = std::mem::size_of_val(&call);
+        assert!(
+            bytes <= 1_600,
+            "a ShouldRateLimit call's future is {bytes} bytes"
+        );
+    });
 }
