@@ -36,14 +36,7 @@ pub(super) fn push_counter_key(
     key.reserve(len + 12);
     key.push_str(RLS_NAMESPACE);
     key.push(':');
-    // `:` after the length for a string as sent, `*` for a shared wildcard's pattern. The
-    // length by `itoa`: `write!` went through `core::fmt`, a third of a call's own work.
-    let mut lengths = itoa::Buffer::new();
-    let mut part = |s: &str, mark: char| {
-        key.push_str(lengths.format(s.len()));
-        key.push(mark);
-        key.push_str(s);
-    };
+    let mut part = |s: &str, mark: char| push_part(key, s, mark);
     part(domain, ':');
     let mut shared = shared.iter().peekable();
     for (i, (k, v)) in descriptor.entries.iter().enumerate() {
@@ -64,8 +57,14 @@ pub(super) fn push_override_counter_key(
     unit: RateUnit,
 ) {
     push_counter_key(key, domain, descriptor, &[]);
-    let unit = unit.name();
-    key.push_str(itoa::Buffer::new().format(unit.len()));
-    key.push(':');
-    key.push_str(unit);
+    push_part(key, unit.name(), ':');
+}
+
+/// Appends one part of a counter key: `s`'s length in bytes, then `mark` (`:` after the length
+/// of a string as sent, `*` for a shared wildcard's pattern), then `s`. The length is written
+/// by `itoa`: `write!` went through `core::fmt`, a fifth of a call's own work.
+fn push_part(key: &mut String, s: &str, mark: char) {
+    key.push_str(itoa::Buffer::new().format(s.len()));
+    key.push(mark);
+    key.push_str(s);
 }
