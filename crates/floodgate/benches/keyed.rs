@@ -24,7 +24,8 @@ use std::num::NonZeroU32;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::token_bucket::TokenBucket;
@@ -117,6 +118,24 @@ fn run_threads(iters: u64, threads: usize, order: &[u32], op: &(impl Fn(u32) + S
     .elapsed()
 }
 
+/// Benchmarks `check` (one decision on the key of index `k`) as `id`, on `threads` threads
+/// over `order`, after one check of each of the `n` keys so that every key is held.
+fn bench_checks(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    n: usize,
+    threads: usize,
+    order: &[u32],
+    check: impl Fn(u32) + Sync,
+) {
+    for k in 0..n as u32 {
+        check(k);
+    }
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+    });
+}
+
 /// `K` is the callers' key (what governor keeps), `Q` its borrowed form, `Stored` what
 /// Floodgate's store keeps for it.
 fn bench_keyed<K, Q, Stored>(
@@ -143,19 +162,18 @@ fn bench_keyed<K, Q, Stored>(
                 let order = &order(n);
 
                 let gcra = workload.gcra();
+                let key = |k: u32| borrow(&keys[(k as usize).min(n - 1)]);
                 let store: MemoryStore<Stored, <Gcra as Algorithm>::State> = MemoryStore::builder()
                     .max_keys(4_000_000)
                     .build_typed()
                     .expect("valid store");
-                for k in &keys {
-                    let _ = store.apply_now(&gcra, borrow(k), Op::Check { cost: 1 });
-                }
-                let check = |k: u32| {
-                    let key = borrow(&keys[(k as usize).min(n - 1)]);
-                    black_box(store.apply_now(&gcra, key, Op::Check { cost: 1 }).is_ok());
-                };
-                group.bench_function(BenchmarkId::new(label, "floodgate"), |b| {
-                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                let id = BenchmarkId::new(label, "floodgate");
+                bench_checks(&mut group, id, n, threads, order, |k| {
+                    black_box(
+                        store
+                            .apply_now(&gcra, key(k), Op::Check { cost: 1 })
+                            .is_ok(),
+                    );
                 });
                 drop(store);
 
@@ -163,28 +181,20 @@ fn bench_keyed<K, Q, Stored>(
                     .max_keys(4_000_000)
                     .build_word()
                     .expect("valid store");
-                for k in &keys {
-                    let _ = store.apply_now(&gcra, borrow(k), Op::Check { cost: 1 });
-                }
-                let check = |k: u32| {
-                    let key = borrow(&keys[(k as usize).min(n - 1)]);
-                    black_box(store.apply_now(&gcra, key, Op::Check { cost: 1 }).is_ok());
-                };
-                group.bench_function(BenchmarkId::new(label, "floodgate-word"), |b| {
-                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                let id = BenchmarkId::new(label, "floodgate-word");
+                bench_checks(&mut group, id, n, threads, order, |k| {
+                    black_box(
+                        store
+                            .apply_now(&gcra, key(k), Op::Check { cost: 1 })
+                            .is_ok(),
+                    );
                 });
                 drop(store);
 
                 let governor: Governor<K> = RateLimiter::keyed(workload.quota());
-                for k in &keys {
-                    let _ = governor.check_key(k);
-                }
-                let check = |k: u32| {
-                    let key = &keys[(k as usize).min(n - 1)];
-                    black_box(governor.check_key(key).is_ok());
-                };
-                group.bench_function(BenchmarkId::new(label, "governor"), |b| {
-                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                let id = BenchmarkId::new(label, "governor");
+                bench_checks(&mut group, id, n, threads, order, |k| {
+                    black_box(governor.check_key(&keys[(k as usize).min(n - 1)]).is_ok());
                 });
             }
             group.finish();
@@ -219,23 +229,15 @@ where
             for (n, label) in &KEY_COUNTS[1..] {
                 let n = *n;
                 let order = &order(n);
+                let key = |k: u32| u64::from(k).min(n as u64 - 1);
                 let store: MemoryStore<u64, A::State> = MemoryStore::builder()
                     .max_keys(4_000_000)
                     .build_typed()
                     .expect("valid store");
-                for k in 0..n as u64 {
-                    let _ = store.apply_now(&algorithm, &k, Op::Check { cost: 1 });
-                }
-                let check = |k: u32| {
-                    let key = u64::from(k).min(n as u64 - 1);
-                    black_box(
-                        store
-                            .apply_now(&algorithm, &key, Op::Check { cost: 1 })
-                            .is_ok(),
-                    );
-                };
-                group.bench_function(BenchmarkId::new(*label, "floodgate"), |b| {
-                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                let id = BenchmarkId::new(*label, "floodgate");
+                bench_checks(&mut group, id, n, threads, order, |k| {
+                    let decision = store.apply_now(&algorithm, &key(k), Op::Check { cost: 1 });
+                    black_box(decision.is_ok());
                 });
                 drop(store);
 
@@ -243,19 +245,10 @@ where
                     .max_keys(4_000_000)
                     .build_word()
                     .expect("valid store");
-                for k in 0..n as u64 {
-                    let _ = store.apply_now(&algorithm, &k, Op::Check { cost: 1 });
-                }
-                let check = |k: u32| {
-                    let key = u64::from(k).min(n as u64 - 1);
-                    black_box(
-                        store
-                            .apply_now(&algorithm, &key, Op::Check { cost: 1 })
-                            .is_ok(),
-                    );
-                };
-                group.bench_function(BenchmarkId::new(*label, "floodgate-word"), |b| {
-                    b.iter_custom(|iters| run_threads(iters, threads, order, &check))
+                let id = BenchmarkId::new(*label, "floodgate-word");
+                bench_checks(&mut group, id, n, threads, order, |k| {
+                    let decision = store.apply_now(&algorithm, &key(k), Op::Check { cost: 1 });
+                    black_box(decision.is_ok());
                 });
             }
             group.finish();
