@@ -53,20 +53,16 @@ where
     A::State: WordState + fmt::Debug,
 {
     let clock = ManualClock::new(Nanos(start));
-    let word: WordStore<u64, A::State, ManualClock> = MemoryStore::builder()
-        .max_keys(max_keys)
-        .shards(1)
-        .overflow(Overflow::RefuseNew)
-        .clock(clock.clone())
-        .build_word()
-        .unwrap();
-    let memory: MemoryStore<u64, A::State, ManualClock> = MemoryStore::builder()
-        .max_keys(max_keys)
-        .shards(1)
-        .overflow(Overflow::RefuseNew)
-        .clock(clock.clone())
-        .build_typed()
-        .unwrap();
+    // Both stores from the same settings, so that only the store differs.
+    let settings = || {
+        MemoryStore::builder()
+            .max_keys(max_keys)
+            .shards(1)
+            .overflow(Overflow::RefuseNew)
+            .clock(clock.clone())
+    };
+    let word: WordStore<u64, A::State, ManualClock> = settings().build_word().unwrap();
+    let memory: MemoryStore<u64, A::State, ManualClock> = settings().build_typed().unwrap();
     for (i, (key, dt_ms, cost)) in ops.into_iter().enumerate() {
         clock.advance(Duration::from_millis(dt_ms) / 4);
         let got = word.apply_now(algorithm, &key, check(cost)).unwrap();
