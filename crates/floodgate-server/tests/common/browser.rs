@@ -4,7 +4,7 @@
 //! removed, when dropped (also when a test panics before closing its session, or while
 //! starting). They stay in the test's process group, so Ctrl-C stops them with the tests.
 //! Nothing downloads a browser: without the `chromium` and `chromium-driver` packages (which
-//! `.ci/run` installs), the tests fail saying so.
+//! `scripts/test`, the README's test command, installs), the tests fail saying so.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader};
@@ -72,7 +72,7 @@ impl Browser {
         for (path, package) in [(CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")] {
             assert!(
                 std::path::Path::new(path).exists(),
-                "{path} is missing: install Debian's `{package}` package (.ci/run does)"
+                "{path} is missing: install Debian's `{package}` package (scripts/test does)"
             );
         }
         let port = TcpListener::bind("127.0.0.1:0")
