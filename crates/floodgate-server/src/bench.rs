@@ -106,16 +106,36 @@ pub enum BenchError {
     /// The runtime could not be started.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The store could not be used before the run (tried as `serve` tries it at start-up).
+    #[error("--store: cannot use the store {url}: {error} (tried for {})", floodgate::algorithm::spec::format_duration(*.waited))]
+    StoreDown {
+        /// The store's URL, any password redacted.
+        url: String,
+        /// The last try's failure.
+        error: floodgate::StoreError,
+        /// How long it was tried.
+        waited: Duration,
+    },
+    /// Store calls failed during the run: its figures measure failures, not decisions.
+    #[error("{errors} of {calls} store calls failed during the run (the last: {last}); the figures above are not a measurement of the store")]
+    CallsFailed {
+        /// Calls that failed.
+        errors: u64,
+        /// Calls made.
+        calls: u64,
+        /// The last failure.
+        last: floodgate::StoreError,
+    },
 }
 
 /// A bench's result: the last line of its output, as JSON.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    /// Decisions made (errors included).
+    /// Decisions made (calls that failed with a store error are not decisions).
     pub decisions: u64,
     /// Of which allowed.
     pub allowed: u64,
-    /// Of which failed with a store error.
+    /// Calls that failed with a store error (any makes the bench exit non-zero).
     pub errors: u64,
     /// How long the run took, in seconds.
     pub seconds: f64,
@@ -145,17 +165,26 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Runs the bench and prints its summary and JSON line to stdout.
+/// Runs the bench and prints its summary and JSON line to stdout; a run in which store calls
+/// failed prints them too, then is an error ([`BenchError::CallsFailed`]).
 pub fn run(args: &Args) -> Result<(), BenchError> {
-    let (report, summary) = bench(args)?;
+    let (report, summary, last_error) = bench(args)?;
     println!("{summary}");
     // Serializing plain numbers cannot fail.
     println!("{}", serde_json::to_string(&report).unwrap_or_default());
-    Ok(())
+    match last_error {
+        Some(last) => Err(BenchError::CallsFailed {
+            errors: report.errors,
+            calls: report.decisions + report.errors,
+            last,
+        }),
+        None => Ok(()),
+    }
 }
 
-/// Runs the bench; returns the report and the summary for people.
-pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
+/// Runs the bench; returns the report, the summary for people, and the last store error of
+/// the run, if any call failed.
+pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreError>), BenchError> {
     let invalid = |arg, value: String, why| BenchError::Invalid { arg, value, why };
     let algorithm = match load_spec(&args.limiter)?
         .build()
@@ -225,6 +254,15 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
             algorithm: algorithm.name(),
         });
     }
+    // As `serve` does at start-up: a store that cannot be used is named, not measured.
+    let waited = crate::store::STARTUP_TIMEOUT;
+    if let Err(error) = store_runtime.block_on(store.wait_until_usable(waited)) {
+        return Err(BenchError::StoreDown {
+            url: store.health().url().to_string(),
+            error,
+            waited,
+        });
+    }
     let run = Run {
         store: store.clone(),
         algorithm,
@@ -232,7 +270,8 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
         prefix: format!("bench-{:08x}:", rand::random::<u32>()),
         clock: SystemClock::new(),
     };
-    let (totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
+    let (mut totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
+    let last_error = totals.last_error.take();
     let ms = |q| totals.latencies.quantile(q) as f64 / 1e6;
     let report = Report {
         decisions: totals.decisions,
@@ -250,7 +289,7 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
     };
     let summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
-         decisions: {} ({} allowed, {} errors): {:.0} per second\n\
+         decisions: {} ({} allowed; {} store calls failed): {:.0} per second\n\
          latency of one decision: p50 {}, p99 {}, p99.9 {}, max {}",
         store.kind(),
         store.health().url(),
@@ -291,7 +330,7 @@ pub fn bench(args: &Args) -> Result<(Report, String), BenchError> {
             stats.missed_loads,
         ));
     }
-    Ok((report, summary))
+    Ok((report, summary, last_error))
 }
 
 /// A latency in milliseconds as people read it: microseconds below 1 ms.
@@ -314,10 +353,25 @@ struct Run {
 
 /// One task's (or the run's) counts.
 struct Totals {
+    /// Decisions made: calls that did not fail.
     decisions: u64,
     allowed: u64,
+    /// Calls that failed with a store error, and the last such error.
     errors: u64,
+    last_error: Option<floodgate::StoreError>,
     latencies: Latencies,
+}
+
+impl Totals {
+    fn new() -> Totals {
+        Totals {
+            decisions: 0,
+            allowed: 0,
+            errors: 0,
+            last_error: None,
+            latencies: Latencies::new(),
+        }
+    }
 }
 
 impl Run {
@@ -339,18 +393,14 @@ impl Run {
                 tokio::spawn(async move { run.task(i as u64, deadline).await })
             })
             .collect();
-        let mut totals = Totals {
-            decisions: 0,
-            allowed: 0,
-            errors: 0,
-            latencies: Latencies::new(),
-        };
+        let mut totals = Totals::new();
         for handle in handles {
             // A task panics only on a bug; its decisions are then missing from the counts.
             if let Ok(t) = handle.await {
                 totals.decisions += t.decisions;
                 totals.allowed += t.allowed;
                 totals.errors += t.errors;
+                totals.last_error = t.last_error.or(totals.last_error);
                 totals.latencies.merge(&t.latencies);
             }
         }
@@ -361,12 +411,7 @@ impl Run {
     async fn task(&self, seed: u64, deadline: floodgate::Nanos) -> Totals {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ rand::random::<u64>());
         let leases = self.algorithm.supports(OpKind::Acquire);
-        let mut totals = Totals {
-            decisions: 0,
-            allowed: 0,
-            errors: 0,
-            latencies: Latencies::new(),
-        };
+        let mut totals = Totals::new();
         let mut key = String::with_capacity(self.prefix.len() + 20);
         loop {
             let start = self.clock.now();
@@ -389,21 +434,25 @@ impl Run {
             totals
                 .latencies
                 .record(self.clock.now().saturating_since(start).as_nanos() as u64);
-            totals.decisions += 1;
             match result {
-                Ok(d) if d.allowed => {
-                    totals.allowed += 1;
-                    if leases {
-                        let release = Op::Release { lease };
-                        let _ = self.store.apply(&self.algorithm, &key, release).await;
+                Ok(d) => {
+                    totals.decisions += 1;
+                    if d.allowed {
+                        totals.allowed += 1;
+                        if leases {
+                            let release = Op::Release { lease };
+                            let _ = self.store.apply(&self.algorithm, &key, release).await;
+                        }
                     }
                 }
-                Ok(_) => {}
-                Err(_) => totals.errors += 1,
+                Err(e) => {
+                    totals.errors += 1;
+                    totals.last_error = Some(e);
+                }
             }
             // A store that answers at once never returns the worker: yield now and then, as
             // a server's tasks do between requests, so that every task and timer gets to run.
-            if totals.decisions % 64 == 0 {
+            if (totals.decisions + totals.errors) % 64 == 0 {
                 tokio::task::yield_now().await;
             }
         }

@@ -327,7 +327,7 @@ pub struct StoreLive {
     /// Calls made.
     pub calls: u64,
     /// Failed calls, by kind ([`ErrorKind::ALL`]'s order).
-    pub errors: [u64; 3],
+    pub errors: [u64; ErrorKind::ALL.len()],
     /// The breaker's state (`None` for the memory store).
     pub breaker: Option<BreakerState>,
     /// Whether the last call succeeded (`None` before the first).
@@ -363,7 +363,7 @@ impl StoreLive {
         )?;
         writeln!(
             out,
-            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, unavailable (unreachable, an error answer, or the breaker open), other."
+            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, refused (no connection: refused, unknown or unreachable host), auth (credentials refused), protocol (not a Redis answer, a database it lacks), unavailable (a lost connection, an error answer, a failover, or the breaker open), other (an operation refused for one key or limit)."
         )?;
         writeln!(out, "# TYPE floodgate_store_errors_total counter")?;
         for (kind, n) in ErrorKind::ALL.iter().zip(self.errors) {
@@ -456,7 +456,7 @@ mod tests {
             store: Some(StoreLive {
                 kind: "redis",
                 calls: 9,
-                errors: [2, 3, 0],
+                errors: [2, 4, 1, 0, 3, 0],
                 breaker: Some(BreakerState::Open),
                 last_call_ok: Some(false),
                 memory: None,
@@ -467,6 +467,9 @@ mod tests {
         for line in [
             "floodgate_store_calls_total{store=\"redis\"} 9",
             "floodgate_store_errors_total{store=\"redis\",kind=\"timeout\"} 2",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"refused\"} 4",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"auth\"} 1",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"protocol\"} 0",
             "floodgate_store_errors_total{store=\"redis\",kind=\"unavailable\"} 3",
             "floodgate_store_errors_total{store=\"redis\",kind=\"other\"} 0",
             "floodgate_store_breaker_state{store=\"redis\"} 1",

@@ -147,6 +147,16 @@ pub enum ServeError {
     /// The config file is unreadable or invalid.
     #[error(transparent)]
     Config(#[from] ConfigFileError),
+    /// The store could not be used within `store.startup_timeout`.
+    #[error("cannot use the store {url}: {error} (tried for {}; check store.url (or --store) and the store itself, or set store.start_without: true to start anyway, each stage following its on_store_error policy)", floodgate::algorithm::spec::format_duration(*.waited))]
+    Store {
+        /// The store's URL, any password redacted.
+        url: String,
+        /// The last try's failure.
+        error: floodgate::StoreError,
+        /// How long start-up tried.
+        waited: std::time::Duration,
+    },
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -201,10 +211,32 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
+    let startup_budget = config
+        .store
+        .startup_timeout
+        .map_or(crate::store::STARTUP_TIMEOUT, |d| d.0);
+    let start_without = config.store.start_without;
     let server = {
         let _context = store_runtime.enter();
         Server::new(config, args.config.clone(), admin_token)?
     };
+    // A store that cannot be used must not look healthy: try it now, and refuse to start
+    // unless told to start without it.
+    if let Err(error) = store_runtime.block_on(server.store().wait_until_usable(startup_budget)) {
+        let url = server.store().health().url().to_string();
+        if !start_without {
+            return Err(ServeError::Store {
+                url,
+                error,
+                waited: startup_budget,
+            });
+        }
+        tracing::error!(
+            url,
+            %error,
+            "STARTING WITHOUT A WORKING STORE (store.start_without: true): every stage follows its on_store_error policy (fail_open: nothing is limited) and /readyz answers 503 until the store answers"
+        );
+    }
     let mut server = server
         .with_overrides(overrides)
         .with_heavy_keys(args.heavy_keys);
@@ -216,6 +248,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let server = Arc::new(server);
     // The dashboard's points, once a second, on the store's runtime (off the request path).
     store_runtime.spawn(sample_dashboard(server.clone()));
+    store_runtime.spawn(watch_store(server.clone()));
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -256,6 +289,24 @@ async fn sample_dashboard(server: Arc<Server>) {
     loop {
         interval.tick().await;
         server.sample_dashboard().await;
+    }
+}
+
+/// How often a failing store is probed while no call succeeds.
+const STORE_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// While the store's last call failed, probes it every [`STORE_PROBE_INTERVAL`], so that its
+/// recovery is seen (and `/readyz` turns ready) even when no traffic comes, as when a load
+/// balancer has taken the node out because it was not ready.
+async fn watch_store(server: Arc<Server>) {
+    let mut interval = tokio::time::interval(STORE_PROBE_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if server.store().health().last_call_ok() == Some(false) {
+            // The outcome is recorded in the store's health (and logged at a bounded rate).
+            let _ = server.store().probe().await;
+        }
     }
 }
 

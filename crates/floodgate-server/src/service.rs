@@ -251,22 +251,21 @@ impl Server {
     }
 
     /// What `/readyz` answers: whether the service takes traffic (not while shutting down, nor
-    /// while the store's circuit breaker is open), and a JSON body saying so, with the store's
-    /// kind, URL (password redacted), breaker state and whether its last call succeeded.
+    /// while the store's circuit breaker is open or its last call failed), and a JSON body
+    /// saying so, with the store's kind, URL (password redacted), breaker state, whether its
+    /// last call succeeded and, if not, the kind of failure.
     pub fn readiness(&self) -> (bool, Value) {
         let store = self.store.status();
-        let (ready, reason) = if !self.is_ready() {
-            (false, Some("shutting down"))
-        } else if !store.ready() {
-            (false, Some("the store's circuit breaker is open"))
+        let reason = if !self.is_ready() {
+            Some("shutting down".to_string())
         } else {
-            (true, None)
+            store.not_ready()
         };
-        let mut body = serde_json::json!({ "ready": ready, "store": store });
-        if let Some(reason) = reason {
-            body["reason"] = reason.into();
+        let mut body = serde_json::json!({ "ready": reason.is_none(), "store": store });
+        if let Some(reason) = &reason {
+            body["reason"] = reason.as_str().into();
         }
-        (ready, body)
+        (reason.is_none(), body)
     }
 
     /// The service's one store.

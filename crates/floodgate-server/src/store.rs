@@ -65,6 +65,14 @@ pub const MEMORY: &str = "memory";
 /// are counted and the next line says how many were suppressed).
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long start-up tries to reach the store by default (`store.startup_timeout`).
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The first wait between two tries at start-up; each wait doubles, up to
+/// [`STARTUP_RETRY_MAX`].
+const STARTUP_RETRY_FIRST: Duration = Duration::from_millis(50);
+const STARTUP_RETRY_MAX: Duration = Duration::from_secs(1);
+
 impl ServiceStore {
     /// The store `config` names, its failures logged on the system clock. A Redis store must
     /// be created inside a Tokio runtime that keeps running as long as the store is used (it
@@ -101,6 +109,12 @@ impl ServiceStore {
                 }
             }
         };
+        if config.startup_timeout.is_some_and(|t| t.0.is_zero()) {
+            return Err(ConfigFileError::invalid(
+                "store.startup_timeout",
+                "invalid value 0s (must be above 0)",
+            ));
+        }
         if config.mode == StoreMode::Exact {
             for (field, set) in [
                 ("store.sync_interval", config.sync_interval.is_some()),
@@ -130,6 +144,44 @@ impl ServiceStore {
     /// The store's health: counters, the last call's outcome.
     pub fn health(&self) -> &StoreHealth {
         &self.health
+    }
+
+    /// Checks that the store can be used now, with one call like any other (a Redis store
+    /// connects if it must and runs a script that touches no key: see
+    /// [`RedisStore::probe`]); the memory store always can. The outcome counts in the store's
+    /// health like a call's, so a probe that succeeds makes a failing store ready again.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let result = match &self.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(r) => r.probe().await,
+            Backend::Cached(c, _) => c.redis().probe().await,
+        };
+        self.health.record(&result);
+        result
+    }
+
+    /// Probes the store until it answers, for at most `budget`, waiting between tries
+    /// (50 ms, doubling up to 1 s): start-up's check. The last failure when it never
+    /// answered within the budget.
+    pub async fn wait_until_usable(&self, budget: Duration) -> Result<(), StoreError> {
+        let mut last = StoreError::Timeout(budget);
+        let tries = async {
+            let mut wait = STARTUP_RETRY_FIRST;
+            loop {
+                match self.probe().await {
+                    Ok(()) => return,
+                    Err(e) => last = e,
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(STARTUP_RETRY_MAX);
+            }
+        };
+        let answered = tokio::time::timeout(budget, tries).await.is_ok();
+        if answered {
+            Ok(())
+        } else {
+            Err(last)
+        }
     }
 
     /// The memory store's bookkeeping (keys held, evictions, refusals of new keys); `None`

@@ -85,6 +85,61 @@ fn bench_on_redis_ends_with_a_json_line() {
     assert_eq!(report["store"], "redis", "{report}");
 }
 
+/// A store that cannot be used is named before the run, not measured: nothing listens on the
+/// port (a server started and stopped).
+#[test]
+fn bench_refuses_a_store_it_cannot_use() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let spec = r#"{"algorithm":"gcra","max_burst":10,"count":100,"period":"1s"}"#;
+    let url = redis.url();
+    let (status, report, stderr) = bench(&["--store", &url, "--limiter", spec]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(report.is_none(), "{report:?}");
+    assert!(
+        stderr.contains("cannot use the store") && stderr.contains("refused"),
+        "{stderr}"
+    );
+}
+
+/// Store calls that fail during the run make the bench fail, saying so, with the failures
+/// apart from the decisions in its figures: Redis paused (SIGSTOP) while the bench runs.
+#[test]
+fn bench_fails_when_store_calls_fail_during_the_run() {
+    let redis = RedisServer::start();
+    let spec = r#"{"algorithm":"gcra","max_burst":10,"count":100,"period":"1s"}"#;
+    let url = redis.url();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["bench", "--store", &url, "--limiter", spec])
+        .args(["--concurrency", "4", "--duration", "1500ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the floodgate binary runs");
+    // Waits (boundedly) until the run has made decisions, then pauses Redis.
+    let deciding = (0..500).any(|_| {
+        let stats = redis.cli(&["INFO", "commandstats"]).unwrap_or_default();
+        stats.contains("cmdstat_evalsha") || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(deciding, "the bench never reached Redis");
+    redis.signal("STOP");
+    let out = child.wait_with_output().expect("the bench finishes");
+    redis.signal("CONT");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("store calls failed"), "{stderr}");
+    let report: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .expect("the figures are still printed");
+    assert!(report["errors"].as_u64().unwrap_or(0) > 0, "{report}");
+}
+
 #[test]
 fn bad_arguments_are_named() {
     let spec = r#"{"algorithm":"token_bucket","rate":100,"capacity":10}"#;

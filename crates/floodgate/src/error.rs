@@ -69,17 +69,52 @@ pub enum StoreError {
         /// Why, in a few words.
         reason: &'static str,
     },
-    /// The store could not be reached or answered with an error; the caller may retry.
+    /// The store could not be reached, answered with an error, or is not taking calls now
+    /// (its circuit breaker is open, a failover is under way); the caller may retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// The store did not answer in time; the caller may retry.
     #[error("store timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// No connection could be made: it was refused (nothing listens on that port), or the host
+    /// is unknown or unreachable. The caller may retry; it succeeds once the store is up.
+    #[error("cannot connect to the store: {0}")]
+    Refused(String),
+    /// The store refused this client's credentials: it requires a password and none was given,
+    /// or the user name or password is wrong, or the user may not run what Floodgate runs.
+    /// Retrying does not help until the settings (or the store's) change.
+    #[error("the store refused to authenticate: {0}")]
+    Auth(String),
+    /// The store answered, but not as the server Floodgate needs: it does not speak the
+    /// protocol (another kind of server on that port, TLS against a plain port or the
+    /// reverse), or it refused a step of the connection's set-up (a database index it does not
+    /// have). Retrying does not help until the settings (or the store's) change.
+    #[error("the store did not answer as expected: {0}")]
+    Protocol(String),
 }
 
 impl StoreError {
-    /// Whether retrying the same call later may succeed (connection and timeout failures).
+    /// Whether retrying the same call later may succeed by itself (connection and timeout
+    /// failures); authentication and protocol failures need a change of settings first.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Timeout(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Refused(_)
+        )
+    }
+
+    /// Whether this is a failure of the store itself (it could not be reached, used or heard
+    /// from in time), rather than a refusal of one operation made before or without touching
+    /// state ([`StoreError::Unsupported`], [`StoreError::StateConflict`],
+    /// [`StoreError::NotOnStore`]). A failure of the store says it is not healthy now.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(_)
+                | StoreError::Timeout(_)
+                | StoreError::Refused(_)
+                | StoreError::Auth(_)
+                | StoreError::Protocol(_)
+        )
     }
 }

@@ -26,6 +26,8 @@ pub struct RedisServer {
     /// Arguments after the common ones (a cluster node's, or a TLS port's).
     extra: Vec<String>,
     tls: Option<Tls>,
+    /// The password it requires (`--requirepass`), if any.
+    password: Option<String>,
 }
 
 /// A TLS port beside the plain one, with its certificates in a directory of its own.
@@ -61,6 +63,20 @@ impl RedisServer {
             child: None,
             extra,
             tls: None,
+            password: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts one that requires `password` (`--requirepass`): a client must `AUTH` first.
+    pub fn start_with_password(password: &str) -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(),
+            child: None,
+            extra: vec!["--requirepass".to_string(), password.to_string()],
+            tls: None,
+            password: Some(password.to_string()),
         };
         server.restart();
         server
@@ -138,6 +154,7 @@ impl RedisServer {
             child: None,
             extra,
             tls: Some(tls),
+            password: None,
         };
         server.restart();
         server
@@ -199,6 +216,7 @@ impl RedisServer {
     fn process_id(&self) -> Option<u32> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        self.authenticate(&mut s)?;
         s.write_all(b"INFO server\r\n").ok()?;
         // A bulk string: `$<length>\r\n`, then that many bytes and `\r\n`.
         let mut reply = Vec::new();
@@ -240,9 +258,16 @@ impl RedisServer {
         assert!(status.success(), "kill -{signal} {pid}");
     }
 
-    /// `redis-cli args…` against it: its output, or `None` if it failed (the server is down).
+    /// `redis-cli args…` against it (authenticated when it requires a password): its output,
+    /// or `None` if it failed (the server is down).
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        cli(self.port, args)
+        match &self.password {
+            None => cli(self.port, args),
+            Some(password) => cli(
+                self.port,
+                &[&["-a", password.as_str(), "--no-auth-warning"][..], args].concat(),
+            ),
+        }
     }
 
     /// Whether it answers `PING` now.
@@ -252,7 +277,22 @@ impl RedisServer {
         };
         let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
         let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        self.authenticate(&mut s).is_some()
+            && s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut buf).is_ok()
+            && &buf == b"+PONG\r\n"
+    }
+
+    /// Sends `AUTH password` on `s` and reads its `+OK`, when the server requires a password.
+    fn authenticate(&self, s: &mut TcpStream) -> Option<()> {
+        let Some(password) = &self.password else {
+            return Some(());
+        };
+        s.write_all(format!("AUTH {password}\r\n").as_bytes())
+            .ok()?;
+        let mut ok = [0u8; 5];
+        s.read_exact(&mut ok).ok()?;
+        (&ok == b"+OK\r\n").then_some(())
     }
 
     fn wait_until(&self, up: bool) -> bool {
@@ -327,6 +367,7 @@ mod tests {
             child: None,
             extra: Vec::new(),
             tls: None,
+            password: None,
         };
         second.restart();
     }
@@ -335,5 +376,13 @@ mod tests {
     fn a_server_knows_its_own_process() {
         let server = RedisServer::start();
         assert_eq!(server.process_id(), server.child.as_ref().map(Child::id));
+    }
+
+    #[test]
+    fn a_server_with_a_password_answers_only_after_auth() {
+        let server = RedisServer::start_with_password("hunter2");
+        assert_eq!(server.process_id(), server.child.as_ref().map(Child::id));
+        assert_eq!(server.cli(&["PING"]).as_deref(), Some("PONG\n"));
+        assert!(cli(server.port(), &["PING"]).is_some_and(|r| r.contains("NOAUTH")));
     }
 }

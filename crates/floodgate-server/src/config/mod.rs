@@ -201,6 +201,16 @@ pub struct StoreConfig {
     /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
     #[serde(default)]
     pub load_budget: Option<SpecDuration>,
+    /// How long `serve` tries to reach a Redis store at start-up, retrying with back-off, before
+    /// it refuses to start (above 0; default 5 s). The memory store needs no check.
+    #[serde(default)]
+    pub startup_timeout: Option<SpecDuration>,
+    /// Start even when the store cannot be used at start-up (default `false`: refuse to start,
+    /// naming the store and the cause). When `true`, `serve` starts, logs an error saying so,
+    /// answers `/readyz` with 503 until the store works, and every stage follows its
+    /// `on_store_error` policy meanwhile (failing open by default).
+    #[serde(default)]
+    pub start_without: bool,
 }
 
 /// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
@@ -296,6 +306,8 @@ impl Default for StoreConfig {
             sync_interval: None,
             max_view_age: None,
             load_budget: None,
+            startup_timeout: None,
+            start_without: false,
         }
     }
 }

@@ -22,29 +22,51 @@ use serde::Serialize;
 pub enum ErrorKind {
     /// The call did not finish within the store's timeout.
     Timeout,
-    /// The store could not be reached, answered with an error, or its breaker is open.
+    /// No connection could be made: refused, or the host is unknown or unreachable.
+    Refused,
+    /// The store refused the credentials (a password required and missing, or wrong).
+    Auth,
+    /// The store did not answer as a Redis server (not Redis, TLS mismatch, a database it
+    /// does not have, an unexpected reply).
+    Protocol,
+    /// Any other failure of the store: a connection lost mid-call, an error answer, a failover
+    /// under way, or its breaker open.
     Unavailable,
-    /// Anything else (an operation or algorithm the store refused, a state conflict).
+    /// Not a failure of the store: an operation refused for one key or limit (an operation
+    /// or algorithm the store cannot run, a state conflict). It does not change readiness.
     Other,
 }
 
 impl ErrorKind {
     /// Every kind, in the order metrics list them.
-    pub const ALL: [ErrorKind; 3] = [ErrorKind::Timeout, ErrorKind::Unavailable, ErrorKind::Other];
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::Timeout,
+        ErrorKind::Refused,
+        ErrorKind::Auth,
+        ErrorKind::Protocol,
+        ErrorKind::Unavailable,
+        ErrorKind::Other,
+    ];
 
     /// The kind of `error`.
     pub fn of(error: &StoreError) -> ErrorKind {
         match error {
             StoreError::Timeout(_) => ErrorKind::Timeout,
-            StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            StoreError::Refused(_) => ErrorKind::Refused,
+            StoreError::Auth(_) => ErrorKind::Auth,
+            StoreError::Protocol(_) => ErrorKind::Protocol,
+            e if e.is_store_failure() => ErrorKind::Unavailable,
             _ => ErrorKind::Other,
         }
     }
 
-    /// Its name in metrics and logs.
+    /// Its name in metrics, logs and `/readyz`.
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Timeout => "timeout",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Protocol => "protocol",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Other => "other",
         }
@@ -53,9 +75,13 @@ impl ErrorKind {
     fn index(self) -> usize {
         self as usize
     }
+
+    fn from_index(i: u8) -> Option<ErrorKind> {
+        ErrorKind::ALL.get(usize::from(i)).copied()
+    }
 }
 
-/// The last call's outcome.
+/// The last call's outcome: unknown, ok, or failed with the kind at `FAILED + index`.
 const UNKNOWN: u8 = 0;
 const OK: u8 = 1;
 const FAILED: u8 = 2;
@@ -69,8 +95,11 @@ pub struct StoreStatus {
     pub url: String,
     /// `closed`, `open` or `half_open` (a Redis store's breaker); `null` for the memory store.
     pub breaker: Option<&'static str>,
-    /// Whether the last call succeeded; `null` before the first call.
+    /// Whether the last call succeeded; `null` before the first call. Calls refused for one
+    /// key or limit ([`ErrorKind::Other`]) do not count: they say nothing of the store.
     pub last_call_ok: Option<bool>,
+    /// The kind of the last call's failure ([`ErrorKind::name`]); `null` unless it failed.
+    pub last_error: Option<&'static str>,
     /// `exact` (every decision a call to the store) or `cached` (local decisions, synced).
     pub mode: &'static str,
     /// Cached mode: seconds since the last successful sync; `null` in exact mode.
@@ -78,10 +107,29 @@ pub struct StoreStatus {
 }
 
 impl StoreStatus {
-    /// Whether the store can take calls now: not while its breaker is open, except in cached
-    /// mode, which goes on deciding locally.
+    /// Whether the store can take calls now: not while its breaker is open, nor while its
+    /// last call failed, except in cached mode, which goes on deciding locally.
     pub fn ready(&self) -> bool {
-        self.breaker != Some("open") || self.mode == "cached"
+        self.not_ready().is_none()
+    }
+
+    /// Why the store cannot take calls now, for `/readyz`; `None` when it can.
+    pub fn not_ready(&self) -> Option<String> {
+        if self.mode == "cached" {
+            return None;
+        }
+        let failed = (self.last_call_ok == Some(false)).then(|| {
+            format!(
+                "its last call failed ({})",
+                self.last_error.unwrap_or("unavailable")
+            )
+        });
+        match (self.breaker == Some("open"), failed) {
+            (true, Some(failed)) => Some(format!("the store's circuit breaker is open; {failed}")),
+            (true, None) => Some("the store's circuit breaker is open".to_string()),
+            (false, Some(failed)) => Some(format!("the store failed: {failed}")),
+            (false, None) => None,
+        }
     }
 }
 
@@ -108,7 +156,7 @@ pub struct StoreHealth {
     kind: &'static str,
     url: String,
     calls: AtomicU64,
-    errors: [AtomicU64; 3],
+    errors: [AtomicU64; ErrorKind::ALL.len()],
     last: AtomicU8,
     log: ErrorLog,
 }
@@ -157,13 +205,22 @@ impl StoreHealth {
         self.errors[kind.index()].load(Ordering::Relaxed)
     }
 
-    /// Whether the last call succeeded; `None` before the first.
+    /// Whether the last call succeeded; `None` before the first. Calls refused for one key or
+    /// limit ([`ErrorKind::Other`]) leave it as it was.
     pub fn last_call_ok(&self) -> Option<bool> {
         match self.last.load(Ordering::Relaxed) {
+            UNKNOWN => None,
             OK => Some(true),
-            FAILED => Some(false),
-            _ => None,
+            _ => Some(false),
         }
+    }
+
+    /// The kind of the last call's failure; `None` unless it failed.
+    pub fn last_error(&self) -> Option<ErrorKind> {
+        self.last
+            .load(Ordering::Relaxed)
+            .checked_sub(FAILED)
+            .and_then(ErrorKind::from_index)
     }
 
     /// The status `/readyz` shows, with the breaker's `state` (`None`: the store has none).
@@ -173,6 +230,7 @@ impl StoreHealth {
             url: self.url.clone(),
             breaker: breaker.map(breaker_name),
             last_call_ok: self.last_call_ok(),
+            last_error: self.last_error().map(ErrorKind::name),
             mode: "exact",
             sync_lag_seconds: None,
         }
@@ -185,7 +243,7 @@ impl StoreHealth {
             Ok(_) => {
                 // A load first: the common path (already OK) writes nothing shared.
                 if self.last.load(Ordering::Relaxed) != OK
-                    && self.last.swap(OK, Ordering::Relaxed) == FAILED
+                    && self.last.swap(OK, Ordering::Relaxed) >= FAILED
                 {
                     tracing::info!(store = self.kind, url = %self.url, "store recovered");
                 }
@@ -193,7 +251,11 @@ impl StoreHealth {
             Err(e) => {
                 let kind = ErrorKind::of(e);
                 self.errors[kind.index()].fetch_add(1, Ordering::Relaxed);
-                self.last.store(FAILED, Ordering::Relaxed);
+                if kind != ErrorKind::Other {
+                    // Index < 6: fits.
+                    self.last
+                        .store(FAILED + kind.index() as u8, Ordering::Relaxed);
+                }
                 if let Some(suppressed) = self.log.admit(kind) {
                     tracing::warn!(
                         store = self.kind,
@@ -214,9 +276,9 @@ struct ErrorLog {
     clock: Arc<dyn Clock>,
     every: u64,
     /// Per kind: the instant (ns) of the last line, plus 1; 0 when none was written yet.
-    last: [AtomicU64; 3],
+    last: [AtomicU64; ErrorKind::ALL.len()],
     /// Per kind: failures not logged since the last line.
-    suppressed: [AtomicU64; 3],
+    suppressed: [AtomicU64; ErrorKind::ALL.len()],
 }
 
 impl ErrorLog {
@@ -285,11 +347,31 @@ mod tests {
         health.record::<()>(&Err(StoreError::Timeout(Duration::from_millis(50))));
         health.record::<()>(&Err(StoreError::Unavailable("down".into())));
         assert_eq!(health.last_call_ok(), Some(false));
+        health.record::<()>(&Err(StoreError::Refused("refused".into())));
+        assert_eq!(health.last_error(), Some(ErrorKind::Refused));
+        // A failed call makes the store not ready, whatever its breaker says.
+        let status = health.status(Some(BreakerState::Closed));
+        assert_eq!(status.last_error, Some("refused"));
+        assert!(!status.ready());
+        assert_eq!(
+            status.not_ready().as_deref(),
+            Some("the store failed: its last call failed (refused)")
+        );
         health.record(&Ok(()));
-        assert_eq!(health.calls(), 3);
+        assert_eq!(health.last_error(), None);
+        // A refusal for one key says nothing of the store: the last outcome stays.
+        health.record::<()>(&Err(StoreError::NotOnStore {
+            store: "redis",
+            algorithm: "gcra",
+            reason: "test",
+        }));
+        assert_eq!(health.last_call_ok(), Some(true));
+        assert_eq!(health.calls(), 5);
         assert_eq!(health.errors(ErrorKind::Timeout), 1);
         assert_eq!(health.errors(ErrorKind::Unavailable), 1);
-        assert_eq!(health.errors(ErrorKind::Other), 0);
+        assert_eq!(health.errors(ErrorKind::Refused), 1);
+        assert_eq!(health.errors(ErrorKind::Other), 1);
+        assert!(health.status(Some(BreakerState::Closed)).ready());
         let status = health.status(Some(BreakerState::Open));
         assert!(!status.ready());
         assert_eq!(status.last_call_ok, Some(true));

@@ -41,6 +41,8 @@ pub struct Service {
     child: Child,
     /// `http://ADDR` of its HTTP API.
     pub http: String,
+    /// What it wrote to stderr before its listening line (its start-up log).
+    pub started: String,
 }
 
 impl Drop for Service {
@@ -53,6 +55,47 @@ impl Drop for Service {
 /// Starts `floodgate serve --config path --store store` with `env` set, on ports the OS
 /// chooses, and waits (at most 30 s) for its listening line.
 pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
+    let mut command = serve_command(path, store, env);
+    let mut child = command.spawn().expect("the floodgate binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    match listening(stderr).recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok((l, started))) => Service {
+            child,
+            http: format!("http://{}", l.http),
+            started,
+        },
+        Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
+        Err(e) => panic!("no listening line from floodgate serve: {e}"),
+    }
+}
+
+/// Runs `floodgate serve` as [`serve`] does, expecting it to refuse to start: its exit code
+/// and stderr. Panics if it listens instead, or has not exited within 30 s.
+pub fn serve_refused(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut child = serve_command(path, store, env)
+        .spawn()
+        .expect("the floodgate binary starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    match listening(stderr).recv_timeout(Duration::from_secs(30)) {
+        Ok(Err(stderr)) => {
+            let status = child.wait().expect("the child's status");
+            (status.code(), stderr)
+        }
+        Ok(Ok((l, _))) => {
+            let _ = child.kill();
+            panic!(
+                "floodgate serve started (listening on {}), it should have refused",
+                l.http
+            )
+        }
+        Err(e) => {
+            let _ = child.kill();
+            panic!("floodgate serve neither listened nor exited: {e}")
+        }
+    }
+}
+
+fn serve_command(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
     command
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
@@ -66,8 +109,14 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
     for (k, v) in env {
         command.env(k, v);
     }
-    let mut child = command.spawn().expect("the floodgate binary starts");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    command
+}
+
+/// Reads `stderr` until the listening line (sent as `Ok`, with the lines before it) or its end
+/// (the lines before it, sent as `Err`), then drains it in the background.
+fn listening(
+    stderr: std::process::ChildStderr,
+) -> mpsc::Receiver<Result<(Listening, String), String>> {
     let (found, listening) = mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(stderr).lines();
@@ -75,7 +124,7 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
         let result = loop {
             match lines.next() {
                 Some(Ok(line)) => match Listening::parse(&line) {
-                    Some(l) => break Ok(l),
+                    Some(l) => break Ok((l, before.join("\n"))),
                     None => before.push(line),
                 },
                 Some(Err(_)) | None => break Err(before.join("\n")),
@@ -84,14 +133,7 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
         let _ = found.send(result);
         for _ in lines {}
     });
-    match listening.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(l)) => Service {
-            child,
-            http: format!("http://{}", l.http),
-        },
-        Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
-        Err(e) => panic!("no listening line from floodgate serve: {e}"),
-    }
+    listening
 }
 
 impl Service {

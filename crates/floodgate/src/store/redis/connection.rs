@@ -89,7 +89,7 @@ impl Connection {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(None)
-            .set_number_of_retries(1)
+            .set_number_of_retries(0)
             .set_max_delay(timeout);
         let manager = lazy_manager(&client, &config, url)?;
         Ok(Connection::Single(Box::new(Single {

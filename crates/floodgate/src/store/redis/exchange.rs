@@ -82,7 +82,7 @@ fn state_of(algorithm: &AnyAlgorithm, value: &[u8]) -> Result<Option<AnyState>, 
     if let Some(tag) = value.strip_prefix(b"!") {
         return Err(conflict(tag));
     }
-    let bad = || StoreError::Unavailable("unexpected state in Redis for a cached key".into());
+    let bad = || StoreError::Protocol("unexpected state in Redis for a cached key".into());
     let text = std::str::from_utf8(value).map_err(|_| bad())?;
     let mut fields = text.split(':');
     let tag = fields.next().unwrap_or("");
@@ -218,7 +218,7 @@ impl RedisStore {
 
 /// `{now_us, value, …}` with `keys` values.
 fn decode(value: Value, keys: usize) -> Result<(Nanos, Vec<Vec<u8>>), StoreError> {
-    let bad = || StoreError::Unavailable("unexpected reply from the cached store's sync".into());
+    let bad = || StoreError::Protocol("unexpected reply from the cached store's sync".into());
     let Value::Array(items) = value else {
         return Err(bad());
     };
@@ -283,7 +283,7 @@ mod tests {
         ));
         assert!(matches!(
             state_of(&fw, b"F:x"),
-            Err(StoreError::Unavailable(_))
+            Err(StoreError::Protocol(_))
         ));
     }
 }

@@ -34,20 +34,92 @@ impl From<RedisError> for Failed {
     fn from(e: RedisError) -> Failed {
         // Everything redis-rs would retry (I/O, `MOVED`/`ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
         // `MASTERDOWN`, `LOADING`, `READONLY`, a lost cluster node) is about the link or the
-        // topology; what it would not retry is an answer (a script error, `NOSCRIPT`, …).
+        // topology, and so is a connection that could not be set up (refused, credentials, a
+        // peer that is not Redis); what it would not retry is an answer (a script error,
+        // `NOSCRIPT`, …).
+        let error = classify(&e);
         let link = e.is_io_error()
             || e.is_connection_dropped()
             || e.is_timeout()
             || e.is_unrecoverable_error()
-            || !matches!(e.retry_method(), RetryMethod::NoRetry);
-        // The client's own response timeout is the store's: `guarded` fills in the duration.
-        let error = if e.is_timeout() {
-            StoreError::Timeout(Duration::ZERO)
-        } else {
-            StoreError::Unavailable(e.to_string())
-        };
+            || !matches!(e.retry_method(), RetryMethod::NoRetry)
+            || matches!(
+                error,
+                StoreError::Refused(_) | StoreError::Auth(_) | StoreError::Protocol(_)
+            );
         Failed { error, link }
     }
+}
+
+/// The store error a redis-rs error means, with a message that says what to fix. The client's
+/// own response timeout is the store's: `guarded` fills in the duration.
+pub(super) fn classify(e: &RedisError) -> StoreError {
+    if e.is_timeout() {
+        return StoreError::Timeout(Duration::ZERO);
+    }
+    if let Some(io) = io_error(e) {
+        use std::io::ErrorKind as Io;
+        let unreachable = matches!(
+            io.kind(),
+            Io::HostUnreachable | Io::NetworkUnreachable | Io::AddrNotAvailable
+        ) || io.to_string().contains("failed to lookup address");
+        if e.is_connection_refusal() || unreachable {
+            return StoreError::Refused(e.to_string());
+        }
+        // rustls reports a certificate it does not trust, and a handshake with a peer that
+        // does not speak TLS, as invalid data.
+        if io.kind() == Io::InvalidData {
+            let hint = if io.to_string().contains("certificate") {
+                "the server's certificate is not trusted: give the CA that signed it with \
+                 store.tls_ca_file"
+            } else {
+                "TLS against a plain port, or plain text against a TLS one?"
+            };
+            return StoreError::Protocol(format!("{e} ({hint})"));
+        }
+    }
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => StoreError::Auth(
+            "wrong user name or password (or a password was given and the server has none set)"
+                .into(),
+        ),
+        ErrorKind::Server(ServerErrorKind::NoPerm) => StoreError::Auth(format!(
+            "the user may not run a command Floodgate needs (EVAL, EVALSHA, TIME, GET, SET, …): {e}"
+        )),
+        _ if e.code() == Some("NOAUTH") => StoreError::Auth(
+            "the server requires a password, and none was given (put it in the URL, \
+             redis://:PASSWORD@host:port, or name the variable holding it in store.password_env)"
+                .into(),
+        ),
+        _ if e.code() == Some("WRONGPASS") => {
+            StoreError::Auth("wrong user name or password".into())
+        }
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType | ErrorKind::RESP3NotSupported => {
+            StoreError::Protocol(format!("{e} (is a Redis server listening there?)"))
+        }
+        // The connection's set-up selects the URL's database; redis-rs reports its refusal
+        // only in the message.
+        ErrorKind::Server(ServerErrorKind::ResponseError)
+            if e.to_string().contains("refused to switch database") =>
+        {
+            StoreError::Protocol(format!(
+                "{e} (the URL's /db names a database this server does not have)"
+            ))
+        }
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
+
+/// The I/O error behind `e`, if it is one. redis-rs keeps it behind an `Arc` that is itself
+/// the error's source.
+fn io_error(e: &RedisError) -> Option<&std::io::Error> {
+    use std::error::Error;
+    let source = e.source()?;
+    source.downcast_ref::<std::io::Error>().or_else(|| {
+        source
+            .downcast_ref::<std::sync::Arc<dyn Error + Send + Sync>>()
+            .and_then(|inner| inner.downcast_ref::<std::io::Error>())
+    })
 }
 
 fn is(e: &RedisError, kind: ServerErrorKind) -> bool {
@@ -295,6 +367,9 @@ impl Inner {
         match failed.error {
             StoreError::Timeout(_) => StoreError::Timeout(timeout),
             StoreError::Unavailable(message) => StoreError::Unavailable(self.scrubbed(message)),
+            StoreError::Refused(message) => StoreError::Refused(self.scrubbed(message)),
+            StoreError::Auth(message) => StoreError::Auth(self.scrubbed(message)),
+            StoreError::Protocol(message) => StoreError::Protocol(self.scrubbed(message)),
             other => other,
         }
     }

@@ -471,6 +471,37 @@ impl RedisStore {
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
     }
+
+    /// Checks that the store can be used now, with one call like any other (under the store's
+    /// timeout and circuit breaker): it connects if there is no connection yet (with the URL's
+    /// credentials and database) and runs a script that touches no key, which Redis refuses
+    /// exactly as it would refuse the twins (no permission to run scripts, say). On a Redis
+    /// Cluster it reaches one node. For checking a store at start-up, and for finding out
+    /// that a failing store is back while no traffic comes.
+    ///
+    /// The error says what is wrong ([`StoreError::Refused`], [`StoreError::Auth`],
+    /// [`StoreError::Protocol`], [`StoreError::Timeout`], [`StoreError::Unavailable`]), the
+    /// URL's password scrubbed from it.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        inner
+            .guarded(async {
+                let mut handle = inner.connection.handle();
+                let answer: redis::Value = redis::cmd("EVAL")
+                    .arg("return 1")
+                    .arg(0)
+                    .query_async(&mut handle)
+                    .await?;
+                match answer {
+                    redis::Value::Int(1) => Ok(()),
+                    other => Err(StoreError::Protocol(format!(
+                        "a script returning 1 returned {other:?}"
+                    ))
+                    .into()),
+                }
+            })
+            .await
+    }
 }
 
 impl Inner {

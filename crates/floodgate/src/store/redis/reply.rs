@@ -32,7 +32,7 @@ pub(super) fn tag_name(tag: &[u8]) -> &'static str {
 /// or `{-1, tag}` for a key holding another algorithm's state, or `{-2}` for an operation the
 /// script refused because its result would leave the exact range (nothing was written).
 pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision, StoreError> {
-    let bad = || StoreError::Unavailable("unexpected reply from a Floodgate script".into());
+    let bad = || StoreError::Protocol("unexpected reply from a Floodgate script".into());
     let Value::Array(items) = value else {
         return Err(bad());
     };
