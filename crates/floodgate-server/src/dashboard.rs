@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use floodgate::limiter::OnStoreError;
@@ -28,7 +28,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::metrics::{Live, StoreLive};
-use crate::service::Snapshot;
 
 pub mod heavy_keys;
 
@@ -103,9 +102,6 @@ struct Previous {
     at: Option<Nanos>,
     stages: HashMap<String, StageStats>,
     store: Option<(u64, u64)>,
-    /// The configuration its stages belonged to: held, so that a reload is told apart even
-    /// if the new one lands at the same address.
-    config: Option<Arc<Snapshot>>,
 }
 
 #[derive(Debug, Default)]
@@ -191,14 +187,12 @@ impl Dashboard {
         }
         let previous = &history.previous;
         let elapsed = previous.at.map(|at| now.saturating_since(at).as_secs_f64());
-        // A reload builds new stages whose counters start at 0: count from there.
-        let same_config = match (&previous.config, &live.config) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (a, b) => a.is_none() && b.is_none(),
-        };
+        // A reload's stages go on counting where the same stages of the previous configuration
+        // left off; a stage new to it starts at 0 (and one that changed kind starts afresh,
+        // below its old count, which counts as nothing).
         let rate = |now: u64, before: Option<u64>| match (elapsed, before) {
-            (Some(dt), Some(b)) if dt > 0.0 && same_config => now.saturating_sub(b) as f64 / dt,
-            (Some(dt), _) if dt > 0.0 => now as f64 / dt,
+            (Some(dt), Some(b)) if dt > 0.0 => now.saturating_sub(b) as f64 / dt,
+            (Some(dt), None) if dt > 0.0 => now as f64 / dt,
             _ => 0.0,
         };
         let mut stages = HashMap::with_capacity(live.stages.len());
@@ -253,7 +247,6 @@ impl Dashboard {
                 .store
                 .as_ref()
                 .map(|s| (s.calls, s.errors.iter().sum())),
-            config: live.config.clone(),
         };
         history.keys = self.merged_keys();
         if history.points.len() == HISTORY {

@@ -5,10 +5,10 @@
 //! does not change carry on (a user's bucket keeps its level); the new parameters apply from
 //! the next request. A reload that fails validation keeps the running configuration.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 use floodgate::algorithm::Algorithm;
@@ -33,6 +33,9 @@ use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 pub use crate::store::Mem;
 use crate::store::ServiceStore;
 
+pub mod switches;
+use switches::{Configured, Switches};
+
 /// One configuration, ready to serve: swapped whole on reload.
 pub type Snapshot = Served<ServiceStore>;
 
@@ -42,7 +45,9 @@ pub type Snapshot = Served<ServiceStore>;
 pub struct EvaluateRequest {
     /// Who is asking.
     pub user: String,
-    /// The user's plan; absent: the plan the config (or the admin API) gives the user.
+    /// The user's plan, as the caller knows it. The admin API's plan for the user comes first,
+    /// then the config's `users:`, then this, then the config's `default_plan`. A plan the
+    /// config does not have is refused.
     #[serde(default)]
     pub plan: Option<String>,
     /// `critical`, `post`, `get` (default) or `test`.
@@ -86,6 +91,9 @@ pub struct Overview {
     pub limits: Vec<(String, &'static str)>,
     /// The Envoy RLS domains, sorted.
     pub domains: Vec<String>,
+    /// The stages whose mode the admin API switched away from the configuration's, each with
+    /// the configuration's mode.
+    pub switched: BTreeMap<String, Mode>,
 }
 
 /// Why `POST /v1/evaluate` refused a request's fields (the body itself parsed).
@@ -100,6 +108,14 @@ pub enum EvaluateError {
     /// `user` is empty.
     #[error("field `user`: must not be empty")]
     EmptyUser,
+    /// `plan` names a plan the running configuration does not have.
+    #[error("field `plan`: `{plan}` is not a configured plan ({configured})")]
+    UnknownPlan {
+        /// The plan as sent.
+        plan: String,
+        /// The configured plans, for the message.
+        configured: String,
+    },
 }
 
 /// Why `POST /v1/release` refused a lease token. The token is never repeated in a message: it
@@ -139,10 +155,12 @@ pub enum AdminError {
         mode: String,
     },
     /// The request names a plan the running config does not have.
-    #[error("field `plan`: no plan named `{plan}`")]
+    #[error("field `plan`: `{plan}` is not a configured plan ({configured})")]
     UnknownPlan {
         /// The plan as sent.
         plan: String,
+        /// The configured plans, for the message.
+        configured: String,
     },
     /// The request's `user` is empty.
     #[error("field `user`: must not be empty")]
@@ -156,7 +174,11 @@ pub struct Server {
     /// The one store, created once and kept across reloads: every stage, named limit and Envoy
     /// rule keeps its keys in its own namespace of it.
     store: ServiceStore,
-    /// Plans set through the admin API; they survive reloads.
+    /// The operator's switches (modes and plans set through the admin API), which outlive
+    /// reloads that leave their settings alone ([`switches`]). The lock also keeps admin calls
+    /// and reloads from interleaving.
+    switches: Mutex<Switches>,
+    /// The plans of [`Server::switches`], by user: what each decision reads, without a lock.
     plan_overrides: ArcSwap<HashMap<String, String>>,
     config_path: Option<PathBuf>,
     /// What the command line turns on over every config loaded.
@@ -183,7 +205,7 @@ impl Server {
         admin_token: Option<String>,
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
-        let snapshot = build_snapshot(&config, &store)?;
+        let snapshot = build_snapshot(&config, &store, None)?;
         let limits = config.connections.clone();
         Ok(Server {
             gate: ConnectionGate::new(limits.max_connections),
@@ -191,6 +213,7 @@ impl Server {
             limits,
             snapshot: ArcSwap::from_pointee(snapshot),
             store,
+            switches: Mutex::new(Switches::default()),
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
             config_path,
             overrides: Overrides::default(),
@@ -321,12 +344,21 @@ impl Server {
             return Err(EvaluateError::EmptyUser);
         }
         let snapshot = self.snapshot.load();
+        if let Some(plan) = &request.plan {
+            if !has_plan(&snapshot, plan) {
+                return Err(EvaluateError::UnknownPlan {
+                    plan: plan.clone(),
+                    configured: plan_list(&snapshot),
+                });
+            }
+        }
+        // The operator's switch, then the configuration's users, then what the caller says.
         let overrides = self.plan_overrides.load();
-        let plan = request
-            .plan
-            .as_deref()
-            .or_else(|| overrides.get(&request.user).map(String::as_str))
-            .or_else(|| snapshot.users.get(&request.user).map(String::as_str))
+        let plan = overrides
+            .get(&request.user)
+            .or_else(|| snapshot.users.get(&request.user))
+            .map(String::as_str)
+            .or(request.plan.as_deref())
             .unwrap_or(&snapshot.default_plan);
         let descriptor = Descriptor {
             user: &request.user,
@@ -487,56 +519,67 @@ impl Server {
         }
     }
 
-    /// Switches the stage named `limiter` to `mode` now (until the next reload).
+    /// Switches the stage named `limiter` to `mode` now. The switch outlives reloads that
+    /// leave the stage's configured mode alone ([`switches`]); switching back to the
+    /// configured mode clears it.
     pub fn set_mode(&self, limiter: &str, mode: &str) -> Result<(), AdminError> {
         let mode = Mode::from_name(mode).ok_or_else(|| AdminError::UnknownMode {
             mode: mode.to_string(),
         })?;
+        let mut switches = self.switches();
         let snapshot = self.snapshot.load();
-        if snapshot.pipeline.set_mode(limiter, mode) {
-            tracing::info!(limiter, mode = mode.name(), "mode switched");
-            Ok(())
-        } else {
+        let Some(&configured) = snapshot.configured_modes.get(limiter) else {
             let names: Vec<&str> = snapshot
                 .pipeline
                 .stages()
                 .map(|s| s.name().as_str())
                 .collect();
-            Err(AdminError::UnknownLimiter {
+            return Err(AdminError::UnknownLimiter {
                 limiter: limiter.to_string(),
                 configured: if names.is_empty() {
                     "none is configured".to_string()
                 } else {
                     format!("configured: {}", names.join(", "))
                 },
-            })
-        }
+            });
+        };
+        snapshot.pipeline.set_mode(limiter, mode);
+        switches.set_mode(limiter, mode, configured);
+        tracing::info!(
+            limiter,
+            mode = mode.name(),
+            configured = configured.name(),
+            "mode switched"
+        );
+        Ok(())
     }
 
-    /// Puts `user` on `plan` (kept across reloads).
+    /// Puts `user` on `plan`, before the configuration's `users:` and the plan a request
+    /// names. The switch outlives reloads that leave the user's entry in `users:` alone and
+    /// keep the plan ([`switches`]).
     pub fn set_plan(&self, user: &str, plan: &str) -> Result<(), AdminError> {
+        let mut switches = self.switches();
         let snapshot = self.snapshot.load();
-        let known = snapshot
-            .pipeline
-            .stages()
-            .any(|stage| match stage.limiter() {
-                Limiter::RequestRate(rr) => rr.plans().any(|p| p.name() == plan),
-                _ => false,
-            });
-        if !known {
+        if !has_plan(&snapshot, plan) {
             return Err(AdminError::UnknownPlan {
                 plan: plan.to_string(),
+                configured: plan_list(&snapshot),
             });
         }
         if user.is_empty() {
             return Err(AdminError::EmptyUser);
         }
-        self.plan_overrides.rcu(|current| {
-            let mut next = HashMap::clone(current);
-            next.insert(user.to_string(), plan.to_string());
-            next
-        });
+        let configured = snapshot.users.get(user).map(String::as_str);
+        switches.set_plan(user, plan, configured);
+        self.plan_overrides
+            .store(Arc::new(switches.plans_by_user()));
+        tracing::info!(plan, "plan switched for a user");
         Ok(())
+    }
+
+    fn switches(&self) -> MutexGuard<'_, Switches> {
+        // Switches are replaced whole; a poisoned lock is used as is.
+        self.switches.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Re-reads the config file or directory (every file in it again, so files added, changed
@@ -544,11 +587,27 @@ impl Server {
     /// applied, and swaps it in; on any error the running config stays and the error is
     /// returned (and counted).
     pub fn reload(&self) -> Result<(), ConfigFileError> {
+        let mut switches = self.switches();
+        let previous = self.snapshot.load_full();
         let result = Config::load_or_builtin(self.config_path.as_deref(), &self.overrides)
-            .and_then(|config| build_snapshot(&config, &self.store));
+            .and_then(|config| build_snapshot(&config, &self.store, Some(&previous)));
         match result {
             Ok(snapshot) => {
+                let has = |plan: &str| has_plan(&snapshot, plan);
+                let (kept, dropped) = switches.after_reload(&Configured {
+                    modes: &snapshot.configured_modes,
+                    users: &snapshot.users,
+                    has_plan: &has,
+                });
+                for (stage, switch) in &kept.modes {
+                    snapshot.pipeline.set_mode(stage, switch.mode);
+                }
+                for d in &dropped {
+                    tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
+                }
                 self.snapshot.store(Arc::new(snapshot));
+                self.plan_overrides.store(Arc::new(kept.plans_by_user()));
+                *switches = kept;
                 self.metrics.reload(true);
                 Ok(())
             }
@@ -575,10 +634,17 @@ impl Server {
             .collect();
         let mut domains: Vec<String> = snapshot.rules.domains().map(str::to_string).collect();
         domains.sort();
+        let switched = self
+            .switches()
+            .modes
+            .iter()
+            .map(|(stage, switch)| (stage.clone(), switch.configured))
+            .collect();
         Overview {
             limiters,
             limits,
             domains,
+            switched,
         }
     }
 
@@ -642,7 +708,17 @@ impl Server {
             "history_points": dashboard::HISTORY,
             "admin": self.admin_token.is_some(),
             "authorized": plain,
-            "stages": live.stages.iter().map(dashboard::stage_json).collect::<Vec<_>>(),
+            "stages": live.stages.iter().map(|stage| {
+                let mut value = dashboard::stage_json(stage);
+                // The mode the configuration gives it: the page marks a stage switched away.
+                let configured = live.config.as_ref().and_then(|c| {
+                    c.configured_modes.get(stage.stats.name.as_str())
+                });
+                if let Some(mode) = configured {
+                    value["configured_mode"] = mode.name().into();
+                }
+                value
+            }).collect::<Vec<_>>(),
             "busy_workers": live.busy_workers,
             "store": dashboard::store_json(&self.store.status(), live.store.as_ref()),
             "points": self.dashboard.points_after(since),
@@ -668,10 +744,44 @@ impl Server {
 /// Builds a config into a snapshot over the service's long-lived store, with the shared coarse
 /// clock driving the utilization shedder.
 /// A configuration using an algorithm the store cannot run is refused.
-fn build_snapshot(config: &Config, store: &ServiceStore) -> Result<Snapshot, ConfigFileError> {
-    let served = config.build(store.clone(), Arc::new(CoarseClock::shared()))?;
+/// A configuration replacing `previous` goes on counting where its stages left off.
+fn build_snapshot(
+    config: &Config,
+    store: &ServiceStore,
+    previous: Option<&Snapshot>,
+) -> Result<Snapshot, ConfigFileError> {
+    let clock = Arc::new(CoarseClock::shared());
+    let served = config.build_after(store.clone(), clock, previous)?;
     store.check(&served)?;
     Ok(served)
+}
+
+/// Whether the running configuration has a plan named `plan` (its request rate stage's).
+fn has_plan(snapshot: &Snapshot, plan: &str) -> bool {
+    plans(snapshot).any(|p| p == plan)
+}
+
+/// The configured plans' names.
+fn plans(snapshot: &Snapshot) -> impl Iterator<Item = &str> {
+    snapshot
+        .pipeline
+        .stages()
+        .filter_map(|stage| match stage.limiter() {
+            Limiter::RequestRate(rr) => Some(rr.plans().map(|p| p.name())),
+            _ => None,
+        })
+        .flatten()
+}
+
+/// The configured plans, for a message: `plans are free, pro` or `there are no plans`.
+fn plan_list(snapshot: &Snapshot) -> String {
+    let mut names: Vec<&str> = plans(snapshot).collect();
+    names.sort_unstable();
+    if names.is_empty() {
+        "there are no plans".to_string()
+    } else {
+        format!("plans are {}", names.join(", "))
+    }
 }
 
 impl crate::grpc::RlsBackend for Server {

@@ -481,6 +481,104 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
     );
 }
 
+/// The operator's switches outlive a reload that leaves their settings alone, the stage's
+/// counters go on, and the pages mark the switched stage; a reload that changes the very
+/// setting wins over the switch.
+#[tokio::test]
+async fn runtime_switches_outlive_reloads_unless_the_file_changes_them() {
+    let s = start(Some(CONFIG), Some("t")).await;
+    let admin = |path: &'static str, body: Value| s.post_raw(path, body.to_string(), Some("t"));
+    let policy = |answer: &Value| answer["headers"]["ratelimit-policy"].to_string();
+    for _ in 0..3 {
+        let (_, ok) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
+        s.post("/v1/release", json!({"lease": ok["lease"]})).await;
+    }
+    let off = json!({"limiter": "concurrency", "mode": "off"});
+    assert_eq!(admin("/admin/mode", off).await.0, 200);
+    let big = json!({"user": "cy", "plan": "big"});
+    assert_eq!(admin("/admin/plan", big).await.0, 200);
+    // A reload of an unrelated change keeps both switches.
+    let raised = CONFIG.replace("limit: 2, window: 1h", "limit: 5, window: 1h");
+    std::fs::write(s.config_path(), &raised).unwrap();
+    assert_eq!(admin("/admin/reload", json!({})).await.0, 200);
+    // Three requests in flight at once, where the concurrency limit is 2: the kill switch held.
+    for _ in 0..3 {
+        let (_, answer) = s.post("/v1/evaluate", json!({"user": "dee"})).await;
+        assert_eq!(answer["allowed"], true, "{answer}");
+    }
+    let (_, answer) = s.post("/v1/evaluate", json!({"user": "cy"})).await;
+    assert!(policy(&answer).contains("q=1000"), "{answer}");
+    let (_, dashboard) = s.get("/v1/dashboard").await;
+    let dashboard: Value = serde_json::from_str(&dashboard).unwrap();
+    let stage = &dashboard["stages"][1];
+    assert_eq!(
+        (&stage["name"], &stage["mode"], &stage["configured_mode"]),
+        (&json!("concurrency"), &json!("off"), &json!("enforce")),
+        "{stage}"
+    );
+    // Its counters went on: three decisions before the reload, none since (it is off).
+    assert_eq!(stage["totals"]["decisions"], 3, "{stage}");
+    let (_, home) = s.get("/").await;
+    assert!(
+        home.contains("<small class=\"switched\">switched at run time (configured: enforce)"),
+        "{home}"
+    );
+    // The file changes the stage's mode and the user's plan: the file wins.
+    let changed = raised
+        .replace(
+            "concurrency: {capacity: 2, lease_ttl: 60s, mode: enforce}",
+            "concurrency: {capacity: 2, lease_ttl: 60s, mode: shadow}",
+        )
+        .replace("  vip: big", "  vip: big\n  cy: tiny");
+    std::fs::write(s.config_path(), &changed).unwrap();
+    assert_eq!(admin("/admin/reload", json!({})).await.0, 200);
+    let (_, dashboard) = s.get("/v1/dashboard").await;
+    let dashboard: Value = serde_json::from_str(&dashboard).unwrap();
+    assert_eq!(dashboard["stages"][1]["mode"], "shadow", "{dashboard}");
+    let (_, answer) = s.post("/v1/evaluate", json!({"user": "cy"})).await;
+    assert!(policy(&answer).contains("q=3"), "{answer}");
+    let (_, home) = s.get("/").await;
+    assert!(!home.contains("<small class=\"switched\">"), "{home}");
+}
+
+/// A user's plan comes from the admin API, then the configuration's `users:`, then the
+/// request; a plan that does not exist is refused, naming the plans.
+#[tokio::test]
+async fn plans_follow_one_precedence_and_unknown_ones_are_refused() {
+    let s = start(Some(CONFIG), Some("t")).await;
+    let policy = |answer: &Value| answer["headers"]["ratelimit-policy"].to_string();
+    // `vip` is on `big` in the file: the request's `tiny` does not lower it.
+    let (_, answer) = s
+        .post("/v1/evaluate", json!({"user": "vip", "plan": "tiny"}))
+        .await;
+    assert!(policy(&answer).contains("q=1000"), "{answer}");
+    // A user the file does not list takes the request's plan.
+    let (_, answer) = s
+        .post("/v1/evaluate", json!({"user": "dee", "plan": "big"}))
+        .await;
+    assert!(policy(&answer).contains("q=1000"), "{answer}");
+    // The admin API's plan comes before both.
+    let tiny = json!({"user": "vip", "plan": "tiny"}).to_string();
+    assert_eq!(s.post_raw("/admin/plan", tiny, Some("t")).await.0, 200);
+    let (_, answer) = s
+        .post("/v1/evaluate", json!({"user": "vip", "plan": "big"}))
+        .await;
+    assert!(policy(&answer).contains("q=3"), "{answer}");
+    // An unknown plan is refused, listing the plans, and decides nothing.
+    let (status, answer) = s
+        .post("/v1/evaluate", json!({"user": "eve", "plan": "gold"}))
+        .await;
+    assert_eq!(
+        (status, &answer["error"]["type"]),
+        (400, &json!("unknown_plan"))
+    );
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`gold`") && message.contains("plans are big, tiny"),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one() {
     let s = start(Some(CONFIG), Some("t")).await;

@@ -220,7 +220,9 @@ pub struct Stage<S> {
     all_or_nothing: bool,
     /// The `local` policy's fallback, set when the pipeline is built.
     local: Option<Arc<local::LocalShare>>,
-    counters: Counters,
+    /// Shared with the same stage of the pipeline this one replaced, if any
+    /// ([`PipelineBuilder::counting_on_from`]).
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
@@ -250,7 +252,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             on_error: OnStoreError::FailOpen,
             all_or_nothing: false,
             local: None,
-            counters: Counters::default(),
+            counters: Arc::default(),
         }
     }
 
@@ -334,6 +336,8 @@ pub struct PipelineBuilder<S> {
     stages: Vec<Stage<S>>,
     nodes: u32,
     local_clock: Option<Arc<dyn Clock>>,
+    /// The counters of the pipeline this one replaces, by stage name and kind.
+    previous: Vec<(Namespace, LimiterKind, Arc<Counters>)>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for PipelineBuilder<S> {
@@ -342,6 +346,10 @@ impl<S: std::fmt::Debug> std::fmt::Debug for PipelineBuilder<S> {
             .field("stages", &self.stages)
             .field("nodes", &self.nodes)
             .field("local_clock", &self.local_clock.as_ref().map(|_| "set"))
+            .field(
+                "counting_on_from",
+                &self.previous.iter().map(|(n, _, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -371,6 +379,19 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
     /// Adds `limiter` as a stage with the defaults of [`Stage::new`].
     pub fn limiter(self, limiter: impl Into<Limiter<S>>) -> Self {
         self.stage(Stage::new(limiter))
+    }
+
+    /// Makes the pipeline go on counting where `previous` (the pipeline it replaces, as on a
+    /// configuration reload) left off: each stage with the name and kind of one of `previous`'s
+    /// shares that stage's counters ([`Stage::stats`]), so they never go back, and what
+    /// requests still running on `previous` decide is counted too. Other stages start at 0.
+    pub fn counting_on_from(mut self, previous: &Pipeline<S>) -> Self {
+        self.previous = previous
+            .stages
+            .iter()
+            .map(|s| (s.name.clone(), s.limiter.kind(), s.counters.clone()))
+            .collect();
+        self
     }
 
     /// The pipeline. Stage names (their limiters' namespaces) must be unique, so that modes,
@@ -413,6 +434,16 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
                     .map(Arc::new);
             }
         }
+        for stage in &mut stages {
+            let kind = stage.limiter.kind();
+            if let Some((_, _, counters)) = self
+                .previous
+                .iter()
+                .find(|(name, k, _)| *name == stage.name && *k == kind)
+            {
+                stage.counters = counters.clone();
+            }
+        }
         let segments = chain::segments(&stages);
         Ok(Pipeline {
             stages: stages.into_boxed_slice(),
@@ -448,6 +479,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             stages: Vec::new(),
             nodes: 1,
             local_clock: None,
+            previous: Vec::new(),
         }
     }
 

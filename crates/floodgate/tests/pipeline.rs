@@ -295,6 +295,39 @@ fn shadow_mode_counts_and_reports_but_lets_through_and_off_skips() {
     assert_eq!(rig.pipeline.mode("nope"), None);
 }
 
+/// A pipeline built to replace another (a reload) goes on counting where each stage of the
+/// same name and kind left off, and what runs on the old one still counts; a stage new to it
+/// starts at 0.
+#[test]
+fn a_replacing_pipeline_goes_on_counting() {
+    let rig = rig(10, 100, 0.0);
+    for _ in 0..3 {
+        assert!(rig.pipeline.evaluate_blocking(&get("u")).allowed());
+    }
+    let concurrency = |namespace: &str| {
+        ConcurrencyLimiter::builder()
+            .namespace(namespace)
+            .capacity(5)
+            .lease_ttl(Duration::from_secs(60))
+            .build(rig.store.clone())
+            .unwrap()
+    };
+    let next = Pipeline::builder()
+        .limiter(concurrency("concurrency"))
+        .limiter(concurrency("per_user"))
+        .counting_on_from(&rig.pipeline)
+        .build()
+        .unwrap();
+    let counted = |p: &Pipeline<_>, stage| p.stage(stage).unwrap().stats().decided;
+    assert_eq!(counted(&next, "concurrency"), 3);
+    assert_eq!(counted(&next, "per_user"), 0);
+    assert!(next.evaluate_blocking(&get("v")).allowed());
+    assert!(rig.pipeline.evaluate_blocking(&get("w")).allowed());
+    assert_eq!(counted(&next, "concurrency"), 5);
+    assert_eq!(counted(&rig.pipeline, "concurrency"), 5);
+    assert_eq!(counted(&next, "per_user"), 1);
+}
+
 #[test]
 fn a_store_outage_fails_open_by_default_and_closed_when_asked() {
     let rig = rig(1, 100, 0.0);

@@ -508,6 +508,9 @@ pub struct Served<S> {
     /// The names of the rate limit headers added to every `ShouldRateLimit` answer; `None`
     /// when they are off (see [`rls`]).
     pub response_headers: Option<ResponseHeaderNames>,
+    /// Each stage's mode as the configuration sets it, by stage name: the stages' current
+    /// modes may differ, switched at run time ([`Pipeline::set_mode`]).
+    pub configured_modes: BTreeMap<String, Mode>,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -745,9 +748,25 @@ impl Config {
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
+        self.build_after(store, clock, None)
+    }
+
+    /// [`Config::build`] for a configuration replacing `previous` (a reload): each stage that
+    /// `previous` has too (same name and kind) goes on counting where it left off
+    /// ([`floodgate::pipeline::PipelineBuilder::counting_on_from`]).
+    pub fn build_after<S>(
+        &self,
+        store: S,
+        clock: Arc<dyn Clock>,
+        previous: Option<&Served<S>>,
+    ) -> Result<Served<S>, ConfigFileError>
+    where
+        S: Store<str, AnyAlgorithm> + Clone + 'static,
+    {
         let plans = self.plans()?;
         self.validate(&plans)?;
-        let (pipeline, workers) = self.pipeline(plans, &store, clock)?;
+        let previous = previous.map(|p| &p.pipeline);
+        let (pipeline, workers) = self.pipeline(plans, &store, clock, previous)?;
         let limits = self.named_limits(&store)?;
         // One store, one namespace each: a named limit may not count in a stage's keys.
         for name in limits.keys() {
@@ -759,6 +778,10 @@ impl Config {
                 ));
             }
         }
+        let configured_modes = pipeline
+            .stages()
+            .map(|s| (s.name().to_string(), s.current_mode()))
+            .collect();
         Ok(Served {
             pipeline,
             workers,
@@ -767,6 +790,7 @@ impl Config {
             users: self.users.clone(),
             default_plan: self.default_plan.clone().unwrap_or_default(),
             response_headers: self.rls.response_headers.names()?,
+            configured_modes,
         })
     }
 
@@ -776,6 +800,7 @@ impl Config {
         plans: Vec<Plan>,
         store: &S,
         clock: Arc<dyn Clock>,
+        previous: Option<&Pipeline<S>>,
     ) -> Result<(Pipeline<S>, Option<Arc<WorkerGauge>>), ConfigFileError>
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
@@ -793,6 +818,9 @@ impl Config {
         let mut builder = Pipeline::builder()
             .nodes(self.store.nodes)
             .local_clock(clock.clone());
+        if let Some(previous) = previous {
+            builder = builder.counting_on_from(previous);
+        }
         let limiters = &self.limiters;
         if let Some(r) = &limiters.request_rate {
             let mut limiter = RequestRateLimiter::builder()

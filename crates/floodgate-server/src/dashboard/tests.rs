@@ -35,29 +35,32 @@ async fn points_are_rates_since_the_previous_one() {
     assert_eq!(dashboard.points_after(None).len(), 2);
 }
 
+/// A reload's stages go on counting where the previous configuration's left off: the point
+/// after a reload is the difference, and the totals never go back.
 #[tokio::test(flavor = "current_thread")]
-async fn a_reload_counts_from_zero() {
+async fn a_reload_keeps_counting() {
     let server = server();
     let dashboard = Dashboard::new(0);
-    let mut before = server.live().await;
-    for s in &mut before.stages {
-        s.stats.decided = 1000;
+    let request = crate::service::EvaluateRequest {
+        user: "alice".into(),
+        plan: None,
+        priority: None,
+        cost: None,
+        endpoint: None,
+    };
+    for _ in 0..7 {
+        server.evaluate(&request).await.unwrap();
     }
-    dashboard.record(&before, Nanos::from_secs(1));
-    // New stages (another configuration) that decided 50 since: 50/s, not 50 − 1000 nor 0.
-    let mut after = Server::new(Config::builtin(), None, None)
-        .unwrap()
-        .live()
-        .await;
-    for s in &mut after.stages {
-        s.stats.decided = 50;
+    dashboard.record(&server.live().await, Nanos::from_secs(1));
+    server.reload().unwrap();
+    for _ in 0..3 {
+        server.evaluate(&request).await.unwrap();
     }
-    dashboard.record(&after, Nanos::from_secs(2));
+    let live = server.live().await;
+    assert_eq!(live.stages[0].stats.decided, 10, "{:?}", live.stages[0]);
+    dashboard.record(&live, Nanos::from_secs(2));
     let point = dashboard.points_after(Some(0)).pop().unwrap();
-    assert!(
-        point.stages.values().all(|s| s.decisions == 50.0),
-        "{point:?}"
-    );
+    assert_eq!(point.stages["request_rate"].decisions, 3.0, "{point:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -141,17 +141,28 @@
   function modeCell(td, stage) {
     if (!state.authorized) {
       td.replaceChildren(document.createTextNode(stage.mode));
-      return;
+    } else {
+      let select = td.querySelector("select");
+      if (!select) {
+        select = el("select", { "aria-label": "mode of " + stage.name });
+        for (const m of ["enforce", "shadow", "off"]) select.append(el("option", { value: m }, m));
+        select.addEventListener("change", () => setMode(stage.name, select.value, select));
+        td.replaceChildren(select);
+      }
+      select.dataset.mode = stage.mode;
+      if (document.activeElement !== select) select.value = stage.mode;
     }
-    let select = td.querySelector("select");
-    if (!select) {
-      select = el("select", { "aria-label": "mode of " + stage.name });
-      for (const m of ["enforce", "shadow", "off"]) select.append(el("option", { value: m }, m));
-      select.addEventListener("change", () => setMode(stage.name, select.value, select));
-      td.replaceChildren(select);
+    // A mode switched at run time away from the configuration's is marked as such.
+    let mark = td.querySelector(".switched");
+    const switched = stage.configured_mode && stage.configured_mode !== stage.mode;
+    if (switched && !mark) {
+      mark = el("small", { class: "switched" });
+      td.append(mark);
     }
-    select.dataset.mode = stage.mode;
-    if (document.activeElement !== select) select.value = stage.mode;
+    if (mark) {
+      mark.hidden = !switched;
+      mark.textContent = switched ? ` switched at run time (configured: ${stage.configured_mode})` : "";
+    }
   }
 
   async function setMode(limiter, mode, select) {

@@ -82,10 +82,17 @@ pub fn render(overview: &Overview) -> String {
          <th>last 5 min</th></tr></thead>\n<tbody>\n",
     );
     for (name, kind, mode) in &overview.limiters {
+        let switched = match overview.switched.get(name) {
+            Some(configured) => format!(
+                " <small class=\"switched\">switched at run time (configured: {})</small>",
+                escape(configured.name())
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             page,
             "<tr data-stage=\"{name}\"><td class=\"name\"><code>{name}</code></td>\
-             <td class=\"kind\">{}</td><td class=\"mode\">{}</td>\
+             <td class=\"kind\">{}</td><td class=\"mode\">{}{switched}</td>\
              <td class=\"num decisions\">–</td><td class=\"num refusals\">–</td>\
              <td class=\"num shadow\">–</td><td class=\"num fail-open\">–</td>\
              <td class=\"spark\"></td></tr>",
@@ -178,6 +185,8 @@ pub fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use floodgate::limiter::{LimiterKind, Mode};
 
     use super::*;
@@ -190,6 +199,7 @@ mod tests {
         );
         let page = render(&Overview {
             limiters: vec![("concurrency".into(), LimiterKind::Concurrency, Mode::Shadow)],
+            switched: BTreeMap::from([("concurrency".into(), Mode::Enforce)]),
             limits: vec![("<script>alert(1)</script>".into(), "gcra")],
             domains: vec!["a&b".into()],
         });
@@ -202,7 +212,8 @@ mod tests {
         assert!(
             page.contains(
                 "<code>concurrency</code></td><td class=\"kind\">concurrency</td>\
-                 <td class=\"mode\">shadow"
+                 <td class=\"mode\">shadow <small class=\"switched\">switched at run time \
+                 (configured: enforce)</small>"
             ),
             "{page}"
         );
@@ -212,6 +223,7 @@ mod tests {
     fn nothing_configured_says_so_and_still_links_the_endpoints() {
         let page = render(&Overview {
             limiters: Vec::new(),
+            switched: BTreeMap::new(),
             limits: Vec::new(),
             domains: Vec::new(),
         });

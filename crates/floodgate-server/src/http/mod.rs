@@ -12,7 +12,7 @@
 //! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
 //! | 404 | `not_found` | no such endpoint |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
-//! | 400 | `unknown_priority`, `empty_user` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `unknown_priority`, `empty_user`, `unknown_plan` | `/v1/evaluate` ([`EvaluateError`]) |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
@@ -155,6 +155,7 @@ impl From<EvaluateError> for ApiError {
         let kind = match e {
             EvaluateError::UnknownPriority { .. } => "unknown_priority",
             EvaluateError::EmptyUser => "empty_user",
+            EvaluateError::UnknownPlan { .. } => "unknown_plan",
         };
         ApiError::invalid(kind, e)
     }

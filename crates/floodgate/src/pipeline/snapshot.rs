@@ -10,7 +10,8 @@ use crate::algorithm::Algorithm;
 use crate::limiter::{LimiterKind, Mode, OnStoreError, Priority};
 use crate::store::{Namespace, Store};
 
-/// A stage's counters since the pipeline was built.
+/// A stage's counters since the pipeline was built (or since the stage was first built, for a
+/// pipeline built [counting on from](super::PipelineBuilder::counting_on_from) another).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StageStats {
