@@ -121,7 +121,7 @@ fn a_yaml_spec_file_and_the_shipped_example_work() {
 #[test]
 fn bad_input_stops_with_the_line_and_field_and_a_nonzero_status() {
     let tb = r#"{"algorithm":"token_bucket","rate":1,"capacity":2}"#;
-    let cases: [(&str, &str, &str); 6] = [
+    let cases: [(&str, &str, &str); 7] = [
         (r#"{"algorithm":"bogus"}"#, "{\"t\":0}\n", "bogus"),
         (
             r#"{"algorithm":"token_bucket","rate":0,"capacity":2}"#,
@@ -140,6 +140,12 @@ fn bad_input_stops_with_the_line_and_field_and_a_nonzero_status() {
         ),
         (tb, "{\"t\":0}\n{oops\n", "line 2"),
         (tb, "{\"t\":0,\"cost\":-2}\n", "`cost`"),
+        // A misspelt field is refused, not read as the empty key.
+        (
+            tb,
+            "{\"t\":1,\"key\":\"a\"}\n{\"t\":2,\"kye\":\"a\"}\n",
+            "line 2: unknown field `kye`",
+        ),
     ];
     for (spec, trace, needle) in cases {
         let run = replay(spec, trace);

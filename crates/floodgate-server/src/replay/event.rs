@@ -15,6 +15,13 @@ pub enum EventError {
     /// The line is not a JSON object.
     #[error("not a JSON object: {0}")]
     NotJson(#[source] serde_json::Error),
+    /// A field an event does not have (a misspelling, say): refused rather than ignored, so
+    /// that `kye` never silently becomes the key `""`.
+    #[error("unknown field `{field}` (an event's fields are {})", FIELDS.join(", "))]
+    UnknownField {
+        /// The field as written.
+        field: String,
+    },
     /// A required field is absent.
     #[error("missing field `{field}` ({why})")]
     Missing {
@@ -96,8 +103,26 @@ pub(crate) struct Event {
     pub(crate) utilization: Option<f64>,
 }
 
+/// The fields an event may have.
+const FIELDS: [&str; 9] = [
+    "t",
+    "key",
+    "op",
+    "cost",
+    "lease",
+    "priority",
+    "utilization",
+    "timeout",
+    "rate",
+];
+
 pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
     let mut fields: Map<String, Value> = serde_json::from_str(line).map_err(EventError::NotJson)?;
+    if let Some(field) = fields.keys().find(|f| !FIELDS.contains(&f.as_str())) {
+        return Err(EventError::UnknownField {
+            field: field.clone(),
+        });
+    }
     let invalid = |field, expected, got: &Value| EventError::Invalid {
         field,
         expected,
