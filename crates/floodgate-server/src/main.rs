@@ -117,7 +117,7 @@ fn check_config(
     let _context = runtime.enter();
     let store = ServiceStore::from_config(&config.store)?;
     let served = config.build(store.clone(), clock)?;
-    store.check(&served)?;
+    store.check(&served).map_err(|e| config.place(e))?;
     Ok(())
 }
 

@@ -752,7 +752,7 @@ fn build_snapshot(
 ) -> Result<Snapshot, ConfigFileError> {
     let clock = Arc::new(CoarseClock::shared());
     let served = config.build_after(store.clone(), clock, previous)?;
-    store.check(&served)?;
+    store.check(&served).map_err(|e| config.place(e))?;
     Ok(served)
 }
 

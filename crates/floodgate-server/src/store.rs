@@ -292,16 +292,24 @@ impl ServiceStore {
         rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
         for (domain, rule) in rules {
             if cached && rule.all_or_nothing() {
-                return all_or_nothing(format!("domains[{domain}] descriptor {}", rule.full_key()));
+                let written = served
+                    .written
+                    .get(rule.full_key())
+                    .cloned()
+                    .unwrap_or_default();
+                return all_or_nothing(format!("domains[{domain}] descriptor {}", rule.full_key()))
+                    .map_err(|e| written.place(e));
             }
             if let Some(algorithm) = rule.algorithm() {
                 if !self.supports(algorithm) {
                     let key = rule.full_key();
+                    let written = served.written.get(key).cloned().unwrap_or_default();
                     let key = key
                         .strip_prefix(domain)
                         .and_then(|k| k.strip_prefix('.'))
                         .unwrap_or(key);
-                    return refuse(format!("domains[{domain}] descriptor {key}"), algorithm);
+                    let path = format!("domains[{domain}] descriptor {key}");
+                    return refuse(path, algorithm).map_err(|e| written.place(e));
                 }
             }
         }

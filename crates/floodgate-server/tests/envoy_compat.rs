@@ -71,7 +71,11 @@ fn refused_fixtures_name_the_problem() {
             Some("descriptors[0].rate_limit.unit"),
             "unknown unit `fortnight`",
         ),
-        ("bad_yaml.yaml", None, "line 3"),
+        (
+            "bad_yaml.yaml",
+            None,
+            "bad_yaml.yaml:3: invalid configuration: not YAML",
+        ),
         ("empty_domain.yaml", Some("domain"), "non-empty name"),
         (
             "empty_key.yaml",
@@ -100,7 +104,7 @@ fn refused_fixtures_name_the_problem() {
         ),
         (
             "non_string_key.yaml",
-            Some("(top level)"),
+            Some("7"),
             "a key must be a string, found `7`",
         ),
         (
@@ -129,7 +133,24 @@ fn refused_fixtures_name_the_problem() {
             Ok(_) => panic!("{file} loaded"),
             Err(e) => e,
         };
-        match (&error, path) {
+        // A value's error is placed in the file, at its line when the file has the entry.
+        let inner = match &error {
+            ConfigFileError::InFile {
+                file: Some(f),
+                line,
+                error,
+            } => {
+                assert_eq!(
+                    line.is_some(),
+                    *file != "empty_domain.yaml",
+                    "{file}: {error}"
+                );
+                assert!(f.ends_with(file), "{file}: {f:?}");
+                error.as_ref()
+            }
+            other => other,
+        };
+        match (inner, path) {
             (ConfigFileError::Invalid { path: got, message }, Some(path)) => {
                 assert_eq!(got, path, "{file}: {error}");
                 assert!(
@@ -140,15 +161,15 @@ fn refused_fixtures_name_the_problem() {
             (
                 ConfigFileError::Yaml {
                     file: Some(f),
-                    message,
+                    line: Some(_),
+                    ..
                 },
                 None,
             ) => {
                 assert!(f.ends_with(file), "{file}: {f:?}");
-                assert!(
-                    message.contains(needle),
-                    "{file}: {message:?} lacks {needle:?}"
-                );
+                // What it says, after the file and the line (`file:3: …`).
+                let said = error.to_string();
+                assert!(said.contains(needle), "{file}: {said:?} lacks {needle:?}");
             }
             _ => panic!("{file}: unexpected error {error:?}"),
         }

@@ -262,8 +262,10 @@ async fn beyond_max_in_flight_the_service_sheds_at_once_instead_of_queueing() {
     let redis = RedisServer::start();
     // A long timeout and no breaker, so that the taken calls hold their places while Redis is
     // paused.
+    // No pipeline: its stages' snapshots would ask the paused Redis too.
     let config = "store: {timeout: 30s, breaker: {threshold: 0}}\n\
                   connections: {max_in_flight: 4}\n\
+                  limiters: {}\n\
                   limits:\n  window: {algorithm: fixed_window, limit: 5, window: 1h}\n";
     let (_dir, path) = config_file(config);
     let node = serve(&path, &redis.url(), &[]);

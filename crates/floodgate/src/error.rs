@@ -85,6 +85,14 @@ pub enum StoreError {
     /// Retrying does not help until the settings (or the store's) change.
     #[error("the store refused to authenticate: {0}")]
     Auth(String),
+    /// The store's circuit breaker is open after `failures` link failures in a row: the call
+    /// was refused without touching the network. The caller may retry; the breaker lets a
+    /// call probe the store once its cool-down has passed.
+    #[error("store unavailable: circuit breaker open after {failures} consecutive failures; not calling the store")]
+    BreakerOpen {
+        /// The failures in a row that opened it (the breaker's threshold).
+        failures: u32,
+    },
     /// The store answered, but not as the server Floodgate needs: it does not speak the
     /// protocol (another kind of server on that port, TLS against a plain port or the
     /// reverse), or it refused a step of the connection's set-up (a database index it does not
@@ -99,7 +107,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Refused(_)
+            StoreError::Unavailable(_)
+                | StoreError::Timeout(_)
+                | StoreError::Refused(_)
+                | StoreError::BreakerOpen { .. }
         )
     }
 
@@ -115,6 +126,7 @@ impl StoreError {
                 | StoreError::Refused(_)
                 | StoreError::Auth(_)
                 | StoreError::Protocol(_)
+                | StoreError::BreakerOpen { .. }
         )
     }
 }

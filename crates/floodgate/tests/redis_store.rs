@@ -630,9 +630,10 @@ fn the_breaker_opens_on_a_paused_redis_and_closes_when_it_is_back() {
         for _ in 0..100 {
             let err = store.apply(&fw, "breaker:k", check(1)).await.unwrap_err();
             assert!(
-                matches!(&err, StoreError::Unavailable(m) if m.contains("circuit breaker")),
+                matches!(&err, StoreError::BreakerOpen { failures: 3 }),
                 "{err}"
             );
+            assert!(err.to_string().contains("circuit breaker open"), "{err}");
         }
         clock.advance(cool_down - Duration::from_millis(1));
         assert_eq!(store.breaker_state(), BreakerState::Open);
@@ -646,7 +647,7 @@ fn the_breaker_opens_on_a_paused_redis_and_closes_when_it_is_back() {
         server.signal("CONT");
         // Still open: Redis is not called before the cool-down has passed.
         let err = store.apply(&fw, "breaker:k", check(1)).await.unwrap_err();
-        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(matches!(err, StoreError::BreakerOpen { .. }), "{err}");
         clock.advance(cool_down);
         // The probe succeeds (a few tries, boundedly, while the connection recovers).
         let mut back = None;

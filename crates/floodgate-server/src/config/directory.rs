@@ -11,9 +11,11 @@
 //! - an envoyproxy/ratelimit domain file (its top level has a `domain` key): one domain; or
 //! - a Floodgate native file (any other file): at most **one** per directory. It gives
 //!   everything but the domains of the other files (listen addresses, plans, limiters, named
-//!   limits, `rls` settings) and may list domains of its own in `domains`. Without one, the
-//!   directory runs next to the built-in pipeline, plans and limits of
-//!   [`Config::builtin`](super::Config::builtin) (not its `example` domain).
+//!   limits, `rls` settings) and may list domains of its own in `domains`. The sections it
+//!   leaves out are the built-in ones, as for a single file, but for `domains`: a directory's
+//!   domains come from its files only. Without one, the directory runs next to the built-in
+//!   pipeline, plans and limits of [`Config::builtin`](super::Config::builtin) (not its
+//!   `example` domain).
 //!
 //! A directory with no such file is refused, and so is a second native file (naming both).
 //!
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use super::envoy::{self, DomainConfig};
 use super::rls::Overrides;
-use super::{Config, ConfigFileError};
+use super::{Config, ConfigFileError, Source};
 
 /// Where a domain, or a top-level descriptor, is defined: a file, and the field's path in it
 /// (empty for a whole envoyproxy/ratelimit file).
@@ -192,10 +194,10 @@ pub(super) fn native_definitions(config: &mut Config, file: Option<&Path>) -> Ve
 }
 
 /// Checks each of a native configuration's domains on its own, with errors at `domains[i]…`
-/// (in `file`, when it came from one).
+/// placed in the text read as `source`.
 pub(super) fn check_native_domains(
     config: &Config,
-    file: Option<&Path>,
+    source: &Source,
 ) -> Result<(), ConfigFileError> {
     for (i, domain) in config.domains.iter().enumerate() {
         envoy::compile_domains(std::slice::from_ref(domain))
@@ -206,10 +208,7 @@ pub(super) fn check_native_domains(
                 },
                 other => other,
             })
-            .map_err(|e| match file {
-                Some(file) => e.in_file(file),
-                None => e,
-            })?;
+            .map_err(|e| source.place(e))?;
     }
     Ok(())
 }
@@ -247,15 +246,15 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
         }
         .into());
     }
-    let mut native: Option<(PathBuf, Config)> = None;
+    let mut native: Option<(PathBuf, Config, Source)> = None;
     let mut definitions = Vec::new();
     for file in files {
         let text = super::read_text(&file)?;
-        let yaml = |e: serde_norway::Error| ConfigFileError::yaml(Some(&file), &e);
-        let value: serde_norway::Value = serde_norway::from_str(&text).map_err(yaml)?;
+        let source = Source::read(&text, Some(&file))?;
+        let value: serde_norway::Value =
+            serde_norway::from_str(&text).map_err(|e| source.serde_error(&e))?;
         if envoy::is_envoy_file(&value) {
-            let domain =
-                envoy::read_file(&text, &value, Some(&file)).map_err(|e| e.in_file(&file))?;
+            let domain = envoy::read_file(&text, &value, &source)?;
             definitions.push(Definition {
                 place: Place {
                     file: Some(file),
@@ -265,20 +264,25 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
             });
             continue;
         }
-        if let Some((first, _)) = &native {
+        if let Some((first, _, _)) = &native {
             return Err(DirectoryError::TwoNativeFiles {
                 first: first.clone(),
                 second: file,
             }
             .into());
         }
-        let mut config: Config = serde_norway::from_str(&text).map_err(yaml)?;
-        check_native_domains(&config, Some(&file))?;
+        let mut config = Config::read_native(&text, &source)?;
+        // The directory's domain files give domains: the built-in one never joins them.
+        config.fill_absent(&value, false);
+        check_native_domains(&config, &source)?;
         definitions.extend(native_definitions(&mut config, Some(&file)));
-        native = Some((file, config));
+        native = Some((file, config, source));
     }
     let mut config = match native {
-        Some((_, config)) => config,
+        Some((_, mut config, source)) => {
+            config.origin = source.into_origin();
+            config
+        }
         None => Config {
             domains: Vec::new(),
             ..Config::builtin()

@@ -56,7 +56,6 @@
 //! limit may carry a `requests_per_unit`, which is ignored.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use floodgate::algorithm::spec::AlgorithmSpec;
 use serde::{Deserialize, Deserializer};
@@ -141,6 +140,9 @@ pub struct DescriptorConfig {
     /// Nested descriptors, matched by the next entry of a request descriptor.
     #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<DescriptorConfig>,
+    /// Where it is written (file and line), for errors found later; not read from the file.
+    #[serde(skip)]
+    pub written: super::source::Written,
 }
 
 /// A descriptor's `rate_limit` block: envoy's `unit` and `requests_per_unit`, or
@@ -333,16 +335,17 @@ pub(super) fn is_envoy_file(top_level: &serde_norway::Value) -> bool {
         .is_some_and(|m| m.contains_key("domain") || m.contains_key("descriptors"))
 }
 
-/// Reads and checks an envoyproxy/ratelimit file's text (from `file`, if named) whose YAML
-/// tree is `tree`, with errors that name the fields as the file writes them.
+/// Reads and checks an envoyproxy/ratelimit file's text, read for positions as `source`, whose
+/// YAML tree is `tree`, with errors that name the fields as the file writes them, at their
+/// lines; its descriptors are marked with where they are written.
 pub(super) fn read_file(
     text: &str,
     tree: &serde_norway::Value,
-    file: Option<&Path>,
+    source: &super::source::Source,
 ) -> Result<DomainConfig, ConfigFileError> {
-    shape::check(tree)?;
-    let domain: DomainConfig = serde_norway::from_str(text).map_err(|e| {
-        let mut error = ConfigFileError::yaml(file, &e);
+    shape::check(tree).map_err(|e| source.place(e))?;
+    let mut domain: DomainConfig = serde_norway::from_str(text).map_err(|e| {
+        let mut error = source.serde_error(&e);
         if let ConfigFileError::Yaml { message, .. } = &mut error {
             if message.contains("unknown field") {
                 message.push_str(
@@ -353,7 +356,8 @@ pub(super) fn read_file(
         }
         error
     })?;
-    compile(std::slice::from_ref(&domain), false)?;
+    compile(std::slice::from_ref(&domain), false).map_err(|e| source.place(e))?;
+    source.mark(&mut domain, "");
     Ok(domain)
 }
 
@@ -418,11 +422,7 @@ fn compile_level(
                 format!("duplicate descriptor: {what} is also {prefix}descriptors[{first}]"),
             ));
         }
-        let own_key = if value.is_empty() {
-            format!("{full_key}.{}", config.key)
-        } else {
-            format!("{full_key}.{}_{value}", config.key)
-        };
+        let own_key = descriptor_key(full_key, &config.key, value);
         if config.share_threshold && Wildcard::parse(value).is_none() {
             return Err(ConfigFileError::invalid(
                 format!("{path}.share_threshold"),
@@ -444,6 +444,37 @@ fn compile_level(
         level.insert(&config.key, value, config.share_threshold, rule, children);
     }
     Ok(level)
+}
+
+/// The statistics key of a descriptor of `key` and `value` (empty: none) below `parent`'s
+/// (the domain, at the top level): `parent.key` or `parent.key_value`, as envoyproxy/ratelimit
+/// writes it ([`Rule::full_key`]).
+pub(super) fn descriptor_key(parent: &str, key: &str, value: &str) -> String {
+    if value.is_empty() {
+        format!("{parent}.{key}")
+    } else {
+        format!("{parent}.{key}_{value}")
+    }
+}
+
+/// Where each descriptor of `domains` is written, by its statistics key.
+pub(super) fn written_by_key(domains: &[DomainConfig]) -> HashMap<String, super::Written> {
+    fn walk(
+        descriptors: &[DescriptorConfig],
+        parent: &str,
+        out: &mut HashMap<String, super::Written>,
+    ) {
+        for d in descriptors {
+            let key = descriptor_key(parent, &d.key, d.value.as_deref().unwrap_or(""));
+            walk(&d.descriptors, &key, out);
+            out.insert(key, d.written.clone());
+        }
+    }
+    let mut out = HashMap::new();
+    for domain in domains {
+        walk(&domain.descriptors, &domain.domain, &mut out);
+    }
+    out
 }
 
 /// The rule on one descriptor, or `None` if it has no `rate_limit` (and is not `unlimited`).

@@ -47,8 +47,20 @@
 //!
 //! A file whose top level has a `domain` key (even empty) or a `descriptors` key is an
 //! envoyproxy/ratelimit file: it loads unchanged as the configuration's only domain, next to
-//! the built-in pipeline, plans and limits of [`Config::builtin`], with envoyproxy/ratelimit's
-//! checks and errors (see [`envoy`]). Any other file is the native format.
+//! the built-in pipeline, plans and limits of [`Config::builtin`] (see "Sections left out"),
+//! with envoyproxy/ratelimit's checks and errors (see [`envoy`]). Any other file is the native
+//! format.
+//!
+//! # Sections left out
+//!
+//! One rule for every file: each of the sections `plans` (with `default_plan`), `limiters`,
+//! `limits` and `domains` that a file leaves out is [`Config::builtin`]'s; a section written
+//! empty (`plans: {}`, `limiters: {}`, `limits: {}`, `domains: []`) is none. So a file holding
+//! only `store: {url: …}` serves the built-in limits on that store, exactly as `serve --store`
+//! without a file does, and an envoyproxy/ratelimit file (which has only a domain) runs next to
+//! the built-in pipeline, plans and limits. `plans` left out with `default_plan` given keeps the
+//! file's `default_plan` (it names one of the built-in plans). In a directory, domains come
+//! from its files only (see [`directory`]).
 //!
 //! # Directories and the `rls` section
 //!
@@ -60,14 +72,16 @@
 //! # Validation
 //!
 //! Unknown fields and duplicate map keys are refused when the YAML is read
-//! ([`ConfigFileError::Yaml`], with line and column). [`Config::validate`] then builds every
-//! algorithm, limiter and domain and refuses invalid values with the path of the field in the
-//! file and the value ([`ConfigFileError::Invalid`], e.g. `plans.free.rate`). [`Config::load`]
-//! and [`Config::from_yaml_str`] return only validated configurations.
+//! ([`ConfigFileError::Yaml`]). [`Config::validate`] then builds every algorithm, limiter and
+//! domain and refuses invalid values with the path of the field in the file and the value
+//! ([`ConfigFileError::Invalid`], e.g. `plans.free.rate`). Every error names the file, the path
+//! of the entry at fault and its line ([`source`]): `floodgate.yaml:9: invalid configuration:
+//! limits.b.window: …`, `floodgate.yaml:3: \`default_plan\`: unknown plan \`fre\``.
 
 pub mod directory;
 pub mod envoy;
 pub mod rls;
+pub mod source;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -91,6 +105,7 @@ use serde::Deserialize;
 
 pub use self::directory::DirectoryError;
 pub use self::rls::{Overrides, ResponseHeaderNames, RlsConfig};
+pub use self::source::{Origin, Source, Written};
 pub use self::validate::ConfigFileError;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
@@ -144,6 +159,10 @@ pub struct Config {
     /// The Envoy rate limit service's settings (see [`rls`]).
     #[serde(default)]
     pub rls: RlsConfig,
+    /// The file it was read from, for placing errors found when it is built; not read from
+    /// the file.
+    #[serde(skip)]
+    pub origin: Origin,
 }
 
 /// The store's settings (see [`crate::store`]).
@@ -511,6 +530,9 @@ pub struct Served<S> {
     /// Each stage's mode as the configuration sets it, by stage name: the stages' current
     /// modes may differ, switched at run time ([`Pipeline::set_mode`]).
     pub configured_modes: BTreeMap<String, Mode>,
+    /// Where each Envoy descriptor is written, by its statistics key
+    /// ([`crate::descriptors::Rule::full_key`]), for errors about its rule.
+    pub written: std::collections::HashMap<String, Written>,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -571,23 +593,61 @@ impl Config {
         file: Option<&Path>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigFileError> {
-        let yaml = |e: serde_norway::Error| ConfigFileError::yaml(file, &e);
-        let value: serde_norway::Value = serde_norway::from_str(text).map_err(yaml)?;
+        let source = Source::read(text, file)?;
+        let value: serde_norway::Value =
+            serde_norway::from_str(text).map_err(|e| source.serde_error(&e))?;
         let mut config = if envoy::is_envoy_file(&value) {
             Config {
-                domains: vec![envoy::read_file(text, &value, file)?],
+                domains: vec![envoy::read_file(text, &value, &source)?],
                 ..Config::builtin()
             }
         } else {
-            serde_norway::from_str(text).map_err(yaml)?
+            let mut config = Config::read_native(text, &source)?;
+            config.fill_absent(&value, true);
+            config
         };
         config.rls.apply(overrides);
         if config.rls.merge_domains {
-            directory::check_native_domains(&config, file)?;
+            directory::check_native_domains(&config, &source)?;
             let definitions = directory::native_definitions(&mut config, file);
             config.domains = directory::merge_domains(definitions, true)?;
         }
+        config.origin = source.into_origin();
         Ok(config)
+    }
+
+    /// Reads a native file's text, read for positions as `source`: errors at the entry at
+    /// fault, and each domain's descriptors marked with where they are written.
+    fn read_native(text: &str, source: &Source) -> Result<Config, ConfigFileError> {
+        let mut config: Config =
+            serde_norway::from_str(text).map_err(|e| source.serde_error(&e))?;
+        for (i, domain) in config.domains.iter_mut().enumerate() {
+            source.mark(domain, &format!("domains[{i}]"));
+        }
+        Ok(config)
+    }
+
+    /// Gives each of the sections `plans` (with `default_plan`), `limiters`, `limits` and, when
+    /// `domains` is true, `domains` that the file's top level `top` leaves out the built-in
+    /// configuration's (see the module's "Sections left out").
+    fn fill_absent(&mut self, top: &serde_norway::Value, domains: bool) {
+        let has = |key: &str| top.as_mapping().is_some_and(|m| m.contains_key(key));
+        let builtin = Config::builtin();
+        if !has("plans") {
+            self.plans = builtin.plans;
+            if !has("default_plan") {
+                self.default_plan = builtin.default_plan;
+            }
+        }
+        if !has("limiters") {
+            self.limiters = builtin.limiters;
+        }
+        if !has("limits") {
+            self.limits = builtin.limits;
+        }
+        if domains && !has("domains") {
+            self.domains = builtin.domains;
+        }
     }
 
     /// The configuration `floodgate serve` runs without a file: Stripe's example pipeline.
@@ -693,6 +753,7 @@ impl Config {
                 ],
             }],
             rls: RlsConfig::default(),
+            origin: Origin::default(),
         }
     }
 
@@ -763,6 +824,25 @@ impl Config {
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
+        self.build_unplaced(store, clock, previous)
+            .map_err(|e| self.origin.place(e))
+    }
+
+    /// `error`, found when this configuration was built or checked against a store, placed in
+    /// the file it came from ([`Origin::place`]): for errors found outside [`Config::build`].
+    pub fn place(&self, error: ConfigFileError) -> ConfigFileError {
+        self.origin.place(error)
+    }
+
+    fn build_unplaced<S>(
+        &self,
+        store: S,
+        clock: Arc<dyn Clock>,
+        previous: Option<&Served<S>>,
+    ) -> Result<Served<S>, ConfigFileError>
+    where
+        S: Store<str, AnyAlgorithm> + Clone + 'static,
+    {
         let plans = self.plans()?;
         self.validate(&plans)?;
         let previous = previous.map(|p| &p.pipeline);
@@ -791,6 +871,7 @@ impl Config {
             default_plan: self.default_plan.clone().unwrap_or_default(),
             response_headers: self.rls.response_headers.names()?,
             configured_modes,
+            written: envoy::written_by_key(&self.domains),
         })
     }
 

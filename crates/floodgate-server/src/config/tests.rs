@@ -25,6 +25,10 @@ fn build(config: &Config) -> Result<Served<TestStore>, ConfigFileError> {
 fn invalid(yaml: &str) -> (String, String) {
     match Config::from_yaml_str(yaml).and_then(|c| build(&c).map(drop)) {
         Err(ConfigFileError::Invalid { path, message }) => (path, message),
+        Err(ConfigFileError::InFile { error, .. }) => match *error {
+            ConfigFileError::Invalid { path, message } => (path, message),
+            other => panic!("expected Invalid for\n{yaml}\ngot {other:?}"),
+        },
         other => panic!("expected Invalid for\n{yaml}\ngot {other:?}"),
     }
 }
@@ -34,6 +38,7 @@ fn yaml_error(yaml: &str) -> String {
         Err(ConfigFileError::Yaml {
             file: None,
             message,
+            ..
         }) => message,
         other => panic!("expected a Yaml error for\n{yaml}\ngot {other:?}"),
     }
@@ -147,14 +152,42 @@ domains:
     assert_eq!(config.rule_set().expect("valid").domains().count(), 2);
 }
 
+/// One rule for every file: a section it leaves out (`plans` with `default_plan`, `limiters`,
+/// `limits`, `domains`) is the built-in configuration's; written empty, it is none.
 #[test]
-fn absent_limiters_are_not_configured() {
-    let config =
-        Config::from_yaml_str("limits:\n  x: {algorithm: fixed_window, limit: 1, window: 1}\n")
-            .expect("valid");
-    assert_eq!(config.limiters, LimitersConfig::default());
-    let empty = Config::from_yaml_str("").expect("an empty file configures nothing");
-    assert_eq!(empty, Config::default());
+fn sections_left_out_are_the_builtin_ones_and_empty_ones_are_none() {
+    let builtin = Config::builtin();
+    let config = Config::from_yaml_str(
+        "store: {url: memory}\nlimits:\n  x: {algorithm: fixed_window, limit: 1, window: 1}\n",
+    )
+    .expect("valid");
+    assert_eq!(config.limiters, builtin.limiters);
+    assert_eq!(
+        (&config.plans, &config.default_plan),
+        (&builtin.plans, &builtin.default_plan)
+    );
+    assert_eq!(config.domains, builtin.domains);
+    assert_eq!(config.limits.keys().collect::<Vec<_>>(), ["x"]);
+    // A file holding only the store serves exactly what `--store` serves without a file.
+    let store_only = Config::from_yaml_str("store: {url: memory}\n").expect("valid");
+    assert_eq!(store_only.store.url.as_deref(), Some("memory"));
+    assert_eq!(
+        Config {
+            store: StoreConfig::default(),
+            ..store_only
+        },
+        builtin
+    );
+    assert_eq!(Config::from_yaml_str("").expect("valid"), builtin);
+    let none =
+        Config::from_yaml_str("plans: {}\nlimiters: {}\nlimits: {}\ndomains: []\n").expect("valid");
+    assert_eq!(none.limiters, LimitersConfig::default());
+    assert!(none.plans.is_empty() && none.limits.is_empty() && none.domains.is_empty());
+    assert_eq!(none.default_plan, None);
+    // Plans given without a default plan: the file's plans, and no default.
+    let plans =
+        Config::from_yaml_str(PLANS.replace("default_plan: free\n", "").as_str()).expect("reads");
+    assert_eq!(plans.default_plan, None);
 }
 
 #[test]
@@ -178,7 +211,7 @@ fn invalid_values_are_refused_with_their_path() {
             (format!("{PLANS}default_plan: gold\n").replace("default_plan: free\n", ""), "default_plan", "unknown plan `gold`: plans are free"),
             (format!("{PLANS}users:\n  bob: gold\n"), "users.bob", "unknown plan `gold`"),
             (format!("{PLANS}endpoint_costs:\n  /v1/x: 0\n"), "endpoint_costs[\"/v1/x\"]", "at least 1"),
-            ("limiters:\n  request_rate: {}\n".into(), "plans", "at least one plan"),
+            ("plans: {}\nlimiters:\n  request_rate: {}\n".into(), "plans", "at least one plan"),
             (
                 format!("{PLANS}limiters:\n  concurrency: {{capacity: 0}}\n"),
                 "limiters.concurrency.capacity",
@@ -256,7 +289,7 @@ fn typos_and_bad_yaml_are_refused() {
         ),
         (
             "users:\n  a: free\n  a: pro\n",
-            "duplicate entry with key \"a\"",
+            "duplicate key `a` (first at line 2)",
         ),
         ("http: not-an-address\n", "http"),
         ("plans: [1, 2]\n", "plans"),
@@ -284,6 +317,7 @@ fn load_names_the_file() {
     }
     let err = ConfigFileError::Yaml {
         file: Some(PathBuf::from("f.yaml")),
+        line: None,
         message: "bad".into(),
     };
     assert_eq!(err.to_string(), "f.yaml: invalid configuration: bad");
@@ -292,6 +326,57 @@ fn load_names_the_file() {
         message: "invalid value 0".into(),
     };
     assert_eq!(err.to_string(), "`plans.free.rate`: invalid value 0");
+}
+
+/// Every error names the file, the entry's path and its line: the entry at fault, not the
+/// start of its section, whether the YAML reader or a later check finds it.
+#[test]
+fn errors_name_the_file_the_path_and_the_line() {
+    let dir = std::env::temp_dir().join(format!("floodgate-config-lines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let head =
+        "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity: 10}\ndefault_plan: free\n";
+    let cases = [
+        (
+            format!("{head}limits:\n  a: {{algorithm: fixed_window, limit: 5, window: 1m}}\nusers: {{}}\nlimits:\n  b: {{}}\n"),
+            ":7: invalid configuration: limits: duplicate key `limits` (first at line 4)",
+        ),
+        (
+            format!("{head}limits:\n  a: {{algorithm: fixed_window, limit: 5, window: 1m}}\n  b:\n    algorithm: fixed_window\n    limit: 5\n    window: \"1 fortnight\"\n"),
+            ":9: invalid configuration: limits.b.window: `1 fortnight` has an unknown unit",
+        ),
+        (
+            format!("{head}limiters:\n  concurrency:\n    capacity: 3\n    lease_ttl: -5\n"),
+            ":7: invalid configuration: limiters.concurrency.lease_ttl: `-5` is not a duration",
+        ),
+        (
+            "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity: 10}\n\ndefault_plan: fre\n".to_string(),
+            ":4: `default_plan`: unknown plan `fre`: plans are free",
+        ),
+        (
+            format!("{head}limits:\n  x: {{algorithm: gcra, max_burst: 1, count: 1, period: 1, kye: 3}}\n"),
+            ":5: invalid configuration: limits.x.kye: unknown field `kye`",
+        ),
+        (
+            format!("{head}limiters:\n  fleet:\n    capacity: 10\n    reserved_for_critical: 1.5\n"),
+            ":7: `limiters.fleet.reserved_for_critical`: invalid value 1.5",
+        ),
+    ];
+    for (i, (text, expected)) in cases.iter().enumerate() {
+        let path = dir.join(format!("case{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let error = Config::load(&path)
+            .and_then(|c| build(&c).map(drop))
+            .expect_err(expected);
+        let said = error.to_string();
+        assert_eq!(
+            said.strip_prefix(&path.display().to_string())
+                .map(|rest| rest.starts_with(expected)),
+            Some(true),
+            "case {i}: {said}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -24,11 +24,13 @@ pub enum ConfigFileError {
     },
     /// The text is not YAML, or does not have the expected shape: a syntax error, a wrong
     /// type, an unknown field, a duplicate key.
-    #[error("{}invalid configuration: {message}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    #[error("{}invalid configuration: {message}", place(file, line))]
     Yaml {
         /// The file, when the text came from one.
         file: Option<PathBuf>,
-        /// The parser's message, with the field's path and the line and column.
+        /// The line (1-based) of the entry at fault, when known.
+        line: Option<usize>,
+        /// What is wrong, after the path of the entry at fault (`limits.b.window: …`).
         message: String,
     },
     /// A value is not allowed.
@@ -40,13 +42,15 @@ pub enum ConfigFileError {
         /// What is wrong, with the value.
         message: String,
     },
-    /// A value in one file of a configuration directory is not allowed; the inner error's
-    /// path is inside that file.
-    #[error("{}: {error}", file.display())]
+    /// A value is not allowed, at a known place: the inner error's path is inside `file`,
+    /// at `line`.
+    #[error("{}{error}", place(file, line))]
     InFile {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong in it.
+        /// The file (`None` for a configuration read from text).
+        file: Option<PathBuf>,
+        /// The line (1-based) of the entry at fault, when known.
+        line: Option<usize>,
+        /// What is wrong.
         error: Box<ConfigFileError>,
     },
     /// The files of a configuration directory do not fit together.
@@ -66,12 +70,29 @@ impl From<Box<DirectoryError>> for ConfigFileError {
     }
 }
 
+/// `file:line: `, `file: `, `line N: ` or nothing: where an error is, before what it says.
+fn place(file: &Option<PathBuf>, line: &Option<usize>) -> String {
+    match (file, line) {
+        (Some(file), Some(line)) => format!("{}:{line}: ", file.display()),
+        (Some(file), None) => format!("{}: ", file.display()),
+        (None, Some(line)) => format!("line {line}: "),
+        (None, None) => String::new(),
+    }
+}
+
 impl ConfigFileError {
-    /// A [`ConfigFileError::Yaml`] from the YAML parser's error.
+    /// A [`ConfigFileError::Yaml`] from the YAML parser's error, at the line it gives. Where
+    /// the text's positions are known, [`super::source::Source::serde_error`] places it better.
     pub fn yaml(file: Option<&Path>, error: &serde_norway::Error) -> ConfigFileError {
+        let text = error.to_string();
+        let message = match text.rfind(" at line ") {
+            Some(at) => text[..at].to_string(),
+            None => text,
+        };
         ConfigFileError::Yaml {
             file: file.map(Path::to_path_buf),
-            message: error.to_string(),
+            line: error.location().map(|l| l.line()),
+            message,
         }
     }
 
@@ -97,13 +118,14 @@ impl ConfigFileError {
         }
     }
 
-    /// `self` as an error in `file`: a [`ConfigFileError::Invalid`] is wrapped in
-    /// [`ConfigFileError::InFile`]; the other kinds already name the file (or are not about one
-    /// file) and are returned as they are.
+    /// `self` as an error in `file` at an unknown line: a [`ConfigFileError::Invalid`] is
+    /// wrapped in [`ConfigFileError::InFile`]; the other kinds already name the file (or are
+    /// not about one file) and are returned as they are.
     pub fn in_file(self, file: &Path) -> ConfigFileError {
         match self {
             invalid @ ConfigFileError::Invalid { .. } => ConfigFileError::InFile {
-                file: file.to_path_buf(),
+                file: Some(file.to_path_buf()),
+                line: None,
                 error: Box::new(invalid),
             },
             other => other,

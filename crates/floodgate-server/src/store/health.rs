@@ -251,7 +251,11 @@ impl StoreHealth {
             Err(e) => {
                 let kind = ErrorKind::of(e);
                 self.errors[kind.index()].fetch_add(1, Ordering::Relaxed);
-                if kind != ErrorKind::Other {
+                // A breaker refusing calls says nothing new: the failure that opened it stays
+                // the last one named.
+                let refused_by_breaker = matches!(e, StoreError::BreakerOpen { .. })
+                    && self.last.load(Ordering::Relaxed) >= FAILED;
+                if kind != ErrorKind::Other && !refused_by_breaker {
                     // Index < 6: fits.
                     self.last
                         .store(FAILED + kind.index() as u8, Ordering::Relaxed);
@@ -357,6 +361,10 @@ mod tests {
             status.not_ready().as_deref(),
             Some("the store failed: its last call failed (refused)")
         );
+        // The breaker refusing calls keeps the failure that opened it.
+        health.record::<()>(&Err(StoreError::BreakerOpen { failures: 3 }));
+        assert_eq!(health.last_error(), Some(ErrorKind::Refused));
+        assert_eq!(health.errors(ErrorKind::Unavailable), 2);
         health.record(&Ok(()));
         assert_eq!(health.last_error(), None);
         // A refusal for one key says nothing of the store: the last outcome stays.
@@ -366,9 +374,9 @@ mod tests {
             reason: "test",
         }));
         assert_eq!(health.last_call_ok(), Some(true));
-        assert_eq!(health.calls(), 5);
+        assert_eq!(health.calls(), 6);
         assert_eq!(health.errors(ErrorKind::Timeout), 1);
-        assert_eq!(health.errors(ErrorKind::Unavailable), 1);
+        assert_eq!(health.errors(ErrorKind::Unavailable), 2);
         assert_eq!(health.errors(ErrorKind::Refused), 1);
         assert_eq!(health.errors(ErrorKind::Other), 1);
         assert!(health.status(Some(BreakerState::Closed)).ready());

@@ -9,8 +9,8 @@ use serde_norway::Value;
 use crate::config::ConfigFileError;
 
 /// Checks the tree of a whole file; the first problem is returned as
-/// [`ConfigFileError::Invalid`] at its path (`descriptors[0].descriptors[2]`), or at
-/// `(top level)` for the file's own keys.
+/// [`ConfigFileError::Invalid`] at its path (`descriptors[0].descriptors[2]`; a key that is not
+/// a string at its own path, `descriptors[0].7`).
 pub(super) fn check(root: &Value) -> Result<(), ConfigFileError> {
     walk(root, "")
 }
@@ -21,7 +21,7 @@ fn walk(value: &Value, path: &str) -> Result<(), ConfigFileError> {
             for (key, child) in map {
                 let Some(name) = key.as_str() else {
                     return Err(ConfigFileError::invalid(
-                        at(path),
+                        crate::config::source::join(path, &scalar(key)),
                         format!(
                             "a key must be a string, found `{}`; every key of an \
                              envoyproxy/ratelimit file is a name such as `domain`, `key` or \
@@ -60,14 +60,6 @@ fn walk(value: &Value, path: &str) -> Result<(), ConfigFileError> {
         }
         Value::Tagged(tagged) => walk(&tagged.value, path),
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => Ok(()),
-    }
-}
-
-fn at(path: &str) -> String {
-    if path.is_empty() {
-        "(top level)".to_string()
-    } else {
-        path.to_string()
     }
 }
 

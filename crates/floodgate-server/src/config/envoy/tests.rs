@@ -117,7 +117,11 @@ fn bad_yaml_and_unknown_fields_are_yaml_errors() {
         ),
     ] {
         match error(yaml) {
-            ConfigFileError::Yaml { file: None, message } => {
+            ConfigFileError::Yaml {
+                file: None,
+                message,
+                ..
+            } => {
                 assert!(message.contains(needle), "{message:?} lacks {needle:?}")
             }
             other => panic!("expected a Yaml error for {yaml:?}, got {other:?}"),

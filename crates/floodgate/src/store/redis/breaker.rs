@@ -13,7 +13,7 @@ use crate::{Clock, StoreError};
 pub enum BreakerState {
     /// Calls go to Redis.
     Closed,
-    /// Calls fail at once with [`StoreError::Unavailable`] until the cool-down has passed.
+    /// Calls fail at once with [`StoreError::BreakerOpen`] until the cool-down has passed.
     Open,
     /// The cool-down has passed: the next call probes Redis (one at a time; the others still
     /// fail at once).
@@ -82,10 +82,9 @@ impl Breaker {
                 probe: true,
             });
         }
-        Err(StoreError::Unavailable(format!(
-            "circuit breaker open after {} consecutive failures; not calling Redis",
-            self.threshold
-        )))
+        Err(StoreError::BreakerOpen {
+            failures: self.threshold,
+        })
     }
 
     fn open(&self, clock: &dyn Clock) {
@@ -139,7 +138,10 @@ mod tests {
         assert_eq!(b.state(&clock), BreakerState::Closed);
         b.admit(&clock).unwrap().record(true, &clock);
         assert_eq!(b.state(&clock), BreakerState::Open);
-        assert!(matches!(b.admit(&clock), Err(StoreError::Unavailable(_))));
+        assert!(matches!(
+            b.admit(&clock),
+            Err(StoreError::BreakerOpen { failures: _ })
+        ));
         clock.advance(Duration::from_secs(1));
         assert_eq!(b.state(&clock), BreakerState::HalfOpen);
         let probe = b.admit(&clock).unwrap();

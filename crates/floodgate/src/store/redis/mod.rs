@@ -196,7 +196,7 @@
 //! consecutive *link failures* (timeouts, connection errors, and the signs of a changing
 //! topology: `READONLY`, and on a cluster redirects, `TRYAGAIN` or `CLUSTERDOWN` left after the
 //! client's own retries; default 3) the breaker opens:
-//! every call fails at once with [`StoreError::Unavailable`], without touching the network,
+//! every call fails at once with [`StoreError::BreakerOpen`], without touching the network,
 //! until the cool-down (default 1 s) has passed. Then one call probes Redis (the others still
 //! fail at once): its success closes the breaker, its failure opens it for another cool-down.
 //! Any success resets the count. Answers Redis gives (a script error, a state conflict) and
