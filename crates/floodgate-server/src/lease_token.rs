@@ -11,9 +11,11 @@
 //!   they do;
 //! - `tag`: base64url of the first 16 bytes of HMAC-SHA256(secret, `v1.` + payload).
 //!
-//! The token is opaque to clients: only its issuer reads it. The secret is the service's
-//! (`FLOODGATE_LEASE_SECRET`, or a random one per process): services that share a store and sit
-//! behind one load balancer must share it, so that any of them accepts another's tokens.
+//! The token is opaque to clients: only its issuer reads it. The secret is the service's:
+//! `FLOODGATE_LEASE_SECRET` (at least [`MIN_SECRET_BYTES`]), else one that the nodes sharing a
+//! Redis store share through it, else a random one per process; nodes behind one load balancer
+//! must sign alike, so that any of them accepts another's tokens. A secret can be replaced by
+//! another ([`LeaseTokens::adopt`]); tokens signed with the one before are still accepted.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -25,6 +27,8 @@ use sha2::Sha256;
 
 /// The current token format.
 const VERSION: &str = "v1";
+/// The shortest secret `FLOODGATE_LEASE_SECRET` may hold: 128 bits.
+pub const MIN_SECRET_BYTES: usize = 16;
 /// Bytes of the HMAC kept in a token: 128 bits, as much as a lease id.
 const TAG_BYTES: usize = 16;
 const FIELD: char = '\u{1f}';
@@ -41,14 +45,21 @@ pub enum TokenError {
     #[error("lease tokens of version `{0}` are not supported (this service issues v1)")]
     UnknownVersion(String),
     /// The signature does not match: the token was altered, or issued with another secret.
-    #[error("the lease token was altered or issued by another service")]
+    #[error("the lease token was altered, or issued by a node that signs with another secret (nodes behind one load balancer sign alike when they share a Redis store, or when every one has the same FLOODGATE_LEASE_SECRET)")]
     BadSignature,
 }
 
-/// Issues and opens lease tokens under one secret. Its `Debug` output never shows the secret.
+/// Issues and opens lease tokens under one secret, and the one it replaced. Its `Debug` output
+/// never shows a secret. Clones share their secrets.
 #[derive(Clone)]
 pub struct LeaseTokens {
-    secret: Vec<u8>,
+    secrets: std::sync::Arc<arc_swap::ArcSwap<Secrets>>,
+}
+
+/// The secret that signs, and the one it replaced, which still opens tokens.
+struct Secrets {
+    current: Vec<u8>,
+    previous: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for LeaseTokens {
@@ -61,7 +72,10 @@ impl LeaseTokens {
     /// Tokens signed with `secret` (any bytes; 32 random bytes or more is right).
     pub fn new(secret: impl Into<Vec<u8>>) -> LeaseTokens {
         LeaseTokens {
-            secret: secret.into(),
+            secrets: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(Secrets {
+                current: secret.into(),
+                previous: None,
+            })),
         }
     }
 
@@ -70,9 +84,23 @@ impl LeaseTokens {
         LeaseTokens::new(rand::random::<[u8; 32]>().to_vec())
     }
 
-    fn tag(&self, signed: &str) -> [u8; TAG_BYTES] {
+    /// Signs with `secret` from now on, and still opens the tokens of the secret signing until
+    /// now; `false` (and nothing changes) when `secret` is the one signing already.
+    pub fn adopt(&self, secret: &[u8]) -> bool {
+        let now = self.secrets.load();
+        if constant_time_eq(&now.current, secret) {
+            return false;
+        }
+        self.secrets.store(std::sync::Arc::new(Secrets {
+            current: secret.to_vec(),
+            previous: Some(now.current.clone()),
+        }));
+        true
+    }
+
+    fn tag(secret: &[u8], signed: &str) -> [u8; TAG_BYTES] {
         // HMAC accepts keys of any length; this cannot fail.
-        let mut mac = <Hmac<Sha256>>::new_from_slice(&self.secret)
+        let mut mac = <Hmac<Sha256>>::new_from_slice(secret)
             .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         mac.update(signed.as_bytes());
         let full = mac.finalize().into_bytes();
@@ -93,7 +121,7 @@ impl LeaseTokens {
             .collect();
         let payload = URL_SAFE_NO_PAD.encode(payload.join(&LEASE.to_string()));
         let signed = format!("{VERSION}.{payload}");
-        let tag = URL_SAFE_NO_PAD.encode(self.tag(&signed));
+        let tag = URL_SAFE_NO_PAD.encode(Self::tag(&self.secrets.load().current, &signed));
         Some(format!("{signed}.{tag}"))
     }
 
@@ -118,8 +146,10 @@ impl LeaseTokens {
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| TokenError::Malformed)?;
-        let expected = self.tag(&format!("{VERSION}.{payload}"));
-        if !constant_time_eq(&tag, &expected) {
+        let signed = format!("{VERSION}.{payload}");
+        let secrets = self.secrets.load();
+        let signed_by = |secret: &[u8]| constant_time_eq(&tag, &Self::tag(secret, &signed));
+        if !signed_by(&secrets.current) && !secrets.previous.as_deref().is_some_and(signed_by) {
             return Err(TokenError::BadSignature);
         }
         // Signed by us: from here on a failure would be our own bug, but it is still a 400.
@@ -205,6 +235,22 @@ mod tests {
             Err(TokenError::UnknownVersion("v2".into()))
         );
         assert!(!format!("{tokens:?}").contains("secret"));
+    }
+
+    #[test]
+    fn an_adopted_secret_signs_and_the_one_before_still_opens() {
+        let tokens = LeaseTokens::new(b"first".to_vec());
+        let old = tokens.issue(&[handle("concurrency", "alice", 7)]).unwrap();
+        assert!(!tokens.adopt(b"first"));
+        assert!(tokens.adopt(b"second"));
+        let new = tokens.issue(&[handle("concurrency", "bob", 8)]).unwrap();
+        assert!(tokens.open(&old).is_ok() && tokens.open(&new).is_ok());
+        let second = LeaseTokens::new(b"second".to_vec());
+        assert!(second.open(&new).is_ok());
+        assert_eq!(second.open(&old), Err(TokenError::BadSignature));
+        // Two changes later, the first secret opens nothing.
+        assert!(tokens.adopt(b"third"));
+        assert_eq!(tokens.open(&old), Err(TokenError::BadSignature));
     }
 
     #[test]

@@ -165,6 +165,12 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// `FLOODGATE_LEASE_SECRET` is too short to sign lease tokens safely.
+    #[error("FLOODGATE_LEASE_SECRET holds {bytes} bytes: a lease tokens' secret needs at least {} (for example 32 random bytes, hex-encoded: openssl rand -hex 32)", crate::lease_token::MIN_SECRET_BYTES)]
+    LeaseSecret {
+        /// Its length.
+        bytes: usize,
+    },
     /// The acceptor's runtime could not be started.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -240,10 +246,20 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let mut server = server
         .with_overrides(overrides)
         .with_heavy_keys(args.heavy_keys);
-    // Services behind one load balancer share this secret, so that any of them accepts the
-    // lease tokens another issued; without it each process signs with its own random secret.
-    if let Some(secret) = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty()) {
-        server = server.with_lease_secret(secret.into_encoded_bytes());
+    // Services behind one load balancer sign lease tokens alike, so that any of them accepts
+    // the tokens another issued: with FLOODGATE_LEASE_SECRET, else with the secret the nodes
+    // sharing a store share through it, else (the memory store) a random one of this process.
+    let env_secret = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty());
+    if let Some(secret) = env_secret {
+        let secret = secret.into_encoded_bytes();
+        if secret.len() < crate::lease_token::MIN_SECRET_BYTES {
+            return Err(ServeError::LeaseSecret {
+                bytes: secret.len(),
+            });
+        }
+        server = server.with_lease_secret(secret);
+    } else if let Err(error) = store_runtime.block_on(server.share_lease_secret()) {
+        tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store yet; it is read again when a token needs it");
     }
     let server = Arc::new(server);
     // The dashboard's points, once a second, on the store's runtime (off the request path).

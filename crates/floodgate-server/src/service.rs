@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use floodgate::algorithm::Algorithm;
 use floodgate::limiter::utilization::WorkerGauge;
+use floodgate::limiter::LeaseHandle;
 use floodgate::limiter::{LimiterKind, Mode, Priority};
 use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
 use floodgate::store::Namespace;
@@ -35,6 +36,9 @@ use crate::store::ServiceStore;
 
 pub mod switches;
 use switches::{Configured, Switches};
+
+/// How often, at most, a token this node cannot open makes it read the store's shared secret.
+const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One configuration, ready to serve: swapped whole on reload.
 pub type Snapshot = Served<ServiceStore>;
@@ -185,6 +189,12 @@ pub struct Server {
     overrides: Overrides,
     admin_token: Option<String>,
     tokens: LeaseTokens,
+    /// Whether the tokens' secret is the one shared through the store, which another node may
+    /// have replaced (the store lost it): then a token this node cannot open makes it read the
+    /// store's secret again, at most once per [`SECRET_REREAD`].
+    lease_secret_shared: AtomicBool,
+    /// When the store's secret was last read for a token (ns on the service's clock).
+    secret_read_at: std::sync::atomic::AtomicU64,
     metrics: Metrics,
     dashboard: Dashboard,
     /// The connection limits the process started with, and the count of open connections.
@@ -219,6 +229,8 @@ impl Server {
             overrides: Overrides::default(),
             admin_token,
             tokens: LeaseTokens::random(),
+            lease_secret_shared: AtomicBool::new(false),
+            secret_read_at: std::sync::atomic::AtomicU64::new(0),
             metrics: Metrics::default(),
             dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
             ready: AtomicBool::new(true),
@@ -238,6 +250,49 @@ impl Server {
     pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
         self.tokens = LeaseTokens::new(secret);
         self
+    }
+
+    /// Signs lease tokens with the secret every node sharing this store shares through it
+    /// ([`ServiceStore::shared_lease_secret`]), so that a lease taken on one node is given back
+    /// on any other with no setting; `Ok(false)` for the memory store. When the store cannot
+    /// be read now, the error is returned and the secret is read again when a token asks for
+    /// it.
+    pub async fn share_lease_secret(&self) -> Result<bool, StoreError> {
+        if matches!(self.store.kind(), "memory") {
+            return Ok(false);
+        }
+        self.lease_secret_shared.store(true, Ordering::Relaxed);
+        if let Some(secret) = self.store.shared_lease_secret().await? {
+            self.tokens.adopt(&secret);
+        }
+        Ok(true)
+    }
+
+    /// Opens a lease token; a token signed with a secret this node has not seen, while the
+    /// secret is shared through the store, makes it read the store's secret once more (another
+    /// node made a new one after the store lost it).
+    async fn open_token(&self, token: &str) -> Result<Vec<LeaseHandle>, TokenError> {
+        match self.tokens.open(token) {
+            Err(TokenError::BadSignature) if self.lease_secret_shared.load(Ordering::Relaxed) => {
+                let now = self.clock.now().0;
+                let last = self.secret_read_at.load(Ordering::Relaxed);
+                let due = last == 0 || now.saturating_sub(last) >= SECRET_REREAD.as_nanos() as u64;
+                if due
+                    && self
+                        .secret_read_at
+                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    if let Ok(Some(secret)) = self.store.shared_lease_secret().await {
+                        if self.tokens.adopt(&secret) {
+                            tracing::info!("lease tokens now signed with the store's new secret");
+                        }
+                    }
+                }
+                self.tokens.open(token)
+            }
+            other => other,
+        }
     }
 
     /// Keeps `counters` counters for the dashboard's heaviest keys (0: counts no keys). The
@@ -412,7 +467,7 @@ impl Server {
     /// forged or issued under another secret is refused, and so is one naming a stage the
     /// running configuration does not have; nothing is released then.
     pub async fn release(&self, token: &str) -> Result<bool, ReleaseTokenError> {
-        let leases = self.tokens.open(token)?;
+        let leases = self.open_token(token).await?;
         let snapshot = self.snapshot.load();
         if let Some(gone) = leases
             .iter()

@@ -65,6 +65,10 @@ pub const MEMORY: &str = "memory";
 /// are counted and the next line says how many were suppressed).
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// The Redis key under which the nodes sharing a store keep the secret that signs lease
+/// tokens ([`ServiceStore::shared_lease_secret`]).
+pub const LEASE_SECRET_KEY: &str = "floodgate:lease-secret";
+
 /// How long start-up tries to reach the store by default (`store.startup_timeout`).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -158,6 +162,43 @@ impl ServiceStore {
         };
         self.health.record(&result);
         result
+    }
+
+    /// The secret that signs lease tokens on every node sharing this store, so that a lease
+    /// taken on one node is given back on any other ([`crate::lease_token`]): 32 random bytes,
+    /// stored (hex) under [`LEASE_SECRET_KEY`] by the first node that asks and read by the
+    /// others. `None` for the memory store, which no other process shares. Anyone who can
+    /// write to the Redis can read it; such a one can change every counter anyway.
+    pub async fn shared_lease_secret(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let redis = match &self.backend {
+            Backend::Memory(_) => return Ok(None),
+            Backend::Redis(r) => r,
+            Backend::Cached(c, _) => c.redis(),
+        };
+        let candidate: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let stored = redis.get_or_set(LEASE_SECRET_KEY, &candidate).await;
+        self.health.record(&stored);
+        let stored = stored?;
+        let bytes: Option<Vec<u8>> = (stored.len() % 2 == 0)
+            .then(|| {
+                (0..stored.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(stored.get(i..i + 2)?, 16).ok())
+                    .collect()
+            })
+            .flatten();
+        match bytes {
+            Some(secret) if secret.len() >= crate::lease_token::MIN_SECRET_BYTES => {
+                Ok(Some(secret))
+            }
+            _ => Err(StoreError::Protocol(format!(
+                "{LEASE_SECRET_KEY} holds something other than a hex secret of at least {} bytes",
+                crate::lease_token::MIN_SECRET_BYTES
+            ))),
+        }
     }
 
     /// Probes the store until it answers, for at most `budget`, waiting between tries

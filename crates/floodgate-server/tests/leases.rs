@@ -140,3 +140,43 @@ async fn check_config_and_serve_build_the_same_value_once() {
         "{e}"
     );
 }
+
+/// Nodes on one Redis share their tokens' secret through it, with no setting; when the store
+/// loses it and a new node makes another, a node still on the old one takes the new one up at
+/// the first token it cannot open, and keeps opening its own earlier tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_on_one_redis_share_the_secret_and_follow_a_new_one() {
+    let redis = floodgate_redis_harness::RedisServer::start();
+    let text = format!(
+        "store: {{url: \"{}\", timeout: 2s}}\n{ONE_IN_FLIGHT}",
+        redis.url()
+    );
+    let path = config_file(&text);
+    let node = || async {
+        let s = server(&path);
+        assert!(s.share_lease_secret().await.expect("the store answers"));
+        s
+    };
+    let (a, b) = (node().await, node().await);
+    let from_a = a.evaluate(&request("ann")).await.unwrap().lease.unwrap();
+    assert!(b.release(&from_a).await.expect("b opens a's token"));
+    let stored = redis.cli(&["GET", "floodgate:lease-secret"]).unwrap();
+    assert_eq!(stored.trim().len(), 64, "32 bytes, hex: {stored}");
+    // The store loses the secret; a new node makes another.
+    let old_token = a.evaluate(&request("bea")).await.unwrap().lease.unwrap();
+    redis.cli(&["DEL", "floodgate:lease-secret"]).unwrap();
+    let c = node().await;
+    assert_ne!(
+        redis.cli(&["GET", "floodgate:lease-secret"]).unwrap(),
+        stored
+    );
+    let from_c = c.evaluate(&request("cal")).await.unwrap().lease.unwrap();
+    assert!(a.release(&from_c).await.expect("a takes up the new secret"));
+    assert!(a
+        .release(&old_token)
+        .await
+        .expect("and still opens its own"));
+    // A memory store shares nothing.
+    let alone = server(&config_file(ONE_IN_FLIGHT));
+    assert!(!alone.share_lease_secret().await.unwrap());
+}

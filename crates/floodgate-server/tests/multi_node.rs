@@ -2,7 +2,8 @@
 //! that the test starts on a free loopback port (never the machine's own on 6379), with
 //! concurrent requests spread across them. For a limit of N, exactly N are admitted in total,
 //! whatever the algorithm; a concurrency lease taken on one node and given back on another is
-//! counted fleet-wide. Windows are long (an hour) so that no time refills during the test.
+//! counted fleet-wide, with no setting: the nodes sign lease tokens with a secret they share
+//! through the store. Windows are long (an hour) so that no time refills during the test.
 
 mod common;
 
@@ -31,14 +32,8 @@ limiters:
   concurrency: {capacity: 2, lease_ttl: 1h}
 "#;
 
-const SECRET: (&str, &str) = ("FLOODGATE_LEASE_SECRET", "one secret for the whole fleet");
-
 fn three_nodes(redis: &RedisServer, path: &std::path::PathBuf) -> Arc<Vec<Service>> {
-    Arc::new(
-        (0..3)
-            .map(|_| serve(path, &redis.url(), &[SECRET]))
-            .collect(),
-    )
+    Arc::new((0..3).map(|_| serve(path, &redis.url(), &[])).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,4 +108,36 @@ async fn a_lease_taken_on_one_node_and_released_on_another_counts_fleet_wide() {
     for node in nodes.iter().take(2) {
         assert_eq!(evaluate(node, &client).await["allowed"], true);
     }
+}
+
+/// A secret given by hand wins over the store's, on every node that has it; one too short to
+/// be safe stops start-up; a token from a node signing otherwise is refused saying how to fix
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_secret_given_by_hand_is_checked_and_wins() {
+    let redis = RedisServer::start();
+    let (_dir, path) = config_file(CONFIG);
+    let (code, stderr) =
+        common::serve::serve_refused(&path, &redis.url(), &[("FLOODGATE_LEASE_SECRET", "short")]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("FLOODGATE_LEASE_SECRET holds 5 bytes") && stderr.contains("at least 16"),
+        "{stderr}"
+    );
+    let secret = ("FLOODGATE_LEASE_SECRET", "one secret for the whole fleet");
+    let a = serve(&path, &redis.url(), &[secret]);
+    let b = serve(&path, &redis.url(), &[secret]);
+    let shared = serve(&path, &redis.url(), &[]);
+    let client = reqwest::Client::new();
+    let taken = evaluate(&a, &client).await;
+    assert!(release(&b, &client, &taken["lease"]).await);
+    // A node on the store's secret does not open the hand-set secret's tokens.
+    let taken = evaluate(&a, &client).await;
+    let (status, answer) = shared
+        .post(&client, "/v1/release", &json!({"lease": taken["lease"]}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "altered_lease_token", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("FLOODGATE_LEASE_SECRET"), "{message}");
 }

@@ -472,6 +472,40 @@ impl RedisStore {
         self.inner.timeout
     }
 
+    /// The value stored under the Redis key `key`, which this call stores first when the key
+    /// holds nothing (atomically, in one script: of several nodes racing, every one gets the
+    /// first one's `value`). The key is written as given (no namespace, no hash tag) and never
+    /// expires. For a setting the nodes sharing this store must agree on, such as the secret
+    /// that signs lease tokens; under the store's timeout and breaker.
+    pub async fn get_or_set(&self, key: &str, value: &str) -> Result<String, StoreError> {
+        const SCRIPT: &str = "local v = redis.call('GET', KEYS[1]) \
+            if v then return v end \
+            redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]";
+        let inner = &self.inner;
+        inner
+            .guarded(async {
+                let mut handle = inner.connection.handle();
+                let answer: redis::Value = redis::cmd("EVAL")
+                    .arg(SCRIPT)
+                    .arg(1)
+                    .arg(key)
+                    .arg(value)
+                    .query_async(&mut handle)
+                    .await?;
+                match answer {
+                    redis::Value::BulkString(bytes) => String::from_utf8(bytes).map_err(|_| {
+                        StoreError::Protocol(format!("the key {key} holds bytes that are not text"))
+                            .into()
+                    }),
+                    other => Err(StoreError::Protocol(format!(
+                        "the key {key} holds {other:?}, not a string"
+                    ))
+                    .into()),
+                }
+            })
+            .await
+    }
+
     /// Checks that the store can be used now, with one call like any other (under the store's
     /// timeout and circuit breaker): it connects if there is no connection yet (with the URL's
     /// credentials and database) and runs a script that touches no key, which Redis refuses
