@@ -96,13 +96,8 @@ pub enum BenchError {
     #[error("--store: {0}")]
     Store(#[from] ConfigFileError),
     /// The store cannot run the limiter's algorithm.
-    #[error("--limiter: the {store} store cannot run the {algorithm} algorithm (with these parameters); use another algorithm or --store memory")]
-    NotOnStore {
-        /// The store's kind.
-        store: &'static str,
-        /// The algorithm's name.
-        algorithm: &'static str,
-    },
+    #[error("--limiter: {0}; use another algorithm or --store memory")]
+    NotOnStore(#[source] floodgate::StoreError),
     /// The runtime could not be started.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -248,12 +243,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         let _context = store_runtime.enter();
         ServiceStore::from_config(&config)?
     };
-    if !store.supports(&algorithm) {
-        return Err(BenchError::NotOnStore {
-            store: store.kind(),
-            algorithm: algorithm.name(),
-        });
-    }
+    store.runs(&algorithm).map_err(BenchError::NotOnStore)?;
     // As `serve` does at start-up: a store that cannot be used is named, not measured.
     let waited = crate::store::STARTUP_TIMEOUT;
     if let Err(error) = store_runtime.block_on(store.wait_until_usable(waited)) {

@@ -95,13 +95,8 @@ pub enum ReplayError {
     #[error("--store: {0}")]
     Store(#[from] ConfigFileError),
     /// The store cannot run the limiter.
-    #[error("--limiter: the {store} store cannot run the {algorithm} algorithm (with these parameters); use --store memory")]
-    NotOnStore {
-        /// The store's kind.
-        store: &'static str,
-        /// The algorithm's name.
-        algorithm: &'static str,
-    },
+    #[error("--limiter: {0}; use --store memory")]
+    NotOnStore(#[source] floodgate::StoreError),
     /// The runtime that drives the Redis store could not be started.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] io::Error),
@@ -581,12 +576,7 @@ fn redis_decider(
             b.clock(explicit).min_ttl(REDIS_MIN_TTL)
         })?
     };
-    if !store.supports(&algorithm) {
-        return Err(ReplayError::NotOnStore {
-            store: store.kind(),
-            algorithm: algorithm.name(),
-        });
-    }
+    store.runs(&algorithm).map_err(ReplayError::NotOnStore)?;
     let shapes = algorithm.supports(OpKind::Reserve);
     let prefix = format!("replay-{:016x}:", rand::random::<u64>());
     let mut key = String::new();

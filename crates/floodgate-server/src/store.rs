@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
-use floodgate::algorithm::Algorithm;
 use floodgate::pipeline::Limiter;
 use floodgate::store::redis::BreakerState;
 use floodgate::store::{
@@ -275,26 +274,27 @@ impl ServiceStore {
 
     /// Whether the store can run `algorithm` (the memory store runs them all).
     pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
+        self.runs(algorithm).is_ok()
+    }
+
+    /// [`ServiceStore::supports`], with the refusal that says why not.
+    pub fn runs(&self, algorithm: &AnyAlgorithm) -> Result<(), StoreError> {
         match &self.backend {
-            Backend::Memory(_) => true,
-            Backend::Redis(r) => r.supports(algorithm),
-            Backend::Cached(c, _) => {
-                CachedStore::decides_locally(algorithm) || c.redis().supports(algorithm)
-            }
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(r) => r.runs(algorithm),
+            Backend::Cached(..) if CachedStore::decides_locally(algorithm) => Ok(()),
+            Backend::Cached(c, _) => c.redis().runs(algorithm),
         }
     }
 
     /// Refuses `served` if it uses an algorithm this store cannot run, naming where.
     pub fn check(&self, served: &Served<ServiceStore>) -> Result<(), ConfigFileError> {
-        let refuse = |path: String, algorithm: &AnyAlgorithm| {
-            Err(ConfigFileError::invalid(
+        let refuse = |path: String, algorithm: &AnyAlgorithm| match self.runs(algorithm) {
+            Ok(()) => Ok(()),
+            Err(why) => Err(ConfigFileError::invalid(
                 path,
-                format!(
-                    "the {} store cannot run the {} algorithm (with these parameters) yet; use another algorithm or the memory store",
-                    self.kind(),
-                    algorithm.name()
-                ),
-            ))
+                format!("{why}; use another algorithm, other parameters, or the memory store"),
+            )),
         };
         let cached = matches!(self.backend, Backend::Cached(..));
         let all_or_nothing = |path: String| {

@@ -51,7 +51,7 @@ async fn two_services_sharing_a_redis_admit_n_in_total() {
 }
 
 /// `check-config --store redis://…` refuses a limit the Redis store cannot run (a window beyond
-/// the 2^50 ns its Lua twin keeps exact), naming it; the same file passes on the memory store.
+/// what its Lua twin keeps exact), naming it; the same file passes on the memory store.
 /// Nothing listens at the Redis URL: nothing is sent.
 #[test]
 fn check_config_refuses_what_the_redis_store_cannot_run() {
@@ -83,10 +83,12 @@ fn check_config_refuses_what_the_redis_store_cannot_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // An Envoy rule whose window (a month) is beyond what the Lua twins compute exactly.
+    // An Envoy rule whose window (2000 weeks, 38 years) is beyond what the Lua twins compute
+    // exactly: refused, naming the file, the line, the descriptor and the reason.
     let (_dir2, domains) = config_file(
-        "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        \
-         rate_limit: {unit: month, requests_per_unit: 3}\n",
+        "domains:\n  - domain: d\n    descriptors:\n      - key: month\n        \
+         rate_limit: {unit: month, requests_per_unit: 3}\n      - key: k\n        \
+         rate_limit: {algorithm: fixed_window, limit: 3, window: 2000w}\n",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
         .args(["check-config", "--store", &url])
@@ -96,8 +98,53 @@ fn check_config_refuses_what_the_redis_store_cannot_run() {
         .expect("the floodgate binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("domains[d] descriptor k"), "{stderr}");
+    let expected = format!(
+        "{}:6: `domains[d] descriptor k`: the redis store cannot run the fixed_window algorithm: its window exceeds 2^50 microseconds",
+        domains.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
     let out = run("mongodb://x");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("store.url"));
+}
+
+/// Every Envoy file that runs on memory runs on Redis: the shipped example (its `month` and
+/// `year` limits included) passes `check-config --store redis://…`, and two services sharing
+/// one Redis count a month's and a year's limits together.
+#[tokio::test]
+async fn envoy_month_and_year_limits_run_on_redis() {
+    let redis = RedisServer::start();
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/config/envoy.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config", "--store", &redis.url()])
+        .arg(&example)
+        .env_remove("FLOODGATE_STORE")
+        .output()
+        .expect("the floodgate binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_dir, path) = config_file(
+        "domain: billing\ndescriptors:\n  - key: month\n    rate_limit: {unit: month, requests_per_unit: 3}\n  \
+         - key: year\n    rate_limit: {unit: year, requests_per_unit: 2}\n",
+    );
+    let a = serve(&path, &redis.url(), &[]);
+    let b = serve(&path, &redis.url(), &[]);
+    let client = reqwest::Client::new();
+    for (key, n) in [("month", 3), ("year", 2)] {
+        let mut allowed = 0;
+        for i in 0..3 * n {
+            let node = if i % 2 == 0 { &a } else { &b };
+            let body = json!({"domain": "billing", "descriptors": [{"entries": [{"key": key, "value": "acme"}]}]});
+            let (status, answer) = node.post(&client, "/json", &body).await;
+            assert!(status == 200 || status == 429, "{answer}");
+            if answer["overallCode"] == "OK" {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, n, "{key}: admitted across both services");
+    }
 }

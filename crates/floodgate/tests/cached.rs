@@ -462,9 +462,21 @@ fn one_node_syncing_after_every_request_decides_as_the_memory_store() {
         (0u64..20, 1u64..100, 1_000u64..60_000_000_000).prop_map(|(burst, count, period)| {
             AnyAlgorithm::from(Gcra::new(burst, count, Duration::from_nanos(period)).unwrap())
         }),
-        (1u64..30, 1_000u64..10_000_000_000).prop_map(|(limit, window)| {
-            AnyAlgorithm::from(FixedWindow::new(limit, Duration::from_nanos(window)).unwrap())
-        }),
+        // Windows of the steps' scale, and long ones: Envoy's month and year, and beyond 2^50 ns.
+        (
+            1u64..30,
+            prop_oneof![
+                4 => 1_000u64..10_000_000_000,
+                1 => prop_oneof![
+                    Just(30 * 86_400_000_000_000u64),
+                    Just(365 * 86_400_000_000_000u64),
+                    (1u64 << 50)..(1u64 << 56),
+                ],
+            ]
+        )
+            .prop_map(|(limit, window)| {
+                AnyAlgorithm::from(FixedWindow::new(limit, Duration::from_nanos(window)).unwrap())
+            }),
         (
             prop_oneof![0.5f64..1000.0, (1u32..200).prop_map(f64::from)],
             1u64..50

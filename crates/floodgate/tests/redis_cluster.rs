@@ -51,6 +51,8 @@ fn lua_twins_agree_with_the_memory_store_on_a_cluster() {
     let keys: Vec<String> = (0..8).map(|n| format!("conformance:{n}")).collect();
     let masters = masters_of(&cluster, keys.iter().map(String::as_str));
     assert!(masters.len() >= 2, "the keys all landed on {masters:?}");
+    // Envoy's month and year windows too.
+    conformance::long_fixed_windows_agree_at_their_boundaries(&rt, &cluster.url());
 }
 
 /// A user's keys under several namespaces share a node; different users spread over nodes;

@@ -29,6 +29,14 @@ fn lua_twins_agree_with_the_memory_store() {
     conformance::lua_twins_agree_with_the_memory_store(&rt, &server.url(), raw);
 }
 
+/// Envoy's month and year windows, and others beyond 2⁵⁰ ns, on Redis as in memory.
+#[test]
+fn long_fixed_windows_agree_at_their_boundaries() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    conformance::long_fixed_windows_agree_at_their_boundaries(&rt, &server.url());
+}
+
 /// The two sliding-window modes (and two bucket counts) on one key are one algorithm: each
 /// treats the other's state as fresh, on Redis as in memory.
 #[test]

@@ -33,7 +33,7 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
                 .unwrap()
                 .into()
         }),
-        (1u64..30, 1_000u64..10_000_000_000).prop_map(|(limit, window)| {
+        (1u64..30, fixed_window()).prop_map(|(limit, window)| {
             FixedWindow::new(limit, Duration::from_nanos(window))
                 .unwrap()
                 .into()
@@ -82,6 +82,64 @@ fn algorithm() -> impl Strategy<Value = AnyAlgorithm> {
             .prop_map(|(rate, queue)| LeakyQueue::new(rate, queue).unwrap().into()),
         smooth(),
     ]
+}
+
+/// A fixed window (ns): at the scale of the test's steps, or long (Envoy's 30-day month and
+/// 365-day year, and odd nanoseconds beyond 2⁵⁰, where the twin finds a window's start by an
+/// exact quotient).
+fn fixed_window() -> impl Strategy<Value = u64> {
+    const DAY: u64 = 86_400_000_000_000;
+    prop_oneof![
+        8 => 1_000u64..10_000_000_000,
+        1 => prop_oneof![Just(30 * DAY), Just(365 * DAY), (1u64 << 50)..(1u64 << 56)],
+    ]
+}
+
+/// Long fixed windows (a 30-day month, a 365-day year, odd nanoseconds beyond 2⁵⁰ ns) decide
+/// on Redis as in memory around their boundaries: just before one, at it, just after, and the
+/// next window.
+pub fn long_fixed_windows_agree_at_their_boundaries(rt: &tokio::runtime::Runtime, url: &str) {
+    const DAY: u64 = 86_400_000_000_000;
+    let clock = ManualClock::new(Nanos(START));
+    let redis = store_on_clock(rt, url, &clock);
+    let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+    for (i, window) in [30 * DAY, 365 * DAY, (1 << 50) + 7, (1 << 55) + 123_456_789]
+        .into_iter()
+        .enumerate()
+    {
+        let algorithm: AnyAlgorithm = FixedWindow::new(3, Duration::from_nanos(window))
+            .unwrap()
+            .into();
+        // The first boundary after START, in whole microseconds around it.
+        let boundary = (START / window + 1) * window;
+        let at = boundary / 1000 * 1000;
+        let key = format!("long:{i}");
+        for (step, instant) in [
+            at - 2_000_000,
+            at - 1_000,
+            at,
+            at + 1_000,
+            at + 2_000,
+            at + window / 2,
+            at + window + 1_000,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // Redis takes an explicit clock's instants in whole microseconds.
+            let instant = instant / 1000 * 1000;
+            clock.set(Nanos(instant));
+            for cost in [1, 2, 0] {
+                let expected = rt.block_on(memory.apply(&algorithm, key.as_str(), check(cost)));
+                let got = rt.block_on(redis.apply(&algorithm, key.as_str(), check(cost)));
+                assert_eq!(
+                    got.unwrap(),
+                    expected.unwrap(),
+                    "window {window} ns, step {step} at {instant} ns, cost {cost}"
+                );
+            }
+        }
+    }
 }
 
 /// A window (ns) at the scale of the test's steps: odd nanoseconds, or whole milliseconds or

@@ -5,8 +5,9 @@
 --
 -- KEYS: the keys (one cluster slot). ARGV[1], ARGV[2]: as for every script (prelude.lua); then
 -- five arguments per key: the state's tag ('F' fixed window, 'T' token bucket, 'G' GCRA), two
--- parameters (F: the window w in ns, unused; T: the rate as Rust prints the f64, the capacity;
--- G: the emission interval e in ns, unused), the instant of the first admission sent (whole
+-- parameters (F: the window w as whole microseconds and the nanoseconds beyond them; T: the
+-- rate as Rust prints the f64, the capacity; G: the emission interval e in ns, unused), the
+-- instant of the first admission sent (whole
 -- microseconds) and the cost. Needs align.lua.
 --
 -- Reply: {now_us, value, …}: each key's value after the sync ('' when it has none), or '!' and
@@ -24,10 +25,10 @@ end
 -- Fixed window: the cost counts in the window of `at`; a later window than the stored one
 -- starts with it; an earlier one is over and the cost is dropped (algorithm/fixed_window.rs,
 -- FixedWindow::absorb). The count may exceed the limit.
-local function absorb_window(key, w, at_us, cost)
+local function absorb_window(key, w_us, w_sub, at_us, cost)
   local state, found = load(key, 'F')
   if state == false then return found end
-  local a_us, a_sub = window_start(at_us, w)
+  local a_us, a_sub = window_start(at_us, w_us, w_sub)
   local s_us, s_sub, count = a_us, a_sub, 0
   if state then s_us, s_sub, count = state[2], state[3], state[4] end
   if a_us == s_us and a_sub == s_sub then
@@ -38,7 +39,7 @@ local function absorb_window(key, w, at_us, cost)
     return nil
   end
   -- Kept until the window ends; a window already over is not written at all.
-  local eu, es = pair(s_us - now_us, s_sub + w)
+  local eu, es = pair(s_us - now_us + w_us, s_sub + w_sub)
   if positive(eu, es) then
     store(key, 'F:' .. int(s_us) .. ':' .. int(s_sub) .. ':' .. int(count), eu, es)
   end
@@ -86,7 +87,7 @@ for i = 1, #KEYS do
   local conflict
   if cost > 0 then
     if tag == 'F' then
-      conflict = absorb_window(key, p1, at_us, cost)
+      conflict = absorb_window(key, p1, p2, at_us, cost)
     elseif tag == 'T' then
       conflict = absorb_bucket(key, p1, p2, at_us, cost)
     else

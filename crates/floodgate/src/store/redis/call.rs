@@ -200,14 +200,16 @@ impl Scripts {
                 )
             }
             AnyAlgorithm::FixedWindow(f) => {
-                let window = nanos(f.window());
-                if window > MAX_EXACT || f.limit() > MAX_EXACT {
-                    return Err(too_large());
-                }
+                let Some((w_us, w_sub)) = window_pair(f) else {
+                    return Err(not_on_redis(
+                        algorithm,
+                        "its window exceeds 2^50 microseconds (35 years) or its limit 2^50",
+                    ));
+                };
                 let cost = cost.min(f.limit() + 1);
                 (
                     &self.fixed_window,
-                    [window, f.limit(), cost]
+                    [w_us, w_sub, f.limit(), cost]
                         .iter()
                         .map(u64::to_string)
                         .collect(),
@@ -253,6 +255,14 @@ impl Scripts {
             ],
         ))
     }
+}
+
+/// A fixed window's window as the twin takes it: whole microseconds and the nanoseconds
+/// beyond them; `None` beyond the exact range (a window over 2^50 µs, or a limit over 2^50).
+pub(super) fn window_pair(f: &crate::algorithm::fixed_window::FixedWindow) -> Option<(u64, u64)> {
+    let w = nanos(f.window());
+    let (w_us, w_sub) = (w / 1000, w % 1000);
+    (w_us <= MAX_EXACT && f.limit() <= MAX_EXACT).then_some((w_us, w_sub))
 }
 
 /// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::call::{nanos, MAX_EXACT};
+use super::call::{nanos, window_pair, MAX_EXACT};
 use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
 use super::reply::tag_name;
@@ -45,8 +45,7 @@ pub(crate) struct Exchanged {
 fn parameters(algorithm: &AnyAlgorithm) -> Option<(&'static str, String, String)> {
     match algorithm {
         AnyAlgorithm::FixedWindow(f) => {
-            let w = nanos(f.window());
-            (w <= MAX_EXACT && f.limit() <= MAX_EXACT).then(|| ("F", w.to_string(), "0".into()))
+            window_pair(f).map(|(w_us, w_sub)| ("F", w_us.to_string(), w_sub.to_string()))
         }
         AnyAlgorithm::TokenBucket(t) => {
             let refill_ns = t.capacity() as f64 * (1e9 / t.rate());

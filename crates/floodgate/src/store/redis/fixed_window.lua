@@ -1,7 +1,9 @@
--- Fixed window (algorithm/fixed_window.rs). a[1]: window w (ns), a[2]: limit,
--- a[3]: cost (at most limit + 1). State 'F:start_us:start_sub:count'. Needs align.lua.
+-- Fixed window (algorithm/fixed_window.rs). a[1], a[2]: the window w as whole microseconds
+-- and the nanoseconds beyond them (0..999), a[3]: limit, a[4]: cost (at most limit + 1).
+-- State 'F:start_us:start_sub:count'. Needs align.lua.
 local function fixed_window(key, now_us, a)
-  local w, limit, cost = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
+  local w_us, w_sub = tonumber(a[1]), tonumber(a[2])
+  local limit, cost = tonumber(a[3]), tonumber(a[4])
   local state, found = load(key, 'F')
   if state == false then return {-1, found} end
 
@@ -9,18 +11,20 @@ local function fixed_window(key, now_us, a)
   if state then
     s_us, s_sub, count = state[2], state[3], state[4]
     local du = now_us - s_us
-    -- into = now - start; a new window once into >= w (a `now` before the start stays in it).
-    if du >= 0 and (du * 1000 > w + 1000 or du * 1000 - s_sub >= w) then
-      s_us, s_sub = window_start(now_us, w)
+    -- into = now - start; a new window once into >= w, that is once
+    -- (du - w_us) * 1000 >= s_sub + w_sub (a `now` before the start stays in it). du - w_us is
+    -- exact; its product is exact below 2^43, and beyond, its sign alone decides.
+    if du >= 0 and (du - w_us) * 1000 >= s_sub + w_sub then
+      s_us, s_sub = window_start(now_us, w_us, w_sub)
       count = 0
     end
   else
-    s_us, s_sub = window_start(now_us, w)
+    s_us, s_sub = window_start(now_us, w_us, w_sub)
     count = 0
   end
 
   -- to_end = start + w - now.
-  local eu, es = pair(s_us - now_us, s_sub + w)
+  local eu, es = pair(s_us - now_us + w_us, s_sub + w_sub)
   local free = limit - count
   if cost == 0 then
     if count == 0 then return reply(true, free, 0, 0) end

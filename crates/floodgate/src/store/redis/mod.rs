@@ -104,15 +104,17 @@
 //! compared in two 52-bit limbs and divided by long multiplication, never rounded. So a Lua
 //! twin's decision is exactly its algorithm's, within these limits, which the store checks
 //! before sending anything ([`StoreError::NotOnStore`] otherwise):
-//! - every duration the algorithm works with (GCRA's `τ`, the fixed, sliding and log windows,
-//!   the token bucket's time to refill from empty, the leaky bucket's time to drain from full,
-//!   the leaky queue's slot and `queue × slot`, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about
-//!   13 days; for the smooth limiters, the time to fill up from empty (`max_burst_seconds`, or
-//!   the warmup) is at most 2⁵⁰ µs;
+//! - every duration the algorithm works with (GCRA's `τ`, the sliding and log windows, the
+//!   token bucket's time to refill from empty, the leaky bucket's time to drain from full, the
+//!   leaky queue's slot and `queue × slot`, a lease's `lease_ttl`) is at most 2⁵⁰ ns, about
+//!   13 days; the fixed window's, at most 2⁵⁰ µs (35 years: Envoy's 30-day months and 365-day
+//!   years run, its start found by an exact quotient beyond 2⁵⁰ ns); for the smooth limiters,
+//!   the time to fill up from empty (`max_burst_seconds`, or the warmup) is at most 2⁵⁰ µs;
 //! - counts (GCRA's limit, the windows' and the log's limits, the buckets' capacity, the queue's
 //!   length, the leases' capacity) are at most 2⁵⁰, and a smooth key's most stored permits (at
 //!   the configured rate, or at a `set_rate`'s) below 2⁵³;
-//! - an explicit clock's instants are below 2⁵³ µs (for leases, the instant plus `lease_ttl`).
+//! - an explicit clock's instants are below 2⁵³ µs (for leases, the instant plus `lease_ttl`;
+//!   for a fixed window, the instant plus the window).
 //!
 //! One limit depends on the state, so the script checks it: a smooth key's next free instant
 //! stays below 3 × 2⁵¹ µs (the year 2184 on a Unix clock). A reservation that would push it
@@ -230,7 +232,7 @@ mod reply;
 use breaker::Breaker;
 pub use breaker::BreakerState;
 pub use call::script_source;
-use call::{lease_rule, not_on_redis, Call, Scripts, MAX_MICROS};
+use call::{lease_rule, nanos, not_on_redis, Call, Scripts, MAX_MICROS};
 use connection::Connection;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
@@ -459,7 +461,13 @@ impl RedisStore {
     /// parameters are beyond the exact limits of its Lua twin). For refusing such a
     /// configuration at start-up.
     pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
-        self.inner.call(algorithm, Op::Check { cost: 1 }).is_ok()
+        self.runs(algorithm).is_ok()
+    }
+
+    /// [`RedisStore::supports`], with the refusal that says why not
+    /// ([`StoreError::NotOnStore`], naming the limit exceeded).
+    pub fn runs(&self, algorithm: &AnyAlgorithm) -> Result<(), StoreError> {
+        self.inner.call(algorithm, Op::Check { cost: 1 }).map(drop)
     }
 
     /// Where the circuit breaker stands now (on the store's clock).
@@ -559,8 +567,12 @@ impl Inner {
         };
         let micros = clock.now().0 / 1000;
         for algorithm in algorithms {
-            // A lease's expiry (in microseconds, plus 1) must stay below 2^53 too.
-            let ahead = lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2);
+            // A lease's expiry (in microseconds, plus 1), and a fixed window's end, must stay
+            // below 2^53 too.
+            let ahead = match algorithm {
+                AnyAlgorithm::FixedWindow(f) => nanos(f.window()) / 1000 + 1,
+                _ => lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2),
+            };
             if micros.saturating_add(ahead) >= MAX_MICROS {
                 return Err(not_on_redis(
                     algorithm,
