@@ -17,7 +17,7 @@ METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 total() { # calls out-file -> the run's instruction total
   if ss -ltn | grep -qE ":(19080|19081) "; then echo "port 19080 or 19081 is taken" >&2; exit 1; fi
   valgrind --tool=callgrind --callgrind-out-file="$2" "$BIN" serve --config bench/service.yaml \
-    --workers 1 --http $HTTP --grpc $GRPC 2>/tmp/floodgate-callgrind.log &
+    --threads 1 --http $HTTP --grpc $GRPC 2>/tmp/floodgate-callgrind.log &
   local pid=$!
   for _ in $(seq 100); do curl -sf http://$HTTP/livez >/dev/null && break; sleep 0.3; done
   for n in 4000 "$1"; do

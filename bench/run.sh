@@ -5,7 +5,7 @@
 #   bash bench/run.sh
 # Options (environment):
 #   RUNS=3            runs of each peak measurement
-#   WORKERS="2 1"     the --workers values to measure (default: this machine's cores, then 1)
+#   WORKERS="2 1"     the --threads values to measure (default: this machine's cores, then 1)
 #   PEER_URL=http://127.0.0.1:PORT   another Envoy RLS server, already running, with domains
 #                     `bench` and `bench-deny` limited as in bench/service.yaml: measured with
 #                     the same h2load commands, its runs interleaved with Floodgate's
@@ -22,7 +22,7 @@ trap '[ -n "$PID" ] && kill $PID 2>/dev/null; true' EXIT
 
 start() { # workers
   if ss -ltn | grep -qE ":(19080|19081) "; then echo "port 19080 or 19081 is taken" >&2; exit 1; fi
-  $BIN serve --config bench/service.yaml --http $HTTP --grpc $GRPC --workers "$1" 2>/tmp/floodgate-bench.log &
+  $BIN serve --config bench/service.yaml --http $HTTP --grpc $GRPC --threads "$1" 2>/tmp/floodgate-bench.log &
   PID=$!
   for _ in $(seq 50); do curl -sf http://$HTTP/livez >/dev/null && return; sleep 0.1; done
   echo "floodgate did not start; see /tmp/floodgate-bench.log" >&2; exit 1
@@ -51,7 +51,7 @@ PY
 
 for workers in $WORKERS; do
   start "$workers"
-  echo "== floodgate --workers $workers: gRPC ShouldRateLimit, h2load -c 4 -m 32, 1 key"
+  echo "== floodgate --threads $workers: gRPC ShouldRateLimit, h2load -c 4 -m 32, 1 key"
   best=0
   for body in rls_body.bin rls_body_deny.bin; do
     for i in $(seq "$RUNS"); do
@@ -62,7 +62,7 @@ for workers in $WORKERS; do
     done
   done
   half=$(python3 -c "print(int($best / 2))")
-  echo "== floodgate --workers $workers: latency at half of the best peak ($half/s), paced by h2load --rps"
+  echo "== floodgate --threads $workers: latency at half of the best peak ($half/s), paced by h2load --rps"
   for shape in "4 4" "4 8" "16 4" "4 32"; do
     set -- $shape
     echo "-c $1 -m $2: $(paced "http://$GRPC" "$1" "$2" "$half")"
@@ -74,13 +74,13 @@ for workers in $WORKERS; do
       echo "-c $1 -m $2: $(paced "$PEER_URL" "$1" "$2" 40000)"
     done
   fi
-  echo "== floodgate --workers $workers: gRPC over many keys, examples/rls_load -c 4 -m 32 (h2load sends one body)"
+  echo "== floodgate --threads $workers: gRPC over many keys, examples/rls_load -c 4 -m 32 (h2load sends one body)"
   for domain in bench bench-deny; do
     for keys in 1 100000; do
-      echo "$domain, $keys keys: $(target/release/examples/rls_load "http://$GRPC" --domain $domain --keys $keys -c 4 -m 32 --seconds 5)"
+      echo "$domain, $keys keys: $(target/release/examples/rls_load "http://$GRPC" --domain $domain --keys $keys -c 4 -m 32 --duration 5s)"
     done
   done
-  echo "== floodgate --workers $workers: HTTP, wrk -t1 -c64 -d5s"
+  echo "== floodgate --threads $workers: HTTP, wrk -t1 -c64 -d5s"
   for script in "check.lua allow" "check.lua deny" "json.lua bench" "json.lua bench-deny"; do
     set -- $script
     for keys in 1 100000; do

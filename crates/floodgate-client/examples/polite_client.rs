@@ -1,4 +1,4 @@
-//! Offers `--rate` requests per second to `--url` for `--duration` seconds, at most
+//! Offers `--rate` requests per second to `--url` for `--duration` (`30s`, `1m30s`, or plain seconds), at most
 //! `--concurrency` at a time, through the polite layer (or, with `--naive`, straight through
 //! hyper's client), and prints, last, one JSON line:
 //!
@@ -24,9 +24,9 @@
 //! ```text
 //! cargo run --release --example limited_server -- --port 8080 --rate 50 &
 //! cargo run --release --example polite_client -- --url http://127.0.0.1:8080/ietf/ \
-//!     --rate 400 --duration 30 --concurrency 64
+//!     --rate 400 --duration 30s --concurrency 64
 //! cargo run --release --example polite_client -- --url http://127.0.0.1:8080/ietf/ \
-//!     --rate 400 --duration 30 --concurrency 64 --naive
+//!     --rate 400 --duration 30s --concurrency 64 --naive
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,9 +54,10 @@ struct Args {
     /// Requests offered per second.
     #[arg(long)]
     rate: f64,
-    /// Seconds to offer them for.
-    #[arg(long)]
-    duration: f64,
+    /// How long to offer them for: `30s`, `1m30s`, `500ms`, or plain seconds (`30`), as every
+    /// floodgate command reads durations.
+    #[arg(long, value_parser = duration)]
+    duration: Duration,
     /// The most requests in flight (or waiting in the layer) at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -66,12 +67,17 @@ struct Args {
     /// Send without the layer, for comparison.
     #[arg(long)]
     naive: bool,
-    /// The layer's max wait, seconds.
-    #[arg(long, default_value_t = 5.0)]
-    max_wait: f64,
-    /// Seconds after which the `*_after_warmup` counts start.
-    #[arg(long, default_value_t = 5.0)]
-    warmup: f64,
+    /// The layer's max wait (a duration, as `--duration`).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    max_wait: Duration,
+    /// How long after the start the `*_after_warmup` counts start (a duration).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    warmup: Duration,
+}
+
+/// A duration as floodgate reads one everywhere.
+fn duration(text: &str) -> Result<Duration, String> {
+    floodgate::algorithm::spec::parse_duration(text).map_err(|e| e.to_string())
 }
 
 #[derive(Default)]
@@ -95,7 +101,7 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let args = Args::parse();
-    if !(args.rate > 0.0 && args.duration > 0.0 && args.concurrency > 0) {
+    if !(args.rate > 0.0 && !args.duration.is_zero() && args.concurrency > 0) {
         return Err("--rate, --duration and --concurrency must be positive".into());
     }
     let method: Method = args.method.to_uppercase().parse()?;
@@ -103,9 +109,7 @@ async fn main() -> Result<(), Error> {
     let hyper = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(args.concurrency)
         .build_http::<Full<Bytes>>();
-    let layer = PoliteLayer::builder()
-        .max_wait(Duration::from_secs_f64(args.max_wait))
-        .build()?;
+    let layer = PoliteLayer::builder().max_wait(args.max_wait).build()?;
     let state = layer.state();
     let polite = layer.layer(hyper.clone());
 
@@ -116,14 +120,13 @@ async fn main() -> Result<(), Error> {
     let interval = Duration::from_secs_f64(1.0 / args.rate);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let total = (args.rate * args.duration).round() as u64;
+    let total = (args.rate * args.duration.as_secs_f64()).round() as u64;
     let mut warmup_totals = None;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..total {
         while tasks.try_join_next().is_some() {}
         ticker.tick().await;
-        let elapsed = clock.now().saturating_since(start).as_secs_f64();
-        let warm = elapsed >= args.warmup;
+        let warm = clock.now().saturating_since(start) >= args.warmup;
         if warm && warmup_totals.is_none() {
             warmup_totals = Some(state.totals());
         }
@@ -186,7 +189,7 @@ async fn main() -> Result<(), Error> {
         }
     }
     // The run ends now: requests still waiting or in flight are not counted as answered.
-    let end = start.saturating_add(Duration::from_secs_f64(args.duration));
+    let end = start.saturating_add(args.duration);
     let left = end.saturating_since(clock.now());
     tokio::time::sleep(left).await;
     tasks.abort_all();
@@ -228,7 +231,7 @@ async fn main() -> Result<(), Error> {
             "succeeded": succeeded,
             "throttled": throttled,
             "errors": load(&tally.errors),
-            "goodput_per_second": succeeded as f64 / args.duration,
+            "goodput_per_second": succeeded as f64 / args.duration.as_secs_f64(),
             "local_waits": local_waits,
             "offered": load(&tally.offered),
             "refused_locally": load(&tally.refused_locally),

@@ -8,11 +8,10 @@
 //!
 //! ```text
 //! cargo run --release -p floodgate-server --example rls_load -- \
-//!     http://127.0.0.1:19081 --domain bench --keys 100000 -c 4 -m 32 --seconds 5
+//!     http://127.0.0.1:19081 --domain bench --keys 100000 -c 4 -m 32 --duration 5s
 //! ```
 
 use std::error::Error;
-use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::{Clock, Nanos, SystemClock};
@@ -42,12 +41,13 @@ struct Settings {
     /// Calls in flight per connection.
     #[arg(short = 'm', default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     streams: u16,
-    /// Seconds measured, after the warm-up.
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
-    /// Seconds of warm-up, not measured.
-    #[arg(long = "warm-up", default_value_t = 1.0)]
-    warm_up: f64,
+    /// How long to measure, after the warm-up (a duration, as every floodgate command reads
+    /// one: `5s`, `1m`, plain seconds).
+    #[arg(long, default_value = "5s", value_parser = floodgate_server::cli::positive_duration)]
+    duration: std::time::Duration,
+    /// How long to warm up, not measured (a duration).
+    #[arg(long = "warm-up", default_value = "1s", value_parser = floodgate_server::cli::duration)]
+    warm_up: std::time::Duration,
 }
 
 /// One gRPC-framed request for key number `n`.
@@ -102,8 +102,8 @@ async fn stream(
     start: Nanos,
 ) -> Tally {
     let uri = format!("{}{METHOD}", settings.url.trim_end_matches('/'));
-    let measure_from = start.saturating_add(Duration::from_secs_f64(settings.warm_up));
-    let end = measure_from.saturating_add(Duration::from_secs_f64(settings.seconds));
+    let measure_from = start.saturating_add(settings.warm_up);
+    let end = measure_from.saturating_add(settings.duration);
     let mut keys = Keys(seed | 1);
     let mut tally = Tally::default();
     loop {
@@ -192,7 +192,7 @@ async fn run(settings: Settings) -> Result<(), Box<dyn Error>> {
     let calls = all.ok + all.over_limit + all.failed;
     println!(
         "{:.0} calls/s ({} OK, {} OVER_LIMIT, {} failed), p50 {} us, p99 {} us, p99.9 {} us",
-        calls as f64 / settings.seconds.max(f64::MIN_POSITIVE),
+        calls as f64 / settings.duration.as_secs_f64(),
         all.ok,
         all.over_limit,
         all.failed,

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm, SpecDuration};
+use floodgate::algorithm::spec::{AnyAlgorithm, SpecDuration};
 use floodgate::algorithm::Algorithm;
 use floodgate::store::{Store, StoreStats};
 use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
@@ -36,36 +36,35 @@ use crate::store::ServiceStore;
 /// Arguments of `floodgate bench`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The store: `memory`, `redis://[user:password@]host:port[/db]` or
-    /// `redis-cluster://host:port,host:port`.
-    #[arg(long, value_name = "URL", default_value = "memory")]
-    pub store: String,
+    /// `--store URL` (default `memory`).
+    #[command(flatten)]
+    pub store: crate::cli::StoreArg,
     /// The limiter, as `replay --limiter` takes it: a JSON spec such as
     /// '{"algorithm":"token_bucket","rate":100,"capacity":200}', or a YAML/JSON file's path.
     #[arg(long, value_name = "SPEC")]
     pub limiter: String,
     /// How many distinct keys the decisions spread over, at random (at least 1).
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = crate::cli::at_least_one::<u64>)]
     pub keys: u64,
-    /// How many decisions are in flight at once (tasks; at least 1).
-    #[arg(long, value_name = "C", default_value_t = 64)]
+    /// Requests in flight at once (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = crate::cli::at_least_one::<usize>)]
     pub concurrency: usize,
-    /// How long to run (`10s`, `500ms`; above 0).
-    #[arg(long, value_name = "D", default_value = "10s")]
-    pub duration: String,
-    /// Threads of the Tokio runtime (default: one per core).
-    #[arg(long, value_name = "N")]
+    /// How long to run (above 0: `10s`, `500ms`, `1m30s`).
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = crate::cli::positive_duration)]
+    pub duration: Duration,
+    /// Threads deciding (at least 1; default: one per core).
+    #[arg(long, value_name = "N", value_parser = crate::cli::at_least_one::<usize>)]
     pub threads: Option<usize>,
     /// How a Redis store is used, as the config's `store.mode`: `exact` (a round trip per
     /// decision) or `cached` (local decisions, synced every `--sync-interval`).
     #[arg(long, value_name = "MODE", default_value = "exact")]
     pub mode: String,
     /// Cached mode's sync interval (`100ms` by default).
-    #[arg(long, value_name = "D")]
-    pub sync_interval: Option<String>,
-    /// The memory store's bound, as the config's `store.max_keys`: with `--keys` above it, the
-    /// bench is a flood of distinct keys (see RELIABILITY.md).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    #[arg(long, value_name = "D", value_parser = crate::cli::positive_duration)]
+    pub sync_interval: Option<Duration>,
+    /// The memory store's bound, as the config's `store.max_keys` (at least 1): with `--keys`
+    /// above it, the bench is a flood of distinct keys (see RELIABILITY.md).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
     pub max_keys: usize,
     /// The memory store's overflow policy, as the config's `store.overflow`: `evict_live` or
     /// `refuse_new`.
@@ -188,27 +187,9 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         Subject::Keyed(algorithm) => algorithm,
         Subject::Utilization { .. } => return Err(BenchError::NoStore),
     };
-    if args.keys == 0 {
-        return Err(invalid("keys", "0".into(), "at least 1"));
-    }
-    if args.concurrency == 0 {
-        return Err(invalid("concurrency", "0".into(), "at least 1"));
-    }
-    let duration = parse_duration(&args.duration)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            invalid(
-                "duration",
-                args.duration.clone(),
-                "a duration above 0, e.g. 10s",
-            )
-        })?;
+    let duration = args.duration;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
-        if threads == 0 {
-            return Err(invalid("threads", "0".into(), "at least 1"));
-        }
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build().map_err(BenchError::Runtime)?;
@@ -217,16 +198,10 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         "cached" => StoreMode::Cached,
         other => return Err(invalid("mode", other.into(), "exact or cached")),
     };
-    let sync_interval = match &args.sync_interval {
-        None => None,
-        Some(text) => Some(SpecDuration(parse_duration(text).map_err(|_| {
-            invalid("sync-interval", text.clone(), "a duration, e.g. 100ms")
-        })?)),
-    };
     let config = StoreConfig {
-        url: Some(args.store.clone()),
+        url: args.store.url.clone(),
         mode,
-        sync_interval,
+        sync_interval: args.sync_interval.map(SpecDuration),
         max_keys: args.max_keys,
         overflow: args.overflow,
         ..StoreConfig::default()

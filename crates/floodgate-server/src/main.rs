@@ -46,10 +46,10 @@ enum Command {
         /// Merge domains defined more than once, as `serve --merge-domains`.
         #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
         merge_domains: bool,
-        /// Check against this store, as `serve --store URL` (nothing is sent to it): a config
-        /// using an algorithm the store cannot run is refused.
-        #[arg(long, value_name = "URL", env = "FLOODGATE_STORE")]
-        store: Option<String>,
+        // Checked against this store, as `serve` would run it (nothing is sent to it): a
+        // config using an algorithm the store cannot run is refused.
+        #[command(flatten)]
+        store: floodgate_server::cli::StoreArg,
     },
 }
 
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
             path,
             merge_domains,
             store,
-        } => match check_config(&path, merge_domains, store) {
+        } => match check_config(&path, merge_domains, store.url) {
             Ok(()) => {
                 println!("{}: ok", path.display());
                 ExitCode::SUCCESS

@@ -68,13 +68,11 @@ pub struct Args {
     /// or JSON file holding one.
     #[arg(long, value_name = "SPEC")]
     limiter: String,
-    /// Where the keys' state lives: `memory` (the embedded store) or a Redis
-    /// (`redis://host:port[/db]`, `redis-cluster://host:port,host:port`), run with the trace's
-    /// times.
-    #[arg(long, value_name = "URL", default_value = "memory")]
-    store: String,
-    /// The most keys held at once (the embedded store's bound).
-    #[arg(long, default_value_t = 1_000_000)]
+    /// `--store URL` (default `memory`); on Redis the trace's own times are the clock.
+    #[command(flatten)]
+    store: crate::cli::StoreArg,
+    /// The most keys held at once (the memory store's bound; at least 1).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
     max_keys: usize,
     /// Print a summary table (offered, admitted, refused, longest refusal streak, p50/p99
     /// `retry_after`) instead of one decision per line.
@@ -170,13 +168,14 @@ pub enum SpecError {
 pub fn run(args: &Args) -> Result<(), ReplayError> {
     let named = load_named_spec(&args.limiter)?;
     let subject = named.spec.build().map_err(SpecError::Invalid)?;
-    let backend = if matches!(args.store.as_str(), "memory" | "memory://") {
+    let store = args.store.url.as_deref().unwrap_or(crate::store::MEMORY);
+    let backend = if matches!(store, "memory" | "memory://") {
         Backend::Memory {
             max_keys: args.max_keys,
         }
     } else {
         Backend::Redis {
-            url: args.store.clone(),
+            url: store.to_string(),
         }
     };
     let stdin = io::stdin().lock();
@@ -203,10 +202,7 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
         title: "floodgate replay".into(),
         details: vec![
             ("trace".into(), "standard input".into()),
-            (
-                "store".into(),
-                floodgate::store::redis::redacted(&args.store),
-            ),
+            ("store".into(), floodgate::store::redis::redacted(store)),
         ],
         limiters: vec![LimiterRun {
             name: named.name,

@@ -50,9 +50,9 @@ pub const DEFAULT_GRPC: &str = "127.0.0.1:8081";
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// A YAML config file, Floodgate's own format or envoyproxy/ratelimit's, or a directory of
-    /// them: every *.yaml and *.yml file in it, envoyproxy/ratelimit domain files plus at most
-    /// one Floodgate file (see `config::directory`). Re-read on SIGHUP and POST /admin/reload.
-    /// Without one, the built-in example (Stripe's four limiters, plans free/standard/pro) runs.
+    /// them (every *.yaml and *.yml file directly in it: envoyproxy/ratelimit domain files plus
+    /// at most one Floodgate file). Re-read on SIGHUP and POST /admin/reload. Without one, the
+    /// built-in example (Stripe's four limiters, plans free/standard/pro) runs.
     #[arg(long, value_name = "FILE|DIR")]
     pub config: Option<PathBuf>,
     /// Merge domains defined more than once (in several files of a directory) instead of
@@ -65,23 +65,22 @@ pub struct ServeArgs {
     /// `rls.response_headers` can also turn it on and renames the headers.
     #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_parser = clap::builder::FalseyValueParser::new())]
     pub response_headers: bool,
-    /// Where the HTTP JSON API listens (default: the config's `http`, else 127.0.0.1:8080).
-    /// Port 0 lets the OS choose; the `floodgate listening …` line on stderr names the port.
-    #[arg(long, value_name = "ADDR")]
+    /// Where the HTTP JSON API listens, host:port (default: the config's `http`, else
+    /// 127.0.0.1:8080; a name such as localhost is resolved at start). Port 0 lets the OS
+    /// choose; the `floodgate listening …` line on stderr names the port.
+    #[arg(long, value_name = "ADDR", value_parser = crate::cli::listen_address)]
     pub http: Option<SocketAddr>,
-    /// Where the Envoy RLS gRPC API listens (default: the config's `grpc`, else
-    /// 127.0.0.1:8081). Port 0 lets the OS choose, as for `--http`.
-    #[arg(long, value_name = "ADDR")]
+    /// Where the Envoy RLS gRPC API listens, host:port (default: the config's `grpc`, else
+    /// 127.0.0.1:8081). As `--http`.
+    #[arg(long, value_name = "ADDR", value_parser = crate::cli::listen_address)]
     pub grpc: Option<SocketAddr>,
-    /// The store every limit counts in: `memory` (the default: this process alone),
-    /// `redis://[user@]host:port[/db]`, a Redis shared by every `floodgate serve` pointing at
-    /// it, so that a limit holds across all of them, or `redis-cluster://h1:p1,h2:p2`.
-    /// Overrides the config's `store.url` only (its timeout, breaker and password_env stay).
-    #[arg(long, value_name = "URL", env = "FLOODGATE_STORE")]
-    pub store: Option<String>,
-    /// Worker threads, each with its own single-threaded runtime (default: one per core).
-    #[arg(long, value_name = "N")]
-    pub workers: Option<usize>,
+    /// `--store URL`.
+    #[command(flatten)]
+    pub store: crate::cli::StoreArg,
+    /// Threads serving requests, each with its own single-threaded runtime (at least 1;
+    /// default: one per core).
+    #[arg(long, value_name = "N", value_parser = crate::cli::at_least_one::<usize>)]
+    pub threads: Option<usize>,
     /// Counters the dashboard keeps for the heaviest keys (a space-saving sketch per minute;
     /// at most about 2 × N × 350 bytes). 0 turns key counting off.
     #[arg(long, value_name = "N", env = "FLOODGATE_HEAVY_KEYS",
@@ -195,7 +194,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         response_headers: args.response_headers,
     };
     let mut config = Config::load_or_builtin(args.config.as_deref(), &overrides)?;
-    if let Some(url) = &args.store {
+    if let Some(url) = &args.store.url {
         config.store.url = Some(url.clone());
     }
     let http_addr = args
@@ -266,9 +265,8 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     store_runtime.spawn(sample_dashboard(server.clone()));
     store_runtime.spawn(watch_store(server.clone()));
     let workers = args
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let acceptor = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -292,7 +290,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             ),
         }
         announce(&listening);
-        tracing::info!(workers, config = ?args.config, "floodgate serving");
+        tracing::info!(threads = workers, config = ?args.config, "floodgate serving");
         run(server, http, grpc, workers, stopped).await
     })
 }

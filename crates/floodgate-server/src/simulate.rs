@@ -23,7 +23,7 @@ use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{parse_duration, AnyAlgorithm};
+use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::fleet::FLEET_KEY;
 use floodgate::limiter::Priority;
 use floodgate::{ManualClock, Nanos, Op};
@@ -53,21 +53,22 @@ pub struct Args {
     /// A recorded trace in `replay`'s event format, instead of generated traffic.
     #[arg(long, value_name = "FILE.jsonl", conflicts_with = "traffic")]
     trace: Option<PathBuf>,
-    /// How long the generated traffic lasts (seconds or `90s`, `5m`); with `--trace`, where to
-    /// cut it.
-    #[arg(long, value_name = "DURATION")]
-    duration: Option<String>,
+    /// How long the generated traffic lasts (above 0: `90s`, `5m`, `1h30m`); with `--trace`,
+    /// where to cut it.
+    #[arg(long, value_name = "D", value_parser = crate::cli::positive_duration)]
+    duration: Option<std::time::Duration>,
     /// Where to write the HTML report (none if absent).
     #[arg(long, value_name = "FILE.html")]
     out: Option<PathBuf>,
     /// The generators' seed: the same seed gives the same requests.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
-    /// Workers of the simulated service (the utilization shedder's denominator).
-    #[arg(long, default_value_t = 100)]
+    /// The workers of the simulated service, whose busy share the utilization shedder reads,
+    /// as the config's `limiters.utilization.workers` (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = crate::cli::at_least_one::<u64>)]
     workers: u64,
-    /// The most keys each limiter's store holds.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// The most keys each limiter's store holds (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
     max_keys: usize,
 }
 
@@ -101,12 +102,9 @@ pub enum SimulateError {
     /// Neither `--traffic` nor `--trace` was given.
     #[error("give the traffic: --traffic SPEC (one or more) or --trace FILE.jsonl")]
     NoTraffic,
-    /// `--duration` is missing (with `--traffic`) or does not read.
+    /// `--duration` is missing (with `--traffic`).
     #[error("--duration: {0}")]
     Duration(String),
-    /// `--workers` is 0.
-    #[error("--workers: 0: the simulated service needs at least one worker")]
-    Workers,
     /// A store could not be built, or a limiter refused an event.
     #[error(transparent)]
     Replay(#[from] ReplayError),
@@ -147,15 +145,7 @@ pub fn run(args: &Args) -> Result<(), SimulateError> {
 
 /// The simulation's report (see [`run`]).
 pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
-    let duration = match &args.duration {
-        None => None,
-        Some(text) => {
-            Some(parse_duration(text).map_err(|e| SimulateError::Duration(e.to_string()))?)
-        }
-    };
-    if args.workers == 0 {
-        return Err(SimulateError::Workers);
-    }
+    let duration = args.duration;
     let mut runners = Vec::with_capacity(args.limiters.len());
     for (i, arg) in args.limiters.iter().enumerate() {
         let bad = |source| SimulateError::Limiter {

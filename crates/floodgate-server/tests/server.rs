@@ -428,6 +428,52 @@ async fn bad_input_gets_a_clear_4xx_and_the_service_keeps_serving() {
     assert_eq!(ok["allowed"], true);
 }
 
+/// Every error is JSON and says what to change: a wrong method names the one the endpoint
+/// takes, an unknown limit lists the configured ones, a body too large names the limit and the
+/// setting that raises it, a cost above the limit says it can never pass.
+#[tokio::test]
+async fn errors_say_what_to_change() {
+    let s = start(Some(CONFIG), None).await;
+    let response = reqwest::get(format!("{}/v1/check", s.http)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    assert_eq!(response.headers()["allow"], "POST");
+    let answer: Value = response.json().await.expect("a JSON body");
+    assert_eq!(answer["error"]["type"], "method_not_allowed", "{answer}");
+    assert_eq!(
+        answer["error"]["message"], "`GET /v1/check`: /v1/check takes POST",
+        "{answer}"
+    );
+    let (status, answer) = s
+        .post("/v1/check", json!({"limiter": "signup", "key": "k"}))
+        .await;
+    assert_eq!(
+        (status, &answer["error"]["type"]),
+        (404, &json!("unknown_limiter"))
+    );
+    assert_eq!(
+        answer["error"]["message"], "no limit named `signup` (configured: login)",
+        "{answer}"
+    );
+    let (status, answer) = s.post_raw("/v1/check", "x".repeat(70_000), None).await;
+    assert_eq!(status, 413, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("65536 bytes") && message.contains("connections.max_body_bytes"),
+        "{message}"
+    );
+    let (_, answer) = s
+        .post(
+            "/v1/check",
+            json!({"limiter": "login", "key": "k", "cost": 3}),
+        )
+        .await;
+    assert_eq!(answer["allowed"], false, "{answer}");
+    assert_eq!(
+        answer["message"], "cost 3 is above the limit 2 of `login`: such a request can never pass",
+        "{answer}"
+    );
+}
+
 #[tokio::test]
 async fn admin_requires_the_token_and_switches_modes_and_plans() {
     let disabled = start(Some(CONFIG), None).await;

@@ -117,11 +117,13 @@ use crate::descriptors::RuleSet;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Where the HTTP API listens; `None` leaves it to the command line's default.
-    #[serde(default)]
+    /// Where the HTTP API listens, `host:port` (a name is resolved when the file is read);
+    /// `None` leaves it to the command line's default.
+    #[serde(default, deserialize_with = "listen_address")]
     pub http: Option<SocketAddr>,
-    /// Where the Envoy RLS gRPC API listens; `None` leaves it to the command line's default.
-    #[serde(default)]
+    /// Where the Envoy RLS gRPC API listens, as `http`; `None` leaves it to the command line's
+    /// default.
+    #[serde(default, deserialize_with = "listen_address")]
     pub grpc: Option<SocketAddr>,
     /// The store's settings.
     #[serde(default)]
@@ -971,6 +973,13 @@ impl Config {
             .map_err(|e| ConfigFileError::from_config_error("limiters", e))?;
         Ok((pipeline, workers))
     }
+}
+
+/// A listen address as the command line reads one ([`crate::cli::listen_address`]).
+fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    text.map(|t| crate::cli::listen_address(&t).map_err(de::Error::custom))
+        .transpose()
 }
 
 /// A configuration file's text.

@@ -8,10 +8,11 @@
 //! | status | `type` | when |
 //! |---|---|---|
 //! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type; `/v1/dashboard`: a query other than `since=N` |
-//! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]) |
+//! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]); the message names the limit and that setting |
 //! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
 //! | 404 | `not_found` | no such endpoint |
-//! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name |
+//! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
+//! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
 //! | 400 | `unknown_priority`, `empty_user`, `unknown_plan` | `/v1/evaluate` ([`EvaluateError`]) |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
@@ -93,6 +94,26 @@ where
     .await;
 }
 
+/// The paths that take `GET` (and `HEAD`); every other path takes `POST`.
+const GET_PATHS: [&str; 5] = ["/", "/metrics", "/v1/dashboard", "/livez", "/readyz"];
+
+/// A known path asked with a method it does not take: 405 with a JSON body (and the `Allow`
+/// header the router adds), like every other error.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let takes = if GET_PATHS.contains(&path) {
+        "GET"
+    } else {
+        "POST"
+    };
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("`{method} {path}`: {path} takes {takes}"),
+    )
+    .into_response()
+}
+
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
@@ -119,6 +140,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/admin/plan", post(admin_plan))
         .route("/admin/reload", post(admin_reload))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(server)
 }
@@ -243,21 +265,31 @@ impl IntoResponse for ApiError {
 }
 
 /// Reads a JSON body into `T`, turning every failure into a clear 4xx.
-fn parse<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(body_error)?;
+fn parse<T: for<'de> Deserialize<'de>>(
+    server: &Server,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|r| body_error(server, r))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// A body that could not be read: too large (413) or broken off (400).
-fn body_error(rejection: BytesRejection) -> ApiError {
+/// A body that could not be read: too large (413, naming the limit and the setting that
+/// raises it) or broken off (400).
+fn body_error(server: &Server, rejection: BytesRejection) -> ApiError {
     let status = rejection.status();
-    let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
-        "body_too_large"
-    } else {
-        "invalid_request"
-    };
-    ApiError::new(status, kind, rejection.body_text())
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        let max = server.limits().max_body_bytes;
+        return ApiError::new(
+            status,
+            "body_too_large",
+            format!(
+                "the body is over {max} bytes, the limit connections.max_body_bytes sets; send a \
+                 smaller one, or raise connections.max_body_bytes in the config"
+            ),
+        );
+    }
+    ApiError::new(status, "invalid_request", rejection.body_text())
 }
 
 /// [`parse`] for a counted API: a bad body is counted as `invalid` for `endpoint`.
@@ -267,7 +299,7 @@ fn parse_counted<T: for<'de> Deserialize<'de>>(
     endpoint: Endpoint,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Response> {
-    parse(body).map_err(|e| {
+    parse(server, body).map_err(|e| {
         server.metrics().call(endpoint, Outcome::Invalid);
         e.into_response()
     })
@@ -281,7 +313,7 @@ fn parse_admin<T: for<'de> Deserialize<'de>>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, Response> {
     server.authorize(bearer(headers)).map_err(admin_error)?;
-    parse(body).map_err(IntoResponse::into_response)
+    parse(server, body).map_err(IntoResponse::into_response)
 }
 
 #[derive(Deserialize)]
@@ -313,21 +345,40 @@ async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejec
                 Outcome::Refused
             };
             server.metrics().call(Endpoint::Check, outcome);
-            Json(json!({
+            let mut answer = json!({
                 "allowed": d.allowed,
                 "limit": d.limit,
                 "remaining": d.remaining,
                 "reset_after": d.reset_after.as_secs_f64(),
                 "retry_after": d.retry_after.map(|r| r.as_secs_f64()),
-            }))
-            .into_response()
+            });
+            // A refusal no wait can lift says why, rather than a bare `retry_after: null`.
+            if !d.allowed && d.retry_after.is_none() && request.cost > d.limit {
+                answer["message"] = format!(
+                    "cost {} is above the limit {} of `{}`: such a request can never pass",
+                    request.cost, d.limit, request.limiter
+                )
+                .into();
+            }
+            Json(answer).into_response()
         }
         Ok(None) => {
             server.metrics().call(Endpoint::Check, Outcome::Invalid);
+            let names: Vec<String> = server
+                .overview()
+                .limits
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            let configured = if names.is_empty() {
+                "none is configured: add named limits under `limits:` in the config".to_string()
+            } else {
+                format!("configured: {}", names.join(", "))
+            };
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "unknown_limiter",
-                format!("no limit named `{}` is configured", request.limiter),
+                format!("no limit named `{}` ({configured})", request.limiter),
             )
             .into_response()
         }
@@ -433,7 +484,7 @@ async fn shed_overload(
     let request = axum::extract::Request::from_parts(parts.clone(), body);
     let bytes = match Bytes::from_request(request, &()).await {
         Ok(bytes) => bytes,
-        Err(rejection) => return body_error(rejection).into_response(),
+        Err(rejection) => return body_error(&server, rejection).into_response(),
     };
     let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     let _call = match server.enter_call() {

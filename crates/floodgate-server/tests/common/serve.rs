@@ -101,7 +101,7 @@ fn serve_command(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Command {
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
         .arg("--config")
         .arg(path)
-        .args(["--store", store, "--workers", "1"])
+        .args(["--store", store, "--threads", "1"])
         .env_remove("FLOODGATE_STORE")
         .env_remove("FLOODGATE_LEASE_SECRET")
         .stdout(Stdio::null())
