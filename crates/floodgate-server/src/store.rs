@@ -205,13 +205,18 @@ impl ServiceStore {
     /// answered within the budget.
     pub async fn wait_until_usable(&self, budget: Duration) -> Result<(), StoreError> {
         let mut last = StoreError::Timeout(budget);
+        let mut first = true;
         let tries = async {
             let mut wait = STARTUP_RETRY_FIRST;
             loop {
                 match self.probe().await {
                     Ok(()) => return,
+                    // The breaker refusing a try says nothing of why the store fails: the
+                    // failure that opened it stays the one reported.
+                    Err(StoreError::BreakerOpen { .. }) if !first => {}
                     Err(e) => last = e,
                 }
+                first = false;
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(STARTUP_RETRY_MAX);
             }
