@@ -32,9 +32,12 @@ fn bytes_per_key() {
     let rt = runtime();
     rt.block_on(async {
         let clock = ManualClock::new(Nanos(START + 123_456_789));
+        // Kept an hour at least: the test's clock is in the past of Redis's own, which the
+        // TTLs run on.
         let store = RedisStore::builder(server.url())
             .clock(clock.clone())
             .timeout(Duration::from_secs(2))
+            .min_ttl(Duration::from_secs(3600))
             .build()
             .unwrap();
         let mut raw = raw(&server).await;
@@ -192,12 +195,14 @@ fn bytes_per_key() {
                 Duration::ZERO,
             ),
         ];
-        let key = "rate:{user-123456}";
+        let key = "rate:user-123456";
+        // Where the store keeps it: `rate:{user-123456}`.
+        let stored = floodgate::store::redis::redis_key(key);
         println!("| algorithm | parameters | state | Redis type | bytes (`MEMORY USAGE`) |");
         println!("|---|---|---|---|---|");
         for (name, params, state, algorithm, ops, step) in cases {
             let _: () = redis::cmd("DEL")
-                .arg(key)
+                .arg(&stored)
                 .query_async(&mut raw)
                 .await
                 .unwrap();
@@ -207,13 +212,13 @@ fn bytes_per_key() {
                 clock.advance(step);
             }
             let kind: String = redis::cmd("TYPE")
-                .arg(key)
+                .arg(&stored)
                 .query_async(&mut raw)
                 .await
                 .unwrap();
             let bytes: i64 = redis::cmd("MEMORY")
                 .arg("USAGE")
-                .arg(key)
+                .arg(&stored)
                 .arg("SAMPLES")
                 .arg(0)
                 .query_async(&mut raw)
