@@ -34,7 +34,8 @@
 pub mod algorithm;
 pub mod blocking;
 pub mod clock;
-#[doc = include_str!("../../../docs/limiters.md")]
+// The guide (docs/limiters.md), its links made intra-doc links by build.rs.
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/guide.md"))]
 pub mod guide {}
 mod decision;
 mod error;

@@ -1,0 +1,160 @@
+//! The docs' commands and sample outputs hold for the current build: the README's curl calls
+//! answer as their comments say on the built-in config, the README's `replay` example runs,
+//! and the sample summary in docs/seeing-limiters.md is what its command prints today.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::serve::{config_file, serve};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(doc: &str) -> String {
+    std::fs::read_to_string(root().join(doc)).expect("the doc is readable")
+}
+
+/// The shell commands of a doc's indented blocks, continuation lines (`\`) joined.
+fn commands(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let Some(code) = line.strip_prefix("    ") else {
+            continue;
+        };
+        let code = code.trim();
+        match code.strip_suffix('\\') {
+            Some(start) => {
+                current.push_str(start);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(code);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    out
+}
+
+/// The words of a shell command: single-quoted strings kept whole, a `#` comment dropped.
+fn words(command: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = None;
+    for c in command.chars() {
+        match (quoted, c) {
+            (Some(q), c) if c == q => quoted = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => quoted = Some(c),
+            (None, '#') if word.is_empty() => break,
+            (None, ' ') => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+#[tokio::test]
+async fn the_readme_curl_calls_answer_on_the_builtin_config() {
+    // A file holding only the store: the built-in config, on the memory store.
+    let (_dir, path) = config_file("store: {url: memory}\n");
+    let node = serve(&path, "memory", &[("FLOODGATE_ADMIN_TOKEN", "t0ken")]);
+    let client = reqwest::Client::new();
+    let mut called = 0;
+    for command in commands(&read("README.md")) {
+        let words = words(&command);
+        if words.first().map(String::as_str) != Some("curl") {
+            continue;
+        }
+        let Some(url) = words.iter().find(|w| w.starts_with("localhost:8080")) else {
+            continue;
+        };
+        let url = url.replacen("localhost:8080", &node.http, 1);
+        let body = words
+            .iter()
+            .position(|w| w == "-d")
+            .and_then(|i| words.get(i + 1));
+        let post = body.is_some() || words.iter().any(|w| w == "POST");
+        let mut request = if post {
+            client.post(&url).body(body.cloned().unwrap_or_default())
+        } else {
+            client.get(&url)
+        };
+        if command.contains("authorization: Bearer") {
+            request = request.bearer_auth("t0ken");
+        }
+        let response = request.send().await.expect("the service answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        assert_eq!(status, 200, "{command}\n{text}");
+        called += 1;
+    }
+    assert!(called >= 7, "only {called} curl calls found in the README");
+}
+
+#[test]
+fn the_readme_replay_example_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["replay", "--limiter", "examples/token_bucket.yaml"])
+        .current_dir(root())
+        .stdin(std::fs::File::open(root().join("examples/burst.jsonl")).unwrap())
+        .output()
+        .expect("the floodgate binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decisions = String::from_utf8_lossy(&out.stdout);
+    assert!(decisions.lines().count() > 10, "{decisions}");
+    assert!(read("README.md")
+        .contains("-- replay --limiter examples/token_bucket.yaml < examples/burst.jsonl"));
+}
+
+#[test]
+fn the_simulate_sample_is_what_it_prints_today() {
+    let doc = read("docs/seeing-limiters.md");
+    let command = commands(&doc)
+        .into_iter()
+        .find(|c| c.starts_with("floodgate simulate") && c.contains("--out report.html"))
+        .expect("the documented simulate command");
+    let mut args = words(&command);
+    assert_eq!(args.remove(0), "floodgate");
+    let out_at = args.iter().position(|w| w == "--out").expect("--out");
+    let report = std::env::temp_dir().join(format!("floodgate-doc-{}.html", std::process::id()));
+    args[out_at + 1] = report.display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(&args)
+        .output()
+        .expect("the floodgate binary runs");
+    let _ = std::fs::remove_file(&report);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let sample: Vec<&str> = doc
+        .lines()
+        .skip_while(|l| !l.contains("It prints the summary"))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim_start_matches("    ").trim_end())
+        .collect();
+    let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
+    assert_eq!(
+        sample, printed,
+        "docs/seeing-limiters.md's sample is out of date"
+    );
+}
