@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use floodgate::algorithm::Algorithm;
@@ -25,7 +25,7 @@ use crate::config::{Config, ConfigFileError, Overrides, Served};
 use crate::connections::{CallGuard, ConnectionGate, ConnectionLimits, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
-use crate::lease_token::{constant_time_eq, LeaseTokens, TokenError};
+use crate::lease_token::{LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
@@ -34,8 +34,10 @@ use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
 pub use crate::store::Mem;
 use crate::store::ServiceStore;
 
+mod admin;
 pub mod switches;
-use switches::{Configured, Switches};
+pub use admin::AdminError;
+use switches::Switches;
 
 /// How often, at most, a token this node cannot open makes it read the store's shared secret.
 const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
@@ -133,42 +135,6 @@ pub enum ReleaseTokenError {
     /// reload); its leases expire after their TTL.
     #[error("field `lease`: the token's limiter `{0}` is not configured any more; its leases expire after their lease_ttl")]
     UnknownLimiter(Namespace),
-}
-
-/// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AdminError {
-    /// No admin token is configured: the admin API is off.
-    #[error("the admin API is disabled")]
-    Disabled,
-    /// The bearer token is missing or wrong.
-    #[error("unauthorized")]
-    Unauthorized,
-    /// The request names a stage the running configuration does not have.
-    #[error("field `limiter`: `{limiter}` is not a configured limiter ({configured})")]
-    UnknownLimiter {
-        /// The limiter as sent.
-        limiter: String,
-        /// The configured stages' names, for the message.
-        configured: String,
-    },
-    /// The request names a mode that does not exist.
-    #[error("field `mode`: `{mode}` is not one of enforce, shadow, off")]
-    UnknownMode {
-        /// The mode as sent.
-        mode: String,
-    },
-    /// The request names a plan the running config does not have.
-    #[error("field `plan`: `{plan}` is not a configured plan ({configured})")]
-    UnknownPlan {
-        /// The plan as sent.
-        plan: String,
-        /// The configured plans, for the message.
-        configured: String,
-    },
-    /// The request's `user` is empty.
-    #[error("field `user`: must not be empty")]
-    EmptyUser,
 }
 
 /// The running service. See the [module documentation](self).
@@ -559,117 +525,6 @@ impl Server {
                     // No status reports a limit: no rate limit headers.
                     response_headers_to_add: Vec::new(),
                 }
-            }
-        }
-    }
-
-    /// Checks an admin call's bearer token (constant-time comparison).
-    pub fn authorize(&self, bearer: Option<&str>) -> Result<(), AdminError> {
-        let Some(expected) = &self.admin_token else {
-            return Err(AdminError::Disabled);
-        };
-        match bearer {
-            Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
-            _ => Err(AdminError::Unauthorized),
-        }
-    }
-
-    /// Switches the stage named `limiter` to `mode` now. The switch outlives reloads that
-    /// leave the stage's configured mode alone ([`switches`]); switching back to the
-    /// configured mode clears it.
-    pub fn set_mode(&self, limiter: &str, mode: &str) -> Result<(), AdminError> {
-        let mode = Mode::from_name(mode).ok_or_else(|| AdminError::UnknownMode {
-            mode: mode.to_string(),
-        })?;
-        let mut switches = self.switches();
-        let snapshot = self.snapshot.load();
-        let Some(&configured) = snapshot.configured_modes.get(limiter) else {
-            let names: Vec<&str> = snapshot
-                .pipeline
-                .stages()
-                .map(|s| s.name().as_str())
-                .collect();
-            return Err(AdminError::UnknownLimiter {
-                limiter: limiter.to_string(),
-                configured: if names.is_empty() {
-                    "none is configured".to_string()
-                } else {
-                    format!("configured: {}", names.join(", "))
-                },
-            });
-        };
-        snapshot.pipeline.set_mode(limiter, mode);
-        switches.set_mode(limiter, mode, configured);
-        tracing::info!(
-            limiter,
-            mode = mode.name(),
-            configured = configured.name(),
-            "mode switched"
-        );
-        Ok(())
-    }
-
-    /// Puts `user` on `plan`, before the configuration's `users:` and the plan a request
-    /// names. The switch outlives reloads that leave the user's entry in `users:` alone and
-    /// keep the plan ([`switches`]).
-    pub fn set_plan(&self, user: &str, plan: &str) -> Result<(), AdminError> {
-        let mut switches = self.switches();
-        let snapshot = self.snapshot.load();
-        if !has_plan(&snapshot, plan) {
-            return Err(AdminError::UnknownPlan {
-                plan: plan.to_string(),
-                configured: plan_list(&snapshot),
-            });
-        }
-        if user.is_empty() {
-            return Err(AdminError::EmptyUser);
-        }
-        let configured = snapshot.users.get(user).map(String::as_str);
-        switches.set_plan(user, plan, configured);
-        self.plan_overrides
-            .store(Arc::new(switches.plans_by_user()));
-        tracing::info!(plan, "plan switched for a user");
-        Ok(())
-    }
-
-    fn switches(&self) -> MutexGuard<'_, Switches> {
-        // Switches are replaced whole; a poisoned lock is used as is.
-        self.switches.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Re-reads the config file or directory (every file in it again, so files added, changed
-    /// and removed since are taken into account), or the built-in config, with the overrides
-    /// applied, and swaps it in; on any error the running config stays and the error is
-    /// returned (and counted).
-    pub fn reload(&self) -> Result<(), ConfigFileError> {
-        let mut switches = self.switches();
-        let previous = self.snapshot.load_full();
-        let result = Config::load_or_builtin(self.config_path.as_deref(), &self.overrides)
-            .and_then(|config| build_snapshot(&config, &self.store, Some(&previous)));
-        match result {
-            Ok(snapshot) => {
-                let has = |plan: &str| has_plan(&snapshot, plan);
-                let (kept, dropped) = switches.after_reload(&Configured {
-                    modes: &snapshot.configured_modes,
-                    users: &snapshot.users,
-                    has_plan: &has,
-                });
-                for (stage, switch) in &kept.modes {
-                    snapshot.pipeline.set_mode(stage, switch.mode);
-                }
-                for d in &dropped {
-                    tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
-                }
-                self.snapshot.store(Arc::new(snapshot));
-                self.plan_overrides.store(Arc::new(kept.plans_by_user()));
-                *switches = kept;
-                self.metrics.reload(true);
-                Ok(())
-            }
-            Err(e) => {
-                self.metrics.reload(false);
-                tracing::error!(error = %e, "reload refused; keeping the running config");
-                Err(e)
             }
         }
     }

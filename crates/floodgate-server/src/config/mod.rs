@@ -80,8 +80,10 @@
 
 pub mod directory;
 pub mod envoy;
+mod limiters;
 pub mod rls;
 pub mod source;
+mod store;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -95,7 +97,7 @@ use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter, EXAMPLE_PLANS};
-use floodgate::limiter::utilization::{ControllerSettings, UtilizationShedder, WorkerGauge};
+use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
 use floodgate::limiter::{KeyedLimit, Mode, OnStoreError};
 use floodgate::pipeline::{Limiter, Pipeline, Stage};
 use floodgate::store::Store;
@@ -104,8 +106,12 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 pub use self::directory::DirectoryError;
+pub use self::limiters::{
+    ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig, UtilizationConfig,
+};
 pub use self::rls::{Overrides, ResponseHeaderNames, RlsConfig};
 pub use self::source::{Origin, Source, Written};
+pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreMode};
 pub use self::validate::ConfigFileError;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
@@ -165,348 +171,6 @@ pub struct Config {
     /// the file.
     #[serde(skip)]
     pub origin: Origin,
-}
-
-/// The store's settings (see [`crate::store`]).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// Which store: `memory` (the default, also when absent), `redis://[user[:password]@]host:port[/db]`
-    /// or `redis-cluster://[user[:password]@]host:port,host:port,…`. `serve --store URL`
-    /// overrides it (and only it). Read once at start-up: a reload keeps the store.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
-    #[serde(default = "default_max_keys")]
-    pub max_keys: usize,
-    /// What the memory store does when a new key arrives and its shard is full of live keys
-    /// (after dropping every idle key, which changes no decision): `evict_live` (the default:
-    /// forget a live key, which may then be over-admitted by one burst) or `refuse_new` (keep
-    /// every tracked key exact and refuse requests of new keys until room frees up). Both are
-    /// counted in `/metrics`.
-    #[serde(default)]
-    pub overflow: OverflowPolicy,
-    /// The Redis store's bound on every call (above 0; default 50 ms).
-    #[serde(default)]
-    pub timeout: Option<SpecDuration>,
-    /// The Redis store's circuit breaker (default: open after 3 failures in a row, for 1 s).
-    #[serde(default)]
-    pub breaker: Option<BreakerConfig>,
-    /// The name of an environment variable holding the Redis password, which is put into the
-    /// URL's user information (so that the password stays out of the file and the command
-    /// line). The variable must be set when the store is created.
-    #[serde(default)]
-    pub password_env: Option<String>,
-    /// For `rediss://`: a PEM file of the CAs that sign the Redis server's certificate, when
-    /// they are not among the system's trusted roots.
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
-    /// failure policy that splits a limit between nodes while the store is down.
-    #[serde(default = "default_nodes")]
-    pub nodes: u32,
-    /// `exact` (the default: every decision is one call to the store) or `cached` (decisions
-    /// on this node's views, synced with Redis every `sync_interval`, with a stated bound on
-    /// what the nodes together admit beyond a limit: see [`floodgate::store::cached`]). Cached
-    /// mode needs a Redis URL.
-    #[serde(default)]
-    pub mode: StoreMode,
-    /// Cached mode: how often the node syncs with Redis (1 ms to 1 h; default 100 ms).
-    #[serde(default)]
-    pub sync_interval: Option<SpecDuration>,
-    /// Cached mode: how old the last successful sync may be before every key is decided at
-    /// this node's share (`1 / nodes`) of its limit (at least `sync_interval`; default 1 s).
-    #[serde(default)]
-    pub max_view_age: Option<SpecDuration>,
-    /// Cached mode: how long a decision on a key this node has never seen may wait for its
-    /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
-    #[serde(default)]
-    pub load_budget: Option<SpecDuration>,
-    /// How long `serve` tries to reach a Redis store at start-up, retrying with back-off, before
-    /// it refuses to start (above 0; default 5 s). The memory store needs no check.
-    #[serde(default)]
-    pub startup_timeout: Option<SpecDuration>,
-    /// Start even when the store cannot be used at start-up (default `false`: refuse to start,
-    /// naming the store and the cause). When `true`, `serve` starts, logs an error saying so,
-    /// answers `/readyz` with 503 until the store works, and every stage follows its
-    /// `on_store_error` policy meanwhile (failing open by default).
-    #[serde(default)]
-    pub start_without: bool,
-}
-
-/// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
-/// [`StoreConfig::overflow`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum OverflowPolicy {
-    /// Forget a live key to make room.
-    #[default]
-    EvictLive,
-    /// Refuse requests of new keys until room frees up.
-    RefuseNew,
-}
-
-impl From<OverflowPolicy> for floodgate::store::Overflow {
-    fn from(policy: OverflowPolicy) -> Self {
-        match policy {
-            OverflowPolicy::EvictLive => floodgate::store::Overflow::EvictLive,
-            OverflowPolicy::RefuseNew => floodgate::store::Overflow::RefuseNew,
-        }
-    }
-}
-
-/// How the service uses a Redis store (see [`StoreConfig::mode`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreMode {
-    /// Every decision is one call to the store: exact across nodes.
-    #[default]
-    Exact,
-    /// Decisions on local views, synced periodically: memory speed, a bounded overshoot.
-    Cached,
-}
-
-impl StoreMode {
-    /// `exact` or `cached`, as the config writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreMode::Exact => "exact",
-            StoreMode::Cached => "cached",
-        }
-    }
-}
-
-/// The Redis store's circuit breaker settings (see [`floodgate::store::RedisStore`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerConfig {
-    /// Timeouts or connection errors in a row that open the breaker (default 3; 0 turns the
-    /// breaker off).
-    #[serde(default = "default_breaker_threshold")]
-    pub threshold: u32,
-    /// How long an open breaker fails calls at once before one call probes Redis again
-    /// (above 0; default 1 s).
-    #[serde(default = "default_breaker_cool_down")]
-    pub cool_down: SpecDuration,
-}
-
-impl Default for BreakerConfig {
-    fn default() -> Self {
-        BreakerConfig {
-            threshold: default_breaker_threshold(),
-            cool_down: default_breaker_cool_down(),
-        }
-    }
-}
-
-fn default_breaker_threshold() -> u32 {
-    3
-}
-
-fn default_breaker_cool_down() -> SpecDuration {
-    SpecDuration(Duration::from_secs(1))
-}
-
-fn default_nodes() -> u32 {
-    1
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            url: None,
-            max_keys: default_max_keys(),
-            overflow: OverflowPolicy::default(),
-            timeout: None,
-            breaker: None,
-            password_env: None,
-            tls_ca_file: None,
-            nodes: default_nodes(),
-            mode: StoreMode::Exact,
-            sync_interval: None,
-            max_view_age: None,
-            load_budget: None,
-            startup_timeout: None,
-            start_without: false,
-        }
-    }
-}
-
-fn default_max_keys() -> usize {
-    1_000_000
-}
-
-/// The pipeline's limiters; `None` means not configured (not consulted at all).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitersConfig {
-    /// The request rate limiter (its plans are the top-level `plans`).
-    #[serde(default, deserialize_with = "present")]
-    pub request_rate: Option<RequestRateConfig>,
-    /// The concurrent requests limiter.
-    #[serde(default, deserialize_with = "present")]
-    pub concurrency: Option<ConcurrencyConfig>,
-    /// The fleet usage load shedder.
-    #[serde(default, deserialize_with = "present")]
-    pub fleet: Option<FleetConfig>,
-    /// The worker utilization load shedder.
-    #[serde(default, deserialize_with = "present")]
-    pub utilization: Option<UtilizationConfig>,
-}
-
-/// The request rate limiter's settings.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestRateConfig {
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`]).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The concurrent requests limiter's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConcurrencyConfig {
-    /// The most requests in flight per user.
-    pub capacity: u64,
-    /// How long an unreturned lease holds its place (default 60 s).
-    #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: SpecDuration,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`]).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The fleet usage load shedder's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetConfig {
-    /// Requests in flight across the fleet.
-    pub capacity: u64,
-    /// The fraction of `capacity` kept for critical requests (0 to 1).
-    pub reserved_for_critical: f64,
-    /// How long an unreturned lease holds its place (default 60 s).
-    #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: SpecDuration,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`]).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The worker utilization load shedder's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UtilizationConfig {
-    /// The node's workers: utilization is requests in flight divided by this (at least 1).
-    pub workers: u64,
-    /// The most often the controller samples utilization (default 1 s).
-    #[serde(default = "default_sample_interval")]
-    pub sample_interval: SpecDuration,
-    /// The seed of the random draw that sheds requests (default 0).
-    #[serde(default)]
-    pub seed: u64,
-    /// Below this utilization the shed amount decreases (default 0.7).
-    #[serde(default)]
-    pub end_of_good: Option<f64>,
-    /// From this utilization up the shed amount increases (default 0.8).
-    #[serde(default)]
-    pub start_of_bad: Option<f64>,
-    /// Seconds of full overload before anything is shed (default 28).
-    #[serde(default)]
-    pub seconds_before_shedding: Option<f64>,
-    /// Seconds of full overload to go from shedding nothing to everything (default 120).
-    #[serde(default)]
-    pub seconds_to_shed_all: Option<f64>,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// The HTTP status of its refusals (default 503).
-    #[serde(default)]
-    pub status: Option<u16>,
-}
-
-impl UtilizationConfig {
-    /// The controller's constants: Stripe's, with the configured overrides.
-    pub fn settings(&self) -> ControllerSettings {
-        let d = ControllerSettings::default();
-        ControllerSettings {
-            end_of_good: self.end_of_good.unwrap_or(d.end_of_good),
-            start_of_bad: self.start_of_bad.unwrap_or(d.start_of_bad),
-            seconds_before_shedding: self
-                .seconds_before_shedding
-                .unwrap_or(d.seconds_before_shedding),
-            seconds_to_shed_all: self.seconds_to_shed_all.unwrap_or(d.seconds_to_shed_all),
-        }
-    }
-}
-
-fn default_lease_ttl() -> SpecDuration {
-    SpecDuration(Duration::from_secs(60))
-}
-
-fn default_sample_interval() -> SpecDuration {
-    SpecDuration(Duration::from_secs(1))
-}
-
-/// A field that is present is configured, even when written with no settings (an empty
-/// YAML value reads as an empty mapping).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
-    let name = String::deserialize(d)?;
-    Mode::from_name(&name).ok_or_else(|| {
-        de::Error::custom(format!(
-            "unknown mode `{name}`, expected enforce, shadow or off"
-        ))
-    })
-}
-
-fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Error> {
-    let name = String::deserialize(d)?;
-    match name.as_str() {
-        "fail_open" => Ok(OnStoreError::FailOpen),
-        "fail_closed" => Ok(OnStoreError::FailClosed),
-        "local" => Ok(OnStoreError::Local),
-        _ => Err(de::Error::custom(format!(
-            "unknown on_store_error `{name}`, expected fail_open, fail_closed or local"
-        ))),
-    }
 }
 
 /// Everything a [`Config`] serves, built once from it ([`Config::build`]) over one store: the
@@ -713,7 +377,7 @@ impl Config {
                 }),
                 utilization: Some(UtilizationConfig {
                     workers: 64,
-                    sample_interval: default_sample_interval(),
+                    sample_interval: limiters::default_sample_interval(),
                     seed: 0,
                     end_of_good: None,
                     start_of_bad: None,
@@ -826,55 +490,47 @@ impl Config {
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
-        self.build_unplaced(store, clock, previous)
-            .map_err(|e| self.origin.place(e))
+        // Every error of the build is placed in the file the configuration came from.
+        let build = || -> Result<Served<S>, ConfigFileError> {
+            let plans = self.plans()?;
+            self.validate(&plans)?;
+            let previous = previous.map(|p| &p.pipeline);
+            let (pipeline, workers) = self.pipeline(plans, &store, clock, previous)?;
+            let limits = self.named_limits(&store)?;
+            // One store, one namespace each: a named limit may not count in a stage's keys.
+            for name in limits.keys() {
+                let taken =
+                    name == crate::descriptors::RLS_NAMESPACE || pipeline.stage(name).is_some();
+                if taken {
+                    return Err(ConfigFileError::invalid(
+                        key_path("limits", name),
+                        format!("the name `{name}` is taken by a limiter of the pipeline or the Envoy rules; choose another"),
+                    ));
+                }
+            }
+            let configured_modes = pipeline
+                .stages()
+                .map(|s| (s.name().to_string(), s.current_mode()))
+                .collect();
+            Ok(Served {
+                pipeline,
+                workers,
+                limits,
+                rules: self.rule_set()?,
+                users: self.users.clone(),
+                default_plan: self.default_plan.clone().unwrap_or_default(),
+                response_headers: self.rls.response_headers.names()?,
+                configured_modes,
+                written: envoy::written_by_key(&self.domains),
+            })
+        };
+        build().map_err(|e| self.origin.place(e))
     }
 
     /// `error`, found when this configuration was built or checked against a store, placed in
     /// the file it came from ([`Origin::place`]): for errors found outside [`Config::build`].
     pub fn place(&self, error: ConfigFileError) -> ConfigFileError {
         self.origin.place(error)
-    }
-
-    fn build_unplaced<S>(
-        &self,
-        store: S,
-        clock: Arc<dyn Clock>,
-        previous: Option<&Served<S>>,
-    ) -> Result<Served<S>, ConfigFileError>
-    where
-        S: Store<str, AnyAlgorithm> + Clone + 'static,
-    {
-        let plans = self.plans()?;
-        self.validate(&plans)?;
-        let previous = previous.map(|p| &p.pipeline);
-        let (pipeline, workers) = self.pipeline(plans, &store, clock, previous)?;
-        let limits = self.named_limits(&store)?;
-        // One store, one namespace each: a named limit may not count in a stage's keys.
-        for name in limits.keys() {
-            let taken = name == crate::descriptors::RLS_NAMESPACE || pipeline.stage(name).is_some();
-            if taken {
-                return Err(ConfigFileError::invalid(
-                    key_path("limits", name),
-                    format!("the name `{name}` is taken by a limiter of the pipeline or the Envoy rules; choose another"),
-                ));
-            }
-        }
-        let configured_modes = pipeline
-            .stages()
-            .map(|s| (s.name().to_string(), s.current_mode()))
-            .collect();
-        Ok(Served {
-            pipeline,
-            workers,
-            limits,
-            rules: self.rule_set()?,
-            users: self.users.clone(),
-            default_plan: self.default_plan.clone().unwrap_or_default(),
-            response_headers: self.rls.response_headers.names()?,
-            configured_modes,
-            written: envoy::written_by_key(&self.domains),
-        })
     }
 
     /// The configured limiters as stages, in Stripe's order.

@@ -1,0 +1,176 @@
+//! The `store` section: which store limits count in, and its settings (see [`crate::store`]).
+
+use std::time::Duration;
+
+use floodgate::algorithm::spec::SpecDuration;
+use serde::Deserialize;
+
+/// The store's settings (see [`crate::store`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Which store: `memory` (the default, also when absent), `redis://[user[:password]@]host:port[/db]`
+    /// or `redis-cluster://[user[:password]@]host:port,host:port,…`. `serve --store URL`
+    /// overrides it (and only it). Read once at start-up: a reload keeps the store.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
+    #[serde(default = "default_max_keys")]
+    pub max_keys: usize,
+    /// What the memory store does when a new key arrives and its shard is full of live keys
+    /// (after dropping every idle key, which changes no decision): `evict_live` (the default:
+    /// forget a live key, which may then be over-admitted by one burst) or `refuse_new` (keep
+    /// every tracked key exact and refuse requests of new keys until room frees up). Both are
+    /// counted in `/metrics`.
+    #[serde(default)]
+    pub overflow: OverflowPolicy,
+    /// The Redis store's bound on every call (above 0; default 50 ms).
+    #[serde(default)]
+    pub timeout: Option<SpecDuration>,
+    /// The Redis store's circuit breaker (default: open after 3 failures in a row, for 1 s).
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+    /// The name of an environment variable holding the Redis password, which is put into the
+    /// URL's user information (so that the password stays out of the file and the command
+    /// line). The variable must be set when the store is created.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// For `rediss://`: a PEM file of the CAs that sign the Redis server's certificate, when
+    /// they are not among the system's trusted roots.
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
+    /// failure policy that splits a limit between nodes while the store is down.
+    #[serde(default = "default_nodes")]
+    pub nodes: u32,
+    /// `exact` (the default: every decision is one call to the store) or `cached` (decisions
+    /// on this node's views, synced with Redis every `sync_interval`, with a stated bound on
+    /// what the nodes together admit beyond a limit: see [`floodgate::store::cached`]). Cached
+    /// mode needs a Redis URL.
+    #[serde(default)]
+    pub mode: StoreMode,
+    /// Cached mode: how often the node syncs with Redis (1 ms to 1 h; default 100 ms).
+    #[serde(default)]
+    pub sync_interval: Option<SpecDuration>,
+    /// Cached mode: how old the last successful sync may be before every key is decided at
+    /// this node's share (`1 / nodes`) of its limit (at least `sync_interval`; default 1 s).
+    #[serde(default)]
+    pub max_view_age: Option<SpecDuration>,
+    /// Cached mode: how long a decision on a key this node has never seen may wait for its
+    /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
+    #[serde(default)]
+    pub load_budget: Option<SpecDuration>,
+    /// How long `serve` tries to reach a Redis store at start-up, retrying with back-off, before
+    /// it refuses to start (above 0; default 5 s). The memory store needs no check.
+    #[serde(default)]
+    pub startup_timeout: Option<SpecDuration>,
+    /// Start even when the store cannot be used at start-up (default `false`: refuse to start,
+    /// naming the store and the cause). When `true`, `serve` starts, logs an error saying so,
+    /// answers `/readyz` with 503 until the store works, and every stage follows its
+    /// `on_store_error` policy meanwhile (failing open by default).
+    #[serde(default)]
+    pub start_without: bool,
+}
+
+/// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
+/// [`StoreConfig::overflow`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum OverflowPolicy {
+    /// Forget a live key to make room.
+    #[default]
+    EvictLive,
+    /// Refuse requests of new keys until room frees up.
+    RefuseNew,
+}
+
+impl From<OverflowPolicy> for floodgate::store::Overflow {
+    fn from(policy: OverflowPolicy) -> Self {
+        match policy {
+            OverflowPolicy::EvictLive => floodgate::store::Overflow::EvictLive,
+            OverflowPolicy::RefuseNew => floodgate::store::Overflow::RefuseNew,
+        }
+    }
+}
+
+/// How the service uses a Redis store (see [`StoreConfig::mode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreMode {
+    /// Every decision is one call to the store: exact across nodes.
+    #[default]
+    Exact,
+    /// Decisions on local views, synced periodically: memory speed, a bounded overshoot.
+    Cached,
+}
+
+impl StoreMode {
+    /// `exact` or `cached`, as the config writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreMode::Exact => "exact",
+            StoreMode::Cached => "cached",
+        }
+    }
+}
+
+/// The Redis store's circuit breaker settings (see [`floodgate::store::RedisStore`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Timeouts or connection errors in a row that open the breaker (default 3; 0 turns the
+    /// breaker off).
+    #[serde(default = "default_breaker_threshold")]
+    pub threshold: u32,
+    /// How long an open breaker fails calls at once before one call probes Redis again
+    /// (above 0; default 1 s).
+    #[serde(default = "default_breaker_cool_down")]
+    pub cool_down: SpecDuration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            threshold: default_breaker_threshold(),
+            cool_down: default_breaker_cool_down(),
+        }
+    }
+}
+
+fn default_breaker_threshold() -> u32 {
+    3
+}
+
+fn default_breaker_cool_down() -> SpecDuration {
+    SpecDuration(Duration::from_secs(1))
+}
+
+fn default_nodes() -> u32 {
+    1
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: None,
+            max_keys: default_max_keys(),
+            overflow: OverflowPolicy::default(),
+            timeout: None,
+            breaker: None,
+            password_env: None,
+            tls_ca_file: None,
+            nodes: default_nodes(),
+            mode: StoreMode::Exact,
+            sync_interval: None,
+            max_view_age: None,
+            load_budget: None,
+            startup_timeout: None,
+            start_without: false,
+        }
+    }
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}

@@ -1,0 +1,161 @@
+//! The admin API's operations: who may call it, the operator's switches (a stage's mode, a
+//! user's plan) and reloads, which keep the switches whose settings the file leaves alone
+//! ([`super::switches`]).
+
+use std::sync::{Arc, MutexGuard};
+
+use floodgate::limiter::Mode;
+
+use super::switches::{Configured, Switches};
+use super::{build_snapshot, has_plan, plan_list, Server};
+use crate::config::{Config, ConfigFileError};
+use crate::lease_token::constant_time_eq;
+
+/// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// No admin token is configured: the admin API is off.
+    #[error("the admin API is disabled")]
+    Disabled,
+    /// The bearer token is missing or wrong.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The request names a stage the running configuration does not have.
+    #[error("field `limiter`: `{limiter}` is not a configured limiter ({configured})")]
+    UnknownLimiter {
+        /// The limiter as sent.
+        limiter: String,
+        /// The configured stages' names, for the message.
+        configured: String,
+    },
+    /// The request names a mode that does not exist.
+    #[error("field `mode`: `{mode}` is not one of enforce, shadow, off")]
+    UnknownMode {
+        /// The mode as sent.
+        mode: String,
+    },
+    /// The request names a plan the running config does not have.
+    #[error("field `plan`: `{plan}` is not a configured plan ({configured})")]
+    UnknownPlan {
+        /// The plan as sent.
+        plan: String,
+        /// The configured plans, for the message.
+        configured: String,
+    },
+    /// The request's `user` is empty.
+    #[error("field `user`: must not be empty")]
+    EmptyUser,
+}
+
+impl Server {
+    /// Checks an admin call's bearer token (constant-time comparison).
+    pub fn authorize(&self, bearer: Option<&str>) -> Result<(), AdminError> {
+        let Some(expected) = &self.admin_token else {
+            return Err(AdminError::Disabled);
+        };
+        match bearer {
+            Some(given) if constant_time_eq(given.as_bytes(), expected.as_bytes()) => Ok(()),
+            _ => Err(AdminError::Unauthorized),
+        }
+    }
+
+    /// Switches the stage named `limiter` to `mode` now. The switch outlives reloads that
+    /// leave the stage's configured mode alone ([`switches`](super::switches)); switching back to the
+    /// configured mode clears it.
+    pub fn set_mode(&self, limiter: &str, mode: &str) -> Result<(), AdminError> {
+        let mode = Mode::from_name(mode).ok_or_else(|| AdminError::UnknownMode {
+            mode: mode.to_string(),
+        })?;
+        let mut switches = self.switches();
+        let snapshot = self.snapshot.load();
+        let Some(&configured) = snapshot.configured_modes.get(limiter) else {
+            let names: Vec<&str> = snapshot
+                .pipeline
+                .stages()
+                .map(|s| s.name().as_str())
+                .collect();
+            return Err(AdminError::UnknownLimiter {
+                limiter: limiter.to_string(),
+                configured: if names.is_empty() {
+                    "none is configured".to_string()
+                } else {
+                    format!("configured: {}", names.join(", "))
+                },
+            });
+        };
+        snapshot.pipeline.set_mode(limiter, mode);
+        switches.set_mode(limiter, mode, configured);
+        tracing::info!(
+            limiter,
+            mode = mode.name(),
+            configured = configured.name(),
+            "mode switched"
+        );
+        Ok(())
+    }
+
+    /// Puts `user` on `plan`, before the configuration's `users:` and the plan a request
+    /// names. The switch outlives reloads that leave the user's entry in `users:` alone and
+    /// keep the plan ([`switches`](super::switches)).
+    pub fn set_plan(&self, user: &str, plan: &str) -> Result<(), AdminError> {
+        let mut switches = self.switches();
+        let snapshot = self.snapshot.load();
+        if !has_plan(&snapshot, plan) {
+            return Err(AdminError::UnknownPlan {
+                plan: plan.to_string(),
+                configured: plan_list(&snapshot),
+            });
+        }
+        if user.is_empty() {
+            return Err(AdminError::EmptyUser);
+        }
+        let configured = snapshot.users.get(user).map(String::as_str);
+        switches.set_plan(user, plan, configured);
+        self.plan_overrides
+            .store(Arc::new(switches.plans_by_user()));
+        tracing::info!(plan, "plan switched for a user");
+        Ok(())
+    }
+
+    pub(super) fn switches(&self) -> MutexGuard<'_, Switches> {
+        // Switches are replaced whole; a poisoned lock is used as is.
+        self.switches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-reads the config file or directory (every file in it again, so files added, changed
+    /// and removed since are taken into account), or the built-in config, with the overrides
+    /// applied, and swaps it in; on any error the running config stays and the error is
+    /// returned (and counted).
+    pub fn reload(&self) -> Result<(), ConfigFileError> {
+        let mut switches = self.switches();
+        let previous = self.snapshot.load_full();
+        let result = Config::load_or_builtin(self.config_path.as_deref(), &self.overrides)
+            .and_then(|config| build_snapshot(&config, &self.store, Some(&previous)));
+        match result {
+            Ok(snapshot) => {
+                let has = |plan: &str| has_plan(&snapshot, plan);
+                let (kept, dropped) = switches.after_reload(&Configured {
+                    modes: &snapshot.configured_modes,
+                    users: &snapshot.users,
+                    has_plan: &has,
+                });
+                for (stage, switch) in &kept.modes {
+                    snapshot.pipeline.set_mode(stage, switch.mode);
+                }
+                for d in &dropped {
+                    tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
+                }
+                self.snapshot.store(Arc::new(snapshot));
+                self.plan_overrides.store(Arc::new(kept.plans_by_user()));
+                *switches = kept;
+                self.metrics.reload(true);
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.reload(false);
+                tracing::error!(error = %e, "reload refused; keeping the running config");
+                Err(e)
+            }
+        }
+    }
+}
