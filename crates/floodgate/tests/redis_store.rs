@@ -515,7 +515,8 @@ fn unsupported_is_refused_before_touching_redis() {
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Unsupported { .. }), "{err}");
-        let huge: AnyAlgorithm = FixedWindow::new(1, Duration::from_secs(30 * 86_400))
+        // Beyond the twin's exact range: a window over 2^50 µs (40 years).
+        let huge: AnyAlgorithm = FixedWindow::new(1, Duration::from_secs(40 * 365 * 86_400))
             .unwrap()
             .into();
         let err = store.apply(&huge, "k", check(1)).await.unwrap_err();
