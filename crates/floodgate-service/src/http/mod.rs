@@ -44,10 +44,10 @@ use tokio_stream::Stream;
 
 use crate::config::ConfigFileError;
 use crate::connections::Admission;
+use crate::connections::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::rls::json::RlsJsonError;
-use crate::runtime::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::service::{AdminError, EvaluateError, EvaluateRequest, ReleaseTokenError, Server};
 
 /// The largest request body accepted by default, in bytes (`connections.max_body_bytes`).
@@ -61,7 +61,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
 /// prior knowledge), each on its own task, until `shutdown` completes; then lets the requests
-/// in progress finish and returns. See [`crate::runtime`] for the connection handling.
+/// in progress finish and returns. See [`crate::connections`] for the connection handling.
 pub async fn serve<S, F>(server: Arc<Server>, connections: S, shutdown: F)
 where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,

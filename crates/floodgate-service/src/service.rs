@@ -5,7 +5,7 @@
 //! does not change carry on (a user's bucket keeps its level); the new parameters apply from
 //! the next request. A reload that fails validation keeps the running configuration.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,17 +14,18 @@ use arc_swap::ArcSwap;
 use floodgate::algorithm::Algorithm;
 use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::LeaseHandle;
-use floodgate::limiter::{LimiterKind, Mode, Priority};
+use floodgate::limiter::Priority;
 use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
 use floodgate::store::Namespace;
 use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config::ConnectionLimits;
 use crate::config::{Config, ConfigFileError, Overrides, Served};
-use crate::connections::{CallGuard, ConnectionGate, ConnectionLimits, InFlight, Overloaded};
+use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
-use crate::dashboard::{self, Dashboard, DEFAULT_HEAVY_KEYS};
+use crate::dashboard::{self, Dashboard, Overview, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
 use crate::rls::headers::rate_limit_headers;
@@ -85,21 +86,6 @@ pub struct EvaluateAnswer {
     pub headers: HashMap<&'static str, String>,
     /// Stages in shadow mode that would have refused.
     pub shadow_refusals: Vec<String>,
-}
-
-/// What the running configuration serves, for `GET /`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Overview {
-    /// The pipeline's stages, in the order they run: name, kind of limiter, and current mode
-    /// (which the admin API may have switched since the config was loaded).
-    pub limiters: Vec<(String, LimiterKind, Mode)>,
-    /// The named limits of `POST /v1/check`, sorted by name, each with its algorithm's name.
-    pub limits: Vec<(String, &'static str)>,
-    /// The Envoy RLS domains, sorted.
-    pub domains: Vec<String>,
-    /// The stages whose mode the admin API switched away from the configuration's, each with
-    /// the configuration's mode.
-    pub switched: BTreeMap<String, Mode>,
 }
 
 /// Why `POST /v1/evaluate` refused a request's fields (the body itself parsed).
@@ -611,7 +597,7 @@ impl Server {
         let (keys, counted) = self.dashboard.heavy_keys(plain);
         let overview = self.overview();
         serde_json::json!({
-            "version": crate::http::home::VERSION,
+            "version": crate::VERSION,
             "instance": self.dashboard.instance(),
             "now": now.as_secs_f64(),
             "interval_seconds": dashboard::INTERVAL.as_secs_f64(),

@@ -16,12 +16,12 @@
 //! caller with the admin token, and otherwise as a short keyed hash that tells keys apart
 //! without revealing them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floodgate::limiter::OnStoreError;
+use floodgate::limiter::{LimiterKind, Mode, OnStoreError};
 use floodgate::pipeline::{LimiterState, StageStats};
 use floodgate::Nanos;
 use serde::Serialize;
@@ -50,6 +50,21 @@ pub const MAX_HEAVY_KEYS: usize = 1_000_000;
 
 /// The heavy keys shown.
 const SHOWN_KEYS: usize = 20;
+
+/// What the running configuration serves, for `GET /`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overview {
+    /// The pipeline's stages, in the order they run: name, kind of limiter, and current mode
+    /// (which the admin API may have switched since the config was loaded).
+    pub limiters: Vec<(String, LimiterKind, Mode)>,
+    /// The named limits of `POST /v1/check`, sorted by name, each with its algorithm's name.
+    pub limits: Vec<(String, &'static str)>,
+    /// The Envoy RLS domains, sorted.
+    pub domains: Vec<String>,
+    /// The stages whose mode the admin API switched away from the configuration's, each with
+    /// the configuration's mode.
+    pub switched: BTreeMap<String, Mode>,
+}
 
 /// One stage at one point: rates per second since the previous point, and gauges.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -78,6 +78,7 @@
 //! of the entry at fault and its line ([`source`]): `floodgate.yaml:9: invalid configuration:
 //! limits.b.window: …`, `floodgate.yaml:3: \`default_plan\`: unknown plan \`fre\``.
 
+mod connections;
 pub mod directory;
 pub mod envoy;
 mod limiters;
@@ -105,18 +106,19 @@ use floodgate::Clock;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+pub use self::connections::ConnectionLimits;
 pub use self::directory::DirectoryError;
 pub use self::limiters::{
     ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig, UtilizationConfig,
 };
-pub use self::rls::{Overrides, ResponseHeaderNames, RlsConfig};
+pub use self::rls::{Overrides, RlsConfig};
 pub use self::source::{Origin, Source, Written};
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreMode};
 pub use self::validate::ConfigFileError;
+pub use crate::rls::headers::ResponseHeaderNames;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
 use self::validate::key_path;
-use crate::connections::ConnectionLimits;
 use crate::descriptors::RuleSet;
 
 /// A whole server configuration (see the [module documentation](self)).

@@ -19,7 +19,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ use crate::replay::{
     decider, lease_id, load_named_spec, name_lease, tally_event, Backend, Decide, Event,
     EventError, ReplayError, SpecError, Subject, Trace,
 };
-use crate::report::{ChartError, LimiterRun, Report, Sample, Tally};
+use crate::report::{LimiterRun, Report, Sample, Tally, WriteError};
 
 pub mod traffic;
 
@@ -55,7 +55,7 @@ pub struct Args {
     trace: Option<PathBuf>,
     /// How long the generated traffic lasts (above 0: `90s`, `5m`, `1h30m`); with `--trace`,
     /// where to cut it.
-    #[arg(long, value_name = "D", value_parser = crate::cli::positive_duration)]
+    #[arg(long, value_name = "D", value_parser = floodgate_service::cli::positive_duration)]
     duration: Option<std::time::Duration>,
     /// Where to write the HTML report (none if absent).
     #[arg(long, value_name = "FILE.html")]
@@ -65,10 +65,10 @@ pub struct Args {
     seed: u64,
     /// The workers of the simulated service, whose busy share the utilization shedder reads,
     /// as the config's `limiters.utilization.workers` (at least 1).
-    #[arg(long, value_name = "N", default_value_t = 100, value_parser = crate::cli::at_least_one::<u64>)]
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = floodgate_service::cli::at_least_one::<u64>)]
     workers: u64,
     /// The most keys each limiter's store holds (at least 1).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = floodgate_service::cli::at_least_one::<usize>)]
     max_keys: usize,
 }
 
@@ -108,10 +108,10 @@ pub enum SimulateError {
     /// A store could not be built, or a limiter refused an event.
     #[error(transparent)]
     Replay(#[from] ReplayError),
-    /// The report's charts could not be drawn.
+    /// The report could not be written.
     #[error(transparent)]
-    Chart(#[from] ChartError),
-    /// Reading the trace or writing the report failed.
+    Write(#[from] WriteError),
+    /// Reading the trace failed.
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -126,7 +126,7 @@ impl SimulateError {
     pub fn exit_code(&self) -> u8 {
         match self {
             SimulateError::Replay(e) => e.exit_code(),
-            SimulateError::Chart(_) | SimulateError::Io { .. } => 1,
+            SimulateError::Write(_) | SimulateError::Io { .. } => 1,
             _ => 2,
         }
     }
@@ -137,7 +137,7 @@ pub fn run(args: &Args) -> Result<(), SimulateError> {
     let report = simulate(args)?;
     print!("{}", report.table());
     if let Some(out) = &args.out {
-        write_report(&report, out)?;
+        report.write(out)?;
         eprintln!("floodgate: wrote {}", out.display());
     }
     Ok(())
@@ -423,20 +423,6 @@ impl Runner {
             tally: self.tally,
         }
     }
-}
-
-/// Writes `report`'s HTML to `out` (used by `replay --chart` too).
-pub(crate) fn write_report(report: &Report, out: &std::path::Path) -> Result<(), SimulateError> {
-    let page = report.html()?;
-    let mut file = std::fs::File::create(out).map_err(|source| SimulateError::Io {
-        path: out.display().to_string(),
-        source,
-    })?;
-    file.write_all(page.as_bytes())
-        .map_err(|source| SimulateError::Io {
-            path: out.display().to_string(),
-            source,
-        })
 }
 
 #[cfg(test)]

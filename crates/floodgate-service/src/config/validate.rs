@@ -145,7 +145,7 @@ impl Config {
     /// The checks across fields that no single part's builder can make, given the built
     /// `plans` ([`Config::build`] runs them before building the rest; each part's own
     /// parameters are checked by its builder, with the same paths):
-    /// the `connections` limits' ranges ([`crate::connections::ConnectionLimits::validate`]);
+    /// the `connections` limits' ranges ([`ConnectionLimits::validate`](super::ConnectionLimits::validate));
     /// `store.max_keys` ≥ 1; `http` and `grpc` differ (unless the port is 0); when there are
     /// plans or a request rate limiter, `default_plan` names a plan (and a request rate limiter
     /// needs at least one plan); every user's plan exists; endpoint costs are ≥ 1.

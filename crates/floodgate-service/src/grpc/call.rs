@@ -22,8 +22,8 @@ use tokio::net::TcpStream;
 use tokio_stream::Stream;
 
 use super::{RateLimitRequest, RateLimitResponse, RlsBackend, MAX_REQUEST_BYTES};
+use crate::connections::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::rls::RlsRequest;
-use crate::runtime::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 
 /// The one method served.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -62,7 +62,7 @@ where
         gate,
         first_bytes: limits.header_read_timeout.0,
     };
-    crate::runtime::serve_each("grpc", connections, shutdown, admission, |stream| {
+    crate::connections::serve_each("grpc", connections, shutdown, admission, |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };

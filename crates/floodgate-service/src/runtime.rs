@@ -24,22 +24,18 @@
 //! Signal handlers are installed before the line is written.
 
 use std::fmt;
-use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 
 use crate::config::{Config, ConfigFileError, Overrides};
-use crate::connections::{Admission, Watched, PREFACE};
 use crate::service::Server;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The HTTP address used when neither the command line nor the config names one.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
@@ -348,14 +344,6 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// How long an HTTP/2 connection may be quiet before the server pings the peer (`PING`):
-/// gateways keep their connections open for good, so a peer that vanished without closing
-/// (a host gone, a network cut) is found this way and its connection closed.
-pub(crate) const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long the server waits for a ping's answer before it closes the connection.
-pub(crate) const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-
 /// How long the acceptor waits after a failed accept (out of file descriptors, say) before it
 /// tries again.
 const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -453,79 +441,6 @@ fn worker(
         tokio::join!(http_server, grpc_server);
         Ok(())
     })
-}
-
-/// Serves each connection `connections` yields with `serve_one`, each on its own task, until
-/// `shutdown` completes; then stops taking connections, asks the open ones to finish
-/// (HTTP/1.1: after the response in progress; HTTP/2: `GOAWAY`), and returns when they have.
-///
-/// A connection that fails (a peer that speaks something else, one that resets) is closed and
-/// logged at debug level; the others go on. An error from `connections` is logged and the
-/// next connection is taken.
-pub(crate) async fn serve_each<S, F, C>(
-    api: &'static str,
-    connections: S,
-    shutdown: F,
-    admission: Admission,
-    mut serve_one: impl FnMut(Watched) -> C,
-) where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
-    F: Future<Output = ()>,
-    C: GracefulConnection + Send + 'static,
-    C::Error: std::fmt::Display + Send,
-{
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(connections, shutdown);
-    loop {
-        let next = tokio::select! {
-            next = connections.next() => next,
-            () = &mut shutdown => break,
-        };
-        let stream = match next {
-            Some(Ok(stream)) => stream,
-            Some(Err(e)) => {
-                tracing::warn!(api, error = %e, "cannot take a connection");
-                continue;
-            }
-            None => {
-                // No more connections will come; the open ones are served until shutdown.
-                (&mut shutdown).await;
-                break;
-            }
-        };
-        // A place (`connections.max_connections`) before serving it: while every place is
-        // taken, this connection waits and no other is taken, so the rest stay in the
-        // hand-off queue and then unaccepted in the kernel's listen queue.
-        let place = match &admission.gate {
-            Some(gate) => tokio::select! {
-                place = gate.admit() => place,
-                () = &mut shutdown => break,
-            },
-            None => None,
-        };
-        let seen = Arc::new(AtomicUsize::new(0));
-        let connection = graceful.watch(serve_one(Watched::new(stream, seen.clone())));
-        let first_bytes = admission.first_bytes;
-        tokio::spawn(async move {
-            // The place goes back when this task ends, even by unwinding.
-            let _place = place;
-            tokio::pin!(connection);
-            let served = match tokio::time::timeout(first_bytes, &mut connection).await {
-                Ok(served) => served,
-                // Not even a preface's worth of bytes in all that time: not a client. Dropping
-                // the connection closes it.
-                Err(_) if seen.load(Ordering::Relaxed) < PREFACE => {
-                    tracing::debug!(api, "connection closed: nothing sent");
-                    return;
-                }
-                Err(_) => connection.await,
-            };
-            if let Err(e) = served {
-                tracing::debug!(api, error = %e, "connection closed on an error");
-            }
-        });
-    }
-    graceful.shutdown().await;
 }
 
 async fn wait_for(mut stopped: watch::Receiver<bool>) {

@@ -52,9 +52,9 @@ use floodgate::{ConfigError, Decision, ManualClock, Nanos, Op, OpKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{BreakerConfig, ConfigFileError, StoreConfig};
 use crate::report::{LimiterRun, Report, Sample, Tally};
-use crate::store::ServiceStore;
+use floodgate_service::config::{BreakerConfig, ConfigFileError, StoreConfig};
+use floodgate_service::store::ServiceStore;
 
 mod event;
 pub use event::EventError;
@@ -70,9 +70,9 @@ pub struct Args {
     limiter: String,
     /// `--store URL` (default `memory`); on Redis the trace's own times are the clock.
     #[command(flatten)]
-    store: crate::cli::StoreArg,
+    store: floodgate_service::cli::StoreArg,
     /// The most keys held at once (the memory store's bound; at least 1).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = floodgate_service::cli::at_least_one::<usize>)]
     max_keys: usize,
     /// Print a summary table (offered, admitted, refused, longest refusal streak, p50/p99
     /// `retry_after`) instead of one decision per line.
@@ -168,7 +168,11 @@ pub enum SpecError {
 pub fn run(args: &Args) -> Result<(), ReplayError> {
     let named = load_named_spec(&args.limiter)?;
     let subject = named.spec.build().map_err(SpecError::Invalid)?;
-    let store = args.store.url.as_deref().unwrap_or(crate::store::MEMORY);
+    let store = args
+        .store
+        .url
+        .as_deref()
+        .unwrap_or(floodgate_service::store::MEMORY);
     let backend = if matches!(store, "memory" | "memory://") {
         Backend::Memory {
             max_keys: args.max_keys,
@@ -215,7 +219,8 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
         print!("{}", report.table());
     }
     if let Some(path) = &args.chart {
-        crate::simulate::write_report(&report, path)
+        report
+            .write(path)
             .map_err(|e| ReplayError::Chart(e.to_string()))?;
         eprintln!("floodgate: wrote {}", path.display());
     }

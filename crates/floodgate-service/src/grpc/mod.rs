@@ -147,10 +147,10 @@ pub trait RlsBackend: Send + Sync + 'static {
     fn connection_limits(
         &self,
     ) -> (
-        crate::connections::ConnectionLimits,
+        crate::config::ConnectionLimits,
         Option<std::sync::Arc<crate::connections::ConnectionGate>>,
     ) {
-        (crate::connections::ConnectionLimits::default(), None)
+        (crate::config::ConnectionLimits::default(), None)
     }
 
     /// Counts a call in once its message is read, or sheds it (answered `UNAVAILABLE` at once);

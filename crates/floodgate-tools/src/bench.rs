@@ -29,42 +29,42 @@ use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::config::{ConfigFileError, OverflowPolicy, StoreConfig, StoreMode};
 use crate::replay::{load_spec, SpecError, Subject};
-use crate::store::ServiceStore;
+use floodgate_service::config::{ConfigFileError, OverflowPolicy, StoreConfig, StoreMode};
+use floodgate_service::store::ServiceStore;
 
 /// Arguments of `floodgate bench`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// `--store URL` (default `memory`).
     #[command(flatten)]
-    pub store: crate::cli::StoreArg,
+    pub store: floodgate_service::cli::StoreArg,
     /// The limiter, as `replay --limiter` takes it: a JSON spec such as
     /// '{"algorithm":"token_bucket","rate":100,"capacity":200}', or a YAML/JSON file's path.
     #[arg(long, value_name = "SPEC")]
     pub limiter: String,
     /// How many distinct keys the decisions spread over, at random (at least 1).
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = crate::cli::at_least_one::<u64>)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = floodgate_service::cli::at_least_one::<u64>)]
     pub keys: u64,
     /// Requests in flight at once (at least 1).
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = crate::cli::at_least_one::<usize>)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = floodgate_service::cli::at_least_one::<usize>)]
     pub concurrency: usize,
     /// How long to run (above 0: `10s`, `500ms`, `1m30s`).
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = crate::cli::positive_duration)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = floodgate_service::cli::positive_duration)]
     pub duration: Duration,
     /// Threads deciding (at least 1; default: one per core).
-    #[arg(long, value_name = "N", value_parser = crate::cli::at_least_one::<usize>)]
+    #[arg(long, value_name = "N", value_parser = floodgate_service::cli::at_least_one::<usize>)]
     pub threads: Option<usize>,
     /// How a Redis store is used, as the config's `store.mode`: `exact` (a round trip per
     /// decision) or `cached` (local decisions, synced every `--sync-interval`).
     #[arg(long, value_name = "MODE", default_value = "exact")]
     pub mode: String,
     /// Cached mode's sync interval (`100ms` by default).
-    #[arg(long, value_name = "D", value_parser = crate::cli::positive_duration)]
+    #[arg(long, value_name = "D", value_parser = floodgate_service::cli::positive_duration)]
     pub sync_interval: Option<Duration>,
     /// The memory store's bound, as the config's `store.max_keys` (at least 1): with `--keys`
     /// above it, the bench is a flood of distinct keys (see RELIABILITY.md).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = crate::cli::at_least_one::<usize>)]
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = floodgate_service::cli::at_least_one::<usize>)]
     pub max_keys: usize,
     /// The memory store's overflow policy, as the config's `store.overflow`: `evict_live` or
     /// `refuse_new`.
@@ -220,7 +220,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
     };
     store.runs(&algorithm).map_err(BenchError::NotOnStore)?;
     // As `serve` does at start-up: a store that cannot be used is named, not measured.
-    let waited = crate::store::STARTUP_TIMEOUT;
+    let waited = floodgate_service::store::STARTUP_TIMEOUT;
     if let Err(error) = store_runtime.block_on(store.wait_until_usable(waited)) {
         return Err(BenchError::StoreDown {
             url: store.health().url().to_string(),

@@ -26,102 +26,14 @@
 //! of them for at most `header_read_timeout`; an HTTP/1.1 head must arrive within it too, and
 //! a quiet HTTP/2 peer is pinged and closed if it does not answer.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
-use serde::Deserialize;
+use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::sync::Semaphore;
-
-use crate::config::ConfigFileError;
-
-/// The `connections` section (see the [module documentation](self)).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConnectionLimits {
-    /// Connections open at once, both APIs together (1 to 1,000,000).
-    pub max_connections: usize,
-    /// How long an HTTP/1.1 client may take to send a request head, counted from when the
-    /// server starts waiting for it, and how long any new connection may take to send its
-    /// first 24 bytes (an HTTP/2 preface's length) before it is closed (above 0, at most 1 h).
-    pub header_read_timeout: SpecDuration,
-    /// The largest HTTP/1.1 request head, in bytes (8 KiB to 1 MiB).
-    pub max_header_bytes: usize,
-    /// The largest HTTP request body, in bytes (1 KiB to 64 MiB; gRPC messages have their own
-    /// bound, 64 KiB).
-    pub max_body_bytes: usize,
-    /// Concurrent HTTP/2 streams per connection (at least 1).
-    pub max_streams: u32,
-    /// Decisions being answered at once, both APIs together, beyond which calls are shed
-    /// (1 to 10,000,000). A call counts once its body has been read.
-    pub max_in_flight: usize,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        ConnectionLimits {
-            max_connections: 10_000,
-            header_read_timeout: SpecDuration(Duration::from_secs(30)),
-            max_header_bytes: 16 * 1024,
-            max_body_bytes: 64 * 1024,
-            max_streams: 4_096,
-            max_in_flight: 10_000,
-        }
-    }
-}
-
-impl ConnectionLimits {
-    /// Checks every limit's range; the error names the field and the value.
-    pub fn validate(&self) -> Result<(), ConfigFileError> {
-        let bad = |field: &str, value: String, why: &str| {
-            Err(ConfigFileError::invalid(
-                format!("connections.{field}"),
-                format!("invalid value {value} ({why})"),
-            ))
-        };
-        if !(1..=1_000_000).contains(&self.max_connections) {
-            return bad(
-                "max_connections",
-                self.max_connections.to_string(),
-                "1 to 1000000",
-            );
-        }
-        let timeout = self.header_read_timeout.0;
-        if timeout.is_zero() || timeout > Duration::from_secs(3600) {
-            return bad(
-                "header_read_timeout",
-                format!("{timeout:?}"),
-                "above 0 and at most 1h",
-            );
-        }
-        if !(8 * 1024..=1024 * 1024).contains(&self.max_header_bytes) {
-            return bad(
-                "max_header_bytes",
-                self.max_header_bytes.to_string(),
-                "8192 to 1048576",
-            );
-        }
-        if !(1024..=64 * 1024 * 1024).contains(&self.max_body_bytes) {
-            return bad(
-                "max_body_bytes",
-                self.max_body_bytes.to_string(),
-                "1024 to 67108864",
-            );
-        }
-        if self.max_streams == 0 {
-            return bad("max_streams", "0".into(), "at least 1");
-        }
-        if !(1..=10_000_000).contains(&self.max_in_flight) {
-            return bad(
-                "max_in_flight",
-                self.max_in_flight.to_string(),
-                "1 to 10000000",
-            );
-        }
-        Ok(())
-    }
-}
+use tokio_stream::{Stream, StreamExt};
 
 /// The count of open connections against `max_connections`, shared by both APIs.
 #[derive(Debug)]
@@ -302,54 +214,90 @@ impl InFlight {
     }
 }
 
+/// How long an HTTP/2 connection may be quiet before the server pings the peer (`PING`):
+/// gateways keep their connections open for good, so a peer that vanished without closing
+/// (a host gone, a network cut) is found this way and its connection closed.
+pub(crate) const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long the server waits for a ping's answer before it closes the connection.
+pub(crate) const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Serves each connection `connections` yields with `serve_one`, each on its own task, until
+/// `shutdown` completes; then stops taking connections, asks the open ones to finish
+/// (HTTP/1.1: after the response in progress; HTTP/2: `GOAWAY`), and returns when they have.
+///
+/// A connection that fails (a peer that speaks something else, one that resets) is closed and
+/// logged at debug level; the others go on. An error from `connections` is logged and the
+/// next connection is taken.
+pub(crate) async fn serve_each<S, F, C>(
+    api: &'static str,
+    connections: S,
+    shutdown: F,
+    admission: Admission,
+    mut serve_one: impl FnMut(Watched) -> C,
+) where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    F: Future<Output = ()>,
+    C: GracefulConnection + Send + 'static,
+    C::Error: std::fmt::Display + Send,
+{
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(connections, shutdown);
+    loop {
+        let next = tokio::select! {
+            next = connections.next() => next,
+            () = &mut shutdown => break,
+        };
+        let stream = match next {
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
+                tracing::warn!(api, error = %e, "cannot take a connection");
+                continue;
+            }
+            None => {
+                // No more connections will come; the open ones are served until shutdown.
+                (&mut shutdown).await;
+                break;
+            }
+        };
+        // A place (`connections.max_connections`) before serving it: while every place is
+        // taken, this connection waits and no other is taken, so the rest stay in the
+        // hand-off queue and then unaccepted in the kernel's listen queue.
+        let place = match &admission.gate {
+            Some(gate) => tokio::select! {
+                place = gate.admit() => place,
+                () = &mut shutdown => break,
+            },
+            None => None,
+        };
+        let seen = Arc::new(AtomicUsize::new(0));
+        let connection = graceful.watch(serve_one(Watched::new(stream, seen.clone())));
+        let first_bytes = admission.first_bytes;
+        tokio::spawn(async move {
+            // The place goes back when this task ends, even by unwinding.
+            let _place = place;
+            tokio::pin!(connection);
+            let served = match tokio::time::timeout(first_bytes, &mut connection).await {
+                Ok(served) => served,
+                // Not even a preface's worth of bytes in all that time: not a client. Dropping
+                // the connection closes it.
+                Err(_) if seen.load(Ordering::Relaxed) < PREFACE => {
+                    tracing::debug!(api, "connection closed: nothing sent");
+                    return;
+                }
+                Err(_) => connection.await,
+            };
+            if let Err(e) = served {
+                tracing::debug!(api, error = %e, "connection closed on an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn out_of_range_limits_name_the_field() {
-        for (limits, field) in [
-            (
-                ConnectionLimits {
-                    max_connections: 0,
-                    ..ConnectionLimits::default()
-                },
-                "connections.max_connections",
-            ),
-            (
-                ConnectionLimits {
-                    max_header_bytes: 100,
-                    ..ConnectionLimits::default()
-                },
-                "connections.max_header_bytes",
-            ),
-            (
-                ConnectionLimits {
-                    max_streams: 0,
-                    ..ConnectionLimits::default()
-                },
-                "connections.max_streams",
-            ),
-            (
-                ConnectionLimits {
-                    max_connections: usize::MAX,
-                    ..ConnectionLimits::default()
-                },
-                "connections.max_connections",
-            ),
-            (
-                ConnectionLimits {
-                    header_read_timeout: SpecDuration(Duration::from_secs(1 << 40)),
-                    ..ConnectionLimits::default()
-                },
-                "connections.header_read_timeout",
-            ),
-        ] {
-            let message = limits.validate().unwrap_err().to_string();
-            assert!(message.contains(field), "{message}");
-        }
-        assert!(ConnectionLimits::default().validate().is_ok());
-    }
 
     #[test]
     fn calls_beyond_the_limit_are_shed_and_counted() {

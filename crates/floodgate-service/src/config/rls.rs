@@ -32,6 +32,7 @@ use http::HeaderName;
 use serde::Deserialize;
 
 use super::ConfigFileError;
+use crate::rls::headers::ResponseHeaderNames;
 
 /// The `rls` section (see the [module documentation](self)).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -86,17 +87,6 @@ fn default_remaining() -> String {
 
 fn default_reset() -> String {
     "RateLimit-Reset".to_string()
-}
-
-/// The checked header names of an enabled `rls.response_headers`, as the service writes them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResponseHeaderNames {
-    /// The header carrying the limit's requests per unit.
-    pub limit: String,
-    /// The header carrying the requests remaining.
-    pub remaining: String,
-    /// The header carrying the whole seconds until the limit resets.
-    pub reset: String,
 }
 
 impl ResponseHeadersConfig {

@@ -8,9 +8,25 @@ mod chart;
 mod tally;
 
 pub use chart::{line_chart, ChartError, Series, OFFERED};
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Its charts could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    /// The file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+}
 pub use tally::{Bucket, Histogram, Sample, Tally, MAX_BUCKETS};
 
-use crate::http::home::escape;
+use floodgate_service::http::home::escape;
 
 /// One limiter's part of a report.
 #[derive(Clone, Debug)]
@@ -233,6 +249,15 @@ impl Report {
             )?);
         }
         Ok(charts)
+    }
+
+    /// Writes [`Report::html`] to the file `out` (`simulate --out`, `replay --chart`).
+    pub fn write(&self, out: &std::path::Path) -> Result<(), WriteError> {
+        let page = self.html()?;
+        std::fs::write(out, page).map_err(|source| WriteError::Io {
+            path: out.display().to_string(),
+            source,
+        })
     }
 
     /// The report as one self-contained HTML page.

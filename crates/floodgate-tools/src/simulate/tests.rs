@@ -5,7 +5,7 @@ fn args(limiters: &[&str], traffic: &[&str], duration: &str) -> Args {
         limiters: limiters.iter().map(|s| s.to_string()).collect(),
         traffic: traffic.iter().map(|s| s.to_string()).collect(),
         trace: None,
-        duration: crate::cli::positive_duration(duration).ok(),
+        duration: floodgate_service::cli::positive_duration(duration).ok(),
         out: None,
         seed: 1,
         workers: 10,

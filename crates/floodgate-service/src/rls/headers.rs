@@ -1,6 +1,6 @@
 //! The rate limit headers a `ShouldRateLimit` answer can ask Envoy to add (envoyproxy/ratelimit's
 //! `LIMIT_RESPONSE_HEADERS_ENABLED`), turned on by the config's `rls.response_headers` or the
-//! command line (see [`crate::config::rls`]).
+//! command line, which also name them ([`ResponseHeaderNames`]).
 //!
 //! They describe one descriptor: of the statuses that report a limit, the one with the fewest
 //! requests remaining (the first in request order on a tie), as envoyproxy/ratelimit picks it.
@@ -19,7 +19,17 @@
 use floodgate::Nanos;
 
 use super::RlsStatus;
-use crate::config::ResponseHeaderNames;
+
+/// The checked header names of an enabled `rls.response_headers`, as the service writes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResponseHeaderNames {
+    /// The header carrying the limit's requests per unit.
+    pub limit: String,
+    /// The header carrying the requests remaining.
+    pub remaining: String,
+    /// The header carrying the whole seconds until the limit resets.
+    pub reset: String,
+}
 
 /// The rate limit headers for `statuses` (see the [module documentation](self)), `(name,
 /// value)` in order; `now` is the time since the Unix epoch.

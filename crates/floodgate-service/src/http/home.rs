@@ -8,10 +8,9 @@
 
 use std::fmt::Write as _;
 
-use crate::service::Overview;
+use crate::dashboard::Overview;
 
-/// The service's version, as the crate was built.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+use crate::VERSION;
 
 /// The endpoints the page links to: method, path and what each does.
 const ENDPOINTS: [(&str, &str, &str); 8] = [

@@ -1,0 +1,29 @@
+//! The Floodgate service: everything `floodgate serve` runs. Its configuration (Floodgate's own
+//! format and envoyproxy/ratelimit's), the store it counts in (memory or Redis) and its health,
+//! Envoy's rate limit rules, the HTTP JSON and gRPC faces, the admin API, metrics and the live
+//! dashboard, and the process that serves them ([`runtime`]). The offline tools (`simulate`,
+//! `replay`, `bench`) are the `floodgate-tools` crate; the `floodgate` binary is
+//! `floodgate-server`, thin over both.
+//!
+//! Modules import one way: `config` (with `descriptors` and `rls`) at the bottom, then `store`,
+//! `metrics` and `dashboard`, then `service`, then the faces (`http`, `grpc`) over
+//! `connections`, and `runtime` on top.
+#![warn(missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+
+/// This build's version, as `GET /` and `/v1/dashboard` show it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub mod cli;
+pub mod config;
+pub mod connections;
+pub mod dashboard;
+pub mod descriptors;
+pub mod grpc;
+pub mod http;
+pub mod lease_token;
+pub mod metrics;
+pub mod rls;
+pub mod runtime;
+pub mod service;
+pub mod store;
