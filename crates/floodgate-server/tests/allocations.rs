@@ -82,11 +82,11 @@ fn request(descriptors: &[&[(&str, &str)]]) -> RlsRequest {
 
 /// Allocations per call, averaged over 1,000 calls after a first one that created the counters.
 fn allocations_per_call(server: &Server, request: &RlsRequest) -> f64 {
-    let first = now(server.should_rate_limit(request, Endpoint::Grpc));
+    let first = now(server.should_rate_limit(request, Endpoint::Grpc)).expect("decided");
     assert_eq!(first.overall_code, Code::Ok);
     let before = ALLOCATIONS.with(Cell::get);
     for _ in 0..1_000 {
-        let response = now(server.should_rate_limit(request, Endpoint::Grpc));
+        let response = now(server.should_rate_limit(request, Endpoint::Grpc)).expect("decided");
         assert_eq!(response.overall_code, Code::Ok);
     }
     (ALLOCATIONS.with(Cell::get) - before) as f64 / 1_000.0

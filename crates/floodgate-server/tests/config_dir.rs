@@ -80,7 +80,10 @@ async fn call(server: &Server, domain: &str, key: &str, value: &str) -> RlsRespo
         }],
         hits_addend: 1,
     };
-    server.should_rate_limit(&request, Endpoint::Grpc).await
+    server
+        .should_rate_limit(&request, Endpoint::Grpc)
+        .await
+        .expect("the memory store decides")
 }
 
 /// The limit applied to a one-entry descriptor: `(requests_per_unit, unit)`, or `None`.

@@ -20,7 +20,9 @@ use floodgate_server::grpc::{
     self, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
     RlsBackend,
 };
-use floodgate_server::rls::{Code, RateUnit, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use floodgate_server::rls::{
+    Code, RateUnit, RlsLimit, RlsRequest, RlsResponse, RlsStatus, Undecided,
+};
 use prost::bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -57,7 +59,10 @@ impl TestBackend {
 }
 
 impl RlsBackend for TestBackend {
-    fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send {
+    fn should_rate_limit(
+        &self,
+        request: RlsRequest,
+    ) -> impl Future<Output = Result<RlsResponse, Undecided>> + Send {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let statuses: Vec<RlsStatus> = request
             .descriptors
@@ -95,13 +100,13 @@ impl RlsBackend for TestBackend {
         } else {
             Code::Ok
         };
-        std::future::ready(RlsResponse {
+        std::future::ready(Ok(RlsResponse {
             overall_code,
             statuses,
             shadow_over_limit: 0,
             dynamic_metadata: None,
             response_headers_to_add: Vec::new(),
-        })
+        }))
     }
 }
 

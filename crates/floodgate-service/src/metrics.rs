@@ -48,13 +48,21 @@ pub enum Outcome {
     Invalid,
     /// The store failed and the answer failed open.
     FailedOpen,
+    /// The store failed and the answer refused (an Envoy call with `rls.on_store_error:
+    /// over_limit`).
+    FailedClosed,
+    /// The store failed and the call got no decision (gRPC `UNAVAILABLE`, `/json` 503:
+    /// `rls.on_store_error: unavailable`).
+    Unavailable,
 }
 
-const OUTCOMES: [(Outcome, &str); 4] = [
+const OUTCOMES: [(Outcome, &str); 6] = [
     (Outcome::Allowed, "allowed"),
     (Outcome::Refused, "refused"),
     (Outcome::Invalid, "invalid"),
     (Outcome::FailedOpen, "failed_open"),
+    (Outcome::FailedClosed, "failed_closed"),
+    (Outcome::Unavailable, "unavailable"),
 ];
 
 /// Upper bounds of the latency histogram's buckets, in seconds.
@@ -66,7 +74,7 @@ const BUCKETS: [f64; 12] = [
 /// The service's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    calls: [[AtomicU64; 4]; 5],
+    calls: [[AtomicU64; OUTCOMES.len()]; ENDPOINTS.len()],
     store_seconds_buckets: [AtomicU64; 12],
     store_seconds_count: AtomicU64,
     store_nanos_sum: AtomicU64,

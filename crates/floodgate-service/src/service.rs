@@ -30,7 +30,9 @@ use crate::lease_token::{LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
-use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
+use crate::rls::{
+    Code, OnStoreError as RlsOnStoreError, RlsRequest, RlsResponse, RlsStatus, Undecided,
+};
 
 pub use crate::store::Mem;
 use crate::store::ServiceStore;
@@ -443,20 +445,34 @@ impl Server {
     }
 
     /// `POST /json`: envoyproxy/ratelimit's JSON API. Returns whether the answer is over the
-    /// limit (the HTTP status is then 429) and the JSON answer.
-    pub async fn envoy_json(&self, body: &Value) -> Result<(bool, Value), RlsJsonError> {
+    /// limit (the HTTP status is then 429) and the JSON answer; a call the store left
+    /// [`Undecided`] (`rls.on_store_error: unavailable`) is answered 503 by the caller.
+    pub async fn envoy_json(
+        &self,
+        body: &Value,
+    ) -> Result<Result<(bool, Value), Undecided>, RlsJsonError> {
         let request = rls_request_from_json(body)?;
-        let response = self.should_rate_limit(&request, Endpoint::Json).await;
-        Ok((
-            response.overall_code == Code::OverLimit,
-            rls_response_to_json(&response),
-        ))
+        Ok(self
+            .should_rate_limit(&request, Endpoint::Json)
+            .await
+            .map(|response| {
+                (
+                    response.overall_code == Code::OverLimit,
+                    rls_response_to_json(&response),
+                )
+            }))
     }
 
-    /// Envoy's `ShouldRateLimit`, over any transport; a store failure answers OK (fail open).
-    /// When the running config turns them on, the answer carries the rate limit headers
-    /// ([`crate::rls::headers`]), their reset computed with the service's clock.
-    pub async fn should_rate_limit(&self, request: &RlsRequest, endpoint: Endpoint) -> RlsResponse {
+    /// Envoy's `ShouldRateLimit`, over any transport. When the running config turns them on,
+    /// the answer carries the rate limit headers ([`crate::rls::headers`]), their reset computed
+    /// with the service's clock. A store failure answers as `rls.on_store_error` says: every
+    /// descriptor `OK` (the default), every descriptor `OVER_LIMIT`, or no answer
+    /// ([`Undecided`]).
+    pub async fn should_rate_limit(
+        &self,
+        request: &RlsRequest,
+        endpoint: Endpoint,
+    ) -> Result<RlsResponse, Undecided> {
         for descriptor in &request.descriptors {
             self.dashboard.count_key(|k| {
                 k.push_str("domain ");
@@ -490,19 +506,32 @@ impl Server {
                 };
                 self.metrics.call(endpoint, outcome);
                 self.metrics.shadow_over_limit(response.shadow_over_limit);
-                response
+                Ok(response)
             }
             Err(e) => {
                 // The store logs its failures, at a bounded rate (`store::health`).
-                tracing::debug!(error = %e, "store failed; ShouldRateLimit fails open");
-                self.metrics.call(endpoint, Outcome::FailedOpen);
-                RlsResponse {
-                    overall_code: Code::Ok,
+                let policy = snapshot.rls_on_store_error;
+                tracing::debug!(error = %e, on_store_error = policy.name(), "store failed on ShouldRateLimit");
+                let code = match policy {
+                    RlsOnStoreError::Ok => Code::Ok,
+                    RlsOnStoreError::OverLimit => Code::OverLimit,
+                    RlsOnStoreError::Unavailable => {
+                        self.metrics.call(endpoint, Outcome::Unavailable);
+                        return Err(Undecided(e.to_string()));
+                    }
+                };
+                let outcome = match code {
+                    Code::Ok => Outcome::FailedOpen,
+                    _ => Outcome::FailedClosed,
+                };
+                self.metrics.call(endpoint, outcome);
+                Ok(RlsResponse {
+                    overall_code: code,
                     statuses: request
                         .descriptors
                         .iter()
                         .map(|_| RlsStatus {
-                            code: Code::Ok,
+                            code,
                             ..RlsStatus::default()
                         })
                         .collect(),
@@ -510,7 +539,7 @@ impl Server {
                     dynamic_metadata: None,
                     // No status reports a limit: no rate limit headers.
                     response_headers_to_add: Vec::new(),
-                }
+                })
             }
         }
     }
@@ -681,7 +710,7 @@ fn plan_list(snapshot: &Snapshot) -> String {
 }
 
 impl crate::grpc::RlsBackend for Server {
-    async fn should_rate_limit(&self, request: RlsRequest) -> RlsResponse {
+    async fn should_rate_limit(&self, request: RlsRequest) -> Result<RlsResponse, Undecided> {
         Server::should_rate_limit(self, &request, Endpoint::Grpc).await
     }
 

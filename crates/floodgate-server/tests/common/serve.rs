@@ -41,6 +41,8 @@ pub struct Service {
     child: Child,
     /// `http://ADDR` of its HTTP API.
     pub http: String,
+    /// `http://ADDR` of its gRPC API.
+    pub grpc: String,
     /// What it wrote to stderr before its listening line (its start-up log).
     pub started: String,
 }
@@ -62,6 +64,7 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
         Ok(Ok((l, started))) => Service {
             child,
             http: format!("http://{}", l.http),
+            grpc: format!("http://{}", l.grpc),
             started,
         },
         Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),

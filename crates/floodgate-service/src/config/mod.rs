@@ -198,6 +198,8 @@ pub struct Served<S> {
     /// Each stage's mode as the configuration sets it, by stage name: the stages' current
     /// modes may differ, switched at run time ([`Pipeline::set_mode`]).
     pub configured_modes: BTreeMap<String, Mode>,
+    /// What a `ShouldRateLimit` call answers when the store fails (`rls.on_store_error`).
+    pub rls_on_store_error: crate::rls::OnStoreError,
     /// Where each Envoy descriptor is written, by its statistics key
     /// ([`crate::descriptors::Rule::full_key`]), for errors about its rule.
     pub written: std::collections::HashMap<String, Written>,
@@ -523,6 +525,7 @@ impl Config {
                 default_plan: self.default_plan.clone().unwrap_or_default(),
                 response_headers: self.rls.response_headers.names()?,
                 configured_modes,
+                rls_on_store_error: self.rls.on_store_error,
                 written: envoy::written_by_key(&self.domains),
             })
         };

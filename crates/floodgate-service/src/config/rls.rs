@@ -9,6 +9,7 @@
 //!     limit: RateLimit-Limit      # envoyproxy's LIMIT_LIMIT_HEADER
 //!     remaining: RateLimit-Remaining   # LIMIT_REMAINING_HEADER
 //!     reset: RateLimit-Reset      # LIMIT_RESET_HEADER
+//!   on_store_error: ok            # ok (default) | over_limit | unavailable
 //! ```
 //!
 //! The command line can turn both on over whatever the files say ([`Overrides`]:
@@ -27,6 +28,11 @@
 //!   resets: its `duration_until_reset`, or, when it has none (a `requests_per_unit: 0` block),
 //!   the time left in the current epoch-aligned window of its unit. No status reports a limit
 //!   (nothing matched, all unlimited, or the store failed and the call failed open): no headers.
+//! - `on_store_error`: what a call answers when its store fails. `ok` (the default) lets the
+//!   request through: every descriptor `OK`, with no limit reported. `over_limit` refuses it:
+//!   every descriptor `OVER_LIMIT`. `unavailable` answers no decision at all, gRPC
+//!   `UNAVAILABLE` (`POST /json`: 503 with a JSON error), so that the proxy's own failure policy
+//!   applies (Envoy's `failure_mode_deny`), which is what envoyproxy/ratelimit does.
 
 use http::HeaderName;
 use serde::Deserialize;
@@ -44,6 +50,11 @@ pub struct RlsConfig {
     /// The rate limit headers added to every answer.
     #[serde(default)]
     pub response_headers: ResponseHeadersConfig,
+    /// What a call answers when the store fails: `ok` (the default: the request goes through),
+    /// `over_limit` (it is refused) or `unavailable` (no answer: gRPC `UNAVAILABLE`, `/json`
+    /// 503, so that Envoy's `failure_mode_deny` decides, as envoyproxy/ratelimit does).
+    #[serde(default)]
+    pub on_store_error: crate::rls::OnStoreError,
 }
 
 /// The `rls.response_headers` block.

@@ -129,7 +129,10 @@ async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitRes
         tracing::debug!(error = %e, "ShouldRateLimit: invalid request");
         Refusal::new(GrpcCode::InvalidArgument, e.to_string())
     })?;
-    Ok(backend.should_rate_limit(request).await.into())
+    match backend.should_rate_limit(request).await {
+        Ok(response) => Ok(response.into()),
+        Err(undecided) => Err(Refusal::new(GrpcCode::Unavailable, undecided.to_string())),
+    }
 }
 
 /// `application/grpc`, or one of its `+format` / `;parameter` forms.

@@ -63,6 +63,7 @@ use std::time::Duration;
 
 use crate::rls::{
     Code, RateUnit, RlsDescriptor, RlsLimit, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus,
+    Undecided,
 };
 
 /// Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
@@ -138,9 +139,12 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// one entry, every key non-empty. The response should hold one status per descriptor, in the
 /// request's order; the service sends whatever the backend returns.
 pub trait RlsBackend: Send + Sync + 'static {
-    /// Decides one call. There is no error: a backend that cannot decide answers for itself
-    /// (fails open, say) in the response.
-    fn should_rate_limit(&self, request: RlsRequest) -> impl Future<Output = RlsResponse> + Send;
+    /// Decides one call. A backend that cannot decide either answers for itself in the response
+    /// (fails open, say), or leaves the call [`Undecided`]: the service answers `UNAVAILABLE`.
+    fn should_rate_limit(
+        &self,
+        request: RlsRequest,
+    ) -> impl Future<Output = Result<RlsResponse, Undecided>> + Send;
 
     /// The limits the gRPC connections are served with, and the gate counting them against
     /// `max_connections` (the defaults and no gate unless the backend says otherwise).

@@ -10,6 +10,7 @@
 //! | 400 | `invalid_request` | the body is not JSON, or lacks a field or has one of a wrong type; `/v1/dashboard`: a query other than `since=N` |
 //! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]); the message names the limit and that setting |
 //! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
+//! | 503 | `store_unavailable` | `/json` when the store failed and `rls.on_store_error` is `unavailable` |
 //! | 404 | `not_found` | no such endpoint |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
@@ -448,7 +449,13 @@ async fn envoy_json(
         Err(response) => return response,
     };
     match server.envoy_json(&value).await {
-        Ok((over_limit, answer)) => {
+        Ok(Err(undecided)) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            undecided.to_string(),
+        )
+        .into_response(),
+        Ok(Ok((over_limit, answer))) => {
             let status = if over_limit {
                 StatusCode::TOO_MANY_REQUESTS
             } else {

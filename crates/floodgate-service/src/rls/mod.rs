@@ -12,6 +12,38 @@ use floodgate::algorithm::fixed_window::Unit;
 pub mod headers;
 pub mod json;
 
+/// What a `ShouldRateLimit` call answers when the store fails (the config's
+/// `rls.on_store_error`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Answer `OK` for every descriptor: the request goes through (fail open; the default).
+    #[default]
+    Ok,
+    /// Answer `OVER_LIMIT` for every descriptor: the request is refused (fail closed).
+    OverLimit,
+    /// Answer no decision: gRPC `UNAVAILABLE` (`/json`: 503), so that the proxy's own failure
+    /// policy decides (Envoy's `failure_mode_deny`), as envoyproxy/ratelimit does.
+    Unavailable,
+}
+
+impl OnStoreError {
+    /// Its name in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStoreError::Ok => "ok",
+            OnStoreError::OverLimit => "over_limit",
+            OnStoreError::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// A call left without a decision because the store failed and `rls.on_store_error` is
+/// `unavailable`: the transport answers it as an error (gRPC `UNAVAILABLE`, `/json` 503).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the rate limit store is unavailable: {0}")]
+pub struct Undecided(pub String);
+
 /// One `ShouldRateLimit` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RlsRequest {
