@@ -1,5 +1,5 @@
-//! Generates the Envoy rate limit service's messages and its tonic client from the minimal
-//! .proto files in `proto/`. The server side is written by hand (`src/grpc/call.rs`).
+//! Generates the Envoy rate limit service's messages, gRPC's health checking messages, and
+//! their tonic clients from the minimal .proto files in `proto/`. The server side is written by hand (`src/grpc/call.rs`).
 //!
 //! The .proto files are parsed by protox, a protobuf compiler written in Rust, so building needs
 //! no `protoc` on the machine. The well-known messages used (`Duration`, `UInt64Value`, `Struct`)
@@ -7,11 +7,12 @@
 //! `Option<u64>` and `prost_types::Struct`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let protos = [
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+        "proto/grpc/health/v1/health.proto",
+    ];
     let descriptors = protox::compile(protos, ["proto"])?;
-    for proto in std::fs::read_dir("proto")?.flatten() {
-        println!("cargo:rerun-if-changed={}", proto.path().display());
-    }
+    println!("cargo:rerun-if-changed=proto");
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(true)

@@ -77,6 +77,7 @@
 //! `requests_per_unit`, as in envoyproxy/ratelimit.
 
 mod counter_key;
+mod listing;
 mod wildcard;
 
 pub use self::wildcard::Wildcard;

@@ -18,9 +18,12 @@
 //! floodgate listening http=127.0.0.1:43121 grpc=127.0.0.1:43122
 //! ```
 //!
+//! With a debug listener (`--debug`, the config's `debug`), the line ends with its address too:
+//! `… grpc=127.0.0.1:43122 debug=127.0.0.1:43123`.
+//!
 //! It is written directly, not through the log, so it has no timestamp, level or colour
 //! whatever the log format; the addresses are the bound ones, so `--http 127.0.0.1:0` (and
-//! `--grpc 127.0.0.1:0`) let the operating system choose a free port and the line says which.
+//! `--grpc`, `--debug`) let the operating system choose a free port and the line says which.
 //! Signal handlers are installed before the line is written.
 
 use std::fmt;
@@ -70,6 +73,11 @@ pub struct ServeArgs {
     /// 127.0.0.1:8081). As `--http`.
     #[arg(long, value_name = "ADDR", value_parser = crate::cli::listen_address)]
     pub grpc: Option<SocketAddr>,
+    /// Where the debug listener serves `/rlconfig` (the loaded Envoy rules) and `/stats`, as
+    /// envoyproxy/ratelimit's DEBUG_PORT (default: the config's `debug`, else none: off). As
+    /// `--http`.
+    #[arg(long, value_name = "ADDR", value_parser = crate::cli::listen_address)]
+    pub debug: Option<SocketAddr>,
     /// `--store URL`.
     #[command(flatten)]
     pub store: crate::cli::StoreArg,
@@ -99,15 +107,18 @@ fn heavy_keys_in_range(text: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// The addresses `serve` listens on, as it announces them on stderr once both are bound:
-/// `floodgate listening http=ADDR grpc=ADDR` (see the [module documentation](self)), each
-/// address as [`SocketAddr`] writes it (`127.0.0.1:43121`, `[::1]:43121`).
+/// The addresses `serve` listens on, as it announces them on stderr once all are bound:
+/// `floodgate listening http=ADDR grpc=ADDR[ debug=ADDR]` (see the [module
+/// documentation](self)), each address as [`SocketAddr`] writes it (`127.0.0.1:43121`,
+/// `[::1]:43121`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Listening {
     /// The HTTP JSON API's bound address.
     pub http: SocketAddr,
     /// The Envoy RLS gRPC API's bound address.
     pub grpc: SocketAddr,
+    /// The debug listener's bound address, when there is one.
+    pub debug: Option<SocketAddr>,
 }
 
 impl Listening {
@@ -122,17 +133,25 @@ impl Listening {
         let mut fields = rest.split(' ');
         let http = fields.next()?.strip_prefix("http=")?.parse().ok()?;
         let grpc = fields.next()?.strip_prefix("grpc=")?.parse().ok()?;
+        let debug = match fields.next() {
+            Some(field) => Some(field.strip_prefix("debug=")?.parse().ok()?),
+            None => None,
+        };
         if fields.next().is_some() {
             return None;
         }
-        Some(Listening { http, grpc })
+        Some(Listening { http, grpc, debug })
     }
 }
 
 impl fmt::Display for Listening {
     /// The line, without its newline.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}http={} grpc={}", Self::PREFIX, self.http, self.grpc)
+        write!(f, "{}http={} grpc={}", Self::PREFIX, self.http, self.grpc)?;
+        match self.debug {
+            Some(debug) => write!(f, " debug={debug}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -201,6 +220,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .grpc
         .or(config.grpc)
         .unwrap_or_else(|| parse_addr(DEFAULT_GRPC));
+    let debug_addr = args.debug.or(config.debug);
     let admin_token = std::env::var("FLOODGATE_ADMIN_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
@@ -270,9 +290,22 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     acceptor.block_on(async {
         let http = bind(http_addr).await?;
         let grpc = bind(grpc_addr).await?;
+        let debug = match debug_addr {
+            Some(addr) => Some((bind(addr).await?, addr)),
+            None => None,
+        };
         let listening = Listening {
             http: local_addr(&http, http_addr)?,
             grpc: local_addr(&grpc, grpc_addr)?,
+            debug: match &debug {
+                Some((listener, addr)) => Some(local_addr(listener, *addr)?),
+                None => None,
+            },
+        };
+        let listeners = Listeners {
+            http,
+            grpc,
+            debug: debug.map(|(listener, _)| listener),
         };
         let (stop, stopped) = watch::channel(false);
         // Installed now, so that a signal sent as soon as the line below is read is handled.
@@ -287,7 +320,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         }
         announce(&listening);
         tracing::info!(threads = workers, config = ?args.config, "floodgate serving");
-        run(server, http, grpc, workers, stopped).await
+        run(server, listeners, workers, stopped).await
     })
 }
 
@@ -352,36 +385,64 @@ const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis
 /// stream belongs to the runtime that accepted it.
 type Handoff = (std::net::TcpStream, SocketAddr);
 
-/// Serves both APIs on already-bound listeners with `workers` worker threads until `stopped`
+/// The bound listeners `serve` takes connections from.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The HTTP JSON API's.
+    pub http: TcpListener,
+    /// The Envoy RLS gRPC API's.
+    pub grpc: TcpListener,
+    /// The debug listener's, if there is one.
+    pub debug: Option<TcpListener>,
+}
+
+/// One worker's queues of connections, one per listener.
+struct Lanes<T> {
+    http: T,
+    grpc: T,
+    debug: T,
+}
+
+/// Serves the APIs on already-bound listeners with `workers` worker threads until `stopped`
 /// turns true, then lets in-flight calls finish.
 pub async fn run(
     server: Arc<Server>,
-    http: TcpListener,
-    grpc: TcpListener,
+    listeners: Listeners,
     workers: usize,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
-    let mut http_lanes = Vec::with_capacity(workers);
-    let mut grpc_lanes = Vec::with_capacity(workers);
+    let mut lanes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for i in 0..workers {
         let (http_tx, http_rx) = mpsc::channel::<Handoff>(1024);
         let (grpc_tx, grpc_rx) = mpsc::channel::<Handoff>(1024);
-        http_lanes.push(http_tx);
-        grpc_lanes.push(grpc_tx);
+        let (debug_tx, debug_rx) = mpsc::channel::<Handoff>(16);
+        lanes.push(Lanes {
+            http: http_tx,
+            grpc: grpc_tx,
+            debug: debug_tx,
+        });
+        let received = Lanes {
+            http: http_rx,
+            grpc: grpc_rx,
+            debug: debug_rx,
+        };
         let (server, stopped) = (server.clone(), stopped.clone());
         let thread = std::thread::Builder::new()
             .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(i, server, http_rx, grpc_rx, stopped))
+            .spawn(move || worker(i, server, received, stopped))
             .map_err(|source| ServeError::Worker { index: i, source })?;
         threads.push(thread);
     }
+    let Listeners { http, grpc, debug } = listeners;
     let mut turn = 0usize;
     let mut stop = stopped.clone();
     loop {
-        let (accepted, lanes) = tokio::select! {
-            a = http.accept() => (a, &http_lanes),
-            a = grpc.accept() => (a, &grpc_lanes),
+        type Pick = fn(&Lanes<mpsc::Sender<Handoff>>) -> &mpsc::Sender<Handoff>;
+        let (accepted, pick): (_, Pick) = tokio::select! {
+            a = http.accept() => (a, |l| &l.http),
+            a = grpc.accept() => (a, |l| &l.grpc),
+            a = accept(debug.as_ref()) => (a, |l| &l.debug),
             _ = stop.wait_for(|s| *s) => break,
         };
         match accepted.and_then(|(stream, peer)| {
@@ -391,7 +452,7 @@ pub async fn run(
             Ok(handoff) => {
                 turn = turn.wrapping_add(1);
                 // A worker that is gone (it failed) loses the connection; the client retries.
-                let _ = lanes[turn % lanes.len()].send(handoff).await;
+                let _ = pick(&lanes[turn % lanes.len()]).send(handoff).await;
             }
             // Out of file descriptors and the like: log, pause so as not to spin on an error
             // that will repeat until connections close, and keep accepting.
@@ -401,7 +462,7 @@ pub async fn run(
             }
         }
     }
-    drop((http, grpc, http_lanes, grpc_lanes));
+    drop((http, grpc, debug, lanes));
     let mut failure = None;
     for thread in threads {
         match thread.join() {
@@ -414,12 +475,21 @@ pub async fn run(
     failure.map_or(Ok(()), Err)
 }
 
+/// The next connection on `listener`; never, when there is none.
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Worker `index`'s thread: a single-threaded runtime serving the connections dealt to it.
 fn worker(
     index: usize,
     server: Arc<Server>,
-    http: mpsc::Receiver<Handoff>,
-    grpc: mpsc::Receiver<Handoff>,
+    lanes: Lanes<mpsc::Receiver<Handoff>>,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -430,15 +500,20 @@ fn worker(
         let adopt = |(stream, _): Handoff| tokio::net::TcpStream::from_std(stream);
         let http_server = crate::http::serve(
             server.clone(),
-            ReceiverStream::new(http).map(adopt),
+            ReceiverStream::new(lanes.http).map(adopt),
             wait_for(stopped.clone()),
         );
         let grpc_server = crate::grpc::serve(
+            server.clone(),
+            ReceiverStream::new(lanes.grpc).map(adopt),
+            wait_for(stopped.clone()),
+        );
+        let debug_server = crate::http::debug::serve(
             server,
-            ReceiverStream::new(grpc).map(adopt),
+            ReceiverStream::new(lanes.debug).map(adopt),
             wait_for(stopped),
         );
-        tokio::join!(http_server, grpc_server);
+        tokio::join!(http_server, grpc_server, debug_server);
         Ok(())
     })
 }
@@ -490,9 +565,10 @@ mod tests {
 
     #[test]
     fn the_listening_line_reads_back() {
-        let listening = Listening {
+        let mut listening = Listening {
             http: "127.0.0.1:43121".parse().unwrap(),
             grpc: "[::1]:8081".parse().unwrap(),
+            debug: None,
         };
         let line = listening.to_string();
         assert_eq!(
@@ -501,12 +577,20 @@ mod tests {
         );
         assert_eq!(Listening::parse(&line), Some(listening));
         assert_eq!(Listening::parse(&format!("{line}\n")), Some(listening));
+        listening.debug = Some("127.0.0.1:6070".parse().unwrap());
+        let line = listening.to_string();
+        assert!(
+            line.ends_with(" grpc=[::1]:8081 debug=127.0.0.1:6070"),
+            "{line}"
+        );
+        assert_eq!(Listening::parse(&line), Some(listening));
         for other in [
             "",
             "floodgate listening",
             "floodgate listening http=127.0.0.1:1",
             "floodgate listening grpc=127.0.0.1:1 http=127.0.0.1:2",
             "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 extra",
+            "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 debug=127.0.0.1:3 extra",
             "2026-01-01T00:00:00Z INFO floodgate serving workers=2",
         ] {
             assert_eq!(Listening::parse(other), None, "{other:?}");

@@ -588,6 +588,12 @@ impl Server {
         }
     }
 
+    /// The running configuration's Envoy rules as the debug listener's `/rlconfig` lists them
+    /// ([`crate::descriptors::RuleSet::listing`]).
+    pub fn rlconfig(&self) -> String {
+        self.snapshot.load().rules.listing()
+    }
+
     /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
     pub async fn render_metrics(&self) -> String {
         let live = self.live().await;
@@ -720,5 +726,20 @@ impl crate::grpc::RlsBackend for Server {
 
     fn enter_call(&self) -> Result<Option<CallGuard<'_>>, Overloaded> {
         self.in_flight.enter().map(Some)
+    }
+
+    /// The server as a whole (the empty name) serves while it runs, as `/livez` says;
+    /// `ratelimit` serves while the service is ready, as `/readyz` says (not while shutting
+    /// down, while the store's breaker is open, nor while its last call failed).
+    fn serving(&self, service: &str) -> Option<bool> {
+        match service {
+            "" => Some(self.is_ready()),
+            crate::grpc::HEALTH_SERVICE => Some(self.readiness().0),
+            _ => None,
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        !self.is_ready()
     }
 }

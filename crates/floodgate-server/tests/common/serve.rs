@@ -43,6 +43,8 @@ pub struct Service {
     pub http: String,
     /// `http://ADDR` of its gRPC API.
     pub grpc: String,
+    /// `http://ADDR` of its debug listener.
+    pub debug: String,
     /// What it wrote to stderr before its listening line (its start-up log).
     pub started: String,
 }
@@ -65,6 +67,7 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
             child,
             http: format!("http://{}", l.http),
             grpc: format!("http://{}", l.grpc),
+            debug: format!("http://{}", l.debug.expect("serve was given --debug")),
             started,
         },
         Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
@@ -102,6 +105,7 @@ fn serve_command(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
     command
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .args(["--debug", "127.0.0.1:0"])
         .arg("--config")
         .arg(path)
         .args(["--store", store, "--threads", "1"])

@@ -133,6 +133,10 @@ pub struct Config {
     /// default.
     #[serde(default, deserialize_with = "listen_address")]
     pub grpc: Option<SocketAddr>,
+    /// Where the debug listener serves `/rlconfig` and `/stats` (envoyproxy/ratelimit's
+    /// DEBUG_PORT), as `http`; `None`: no debug listener unless the command line names one.
+    #[serde(default, deserialize_with = "listen_address")]
+    pub debug: Option<SocketAddr>,
     /// The store's settings.
     #[serde(default)]
     pub store: StoreConfig,
@@ -354,6 +358,7 @@ impl Config {
         Config {
             http: None,
             grpc: None,
+            debug: None,
             store: StoreConfig::default(),
             connections: ConnectionLimits::default(),
             plans,

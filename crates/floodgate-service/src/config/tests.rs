@@ -76,6 +76,7 @@ fn the_native_example_is_the_builtin_config_written_out() {
     let trimmed = Config {
         http: None,
         grpc: None,
+        debug: None,
         users: BTreeMap::new(),
         endpoint_costs: BTreeMap::new(),
         ..example
@@ -239,6 +240,7 @@ fn invalid_values_are_refused_with_their_path() {
             ),
             ("store: {max_keys: 0}\n".into(), "store.max_keys", "at least 1"),
             ("http: 127.0.0.1:80\ngrpc: 127.0.0.1:80\n".into(), "grpc", "also the http address"),
+            ("grpc: 127.0.0.1:81\ndebug: 127.0.0.1:81\n".into(), "debug", "also the grpc address"),
             (
                 "domains:\n  - domain: a\n  - domain: a\n".into(),
                 "domains[1].domain",

@@ -146,16 +146,24 @@ impl Config {
     /// `plans` ([`Config::build`] runs them before building the rest; each part's own
     /// parameters are checked by its builder, with the same paths):
     /// the `connections` limits' ranges ([`ConnectionLimits::validate`](super::ConnectionLimits::validate));
-    /// `store.max_keys` ≥ 1; `http` and `grpc` differ (unless the port is 0); when there are
+    /// `store.max_keys` ≥ 1; `http`, `grpc` and `debug` differ (unless the port is 0); when there are
     /// plans or a request rate limiter, `default_plan` names a plan (and a request rate limiter
     /// needs at least one plan); every user's plan exists; endpoint costs are ≥ 1.
     pub fn validate(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
         self.connections.validate()?;
-        if let (Some(http), Some(grpc)) = (self.http, self.grpc) {
-            if http == grpc && http.port() != 0 {
+        let listeners = [
+            ("http", self.http),
+            ("grpc", self.grpc),
+            ("debug", self.debug),
+        ];
+        for (i, (field, addr)) in listeners.iter().enumerate() {
+            let Some(addr) = addr.filter(|a| a.port() != 0) else {
+                continue;
+            };
+            if let Some((other, _)) = listeners[..i].iter().find(|(_, a)| *a == Some(addr)) {
                 return Err(ConfigFileError::invalid(
-                    "grpc",
-                    format!("{grpc} is also the http address"),
+                    *field,
+                    format!("{addr} is also the {other} address"),
                 ));
             }
         }

@@ -1,10 +1,12 @@
-//! Unary gRPC over hyper's HTTP/2 server, for the one method this service has.
+//! gRPC over hyper's HTTP/2 server, for the methods this service has: `ShouldRateLimit`, and
+//! the health checking protocol's `Check` and `Watch`.
 //!
 //! A call is a `POST` to the method's path with `content-type: application/grpc`; its body is
 //! one length-prefixed message (1 byte compressed flag, 4 bytes big-endian length, the
-//! protobuf bytes). The answer is HTTP 200 with the response message in one DATA frame and
-//! `grpc-status: 0` in the trailers, or, for a refusal, a trailers-only answer: the
-//! `grpc-status` and `grpc-message` in the headers and no body (gRPC's HTTP/2 protocol).
+//! protobuf bytes). The answer is HTTP 200 with the response message in one DATA frame (a
+//! stream of them, for `Watch`) and `grpc-status: 0` in the trailers, or, for a refusal, a
+//! trailers-only answer: the `grpc-status` and `grpc-message` in the headers and no body
+//! (gRPC's HTTP/2 protocol).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,12 +23,21 @@ use prost::Message;
 use tokio::net::TcpStream;
 use tokio_stream::Stream;
 
-use super::{RateLimitRequest, RateLimitResponse, RlsBackend, MAX_REQUEST_BYTES};
+use super::{
+    HealthCheckRequest, HealthCheckResponse, RateLimitRequest, RateLimitResponse, RlsBackend,
+    ServingStatus, HEALTH_SERVICE, MAX_REQUEST_BYTES,
+};
 use crate::connections::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::rls::RlsRequest;
 
-/// The one method served.
+/// The rate limit method.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// The health checking protocol's methods.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
+
+/// How often a health watch looks at the status again.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The gRPC message prefix: the compressed flag and the length.
 const PREFIX: usize = 5;
@@ -83,12 +94,12 @@ impl<B: RlsBackend> hyper::service::Service<Request<Incoming>> for Calls<B> {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let backend = self.backend.clone();
-        Box::pin(async move { Ok(answer(&*backend, request).await) })
+        Box::pin(async move { Ok(answer(backend, request).await) })
     }
 }
 
 /// Answers one HTTP request: the call's response, or the reason it was refused.
-async fn answer<B: RlsBackend>(backend: &B, request: Request<Incoming>) -> Response<GrpcBody> {
+async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> Response<GrpcBody> {
     if request.method() != Method::POST {
         let mut response = http_refusal(StatusCode::METHOD_NOT_ALLOWED);
         response
@@ -99,16 +110,116 @@ async fn answer<B: RlsBackend>(backend: &B, request: Request<Incoming>) -> Respo
     if !is_grpc(request.headers()) {
         return http_refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
-    if request.uri().path() != PATH {
-        let message = format!(
-            "unknown method {}; this service has {PATH}",
-            request.uri().path()
-        );
-        return Refusal::new(GrpcCode::Unimplemented, message).into_response();
+    let answered = match request.uri().path() {
+        PATH => call(&*backend, request.into_body())
+            .await
+            .map(|response| message_response(&response)),
+        HEALTH_CHECK => check(&*backend, request.into_body()).await,
+        HEALTH_WATCH => watch(backend, request.into_body()).await,
+        other => Err(Refusal::new(
+            GrpcCode::Unimplemented,
+            format!("unknown method {other}; this service has {PATH}, {HEALTH_CHECK} and {HEALTH_WATCH}"),
+        )),
+    };
+    answered.unwrap_or_else(Refusal::into_response)
+}
+
+/// The service name a health call asks about.
+async fn health_request(body: Incoming) -> Result<String, Refusal> {
+    let message = read_message(body).await?;
+    HealthCheckRequest::decode(message)
+        .map(|request| request.service)
+        .map_err(|e| {
+            Refusal::new(
+                GrpcCode::InvalidArgument,
+                format!("malformed protobuf message: {e}"),
+            )
+        })
+}
+
+fn status_of(serving: Option<bool>) -> ServingStatus {
+    match serving {
+        Some(true) => ServingStatus::Serving,
+        Some(false) => ServingStatus::NotServing,
+        None => ServingStatus::ServiceUnknown,
     }
-    match call(backend, request.into_body()).await {
-        Ok(response) => message_response(&response),
-        Err(refusal) => refusal.into_response(),
+}
+
+/// `grpc.health.v1.Health/Check`: the service's status now; `NOT_FOUND` for an unknown one.
+async fn check<B: RlsBackend>(backend: &B, body: Incoming) -> Result<Response<GrpcBody>, Refusal> {
+    let service = health_request(body).await?;
+    let Some(serving) = backend.serving(&service) else {
+        return Err(Refusal::new(
+            GrpcCode::NotFound,
+            format!("unknown service `{service}`; this server reports `` and `{HEALTH_SERVICE}`"),
+        ));
+    };
+    let response = HealthCheckResponse {
+        status: status_of(Some(serving)) as i32,
+    };
+    Ok(message_response(&response))
+}
+
+/// `grpc.health.v1.Health/Watch`: the service's status now, then each change, until the call
+/// ends or the server shuts down (after a last status).
+async fn watch<B: RlsBackend>(
+    backend: Arc<B>,
+    body: Incoming,
+) -> Result<Response<GrpcBody>, Refusal> {
+    let service = health_request(body).await?;
+    let mut interval = tokio::time::interval(WATCH_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let watch = Watch {
+        backend,
+        service,
+        interval,
+        sent: None,
+        ended: false,
+    };
+    let mut response = Response::new(GrpcBody::stream(Box::pin(watch)));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, grpc_content_type());
+    Ok(response)
+}
+
+/// A health watch: a stream of framed `HealthCheckResponse`s, each status once.
+struct Watch<B> {
+    backend: Arc<B>,
+    service: String,
+    interval: tokio::time::Interval,
+    /// The status last sent.
+    sent: Option<ServingStatus>,
+    ended: bool,
+}
+
+impl<B: RlsBackend> Stream for Watch<B> {
+    type Item = Bytes;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            // The first tick is at once: the first status goes out without waiting.
+            if self.interval.poll_tick(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let stopping = self.backend.stopping();
+            let status = if stopping {
+                ServingStatus::NotServing
+            } else {
+                status_of(self.backend.serving(&self.service))
+            };
+            self.ended = stopping;
+            if self.sent != Some(status) {
+                self.sent = Some(status);
+                let response = HealthCheckResponse {
+                    status: status as i32,
+                };
+                return Poll::Ready(Some(framed(&response)));
+            }
+        }
     }
 }
 
@@ -263,6 +374,7 @@ impl Received {
 #[derive(Clone, Copy, Debug)]
 enum GrpcCode {
     InvalidArgument = 3,
+    NotFound = 5,
     ResourceExhausted = 8,
     Unavailable = 14,
     Unimplemented = 12,
@@ -325,37 +437,62 @@ fn http_refusal(status: StatusCode) -> Response<GrpcBody> {
 }
 
 /// The answer to a call: the message, then `grpc-status: 0`.
-fn message_response(message: &RateLimitResponse) -> Response<GrpcBody> {
-    let length = message.encoded_len();
-    let Ok(prefix_length) = u32::try_from(length) else {
+fn message_response(message: &impl Message) -> Response<GrpcBody> {
+    if u32::try_from(message.encoded_len()).is_err() {
         return Refusal::new(GrpcCode::Internal, "the response is too large to send")
             .into_response();
-    };
-    // A Vec, not a BytesMut: prost writes varints a byte at a time, which a Vec takes as a
-    // push and a BytesMut as a slice copy.
-    let mut bytes = Vec::with_capacity(PREFIX + length);
-    bytes.push(0);
-    bytes.extend_from_slice(&prefix_length.to_be_bytes());
-    message.encode_raw(&mut bytes);
-    let mut response = Response::new(GrpcBody::message(Bytes::from(bytes)));
+    }
+    let mut response = Response::new(GrpcBody::message(framed(message)));
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, grpc_content_type());
     response
 }
 
-/// A gRPC response body: at most one message, then the OK trailers; or nothing, when the
-/// status went in the headers.
-#[derive(Debug)]
+/// `message` with its gRPC prefix (a message of 4 GiB or more has a wrong length: callers
+/// check first).
+fn framed(message: &impl Message) -> Bytes {
+    let length = message.encoded_len();
+    // A Vec, not a BytesMut: prost writes varints a byte at a time, which a Vec takes as a
+    // push and a BytesMut as a slice copy.
+    let mut bytes = Vec::with_capacity(PREFIX + length);
+    bytes.push(0);
+    bytes.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_be_bytes());
+    message.encode_raw(&mut bytes);
+    Bytes::from(bytes)
+}
+
+/// A gRPC response body: one message (or a stream of them), then the OK trailers; or nothing,
+/// when the status went in the headers.
 struct GrpcBody {
     message: Option<Bytes>,
+    stream: Option<Pin<Box<dyn Stream<Item = Bytes> + Send>>>,
     trailers: bool,
+}
+
+impl std::fmt::Debug for GrpcBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcBody")
+            .field("message", &self.message)
+            .field("stream", &self.stream.is_some())
+            .field("trailers", &self.trailers)
+            .finish()
+    }
 }
 
 impl GrpcBody {
     fn message(bytes: Bytes) -> GrpcBody {
         GrpcBody {
             message: Some(bytes),
+            stream: None,
+            trailers: true,
+        }
+    }
+
+    fn stream(messages: Pin<Box<dyn Stream<Item = Bytes> + Send>>) -> GrpcBody {
+        GrpcBody {
+            message: None,
+            stream: Some(messages),
             trailers: true,
         }
     }
@@ -363,6 +500,7 @@ impl GrpcBody {
     fn empty() -> GrpcBody {
         GrpcBody {
             message: None,
+            stream: None,
             trailers: false,
         }
     }
@@ -374,10 +512,17 @@ impl Body for GrpcBody {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         if let Some(message) = self.message.take() {
             return Poll::Ready(Some(Ok(Frame::data(message))));
+        }
+        if let Some(stream) = self.stream.as_mut() {
+            match stream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(message)) => return Poll::Ready(Some(Ok(Frame::data(message)))),
+                Poll::Ready(None) => self.stream = None,
+                Poll::Pending => return Poll::Pending,
+            }
         }
         if std::mem::take(&mut self.trailers) {
             let mut trailers = HeaderMap::with_capacity(1);
@@ -388,7 +533,7 @@ impl Body for GrpcBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.message.is_none() && !self.trailers
+        self.message.is_none() && self.stream.is_none() && !self.trailers
     }
 
     // No exact size hint: hyper would turn it into a `content-length` header, which gRPC does

@@ -42,9 +42,19 @@
 //!   one message), as gRPC's status code guide says.
 //! - `UNIMPLEMENTED`: another method, or a compressed message (Envoy does not compress).
 //! - `UNAVAILABLE`: the service is answering `connections.max_in_flight` calls already (see
-//!   [`crate::connections`]); the call is shed at once, once its message is read.
+//!   [`crate::connections`]); the call is shed at once, once its message is read. Also a call
+//!   the backend left [`Undecided`] (its store failed, `rls.on_store_error: unavailable`).
 //! - Not gRPC at all: HTTP 405 for a method other than `POST`, 415 for a `content-type` other
 //!   than `application/grpc[+proto]`.
+//!
+//! # Health
+//!
+//! The same port serves gRPC's health checking protocol, `grpc.health.v1.Health` (what
+//! Kubernetes gRPC probes and `grpc_health_probe` ask): `Check` answers the status of a service
+//! name, [`RlsBackend::serving`] (`SERVING` or `NOT_SERVING`; `NOT_FOUND` for a name the
+//! backend does not know); `Watch` sends the status at once, then each change (checked every
+//! second), and `SERVICE_UNKNOWN` for an unknown name; it ends, after a last status, when the
+//! server shuts down ([`RlsBackend::stopping`]).
 //!
 //! # Benchmark body
 //!
@@ -119,6 +129,18 @@ pub mod proto {
             }
         }
     }
+
+    /// gRPC's own packages.
+    pub mod grpc {
+        /// `grpc.health`.
+        pub mod health {
+            /// `grpc.health.v1`: the health checking protocol's messages and the generated
+            /// tonic client.
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
+            }
+        }
+    }
 }
 
 use proto::envoy::config::core::v3::HeaderValue;
@@ -126,6 +148,10 @@ use proto::envoy::service::ratelimit::v3 as rls_v3;
 use rls_v3::rate_limit_response::{self as response, rate_limit};
 
 pub use proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+pub use proto::grpc::health::v1::health_client::HealthClient;
+pub use proto::grpc::health::v1::{
+    health_check_response::ServingStatus, HealthCheckRequest, HealthCheckResponse,
+};
 pub use rls_v3::rate_limit_service_client::RateLimitServiceClient;
 pub use rls_v3::{RateLimitRequest, RateLimitResponse};
 
@@ -164,7 +190,24 @@ pub trait RlsBackend: Send + Sync + 'static {
     ) -> Result<Option<crate::connections::CallGuard<'_>>, crate::connections::Overloaded> {
         Ok(None)
     }
+
+    /// The status of `service` for gRPC health checking (`grpc.health.v1.Health`): `Some(true)`
+    /// serving, `Some(false)` not serving, `None` a service this server does not know. By
+    /// default the server as a whole (the empty name) and `ratelimit` are always serving.
+    fn serving(&self, service: &str) -> Option<bool> {
+        matches!(service, "" | HEALTH_SERVICE).then_some(true)
+    }
+
+    /// Whether the server is shutting down: health watches send their last status and end, so
+    /// that they do not hold the graceful shutdown (default: never).
+    fn stopping(&self) -> bool {
+        false
+    }
 }
+
+/// The service name under which `grpc.health.v1.Health` reports the rate limit service, as
+/// envoyproxy/ratelimit names it.
+pub const HEALTH_SERVICE: &str = "ratelimit";
 
 /// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the
 /// field, with its index in the request.

@@ -25,6 +25,7 @@
 //!
 //! Bad input never changes state.
 
+pub mod debug;
 pub mod home;
 
 use std::sync::Arc;
@@ -68,12 +69,33 @@ where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
     F: std::future::Future<Output = ()>,
 {
+    serve_router(
+        "http",
+        router(server.clone()),
+        &server,
+        connections,
+        shutdown,
+    )
+    .await;
+}
+
+/// Serves `router` on `connections` as [`serve`] serves the API, under `server`'s connection
+/// limits; `name` labels the connections in logs.
+async fn serve_router<S, F>(
+    name: &'static str,
+    router: Router,
+    server: &Server,
+    connections: S,
+    shutdown: F,
+) where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    F: std::future::Future<Output = ()>,
+{
     let limits = server.limits().clone();
     let admission = Admission {
         gate: Some(server.gate().clone()),
         first_bytes: limits.header_read_timeout.0,
     };
-    let router = router(server);
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -86,7 +108,7 @@ where
         .max_concurrent_streams(limits.max_streams)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    serve_each("http", connections, shutdown, admission, |stream| {
+    serve_each(name, connections, shutdown, admission, |stream| {
         let service = TowerToHyperService::new(router.clone());
         builder
             .serve_connection(TokioIo::new(stream), service)
@@ -137,6 +159,8 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/v1/dashboard", get(dashboard))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
+        // Upstream answers its probe whatever the method.
+        .route("/healthcheck", axum::routing::any(healthcheck))
         .route("/admin/mode", post(admin_mode))
         .route("/admin/plan", post(admin_plan))
         .route("/admin/reload", post(admin_reload))
@@ -557,8 +581,9 @@ async fn livez() -> &'static str {
     "ok"
 }
 
-/// 200 when the service takes traffic, 503 while it shuts down or while the store's circuit
-/// breaker is open; the JSON body says why, and shows the store ([`Server::readiness`]).
+/// 200 when the service takes traffic, 503 while it shuts down, while the store's circuit
+/// breaker is open or while its last call failed; the JSON body says why, and shows the store
+/// ([`Server::readiness`]).
 async fn readyz(State(server): State<Arc<Server>>) -> Response {
     let (ready, body) = server.readiness();
     let status = if ready {
@@ -567,6 +592,16 @@ async fn readyz(State(server): State<Arc<Server>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// envoyproxy/ratelimit's probe: `OK` (200) when the service takes traffic, as `/readyz` says,
+/// else 500 with an empty body, as upstream answers.
+async fn healthcheck(State(server): State<Arc<Server>>) -> Response {
+    if server.readiness().0 {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+    }
 }
 
 async fn not_found() -> ApiError {
