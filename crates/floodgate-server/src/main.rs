@@ -43,8 +43,9 @@ enum Command {
         /// The file or directory to check.
         #[arg(value_name = "FILE|DIR")]
         path: PathBuf,
-        /// Merge domains defined more than once, as `serve --merge-domains`.
-        #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
+        /// Merge domains defined more than once, as `serve --merge-domains` (FLOODGATE_MERGE_DOMAINS
+        /// and MERGE_DOMAIN_CONFIG as for serve).
+        #[arg(long)]
         merge_domains: bool,
         // Checked against this store, as `serve` would run it (nothing is sent to it): a
         // config using an algorithm the store cannot run is refused.
@@ -53,18 +54,53 @@ enum Command {
     },
 }
 
+/// `floodgate serve` under envoyproxy/ratelimit's entry point name: the command line is only
+/// `serve`'s arguments (upstream's image runs `/bin/ratelimit` with none).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ratelimit",
+    version,
+    about = "Floodgate serving as envoyproxy/ratelimit: settings from upstream's environment variables"
+)]
+struct AsRatelimit {
+    #[command(flatten)]
+    serve: runtime::ServeArgs,
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let env = floodgate_server::environment::Environment::from_process();
+    // Invoked as `ratelimit` (a link or a copy named so), it serves, as upstream's binary.
+    let as_ratelimit = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_owned()))
+        .is_some_and(|n| n == floodgate_server::environment::upstream::ENTRY_POINT);
+    let command = if as_ratelimit {
+        Command::Serve(AsRatelimit::parse().serve)
+    } else {
+        Cli::parse().command
+    };
+    let present =
+        as_ratelimit || floodgate_server::environment::upstream::Upstream::present(&env, false);
+    let logging = match runtime::Logging::read(&env, present) {
+        Ok(logging) => logging,
+        Err(e) => return fail(&e.to_string(), 2),
+    };
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
+            tracing_subscriber::EnvFilter::try_new(&logging.filter)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match cli.command {
-        Command::Serve(args) => match runtime::serve(args) {
+        .with_writer(std::io::stderr);
+    if logging.json {
+        subscriber.json().init();
+    } else {
+        subscriber
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+    match command {
+        Command::Serve(args) => match runtime::serve(args, env, as_ratelimit) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), 1),
         },
@@ -84,7 +120,7 @@ fn main() -> ExitCode {
             path,
             merge_domains,
             store,
-        } => match check_config(&path, merge_domains, store.url) {
+        } => match check_config(&path, merge_domains, store.or_env()) {
             Ok(()) => {
                 println!("{}: ok", path.display());
                 ExitCode::SUCCESS
@@ -102,9 +138,18 @@ fn check_config(
     store_url: Option<String>,
 ) -> Result<(), CheckError> {
     let clock = std::sync::Arc::new(floodgate::CoarseClock::shared());
+    let env = floodgate_server::environment::Environment::from_process();
     let overrides = config::Overrides {
         merge_domains,
         response_headers: false,
+        defaults: config::Defaults {
+            merge_domains: ["FLOODGATE_MERGE_DOMAINS", "MERGE_DOMAIN_CONFIG"]
+                .iter()
+                .find_map(|name| env.bool(name).transpose())
+                .transpose()
+                .map_err(CheckError::Environment)?,
+            ..config::Defaults::default()
+        },
     };
     let mut config = config::Config::load_with(path, &overrides)?;
     if store_url.is_some() {
@@ -128,6 +173,8 @@ enum CheckError {
     Config(#[from] config::ConfigFileError),
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Environment(floodgate_server::environment::EnvError),
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

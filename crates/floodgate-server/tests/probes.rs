@@ -84,7 +84,7 @@ async fn the_debug_listener_lists_the_rules_and_the_stats() {
     let (_dir, path) = config_file(DOMAINS);
     let node = serve(&path, "memory", &[]);
     let client = reqwest::Client::new();
-    let (status, index) = get(&client, format!("{}/", node.debug)).await;
+    let (status, index) = get(&client, format!("{}/", node.debug())).await;
     assert_eq!(status, 200);
     assert_eq!(
         index,
@@ -93,11 +93,11 @@ async fn the_debug_listener_lists_the_rules_and_the_stats() {
     );
     // Any other path answers the index, as upstream's does.
     assert_eq!(
-        get(&client, format!("{}/nothing/here", node.debug)).await,
+        get(&client, format!("{}/nothing/here", node.debug())).await,
         (200, index)
     );
     assert_eq!(
-        get(&client, format!("{}/rlconfig", node.debug)).await,
+        get(&client, format!("{}/rlconfig", node.debug())).await,
         (
             200,
             "edge.ip: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false\n\
@@ -105,11 +105,11 @@ async fn the_debug_listener_lists_the_rules_and_the_stats() {
                 .into()
         )
     );
-    let (status, stats) = get(&client, format!("{}/stats", node.debug)).await;
+    let (status, stats) = get(&client, format!("{}/stats", node.debug())).await;
     assert_eq!(status, 200);
     assert!(stats.contains("floodgate_calls_in_flight"), "{stats}");
     // The debug listener is not the API: no decisions there.
-    let (status, _) = get(&client, format!("{}/v1/check", node.debug)).await;
+    let (status, _) = get(&client, format!("{}/v1/check", node.debug())).await;
     assert_eq!(status, 200, "an unknown path answers the index");
 }
 

@@ -106,7 +106,10 @@ async fn start(config: Option<&str>, admin_token: Option<&str>) -> Service {
     Service {
         child,
         http: format!("http://{}", listening.http),
-        grpc: listening.grpc,
+        grpc: match listening.grpc {
+            floodgate_server::runtime::GrpcAddress::Tcp(addr) => addr,
+            other => panic!("gRPC on {other:?}"),
+        },
         _dir: dir,
     }
 }

@@ -24,9 +24,22 @@ pub struct StoreArg {
     /// Where limits count: `memory` (the default: this process alone),
     /// `redis://[user[:password]@]host:port[/db]` or `rediss://…` (TLS), a Redis shared by every
     /// process pointing at it, or `redis-cluster://host:port,host:port` (a Redis Cluster).
-    /// Overrides the config's `store.url` only (its other store settings stay).
-    #[arg(long = "store", value_name = "URL", env = "FLOODGATE_STORE")]
+    /// Overrides the config's `store.url` only (its other store settings stay). Without it:
+    /// the config's, else FLOODGATE_STORE, else (serve) envoyproxy/ratelimit's REDIS_URL…
+    #[arg(long = "store", value_name = "URL")]
     pub url: Option<String>,
+}
+
+impl StoreArg {
+    /// The flag's URL, else `FLOODGATE_STORE`'s (for the commands that read no config; `serve`
+    /// puts the config between them).
+    pub fn or_env(&self) -> Option<String> {
+        self.url.clone().or_else(|| {
+            std::env::var("FLOODGATE_STORE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+    }
 }
 
 /// A duration argument, read as every command, flag and file reads one (see the [module

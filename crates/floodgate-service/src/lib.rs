@@ -19,6 +19,7 @@ pub mod config;
 pub mod connections;
 pub mod dashboard;
 pub mod descriptors;
+pub mod environment;
 pub mod grpc;
 pub mod http;
 pub mod lease_token;

@@ -81,6 +81,7 @@ pub struct Metrics {
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     rls_shadow_over_limit: AtomicU64,
+    rls_global_shadow_mode: AtomicU64,
 }
 
 impl Metrics {
@@ -103,6 +104,11 @@ impl Metrics {
             self.rls_shadow_over_limit
                 .fetch_add(u64::from(descriptors), Ordering::Relaxed);
         }
+    }
+
+    /// Counts an answer turned from `OVER_LIMIT` into `OK` by the global `rls.shadow_mode`.
+    pub fn global_shadow_mode(&self) {
+        self.rls_global_shadow_mode.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records how long a decision spent in the store.
@@ -149,6 +155,16 @@ impl Metrics {
                 )?;
             }
         }
+        writeln!(
+            out,
+            "# HELP floodgate_rls_global_shadow_mode_total Envoy answers over the limit, answered OK by rls.shadow_mode."
+        )?;
+        writeln!(out, "# TYPE floodgate_rls_global_shadow_mode_total counter")?;
+        writeln!(
+            out,
+            "floodgate_rls_global_shadow_mode_total {}",
+            self.rls_global_shadow_mode.load(Ordering::Relaxed)
+        )?;
         writeln!(
             out,
             "# HELP floodgate_rls_shadow_over_limit_total Descriptors over a shadow-mode limit of the Envoy rules, answered OK."

@@ -6,7 +6,6 @@
 //! the next request. A reload that fails validation keeps the running configuration.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::ConnectionLimits;
-use crate::config::{Config, ConfigFileError, Overrides, Served};
+use crate::config::{Config, ConfigFileError, ConfigSource, Overrides, Served};
 use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, Overview, DEFAULT_HEAVY_KEYS};
@@ -138,7 +137,7 @@ pub struct Server {
     switches: Mutex<Switches>,
     /// The plans of [`Server::switches`], by user: what each decision reads, without a lock.
     plan_overrides: ArcSwap<HashMap<String, String>>,
-    config_path: Option<PathBuf>,
+    config_source: ConfigSource,
     /// What the command line turns on over every config loaded.
     overrides: Overrides,
     admin_token: Option<String>,
@@ -156,16 +155,19 @@ pub struct Server {
     gate: Arc<ConnectionGate>,
     in_flight: InFlight,
     ready: AtomicBool,
+    /// No configuration has loaded yet (started without one: envoyproxy/ratelimit's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); the first reload that succeeds clears it.
+    config_missing: AtomicBool,
     clock: SystemClock,
 }
 
 impl Server {
-    /// A service for `config`; `config_path` is re-read on reload (the built-in config when
-    /// `None`); `admin_token` enables the admin API. Lease tokens are signed with a random
+    /// A service for `config`; `source` is read again on reload (a path, `None` for the
+    /// built-in config, or a [`ConfigSource`]); `admin_token` enables the admin API. Lease tokens are signed with a random
     /// secret (see [`Server::with_lease_secret`]).
     pub fn new(
         config: Config,
-        config_path: Option<PathBuf>,
+        source: impl Into<ConfigSource>,
         admin_token: Option<String>,
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
@@ -179,7 +181,7 @@ impl Server {
             store,
             switches: Mutex::new(Switches::default()),
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
-            config_path,
+            config_source: source.into(),
             overrides: Overrides::default(),
             admin_token,
             tokens: LeaseTokens::random(),
@@ -188,6 +190,7 @@ impl Server {
             metrics: Metrics::default(),
             dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
             ready: AtomicBool::new(true),
+            config_missing: AtomicBool::new(false),
             clock: SystemClock::new(),
         })
     }
@@ -282,14 +285,26 @@ impl Server {
         self.ready.load(Ordering::Relaxed)
     }
 
-    /// What `/readyz` answers: whether the service takes traffic (not while shutting down, nor
+    /// Marks the service as running without a configuration: not ready until a reload
+    /// succeeds.
+    pub fn set_config_missing(&self) {
+        self.config_missing.store(true, Ordering::Relaxed);
+    }
+
+    /// What `/readyz` answers: whether the service takes traffic (not while shutting down,
+    /// while no configuration has loaded, while `rls.require_domains` finds no domain, nor
     /// while the store's circuit breaker is open or its last call failed), and a JSON body
     /// saying so, with the store's kind, URL (password redacted), breaker state, whether its
     /// last call succeeded and, if not, the kind of failure.
     pub fn readiness(&self) -> (bool, Value) {
         let store = self.store.status();
+        let snapshot = self.snapshot.load();
         let reason = if !self.is_ready() {
             Some("shutting down".to_string())
+        } else if self.config_missing.load(Ordering::Relaxed) {
+            Some("no configuration has loaded yet".to_string())
+        } else if snapshot.rls_require_domains && snapshot.rules.domains().next().is_none() {
+            Some("no domain is configured (rls.require_domains)".to_string())
         } else {
             store.not_ready()
         };
@@ -498,6 +513,12 @@ impl Server {
                 if let Some(names) = &snapshot.response_headers {
                     response.response_headers_to_add =
                         rate_limit_headers(&response.statuses, names, self.clock.now());
+                }
+                // Global shadow mode, after the headers (as upstream): the answer goes
+                // through, each status still saying what the limit decided.
+                if snapshot.rls_shadow_mode && response.overall_code == Code::OverLimit {
+                    response.overall_code = Code::Ok;
+                    self.metrics.global_shadow_mode();
                 }
                 let outcome = if response.overall_code == Code::OverLimit {
                     Outcome::Refused

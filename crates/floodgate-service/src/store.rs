@@ -112,11 +112,16 @@ impl ServiceStore {
                 }
             }
         };
-        if config.startup_timeout.is_some_and(|t| t.0.is_zero()) {
-            return Err(ConfigFileError::invalid(
-                "store.startup_timeout",
-                "invalid value 0s (must be above 0)",
-            ));
+        for (field, value) in [
+            ("store.startup_retry_first", config.startup_retry_first),
+            ("store.startup_retry_max", config.startup_retry_max),
+        ] {
+            if value.is_some_and(|t| t.0.is_zero()) {
+                return Err(ConfigFileError::invalid(
+                    field,
+                    "invalid value 0s (must be above 0)",
+                ));
+            }
         }
         if config.mode == StoreMode::Exact {
             for (field, set) in [
@@ -200,14 +205,19 @@ impl ServiceStore {
         }
     }
 
-    /// Probes the store until it answers, for at most `budget`, waiting between tries
-    /// (50 ms, doubling up to 1 s): start-up's check. The last failure when it never
-    /// answered within the budget.
-    pub async fn wait_until_usable(&self, budget: Duration) -> Result<(), StoreError> {
-        let mut last = StoreError::Timeout(budget);
+    /// Probes the store until it answers, for at most `budget` (`None`: for ever), waiting
+    /// between tries as `retry` says (default 50 ms, doubling up to 1 s): start-up's check. The
+    /// last failure when it never answered within the budget.
+    pub async fn wait_until_usable(
+        &self,
+        budget: Option<Duration>,
+        retry: Option<(Duration, Duration)>,
+    ) -> Result<(), StoreError> {
+        let (first_wait, max_wait) = retry.unwrap_or((STARTUP_RETRY_FIRST, STARTUP_RETRY_MAX));
+        let mut last = StoreError::Timeout(budget.unwrap_or_default());
         let mut first = true;
         let tries = async {
-            let mut wait = STARTUP_RETRY_FIRST;
+            let mut wait = first_wait;
             loop {
                 match self.probe().await {
                     Ok(()) => return,
@@ -218,10 +228,16 @@ impl ServiceStore {
                 }
                 first = false;
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(STARTUP_RETRY_MAX);
+                wait = (wait * 2).min(max_wait);
             }
         };
-        let answered = tokio::time::timeout(budget, tries).await.is_ok();
+        let answered = match budget {
+            Some(budget) => tokio::time::timeout(budget, tries).await.is_ok(),
+            None => {
+                tries.await;
+                true
+            }
+        };
         if answered {
             Ok(())
         } else {

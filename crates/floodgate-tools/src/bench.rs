@@ -199,7 +199,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         other => return Err(invalid("mode", other.into(), "exact or cached")),
     };
     let config = StoreConfig {
-        url: args.store.url.clone(),
+        url: args.store.or_env(),
         mode,
         sync_interval: args.sync_interval.map(SpecDuration),
         max_keys: args.max_keys,
@@ -221,7 +221,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
     store.runs(&algorithm).map_err(BenchError::NotOnStore)?;
     // As `serve` does at start-up: a store that cannot be used is named, not measured.
     let waited = floodgate_service::store::STARTUP_TIMEOUT;
-    if let Err(error) = store_runtime.block_on(store.wait_until_usable(waited)) {
+    if let Err(error) = store_runtime.block_on(store.wait_until_usable(Some(waited), None)) {
         return Err(BenchError::StoreDown {
             url: store.health().url().to_string(),
             error,

@@ -168,11 +168,8 @@ pub enum SpecError {
 pub fn run(args: &Args) -> Result<(), ReplayError> {
     let named = load_named_spec(&args.limiter)?;
     let subject = named.spec.build().map_err(SpecError::Invalid)?;
-    let store = args
-        .store
-        .url
-        .as_deref()
-        .unwrap_or(floodgate_service::store::MEMORY);
+    let store = args.store.or_env();
+    let store = store.as_deref().unwrap_or(floodgate_service::store::MEMORY);
     let backend = if matches!(store, "memory" | "memory://") {
         Backend::Memory {
             max_keys: args.max_keys,

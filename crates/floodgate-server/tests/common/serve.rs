@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use floodgate_server::runtime::Listening;
+use floodgate_server::runtime::{GrpcAddress, Listening};
 use serde_json::Value;
 
 /// A temporary directory, removed when dropped.
@@ -43,8 +43,10 @@ pub struct Service {
     pub http: String,
     /// `http://ADDR` of its gRPC API.
     pub grpc: String,
-    /// `http://ADDR` of its debug listener.
-    pub debug: String,
+    /// `http://ADDR` of its debug listener, when it has one.
+    pub debug: Option<String>,
+    /// Its gRPC API's unix socket, when it listens on one (then `grpc` is empty).
+    pub grpc_socket: Option<PathBuf>,
     /// What it wrote to stderr before its listening line (its start-up log).
     pub started: String,
 }
@@ -59,20 +61,47 @@ impl Drop for Service {
 /// Starts `floodgate serve --config path --store store` with `env` set, on ports the OS
 /// chooses, and waits (at most 30 s) for its listening line.
 pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
-    let mut command = serve_command(path, store, env);
+    start(serve_command(path, store, env))
+}
+
+/// Starts `command` (a `floodgate serve`, however invoked, with stderr piped) and waits (at
+/// most 30 s) for its listening line.
+pub fn start(mut command: Command) -> Service {
     let mut child = command.spawn().expect("the floodgate binary starts");
     let stderr = child.stderr.take().expect("stderr is piped");
     match listening(stderr).recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok((l, started))) => Service {
-            child,
-            http: format!("http://{}", l.http),
-            grpc: format!("http://{}", l.grpc),
-            debug: format!("http://{}", l.debug.expect("serve was given --debug")),
-            started,
-        },
+        Ok(Ok((l, started))) => {
+            let (grpc, grpc_socket) = match &l.grpc {
+                GrpcAddress::Tcp(addr) => (format!("http://{addr}"), None),
+                GrpcAddress::Unix(path) => (String::new(), Some(path.clone())),
+            };
+            Service {
+                child,
+                http: format!("http://{}", l.http),
+                grpc,
+                debug: l.debug.map(|d| format!("http://{d}")),
+                grpc_socket,
+                started,
+            }
+        }
         Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
         Err(e) => panic!("no listening line from floodgate serve: {e}"),
     }
+}
+
+/// A command running the floodgate binary with none of the variables `serve` reads set but
+/// `env`'s, its stderr piped (for [`start`]).
+pub fn bare_command(program: &std::path::Path, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(program);
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
 }
 
 /// Runs `floodgate serve` as [`serve`] does, expecting it to refuse to start: its exit code
@@ -144,6 +173,13 @@ fn listening(
 }
 
 impl Service {
+    /// `http://ADDR` of its debug listener (panics without one).
+    pub fn debug(&self) -> &str {
+        self.debug
+            .as_deref()
+            .expect("the service has a debug listener")
+    }
+
     /// Sends the process `signal` (`HUP`, `TERM`, …).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")

@@ -28,6 +28,13 @@ pub struct ConnectionLimits {
     /// Decisions being answered at once, both APIs together, beyond which calls are shed
     /// (1 to 10,000,000). A call counts once its body has been read.
     pub max_in_flight: usize,
+    /// How old a gRPC connection may grow (each within ±10% of it) before it is asked to go
+    /// away, so that clients spread over new nodes (envoyproxy/ratelimit's
+    /// `GRPC_MAX_CONNECTION_AGE`); absent (the default): never.
+    pub grpc_max_age: Option<SpecDuration>,
+    /// How long a gRPC connection asked to go away for its age may finish its calls before it
+    /// is closed (`GRPC_MAX_CONNECTION_AGE_GRACE`; default 1 h).
+    pub grpc_max_age_grace: SpecDuration,
 }
 
 impl Default for ConnectionLimits {
@@ -39,6 +46,8 @@ impl Default for ConnectionLimits {
             max_body_bytes: 64 * 1024,
             max_streams: 4_096,
             max_in_flight: 10_000,
+            grpc_max_age: None,
+            grpc_max_age_grace: SpecDuration(Duration::from_secs(3600)),
         }
     }
 }
@@ -91,7 +100,22 @@ impl ConnectionLimits {
                 "1 to 10000000",
             );
         }
+        if self.grpc_max_age.is_some_and(|age| age.0.is_zero()) {
+            return bad(
+                "grpc_max_age",
+                "0".into(),
+                "above 0; leave it out for no maximum",
+            );
+        }
         Ok(())
+    }
+
+    /// The gRPC connections' maximum age, if any ([`crate::connections::MaxAge`]).
+    pub fn grpc_max_age(&self) -> Option<crate::connections::MaxAge> {
+        self.grpc_max_age.map(|age| crate::connections::MaxAge {
+            age: age.0,
+            grace: self.grpc_max_age_grace.0,
+        })
     }
 }
 

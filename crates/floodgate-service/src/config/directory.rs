@@ -288,7 +288,8 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
             ..Config::builtin()
         },
     };
-    config.rls.apply(overrides);
+    let origin = config.origin.clone();
+    overrides.apply(&mut config, &|path| origin.writes(path));
     config.domains = merge_domains(definitions, config.rls.merge_domains)?;
     Ok(config)
 }

@@ -83,6 +83,7 @@ pub mod directory;
 pub mod envoy;
 mod limiters;
 pub mod rls;
+pub mod runtime_dir;
 pub mod source;
 mod store;
 mod validate;
@@ -90,7 +91,7 @@ mod validate;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,7 +112,8 @@ pub use self::directory::DirectoryError;
 pub use self::limiters::{
     ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig, UtilizationConfig,
 };
-pub use self::rls::{Overrides, RlsConfig};
+pub use self::rls::{Defaults, Overrides, RlsConfig};
+pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreMode};
 pub use self::validate::ConfigFileError;
@@ -120,6 +122,52 @@ pub use crate::rls::headers::ResponseHeaderNames;
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
 use self::validate::key_path;
 use crate::descriptors::RuleSet;
+
+/// Where the service reads its configuration, at start and on every reload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// The built-in configuration ([`Config::builtin`]).
+    #[default]
+    Builtin,
+    /// A file or a directory (`--config`).
+    Path(PathBuf),
+    /// envoyproxy/ratelimit's runtime directory (its `RUNTIME_*` settings).
+    Runtime(RuntimeDir),
+}
+
+impl From<Option<PathBuf>> for ConfigSource {
+    fn from(path: Option<PathBuf>) -> ConfigSource {
+        path.map_or(ConfigSource::Builtin, ConfigSource::Path)
+    }
+}
+
+impl ConfigSource {
+    /// Reads the configuration, with `overrides` applied.
+    pub fn load(&self, overrides: &Overrides) -> Result<Config, ConfigFileError> {
+        match self {
+            ConfigSource::Builtin => Config::load_or_builtin(None, overrides),
+            ConfigSource::Path(path) => Config::load_with(path, overrides),
+            ConfigSource::Runtime(dir) => dir.load(overrides),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::Builtin => f.write_str("the built-in configuration"),
+            ConfigSource::Path(path) => write!(f, "{}", path.display()),
+            ConfigSource::Runtime(dir) => match dir.target() {
+                Some(target) => write!(f, "the runtime directory {}", target.display()),
+                None => write!(
+                    f,
+                    "the runtime directory {} (reading nothing)",
+                    dir.root.display()
+                ),
+            },
+        }
+    }
+}
 
 /// A whole server configuration (see the [module documentation](self)).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -204,6 +252,10 @@ pub struct Served<S> {
     pub configured_modes: BTreeMap<String, Mode>,
     /// What a `ShouldRateLimit` call answers when the store fails (`rls.on_store_error`).
     pub rls_on_store_error: crate::rls::OnStoreError,
+    /// `rls.shadow_mode`: over-limit answers are answered `OK`.
+    pub rls_shadow_mode: bool,
+    /// `rls.require_domains`: not ready without a domain.
+    pub rls_require_domains: bool,
     /// Where each Envoy descriptor is written, by its statistics key
     /// ([`crate::descriptors::Rule::full_key`]), for errors about its rule.
     pub written: std::collections::HashMap<String, Written>,
@@ -251,7 +303,7 @@ impl Config {
             Some(path) => Config::load_with(path, overrides),
             None => {
                 let mut config = Config::builtin();
-                config.rls.apply(overrides);
+                overrides.apply(&mut config, &|_| false);
                 Ok(config)
             }
         }
@@ -280,7 +332,7 @@ impl Config {
             config.fill_absent(&value, true);
             config
         };
-        config.rls.apply(overrides);
+        overrides.apply(&mut config, &|path| source.writes(path));
         if config.rls.merge_domains {
             directory::check_native_domains(&config, &source)?;
             let definitions = directory::native_definitions(&mut config, file);
@@ -531,6 +583,8 @@ impl Config {
                 response_headers: self.rls.response_headers.names()?,
                 configured_modes,
                 rls_on_store_error: self.rls.on_store_error,
+                rls_shadow_mode: self.rls.shadow_mode,
+                rls_require_domains: self.rls.require_domains,
                 written: envoy::written_by_key(&self.domains),
             })
         };

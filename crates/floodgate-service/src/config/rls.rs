@@ -10,11 +10,15 @@
 //!     remaining: RateLimit-Remaining   # LIMIT_REMAINING_HEADER
 //!     reset: RateLimit-Reset      # LIMIT_RESET_HEADER
 //!   on_store_error: ok            # ok (default) | over_limit | unavailable
+//!   shadow_mode: false            # envoyproxy's SHADOW_MODE (default false)
+//!   require_domains: false        # envoyproxy's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 //! ```
 //!
-//! The command line can turn both on over whatever the files say ([`Overrides`]:
-//! `--merge-domains`/`FLOODGATE_MERGE_DOMAINS` and
-//! `--response-headers`/`FLOODGATE_RESPONSE_HEADERS`); it never turns them off.
+//! The command line can turn `merge_domains` and `response_headers` on over whatever the files
+//! say (`--merge-domains`, `--response-headers`); it never turns them off. A setting the file
+//! does not write takes its value from the environment when it names one ([`Defaults`]:
+//! `FLOODGATE_MERGE_DOMAINS`, `FLOODGATE_RESPONSE_HEADERS`, then envoyproxy/ratelimit's
+//! variables), else the default above.
 //!
 //! - `merge_domains`: when a domain is defined more than once (in several files of a config
 //!   directory, or twice in a native file's `domains`), the definitions' top-level descriptors
@@ -33,6 +37,11 @@
 //!   every descriptor `OVER_LIMIT`. `unavailable` answers no decision at all, gRPC
 //!   `UNAVAILABLE` (`POST /json`: 503 with a JSON error), so that the proxy's own failure policy
 //!   applies (Envoy's `failure_mode_deny`), which is what envoyproxy/ratelimit does.
+//! - `shadow_mode`: every answer that would be `OVER_LIMIT` is answered `OK` (each descriptor's
+//!   status still says `OVER_LIMIT`, and the headers are those of the decision); counted in
+//!   `floodgate_rls_global_shadow_mode_total`. For trying limits out on live traffic.
+//! - `require_domains`: the service is not ready (`/readyz`, `/healthcheck`, gRPC health)
+//!   while the running configuration has no domain.
 
 use http::HeaderName;
 use serde::Deserialize;
@@ -55,6 +64,12 @@ pub struct RlsConfig {
     /// 503, so that Envoy's `failure_mode_deny` decides, as envoyproxy/ratelimit does).
     #[serde(default)]
     pub on_store_error: crate::rls::OnStoreError,
+    /// Answer `OK` where the answer would be `OVER_LIMIT` (default false).
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Not ready while no domain is configured (default false).
+    #[serde(default)]
+    pub require_domains: bool,
 }
 
 /// The `rls.response_headers` block.
@@ -139,22 +154,95 @@ impl ResponseHeadersConfig {
     }
 }
 
-/// What the command line turns on over every configuration the service loads (at start and on
-/// each reload). Each `true` turns its setting on whatever the files say; `false` leaves the
-/// files' setting.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What applies over every configuration the service loads (at start and on each reload): the
+/// environment's values for the settings a file leaves unwritten ([`Defaults`]), then what the
+/// command line turns on. Each `true` flag turns its setting on whatever the files say; `false`
+/// leaves it.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Overrides {
     /// Turns on `rls.merge_domains`.
     pub merge_domains: bool,
     /// Turns on `rls.response_headers.enabled`.
     pub response_headers: bool,
+    /// The environment's values for settings the file does not write.
+    pub defaults: Defaults,
 }
 
-impl RlsConfig {
-    /// Turns on what `overrides` turns on.
-    pub fn apply(&mut self, overrides: &Overrides) {
-        self.merge_domains |= overrides.merge_domains;
-        self.response_headers.enabled |= overrides.response_headers;
+/// Values for the settings a configuration file leaves unwritten, from the environment
+/// (`FLOODGATE_*` first, then envoyproxy/ratelimit's variables); `None` leaves the setting's
+/// own default. A setting the file writes keeps the file's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Defaults {
+    /// `rls.merge_domains`.
+    pub merge_domains: Option<bool>,
+    /// `rls.response_headers`, whole.
+    pub response_headers: Option<ResponseHeadersConfig>,
+    /// `rls.on_store_error`.
+    pub on_store_error: Option<crate::rls::OnStoreError>,
+    /// `rls.shadow_mode`.
+    pub shadow_mode: Option<bool>,
+    /// `rls.require_domains`.
+    pub require_domains: Option<bool>,
+    /// `response_dynamic_metadata`.
+    pub response_dynamic_metadata: Option<bool>,
+}
+
+impl Overrides {
+    /// Applies the defaults to the settings of `config` that `written` (a path such as
+    /// `rls.merge_domains`) says the file does not write, then the flags.
+    pub fn apply(&self, config: &mut super::Config, written: &dyn Fn(&str) -> bool) {
+        fn fill<T: Clone>(
+            slot: &mut T,
+            value: &Option<T>,
+            path: &str,
+            written: &dyn Fn(&str) -> bool,
+        ) {
+            if let Some(value) = value {
+                if !written(path) {
+                    *slot = value.clone();
+                }
+            }
+        }
+        let d = &self.defaults;
+        let rls = &mut config.rls;
+        fill(
+            &mut rls.merge_domains,
+            &d.merge_domains,
+            "rls.merge_domains",
+            written,
+        );
+        fill(
+            &mut rls.response_headers,
+            &d.response_headers,
+            "rls.response_headers",
+            written,
+        );
+        fill(
+            &mut rls.on_store_error,
+            &d.on_store_error,
+            "rls.on_store_error",
+            written,
+        );
+        fill(
+            &mut rls.shadow_mode,
+            &d.shadow_mode,
+            "rls.shadow_mode",
+            written,
+        );
+        fill(
+            &mut rls.require_domains,
+            &d.require_domains,
+            "rls.require_domains",
+            written,
+        );
+        fill(
+            &mut config.response_dynamic_metadata,
+            &d.response_dynamic_metadata,
+            "response_dynamic_metadata",
+            written,
+        );
+        config.rls.merge_domains |= self.merge_domains;
+        config.rls.response_headers.enabled |= self.response_headers;
     }
 }
 
@@ -190,16 +278,46 @@ mod tests {
 
     #[test]
     fn overrides_only_turn_settings_on() {
-        let mut rls = RlsConfig {
-            merge_domains: true,
-            ..RlsConfig::default()
-        };
-        rls.apply(&Overrides::default());
-        assert!(rls.merge_domains && !rls.response_headers.enabled);
-        rls.apply(&Overrides {
+        let mut config = super::super::Config::default();
+        config.rls.merge_domains = true;
+        Overrides::default().apply(&mut config, &|_| false);
+        assert!(config.rls.merge_domains && !config.rls.response_headers.enabled);
+        Overrides {
             merge_domains: false,
             response_headers: true,
-        });
-        assert!(rls.merge_domains && rls.response_headers.enabled);
+            ..Overrides::default()
+        }
+        .apply(&mut config, &|_| false);
+        assert!(config.rls.merge_domains && config.rls.response_headers.enabled);
+    }
+
+    #[test]
+    fn defaults_fill_only_what_the_file_leaves_unwritten() {
+        let overrides = Overrides {
+            defaults: Defaults {
+                merge_domains: Some(true),
+                shadow_mode: Some(true),
+                on_store_error: Some(crate::rls::OnStoreError::Unavailable),
+                ..Defaults::default()
+            },
+            ..Overrides::default()
+        };
+        let mut config = super::super::Config::default();
+        // The file writes `rls.shadow_mode` (false): it stays.
+        overrides.apply(&mut config, &|path| path == "rls.shadow_mode");
+        assert!(config.rls.merge_domains);
+        assert!(!config.rls.shadow_mode);
+        assert_eq!(
+            config.rls.on_store_error,
+            crate::rls::OnStoreError::Unavailable
+        );
+        // The flag still turns merging on over a file that writes it off.
+        let mut config = super::super::Config::default();
+        Overrides {
+            merge_domains: true,
+            ..Overrides::default()
+        }
+        .apply(&mut config, &|_| true);
+        assert!(config.rls.merge_domains);
     }
 }

@@ -38,6 +38,11 @@ impl PartialEq for Origin {
 }
 
 impl Origin {
+    /// Whether the file writes the entry at `path` (`rls.merge_domains`); never without one.
+    pub fn writes(&self, path: &str) -> bool {
+        self.0.as_ref().is_some_and(|source| source.writes(path))
+    }
+
     /// `error` placed in the file (see [`Source::place`]); as it is without a file.
     pub fn place(&self, error: ConfigFileError) -> ConfigFileError {
         match &self.0 {
@@ -246,6 +251,11 @@ impl Source {
             format!("{prefix}.")
         };
         walk(self, &mut domain.descriptors, &parent);
+    }
+
+    /// Whether the text has an entry at exactly `path`.
+    pub fn writes(&self, path: &str) -> bool {
+        self.by_path.contains_key(path)
     }
 
     /// The line of the entry at `path`, or of the nearest entry enclosing it that the text

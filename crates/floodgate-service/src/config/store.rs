@@ -61,9 +61,17 @@ pub struct StoreConfig {
     #[serde(default)]
     pub load_budget: Option<SpecDuration>,
     /// How long `serve` tries to reach a Redis store at start-up, retrying with back-off, before
-    /// it refuses to start (above 0; default 5 s). The memory store needs no check.
+    /// it refuses to start (default 5 s; `0s` tries for ever, as envoyproxy/ratelimit's
+    /// `REDIS_STARTUP_MAX_ELAPSED_TIME=0`). The memory store needs no check.
     #[serde(default)]
     pub startup_timeout: Option<SpecDuration>,
+    /// The wait after start-up's first failed try (above 0; default 50 ms); each later wait
+    /// doubles, up to `startup_retry_max`.
+    #[serde(default)]
+    pub startup_retry_first: Option<SpecDuration>,
+    /// The longest wait between start-up's tries (above 0; default 1 s).
+    #[serde(default)]
+    pub startup_retry_max: Option<SpecDuration>,
     /// Start even when the store cannot be used at start-up (default `false`: refuse to start,
     /// naming the store and the cause). When `true`, `serve` starts, logs an error saying so,
     /// answers `/readyz` with 503 until the store works, and every stage follows its
@@ -166,6 +174,8 @@ impl Default for StoreConfig {
             max_view_age: None,
             load_budget: None,
             startup_timeout: None,
+            startup_retry_first: None,
+            startup_retry_max: None,
             start_without: false,
         }
     }

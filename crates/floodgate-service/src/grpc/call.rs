@@ -20,7 +20,6 @@ use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
-use tokio::net::TcpStream;
 use tokio_stream::Stream;
 
 use super::{
@@ -49,10 +48,11 @@ const PREFIX: usize = 5;
 /// A connection that fails (a peer that is not HTTP/2, one that resets) is closed and logged
 /// at debug level; the others go on. An error from `connections` is logged and the next
 /// connection is taken.
-pub async fn serve<B, S, F>(backend: Arc<B>, connections: S, shutdown: F)
+pub async fn serve<B, S, T, F>(backend: Arc<B>, connections: S, shutdown: F)
 where
     B: RlsBackend,
-    S: Stream<Item = std::io::Result<TcpStream>>,
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<crate::connections::Conn>,
     F: Future<Output = ()>,
 {
     // Calls in flight on one connection (`connections.max_streams`, default 4,096): Envoy
@@ -72,6 +72,7 @@ where
     let admission = crate::connections::Admission {
         gate,
         first_bytes: limits.header_read_timeout.0,
+        max_age: limits.grpc_max_age(),
     };
     crate::connections::serve_each("grpc", connections, shutdown, admission, |stream| {
         let calls = Calls {

@@ -39,9 +39,10 @@ pub fn router(server: Arc<Server>) -> Router {
 
 /// Serves the debug listener on every connection `connections` yields until `shutdown`
 /// completes, under the same connection limits as the HTTP API ([`super::serve`]).
-pub async fn serve<S, F>(server: Arc<Server>, connections: S, shutdown: F)
+pub async fn serve<S, T, F>(server: Arc<Server>, connections: S, shutdown: F)
 where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<crate::connections::Conn>,
     F: std::future::Future<Output = ()>,
 {
     super::serve_router(

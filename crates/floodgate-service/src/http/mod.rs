@@ -64,9 +64,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
 /// prior knowledge), each on its own task, until `shutdown` completes; then lets the requests
 /// in progress finish and returns. See [`crate::connections`] for the connection handling.
-pub async fn serve<S, F>(server: Arc<Server>, connections: S, shutdown: F)
+pub async fn serve<S, T, F>(server: Arc<Server>, connections: S, shutdown: F)
 where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<crate::connections::Conn>,
     F: std::future::Future<Output = ()>,
 {
     serve_router(
@@ -81,20 +82,22 @@ where
 
 /// Serves `router` on `connections` as [`serve`] serves the API, under `server`'s connection
 /// limits; `name` labels the connections in logs.
-async fn serve_router<S, F>(
+async fn serve_router<S, T, F>(
     name: &'static str,
     router: Router,
     server: &Server,
     connections: S,
     shutdown: F,
 ) where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<crate::connections::Conn>,
     F: std::future::Future<Output = ()>,
 {
     let limits = server.limits().clone();
     let admission = Admission {
         gate: Some(server.gate().clone()),
         first_bytes: limits.header_read_timeout.0,
+        max_age: None,
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder

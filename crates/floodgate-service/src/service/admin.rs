@@ -8,7 +8,7 @@ use floodgate::limiter::Mode;
 
 use super::switches::{Configured, Switches};
 use super::{build_snapshot, has_plan, plan_list, Server};
-use crate::config::{Config, ConfigFileError};
+use crate::config::ConfigFileError;
 use crate::lease_token::constant_time_eq;
 
 /// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
@@ -129,7 +129,9 @@ impl Server {
     pub fn reload(&self) -> Result<(), ConfigFileError> {
         let mut switches = self.switches();
         let previous = self.snapshot.load_full();
-        let result = Config::load_or_builtin(self.config_path.as_deref(), &self.overrides)
+        let result = self
+            .config_source
+            .load(&self.overrides)
             .and_then(|config| build_snapshot(&config, &self.store, Some(&previous)));
         match result {
             Ok(snapshot) => {
@@ -146,6 +148,8 @@ impl Server {
                     tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
                 }
                 self.snapshot.store(Arc::new(snapshot));
+                self.config_missing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 self.plan_overrides.store(Arc::new(kept.plans_by_user()));
                 *switches = kept;
                 self.metrics.reload(true);

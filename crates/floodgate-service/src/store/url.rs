@@ -48,8 +48,24 @@ impl StoreUrl {
             ConfigFileError::invalid("store.url", format!("`{}`: {why}", redacted(url)))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db] or redis-cluster://host:port,host:port")
+            invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db], unix:///path or redis-cluster://host:port,host:port")
         })?;
+        if matches!(scheme, "unix" | "redis+unix") {
+            // A socket path; credentials (if any) ride in the query (`?user=…&pass=…`).
+            if !rest.starts_with('/') {
+                return Err(invalid("names no socket: unix:///path/to/redis.sock"));
+            }
+            if config.password_env.is_some() {
+                return Err(ConfigFileError::invalid(
+                    "store.password_env",
+                    "a unix socket URL takes its password in its query: unix:///path?pass=…",
+                ));
+            }
+            return Ok(StoreUrl::Redis {
+                url: url.to_string(),
+                cluster: false,
+            });
+        }
         let cluster = match scheme {
             "redis" | "rediss" => false,
             "redis-cluster" => true,
@@ -239,5 +255,11 @@ mod tests {
             .to_string();
         assert!(e.contains("store.nodes") && e.contains('0'), "{e}");
         assert_eq!(url("memory", None, &[]).unwrap(), StoreUrl::Memory);
+        let socket = url("unix:///run/redis.sock?pass=hunter2", None, &[]).unwrap();
+        assert_eq!(socket.kind(), "redis");
+        assert_eq!(socket.shown(), "unix:///run/redis.sock?pass=***");
+        assert!(url("unix://relative", None, &[])
+            .unwrap_err()
+            .contains("socket"));
     }
 }

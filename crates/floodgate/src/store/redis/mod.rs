@@ -263,9 +263,29 @@ impl std::fmt::Debug for RedisStoreBuilder {
     }
 }
 
+/// The query parameters that hold a password (a unix socket URL's `pass`, a sentinel URL's
+/// `sentinel_pass`).
+const SECRET_PARAMETERS: [&str; 3] = ["pass", "password", "sentinel_pass"];
+
+/// `url`'s query with the values of [`SECRET_PARAMETERS`] replaced by `***`.
+fn redacted_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if SECRET_PARAMETERS.contains(&name) => format!("{name}=***"),
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// `url` with the password of its user information (`redis://user:password@host`, or
-/// `redis://:password@host`) replaced by `***`, for errors and logs: secrets never leave.
+/// `redis://:password@host`) and of its query (`?pass=…`) replaced by `***`, for errors and
+/// logs: secrets never leave.
 pub fn redacted(url: &str) -> String {
+    if let Some((before, query)) = url.split_once('?') {
+        return format!("{}?{}", redacted(before), redacted_query(query));
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -282,9 +302,25 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
-/// The password in `url`'s user information (`scheme://[user]:password@…`), as written and
-/// percent-decoded; empty when there is none.
+/// The passwords in `url`'s user information (`scheme://[user]:password@…`) and query
+/// (`?pass=…`), as written and percent-decoded; empty when there is none.
 fn secrets(url: &str) -> Vec<String> {
+    if let Some((before, query)) = url.split_once('?') {
+        let mut found = secrets(before);
+        for pair in query.split('&') {
+            if let Some((name, value)) = pair.split_once('=') {
+                if SECRET_PARAMETERS.contains(&name) && !value.is_empty() {
+                    found.push(value.to_string());
+                    let decoded = percent_decoded(value);
+                    if decoded != value {
+                        found.push(decoded);
+                    }
+                }
+            }
+        }
+        found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        return found;
+    }
     let Some((_, rest)) = url.split_once("://") else {
         return Vec::new();
     };

@@ -9,6 +9,8 @@
 //!   max_body_bytes: 65536       # an HTTP request body's size (413 above it)
 //!   max_streams: 4096           # HTTP/2: concurrent streams per connection (both APIs)
 //!   max_in_flight: 10000        # decisions being answered at once, both APIs together
+//!   grpc_max_age: 24h           # gRPC connections asked to go away at this age (default: never)
+//!   grpc_max_age_grace: 1h      # ... and closed this much later
 //! ```
 //!
 //! **Overload.** Beyond `max_in_flight` decisions being answered at once (they pile up when the
@@ -31,9 +33,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::sync::Semaphore;
 use tokio_stream::{Stream, StreamExt};
+
+mod stream;
+pub use self::stream::{Conn, Watched, PREFACE};
 
 /// The count of open connections against `max_connections`, shared by both APIs.
 #[derive(Debug)]
@@ -75,75 +80,27 @@ pub struct Admission {
     pub gate: Option<Arc<ConnectionGate>>,
     /// `header_read_timeout`.
     pub first_bytes: Duration,
+    /// How old a connection may grow before it is asked to go away, if at all.
+    pub max_age: Option<MaxAge>,
 }
 
-/// The bytes a connection must send within [`Admission::first_bytes`]: an HTTP/2 preface's
-/// length (an HTTP/1.1 request head this long is timed by hyper's header timer instead).
-pub const PREFACE: usize = 24;
-
-/// A connection's stream, counting the bytes read from it up to [`PREFACE`].
-#[derive(Debug)]
-pub struct Watched {
-    inner: tokio::net::TcpStream,
-    seen: Arc<AtomicUsize>,
+/// envoyproxy/ratelimit's `GRPC_MAX_CONNECTION_AGE` and `…_GRACE`: a connection older than
+/// `age` (each connection's own age drawn within ±10% of it, so that a fleet's clients do not
+/// all reconnect at once) is asked to go away (HTTP/2 `GOAWAY`: its calls in flight finish, no
+/// new ones start), and closed `grace` later if calls are still running. Clients reconnect, and
+/// so spread over the pods a deployment adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxAge {
+    /// The age.
+    pub age: Duration,
+    /// The grace after it.
+    pub grace: Duration,
 }
 
-impl Watched {
-    /// `inner`, its first bytes counted in `seen`.
-    pub fn new(inner: tokio::net::TcpStream, seen: Arc<AtomicUsize>) -> Watched {
-        Watched { inner, seen }
-    }
-}
-
-impl tokio::io::AsyncRead for Watched {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = buf.filled().len() - before;
-        if read > 0 && self.seen.load(Ordering::Relaxed) < PREFACE {
-            self.seen.fetch_add(read, Ordering::Relaxed);
-        }
-        polled
-    }
-}
-
-impl tokio::io::AsyncWrite for Watched {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+impl MaxAge {
+    /// This connection's age: `age` × a factor drawn uniformly in [0.9, 1.1].
+    fn drawn(&self) -> Duration {
+        self.age.mul_f64(0.9 + 0.2 * rand::random::<f64>())
     }
 }
 
@@ -228,20 +185,24 @@ pub(crate) const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::
 ///
 /// A connection that fails (a peer that speaks something else, one that resets) is closed and
 /// logged at debug level; the others go on. An error from `connections` is logged and the
-/// next connection is taken.
-pub(crate) async fn serve_each<S, F, C>(
+/// next connection is taken. With [`Admission::max_age`], a connection that grows old is asked
+/// to go away on its own ([`MaxAge`]).
+pub(crate) async fn serve_each<S, T, F, C>(
     api: &'static str,
     connections: S,
     shutdown: F,
     admission: Admission,
     mut serve_one: impl FnMut(Watched) -> C,
 ) where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<Conn>,
     F: Future<Output = ()>,
     C: GracefulConnection + Send + 'static,
     C::Error: std::fmt::Display + Send,
 {
-    let graceful = GracefulShutdown::new();
+    // Every connection's task holds a sender; they are all gone when every task has ended.
+    let (running, mut all_ended) = tokio::sync::mpsc::channel::<()>(1);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(connections, shutdown);
     loop {
         let next = tokio::select! {
@@ -271,28 +232,68 @@ pub(crate) async fn serve_each<S, F, C>(
             None => None,
         };
         let seen = Arc::new(AtomicUsize::new(0));
-        let connection = graceful.watch(serve_one(Watched::new(stream, seen.clone())));
+        let connection = serve_one(Watched::new(stream.into(), seen.clone()));
         let first_bytes = admission.first_bytes;
+        let max_age = admission.max_age;
+        let (running, mut stopping) = (running.clone(), stopping.clone());
         tokio::spawn(async move {
-            // The place goes back when this task ends, even by unwinding.
+            // The place goes back when this task ends, even by unwinding; so does `running`.
             let _place = place;
+            let _running = running;
             tokio::pin!(connection);
-            let served = match tokio::time::timeout(first_bytes, &mut connection).await {
-                Ok(served) => served,
-                // Not even a preface's worth of bytes in all that time: not a client. Dropping
-                // the connection closes it.
-                Err(_) if seen.load(Ordering::Relaxed) < PREFACE => {
-                    tracing::debug!(api, "connection closed: nothing sent");
-                    return;
+            let started = tokio::time::Instant::now();
+            let old = async {
+                match max_age {
+                    Some(max) => tokio::time::sleep_until(started + max.drawn()).await,
+                    None => std::future::pending().await,
                 }
-                Err(_) => connection.await,
+            };
+            tokio::pin!(old);
+            let mut asked_to_go = false;
+            let mut deadline: Option<tokio::time::Instant> = None;
+            let served = loop {
+                let first_bytes_due = started + first_bytes;
+                tokio::select! {
+                    served = connection.as_mut() => break served,
+                    // Not even a preface's worth of bytes in all that time: not a client.
+                    // Dropping the connection closes it.
+                    () = tokio::time::sleep_until(first_bytes_due),
+                        if seen.load(Ordering::Relaxed) < PREFACE => {
+                        tracing::debug!(api, "connection closed: nothing sent");
+                        return;
+                    }
+                    Ok(_) = stopping.wait_for(|s| *s), if !asked_to_go => {
+                        asked_to_go = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                    () = &mut old, if deadline.is_none() => {
+                        tracing::debug!(api, "connection reached its maximum age: asked to go away");
+                        if !asked_to_go {
+                            asked_to_go = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                        deadline = max_age.map(|m| tokio::time::Instant::now() + m.grace);
+                    }
+                    () = async {
+                        match deadline {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        tracing::debug!(api, "connection closed: its grace after its maximum age ran out");
+                        return;
+                    }
+                }
             };
             if let Err(e) = served {
                 tracing::debug!(api, error = %e, "connection closed on an error");
             }
         });
     }
-    graceful.shutdown().await;
+    let _ = stop.send(true);
+    drop(running);
+    // `None` once every connection's task has ended.
+    let _ = all_ended.recv().await;
 }
 
 #[cfg(test)]

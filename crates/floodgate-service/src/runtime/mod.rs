@@ -33,11 +33,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
-use crate::config::{Config, ConfigFileError, Overrides};
+mod acceptor;
+pub mod settings;
+pub mod watch;
+
+pub use self::acceptor::{run, GrpcListener, Listeners};
+pub use self::settings::{Addresses, GrpcAddress, Logging, SettingsError, Startup};
+
+use crate::config::{Config, ConfigFileError};
+use crate::environment::Environment;
 use crate::service::Server;
 
 /// The HTTP address used when neither the command line nor the config names one.
@@ -50,19 +55,30 @@ pub const DEFAULT_GRPC: &str = "127.0.0.1:8081";
 pub struct ServeArgs {
     /// A YAML config file, Floodgate's own format or envoyproxy/ratelimit's, or a directory of
     /// them (every *.yaml and *.yml file directly in it: envoyproxy/ratelimit domain files plus
-    /// at most one Floodgate file). Re-read on SIGHUP and POST /admin/reload. Without one, the
-    /// built-in example (Stripe's four limiters, plans free/standard/pro) runs.
+    /// at most one Floodgate file). Re-read on SIGHUP, POST /admin/reload and (--watch) when it
+    /// changes. Without one: FLOODGATE_CONFIG, else envoyproxy/ratelimit's runtime directory
+    /// when its settings are in the environment (RUNTIME_ROOT…), else the built-in example
+    /// (Stripe's four limiters, plans free/standard/pro).
     #[arg(long, value_name = "FILE|DIR")]
     pub config: Option<PathBuf>,
+    /// Re-read the configuration when its files change (debounced): on by default for a
+    /// directory and envoyproxy/ratelimit's runtime directory (FLOODGATE_WATCH=false turns it
+    /// off), off for a file.
+    #[arg(long, conflicts_with = "no_watch")]
+    pub watch: bool,
+    /// Do not watch the configuration's files (reload on SIGHUP and POST /admin/reload only).
+    #[arg(long)]
+    pub no_watch: bool,
     /// Merge domains defined more than once (in several files of a directory) instead of
     /// refusing them, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG; the config's
-    /// `rls.merge_domains` can also turn it on.
-    #[arg(long, env = "FLOODGATE_MERGE_DOMAINS", value_parser = clap::builder::FalseyValueParser::new())]
+    /// `rls.merge_domains`, FLOODGATE_MERGE_DOMAINS and MERGE_DOMAIN_CONFIG set it otherwise.
+    #[arg(long)]
     pub merge_domains: bool,
     /// Add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to every Envoy answer, as
     /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED; the config's
-    /// `rls.response_headers` can also turn it on and renames the headers.
-    #[arg(long, env = "FLOODGATE_RESPONSE_HEADERS", value_parser = clap::builder::FalseyValueParser::new())]
+    /// `rls.response_headers` (which also renames them), FLOODGATE_RESPONSE_HEADERS and
+    /// LIMIT_RESPONSE_HEADERS_ENABLED set it otherwise.
+    #[arg(long)]
     pub response_headers: bool,
     /// Where the HTTP JSON API listens, host:port (default: the config's `http`, else
     /// 127.0.0.1:8080; a name such as localhost is resolved at start). Port 0 lets the OS
@@ -111,12 +127,12 @@ fn heavy_keys_in_range(text: &str) -> Result<usize, String> {
 /// `floodgate listening http=ADDR grpc=ADDR[ debug=ADDR]` (see the [module
 /// documentation](self)), each address as [`SocketAddr`] writes it (`127.0.0.1:43121`,
 /// `[::1]:43121`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listening {
     /// The HTTP JSON API's bound address.
     pub http: SocketAddr,
-    /// The Envoy RLS gRPC API's bound address.
-    pub grpc: SocketAddr,
+    /// The Envoy RLS gRPC API's bound address (`unix:PATH` for a unix socket).
+    pub grpc: GrpcAddress,
     /// The debug listener's bound address, when there is one.
     pub debug: Option<SocketAddr>,
 }
@@ -132,7 +148,11 @@ impl Listening {
             .strip_prefix(Self::PREFIX)?;
         let mut fields = rest.split(' ');
         let http = fields.next()?.strip_prefix("http=")?.parse().ok()?;
-        let grpc = fields.next()?.strip_prefix("grpc=")?.parse().ok()?;
+        let grpc = fields.next()?.strip_prefix("grpc=")?;
+        let grpc = match grpc.strip_prefix("unix:") {
+            Some(path) => GrpcAddress::Unix(path.into()),
+            None => GrpcAddress::Tcp(grpc.parse().ok()?),
+        };
         let debug = match fields.next() {
             Some(field) => Some(field.strip_prefix("debug=")?.parse().ok()?),
             None => None,
@@ -147,7 +167,11 @@ impl Listening {
 impl fmt::Display for Listening {
     /// The line, without its newline.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}http={} grpc={}", Self::PREFIX, self.http, self.grpc)?;
+        write!(f, "{}http={} grpc=", Self::PREFIX, self.http)?;
+        match &self.grpc {
+            GrpcAddress::Tcp(addr) => write!(f, "{addr}")?,
+            GrpcAddress::Unix(path) => write!(f, "unix:{}", path.display())?,
+        }
         match self.debug {
             Some(debug) => write!(f, " debug={debug}"),
             None => Ok(()),
@@ -161,6 +185,17 @@ pub enum ServeError {
     /// The config file is unreadable or invalid.
     #[error(transparent)]
     Config(#[from] ConfigFileError),
+    /// A setting in the environment cannot be read or honoured.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The gRPC unix socket could not be bound.
+    #[error("cannot listen on the unix socket {}: {source}", path.display())]
+    BindUnix {
+        /// The socket's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The store could not be used within `store.startup_timeout`.
     #[error("cannot use the store {url}: {error} (tried for {}; check store.url (or --store) and the store itself, or set store.start_without: true to start anyway, each stage following its on_store_error policy)", floodgate::algorithm::spec::format_duration(*.waited))]
     Store {
@@ -201,29 +236,46 @@ pub enum ServeError {
     WorkerPanicked,
 }
 
-/// Loads the config, binds both listeners, starts the workers and serves until a shutdown
-/// signal. Blocks the calling thread.
-pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
-    let overrides = Overrides {
-        merge_domains: args.merge_domains,
-        response_headers: args.response_headers,
-    };
-    let mut config = Config::load_or_builtin(args.config.as_deref(), &overrides)?;
-    if let Some(url) = &args.store.url {
-        config.store.url = Some(url.clone());
+/// Loads the config, binds the listeners, starts the workers and serves until a shutdown
+/// signal, with the settings the command line, the config and `env` give (see [`settings`]);
+/// `as_ratelimit`: the binary runs under envoyproxy/ratelimit's entry point name. Blocks the
+/// calling thread.
+pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<(), ServeError> {
+    let startup = Startup::read(&args, env, as_ratelimit)?;
+    if let Some(upstream) = &startup.upstream {
+        tracing::info!(
+            config = %startup.source,
+            store = %floodgate::store::redis::redacted(&settings::store_url(&upstream.redis)),
+            "envoyproxy/ratelimit's settings are in the environment: read as upstream reads them"
+        );
     }
-    let http_addr = args
-        .http
-        .or(config.http)
-        .unwrap_or_else(|| parse_addr(DEFAULT_HTTP));
-    let grpc_addr = args
-        .grpc
-        .or(config.grpc)
-        .unwrap_or_else(|| parse_addr(DEFAULT_GRPC));
-    let debug_addr = args.debug.or(config.debug);
-    let admin_token = std::env::var("FLOODGATE_ADMIN_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+    for warning in startup.warnings() {
+        tracing::warn!("{warning}");
+    }
+    let start_without_config = startup
+        .upstream
+        .as_ref()
+        .is_some_and(|up| up.behaviour.start_without_config);
+    let (mut config, config_missing) = match startup.source.load(&startup.overrides) {
+        Ok(config) => (config, false),
+        Err(error) if start_without_config => {
+            tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
+            let mut config = Config {
+                domains: Vec::new(),
+                ..Config::builtin()
+            };
+            startup.overrides.apply(&mut config, &|_| false);
+            (config, true)
+        }
+        Err(error) => return Err(error.into()),
+    };
+    startup.apply_store(&args, &mut config);
+    let addresses = startup.addresses(&args, &config)?;
+    let admin_token = startup
+        .env()
+        .string("FLOODGATE_ADMIN_TOKEN")
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
     // A Redis store is created inside a runtime of its own (its connection's housekeeping runs
     // there), which lives as long as `serve`.
     let store_runtime = tokio::runtime::Builder::new_multi_thread()
@@ -232,24 +284,40 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let startup_budget = config
-        .store
-        .startup_timeout
-        .map_or(crate::store::STARTUP_TIMEOUT, |d| d.0);
+    let startup_budget = match config.store.startup_timeout {
+        None => Some(crate::store::STARTUP_TIMEOUT),
+        Some(d) if d.0.is_zero() => None,
+        Some(d) => Some(d.0),
+    };
+    let retry = match (
+        config.store.startup_retry_first,
+        config.store.startup_retry_max,
+    ) {
+        (None, None) => None,
+        (first, max) => Some((
+            first.map_or(std::time::Duration::from_millis(50), |d| d.0),
+            max.map_or(std::time::Duration::from_secs(1), |d| d.0),
+        )),
+    };
     let start_without = config.store.start_without;
     let server = {
         let _context = store_runtime.enter();
-        Server::new(config, args.config.clone(), admin_token)?
+        Server::new(config, startup.source.clone(), admin_token)?
     };
+    if config_missing {
+        server.set_config_missing();
+    }
     // A store that cannot be used must not look healthy: try it now, and refuse to start
     // unless told to start without it.
-    if let Err(error) = store_runtime.block_on(server.store().wait_until_usable(startup_budget)) {
+    if let Err(error) =
+        store_runtime.block_on(server.store().wait_until_usable(startup_budget, retry))
+    {
         let url = server.store().health().url().to_string();
         if !start_without {
             return Err(ServeError::Store {
                 url,
                 error,
-                waited: startup_budget,
+                waited: startup_budget.unwrap_or_default(),
             });
         }
         tracing::error!(
@@ -259,7 +327,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         );
     }
     let mut server = server
-        .with_overrides(overrides)
+        .with_overrides(startup.overrides.clone())
         .with_heavy_keys(args.heavy_keys);
     // Services behind one load balancer sign lease tokens alike, so that any of them accepts
     // the tokens another issued: with FLOODGATE_LEASE_SECRET, else with the secret the nodes
@@ -280,6 +348,9 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
     // The dashboard's points, once a second, on the store's runtime (off the request path).
     store_runtime.spawn(sample_dashboard(server.clone()));
     store_runtime.spawn(watch_store(server.clone()));
+    if startup.watch {
+        store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
+    }
     let workers = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -288,15 +359,30 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .build()
         .map_err(ServeError::Runtime)?;
     acceptor.block_on(async {
-        let http = bind(http_addr).await?;
-        let grpc = bind(grpc_addr).await?;
-        let debug = match debug_addr {
+        let http = bind(addresses.http).await?;
+        let (grpc, grpc_bound) = match &addresses.grpc {
+            GrpcAddress::Tcp(addr) => {
+                let listener = bind(*addr).await?;
+                let bound = GrpcAddress::Tcp(local_addr(&listener, *addr)?);
+                (GrpcListener::Tcp(listener), bound)
+            }
+            GrpcAddress::Unix(path) => {
+                let listener = tokio::net::UnixListener::bind(path).map_err(|source| {
+                    ServeError::BindUnix {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                (GrpcListener::Unix(listener), GrpcAddress::Unix(path.clone()))
+            }
+        };
+        let debug = match addresses.debug {
             Some(addr) => Some((bind(addr).await?, addr)),
             None => None,
         };
         let listening = Listening {
-            http: local_addr(&http, http_addr)?,
-            grpc: local_addr(&grpc, grpc_addr)?,
+            http: local_addr(&http, addresses.http)?,
+            grpc: grpc_bound,
             debug: match &debug {
                 Some((listener, addr)) => Some(local_addr(listener, *addr)?),
                 None => None,
@@ -307,7 +393,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             grpc,
             debug: debug.map(|(listener, _)| listener),
         };
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         // Installed now, so that a signal sent as soon as the line below is read is handled.
         match Signals::install() {
             Ok(signals) => {
@@ -319,7 +405,7 @@ pub fn serve(args: ServeArgs) -> Result<(), ServeError> {
             ),
         }
         announce(&listening);
-        tracing::info!(threads = workers, config = ?args.config, "floodgate serving");
+        tracing::info!(threads = workers, config = %startup.source, watch = startup.watch, "floodgate serving");
         run(server, listeners, workers, stopped).await
     })
 }
@@ -366,159 +452,13 @@ fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, Se
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-fn parse_addr(text: &str) -> SocketAddr {
-    text.parse()
-        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
-}
-
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// How long the acceptor waits after a failed accept (out of file descriptors, say) before it
-/// tries again.
-const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// A connection on its way from the acceptor to a worker: a std stream, because a tokio
-/// stream belongs to the runtime that accepted it.
-type Handoff = (std::net::TcpStream, SocketAddr);
-
-/// The bound listeners `serve` takes connections from.
-#[derive(Debug)]
-pub struct Listeners {
-    /// The HTTP JSON API's.
-    pub http: TcpListener,
-    /// The Envoy RLS gRPC API's.
-    pub grpc: TcpListener,
-    /// The debug listener's, if there is one.
-    pub debug: Option<TcpListener>,
-}
-
-/// One worker's queues of connections, one per listener.
-struct Lanes<T> {
-    http: T,
-    grpc: T,
-    debug: T,
-}
-
-/// Serves the APIs on already-bound listeners with `workers` worker threads until `stopped`
-/// turns true, then lets in-flight calls finish.
-pub async fn run(
-    server: Arc<Server>,
-    listeners: Listeners,
-    workers: usize,
-    stopped: watch::Receiver<bool>,
-) -> Result<(), ServeError> {
-    let mut lanes = Vec::with_capacity(workers);
-    let mut threads = Vec::with_capacity(workers);
-    for i in 0..workers {
-        let (http_tx, http_rx) = mpsc::channel::<Handoff>(1024);
-        let (grpc_tx, grpc_rx) = mpsc::channel::<Handoff>(1024);
-        let (debug_tx, debug_rx) = mpsc::channel::<Handoff>(16);
-        lanes.push(Lanes {
-            http: http_tx,
-            grpc: grpc_tx,
-            debug: debug_tx,
-        });
-        let received = Lanes {
-            http: http_rx,
-            grpc: grpc_rx,
-            debug: debug_rx,
-        };
-        let (server, stopped) = (server.clone(), stopped.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(i, server, received, stopped))
-            .map_err(|source| ServeError::Worker { index: i, source })?;
-        threads.push(thread);
-    }
-    let Listeners { http, grpc, debug } = listeners;
-    let mut turn = 0usize;
-    let mut stop = stopped.clone();
-    loop {
-        type Pick = fn(&Lanes<mpsc::Sender<Handoff>>) -> &mpsc::Sender<Handoff>;
-        let (accepted, pick): (_, Pick) = tokio::select! {
-            a = http.accept() => (a, |l| &l.http),
-            a = grpc.accept() => (a, |l| &l.grpc),
-            a = accept(debug.as_ref()) => (a, |l| &l.debug),
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        match accepted.and_then(|(stream, peer)| {
-            stream.set_nodelay(true)?;
-            Ok((stream.into_std()?, peer))
-        }) {
-            Ok(handoff) => {
-                turn = turn.wrapping_add(1);
-                // A worker that is gone (it failed) loses the connection; the client retries.
-                let _ = pick(&lanes[turn % lanes.len()]).send(handoff).await;
-            }
-            // Out of file descriptors and the like: log, pause so as not to spin on an error
-            // that will repeat until connections close, and keep accepting.
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-            }
-        }
-    }
-    drop((http, grpc, debug, lanes));
-    let mut failure = None;
-    for thread in threads {
-        match thread.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failure = Some(e),
-            Err(_) => failure = Some(ServeError::WorkerPanicked),
-        }
-    }
-    tracing::info!("floodgate stopped");
-    failure.map_or(Ok(()), Err)
-}
-
-/// The next connection on `listener`; never, when there is none.
-async fn accept(
-    listener: Option<&TcpListener>,
-) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
-    match listener {
-        Some(listener) => listener.accept().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Worker `index`'s thread: a single-threaded runtime serving the connections dealt to it.
-fn worker(
-    index: usize,
-    server: Arc<Server>,
-    lanes: Lanes<mpsc::Receiver<Handoff>>,
-    stopped: watch::Receiver<bool>,
-) -> Result<(), ServeError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| ServeError::Worker { index, source })?;
-    runtime.block_on(async move {
-        let adopt = |(stream, _): Handoff| tokio::net::TcpStream::from_std(stream);
-        let http_server = crate::http::serve(
-            server.clone(),
-            ReceiverStream::new(lanes.http).map(adopt),
-            wait_for(stopped.clone()),
-        );
-        let grpc_server = crate::grpc::serve(
-            server.clone(),
-            ReceiverStream::new(lanes.grpc).map(adopt),
-            wait_for(stopped.clone()),
-        );
-        let debug_server = crate::http::debug::serve(
-            server,
-            ReceiverStream::new(lanes.debug).map(adopt),
-            wait_for(stopped),
-        );
-        tokio::join!(http_server, grpc_server, debug_server);
-        Ok(())
-    })
-}
-
-async fn wait_for(mut stopped: watch::Receiver<bool>) {
+async fn wait_for(mut stopped: tokio::sync::watch::Receiver<bool>) {
     // An error means the sender is gone, which also means stop.
     let _ = stopped.wait_for(|stop| *stop).await;
 }
@@ -543,7 +483,11 @@ impl Signals {
 }
 
 /// SIGHUP reloads the config; SIGTERM or SIGINT starts the graceful shutdown.
-async fn watch_signals(server: Arc<Server>, mut signals: Signals, stop: watch::Sender<bool>) {
+async fn watch_signals(
+    server: Arc<Server>,
+    mut signals: Signals,
+    stop: tokio::sync::watch::Sender<bool>,
+) {
     loop {
         tokio::select! {
             _ = signals.hup.recv() => match server.reload() {
@@ -567,7 +511,7 @@ mod tests {
     fn the_listening_line_reads_back() {
         let mut listening = Listening {
             http: "127.0.0.1:43121".parse().unwrap(),
-            grpc: "[::1]:8081".parse().unwrap(),
+            grpc: GrpcAddress::Tcp("[::1]:8081".parse().unwrap()),
             debug: None,
         };
         let line = listening.to_string();
@@ -575,14 +519,21 @@ mod tests {
             line,
             "floodgate listening http=127.0.0.1:43121 grpc=[::1]:8081"
         );
-        assert_eq!(Listening::parse(&line), Some(listening));
-        assert_eq!(Listening::parse(&format!("{line}\n")), Some(listening));
+        assert_eq!(Listening::parse(&line), Some(listening.clone()));
+        assert_eq!(
+            Listening::parse(&format!("{line}\n")),
+            Some(listening.clone())
+        );
         listening.debug = Some("127.0.0.1:6070".parse().unwrap());
         let line = listening.to_string();
         assert!(
             line.ends_with(" grpc=[::1]:8081 debug=127.0.0.1:6070"),
             "{line}"
         );
+        assert_eq!(Listening::parse(&line), Some(listening.clone()));
+        listening.grpc = GrpcAddress::Unix("/run/rl.sock".into());
+        let line = listening.to_string();
+        assert!(line.contains(" grpc=unix:/run/rl.sock "), "{line}");
         assert_eq!(Listening::parse(&line), Some(listening));
         for other in [
             "",

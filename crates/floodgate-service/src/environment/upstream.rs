@@ -1,0 +1,704 @@
+//! envoyproxy/ratelimit's settings, read from its environment variables with its names,
+//! defaults and formats, so that its deployments run Floodgate unchanged.
+//!
+//! [`Upstream::read`] gives `None` unless upstream's settings are **present**: the binary runs
+//! under upstream's name (`ratelimit`), or one of upstream's variables is set other than the
+//! generic `HOST`, `PORT`, `LOG_LEVEL` and `LOG_FORMAT` (which many platforms set for their own
+//! reasons; they are still honoured when set, see [`Listeners`]). Present, every setting takes
+//! upstream's default when its variable is unset: the listeners `0.0.0.0:8080` (HTTP),
+//! `0.0.0.0:8081` (gRPC) and `0.0.0.0:6070` (debug), the runtime directory
+//! `/srv/runtime_data/current`, a Redis at `/var/run/nutcracker/ratelimit.sock`, statsd on, and
+//! so on. [`VARIABLES`] lists every variable with what Floodgate does with it; the README's
+//! "Replacing envoyproxy/ratelimit" is the same table for people.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::variables::GENERIC;
+pub use super::variables::{Support, Variable, NOT_YET_APPLIED, VARIABLES};
+use super::{EnvError, Environment};
+
+/// The name upstream's image runs its binary under (`/bin/ratelimit`).
+pub const ENTRY_POINT: &str = "ratelimit";
+
+/// Where upstream's settings put the listeners. Each address is `host:port` as written (a name
+/// is resolved at start).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listeners {
+    /// `HOST:PORT`.
+    pub http: String,
+    /// `GRPC_HOST:GRPC_PORT`, unless `grpc_uds`.
+    pub grpc: String,
+    /// `GRPC_UDS`: a unix socket path the gRPC API listens on instead of `grpc`.
+    pub grpc_uds: Option<PathBuf>,
+    /// `DEBUG_HOST:DEBUG_PORT`.
+    pub debug: String,
+    /// `GRPC_MAX_CONNECTION_AGE` (default 24 h): a gRPC connection older than this (±10%) is
+    /// asked to go away (HTTP/2 `GOAWAY`), so that clients spread over new pods.
+    pub max_connection_age: Duration,
+    /// `GRPC_MAX_CONNECTION_AGE_GRACE` (default 1 h): how long its calls may then take before
+    /// the connection is closed.
+    pub max_connection_age_grace: Duration,
+}
+
+/// How the runtime directory is read and watched (`RUNTIME_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runtime {
+    /// `RUNTIME_ROOT` (default `/srv/runtime_data/current`).
+    pub root: PathBuf,
+    /// `RUNTIME_SUBDIRECTORY` (default empty).
+    pub subdirectory: String,
+    /// `RUNTIME_APPDIRECTORY` (default `config`).
+    pub appdirectory: String,
+    /// `RUNTIME_IGNOREDOTFILES` (default false).
+    pub ignore_dotfiles: bool,
+    /// `RUNTIME_WATCH_ROOT` (default true).
+    pub watch_root: bool,
+}
+
+/// A Redis deployment's kind (`REDIS_TYPE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisKind {
+    /// One server.
+    Single,
+    /// A Redis Cluster: `REDIS_URL` lists seed nodes.
+    Cluster,
+    /// A master found through Sentinel: `REDIS_URL` is `master,sentinel,sentinel…`.
+    Sentinel,
+}
+
+/// One Redis's settings (the main one, or the per-second one).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Redis {
+    /// `REDIS_SOCKET_TYPE` is `unix` (the default): `REDIS_URL` is a socket path (single only).
+    pub unix: bool,
+    /// `REDIS_TYPE`.
+    pub kind: RedisKind,
+    /// `REDIS_URL` as written.
+    pub url: String,
+    /// `REDIS_AUTH`: `pass` or `user:pass` (never shown).
+    pub auth: Option<String>,
+    /// `REDIS_SENTINEL_AUTH`, for the sentinels (never shown).
+    pub sentinel_auth: Option<String>,
+    /// `REDIS_TLS`.
+    pub tls: bool,
+    /// `REDIS_POOL_SIZE` (read and checked; see [`VARIABLES`]).
+    pub pool_size: u32,
+    /// `REDIS_TIMEOUT` (default 10 s): the bound on connecting.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redis")
+            .field("unix", &self.unix)
+            .field("kind", &self.kind)
+            .field("url", &floodgate::store::redis::redacted(&self.url))
+            .field("auth", &self.auth.as_ref().map(|_| "***"))
+            .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
+            .field("pool_size", &self.pool_size)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// TLS to Redis (`REDIS_TLS_*`), shared by both Redis connections and the sentinels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// `REDIS_TLS_CACERT`.
+    pub ca_file: Option<PathBuf>,
+    /// `REDIS_TLS_CLIENT_CERT` (used only with the key).
+    pub client_cert: Option<PathBuf>,
+    /// `REDIS_TLS_CLIENT_KEY`.
+    pub client_key: Option<PathBuf>,
+    /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`: check the chain, not the name.
+    pub skip_hostname_verification: bool,
+}
+
+/// Starting up against Redis (`REDIS_STARTUP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Startup {
+    /// The first retry's wait (default 1 s).
+    pub initial_interval: Duration,
+    /// The longest wait between tries (default 30 s).
+    pub max_interval: Duration,
+    /// How long to keep trying; `None` (upstream's 0, the default): for ever.
+    pub max_elapsed: Option<Duration>,
+}
+
+/// How Envoy calls are decided and answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Behaviour {
+    /// `SHADOW_MODE`: an over-limit answer is turned into `OK` (its statuses keep `OVER_LIMIT`).
+    pub shadow_mode: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
+    pub stop_increment_when_over_limit: bool,
+    /// `NEAR_LIMIT_RATIO` (default 0.8), read as upstream reads it (a 32-bit float).
+    pub near_limit_ratio: f32,
+    /// `CACHE_KEY_PREFIX`.
+    pub cache_key_prefix: String,
+    /// `EXPIRATION_JITTER_MAX_SECONDS` (default 300).
+    pub expiration_jitter_max_seconds: u64,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (default 0: off).
+    pub local_cache_bytes: u64,
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    pub response_dynamic_metadata: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    pub response_headers: bool,
+    /// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`.
+    pub header_names: [String; 3],
+    /// `MERGE_DOMAIN_CONFIG`.
+    pub merge_domains: bool,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`.
+    pub healthy_with_a_domain: bool,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`.
+    pub start_without_config: bool,
+}
+
+/// Statistics (`USE_STATSD` and the rest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// `USE_STATSD` (default true) and not `DISABLE_STATS`: push statsd.
+    pub statsd: bool,
+    /// `STATSD_HOST:STATSD_PORT` (default `localhost:8125`).
+    pub statsd_address: String,
+    /// `STATSD_PROTOCOL` is `udp` (`udp4`, `udp6`); default TCP, as upstream's sink.
+    pub statsd_udp: bool,
+    /// `STATS_FLUSH_INTERVAL` (default 10 s).
+    pub flush_interval: Duration,
+    /// `EXTRA_TAGS`, in written order.
+    pub extra_tags: Vec<(String, String)>,
+    /// `USE_PROMETHEUS`: serve Prometheus at `PROMETHEUS_ADDR` + `PROMETHEUS_PATH`.
+    pub prometheus: Option<(String, String)>,
+}
+
+/// TLS on the gRPC listener (`GRPC_SERVER_*`, `GRPC_CLIENT_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrpcTls {
+    /// `GRPC_SERVER_TLS_CERT`.
+    pub cert: PathBuf,
+    /// `GRPC_SERVER_TLS_KEY`.
+    pub key: PathBuf,
+    /// `GRPC_CLIENT_TLS_CACERT`: require client certificates signed by these CAs.
+    pub client_ca: Option<PathBuf>,
+    /// `GRPC_CLIENT_TLS_SAN`: and naming this DNS name (or IP address).
+    pub client_san: Option<String>,
+}
+
+/// envoyproxy/ratelimit's settings (see the [module documentation](self)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upstream {
+    /// The listeners.
+    pub listeners: Listeners,
+    /// The runtime directory.
+    pub runtime: Runtime,
+    /// The main Redis.
+    pub redis: Redis,
+    /// The per-second Redis (`REDIS_PERSECOND=true`).
+    pub per_second: Option<Redis>,
+    /// TLS to Redis.
+    pub redis_tls: RedisTls,
+    /// Starting against Redis.
+    pub startup: Startup,
+    /// Decisions and answers.
+    pub behaviour: Behaviour,
+    /// Statistics.
+    pub stats: Stats,
+    /// TLS on the gRPC listener (`GRPC_SERVER_USE_TLS=true`).
+    pub grpc_tls: Option<GrpcTls>,
+    /// The variables set that Floodgate does not support, with why (for the start-up warning).
+    pub unsupported: Vec<(String, &'static str)>,
+}
+
+/// Why upstream's settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// A value cannot be read.
+    #[error(transparent)]
+    Value(#[from] EnvError),
+    /// A value is read but cannot be honoured.
+    #[error("environment variable {variable}: {why}")]
+    Refused {
+        /// The variable.
+        variable: &'static str,
+        /// Why.
+        why: String,
+    },
+}
+
+fn refused(variable: &'static str, why: impl Into<String>) -> UpstreamError {
+    UpstreamError::Refused {
+        variable,
+        why: why.into(),
+    }
+}
+
+/// Whether `name` is one of [`VARIABLES`] (a prefix entry matching).
+pub fn is_upstream_variable(name: &str) -> bool {
+    variable(name).is_some()
+}
+
+fn variable(name: &str) -> Option<&'static Variable> {
+    VARIABLES.iter().find(|v| match v.name.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => v.name == name,
+    })
+}
+
+/// The listeners' addresses from `HOST`, `PORT` and the rest, when **set**, whether or not
+/// upstream's settings are present: `(http, grpc, debug)`, each `None` when neither its host
+/// nor its port is set. An unset host is upstream's `0.0.0.0` when `present`, else
+/// `127.0.0.1`; an unset port is upstream's.
+pub fn listener_addresses(
+    env: &Environment,
+    present: bool,
+) -> Result<[Option<String>; 3], EnvError> {
+    let default_host = if present { "0.0.0.0" } else { "127.0.0.1" };
+    let one = |host: &str, port: &str, default_port: u16| -> Result<Option<String>, EnvError> {
+        if !present && !env.is_set(host) && !env.is_set(port) {
+            return Ok(None);
+        }
+        let host = env.string_or(host, default_host);
+        let port: u16 = env.int_or(port, default_port)?;
+        Ok(Some(join_host_port(&host, port)))
+    };
+    Ok([
+        one("HOST", "PORT", 8080)?,
+        one("GRPC_HOST", "GRPC_PORT", 8081)?,
+        one("DEBUG_HOST", "DEBUG_PORT", 6070)?,
+    ])
+}
+
+/// `host:port`, an IPv6 address in brackets, as Go's `net.JoinHostPort`.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl Upstream {
+    /// Whether upstream's settings are present in `env` (see the [module
+    /// documentation](self)); `as_ratelimit` says the binary runs under [`ENTRY_POINT`].
+    pub fn present(env: &Environment, as_ratelimit: bool) -> bool {
+        as_ratelimit
+            || env
+                .names()
+                .any(|name| !GENERIC.contains(&name) && is_upstream_variable(name))
+    }
+
+    /// Upstream's settings, if [present](Upstream::present).
+    pub fn read(env: &Environment, as_ratelimit: bool) -> Result<Option<Upstream>, UpstreamError> {
+        if !Upstream::present(env, as_ratelimit) {
+            return Ok(None);
+        }
+        match env.string("CONFIG_TYPE") {
+            None | Some("FILE") => {}
+            Some(other) => {
+                return Err(refused(
+                    "CONFIG_TYPE",
+                    format!("`{other}`: only FILE (a runtime directory) is supported; configuration over xDS is not built"),
+                ))
+            }
+        }
+        match env
+            .string("BACKEND_TYPE")
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("") | Some("redis") => {}
+            Some(other) => {
+                return Err(refused(
+                    "BACKEND_TYPE",
+                    format!("`{other}`: only redis is supported (Floodgate has no memcache store)"),
+                ))
+            }
+        }
+        let [http, grpc, debug] = listener_addresses(env, true)?;
+        let listeners = Listeners {
+            http: http.unwrap_or_default(),
+            grpc: grpc.unwrap_or_default(),
+            grpc_uds: env
+                .string("GRPC_UDS")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            debug: debug.unwrap_or_default(),
+            max_connection_age: env
+                .duration_or("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
+            max_connection_age_grace: env
+                .duration_or("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+        };
+        let runtime = Runtime {
+            root: PathBuf::from(env.string_or("RUNTIME_ROOT", "/srv/runtime_data/current")),
+            subdirectory: env.string_or("RUNTIME_SUBDIRECTORY", ""),
+            appdirectory: env.string_or("RUNTIME_APPDIRECTORY", "config"),
+            ignore_dotfiles: env.bool_or("RUNTIME_IGNOREDOTFILES", false)?,
+            watch_root: env.bool_or("RUNTIME_WATCH_ROOT", true)?,
+        };
+        let redis = read_redis(env, "REDIS_", "/var/run/nutcracker/ratelimit.sock")?;
+        let per_second = if env.bool_or("REDIS_PERSECOND", false)? {
+            Some(read_redis(
+                env,
+                "REDIS_PERSECOND_",
+                "/var/run/nutcracker/ratelimitpersecond.sock",
+            )?)
+        } else {
+            None
+        };
+        let path = |name: &str| {
+            env.string(name)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        };
+        let redis_tls = RedisTls {
+            ca_file: path("REDIS_TLS_CACERT"),
+            client_cert: path("REDIS_TLS_CLIENT_CERT"),
+            client_key: path("REDIS_TLS_CLIENT_KEY"),
+            skip_hostname_verification: env
+                .bool_or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+        };
+        let max_elapsed = env.duration_or("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
+        let startup = Startup {
+            initial_interval: env
+                .duration_or("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
+            max_interval: env.duration_or("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
+            max_elapsed: (!max_elapsed.is_zero()).then_some(max_elapsed),
+        };
+        let ratio = env.float("NEAR_LIMIT_RATIO")?.unwrap_or(0.8);
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(refused(
+                "NEAR_LIMIT_RATIO",
+                format!("`{ratio}` is not between 0 and 1"),
+            ));
+        }
+        let header = |name: &str, default: &str| env.string_or(name, default);
+        let behaviour = Behaviour {
+            shadow_mode: env.bool_or("SHADOW_MODE", false)?,
+            stop_increment_when_over_limit: env
+                .bool_or("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            near_limit_ratio: ratio as f32,
+            cache_key_prefix: env.string_or("CACHE_KEY_PREFIX", ""),
+            expiration_jitter_max_seconds: env.int_or("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
+            local_cache_bytes: env.int_or("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
+            response_dynamic_metadata: env.bool_or("RESPONSE_DYNAMIC_METADATA", false)?,
+            response_headers: env.bool_or("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+            header_names: [
+                header("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                header("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                header("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            ],
+            merge_domains: env.bool_or("MERGE_DOMAIN_CONFIG", false)?,
+            healthy_with_a_domain: env.bool_or("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            start_without_config: env.bool_or("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+        };
+        let protocol = env.string_or("STATSD_PROTOCOL", "tcp").to_ascii_lowercase();
+        let statsd_udp = match protocol.as_str() {
+            "tcp" | "tcp4" | "tcp6" => false,
+            "udp" | "udp4" | "udp6" => true,
+            other => {
+                return Err(refused(
+                    "STATSD_PROTOCOL",
+                    format!("`{other}` is not tcp or udp"),
+                ))
+            }
+        };
+        let disabled = env.bool_or("DISABLE_STATS", false)?;
+        let use_prometheus = env.bool_or("USE_PROMETHEUS", false)?;
+        let use_statsd = env.bool_or("USE_STATSD", true)?;
+        if use_prometheus && use_statsd && !disabled {
+            return Err(refused(
+                "USE_PROMETHEUS",
+                "needs USE_STATSD=false, as upstream: the two sinks exclude each other",
+            ));
+        }
+        let stats = Stats {
+            statsd: use_statsd && !disabled,
+            statsd_address: join_host_port(
+                &env.string_or("STATSD_HOST", "localhost"),
+                env.int_or("STATSD_PORT", 8125u16)?,
+            ),
+            statsd_udp,
+            flush_interval: env.duration_or("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
+            extra_tags: env.map("EXTRA_TAGS")?,
+            prometheus: (use_prometheus && !disabled).then(|| {
+                (
+                    env.string_or("PROMETHEUS_ADDR", ":9090"),
+                    env.string_or("PROMETHEUS_PATH", "/metrics"),
+                )
+            }),
+        };
+        let grpc_tls = if env.bool_or("GRPC_SERVER_USE_TLS", false)? {
+            let (Some(cert), Some(key)) =
+                (path("GRPC_SERVER_TLS_CERT"), path("GRPC_SERVER_TLS_KEY"))
+            else {
+                return Err(refused(
+                    "GRPC_SERVER_USE_TLS",
+                    "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                ));
+            };
+            Some(GrpcTls {
+                cert,
+                key,
+                client_ca: path("GRPC_CLIENT_TLS_CACERT"),
+                client_san: env
+                    .string("GRPC_CLIENT_TLS_SAN")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            })
+        } else {
+            None
+        };
+        let unsupported = env
+            .names()
+            .filter_map(|name| {
+                if NOT_YET_APPLIED.contains(&name) {
+                    return Some((
+                        name.to_string(),
+                        "this build reads it but does not apply it yet",
+                    ));
+                }
+                let v = variable(name)?;
+                (v.support == Support::Unsupported).then(|| (name.to_string(), v.note))
+            })
+            .collect();
+        Ok(Some(Upstream {
+            listeners,
+            runtime,
+            redis,
+            per_second,
+            redis_tls,
+            startup,
+            behaviour,
+            stats,
+            grpc_tls,
+            unsupported,
+        }))
+    }
+}
+
+/// One Redis's variables, all named `prefix` + the setting (`REDIS_` or `REDIS_PERSECOND_`).
+fn read_redis(env: &Environment, prefix: &str, default_url: &str) -> Result<Redis, UpstreamError> {
+    let name = |setting: &str| format!("{prefix}{setting}");
+    let socket = env
+        .string_or(&name("SOCKET_TYPE"), "unix")
+        .to_ascii_lowercase();
+    let unix = match socket.as_str() {
+        "unix" => true,
+        "tcp" | "tcp4" | "tcp6" => false,
+        other => {
+            return Err(refused(
+                "REDIS_SOCKET_TYPE",
+                format!("`{other}` is not tcp or unix"),
+            ))
+        }
+    };
+    let kind = match env
+        .string_or(&name("TYPE"), "SINGLE")
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "single" => RedisKind::Single,
+        "cluster" => RedisKind::Cluster,
+        "sentinel" => RedisKind::Sentinel,
+        other => {
+            return Err(refused(
+                "REDIS_TYPE",
+                format!("`{other}` is not single, cluster or sentinel"),
+            ))
+        }
+    };
+    let url = env.string_or(&name("URL"), default_url);
+    if kind == RedisKind::Sentinel && url.split(',').count() < 2 {
+        return Err(refused(
+            "REDIS_URL",
+            "with REDIS_TYPE=sentinel it is the master's name and the sentinels: name,host:port,host:port",
+        ));
+    }
+    let secret = |setting: &str| {
+        env.string(&name(setting))
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let pool_size: i64 = env.int_or(&name("POOL_SIZE"), 10)?;
+    if pool_size < 1 {
+        return Err(refused(
+            "REDIS_POOL_SIZE",
+            format!("{pool_size} is not at least 1"),
+        ));
+    }
+    Ok(Redis {
+        unix,
+        kind,
+        url,
+        auth: secret("AUTH"),
+        sentinel_auth: secret("SENTINEL_AUTH"),
+        tls: env.bool_or(&name("TLS"), false)?,
+        pool_size: u32::try_from(pool_size).unwrap_or(u32::MAX),
+        timeout: env.duration_or(&name("TIMEOUT"), Duration::from_secs(10))?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_unless_a_distinctive_variable_or_the_entry_point() {
+        let generic = Environment::from_pairs([("PORT", "3000"), ("LOG_LEVEL", "debug")]);
+        assert!(!Upstream::present(&generic, false));
+        assert!(Upstream::present(&generic, true));
+        assert!(Upstream::present(
+            &Environment::from_pairs([("REDIS_URL", "r:6379")]),
+            false
+        ));
+        assert!(Upstream::present(
+            &Environment::from_pairs([("MEMCACHE_HOST_PORT", "m:1")]),
+            false
+        ));
+        // Generic variables still move the listeners, on Floodgate's safer host.
+        assert_eq!(
+            listener_addresses(&generic, false).unwrap(),
+            [Some("127.0.0.1:3000".to_string()), None, None]
+        );
+    }
+
+    #[test]
+    fn defaults_are_upstreams() {
+        let up = Upstream::read(&Environment::default(), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(up.listeners.http, "0.0.0.0:8080");
+        assert_eq!(up.listeners.grpc, "0.0.0.0:8081");
+        assert_eq!(up.listeners.debug, "0.0.0.0:6070");
+        assert_eq!(up.listeners.max_connection_age, Duration::from_secs(86400));
+        assert_eq!(up.runtime.root, PathBuf::from("/srv/runtime_data/current"));
+        assert_eq!(up.runtime.appdirectory, "config");
+        assert!(up.runtime.watch_root && !up.runtime.ignore_dotfiles);
+        assert!(up.redis.unix);
+        assert_eq!(up.redis.kind, RedisKind::Single);
+        assert_eq!(up.redis.url, "/var/run/nutcracker/ratelimit.sock");
+        assert_eq!(up.redis.timeout, Duration::from_secs(10));
+        assert!(up.per_second.is_none());
+        assert_eq!(up.startup.max_elapsed, None);
+        assert_eq!(up.behaviour.near_limit_ratio, 0.8f32);
+        assert_eq!(up.behaviour.expiration_jitter_max_seconds, 300);
+        assert!(up.stats.statsd && !up.stats.statsd_udp);
+        assert_eq!(up.stats.statsd_address, "localhost:8125");
+        assert_eq!(up.stats.flush_interval, Duration::from_secs(10));
+        assert!(up.grpc_tls.is_none() && up.unsupported.is_empty());
+    }
+
+    #[test]
+    fn an_integration_environment_reads_as_upstream_reads_it() {
+        let env = Environment::from_pairs([
+            ("USE_STATSD", "true"),
+            ("STATSD_HOST", "statsd"),
+            ("STATSD_PORT", "9125"),
+            ("LOG_LEVEL", "debug"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("MEMCACHE_HOST_PORT", "memcached:11211"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "tcp"),
+            ("REDIS_PERSECOND_URL", "redis-ps:6380"),
+            ("REDIS_AUTH", "user:pa:ss"),
+            ("EXTRA_TAGS", "foo:bar,a:b"),
+            ("CACHE_KEY_PREFIX", "prefix:"),
+            ("GRPC_PORT", "18081"),
+        ]);
+        let up = Upstream::read(&env, false).unwrap().unwrap();
+        assert_eq!(up.stats.statsd_address, "statsd:9125");
+        assert!(!up.redis.unix);
+        assert_eq!(up.redis.url, "redis:6379");
+        assert_eq!(up.redis.auth.as_deref(), Some("user:pa:ss"));
+        assert!(
+            !format!("{up:?}").contains("pa:ss"),
+            "secrets are never shown"
+        );
+        assert_eq!(up.per_second.as_ref().unwrap().url, "redis-ps:6380");
+        assert!(!up.runtime.watch_root);
+        assert_eq!(up.behaviour.cache_key_prefix, "prefix:");
+        assert_eq!(up.listeners.grpc, "0.0.0.0:18081");
+        assert_eq!(up.stats.extra_tags.len(), 2);
+        let unsupported: Vec<_> = up
+            .unsupported
+            .iter()
+            .filter(|(name, _)| !NOT_YET_APPLIED.contains(&name.as_str()))
+            .collect();
+        assert_eq!(
+            unsupported,
+            [&(
+                "MEMCACHE_HOST_PORT".to_string(),
+                "the memcache backend is not built"
+            )]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_naming_the_variable() {
+        for (pairs, variable, expected) in [
+            (
+                vec![("BACKEND_TYPE", "memcache")],
+                "BACKEND_TYPE",
+                "memcache",
+            ),
+            (vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")], "CONFIG_TYPE", "xDS"),
+            (vec![("REDIS_TYPE", "ring")], "REDIS_TYPE", "ring"),
+            (
+                vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "h:1")],
+                "REDIS_URL",
+                "master",
+            ),
+            (
+                vec![("USE_PROMETHEUS", "true")],
+                "USE_PROMETHEUS",
+                "USE_STATSD=false",
+            ),
+            (
+                vec![("GRPC_SERVER_USE_TLS", "true")],
+                "GRPC_SERVER_USE_TLS",
+                "GRPC_SERVER_TLS_CERT",
+            ),
+            (
+                vec![("NEAR_LIMIT_RATIO", "2")],
+                "NEAR_LIMIT_RATIO",
+                "between 0 and 1",
+            ),
+            (vec![("PORT", "http")], "PORT", "`http`"),
+            (
+                vec![("REDIS_POOL_SIZE", "0")],
+                "REDIS_POOL_SIZE",
+                "at least 1",
+            ),
+        ] {
+            let env = Environment::from_pairs(pairs.clone());
+            let e = Upstream::read(&env, true).unwrap_err().to_string();
+            assert!(
+                e.contains(variable) && e.contains(expected),
+                "{pairs:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_variable_is_listed_once() {
+        let mut names: Vec<_> = VARIABLES.iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        let len = names.len();
+        names.dedup();
+        assert_eq!(names.len(), len);
+        for v in VARIABLES {
+            assert_eq!(
+                v.support == Support::Honoured,
+                v.note.is_empty(),
+                "{}",
+                v.name
+            );
+        }
+    }
+}

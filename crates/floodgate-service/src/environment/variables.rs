@@ -1,0 +1,177 @@
+//! Every one of envoyproxy/ratelimit's variables, with what Floodgate does with it: the list
+//! start-up's warnings and the README's table come from.
+
+/// What Floodgate does with one of upstream's variables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Read and honoured as upstream honours it.
+    Honoured,
+    /// Read and honoured, with a difference the note states.
+    Differs,
+    /// Not supported: named in a warning at start-up when set.
+    Unsupported,
+}
+
+/// One of upstream's variables (see [`VARIABLES`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Variable {
+    /// Its name; a trailing `*` stands for every variable with that prefix.
+    pub name: &'static str,
+    /// What Floodgate does with it.
+    pub support: Support,
+    /// Why, for the difference or the refusal.
+    pub note: &'static str,
+}
+
+const fn honoured(name: &'static str) -> Variable {
+    Variable {
+        name,
+        support: Support::Honoured,
+        note: "",
+    }
+}
+
+const fn differs(name: &'static str, note: &'static str) -> Variable {
+    Variable {
+        name,
+        support: Support::Differs,
+        note,
+    }
+}
+
+const fn unsupported(name: &'static str, note: &'static str) -> Variable {
+    Variable {
+        name,
+        support: Support::Unsupported,
+        note,
+    }
+}
+
+/// Variables this build reads and checks but does not apply yet: named in a warning at
+/// start-up when set, as the unsupported ones are.
+pub const NOT_YET_APPLIED: &[&str] = &[
+    "GRPC_SERVER_USE_TLS",
+    "GRPC_SERVER_TLS_CERT",
+    "GRPC_SERVER_TLS_KEY",
+    "GRPC_CLIENT_TLS_CACERT",
+    "GRPC_CLIENT_TLS_SAN",
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+    "NEAR_LIMIT_RATIO",
+    "CACHE_KEY_PREFIX",
+    "EXPIRATION_JITTER_MAX_SECONDS",
+    "LOCAL_CACHE_SIZE_IN_BYTES",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "REDIS_PERSECOND",
+    "REDIS_SENTINEL_AUTH",
+    "USE_STATSD",
+    "STATSD_HOST",
+    "STATSD_PORT",
+    "STATSD_PROTOCOL",
+    "EXTRA_TAGS",
+    "STATS_FLUSH_INTERVAL",
+    "DISABLE_STATS",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+    "PROMETHEUS_PATH",
+];
+
+/// The variables that only count as upstream's settings being present along with another.
+pub(super) const GENERIC: [&str; 4] = ["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
+
+/// Every variable of upstream's `settings.go` (and the few read elsewhere, `STATSD_PROTOCOL`),
+/// with what Floodgate does with it.
+pub const VARIABLES: &[Variable] = &[
+    honoured("HOST"),
+    honoured("PORT"),
+    honoured("GRPC_HOST"),
+    honoured("GRPC_PORT"),
+    honoured("DEBUG_HOST"),
+    honoured("DEBUG_PORT"),
+    honoured("GRPC_UDS"),
+    honoured("GRPC_MAX_CONNECTION_AGE"),
+    honoured("GRPC_MAX_CONNECTION_AGE_GRACE"),
+    honoured("GRPC_SERVER_USE_TLS"),
+    honoured("GRPC_SERVER_TLS_CERT"),
+    honoured("GRPC_SERVER_TLS_KEY"),
+    differs("GRPC_CLIENT_TLS_CACERT", "client certificates are checked against this file's CAs only, not also the system's roots"),
+    honoured("GRPC_CLIENT_TLS_SAN"),
+    differs("LOG_LEVEL", "read when RUST_LOG is not set; `trace`, `debug`, `info`, `warn`/`warning`, `error`, and `fatal`/`panic` as `error`"),
+    differs("LOG_FORMAT", "`json` writes one JSON object a line with Floodgate's field names (`timestamp`, `level`, `fields.message`), not logrus's `@timestamp`/`@message`"),
+    unsupported("CONFIG_TYPE", "only `FILE`; `GRPC_XDS_SOTW` (configuration over xDS) is not built, and refuses to start"),
+    unsupported("CONFIG_GRPC_XDS_*", "configuration over xDS is not built"),
+    unsupported("XDS_CLIENT_*", "configuration over xDS is not built"),
+    honoured("FORCE_START_WITHOUT_INITIAL_CONFIG"),
+    honoured("RUNTIME_ROOT"),
+    honoured("RUNTIME_SUBDIRECTORY"),
+    honoured("RUNTIME_APPDIRECTORY"),
+    honoured("RUNTIME_IGNOREDOTFILES"),
+    differs("RUNTIME_WATCH_ROOT", "changes are debounced (250 ms) and also seen inside the tree, so a burst of writes is one reload"),
+    honoured("MERGE_DOMAIN_CONFIG"),
+    honoured("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
+    unsupported("BACKEND_TYPE", "only `redis`; `memcache` refuses to start"),
+    honoured("SHADOW_MODE"),
+    unsupported("QUOTA_MODE", "Floodgate has no quota mode"),
+    honoured("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+    honoured("NEAR_LIMIT_RATIO"),
+    honoured("CACHE_KEY_PREFIX"),
+    honoured("EXPIRATION_JITTER_MAX_SECONDS"),
+    differs("LOCAL_CACHE_SIZE_IN_BYTES", "a bounded map of over-limit keys until their window ends, not freecache: no 512 KiB minimum, and no `ratelimit.localcache.*` gauges"),
+    honoured("RESPONSE_DYNAMIC_METADATA"),
+    honoured("LIMIT_RESPONSE_HEADERS_ENABLED"),
+    honoured("LIMIT_LIMIT_HEADER"),
+    honoured("LIMIT_REMAINING_HEADER"),
+    honoured("LIMIT_RESET_HEADER"),
+    honoured("REDIS_SOCKET_TYPE"),
+    honoured("REDIS_TYPE"),
+    honoured("REDIS_URL"),
+    differs("REDIS_POOL_SIZE", "read and checked; Floodgate pipelines every call on one multiplexed connection per server, which needs no pool"),
+    honoured("REDIS_AUTH"),
+    honoured("REDIS_TLS"),
+    honoured("REDIS_TLS_CLIENT_CERT"),
+    honoured("REDIS_TLS_CLIENT_KEY"),
+    honoured("REDIS_TLS_CACERT"),
+    honoured("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
+    unsupported("REDIS_PIPELINE_WINDOW", "calls are pipelined as they come on the multiplexed connection; there is no flush window to set"),
+    unsupported("REDIS_PIPELINE_LIMIT", "a no-op upstream too"),
+    unsupported("REDIS_CLUSTER_PIPELINE_PARALLELISM", "a call's pipelines to a cluster's nodes always go out at once"),
+    honoured("REDIS_PERSECOND"),
+    honoured("REDIS_PERSECOND_SOCKET_TYPE"),
+    honoured("REDIS_PERSECOND_TYPE"),
+    honoured("REDIS_PERSECOND_URL"),
+    differs("REDIS_PERSECOND_POOL_SIZE", "as REDIS_POOL_SIZE"),
+    honoured("REDIS_PERSECOND_AUTH"),
+    honoured("REDIS_PERSECOND_TLS"),
+    honoured("REDIS_SENTINEL_AUTH"),
+    honoured("REDIS_PERSECOND_SENTINEL_AUTH"),
+    unsupported("REDIS_PERSECOND_PIPELINE_WINDOW", "as REDIS_PIPELINE_WINDOW"),
+    unsupported("REDIS_PERSECOND_PIPELINE_LIMIT", "as REDIS_PIPELINE_LIMIT"),
+    unsupported("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "as REDIS_CLUSTER_PIPELINE_PARALLELISM"),
+    differs("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "health always follows the store: its last call, and a probe every second while it fails"),
+    differs("REDIS_TIMEOUT", "bounds connecting, as upstream; each call is also bounded by store.timeout (50 ms by default), which upstream does not have"),
+    differs("REDIS_PERSECOND_TIMEOUT", "as REDIS_TIMEOUT"),
+    unsupported("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool to run empty"),
+    unsupported("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "there is no pool to run empty"),
+    differs("REDIS_STARTUP_INITIAL_INTERVAL", "the first retry's wait; later waits double up to REDIS_STARTUP_MAX_INTERVAL, without jitter"),
+    honoured("REDIS_STARTUP_MAX_INTERVAL"),
+    differs("REDIS_STARTUP_MAX_ELAPSED_TIME", "past it, start-up stops with an error naming the store (upstream panics); 0 retries for ever, as upstream"),
+    unsupported("MEMCACHE_*", "the memcache backend is not built"),
+    honoured("USE_STATSD"),
+    honoured("STATSD_HOST"),
+    honoured("STATSD_PORT"),
+    honoured("STATSD_PROTOCOL"),
+    honoured("EXTRA_TAGS"),
+    honoured("STATS_FLUSH_INTERVAL"),
+    honoured("DISABLE_STATS"),
+    unsupported("USE_DOG_STATSD", "DogStatsD tags are not built; use USE_STATSD"),
+    unsupported("USE_DOG_STATSD_MOGRIFIERS", "DogStatsD is not built"),
+    unsupported("DOG_STATSD_MOGRIFIER_*", "DogStatsD is not built"),
+    differs("USE_PROMETHEUS", "Floodgate's own series, per descriptor too, are always on the HTTP port's /metrics; with it, also on PROMETHEUS_ADDR"),
+    honoured("PROMETHEUS_ADDR"),
+    honoured("PROMETHEUS_PATH"),
+    unsupported("PROMETHEUS_MAPPER_YAML", "Floodgate names its Prometheus series itself; there is no statsd_exporter mapping"),
+    unsupported("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "Floodgate's latency histograms are in seconds"),
+    unsupported("TRACING_*", "OpenTelemetry tracing is not built"),
+    unsupported("OTEL_*", "OpenTelemetry tracing is not built"),
+];

@@ -1,0 +1,651 @@
+//! What `floodgate serve` starts with. Each setting comes from the first of these that gives
+//! it:
+//!
+//! 1. the command line's flag;
+//! 2. the Floodgate config file (a setting it writes; an envoyproxy/ratelimit domain file
+//!    writes none of these);
+//! 3. Floodgate's own variable, `FLOODGATE_*`;
+//! 4. envoyproxy/ratelimit's variable, when set (and for the settings without one of their
+//!    own, upstream's default, when upstream's settings are present:
+//!    [`crate::environment::upstream::Upstream`]);
+//! 5. Floodgate's default.
+//!
+//! | setting | flag | config | `FLOODGATE_*` | envoyproxy/ratelimit | default |
+//! |---|---|---|---|---|---|
+//! | configuration | `--config` | — | `FLOODGATE_CONFIG` | `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY`, `RUNTIME_IGNOREDOTFILES`, `RUNTIME_WATCH_ROOT` | the built-in configuration |
+//! | watching it | `--watch`, `--no-watch` | — | `FLOODGATE_WATCH` | on for a runtime directory | on for a directory, off for a file |
+//! | HTTP address | `--http` | `http` | `FLOODGATE_HTTP` | `HOST`, `PORT` | `127.0.0.1:8080` (`0.0.0.0:8080` with upstream's settings) |
+//! | gRPC address | `--grpc` | `grpc` | `FLOODGATE_GRPC` | `GRPC_UDS`, else `GRPC_HOST`, `GRPC_PORT` | `127.0.0.1:8081` (`0.0.0.0:8081`) |
+//! | debug address | `--debug` | `debug` | `FLOODGATE_DEBUG` | `DEBUG_HOST`, `DEBUG_PORT` | none (`0.0.0.0:6070`) |
+//! | store | `--store` | `store.url` | `FLOODGATE_STORE` | `REDIS_*` | `memory` (upstream's Redis) |
+//! | Redis TLS CAs | — | `store.tls_ca_file` | — | `REDIS_TLS_CACERT` | the system's roots |
+//! | store start-up | — | `store.startup_timeout` | — | `REDIS_STARTUP_MAX_ELAPSED_TIME` | 5 s (for ever) |
+//! | merging domains | `--merge-domains` | `rls.merge_domains` | `FLOODGATE_MERGE_DOMAINS` | `MERGE_DOMAIN_CONFIG` | off |
+//! | rate limit headers | `--response-headers` | `rls.response_headers` | `FLOODGATE_RESPONSE_HEADERS` | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_*_HEADER` | off |
+//! | a store failure's answer | — | `rls.on_store_error` | — | (upstream's behaviour: `unavailable`) | `ok` |
+//! | global shadow mode | — | `rls.shadow_mode` | — | `SHADOW_MODE` | off |
+//! | ready only with a domain | — | `rls.require_domains` | — | `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` | off |
+//! | dynamic metadata | — | `response_dynamic_metadata` | — | `RESPONSE_DYNAMIC_METADATA` | off |
+//! | gRPC connection age | — | `connections.grpc_max_age`, `…_grace` | — | `GRPC_MAX_CONNECTION_AGE`, `…_GRACE` | none (24 h, 1 h) |
+//! | log level | — | — | `RUST_LOG` | `LOG_LEVEL` | `info` (`warn`) |
+//! | log format | — | — | — | `LOG_FORMAT` | text |
+//!
+//! The two flags that turn a setting on (`--merge-domains`, `--response-headers`) never turn it
+//! off. Values given in the environment are read in upstream's formats
+//! ([`crate::environment`]); a bad one stops start-up naming the variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::config::rls::ResponseHeadersConfig;
+use crate::config::{Config, ConfigSource, Defaults, Overrides, RuntimeDir};
+use crate::environment::upstream::{RedisKind, Upstream, UpstreamError};
+use crate::environment::{EnvError, Environment};
+
+use super::ServeArgs;
+
+/// Why the settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// An environment variable cannot be read or honoured.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// An address from the environment is not one.
+    #[error("environment variable {variable}: {message}")]
+    Address {
+        /// The variable (or variables, `HOST`/`PORT`).
+        variable: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+impl From<EnvError> for SettingsError {
+    fn from(e: EnvError) -> SettingsError {
+        SettingsError::Upstream(UpstreamError::Value(e))
+    }
+}
+
+/// Where the gRPC API listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrpcAddress {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A unix socket's path (`GRPC_UDS`).
+    Unix(PathBuf),
+}
+
+/// The addresses `serve` binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    /// The HTTP API's.
+    pub http: SocketAddr,
+    /// The gRPC API's.
+    pub grpc: GrpcAddress,
+    /// The debug listener's, if it is on.
+    pub debug: Option<SocketAddr>,
+}
+
+/// What `serve` starts with, before and after its config is read (see the [module
+/// documentation](self)).
+#[derive(Debug)]
+pub struct Startup {
+    /// Where the configuration is read, at start and on reloads.
+    pub source: ConfigSource,
+    /// Whether changes to it are watched.
+    pub watch: bool,
+    /// What applies over every configuration read.
+    pub overrides: Overrides,
+    /// envoyproxy/ratelimit's settings, when present.
+    pub upstream: Option<Upstream>,
+    env: Environment,
+}
+
+impl Startup {
+    /// Reads the settings that come before the configuration (see the [module
+    /// documentation](self)); `as_ratelimit`: the binary runs under upstream's entry point name.
+    pub fn read(
+        args: &ServeArgs,
+        env: Environment,
+        as_ratelimit: bool,
+    ) -> Result<Startup, SettingsError> {
+        let upstream = Upstream::read(&env, as_ratelimit)?;
+        let floodgate_config = env
+            .string("FLOODGATE_CONFIG")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        let source = match (args.config.clone(), floodgate_config, &upstream) {
+            (Some(path), _, _) | (None, Some(path), _) => ConfigSource::Path(path),
+            (None, None, Some(up)) => ConfigSource::Runtime(RuntimeDir {
+                root: up.runtime.root.clone(),
+                subdirectory: up.runtime.subdirectory.clone(),
+                appdirectory: up.runtime.appdirectory.clone(),
+                ignore_dotfiles: up.runtime.ignore_dotfiles,
+                watch_root: up.runtime.watch_root,
+            }),
+            (None, None, None) => ConfigSource::Builtin,
+        };
+        let watch = match (args.watch, args.no_watch, env.bool("FLOODGATE_WATCH")?) {
+            (true, _, _) => true,
+            (_, true, _) => false,
+            (_, _, Some(watch)) => watch,
+            _ => match &source {
+                ConfigSource::Builtin => false,
+                ConfigSource::Runtime(_) => true,
+                ConfigSource::Path(path) => path.is_dir(),
+            },
+        };
+        let overrides = Overrides {
+            merge_domains: args.merge_domains,
+            response_headers: args.response_headers,
+            defaults: defaults(&env, upstream.as_ref())?,
+        };
+        Ok(Startup {
+            source,
+            watch,
+            overrides,
+            upstream,
+            env,
+        })
+    }
+
+    /// The environment the settings were read from.
+    pub fn env(&self) -> &Environment {
+        &self.env
+    }
+
+    /// Fills the store settings `config` leaves unwritten from the environment, and puts the
+    /// command line's `--store` over them.
+    pub fn apply_store(&self, args: &ServeArgs, config: &mut Config) {
+        let writes = |path: &str| config.origin.writes(path);
+        let url = if let Some(url) = &args.store.url {
+            Some(url.clone())
+        } else if writes("store.url") {
+            config.store.url.clone()
+        } else if let Some(url) = self.env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) {
+            Some(url.to_string())
+        } else {
+            self.upstream.as_ref().map(|up| store_url(&up.redis))
+        };
+        let tls_ca = (!writes("store.tls_ca_file"))
+            .then(|| self.upstream.as_ref()?.redis_tls.ca_file.clone())
+            .flatten();
+        let startup = (!writes("store.startup_timeout"))
+            .then(|| self.upstream.as_ref().map(|up| up.startup))
+            .flatten();
+        config.store.url = url;
+        if let Some(ca) = tls_ca {
+            config.store.tls_ca_file = Some(ca);
+        }
+        if let Some(startup) = startup {
+            config.store.startup_timeout = Some(floodgate::algorithm::spec::SpecDuration(
+                startup.max_elapsed.unwrap_or(std::time::Duration::ZERO),
+            ));
+            config.store.startup_retry_first = Some(floodgate::algorithm::spec::SpecDuration(
+                startup.initial_interval,
+            ));
+            config.store.startup_retry_max = Some(floodgate::algorithm::spec::SpecDuration(
+                startup.max_interval,
+            ));
+        }
+        if let Some(up) = &self.upstream {
+            if !writes("connections.grpc_max_age") {
+                config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(
+                    up.listeners.max_connection_age,
+                ));
+            }
+            if !writes("connections.grpc_max_age_grace") {
+                config.connections.grpc_max_age_grace =
+                    floodgate::algorithm::spec::SpecDuration(up.listeners.max_connection_age_grace);
+            }
+        }
+    }
+
+    /// The addresses to bind, given the configuration read (see the [module
+    /// documentation](self)).
+    pub fn addresses(&self, args: &ServeArgs, config: &Config) -> Result<Addresses, SettingsError> {
+        let env = &self.env;
+        let present = self.upstream.is_some();
+        let [up_http, up_grpc, up_debug] =
+            crate::environment::upstream::listener_addresses(env, present)?;
+        let address = |variable: &'static str, text: &str| {
+            crate::cli::listen_address(text)
+                .map_err(|message| SettingsError::Address { variable, message })
+        };
+        let from_env = |name: &'static str,
+                        upstream: Option<String>,
+                        upstream_vars: &'static str|
+         -> Result<Option<SocketAddr>, SettingsError> {
+            if let Some(text) = env.string(name).filter(|s| !s.is_empty()) {
+                return address(name, text).map(Some);
+            }
+            upstream
+                .map(|text| address(upstream_vars, &text))
+                .transpose()
+        };
+        let http = match args.http.or(config.http) {
+            Some(addr) => addr,
+            None => from_env("FLOODGATE_HTTP", up_http, "HOST/PORT")?
+                .unwrap_or_else(|| fallback(super::DEFAULT_HTTP)),
+        };
+        let grpc = match args.grpc.or(config.grpc) {
+            Some(addr) => GrpcAddress::Tcp(addr),
+            None => {
+                let uds = self
+                    .upstream
+                    .as_ref()
+                    .and_then(|up| up.listeners.grpc_uds.clone());
+                match (env.string("FLOODGATE_GRPC").filter(|s| !s.is_empty()), uds) {
+                    (Some(text), _) => GrpcAddress::Tcp(address("FLOODGATE_GRPC", text)?),
+                    (None, Some(path)) => GrpcAddress::Unix(path),
+                    (None, None) => GrpcAddress::Tcp(
+                        from_env("FLOODGATE_GRPC", up_grpc, "GRPC_HOST/GRPC_PORT")?
+                            .unwrap_or_else(|| fallback(super::DEFAULT_GRPC)),
+                    ),
+                }
+            }
+        };
+        let debug = match args.debug.or(config.debug) {
+            Some(addr) => Some(addr),
+            None => from_env("FLOODGATE_DEBUG", up_debug, "DEBUG_HOST/DEBUG_PORT")?,
+        };
+        Ok(Addresses { http, grpc, debug })
+    }
+
+    /// What start-up should warn about: each variable set that Floodgate does not support.
+    pub fn warnings(&self) -> Vec<String> {
+        let Some(up) = &self.upstream else {
+            return Vec::new();
+        };
+        up.unsupported
+            .iter()
+            .map(|(name, why)| format!("{name} is set, but Floodgate does not support it: {why}"))
+            .collect()
+    }
+}
+
+/// How the process logs: `RUST_LOG`'s filter when set, else envoyproxy/ratelimit's
+/// `LOG_LEVEL` (`trace`, `debug`, `info`, `warn`/`warning`, `error`, and `fatal`/`panic`,
+/// which log errors), else `warn` with upstream's settings present (upstream's default) and
+/// `info` without; JSON lines when `LOG_FORMAT` is `json` (any case).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Logging {
+    /// The filter, in `RUST_LOG`'s syntax.
+    pub filter: String,
+    /// One JSON object a line.
+    pub json: bool,
+}
+
+impl Logging {
+    /// Reads `env`; `present`: upstream's settings are.
+    pub fn read(env: &Environment, present: bool) -> Result<Logging, SettingsError> {
+        let filter = match (env.string("RUST_LOG"), env.string("LOG_LEVEL")) {
+            (Some(filter), _) if !filter.is_empty() => filter.to_string(),
+            (_, Some(level)) => match level.to_ascii_lowercase().as_str() {
+                level @ ("trace" | "debug" | "info" | "warn" | "error") => level.to_string(),
+                "warning" => "warn".into(),
+                "fatal" | "panic" => "error".into(),
+                _ => {
+                    return Err(SettingsError::Upstream(UpstreamError::Value(EnvError {
+                        variable: "LOG_LEVEL".into(),
+                        shown: format!("`{level}`"),
+                        expected: "a level: trace, debug, info, warn, error".into(),
+                    })))
+                }
+            },
+            _ if present => "warn".into(),
+            _ => "info".into(),
+        };
+        let json = env
+            .string("LOG_FORMAT")
+            .is_some_and(|f| f.eq_ignore_ascii_case("json"));
+        Ok(Logging { filter, json })
+    }
+}
+
+fn fallback(text: &str) -> SocketAddr {
+    text.parse()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+/// The environment's values for the settings a configuration file may leave unwritten:
+/// `FLOODGATE_*` first, then upstream's.
+fn defaults(env: &Environment, upstream: Option<&Upstream>) -> Result<Defaults, SettingsError> {
+    let mut defaults = Defaults::default();
+    if let Some(up) = upstream {
+        let b = &up.behaviour;
+        defaults.merge_domains = Some(b.merge_domains);
+        defaults.response_headers = Some(ResponseHeadersConfig {
+            enabled: b.response_headers,
+            limit: b.header_names[0].clone(),
+            remaining: b.header_names[1].clone(),
+            reset: b.header_names[2].clone(),
+        });
+        // Upstream answers a store failure with an error, for Envoy's own failure mode.
+        defaults.on_store_error = Some(crate::rls::OnStoreError::Unavailable);
+        defaults.shadow_mode = Some(b.shadow_mode);
+        defaults.require_domains = Some(b.healthy_with_a_domain);
+        defaults.response_dynamic_metadata = Some(b.response_dynamic_metadata);
+    }
+    if let Some(merge) = env.bool("FLOODGATE_MERGE_DOMAINS")? {
+        defaults.merge_domains = Some(merge);
+    }
+    if let Some(enabled) = env.bool("FLOODGATE_RESPONSE_HEADERS")? {
+        let mut headers = defaults.response_headers.take().unwrap_or_default();
+        headers.enabled = enabled;
+        defaults.response_headers = Some(headers);
+    }
+    Ok(defaults)
+}
+
+/// The store URL upstream's Redis settings name: `redis://` (`rediss://` with TLS) for one
+/// server over TCP, `unix://` for a socket, `redis-cluster://` (`rediss-cluster://`) for a
+/// cluster's seeds, `redis-sentinel://` (`rediss-sentinel://`) for a master behind sentinels;
+/// `REDIS_AUTH` as the URL's user information (or the socket URL's `user` and `pass`).
+pub fn store_url(redis: &crate::environment::upstream::Redis) -> String {
+    let auth = redis
+        .auth
+        .as_deref()
+        .map(|auth| match auth.split_once(':') {
+            Some((user, pass)) => format!("{}:{}@", encode(user), encode(pass)),
+            None => format!(":{}@", encode(auth)),
+        });
+    let tls = if redis.tls { "s" } else { "" };
+    match redis.kind {
+        RedisKind::Single if redis.unix => {
+            let mut url = format!("unix://{}", redis.url);
+            if let Some(auth) = redis.auth.as_deref() {
+                let (user, pass) = auth.split_once(':').unwrap_or(("", auth));
+                url.push_str("?pass=");
+                url.push_str(&encode(pass));
+                if !user.is_empty() {
+                    url.push_str("&user=");
+                    url.push_str(&encode(user));
+                }
+            }
+            url
+        }
+        RedisKind::Single => match redis.url.split_once("://") {
+            // A URL already: REDIS_AUTH, when set, replaces its credentials (as upstream's
+            // driver does).
+            Some((scheme, rest)) => {
+                let scheme = if redis.tls && scheme == "redis" {
+                    "rediss"
+                } else {
+                    scheme
+                };
+                let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                match (&auth, redis.url.rsplit_once('@')) {
+                    (Some(auth), _) => format!("{scheme}://{auth}{rest}"),
+                    (None, Some((with_scheme, host))) => {
+                        let credentials = with_scheme.split_once("://").map_or("", |(_, c)| c);
+                        format!("{scheme}://{credentials}@{host}")
+                    }
+                    (None, None) => format!("{scheme}://{rest}"),
+                }
+            }
+            None => format!("redis{tls}://{}{}", auth.unwrap_or_default(), redis.url),
+        },
+        RedisKind::Cluster => {
+            format!(
+                "redis{tls}-cluster://{}{}",
+                auth.unwrap_or_default(),
+                redis.url
+            )
+        }
+        RedisKind::Sentinel => {
+            let (master, sentinels) = redis.url.split_once(',').unwrap_or((&redis.url, ""));
+            let mut url = format!(
+                "redis{tls}-sentinel://{}{sentinels}/{}",
+                auth.unwrap_or_default(),
+                encode(master)
+            );
+            if let Some(sentinel_auth) = redis.sentinel_auth.as_deref() {
+                let (user, pass) = sentinel_auth.split_once(':').unwrap_or(("", sentinel_auth));
+                url.push_str("?sentinel_pass=");
+                url.push_str(&encode(pass));
+                if !user.is_empty() {
+                    url.push_str("&sentinel_user=");
+                    url.push_str(&encode(user));
+                }
+            }
+            url
+        }
+    }
+}
+
+/// Percent-encodes what a URL's user information or query cannot hold as is.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::environment::upstream::Redis;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(line: &[&str]) -> ServeArgs {
+        Cli::parse_from(std::iter::once("serve").chain(line.iter().copied())).serve
+    }
+
+    fn redis(kind: RedisKind, unix: bool, url: &str, auth: Option<&str>) -> Redis {
+        Redis {
+            unix,
+            kind,
+            url: url.into(),
+            auth: auth.map(str::to_string),
+            sentinel_auth: None,
+            tls: false,
+            pool_size: 10,
+            timeout: std::time::Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn upstreams_redis_settings_name_a_store() {
+        use RedisKind::*;
+        assert_eq!(
+            store_url(&redis(Single, false, "redis:6379", None)),
+            "redis://redis:6379"
+        );
+        assert_eq!(
+            store_url(&redis(Single, false, "redis:6379", Some("u:p@ss"))),
+            "redis://u:p%40ss@redis:6379"
+        );
+        assert_eq!(
+            store_url(&redis(Single, false, "redis:6379", Some("secret"))),
+            "redis://:secret@redis:6379"
+        );
+        assert_eq!(
+            store_url(&redis(Single, false, "redis://a:b@h:1/2", Some("c"))),
+            "redis://:c@h:1/2"
+        );
+        assert_eq!(
+            store_url(&redis(Single, false, "redis://a:b@h:1/2", None)),
+            "redis://a:b@h:1/2"
+        );
+        assert_eq!(
+            store_url(&redis(Single, true, "/var/run/r.sock", Some("u:p"))),
+            "unix:///var/run/r.sock?pass=p&user=u"
+        );
+        assert_eq!(
+            store_url(&redis(Cluster, true, "a:1,b:2", None)),
+            "redis-cluster://a:1,b:2"
+        );
+        let mut sentinel = redis(Sentinel, false, "mymaster,s1:26379,s2:26379", Some("p"));
+        sentinel.sentinel_auth = Some("sp".into());
+        sentinel.tls = true;
+        assert_eq!(
+            store_url(&sentinel),
+            "rediss-sentinel://:p@s1:26379,s2:26379/mymaster?sentinel_pass=sp"
+        );
+    }
+
+    #[test]
+    fn precedence_is_flag_config_floodgate_upstream_default() {
+        let env = Environment::from_pairs([
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "upstream:6379"),
+            ("PORT", "9000"),
+            ("MERGE_DOMAIN_CONFIG", "true"),
+        ]);
+        let none = args(&[]);
+        let startup = Startup::read(&none, env.clone(), false).unwrap();
+        assert!(startup.upstream.is_some());
+        // Upstream's runtime directory, watched.
+        assert!(matches!(startup.source, ConfigSource::Runtime(_)) && startup.watch);
+        let mut config = Config::default();
+        startup.apply_store(&none, &mut config);
+        assert_eq!(config.store.url.as_deref(), Some("redis://upstream:6379"));
+        let addresses = startup.addresses(&none, &config).unwrap();
+        assert_eq!(addresses.http, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(
+            addresses.grpc,
+            GrpcAddress::Tcp("0.0.0.0:8081".parse().unwrap())
+        );
+        assert_eq!(addresses.debug, Some("0.0.0.0:6070".parse().unwrap()));
+        assert_eq!(startup.overrides.defaults.merge_domains, Some(true));
+        assert_eq!(
+            startup.overrides.defaults.on_store_error,
+            Some(crate::rls::OnStoreError::Unavailable)
+        );
+        // FLOODGATE_* beats upstream.
+        let mut both = env.clone();
+        both = Environment::from_pairs(
+            both.names()
+                .map(|n| (n.to_string(), both.string(n).unwrap().to_string()))
+                .chain([
+                    ("FLOODGATE_STORE".to_string(), "memory".to_string()),
+                    ("FLOODGATE_HTTP".to_string(), "127.0.0.1:7000".to_string()),
+                    ("FLOODGATE_MERGE_DOMAINS".to_string(), "false".to_string()),
+                    (
+                        "FLOODGATE_CONFIG".to_string(),
+                        "/etc/floodgate.yaml".to_string(),
+                    ),
+                ]),
+        );
+        let startup = Startup::read(&none, both, false).unwrap();
+        assert_eq!(
+            startup.source,
+            ConfigSource::Path("/etc/floodgate.yaml".into())
+        );
+        let mut config = Config::default();
+        startup.apply_store(&none, &mut config);
+        assert_eq!(config.store.url.as_deref(), Some("memory"));
+        let addresses = startup.addresses(&none, &config).unwrap();
+        assert_eq!(addresses.http, "127.0.0.1:7000".parse().unwrap());
+        assert_eq!(startup.overrides.defaults.merge_domains, Some(false));
+        // The config beats the environment; the flag beats the config.
+        let mut config = Config::from_yaml_str(
+            "http: 127.0.0.1:7100\nstore: {url: 'redis://config:1'}\ndomains: []\n",
+        )
+        .unwrap();
+        startup.apply_store(&none, &mut config);
+        assert_eq!(config.store.url.as_deref(), Some("redis://config:1"));
+        assert_eq!(
+            startup.addresses(&none, &config).unwrap().http,
+            "127.0.0.1:7100".parse().unwrap()
+        );
+        let flags = args(&[
+            "--http",
+            "127.0.0.1:7200",
+            "--store",
+            "memory",
+            "--config",
+            "/x.yaml",
+        ]);
+        let startup = Startup::read(&flags, env, false).unwrap();
+        assert_eq!(startup.source, ConfigSource::Path("/x.yaml".into()));
+        startup.apply_store(&flags, &mut config);
+        assert_eq!(config.store.url.as_deref(), Some("memory"));
+        assert_eq!(
+            startup.addresses(&flags, &config).unwrap().http,
+            "127.0.0.1:7200".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn logging_reads_rust_log_then_log_level() {
+        let read = |pairs: &[(&str, &str)], present| {
+            Logging::read(&Environment::from_pairs(pairs.iter().copied()), present)
+        };
+        assert_eq!(read(&[], false).unwrap().filter, "info");
+        assert_eq!(read(&[], true).unwrap().filter, "warn");
+        assert_eq!(
+            read(&[("LOG_LEVEL", "DEBUG")], true).unwrap().filter,
+            "debug"
+        );
+        assert_eq!(
+            read(&[("LOG_LEVEL", "fatal")], true).unwrap().filter,
+            "error"
+        );
+        assert_eq!(
+            read(
+                &[("LOG_LEVEL", "debug"), ("RUST_LOG", "floodgate=trace")],
+                true
+            )
+            .unwrap()
+            .filter,
+            "floodgate=trace"
+        );
+        assert!(read(&[("LOG_FORMAT", "JSON")], true).unwrap().json);
+        assert!(!read(&[("LOG_FORMAT", "text")], true).unwrap().json);
+        let e = read(&[("LOG_LEVEL", "loud")], true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("LOG_LEVEL") && e.contains("loud"), "{e}");
+    }
+
+    #[test]
+    fn without_upstreams_settings_floodgates_defaults_stay() {
+        let none = args(&[]);
+        let startup = Startup::read(&none, Environment::default(), false).unwrap();
+        assert!(startup.upstream.is_none());
+        assert_eq!(startup.source, ConfigSource::Builtin);
+        let mut config = Config::default();
+        startup.apply_store(&none, &mut config);
+        assert_eq!(config.store.url, None);
+        let addresses = startup.addresses(&none, &config).unwrap();
+        assert_eq!(addresses.http, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(addresses.debug, None);
+        assert_eq!(startup.overrides.defaults, Defaults::default());
+        // The generic PORT alone moves the port, on Floodgate's host.
+        let startup =
+            Startup::read(&none, Environment::from_pairs([("PORT", "9000")]), false).unwrap();
+        assert!(startup.upstream.is_none());
+        let addresses = startup.addresses(&none, &config).unwrap();
+        assert_eq!(addresses.http, "127.0.0.1:9000".parse().unwrap());
+        // GRPC_UDS with upstream's settings: a unix socket.
+        let env = Environment::from_pairs([("GRPC_UDS", "/tmp/rl.sock"), ("USE_STATSD", "false")]);
+        let startup = Startup::read(&none, env, false).unwrap();
+        assert_eq!(
+            startup.addresses(&none, &config).unwrap().grpc,
+            GrpcAddress::Unix("/tmp/rl.sock".into())
+        );
+        let bad = Startup::read(
+            &none,
+            Environment::from_pairs([("FLOODGATE_HTTP", "nowhere")]),
+            false,
+        )
+        .unwrap()
+        .addresses(&none, &config)
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("FLOODGATE_HTTP"), "{bad}");
+    }
+}

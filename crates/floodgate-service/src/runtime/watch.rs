@@ -1,0 +1,177 @@
+//! Following the configuration's files: `serve --watch` (on by default for a directory and for
+//! envoyproxy/ratelimit's runtime directory) reloads the configuration when its files change,
+//! without a signal.
+//!
+//! What is watched (inotify, through `notify`):
+//!
+//! - a file: the directory holding it (an editor replaces a file by renaming a new one over
+//!   it; a Kubernetes ConfigMap swaps the `..data` link beside it);
+//! - a directory: it and everything under it;
+//! - a runtime directory: the directory holding `RUNTIME_ROOT`, so that swapping the
+//!   `current` link to a new tree is seen, and the tree read, so that files written in place,
+//!   and a ConfigMap's `..data` swap, are seen too ([`RuntimeDir::watched`]).
+//!
+//! Changes are **debounced**: after the first event, the reload waits until no event has come
+//! for [`QUIET`] (at most [`MOST_WAIT`] in all), so that a burst of writes (a deployment tool
+//! writing several files, a half-written file and its end) is one reload. Watches are set
+//! again before each reload, since a swapped link leaves the old tree's watches behind. A
+//! reload happens only when the files read differ from the last ones read (their names and
+//! contents), so that events that change nothing (a chmod, a file rewritten with the same
+//! text) reload nothing. A new configuration that fails to load keeps the running one; the
+//! failure is logged and counted (`floodgate_reloads_total{result="failed"}`), and the
+//! next change is tried again.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::config::{directory, ConfigSource, RuntimeDir};
+use crate::service::Server;
+
+/// How long the files must stay quiet before a reload.
+pub const QUIET: Duration = Duration::from_millis(250);
+
+/// The longest a reload waits for the files to go quiet, counted from the first event.
+pub const MOST_WAIT: Duration = Duration::from_secs(2);
+
+/// How long to wait before trying again to watch files that could not be watched (a directory
+/// not there yet).
+const REARM: Duration = Duration::from_secs(5);
+
+/// Reloads `server`'s configuration whenever the files of `source` change (see the [module
+/// documentation](self)). Runs for as long as the process serves.
+pub async fn follow(server: Arc<Server>, source: ConfigSource) {
+    let (changed, mut changes) = mpsc::channel::<()>(1);
+    let mut seen = fingerprint(&source);
+    let mut watcher = None;
+    loop {
+        match arm(&source, changed.clone()) {
+            Ok(new) => watcher = Some(new),
+            Err(error) => {
+                tracing::warn!(%error, source = %source, "cannot watch the configuration's files; trying again in 5 s");
+                tokio::time::sleep(REARM).await;
+            }
+        }
+        if watcher.is_none() {
+            continue;
+        }
+        if changes.recv().await.is_none() {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < MOST_WAIT {
+            match tokio::time::timeout(QUIET, changes.recv()).await {
+                Ok(Some(())) => continue,
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        let now = fingerprint(&source);
+        if now == seen {
+            tracing::debug!(source = %source, "the configuration's files changed nothing");
+            continue;
+        }
+        seen = now;
+        // Watches first (the next change is seen even while reloading), then the reload.
+        if let Ok(new) = arm(&source, changed.clone()) {
+            watcher = Some(new);
+        }
+        // A failure has been logged and counted by `reload`; the running configuration stays.
+        if server.reload().is_ok() {
+            tracing::info!(source = %source, "configuration reloaded: its files changed");
+        }
+    }
+}
+
+/// A watcher on what `source` reads, sending `()` on `changed` for each event that may change
+/// it.
+fn arm(
+    source: &ConfigSource,
+    changed: mpsc::Sender<()>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = match event {
+            // Reading the files (the reload itself) must not look like a change.
+            Ok(event) => !matches!(
+                event.kind,
+                EventKind::Access(_)
+                    | EventKind::Modify(notify::event::ModifyKind::Metadata(
+                        notify::event::MetadataKind::AccessTime
+                    ))
+            ),
+            // An overflowed queue may have lost a change: look.
+            Err(_) => true,
+        };
+        if relevant {
+            // A full channel already says "changed".
+            let _ = changed.try_send(());
+        }
+    })?;
+    for (path, mode) in watched(source) {
+        watcher.watch(&path, mode)?;
+    }
+    Ok(watcher)
+}
+
+/// The paths to watch for `source`.
+fn watched(source: &ConfigSource) -> Vec<(PathBuf, RecursiveMode)> {
+    match source {
+        ConfigSource::Builtin => Vec::new(),
+        ConfigSource::Path(path) if path.is_dir() => vec![(path.clone(), RecursiveMode::Recursive)],
+        ConfigSource::Path(path) => {
+            let parent = parent_of(path);
+            let mut paths = vec![(parent.clone(), RecursiveMode::NonRecursive)];
+            // A link to a file elsewhere: its directory too.
+            if let Ok(real) = path.canonicalize() {
+                let real_parent = parent_of(&real);
+                if real_parent != parent {
+                    paths.push((real_parent, RecursiveMode::NonRecursive));
+                }
+            }
+            paths
+        }
+        ConfigSource::Runtime(dir) => runtime_watches(dir),
+    }
+}
+
+fn runtime_watches(dir: &RuntimeDir) -> Vec<(PathBuf, RecursiveMode)> {
+    let mut paths = Vec::new();
+    if dir.watch_root {
+        paths.extend(
+            dir.watched()
+                .into_iter()
+                .map(|p| (p, RecursiveMode::NonRecursive)),
+        );
+    }
+    if let Some(target) = dir.target().filter(|t| t.is_dir()) {
+        paths.push((target, RecursiveMode::Recursive));
+    }
+    paths
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// A hash of the names and contents of the files `source` reads now (`None` when they cannot
+/// be listed).
+fn fingerprint(source: &ConfigSource) -> Option<u64> {
+    let files = match source {
+        ConfigSource::Builtin => return Some(0),
+        ConfigSource::Path(path) if path.is_dir() => directory::config_files(path).ok()?,
+        ConfigSource::Path(path) => vec![path.clone()],
+        ConfigSource::Runtime(dir) => dir.files().ok()?,
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for file in files {
+        file.hash(&mut hasher);
+        std::fs::read(&file).ok().hash(&mut hasher);
+    }
+    Some(hasher.finish())
+}
