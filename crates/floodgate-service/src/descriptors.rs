@@ -75,8 +75,13 @@
 //! it never does (a configured limit may be one of Floodgate's algorithms, whose state a fixed
 //! window cannot share). Overrides of one descriptor and unit share one count, whatever their
 //! `requests_per_unit`, as in envoyproxy/ratelimit.
+//!
+//! With `store.layout: envoyproxy`, the Envoy windows (not Floodgate's algorithms) count in
+//! envoyproxy/ratelimit's keys instead, with its commands and answers ([`layout`]), through
+//! [`RuleSet::should_rate_limit_in`].
 
 mod counter_key;
+pub mod layout;
 mod listing;
 mod wildcard;
 
@@ -119,6 +124,9 @@ pub struct Limit {
     unit: RateUnit,
     /// What statuses report.
     reported: RlsLimit,
+    /// Whether it is an Envoy window (`requests_per_unit` per `unit`), which the `envoyproxy`
+    /// layout counts in upstream's keys ([`layout`]).
+    envoy_window: bool,
 }
 
 impl Limit {
@@ -131,12 +139,14 @@ impl Limit {
         name: Option<String>,
     ) -> Result<Limit, ConfigError> {
         let algorithm = FixedWindow::new(u64::from(requests_per_unit.max(1)), unit.duration())?;
-        Ok(Limit::new(
+        let mut limit = Limit::new(
             AnyAlgorithm::FixedWindow(algorithm),
             requests_per_unit,
             unit,
             name,
-        ))
+        );
+        limit.envoy_window = true;
+        Ok(limit)
     }
 
     /// A limit decided by one of Floodgate's algorithms; statuses report its quota in envoy's
@@ -162,6 +172,7 @@ impl Limit {
             requests_per_unit,
             unit,
             reported,
+            envoy_window: false,
         }
     }
 }
@@ -463,6 +474,19 @@ impl RuleSet {
         store: &S,
         request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
+        self.should_rate_limit_in(store, None::<&layout::EnvoyCounters>, request)
+            .await
+    }
+
+    /// [`RuleSet::should_rate_limit`], the Envoy windows counted in upstream's layout when
+    /// `counters` are given ([`layout`]): those descriptors in one call to them, the others in
+    /// the store as above.
+    pub async fn should_rate_limit_in<S: Store<str, AnyAlgorithm>, C: layout::Counters>(
+        &self,
+        store: &S,
+        counters: Option<&C>,
+        request: &RlsRequest,
+    ) -> Result<RlsResponse, StoreError> {
         let mut statuses = vec![
             RlsStatus {
                 code: Code::Ok,
@@ -520,8 +544,36 @@ impl RuleSet {
         keys.clear();
         let mut blocked = false;
         let mut shadow_over_limit = 0;
+        // The Envoy windows counted in upstream's layout: each with its descriptor's index,
+        // limit and shadow mode.
+        let mut counting: Vec<layout::Counting> = Vec::new();
+        let mut counted: Vec<(usize, &Limit, bool)> = Vec::new();
         for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
             let start = keys.len();
+            let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
+            let upstream = |limit: &Limit| counters.filter(|_| limit.envoy_window);
+            if let Some(c) = overrides[i]
+                .as_deref()
+                .and_then(|l| upstream(l).map(|c| (l, c)))
+            {
+                let (limit, counters) = c;
+                counting.push(envoy_counting(counters, request, descriptor, &[], limit));
+                counted.push((i, limit, false));
+                continue;
+            }
+            if let (None, Some(rule)) = (&overrides[i], rule) {
+                let replaced_here = rule
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| replaced.contains(&name));
+                if let (false, Some(limit)) = (replaced_here, &rule.limit) {
+                    if let Some(counters) = upstream(limit) {
+                        counting.push(envoy_counting(counters, request, descriptor, shared, limit));
+                        counted.push((i, limit, rule.shadow_mode));
+                        continue;
+                    }
+                }
+            }
             let (limit, shadow_mode, all_or_nothing) = match (&overrides[i], rule) {
                 (Some(limit), _) => {
                     push_override_counter_key(&mut keys, &request.domain, descriptor, limit.unit);
@@ -540,7 +592,6 @@ impl RuleSet {
                         statuses[i].limit_remaining = u32::MAX;
                         continue;
                     };
-                    let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
                     push_counter_key(&mut keys, &request.domain, descriptor, shared);
                     (limit, rule.shadow_mode, rule.all_or_nothing)
                 }
@@ -578,8 +629,37 @@ impl RuleSet {
             let _ = KEYS.try_with(|kept| kept.set(keys));
         }
         let decisions = decided?;
+        let counts = match counters {
+            // Boxed: the counting's future is large, and would make every call's future as
+            // large, upstream's layout or not (`tests/allocations.rs`).
+            Some(counters) if !counting.is_empty() => Box::pin(counters.count(&counting)).await?,
+            _ => Vec::new(),
+        };
 
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
+        for ((i, limit, shadow_mode), count) in counted.iter().zip(&counts) {
+            over[*i] = count.over;
+            let code = if !count.over {
+                Code::Ok
+            } else if *shadow_mode {
+                shadow_over_limit += 1;
+                Code::Ok
+            } else {
+                overall_code = Code::OverLimit;
+                Code::OverLimit
+            };
+            let remaining = u64::from(limit.requests_per_unit).saturating_sub(count.after);
+            statuses[*i] = RlsStatus {
+                code,
+                current_limit: Some(limit.reported.clone()),
+                limit_remaining: if count.over {
+                    0
+                } else {
+                    u32::try_from(remaining).unwrap_or(u32::MAX)
+                },
+                duration_until_reset: Some(count.reset),
+            };
+        }
         for (check, decision) in checks.iter().zip(decisions) {
             let (i, shadow_mode, limit) = (&check.index, &check.shadow_mode, check.limit);
             over[*i] = !decision.allowed;
@@ -662,6 +742,30 @@ struct Check<'r> {
     /// Its counter's key in the store: a range of the call's key buffer.
     key: std::ops::Range<usize>,
     hits: u64,
+}
+
+/// The upstream-layout counting of `descriptor` under `limit` ([`layout`]).
+fn envoy_counting<C: layout::Counters>(
+    counters: &C,
+    request: &RlsRequest,
+    descriptor: &RlsDescriptor,
+    shared: &[(usize, &str)],
+    limit: &Limit,
+) -> layout::Counting {
+    let mut key = String::new();
+    layout::push_envoy_key(
+        &mut key,
+        counters.key_prefix(),
+        &request.domain,
+        descriptor,
+        shared,
+    );
+    layout::Counting {
+        key,
+        unit: limit.unit,
+        limit: limit.requests_per_unit,
+        hits: request.hits_for(descriptor),
+    }
 }
 
 /// Descriptors a request holds in the common case: per-descriptor lists up to this long stay on

@@ -505,7 +505,11 @@ impl Server {
         }
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
-        let result = snapshot.rules.should_rate_limit(&self.store, request).await;
+        let counters = self.store.envoy_counters().map(|_| &self.store);
+        let result = snapshot
+            .rules
+            .should_rate_limit_in(&self.store, counters, request)
+            .await;
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         match result {

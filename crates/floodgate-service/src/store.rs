@@ -24,7 +24,8 @@ use floodgate::store::{
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
-use crate::config::{ConfigFileError, Served, StoreConfig, StoreMode};
+use crate::config::{ConfigFileError, Served, StoreConfig, StoreLayout, StoreMode};
+use crate::descriptors::layout::EnvoyCounters;
 
 pub mod cached;
 pub mod health;
@@ -44,6 +45,8 @@ pub type Mem = MemoryStore<Key, AnyState>;
 pub struct ServiceStore {
     backend: Backend,
     health: Arc<StoreHealth>,
+    /// With `store.layout: envoyproxy`: the Envoy windows' counters in upstream's layout.
+    envoy: Option<EnvoyCounters>,
 }
 
 #[derive(Clone, Debug)]
@@ -142,11 +145,18 @@ impl ServiceStore {
                 "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
             ));
         }
+        let envoy = envoy_counters(config, &backend, clock.clone())?;
         let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
         Ok(ServiceStore {
             backend,
             health: Arc::new(health),
+            envoy,
         })
+    }
+
+    /// The counters of `store.layout: envoyproxy`, if that is the layout.
+    pub fn envoy_counters(&self) -> Option<&EnvoyCounters> {
+        self.envoy.as_ref()
     }
 
     /// The store's health: counters, the last call's outcome.
@@ -353,6 +363,17 @@ impl ServiceStore {
         let mut rules = served.rules.rules();
         rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
         for (domain, rule) in rules {
+            if self.envoy.is_some() && rule.all_or_nothing() {
+                let written = served
+                    .written
+                    .get(rule.full_key())
+                    .cloned()
+                    .unwrap_or_default();
+                return Err(written.place(ConfigFileError::invalid(
+                    format!("domains[{domain}] descriptor {}", rule.full_key()),
+                    "all_or_nothing cannot be kept by envoyproxy/ratelimit's commands (store.layout: envoyproxy counts every hit)",
+                )));
+            }
             if cached && rule.all_or_nothing() {
                 let written = served
                     .written
@@ -472,6 +493,116 @@ fn cached(redis: RedisStore, config: &StoreConfig) -> Result<Backend, ConfigFile
 
 /// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
 /// and breaker, checked.
+/// The counters of the `envoyproxy` layout (`None` with Floodgate's), over the main Redis and
+/// `store.per_second_url`'s, or why the layout's settings cannot be used.
+fn envoy_counters(
+    config: &StoreConfig,
+    backend: &Backend,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<EnvoyCounters>, ConfigFileError> {
+    if config.layout == StoreLayout::Floodgate {
+        for (field, set) in [
+            ("store.key_prefix", !config.key_prefix.is_empty()),
+            (
+                "store.expiration_jitter",
+                config.expiration_jitter.is_some(),
+            ),
+            (
+                "store.stop_increment_when_over_limit",
+                config.stop_increment_when_over_limit,
+            ),
+            (
+                "store.over_limit_cache_bytes",
+                config.over_limit_cache_bytes > 0,
+            ),
+            ("store.per_second_url", config.per_second_url.is_some()),
+        ] {
+            if set {
+                return Err(ConfigFileError::invalid(
+                    field,
+                    "only store.layout: envoyproxy takes it",
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let main = match backend {
+        Backend::Redis(redis) => redis.clone(),
+        Backend::Memory(_) => {
+            return Err(ConfigFileError::invalid(
+                "store.layout",
+                "invalid value envoyproxy: upstream's layout is in Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+            ))
+        }
+        Backend::Cached(..) => {
+            return Err(ConfigFileError::invalid(
+                "store.layout",
+                "invalid value envoyproxy: upstream's layout counts every hit in Redis; set store.mode: exact",
+            ))
+        }
+    };
+    let per_second = match &config.per_second_url {
+        None => None,
+        Some(url) => {
+            let settings = StoreConfig {
+                url: Some(url.clone()),
+                password_env: None,
+                ..config.clone()
+            };
+            let url = match StoreUrl::from_config(&settings, |_| None) {
+                Ok(StoreUrl::Redis { url, .. }) => url,
+                Ok(StoreUrl::Memory) => {
+                    return Err(ConfigFileError::invalid(
+                        "store.per_second_url",
+                        "invalid value memory: the per-second store is a Redis",
+                    ))
+                }
+                Err(ConfigFileError::Invalid { message, .. }) => {
+                    return Err(ConfigFileError::invalid("store.per_second_url", message))
+                }
+                Err(other) => return Err(other),
+            };
+            Some(
+                redis_builder(&url, config)?
+                    .build()
+                    .map_err(|e| ConfigFileError::from_config_error("store.per_second_url", e))?,
+            )
+        }
+    };
+    let jitter = config.expiration_jitter.map_or(300, |d| d.0.as_secs());
+    Ok(Some(EnvoyCounters::new(
+        main,
+        per_second,
+        config.key_prefix.clone(),
+        jitter,
+        config.stop_increment_when_over_limit,
+        config.over_limit_cache_bytes,
+        clock,
+    )))
+}
+
+impl crate::descriptors::layout::Counters for ServiceStore {
+    fn key_prefix(&self) -> &str {
+        self.envoy
+            .as_ref()
+            .map_or("", |e| crate::descriptors::layout::Counters::key_prefix(e))
+    }
+
+    async fn count(
+        &self,
+        counting: &[crate::descriptors::layout::Counting],
+    ) -> Result<Vec<crate::descriptors::layout::Counted>, StoreError> {
+        let Some(envoy) = &self.envoy else {
+            return Err(StoreError::Unavailable(
+                "the store does not keep upstream's layout".into(),
+            ));
+        };
+        let counted = envoy.count_all(counting).await;
+        self.health.record(&counted);
+        counted
+    }
+}
+
 fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, ConfigFileError> {
     let mut builder = RedisStore::builder(url);
     if let Some(timeout) = config.timeout {

@@ -115,7 +115,7 @@ pub use self::limiters::{
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
-pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreMode};
+pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
 pub use self::validate::ConfigFileError;
 pub use crate::rls::headers::ResponseHeaderNames;
 

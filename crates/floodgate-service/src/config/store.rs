@@ -78,6 +78,46 @@ pub struct StoreConfig {
     /// `on_store_error` policy meanwhile (failing open by default).
     #[serde(default)]
     pub start_without: bool,
+    /// Where the Envoy rules' fixed windows count in Redis: `floodgate` (the default:
+    /// Floodgate's own keys, through the twins; a refused hit consumes nothing) or
+    /// `envoyproxy` (envoyproxy/ratelimit's keys and commands, so that upstream's pods and
+    /// Floodgate count together while one replaces the other; set when upstream's settings
+    /// are present). See [`crate::descriptors::layout`].
+    #[serde(default)]
+    pub layout: StoreLayout,
+    /// `envoyproxy` layout: written before every key (envoyproxy/ratelimit's
+    /// `CACHE_KEY_PREFIX`; default empty).
+    #[serde(default)]
+    pub key_prefix: String,
+    /// `envoyproxy` layout: a key's TTL is its window plus a whole number of seconds drawn
+    /// below this (`EXPIRATION_JITTER_MAX_SECONDS`; default 300 s; 0 adds none).
+    #[serde(default)]
+    pub expiration_jitter: Option<SpecDuration>,
+    /// `envoyproxy` layout: count a request's hits only on the descriptors it would take over
+    /// their limit when one would (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false:
+    /// every hit counts, as upstream).
+    #[serde(default)]
+    pub stop_increment_when_over_limit: bool,
+    /// `envoyproxy` layout: keep the keys Redis found over their limit in this node's memory,
+    /// up to about this many bytes, and answer them over the limit without asking Redis until
+    /// their window ends (`LOCAL_CACHE_SIZE_IN_BYTES`; default 0: off).
+    #[serde(default)]
+    pub over_limit_cache_bytes: u64,
+    /// `envoyproxy` layout: a second Redis for the windows of unit `second`
+    /// (`REDIS_PERSECOND_URL`), with the same settings as the main one.
+    #[serde(default)]
+    pub per_second_url: Option<String>,
+}
+
+/// How the Envoy rules' fixed windows are kept in Redis (see [`StoreConfig::layout`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreLayout {
+    /// Floodgate's own keys and twins.
+    #[default]
+    Floodgate,
+    /// envoyproxy/ratelimit's keys and commands.
+    Envoyproxy,
 }
 
 /// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
@@ -176,6 +216,12 @@ impl Default for StoreConfig {
             startup_timeout: None,
             startup_retry_first: None,
             startup_retry_max: None,
+            layout: StoreLayout::Floodgate,
+            key_prefix: String::new(),
+            expiration_jitter: None,
+            stop_increment_when_over_limit: false,
+            over_limit_cache_bytes: 0,
+            per_second_url: None,
             start_without: false,
         }
     }

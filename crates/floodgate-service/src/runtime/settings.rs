@@ -20,6 +20,11 @@
 //! | store | `--store` | `store.url` | `FLOODGATE_STORE` | `REDIS_*` | `memory` (upstream's Redis) |
 //! | Redis TLS CAs | — | `store.tls_ca_file` | — | `REDIS_TLS_CACERT` | the system's roots |
 //! | store start-up | — | `store.startup_timeout` | — | `REDIS_STARTUP_MAX_ELAPSED_TIME` | 5 s (for ever) |
+//! | Envoy windows' key layout | — | `store.layout` | — | (with upstream's settings: `envoyproxy`) | `floodgate` |
+//! | key prefix, TTL jitter | — | `store.key_prefix`, `store.expiration_jitter` | — | `CACHE_KEY_PREFIX`, `EXPIRATION_JITTER_MAX_SECONDS` | none, 300 s |
+//! | refused hits not counted | — | `store.stop_increment_when_over_limit` | — | `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` | off |
+//! | over-limit cache | — | `store.over_limit_cache_bytes` | — | `LOCAL_CACHE_SIZE_IN_BYTES` | off |
+//! | per-second Redis | — | `store.per_second_url` | — | `REDIS_PERSECOND`, `REDIS_PERSECOND_*` | none |
 //! | merging domains | `--merge-domains` | `rls.merge_domains` | `FLOODGATE_MERGE_DOMAINS` | `MERGE_DOMAIN_CONFIG` | off |
 //! | rate limit headers | `--response-headers` | `rls.response_headers` | `FLOODGATE_RESPONSE_HEADERS` | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_*_HEADER` | off |
 //! | a store failure's answer | — | `rls.on_store_error` | — | (upstream's behaviour: `unavailable`) | `ok` |
@@ -189,6 +194,28 @@ impl Startup {
             ));
         }
         if let Some(up) = &self.upstream {
+            // Upstream's pods and this node count in the same keys during a migration.
+            if !writes("store.layout") {
+                config.store.layout = crate::config::StoreLayout::Envoyproxy;
+            }
+            let b = &up.behaviour;
+            if !writes("store.key_prefix") {
+                config.store.key_prefix = b.cache_key_prefix.clone();
+            }
+            if !writes("store.expiration_jitter") {
+                config.store.expiration_jitter = Some(floodgate::algorithm::spec::SpecDuration(
+                    std::time::Duration::from_secs(b.expiration_jitter_max_seconds),
+                ));
+            }
+            if !writes("store.stop_increment_when_over_limit") {
+                config.store.stop_increment_when_over_limit = b.stop_increment_when_over_limit;
+            }
+            if !writes("store.over_limit_cache_bytes") {
+                config.store.over_limit_cache_bytes = b.local_cache_bytes;
+            }
+            if !writes("store.per_second_url") {
+                config.store.per_second_url = up.per_second.as_ref().map(store_url);
+            }
             if !writes("connections.grpc_max_age") {
                 config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(
                     up.listeners.max_connection_age,

@@ -225,6 +225,7 @@ mod breaker;
 mod call;
 mod chain;
 mod connection;
+mod counters;
 mod exchange;
 mod keys;
 mod link;
@@ -234,6 +235,7 @@ pub use breaker::BreakerState;
 pub use call::script_source;
 use call::{lease_rule, nanos, not_on_redis, Call, Scripts, MAX_MICROS};
 use connection::Connection;
+pub use counters::CounterIncrement;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
 

@@ -1,0 +1,141 @@
+//! Plain counters in Redis, as envoyproxy/ratelimit keeps its fixed windows (`INCRBY` and
+//! `EXPIRE` on keys it names itself), so that a service sharing the Redis with upstream's pods
+//! counts in the same keys ([`RedisStore::increment_counters`]). Nothing here is one of the
+//! algorithms' twins: the keys are written as given (no namespace, no hash tag) and hold bare
+//! integers.
+
+use super::{Inner, RedisStore};
+use crate::StoreError;
+
+/// One counter to add to: `INCRBY key by`, then `EXPIRE key ttl_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterIncrement<'a> {
+    /// The Redis key, as written.
+    pub key: &'a str,
+    /// What to add (0 reads the count and refreshes the TTL).
+    pub by: u64,
+    /// The key's time to live after this call, in seconds (at least 1).
+    pub ttl_seconds: u64,
+}
+
+impl RedisStore {
+    /// For each increment, in order, `INCRBY` then `EXPIRE` (the TTL set on every call, as
+    /// envoyproxy/ratelimit sets it): one pipeline on a single Redis, and on a cluster one per
+    /// key, all sent at once (one key's two commands always go together). Under the store's
+    /// timeout and circuit breaker. The counts after each `INCRBY`, in order.
+    ///
+    /// A pipeline is not a transaction: each key's count is exact (`INCRBY` is atomic), but a
+    /// failure part-way may leave some keys counted. A key that holds something other than an
+    /// integer is refused by Redis ([`StoreError::StateConflict`]).
+    pub async fn increment_counters(
+        &self,
+        increments: &[CounterIncrement<'_>],
+    ) -> Result<Vec<u64>, StoreError> {
+        if increments.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = &self.inner;
+        inner
+            .guarded(async {
+                let pipelines: Vec<redis::Pipeline> = if inner.connection.is_cluster() {
+                    increments
+                        .iter()
+                        .map(|i| pipeline(std::slice::from_ref(i)))
+                        .collect()
+                } else {
+                    vec![pipeline(increments)]
+                };
+                let answers = run(inner, pipelines).await?;
+                answers
+                    .into_iter()
+                    .map(|answer| count(&answer).map_err(Into::into))
+                    .collect()
+            })
+            .await
+    }
+
+    /// The counts under `keys` (0 for a key that holds nothing), read with `GET` in one
+    /// pipeline (on a cluster, one per key, all at once), under the store's timeout and
+    /// circuit breaker.
+    pub async fn read_counters(&self, keys: &[&str]) -> Result<Vec<u64>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = &self.inner;
+        inner
+            .guarded(async {
+                let get = |keys: &[&str]| {
+                    let mut pipe = redis::pipe();
+                    for key in keys {
+                        pipe.cmd("GET").arg(*key);
+                    }
+                    pipe
+                };
+                let pipelines: Vec<redis::Pipeline> = if inner.connection.is_cluster() {
+                    keys.iter().map(|k| get(std::slice::from_ref(k))).collect()
+                } else {
+                    vec![get(keys)]
+                };
+                let answers = run(inner, pipelines).await?;
+                answers
+                    .into_iter()
+                    .map(|answer| match answer {
+                        redis::Value::Nil => Ok(0),
+                        other => count(&other).map_err(Into::into),
+                    })
+                    .collect()
+            })
+            .await
+    }
+}
+
+/// `INCRBY` + `EXPIRE` of each, the `EXPIRE` answers ignored.
+fn pipeline(increments: &[CounterIncrement<'_>]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for i in increments {
+        pipe.cmd("INCRBY").arg(i.key).arg(i.by);
+        pipe.cmd("EXPIRE")
+            .arg(i.key)
+            .arg(i.ttl_seconds.max(1))
+            .ignore();
+    }
+    pipe
+}
+
+/// Sends every pipeline at once; their answers, concatenated in order.
+async fn run(
+    inner: &Inner,
+    pipelines: Vec<redis::Pipeline>,
+) -> Result<Vec<redis::Value>, super::link::Failed> {
+    let sent = pipelines.into_iter().map(|pipe| {
+        let mut handle = inner.connection.handle();
+        async move { pipe.query_async::<Vec<redis::Value>>(&mut handle).await }
+    });
+    let mut answers = Vec::new();
+    for answer in futures_util::future::join_all(sent).await {
+        answers.extend(answer?);
+    }
+    Ok(answers)
+}
+
+/// A count Redis answered (an integer, or a bulk string holding one).
+fn count(answer: &redis::Value) -> Result<u64, StoreError> {
+    match answer {
+        redis::Value::Int(n) => u64::try_from(*n).map_err(|_| not_a_counter()),
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(not_a_counter),
+        other => Err(StoreError::Protocol(format!(
+            "a counter's answer is {other:?}, not a whole number"
+        ))),
+    }
+}
+
+/// A key holding something else than a count of 0 or more.
+fn not_a_counter() -> StoreError {
+    StoreError::StateConflict {
+        algorithm: "envoyproxy/ratelimit counter",
+        found: "another value than a count",
+    }
+}
