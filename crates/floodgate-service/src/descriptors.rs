@@ -83,6 +83,7 @@
 mod counter_key;
 pub mod layout;
 mod listing;
+pub mod stats;
 mod wildcard;
 
 pub use self::wildcard::Wildcard;
@@ -113,6 +114,8 @@ pub struct Rule {
     all_or_nothing: bool,
     limit: Option<Limit>,
     metadata: Option<Arc<Map<String, Value>>>,
+    /// `detailed_metric`: statistics name it by every entry's request value ([`stats`]).
+    detailed_metric: bool,
 }
 
 /// What a [`Rule`] that is not `unlimited` checks: an algorithm, and the limit in envoy's terms
@@ -196,6 +199,7 @@ impl Rule {
             all_or_nothing: false,
             limit,
             metadata: None,
+            detailed_metric: false,
         }
     }
 
@@ -215,6 +219,12 @@ impl Rule {
     /// metadata enabled return (see the module's "Deciding"). An empty map is the same as none.
     pub fn with_metadata(mut self, metadata: Option<Map<String, Value>>) -> Rule {
         self.metadata = metadata.filter(|m| !m.is_empty()).map(Arc::new);
+        self
+    }
+
+    /// The same rule with `detailed_metric` ([`stats`]).
+    pub fn with_detailed_metric(mut self, detailed_metric: bool) -> Rule {
+        self.detailed_metric = detailed_metric;
         self
     }
 
@@ -294,6 +304,8 @@ struct Node {
     rule: Option<Rule>,
     /// `share_threshold`: entries this wildcard matches count under its pattern.
     share_threshold: bool,
+    /// `value_to_metric`: statistics name this level by the request's value ([`stats`]).
+    value_to_metric: bool,
     children: DescriptorTree,
 }
 
@@ -342,9 +354,24 @@ impl DescriptorTree {
         rule: Option<Rule>,
         children: DescriptorTree,
     ) {
+        self.insert_named(key, value, share_threshold, false, rule, children);
+    }
+
+    /// [`DescriptorTree::insert`], with `value_to_metric`: the statistics name this level by the
+    /// request's value ([`stats`]).
+    pub fn insert_named(
+        &mut self,
+        key: &str,
+        value: &str,
+        share_threshold: bool,
+        value_to_metric: bool,
+        rule: Option<Rule>,
+        children: DescriptorTree,
+    ) {
         let node = Node {
             rule,
             share_threshold,
+            value_to_metric,
             children,
         };
         let entry = self.keys.entry(key.to_string()).or_default();
@@ -397,11 +424,15 @@ impl DescriptorTree {
 pub struct RuleSet {
     domains: Names<DescriptorTree>,
     response_dynamic_metadata: bool,
+    /// Whether some descriptor has `value_to_metric` or `detailed_metric`: then statistics
+    /// keys are worked out per request, else they are the rules' keys ([`stats`]).
+    named_by_values: bool,
 }
 
 impl RuleSet {
     /// Adds (or replaces) `domain` with its top-level descriptors.
     pub fn insert_domain(&mut self, domain: String, descriptors: DescriptorTree) {
+        self.named_by_values |= stats::names_by_values(&descriptors);
         self.domains.insert(domain, descriptors);
     }
 
@@ -474,17 +505,18 @@ impl RuleSet {
         store: &S,
         request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
-        self.should_rate_limit_in(store, None::<&layout::EnvoyCounters>, request)
+        self.should_rate_limit_in(store, None::<&layout::EnvoyCounters>, None, request)
             .await
     }
 
     /// [`RuleSet::should_rate_limit`], the Envoy windows counted in upstream's layout when
     /// `counters` are given ([`layout`]): those descriptors in one call to them, the others in
-    /// the store as above.
+    /// the store as above; every decided descriptor counted in `stats` when given ([`stats`]).
     pub async fn should_rate_limit_in<S: Store<str, AnyAlgorithm>, C: layout::Counters>(
         &self,
         store: &S,
         counters: Option<&C>,
+        stats: Option<&stats::DescriptorStats>,
         request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
         let mut statuses = vec![
@@ -495,6 +527,11 @@ impl RuleSet {
             request.descriptors.len()
         ];
         let Some(root) = self.domains.get(&request.domain) else {
+            if let Some(stats) = stats {
+                for _ in &request.descriptors {
+                    stats.domain_not_found(&request.domain);
+                }
+            }
             return Ok(RlsResponse {
                 overall_code: Code::Ok,
                 statuses,
@@ -597,6 +634,25 @@ impl RuleSet {
                 }
             };
             if limit.requests_per_unit == 0 {
+                if let Some(stats) = stats {
+                    let hits = request.hits_for(descriptor);
+                    let outcome = stats::Outcome {
+                        hits,
+                        limit: 0,
+                        before: 0,
+                        after: hits,
+                        over: true,
+                        shadow: shadow_mode,
+                        from_cache: false,
+                    };
+                    self.record(
+                        stats,
+                        request,
+                        i,
+                        rule.filter(|_| overrides[i].is_none()),
+                        &outcome,
+                    );
+                }
                 statuses[i] = RlsStatus {
                     code: Code::OverLimit,
                     current_limit: Some(limit.reported.clone()),
@@ -639,6 +695,30 @@ impl RuleSet {
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
         for ((i, limit, shadow_mode), count) in counted.iter().zip(&counts) {
             over[*i] = count.over;
+            if let Some(stats) = stats {
+                let outcome = stats::Outcome {
+                    hits: count.after - count.before,
+                    limit: u64::from(limit.requests_per_unit),
+                    before: count.before,
+                    after: count.after,
+                    over: count.over,
+                    shadow: *shadow_mode,
+                    from_cache: count.from_cache,
+                };
+                let outcome = stats::Outcome {
+                    // The over-limit cache and the uncharged descriptors added nothing, but
+                    // their hits are the request's.
+                    hits: request.hits_for(&request.descriptors[*i]),
+                    ..outcome
+                };
+                self.record(
+                    stats,
+                    request,
+                    *i,
+                    rules[*i].filter(|_| overrides[*i].is_none()),
+                    &outcome,
+                );
+            }
             let code = if !count.over {
                 Code::Ok
             } else if *shadow_mode {
@@ -663,6 +743,32 @@ impl RuleSet {
         for (check, decision) in checks.iter().zip(decisions) {
             let (i, shadow_mode, limit) = (&check.index, &check.shadow_mode, check.limit);
             over[*i] = !decision.allowed;
+            if let Some(stats) = stats {
+                let cap = u64::from(limit.requests_per_unit);
+                let (before, after) = if decision.allowed {
+                    let after = cap.saturating_sub(decision.remaining);
+                    (after.saturating_sub(check.hits), after)
+                } else {
+                    let before = cap.saturating_sub(decision.remaining);
+                    (before, before.saturating_add(check.hits))
+                };
+                let outcome = stats::Outcome {
+                    hits: check.hits,
+                    limit: cap,
+                    before,
+                    after,
+                    over: !decision.allowed,
+                    shadow: *shadow_mode,
+                    from_cache: false,
+                };
+                self.record(
+                    stats,
+                    request,
+                    *i,
+                    rules[*i].filter(|_| overrides[*i].is_none()),
+                    &outcome,
+                );
+            }
             let code = if decision.allowed {
                 Code::Ok
             } else if *shadow_mode {
@@ -742,6 +848,30 @@ struct Check<'r> {
     /// Its counter's key in the store: a range of the call's key buffer.
     key: std::ops::Range<usize>,
     hits: u64,
+}
+
+impl RuleSet {
+    /// Counts descriptor `i`'s `outcome` in `stats`, under its statistics key: `rule`'s key
+    /// (`None`: the descriptor carries its own limit), or the one worked out from the request
+    /// when names depend on values ([`stats`]).
+    fn record(
+        &self,
+        stats: &stats::DescriptorStats,
+        request: &RlsRequest,
+        i: usize,
+        rule: Option<&Rule>,
+        outcome: &stats::Outcome,
+    ) {
+        let descriptor = &request.descriptors[i];
+        match rule {
+            Some(rule) if !self.named_by_values => stats.record(&rule.full_key, outcome),
+            _ => {
+                if let Some(key) = self.stat_key(&request.domain, descriptor, rule.is_none()) {
+                    stats.record(&key, outcome);
+                }
+            }
+        }
+    }
 }
 
 /// The upstream-layout counting of `descriptor` under `limit` ([`layout`]).

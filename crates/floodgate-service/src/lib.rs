@@ -27,4 +27,6 @@ pub mod metrics;
 pub mod rls;
 pub mod runtime;
 pub mod service;
+pub mod statsd;
 pub mod store;
+pub mod upstream_metrics;

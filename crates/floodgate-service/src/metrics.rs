@@ -65,6 +65,23 @@ const OUTCOMES: [(Outcome, &str); 6] = [
     (Outcome::Unavailable, "unavailable"),
 ];
 
+/// The Envoy calls' counts, as [`Metrics::rls_totals`] reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RlsTotals {
+    /// `ShouldRateLimit` calls, on gRPC and `/json`.
+    pub calls: u64,
+    /// Those whose store failed (however they were answered).
+    pub store_errors: u64,
+    /// Those refused as invalid.
+    pub invalid: u64,
+    /// Configuration reloads that loaded.
+    pub reloads_ok: u64,
+    /// Configuration reloads refused.
+    pub reloads_failed: u64,
+    /// Answers turned `OK` by the global shadow mode.
+    pub global_shadow_mode: u64,
+}
+
 /// Upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: [f64; 12] = [
     0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.1,
@@ -130,6 +147,66 @@ impl Metrics {
             &self.reloads_failed
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the store-time histogram's series as `name_bucket`, `name_sum`, `name_count`,
+    /// with `labels` (`key="value",…`, or empty) on each.
+    pub fn write_store_histogram(
+        &self,
+        out: &mut String,
+        name: &str,
+        labels: &str,
+    ) -> std::fmt::Result {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
+            writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            )?;
+        }
+        let count = self.store_seconds_count.load(Ordering::Relaxed);
+        let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / 1e9;
+        writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}")?;
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        writeln!(out, "{name}_sum{braces} {sum}")?;
+        writeln!(out, "{name}_count{braces} {count}")
+    }
+
+    /// The counts statsd receives under envoyproxy/ratelimit's service names.
+    pub fn rls_totals(&self) -> RlsTotals {
+        let count = |endpoint: Endpoint, outcomes: &[Outcome]| -> u64 {
+            let e = ENDPOINTS
+                .iter()
+                .position(|(x, _)| *x == endpoint)
+                .unwrap_or(0);
+            OUTCOMES
+                .iter()
+                .enumerate()
+                .filter(|(_, (o, _))| outcomes.contains(o))
+                .map(|(i, _)| self.calls[e][i].load(Ordering::Relaxed))
+                .sum()
+        };
+        let all = OUTCOMES.map(|(o, _)| o);
+        let store = [
+            Outcome::FailedOpen,
+            Outcome::FailedClosed,
+            Outcome::Unavailable,
+        ];
+        RlsTotals {
+            calls: count(Endpoint::Grpc, &all) + count(Endpoint::Json, &all),
+            store_errors: count(Endpoint::Grpc, &store) + count(Endpoint::Json, &store),
+            invalid: count(Endpoint::Grpc, &[Outcome::Invalid])
+                + count(Endpoint::Json, &[Outcome::Invalid]),
+            reloads_ok: self.reloads_ok.load(Ordering::Relaxed),
+            reloads_failed: self.reloads_failed.load(Ordering::Relaxed),
+            global_shadow_mode: self.rls_global_shadow_mode.load(Ordering::Relaxed),
+        }
     }
 
     /// Renders every metric in Prometheus' text format; `live` holds what is read from the
@@ -227,19 +304,7 @@ impl Metrics {
             "# HELP floodgate_store_seconds Time a decision spent in its store."
         )?;
         writeln!(out, "# TYPE floodgate_store_seconds histogram")?;
-        let mut cumulative = 0;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
-            writeln!(
-                out,
-                "floodgate_store_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            )?;
-        }
-        let count = self.store_seconds_count.load(Ordering::Relaxed);
-        let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / 1e9;
-        writeln!(out, "floodgate_store_seconds_bucket{{le=\"+Inf\"}} {count}")?;
-        writeln!(out, "floodgate_store_seconds_sum {sum}")?;
-        writeln!(out, "floodgate_store_seconds_count {count}")?;
+        self.write_store_histogram(out, "floodgate_store_seconds", "")?;
         writeln!(
             out,
             "# HELP floodgate_in_flight Requests holding a place, by limiter (fleet: its non-critical requests; workers: busy workers)."
@@ -452,6 +517,19 @@ impl StoreLive {
         }
         Ok(())
     }
+}
+
+/// A Prometheus label value: `\\`, `"` and new lines escaped.
+pub(crate) fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    std::borrow::Cow::Owned(
+        value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n"),
+    )
 }
 
 #[cfg(test)]

@@ -155,9 +155,17 @@ pub struct Server {
     gate: Arc<ConnectionGate>,
     in_flight: InFlight,
     ready: AtomicBool,
+    /// The Envoy rules' per-descriptor statistics, kept across reloads (the `stats` the
+    /// process started with).
+    descriptor_stats: Arc<crate::descriptors::stats::DescriptorStats>,
+    /// A sample of the Envoy calls' times for statsd's timer, when statsd is on.
+    response_times: Option<crate::statsd::ResponseTimes>,
+    statsd_pushes: crate::statsd::PushCounts,
     /// No configuration has loaded yet (started without one: envoyproxy/ratelimit's
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); the first reload that succeeds clears it.
     config_missing: AtomicBool,
+    /// The process started without a configuration (the first load failed).
+    started_without_config: AtomicBool,
     clock: SystemClock,
 }
 
@@ -191,6 +199,17 @@ impl Server {
             dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
             ready: AtomicBool::new(true),
             config_missing: AtomicBool::new(false),
+            started_without_config: AtomicBool::new(false),
+            descriptor_stats: Arc::new(crate::descriptors::stats::DescriptorStats::new(
+                config.stats.max_series,
+                config.stats.near_limit_ratio,
+            )),
+            response_times: config
+                .stats
+                .statsd
+                .as_ref()
+                .map(|_| crate::statsd::ResponseTimes::default()),
+            statsd_pushes: crate::statsd::PushCounts::default(),
             clock: SystemClock::new(),
         })
     }
@@ -285,10 +304,31 @@ impl Server {
         self.ready.load(Ordering::Relaxed)
     }
 
+    /// The Envoy rules' per-descriptor statistics.
+    pub fn descriptor_stats(&self) -> &crate::descriptors::stats::DescriptorStats {
+        &self.descriptor_stats
+    }
+
+    /// The sample of the Envoy calls' times statsd's timer sends, when statsd is on.
+    pub fn response_times(&self) -> Option<&crate::statsd::ResponseTimes> {
+        self.response_times.as_ref()
+    }
+
+    /// Whether the process started without a configuration (its first load failed).
+    pub fn started_without_config(&self) -> bool {
+        self.started_without_config.load(Ordering::Relaxed)
+    }
+
+    /// The statsd pushes' counts.
+    pub fn statsd_pushes(&self) -> &crate::statsd::PushCounts {
+        &self.statsd_pushes
+    }
+
     /// Marks the service as running without a configuration: not ready until a reload
     /// succeeds.
     pub fn set_config_missing(&self) {
         self.config_missing.store(true, Ordering::Relaxed);
+        self.started_without_config.store(true, Ordering::Relaxed);
     }
 
     /// What `/readyz` answers: whether the service takes traffic (not while shutting down,
@@ -508,10 +548,13 @@ impl Server {
         let counters = self.store.envoy_counters().map(|_| &self.store);
         let result = snapshot
             .rules
-            .should_rate_limit_in(&self.store, counters, request)
+            .should_rate_limit_in(&self.store, counters, Some(&self.descriptor_stats), request)
             .await;
-        self.metrics
-            .store_latency(self.clock.now().saturating_since(started));
+        let took = self.clock.now().saturating_since(started);
+        self.metrics.store_latency(took);
+        if let Some(times) = &self.response_times {
+            times.record(took);
+        }
         match result {
             Ok(mut response) => {
                 if let Some(names) = &snapshot.response_headers {
@@ -624,6 +667,10 @@ impl Server {
         let live = self.live().await;
         let mut text = self.metrics.render(&live);
         self.store.write_cached_metrics(&mut text);
+        self.descriptor_stats.render(&mut text);
+        if self.response_times.is_some() {
+            self.statsd_pushes.render(&mut text);
+        }
         text.push_str(&format!(
             "# HELP floodgate_calls_in_flight Decisions being answered now (at most connections.max_in_flight).\n\
              # TYPE floodgate_calls_in_flight gauge\nfloodgate_calls_in_flight {}\n\

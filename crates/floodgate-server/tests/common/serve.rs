@@ -45,6 +45,8 @@ pub struct Service {
     pub grpc: String,
     /// `http://ADDR` of its debug listener, when it has one.
     pub debug: Option<String>,
+    /// `http://ADDR` of its Prometheus listener (`stats.prometheus`), when it has one.
+    pub metrics: Option<String>,
     /// Its gRPC API's unix socket, when it listens on one (then `grpc` is empty).
     pub grpc_socket: Option<PathBuf>,
     /// What it wrote to stderr before its listening line (its start-up log).
@@ -80,6 +82,7 @@ pub fn start(mut command: Command) -> Service {
                 http: format!("http://{}", l.http),
                 grpc,
                 debug: l.debug.map(|d| format!("http://{d}")),
+                metrics: l.metrics.map(|m| format!("http://{m}")),
                 grpc_socket,
                 started,
             }

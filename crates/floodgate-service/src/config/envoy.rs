@@ -438,10 +438,19 @@ fn compile_level(
                 ),
             ));
         }
-        let rule = compile_rule(config, &path, &own_key)?
-            .map(|rule| rule.with_metadata(config.metadata.clone()));
+        let rule = compile_rule(config, &path, &own_key)?.map(|rule| {
+            rule.with_metadata(config.metadata.clone())
+                .with_detailed_metric(config.detailed_metric)
+        });
         let children = compile_level(&config.descriptors, &format!("{path}."), &own_key)?;
-        level.insert(&config.key, value, config.share_threshold, rule, children);
+        level.insert_named(
+            &config.key,
+            value,
+            config.share_threshold,
+            config.value_to_metric,
+            rule,
+            children,
+        );
     }
     Ok(level)
 }

@@ -85,6 +85,7 @@ mod limiters;
 pub mod rls;
 pub mod runtime_dir;
 pub mod source;
+pub mod stats;
 mod store;
 mod validate;
 
@@ -115,6 +116,7 @@ pub use self::limiters::{
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
+pub use self::stats::{PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol};
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
 pub use self::validate::ConfigFileError;
 pub use crate::rls::headers::ResponseHeaderNames;
@@ -191,6 +193,9 @@ pub struct Config {
     /// Limits on connections (read once at start-up; see [`crate::connections`]).
     #[serde(default)]
     pub connections: ConnectionLimits,
+    /// The Envoy rules' statistics (read once at start-up; see [`stats`]).
+    #[serde(default)]
+    pub stats: StatsConfig,
     /// The request rate limiter's plans: name → algorithm.
     #[serde(default)]
     pub plans: BTreeMap<String, AlgorithmSpec>,
@@ -413,6 +418,7 @@ impl Config {
             debug: None,
             store: StoreConfig::default(),
             connections: ConnectionLimits::default(),
+            stats: StatsConfig::default(),
             plans,
             default_plan: Some("free".to_string()),
             endpoint_costs: BTreeMap::new(),

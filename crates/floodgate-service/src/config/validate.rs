@@ -151,6 +151,7 @@ impl Config {
     /// needs at least one plan); every user's plan exists; endpoint costs are ≥ 1.
     pub fn validate(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
         self.connections.validate()?;
+        self.stats.validate()?;
         let listeners = [
             ("http", self.http),
             ("grpc", self.grpc),

@@ -55,6 +55,30 @@ where
     .await;
 }
 
+/// Serves `/metrics`' text at `path` (and 404 elsewhere) on every connection `connections`
+/// yields until `shutdown` completes: the listener of `stats.prometheus` (envoyproxy/ratelimit's
+/// `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`).
+pub async fn serve_metrics<S, T, F>(server: Arc<Server>, path: String, connections: S, shutdown: F)
+where
+    S: Stream<Item = std::io::Result<T>>,
+    T: Into<crate::connections::Conn>,
+    F: std::future::Future<Output = ()>,
+{
+    let router = if path.starts_with('/') {
+        Router::new().route(&path, get(prometheus))
+    } else {
+        Router::new()
+    };
+    super::serve_router(
+        "metrics",
+        router.with_state(server.clone()),
+        &server,
+        connections,
+        shutdown,
+    )
+    .await;
+}
+
 async fn index() -> Response {
     text(INDEX.to_string())
 }
@@ -65,6 +89,13 @@ async fn rlconfig(State(server): State<Arc<Server>>) -> Response {
 
 async fn stats(State(server): State<Arc<Server>>) -> Response {
     text(server.render_metrics().await)
+}
+
+/// Floodgate's series, then upstream's names for the same counts.
+async fn prometheus(State(server): State<Arc<Server>>) -> Response {
+    let mut body = server.render_metrics().await;
+    crate::upstream_metrics::render(&crate::statsd::totals(&server), server.metrics(), &mut body);
+    ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
 fn text(body: String) -> Response {

@@ -53,6 +53,8 @@ pub struct Listeners {
     pub grpc: GrpcListener,
     /// The debug listener's, if there is one.
     pub debug: Option<TcpListener>,
+    /// The Prometheus listener's and the path it serves the metrics at, if there is one.
+    pub metrics: Option<(TcpListener, String)>,
 }
 
 /// One worker's queues of connections, one per listener.
@@ -60,6 +62,7 @@ struct Lanes<T> {
     http: T,
     grpc: T,
     debug: T,
+    metrics: T,
 }
 
 /// Serves the APIs on already-bound listeners with `workers` worker threads until `stopped`
@@ -70,30 +73,43 @@ pub async fn run(
     workers: usize,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
+    let Listeners {
+        http,
+        grpc,
+        debug,
+        metrics,
+    } = listeners;
+    let (metrics, metrics_path) = match metrics {
+        Some((listener, path)) => (Some(listener), path),
+        None => (None, String::new()),
+    };
     let mut lanes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for i in 0..workers {
         let (http_tx, http_rx) = mpsc::channel::<Handoff>(1024);
         let (grpc_tx, grpc_rx) = mpsc::channel::<Handoff>(1024);
         let (debug_tx, debug_rx) = mpsc::channel::<Handoff>(16);
+        let (metrics_tx, metrics_rx) = mpsc::channel::<Handoff>(16);
         lanes.push(Lanes {
             http: http_tx,
             grpc: grpc_tx,
             debug: debug_tx,
+            metrics: metrics_tx,
         });
         let received = Lanes {
             http: http_rx,
             grpc: grpc_rx,
             debug: debug_rx,
+            metrics: metrics_rx,
         };
         let (server, stopped) = (server.clone(), stopped.clone());
+        let metrics_path = metrics_path.clone();
         let thread = std::thread::Builder::new()
             .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(i, server, received, stopped))
+            .spawn(move || worker(i, server, received, metrics_path, stopped))
             .map_err(|source| ServeError::Worker { index: i, source })?;
         threads.push(thread);
     }
-    let Listeners { http, grpc, debug } = listeners;
     let mut turn = 0usize;
     let mut stop = stopped.clone();
     loop {
@@ -101,7 +117,8 @@ pub async fn run(
         let (accepted, pick): (std::io::Result<Handoff>, Pick) = tokio::select! {
             a = http.accept() => (a.and_then(|(s, _)| tcp(s)), |l| &l.http),
             a = accept_grpc(&grpc) => (a, |l| &l.grpc),
-            a = accept_debug(debug.as_ref()) => (a.and_then(|(s, _)| tcp(s)), |l| &l.debug),
+            a = accept_optional(debug.as_ref()) => (a.and_then(|(s, _)| tcp(s)), |l| &l.debug),
+            a = accept_optional(metrics.as_ref()) => (a.and_then(|(s, _)| tcp(s)), |l| &l.metrics),
             _ = stop.wait_for(|s| *s) => break,
         };
         match accepted {
@@ -129,7 +146,7 @@ pub async fn run(
             let _ = std::fs::remove_file(path);
         }
     }
-    drop((http, grpc, debug, lanes));
+    drop((http, grpc, debug, metrics, lanes));
     let mut failure = None;
     for thread in threads {
         match thread.join() {
@@ -156,7 +173,7 @@ async fn accept_grpc(listener: &GrpcListener) -> std::io::Result<Handoff> {
 }
 
 /// The next connection on `listener`; never, when there is none.
-async fn accept_debug(
+async fn accept_optional(
     listener: Option<&TcpListener>,
 ) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
     match listener {
@@ -170,6 +187,7 @@ fn worker(
     index: usize,
     server: Arc<Server>,
     lanes: Lanes<mpsc::Receiver<Handoff>>,
+    metrics_path: String,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -188,11 +206,17 @@ fn worker(
             super::wait_for(stopped.clone()),
         );
         let debug_server = crate::http::debug::serve(
-            server,
+            server.clone(),
             ReceiverStream::new(lanes.debug).map(Handoff::adopt),
+            super::wait_for(stopped.clone()),
+        );
+        let metrics_server = crate::http::debug::serve_metrics(
+            server,
+            metrics_path,
+            ReceiverStream::new(lanes.metrics).map(Handoff::adopt),
             super::wait_for(stopped),
         );
-        tokio::join!(http_server, grpc_server, debug_server);
+        tokio::join!(http_server, grpc_server, debug_server, metrics_server);
         Ok(())
     })
 }

@@ -135,6 +135,8 @@ pub struct Listening {
     pub grpc: GrpcAddress,
     /// The debug listener's bound address, when there is one.
     pub debug: Option<SocketAddr>,
+    /// The Prometheus listener's bound address (`stats.prometheus`), when there is one.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Listening {
@@ -153,14 +155,27 @@ impl Listening {
             Some(path) => GrpcAddress::Unix(path.into()),
             None => GrpcAddress::Tcp(grpc.parse().ok()?),
         };
-        let debug = match fields.next() {
-            Some(field) => Some(field.strip_prefix("debug=")?.parse().ok()?),
-            None => None,
+        let mut field = fields.next();
+        let mut optional = |name: &str| -> Option<Option<SocketAddr>> {
+            match field.and_then(|f| f.strip_prefix(name)) {
+                Some(addr) => {
+                    field = fields.next();
+                    Some(Some(addr.parse().ok()?))
+                }
+                None => Some(None),
+            }
         };
-        if fields.next().is_some() {
+        let debug = optional("debug=")?;
+        let metrics = optional("metrics=")?;
+        if field.is_some() {
             return None;
         }
-        Some(Listening { http, grpc, debug })
+        Some(Listening {
+            http,
+            grpc,
+            debug,
+            metrics,
+        })
     }
 }
 
@@ -172,8 +187,11 @@ impl fmt::Display for Listening {
             GrpcAddress::Tcp(addr) => write!(f, "{addr}")?,
             GrpcAddress::Unix(path) => write!(f, "unix:{}", path.display())?,
         }
-        match self.debug {
-            Some(debug) => write!(f, " debug={debug}"),
+        if let Some(debug) = self.debug {
+            write!(f, " debug={debug}")?;
+        }
+        match self.metrics {
+            Some(metrics) => write!(f, " metrics={metrics}"),
             None => Ok(()),
         }
     }
@@ -270,6 +288,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         Err(error) => return Err(error.into()),
     };
     startup.apply_store(&args, &mut config);
+    startup.apply_stats(&mut config);
     let addresses = startup.addresses(&args, &config)?;
     let admin_token = startup
         .env()
@@ -300,6 +319,8 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         )),
     };
     let start_without = config.store.start_without;
+    let statsd = config.stats.statsd.clone();
+    let metrics_path = config.stats.prometheus.as_ref().map(|p| p.path.clone());
     let server = {
         let _context = store_runtime.enter();
         Server::new(config, startup.source.clone(), admin_token)?
@@ -348,6 +369,9 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     // The dashboard's points, once a second, on the store's runtime (off the request path).
     store_runtime.spawn(sample_dashboard(server.clone()));
     store_runtime.spawn(watch_store(server.clone()));
+    if let Some(statsd) = statsd {
+        store_runtime.spawn(crate::statsd::push(server.clone(), statsd));
+    }
     if startup.watch {
         store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
     }
@@ -380,10 +404,18 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             Some(addr) => Some((bind(addr).await?, addr)),
             None => None,
         };
+        let metrics = match addresses.metrics {
+            Some(addr) => Some((bind(addr).await?, addr)),
+            None => None,
+        };
         let listening = Listening {
             http: local_addr(&http, addresses.http)?,
             grpc: grpc_bound,
             debug: match &debug {
+                Some((listener, addr)) => Some(local_addr(listener, *addr)?),
+                None => None,
+            },
+            metrics: match &metrics {
                 Some((listener, addr)) => Some(local_addr(listener, *addr)?),
                 None => None,
             },
@@ -392,6 +424,8 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             http,
             grpc,
             debug: debug.map(|(listener, _)| listener),
+            metrics: metrics
+                .map(|(listener, _)| (listener, metrics_path.unwrap_or_default())),
         };
         let (stop, stopped) = tokio::sync::watch::channel(false);
         // Installed now, so that a signal sent as soon as the line below is read is handled.
@@ -513,6 +547,7 @@ mod tests {
             http: "127.0.0.1:43121".parse().unwrap(),
             grpc: GrpcAddress::Tcp("[::1]:8081".parse().unwrap()),
             debug: None,
+            metrics: None,
         };
         let line = listening.to_string();
         assert_eq!(
@@ -531,6 +566,19 @@ mod tests {
             "{line}"
         );
         assert_eq!(Listening::parse(&line), Some(listening.clone()));
+        listening.metrics = Some("0.0.0.0:9090".parse().unwrap());
+        let line = listening.to_string();
+        assert!(
+            line.ends_with(" debug=127.0.0.1:6070 metrics=0.0.0.0:9090"),
+            "{line}"
+        );
+        assert_eq!(Listening::parse(&line), Some(listening.clone()));
+        listening.debug = None;
+        assert_eq!(
+            Listening::parse(&listening.to_string()),
+            Some(listening.clone())
+        );
+        listening.debug = Some("127.0.0.1:6070".parse().unwrap());
         listening.grpc = GrpcAddress::Unix("/run/rl.sock".into());
         let line = listening.to_string();
         assert!(line.contains(" grpc=unix:/run/rl.sock "), "{line}");
@@ -542,6 +590,7 @@ mod tests {
             "floodgate listening grpc=127.0.0.1:1 http=127.0.0.1:2",
             "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 extra",
             "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 debug=127.0.0.1:3 extra",
+            "floodgate listening http=127.0.0.1:1 grpc=127.0.0.1:2 metrics=127.0.0.1:3 debug=127.0.0.1:4",
             "2026-01-01T00:00:00Z INFO floodgate serving workers=2",
         ] {
             assert_eq!(Listening::parse(other), None, "{other:?}");

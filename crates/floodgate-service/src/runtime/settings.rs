@@ -31,6 +31,9 @@
 //! | global shadow mode | — | `rls.shadow_mode` | — | `SHADOW_MODE` | off |
 //! | ready only with a domain | — | `rls.require_domains` | — | `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` | off |
 //! | dynamic metadata | — | `response_dynamic_metadata` | — | `RESPONSE_DYNAMIC_METADATA` | off |
+//! | `near_limit` statistic | — | `stats.near_limit_ratio` | — | `NEAR_LIMIT_RATIO` | 0.8 |
+//! | statsd | — | `stats.statsd` | — | `USE_STATSD`, `DISABLE_STATS`, `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS` | off (on, TCP to `localhost:8125`) |
+//! | Prometheus listener | — | `stats.prometheus` | — | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | off |
 //! | gRPC connection age | — | `connections.grpc_max_age`, `…_grace` | — | `GRPC_MAX_CONNECTION_AGE`, `…_GRACE` | none (24 h, 1 h) |
 //! | log level | — | — | `RUST_LOG` | `LOG_LEVEL` | `info` (`warn`) |
 //! | log format | — | — | — | `LOG_FORMAT` | text |
@@ -89,6 +92,8 @@ pub struct Addresses {
     pub grpc: GrpcAddress,
     /// The debug listener's, if it is on.
     pub debug: Option<SocketAddr>,
+    /// The Prometheus listener's (`stats.prometheus`), if it is on.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// What `serve` starts with, before and after its config is read (see the [module
@@ -228,6 +233,43 @@ impl Startup {
         }
     }
 
+    /// Fills the `stats` settings `config` leaves unwritten from upstream's variables
+    /// (`NEAR_LIMIT_RATIO`, `USE_STATSD` and the rest), when upstream's settings are present.
+    pub fn apply_stats(&self, config: &mut Config) {
+        let Some(up) = &self.upstream else {
+            return;
+        };
+        let writes = |path: &str| config.origin.writes(path);
+        if !writes("stats.near_limit_ratio") {
+            config.stats.near_limit_ratio = up.behaviour.near_limit_ratio;
+        }
+        let stats = &up.stats;
+        if !writes("stats.statsd") {
+            config.stats.statsd = stats.statsd.then(|| crate::config::StatsdConfig {
+                address: stats.statsd_address.clone(),
+                protocol: if stats.statsd_udp {
+                    crate::config::StatsdProtocol::Udp
+                } else {
+                    crate::config::StatsdProtocol::Tcp
+                },
+                flush_interval: Some(floodgate::algorithm::spec::SpecDuration(
+                    stats.flush_interval,
+                )),
+                extra_tags: stats.extra_tags.iter().cloned().collect(),
+            });
+        }
+        if !writes("stats.prometheus") {
+            config.stats.prometheus =
+                stats
+                    .prometheus
+                    .as_ref()
+                    .map(|(address, path)| crate::config::PrometheusConfig {
+                        address: address.clone(),
+                        path: path.clone(),
+                    });
+        }
+    }
+
     /// The addresses to bind, given the configuration read (see the [module
     /// documentation](self)).
     pub fn addresses(&self, args: &ServeArgs, config: &Config) -> Result<Addresses, SettingsError> {
@@ -276,7 +318,23 @@ impl Startup {
             Some(addr) => Some(addr),
             None => from_env("FLOODGATE_DEBUG", up_debug, "DEBUG_HOST/DEBUG_PORT")?,
         };
-        Ok(Addresses { http, grpc, debug })
+        let metrics = match &config.stats.prometheus {
+            // Go's `:9090` listens on every address.
+            Some(p) => Some(match p.address.strip_prefix(':') {
+                Some(port) => address(
+                    "stats.prometheus.address (PROMETHEUS_ADDR)",
+                    &format!("0.0.0.0:{port}"),
+                )?,
+                None => address("stats.prometheus.address (PROMETHEUS_ADDR)", &p.address)?,
+            }),
+            None => None,
+        };
+        Ok(Addresses {
+            http,
+            grpc,
+            debug,
+            metrics,
+        })
     }
 
     /// What start-up should warn about: each variable set that Floodgate does not support.

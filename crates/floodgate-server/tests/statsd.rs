@@ -1,0 +1,237 @@
+//! Statistics under envoyproxy/ratelimit's names, as its users' dashboards read them: pushed
+//! to a statsd server of the test's own (UDP and TCP sockets the test binds and reads), and
+//! served on the Prometheus listener. Real `floodgate serve` processes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::serve::{bare_command, config_file, serve, start, TempDir};
+use floodgate_redis_harness::RedisServer;
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+const DOMAIN: &str = "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 4\n";
+
+/// Sums the counters of statsd `lines` by name; timers are counted by name too.
+fn add_lines(text: &str, counters: &mut HashMap<String, u64>, timers: &mut HashMap<String, u64>) {
+    for line in text.lines() {
+        if let Some(counter) = line.strip_suffix("|c") {
+            let (name, n) = counter.rsplit_once(':').expect("name:value|c");
+            *counters.entry(name.to_string()).or_default() += n.parse::<u64>().expect("a count");
+        } else if line.contains("|ms") {
+            let (name, value) = line.split_once(':').expect("name:value|ms");
+            let ms: f64 = value
+                .split('|')
+                .next()
+                .unwrap()
+                .parse()
+                .expect("milliseconds");
+            assert!(ms >= 0.0, "{line}");
+            *timers.entry(name.to_string()).or_default() += 1;
+        } else {
+            panic!("not a statsd counter or timer: {line:?}");
+        }
+    }
+}
+
+/// Five hits on a limit of 4 (near_limit at ratio 0.5: 2) and one descriptor of an unknown
+/// domain, through `/json`.
+async fn traffic(http: &str) {
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        let body = json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}]});
+        let r = client
+            .post(format!("{http}/json"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success() || r.status() == 429,
+            "{}",
+            r.status()
+        );
+    }
+    let body =
+        json!({"domain": "nope", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}]});
+    client
+        .post(format!("{http}/json"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// What the five hits and the unknown domain must add up to, with `tags` on the `ratelimit.`
+/// names.
+fn expected(tags: &str) -> Vec<(String, u64)> {
+    let hits = |stat: &str| format!("ratelimit.service.rate_limit.rl.user.{stat}{tags}");
+    vec![
+        (hits("total_hits"), 5),
+        (hits("within_limit"), 4),
+        (hits("near_limit"), 2),
+        (hits("over_limit"), 1),
+        (
+            format!("ratelimit.service.rate_limit.nope.domain_not_found{tags}"),
+            1,
+        ),
+        (format!("ratelimit.service.config_load_success{tags}"), 1),
+        (
+            "ratelimit_server.ShouldRateLimit.total_requests".to_string(),
+            6,
+        ),
+    ]
+}
+
+fn complete(counters: &HashMap<String, u64>, want: &[(String, u64)]) -> bool {
+    want.iter()
+        .all(|(name, n)| counters.get(name).copied().unwrap_or(0) >= *n)
+}
+
+fn check(counters: &HashMap<String, u64>, timers: &HashMap<String, u64>, want: &[(String, u64)]) {
+    for (name, n) in want {
+        assert_eq!(counters.get(name), Some(n), "{name} in {counters:#?}");
+    }
+    // Counters of stats nothing reached are not sent.
+    assert!(
+        !counters.keys().any(|k| k.contains(".shadow_mode")),
+        "{counters:#?}"
+    );
+    assert_eq!(
+        timers.get("ratelimit_server.ShouldRateLimit.response_time"),
+        Some(&6),
+        "one response time per call: {timers:#?}"
+    );
+}
+
+#[tokio::test]
+async fn upstream_variables_push_upstream_names_to_statsd_over_udp() {
+    let redis = RedisServer::start();
+    let statsd = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = statsd.local_addr().unwrap().port();
+    let root = std::env::temp_dir().join(format!("floodgate-statsd-udp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let config = root.join("ratelimit/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("rl.yaml"), DOMAIN).unwrap();
+    let _root = TempDir(root.clone());
+    let env: Vec<(&str, String)> = vec![
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+        ("RUNTIME_ROOT", root.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", "0".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", "0".into()),
+        ("DEBUG_PORT", "0".into()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("USE_STATSD", "true".into()),
+        ("STATSD_HOST", "127.0.0.1".into()),
+        ("STATSD_PORT", port.to_string()),
+        ("STATSD_PROTOCOL", "udp".into()),
+        ("STATS_FLUSH_INTERVAL", "100ms".into()),
+        ("EXTRA_TAGS", "zone:eu.west,app:edge".into()),
+        ("NEAR_LIMIT_RATIO", "0.5".into()),
+    ];
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut command = bare_command(Path::new(env!("CARGO_BIN_EXE_floodgate")), &pairs);
+    command.arg("serve");
+    let service = start(command);
+    traffic(&service.http).await;
+
+    let want = expected(".__app=edge.__zone=eu_west");
+    let (mut counters, mut timers) = (HashMap::new(), HashMap::new());
+    let mut buffer = vec![0u8; 65_536];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !(complete(&counters, &want) && timers.values().sum::<u64>() >= 6) {
+        let received = tokio::time::timeout_at(deadline, statsd.recv(&mut buffer))
+            .await
+            .unwrap_or_else(|_| panic!("not every statistic within 20 s: {counters:#?}"))
+            .unwrap();
+        assert!(received <= floodgate_server::statsd::DATAGRAM_BYTES);
+        let text = std::str::from_utf8(&buffer[..received]).expect("UTF-8 lines");
+        add_lines(text, &mut counters, &mut timers);
+    }
+    check(&counters, &timers, &want);
+}
+
+#[tokio::test]
+async fn a_config_file_pushes_over_tcp_and_serves_upstreams_prometheus_series() {
+    let statsd = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = statsd.local_addr().unwrap();
+    let (_dir, path) = config_file(&format!(
+        "domains:
+  - domain: rl
+    descriptors:
+      - key: user
+        rate_limit: {{unit: hour, requests_per_unit: 4}}
+stats:
+  near_limit_ratio: 0.5
+  statsd: {{address: \"{address}\", flush_interval: 100ms}}
+  prometheus: {{address: \"127.0.0.1:0\", path: /prom}}
+"
+    ));
+    let service = serve(&path, "memory", &[]);
+    traffic(&service.http).await;
+
+    let (stream, _) = tokio::time::timeout(Duration::from_secs(20), statsd.accept())
+        .await
+        .expect("statsd connection within 20 s")
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let want = expected("");
+    let (mut counters, mut timers) = (HashMap::new(), HashMap::new());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !(complete(&counters, &want) && timers.values().sum::<u64>() >= 6) {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("not every statistic within 20 s: {counters:#?}"))
+            .unwrap()
+            .expect("the connection stays open");
+        add_lines(&line, &mut counters, &mut timers);
+    }
+    check(&counters, &timers, &want);
+
+    let client = reqwest::Client::new();
+    let prometheus = service.metrics.as_deref().expect("a Prometheus listener");
+    let page = client
+        .get(format!("{prometheus}/prom"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    for series in [
+        "ratelimit_service_rate_limit_total_hits{domain=\"rl\",key1=\"user\"} 5",
+        "ratelimit_service_rate_limit_over_limit{domain=\"rl\",key1=\"user\"} 1",
+        "ratelimit_service_rate_limit_near_limit{domain=\"rl\",key1=\"user\"} 2",
+        "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 6",
+        "ratelimit_service_config_load_success 1",
+        "ratelimit_service_rate_limit_nope_domain_not_found 1",
+        "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 6",
+        // Floodgate's own series, on the HTTP port's /metrics too.
+        "floodgate_rls_descriptor_hits_total{domain=\"rl\",key=\"rl.user\",stat=\"total_hits\"} 5",
+        "floodgate_statsd_pushes_total{result=\"ok\"}",
+    ] {
+        assert!(page.contains(series), "{series} in:\n{page}");
+    }
+    let other = client
+        .get(format!("{prometheus}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404, "only the configured path is served");
+    let metrics = client
+        .get(format!("{}/metrics", service.http))
+        .send()
+        .await
+        .unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(metrics.contains(
+        "floodgate_rls_descriptor_hits_total{domain=\"rl\",key=\"rl.user\",stat=\"over_limit\"} 1"
+    ));
+}
