@@ -626,7 +626,23 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
     if let Some(ca) = &config.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    Ok(builder)
+    match (&config.tls_client_cert_file, &config.tls_client_key_file) {
+        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(ConfigFileError::invalid(
+                "store.tls_client_key_file",
+                "missing: tls_client_cert_file needs its key",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigFileError::invalid(
+                "store.tls_client_cert_file",
+                "missing: tls_client_key_file needs its certificate",
+            ))
+        }
+    }
+    Ok(builder.tls_skip_hostname_verification(config.tls_skip_hostname_verification))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::{free_port, RedisServer};
+use crate::{free_port, Issued, RedisServer, TestCa};
 
 /// A Redis Cluster of `masters` masters with `replicas` replicas each, killed when dropped.
 #[derive(Debug)]
@@ -42,6 +42,32 @@ impl RedisCluster {
     /// until every node sees all slots served and every replica is in sync. Panics if
     /// `redis-server` or `redis-cli` is missing or the cluster is not up within 20 s.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_inner(masters, replicas, None)
+    }
+
+    /// As [`RedisCluster::start`], every node also serving TLS (clients, the cluster bus and
+    /// replication: `tls-cluster`, `tls-replication`) with a certificate for `127.0.0.1` that
+    /// `ca` signs, and requiring client certificates from `ca` when `auth_clients`. Its
+    /// [`RedisCluster::tls_url`] names the TLS ports.
+    pub fn start_tls(
+        masters: usize,
+        replicas: usize,
+        ca: &TestCa,
+        auth_clients: bool,
+    ) -> RedisCluster {
+        let issued = ca.issue("cluster-node", "IP:127.0.0.1,DNS:localhost");
+        RedisCluster::start_inner(
+            masters,
+            replicas,
+            Some((&issued, &ca.ca_file(), auth_clients)),
+        )
+    }
+
+    fn start_inner(
+        masters: usize,
+        replicas: usize,
+        tls: Option<(&Issued, &std::path::Path, bool)>,
+    ) -> RedisCluster {
         static CLUSTERS: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "floodgate-cluster-{}-{}",
@@ -66,8 +92,37 @@ impl RedisCluster {
                 "--dir",
                 cluster.dir.to_str().expect("a UTF-8 temporary directory"),
             ];
-            let extra = extra.iter().map(|s| s.to_string()).collect();
-            cluster.nodes.push(RedisServer::start_with(port, extra));
+            let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let node = match tls {
+                None => RedisServer::start_with(port, extra),
+                Some((issued, ca_file, auth_clients)) => {
+                    let tls_port = free_port();
+                    extra.extend(crate::tls_arguments(
+                        tls_port,
+                        issued,
+                        ca_file,
+                        auth_clients,
+                    ));
+                    extra.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from),
+                    );
+                    let mut node = RedisServer {
+                        port,
+                        child: None,
+                        extra,
+                        tls: Some(crate::Tls {
+                            port: tls_port,
+                            ca_file: ca_file.to_path_buf(),
+                            _own_ca: None,
+                        }),
+                        password: None,
+                        config_file: None,
+                    };
+                    node.restart();
+                    node
+                }
+            };
+            cluster.nodes.push(node);
         }
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -93,6 +148,17 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         format!("redis-cluster://{}", hosts.join(","))
+    }
+
+    /// Its TLS URL, `rediss-cluster://127.0.0.1:T1,…` (every node's TLS port), for a cluster
+    /// started with [`RedisCluster::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port()))
+            .collect();
+        format!("rediss-cluster://{}", hosts.join(","))
     }
 
     /// Its processes, in start order (the first `masters` were created masters).
@@ -256,5 +322,39 @@ impl Drop for RedisCluster {
         // Each server kills its process when dropped.
         self.nodes.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tls_cluster_answers_tls_clients_with_its_tls_ports() {
+        let ca = TestCa::new();
+        let client = ca.issue("client", "DNS:client");
+        let cluster = RedisCluster::start_tls(3, 0, &ca, true);
+        let node = &cluster.servers()[0];
+        let output = Command::new("redis-cli")
+            .args(["--tls", "--cacert"])
+            .arg(ca.ca_file())
+            .arg("--cert")
+            .arg(&client.cert)
+            .arg("--key")
+            .arg(&client.key)
+            .args(["-h", "127.0.0.1", "-p", &node.tls_port().to_string()])
+            .args(["CLUSTER", "SLOTS"])
+            .output()
+            .expect("redis-cli runs");
+        let slots = String::from_utf8_lossy(&output.stdout);
+        for server in cluster.servers() {
+            assert!(
+                slots
+                    .lines()
+                    .any(|l| l.trim() == server.tls_port().to_string()),
+                "{slots}"
+            );
+        }
+        assert!(cluster.tls_url().starts_with("rediss-cluster://127.0.0.1:"));
     }
 }

@@ -16,7 +16,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 mod cluster;
+mod sentinel;
+mod tls;
 pub use cluster::{ClusterNode, RedisCluster};
+pub use sentinel::{RedisSentinels, SentinelOptions};
+pub use tls::{Issued, TestCa};
 
 /// A `redis-server` of our own, killed when dropped.
 #[derive(Debug)]
@@ -28,25 +32,35 @@ pub struct RedisServer {
     tls: Option<Tls>,
     /// The password it requires (`--requirepass`), if any.
     password: Option<String>,
+    /// A config file given before every argument (a sentinel's, which it rewrites).
+    config_file: Option<PathBuf>,
 }
 
-/// A TLS port beside the plain one, with its certificates in a directory of its own.
+/// A TLS port beside the plain one, with the CA its certificate chains to (its own, for
+/// [`RedisServer::start_tls`]).
 #[derive(Debug)]
 struct Tls {
     port: u16,
-    dir: PathBuf,
+    ca_file: PathBuf,
+    _own_ca: Option<TestCa>,
 }
 
-/// Runs `openssl` with `args` in `dir`, panicking if it fails.
-fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl is installed");
-    assert!(status.success(), "openssl {args:?}");
+/// The arguments serving TLS on `port` with `issued`, trusting `ca_file` for clients (and
+/// for the cluster bus and replication, when those go over TLS).
+fn tls_arguments(port: u16, issued: &Issued, ca_file: &Path, auth_clients: bool) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    vec![
+        "--tls-port".to_string(),
+        port.to_string(),
+        "--tls-cert-file".to_string(),
+        path(&issued.cert),
+        "--tls-key-file".to_string(),
+        path(&issued.key),
+        "--tls-ca-cert-file".to_string(),
+        path(ca_file),
+        "--tls-auth-clients".to_string(),
+        if auth_clients { "yes" } else { "no" }.to_string(),
+    ]
 }
 
 impl RedisServer {
@@ -64,6 +78,7 @@ impl RedisServer {
             extra,
             tls: None,
             password: None,
+            config_file: None,
         };
         server.restart();
         server
@@ -77,6 +92,7 @@ impl RedisServer {
             extra: vec!["--requirepass".to_string(), password.to_string()],
             tls: None,
             password: Some(password.to_string()),
+            config_file: None,
         };
         server.restart();
         server
@@ -84,77 +100,35 @@ impl RedisServer {
 
     /// Starts one that also serves TLS on a second port ([`RedisServer::tls_url`]), with a
     /// certificate for `127.0.0.1` signed by a test CA of its own ([`RedisServer::ca_file`]),
-    /// made with `openssl` in a fresh directory that is removed when the server is dropped.
+    /// removed when the server is dropped. Clients need no certificate.
     pub fn start_tls() -> RedisServer {
+        let ca = TestCa::new();
+        let issued = ca.issue("server", "IP:127.0.0.1,DNS:localhost");
+        let mut server = RedisServer::start_tls_with(&issued, &ca.ca_file(), false);
+        if let Some(tls) = &mut server.tls {
+            tls._own_ca = Some(ca);
+        }
+        server
+    }
+
+    /// Starts one that also serves TLS on a second port with the certificate `issued`,
+    /// trusting the CAs of `ca_file` for client certificates, which it requires when
+    /// `auth_clients` (Redis's `tls-auth-clients yes`).
+    pub fn start_tls_with(issued: &Issued, ca_file: &Path, auth_clients: bool) -> RedisServer {
         let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("floodgate-redis-tls-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let ca = [
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-subj",
-            "/CN=floodgate-test-ca",
-        ];
-        let request = [
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ];
-        let new_key = ["req", "-newkey", "rsa:2048", "-nodes"];
-        openssl(
-            &dir,
-            &[&new_key[..], &["-x509", "-days", "2"], &ca].concat(),
-        );
-        openssl(&dir, &[&new_key[..], &request].concat());
-        std::fs::write(
-            dir.join("san.cnf"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("writes");
-        let sign = [
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-        ];
-        let signed = ["-CAcreateserial", "-out", "server.crt", "-days", "2"];
-        openssl(
-            &dir,
-            &[&sign[..], &signed, &["-extfile", "san.cnf"]].concat(),
-        );
         let tls = Tls {
             port: free_port(),
-            dir,
+            ca_file: ca_file.to_path_buf(),
+            _own_ca: None,
         };
-        let file = |name: &str| tls.dir.join(name).display().to_string();
-        let extra = vec![
-            "--tls-port".to_string(),
-            tls.port.to_string(),
-            "--tls-cert-file".to_string(),
-            file("server.crt"),
-            "--tls-key-file".to_string(),
-            file("server.key"),
-            "--tls-ca-cert-file".to_string(),
-            file("ca.crt"),
-            "--tls-auth-clients".to_string(),
-            "no".to_string(),
-        ];
+        let extra = tls_arguments(tls.port, issued, ca_file, auth_clients);
         let mut server = RedisServer {
             port,
             child: None,
             extra,
             tls: Some(tls),
             password: None,
+            config_file: None,
         };
         server.restart();
         server
@@ -172,8 +146,13 @@ impl RedisServer {
         self.tls
             .as_ref()
             .expect("started with start_tls")
-            .dir
-            .join("ca.crt")
+            .ca_file
+            .clone()
+    }
+
+    /// Its TLS port, for a server started with TLS.
+    pub fn tls_port(&self) -> u16 {
+        self.tls.as_ref().expect("started with TLS").port
     }
 
     /// Its port.
@@ -189,7 +168,11 @@ impl RedisServer {
     /// Starts the process (again) on the same port, empty (a cluster node keeps its identity
     /// from its cluster config file), and waits until it answers `PING`.
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.config_file {
+            command.arg(config);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
             .args(&self.extra)
@@ -336,9 +319,6 @@ impl Drop for RedisServer {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if let Some(tls) = &self.tls {
-            let _ = std::fs::remove_dir_all(&tls.dir);
-        }
     }
 }
 
@@ -368,6 +348,7 @@ mod tests {
             extra: Vec::new(),
             tls: None,
             password: None,
+            config_file: None,
         };
         second.restart();
     }

@@ -39,6 +39,18 @@ pub struct StoreConfig {
     /// they are not among the system's trusted roots.
     #[serde(default)]
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// For TLS URLs: a PEM file of the client certificate chain presented when the server
+    /// requires one (Redis's `tls-auth-clients`); needs `tls_client_key_file`.
+    #[serde(default)]
+    pub tls_client_cert_file: Option<std::path::PathBuf>,
+    /// Its private key (PEM); needs `tls_client_cert_file`.
+    #[serde(default)]
+    pub tls_client_key_file: Option<std::path::PathBuf>,
+    /// For TLS URLs: check that the server's certificate chains to a trusted CA, but not that
+    /// it names the host connected to (default false): for servers reached by an address
+    /// their certificates do not name, such as the masters a Sentinel announces by IP.
+    #[serde(default)]
+    pub tls_skip_hostname_verification: bool,
     /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
     /// failure policy that splits a limit between nodes while the store is down.
     #[serde(default = "default_nodes")]
@@ -208,6 +220,9 @@ impl Default for StoreConfig {
             breaker: None,
             password_env: None,
             tls_ca_file: None,
+            tls_client_cert_file: None,
+            tls_client_key_file: None,
+            tls_skip_hostname_verification: false,
             nodes: default_nodes(),
             mode: StoreMode::Exact,
             sync_interval: None,

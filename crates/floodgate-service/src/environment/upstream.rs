@@ -359,6 +359,22 @@ impl Upstream {
             skip_hostname_verification: env
                 .bool_or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
         };
+        // Upstream uses the pair only when both are set; one alone would be dropped silently.
+        match (&redis_tls.client_cert, &redis_tls.client_key) {
+            (Some(_), None) => {
+                return Err(refused(
+                    "REDIS_TLS_CLIENT_CERT",
+                    "needs REDIS_TLS_CLIENT_KEY, its key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(refused(
+                    "REDIS_TLS_CLIENT_KEY",
+                    "needs REDIS_TLS_CLIENT_CERT, its certificate",
+                ))
+            }
+            _ => {}
+        }
         let max_elapsed = env.duration_or("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
         let startup = Startup {
             initial_interval: env

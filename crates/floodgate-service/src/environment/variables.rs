@@ -55,10 +55,6 @@ pub const NOT_YET_APPLIED: &[&str] = &[
     "GRPC_SERVER_TLS_KEY",
     "GRPC_CLIENT_TLS_CACERT",
     "GRPC_CLIENT_TLS_SAN",
-    "REDIS_TLS_CLIENT_CERT",
-    "REDIS_TLS_CLIENT_KEY",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-    "REDIS_SENTINEL_AUTH",
 ];
 
 /// The variables that only count as upstream's settings being present along with another.

@@ -19,6 +19,8 @@
 //! | debug address | `--debug` | `debug` | `FLOODGATE_DEBUG` | `DEBUG_HOST`, `DEBUG_PORT` | none (`0.0.0.0:6070`) |
 //! | store | `--store` | `store.url` | `FLOODGATE_STORE` | `REDIS_*` | `memory` (upstream's Redis) |
 //! | Redis TLS CAs | — | `store.tls_ca_file` | — | `REDIS_TLS_CACERT` | the system's roots |
+//! | Redis TLS client certificate | — | `store.tls_client_cert_file`, `store.tls_client_key_file` | — | `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY` | none |
+//! | Redis TLS name check | — | `store.tls_skip_hostname_verification` | — | `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION` | checked |
 //! | store start-up | — | `store.startup_timeout` | — | `REDIS_STARTUP_MAX_ELAPSED_TIME` | 5 s (for ever) |
 //! | Envoy windows' key layout | — | `store.layout` | — | (with upstream's settings: `envoyproxy`) | `floodgate` |
 //! | key prefix, TTL jitter | — | `store.key_prefix`, `store.expiration_jitter` | — | `CACHE_KEY_PREFIX`, `EXPIRATION_JITTER_MAX_SECONDS` | none, 300 s |
@@ -180,6 +182,18 @@ impl Startup {
         let tls_ca = (!writes("store.tls_ca_file"))
             .then(|| self.upstream.as_ref()?.redis_tls.ca_file.clone())
             .flatten();
+        if let Some(up) = &self.upstream {
+            let tls = &up.redis_tls;
+            if !writes("store.tls_client_cert_file") && !writes("store.tls_client_key_file") {
+                if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
+                    config.store.tls_client_cert_file = Some(cert.clone());
+                    config.store.tls_client_key_file = Some(key.clone());
+                }
+            }
+            if !writes("store.tls_skip_hostname_verification") {
+                config.store.tls_skip_hostname_verification = tls.skip_hostname_verification;
+            }
+        }
         let startup = (!writes("store.startup_timeout"))
             .then(|| self.upstream.as_ref().map(|up| up.startup))
             .flatten();

@@ -12,7 +12,7 @@ use crate::config::{ConfigFileError, StoreConfig};
 pub enum StoreUrl {
     /// `memory` (or no URL): the embedded store.
     Memory,
-    /// `redis://…`, `rediss://…` (TLS) or `redis-cluster://…`.
+    /// `redis://…`, `rediss://…` (TLS), `redis[s]-cluster://…` or `redis[s]-sentinel://…`.
     Redis {
         /// The URL to connect with, the password included: never shown (see
         /// [`StoreUrl::shown`]).
@@ -66,16 +66,12 @@ impl StoreUrl {
                 cluster: false,
             });
         }
-        let cluster = match scheme {
-            "redis" | "rediss" => false,
-            "redis-cluster" => true,
-            "rediss-cluster" => {
-                return Err(invalid(
-                    "TLS to a Redis Cluster is not built in; use redis-cluster:// (or rediss:// for one server)",
-                ))
-            }
+        let (cluster, sentinel) = match scheme {
+            "redis" | "rediss" => (false, false),
+            "redis-cluster" | "rediss-cluster" => (true, false),
+            "redis-sentinel" | "rediss-sentinel" => (false, true),
             _ => return Err(invalid(
-                "is not a store: expected `memory`, redis://host:port[/db] or redis-cluster://host:port,host:port",
+                "is not a store: expected `memory`, redis[s]://host:port[/db], redis[s]-cluster://host:port,host:port or redis[s]-sentinel://host:port,host:port/master",
             )),
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -86,21 +82,30 @@ impl StoreUrl {
         if hosts.is_empty() {
             return Err(invalid("names no host"));
         }
-        if cluster {
-            if !path.is_empty() && path != "/" {
+        if sentinel {
+            let master = path.trim_start_matches('/');
+            let master = master.split(['/', '?']).next().unwrap_or_default();
+            if master.is_empty() {
+                return Err(invalid(
+                    "names no master: redis-sentinel://host:port,host:port/master_name[/db]",
+                ));
+            }
+        }
+        if cluster || sentinel {
+            if cluster && !path.is_empty() && path != "/" {
                 return Err(invalid("a Redis Cluster has only database 0: no /db"));
             }
             for node in hosts.split(',') {
                 let port = node.rsplit_once(':').map(|(_, p)| p);
                 if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)) {
                     return Err(invalid(&format!(
-                        "node `{node}` needs a port (host:port, nodes separated by commas)"
+                        "`{node}` needs a port (host:port, separated by commas)"
                     )));
                 }
             }
         } else if hosts.contains(',') {
             return Err(invalid(
-                "redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster",
+                "redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster, redis-sentinel://s1:p1,s2:p2/master behind Sentinel",
             ));
         }
         let Some(name) = &config.password_env else {
@@ -207,11 +212,24 @@ mod tests {
         let u = url("redis-cluster://h1:1,h2:2", Some("REDIS_PW"), &env).unwrap();
         assert_eq!(u.kind(), "redis-cluster");
         assert_eq!(u.shown(), "redis-cluster://:***@h1:1,h2:2");
+        let u = url(
+            "rediss-sentinel://s1:1,s2:2/mymaster/2?sentinel_pass=sent1nel",
+            Some("REDIS_PW"),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            u.shown(),
+            "rediss-sentinel://:***@s1:1,s2:2/mymaster/2?sentinel_pass=***"
+        );
+        assert!(!format!("{u:?}").contains("sent1nel"));
+        let u = url("rediss-cluster://h1:1,h2:2", None, &env).unwrap();
+        assert!(matches!(u, StoreUrl::Redis { cluster: true, .. }));
     }
 
     #[test]
     fn bad_urls_and_settings_name_the_field_and_hide_passwords() {
-        let cases: [(&str, Option<&str>, &str, &str); 8] = [
+        let cases: [(&str, Option<&str>, &str, &str); 9] = [
             (
                 "redis://h:1",
                 Some("MISSING"),
@@ -225,7 +243,18 @@ mod tests {
                 "already",
             ),
             ("mongodb://h:1", None, "store.url", "mongodb://h:1"),
-            ("rediss-cluster://u:hunter2@h:1", None, "store.url", "TLS"),
+            (
+                "redis-sentinel://u:hunter2@h:1",
+                None,
+                "store.url",
+                "names no master",
+            ),
+            (
+                "rediss-sentinel://:hunter2@h:1,h2/m",
+                None,
+                "store.url",
+                "`h2` needs a port",
+            ),
             (
                 "redis-cluster://h1:1,h2",
                 None,

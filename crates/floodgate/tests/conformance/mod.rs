@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses a different part
 //! The conformance cases every Redis test file runs (a single Redis and a Redis Cluster):
 //! random operation sequences give the same decisions from the Lua twins as from the memory
 //! store, for every algorithm and the operations it supports. Test files that use it declare
@@ -16,13 +17,13 @@ use floodgate::algorithm::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::redis::redis_key;
+use floodgate::store::redis::{redis_key, RedisStoreBuilder};
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{LeaseId, ManualClock, Nanos, Op, OpKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use super::redis_common::{check, store_on_clock, START};
+use super::redis_common::{check, store_on_clock, store_on_clock_with, START};
 
 /// An algorithm that runs on Redis, with random small parameters (durations in odd
 /// nanoseconds, so that instants off the microsecond grid are exercised).
@@ -297,8 +298,21 @@ pub fn lua_twins_agree_with_the_memory_store<C>(rt: &tokio::runtime::Runtime, ur
 where
     C: redis::aio::ConnectionLike + Clone + Send + 'static,
 {
+    lua_twins_agree_with_the_memory_store_with(rt, url, &|b| b, raw)
+}
+
+/// [`lua_twins_agree_with_the_memory_store`], the store's builder configured by `configure`
+/// (TLS files, say).
+pub fn lua_twins_agree_with_the_memory_store_with<C>(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    configure: &dyn Fn(RedisStoreBuilder) -> RedisStoreBuilder,
+    raw: C,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + 'static,
+{
     let clock = ManualClock::new(Nanos(START));
-    let redis = store_on_clock(rt, url, &clock);
+    let redis = store_on_clock_with(rt, url, &clock, configure);
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use floodgate::store::redis::RedisStoreBuilder;
 use floodgate::store::RedisStore;
 use floodgate::{ManualClock, Op};
 use floodgate_redis_harness::RedisServer;
@@ -12,8 +13,18 @@ use floodgate_redis_harness::RedisServer;
 /// generous enough for a loaded machine, and every key kept at least an hour, since the manual
 /// clock stands still while real time passes. Built inside `rt`, which runs its connection.
 pub fn store_on_clock(rt: &tokio::runtime::Runtime, url: &str, clock: &ManualClock) -> RedisStore {
+    store_on_clock_with(rt, url, clock, &|b| b)
+}
+
+/// [`store_on_clock`], with `configure` applied to the builder (TLS files, say).
+pub fn store_on_clock_with(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    clock: &ManualClock,
+    configure: &dyn Fn(RedisStoreBuilder) -> RedisStoreBuilder,
+) -> RedisStore {
     let _guard = rt.enter();
-    RedisStore::builder(url)
+    configure(RedisStore::builder(url))
         .clock(clock.clone())
         .timeout(Duration::from_secs(2))
         .min_ttl(Duration::from_secs(3600))

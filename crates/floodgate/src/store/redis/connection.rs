@@ -1,8 +1,8 @@
-//! The store's connection: one Redis (redis-rs's `ConnectionManager`) or a Redis Cluster
-//! (redis-rs's cluster client), behind one enum, so that calls, pipelines, timeouts and the
-//! breaker work the same on both.
+//! The store's connection: one Redis (redis-rs's `ConnectionManager`), one found through
+//! sentinels ([`super::sentinel`]) or a Redis Cluster (redis-rs's cluster client), behind one
+//! enum, so that calls, pipelines, timeouts and the breaker work the same on all.
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -11,10 +11,68 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::redacted;
+use super::sentinel::Sentinel;
 use crate::ConfigError;
 
 /// The URL scheme of a Redis Cluster.
 const CLUSTER_SCHEME: &str = "redis-cluster://";
+/// The URL scheme of a Redis Cluster over TLS.
+const TLS_CLUSTER_SCHEME: &str = "rediss-cluster://";
+/// The URL scheme of a Redis found through sentinels.
+const SENTINEL_SCHEME: &str = "redis-sentinel://";
+/// The same over TLS.
+const TLS_SENTINEL_SCHEME: &str = "rediss-sentinel://";
+
+/// What a TLS connection trusts and presents (from the builder's files, read at build).
+#[derive(Clone, Default)]
+pub(super) struct TlsFiles {
+    /// The CAs (PEM) the server's certificate must chain to, instead of the system's.
+    pub(super) ca: Option<Vec<u8>>,
+    /// A client certificate chain and its key (PEM), presented when the server asks.
+    pub(super) client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Check the server's chain but not the name it is for (envoyproxy/ratelimit's
+    /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`).
+    pub(super) skip_hostname_verification: bool,
+}
+
+impl TlsFiles {
+    /// The certificates redis-rs takes, when any file was given.
+    pub(super) fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.ca.is_none() && self.client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        })
+    }
+
+    /// A client for `url` with these certificates (and the hostname check off when asked).
+    fn client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        let client = match self.certificates() {
+            None => redis::Client::open(url)?,
+            Some(certificates) => redis::Client::build_with_tls(url, certificates)?,
+        };
+        if !self.skip_hostname_verification || !url.starts_with("rediss://") {
+            return Ok(client);
+        }
+        let info = client.get_connection_info().clone();
+        let mut address = info.addr().clone();
+        address.set_danger_accept_invalid_hostnames(true);
+        redis::Client::open(info.set_addr(address))
+    }
+
+    /// The address of a `rediss://` URL, carrying these certificates.
+    pub(super) fn address(&self, url: &str) -> redis::RedisResult<redis::ConnectionAddr> {
+        Ok(self.client(url)?.get_connection_info().addr().clone())
+    }
+}
 
 /// Where the store's calls go.
 pub(super) enum Connection {
@@ -24,6 +82,8 @@ pub(super) enum Connection {
     /// A Redis Cluster: the client routes each command by its key's slot, follows `MOVED` and
     /// `ASK`, and refreshes its slot map after `MOVED`, `READONLY` and lost nodes.
     Cluster(ClusterConnection),
+    /// The master the sentinels name, asked again after a failure.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl std::fmt::Debug for Connection {
@@ -31,6 +91,7 @@ impl std::fmt::Debug for Connection {
         f.write_str(match self {
             Connection::Single(_) => "Connection::Single",
             Connection::Cluster(_) => "Connection::Cluster",
+            Connection::Sentinel(_) => "Connection::Sentinel",
         })
     }
 }
@@ -49,38 +110,33 @@ pub(super) enum Handle {
     Single(u64, ConnectionManager),
     /// The cluster connection.
     Cluster(ClusterConnection),
+    /// The sentinels' master, resolved when the call is sent.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl Connection {
-    /// A connection to `url` (`redis://…`, `rediss://…`, `unix://…` or
-    /// `redis-cluster://[user:password@]host:port,host:port,…`), made by the first call. With
-    /// `tls_ca` (PEM), a `rediss://` server's certificate is checked against those CAs instead
-    /// of the system's.
+    /// A connection to `url` (`redis://…`, `rediss://…`, `unix://…`,
+    /// `redis[s]-cluster://[user:password@]host:port,host:port,…` or
+    /// `redis[s]-sentinel://…/master_name`), made by the first call. `tls` says what a TLS
+    /// connection trusts and presents.
     pub(super) fn new(
         url: &str,
         timeout: Duration,
-        tls_ca: Option<Vec<u8>>,
+        tls: TlsFiles,
     ) -> Result<Connection, ConfigError> {
         if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
-            return cluster(url, rest, timeout);
+            return cluster(url, rest, timeout, None);
+        }
+        if let Some(rest) = url.strip_prefix(TLS_CLUSTER_SCHEME) {
+            return cluster(url, rest, timeout, Some(&tls));
         }
         let bad_url = || {
             ConfigError::invalid(
                 "url",
                 redacted(url),
-                "must be redis://host:port[/db], rediss://host:port[/db] or \
-                 redis-cluster://host:port,host:port,…",
+                "must be redis://host:port[/db], rediss://host:port[/db], \
+                 redis-cluster://host:port,host:port,… or redis-sentinel://host:port,…/master",
             )
-        };
-        let client = match tls_ca {
-            None => redis::Client::open(url).map_err(|_| bad_url())?,
-            Some(pem) => {
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                redis::Client::build_with_tls(url, certificates).map_err(|_| bad_url())?
-            }
         };
         // No response timeout of the client's own: every call is bounded by the store's
         // (`guarded`), and a cached store's sync, which may carry thousands of keys, by its
@@ -91,6 +147,15 @@ impl Connection {
             .set_response_timeout(None)
             .set_number_of_retries(0)
             .set_max_delay(timeout);
+        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+            let sentinel = Sentinel::new(url, rest, None, config)?;
+            return Ok(Connection::Sentinel(Arc::new(sentinel)));
+        }
+        if let Some(rest) = url.strip_prefix(TLS_SENTINEL_SCHEME) {
+            let sentinel = Sentinel::new(url, rest, Some(&tls), config)?;
+            return Ok(Connection::Sentinel(Arc::new(sentinel)));
+        }
+        let client = tls.client(url).map_err(|_| bad_url())?;
         let manager = lazy_manager(&client, &config, url)?;
         Ok(Connection::Single(Box::new(Single {
             client,
@@ -107,6 +172,16 @@ impl Connection {
                 Handle::Single(guard.0, guard.1.clone())
             }
             Connection::Cluster(cluster) => Handle::Cluster(cluster.clone()),
+            Connection::Sentinel(sentinel) => Handle::Sentinel(sentinel.clone()),
+        }
+    }
+
+    /// After a call failed on the link (refused, reset, timed out): a Sentinel's master is
+    /// asked for again before the next call (a failover may have moved it). Nothing for the
+    /// others: their clients reconnect by themselves.
+    pub(super) fn link_failed(&self) {
+        if let Connection::Sentinel(sentinel) = self {
+            sentinel.failed();
         }
     }
 
@@ -121,6 +196,10 @@ impl Connection {
     /// manager, however many calls saw the answer. The cluster client handles `READONLY`
     /// itself (it refreshes its slot map and retries).
     pub(super) fn replace_if_readonly(&self, handle: &Handle) {
+        if let Connection::Sentinel(sentinel) = self {
+            sentinel.failed(); // the sentinels know where the master went
+            return;
+        }
         let (Connection::Single(single), Handle::Single(used, _)) = (self, handle) else {
             return;
         };
@@ -144,8 +223,13 @@ fn lazy_manager(
         .map_err(|_| ConfigError::invalid("url", redacted(url), "could not set up a client"))
 }
 
-/// The cluster connection for `url` = `redis-cluster://` + `rest`.
-fn cluster(url: &str, rest: &str, timeout: Duration) -> Result<Connection, ConfigError> {
+/// The cluster connection for `url` = `redis[s]-cluster://` + `rest`, over TLS with `tls`.
+fn cluster(
+    url: &str,
+    rest: &str,
+    timeout: Duration,
+    tls: Option<&TlsFiles>,
+) -> Result<Connection, ConfigError> {
     let invalid = |reason| ConfigError::invalid("url", redacted(url), reason);
     let (user_info, hosts) = match rest.rsplit_once('@') {
         Some((user_info, hosts)) => (Some(user_info), hosts),
@@ -157,18 +241,28 @@ fn cluster(url: &str, rest: &str, timeout: Duration) -> Result<Connection, Confi
             "must be redis-cluster://[user:password@]host:port,host:port,… (no database)",
         ));
     }
+    let scheme = if tls.is_some() { "rediss" } else { "redis" };
     let nodes: Vec<String> = hosts
         .split(',')
         .map(|host| match user_info {
-            Some(user_info) => format!("redis://{user_info}@{host}"),
-            None => format!("redis://{host}"),
+            Some(user_info) => format!("{scheme}://{user_info}@{host}"),
+            None => format!("{scheme}://{host}"),
         })
         .collect();
     if nodes.iter().any(|n| n.ends_with("//") || n.ends_with('@')) {
         return Err(invalid("has an empty host"));
     }
     let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let client = ClusterClientBuilder::new(nodes)
+    let mut builder = ClusterClientBuilder::new(nodes);
+    if let Some(tls) = tls {
+        builder = builder
+            .tls(redis::TlsMode::Secure)
+            .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+        if let Some(certificates) = tls.certificates() {
+            builder = builder.certs(certificates);
+        }
+    }
+    let client = builder
         .connection_timeout(timeout)
         .response_timeout(timeout)
         // Enough for a redirect, a refresh after READONLY and a retry; the store's timeout
@@ -177,7 +271,7 @@ fn cluster(url: &str, rest: &str, timeout: Duration) -> Result<Connection, Confi
         .min_retry_wait(1)
         .max_retry_wait(millis.clamp(2, 1_000))
         .build()
-        .map_err(|_| invalid("must be redis-cluster://[user:password@]host:port,host:port,…"))?;
+        .map_err(|_| invalid("must be redis[s]-cluster://[user:password@]host:port,host:port,…"))?;
     let config = ClusterConfig::new()
         .set_connection_timeout(timeout)
         .set_response_timeout(timeout);
@@ -191,6 +285,9 @@ impl ConnectionLike for Handle {
         match self {
             Handle::Single(_, manager) => manager.req_packed_command(cmd),
             Handle::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Handle::Sentinel(sentinel) => {
+                Box::pin(async move { sentinel.manager().await?.req_packed_command(cmd).await })
+            }
         }
     }
 
@@ -203,6 +300,13 @@ impl ConnectionLike for Handle {
         match self {
             Handle::Single(_, manager) => manager.req_packed_commands(pipeline, offset, count),
             Handle::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+            Handle::Sentinel(sentinel) => Box::pin(async move {
+                sentinel
+                    .manager()
+                    .await?
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+            }),
         }
     }
 
@@ -210,6 +314,7 @@ impl ConnectionLike for Handle {
         match self {
             Handle::Single(_, manager) => manager.get_db(),
             Handle::Cluster(cluster) => cluster.get_db(),
+            Handle::Sentinel(sentinel) => sentinel.db(),
         }
     }
 }

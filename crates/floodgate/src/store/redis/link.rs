@@ -357,7 +357,11 @@ impl Inner {
                 error: StoreError::Timeout(timeout),
                 link: true,
             }));
-        permit.record(matches!(&result, Err(f) if f.link), clock);
+        let link_failed = matches!(&result, Err(f) if f.link);
+        if link_failed {
+            self.connection.link_failed();
+        }
+        permit.record(link_failed, clock);
         result.map_err(|f| self.reported(f, timeout))
     }
 

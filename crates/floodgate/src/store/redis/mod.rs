@@ -18,7 +18,13 @@
 //!
 //! `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (rustls; the server's
 //! certificate is checked against the system's roots, or the CA file given with
-//! [`RedisStoreBuilder::tls_ca_file`]). A password never appears in errors or `Debug` output
+//! [`RedisStoreBuilder::tls_ca_file`]; a client certificate is presented with
+//! [`RedisStoreBuilder::tls_client_cert`]; [`RedisStoreBuilder::tls_skip_hostname_verification`]
+//! checks the chain but not the name). `redis-sentinel://[user:password@]s1:p1,s2:p2/master[/db]`
+//! (`rediss-sentinel://` for TLS) connects to the master the sentinels name and follows
+//! failovers (see `sentinel.rs`: a call that failed on the link, or was answered `READONLY`,
+//! makes the next one ask the sentinels again); the sentinels' own credentials go in the query,
+//! `?sentinel_user=…&sentinel_pass=…`. A password never appears in errors or `Debug` output
 //! ([`redacted`]).
 //!
 //! # Keys and state
@@ -162,7 +168,8 @@
 //!
 //! A URL `redis-cluster://host1:port1,host2:port2,…` (optionally
 //! `redis-cluster://user:password@host1:port1,…`; the hosts are seeds, from which the whole
-//! topology is learnt) makes the store use redis-rs's cluster client instead. Everything above
+//! topology is learnt; `rediss-cluster://…` for TLS, with the builder's TLS files) makes the
+//! store use redis-rs's cluster client instead. Everything above
 //! holds on a cluster, with these points:
 //!
 //! - **Routing.** Each call goes to the master serving its key's slot. The [hash-tagged
@@ -230,11 +237,12 @@ mod exchange;
 mod keys;
 mod link;
 mod reply;
+mod sentinel;
 use breaker::Breaker;
 pub use breaker::BreakerState;
 pub use call::script_source;
 use call::{lease_rule, nanos, not_on_redis, Call, Scripts, MAX_MICROS};
-use connection::Connection;
+use connection::{Connection, TlsFiles};
 pub use counters::CounterIncrement;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
@@ -249,6 +257,8 @@ pub struct RedisStoreBuilder {
     breaker_threshold: u32,
     breaker_cool_down: Duration,
     tls_ca_file: Option<std::path::PathBuf>,
+    tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    tls_skip_hostname_verification: bool,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -261,6 +271,11 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("breaker_threshold", &self.breaker_threshold)
             .field("breaker_cool_down", &self.breaker_cool_down)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client", &self.tls_client)
+            .field(
+                "tls_skip_hostname_verification",
+                &self.tls_skip_hostname_verification,
+            )
             .finish()
     }
 }
@@ -413,6 +428,27 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// For TLS URLs: present this client certificate chain and its key (PEM files) when the
+    /// server asks for one (Redis's `tls-auth-clients`). Read by [`RedisStoreBuilder::build`];
+    /// an unreadable file is a [`ConfigError`] for field `tls_client_cert_file` or
+    /// `tls_client_key_file`.
+    pub fn tls_client_cert(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_client = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// For TLS URLs: check that the server's certificate chains to a trusted CA, but not that
+    /// it names the host connected to (default false). For servers reached by an address their
+    /// certificate does not name, such as the masters a Sentinel announces by IP.
+    pub fn tls_skip_hostname_verification(mut self, skip: bool) -> Self {
+        self.tls_skip_hostname_verification = skip;
+        self
+    }
+
     /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
     /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
     /// may run slower than Redis's own.
@@ -429,13 +465,25 @@ impl RedisStoreBuilder {
     /// (`redis-cluster://[user:password@]host:port,host:port,…`, see the [module
     /// documentation](self#redis-cluster)) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
-        let tls_ca = match &self.tls_ca_file {
-            None => None,
-            Some(path) => Some(std::fs::read(path).map_err(|_| {
-                ConfigError::invalid("tls_ca_file", path.display(), "must be a readable file")
-            })?),
+        let read = |field: &'static str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|_| ConfigError::invalid(field, path.display(), "must be a readable file"))
         };
-        let connection = Connection::new(&self.url, self.timeout, tls_ca)?;
+        let tls = TlsFiles {
+            ca: match &self.tls_ca_file {
+                None => None,
+                Some(path) => Some(read("tls_ca_file", path)?),
+            },
+            client: match &self.tls_client {
+                None => None,
+                Some((cert, key)) => Some((
+                    read("tls_client_cert_file", cert)?,
+                    read("tls_client_key_file", key)?,
+                )),
+            },
+            skip_hostname_verification: self.tls_skip_hostname_verification,
+        };
+        let connection = Connection::new(&self.url, self.timeout, tls)?;
         let breaker_clock: Arc<dyn Clock> = match &self.clock {
             Some(ExplicitClock(clock)) => clock.clone(),
             None => Arc::new(SystemClock::new()),
@@ -491,6 +539,8 @@ impl RedisStore {
             breaker_threshold: 3,
             breaker_cool_down: Duration::from_secs(1),
             tls_ca_file: None,
+            tls_client: None,
+            tls_skip_hostname_verification: false,
         }
     }
 
