@@ -163,24 +163,20 @@ fn the_simulate_sample_is_what_it_prints_today() {
 /// saying what the code does with it.
 #[test]
 fn every_upstream_variable_has_its_row() {
-    use floodgate_server::environment::upstream::{Support, NOT_YET_APPLIED, VARIABLES};
+    use floodgate_server::environment::upstream::{Support, VARIABLES};
     let readme = read("README.md");
     for variable in VARIABLES {
         let start = format!("| `{}` |", variable.name);
         let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with(&start)).collect();
         assert_eq!(rows.len(), 1, "one README row for {}", variable.name);
         let status = rows[0].rsplit('|').nth(1).unwrap_or_default().trim();
-        let expected = if NOT_YET_APPLIED.contains(&variable.name) {
-            "**not yet**"
-        } else {
-            match variable.support {
-                Support::Honoured => "supported",
-                Support::Differs => "**differs**",
-                Support::Unsupported => "**not supported**",
-            }
+        let expected = match variable.support {
+            Support::Honoured => "supported",
+            Support::Differs => "**differs**",
+            Support::Unsupported => "**not supported**",
         };
         assert!(status.starts_with(expected), "{}: {status}", variable.name);
-        if variable.support != Support::Honoured && !NOT_YET_APPLIED.contains(&variable.name) {
+        if variable.support != Support::Honoured {
             assert!(
                 status.contains(variable.note),
                 "{}: {status}",

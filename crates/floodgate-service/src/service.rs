@@ -161,6 +161,8 @@ pub struct Server {
     /// A sample of the Envoy calls' times for statsd's timer, when statsd is on.
     response_times: Option<crate::statsd::ResponseTimes>,
     statsd_pushes: crate::statsd::PushCounts,
+    /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
+    tls: ListenersTls,
     /// No configuration has loaded yet (started without one: envoyproxy/ratelimit's
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); the first reload that succeeds clears it.
     config_missing: AtomicBool,
@@ -210,6 +212,7 @@ impl Server {
                 .as_ref()
                 .map(|_| crate::statsd::ResponseTimes::default()),
             statsd_pushes: crate::statsd::PushCounts::default(),
+            tls: ListenersTls::default(),
             clock: SystemClock::new(),
         })
     }
@@ -317,6 +320,17 @@ impl Server {
     /// Whether the process started without a configuration (its first load failed).
     pub fn started_without_config(&self) -> bool {
         self.started_without_config.load(Ordering::Relaxed)
+    }
+
+    /// Serves the listeners with `tls`.
+    pub fn with_tls(mut self, tls: ListenersTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// TLS on the listeners.
+    pub fn tls(&self) -> &ListenersTls {
+        &self.tls
     }
 
     /// The statsd pushes' counts.
@@ -671,6 +685,16 @@ impl Server {
         if self.response_times.is_some() {
             self.statsd_pushes.render(&mut text);
         }
+        let terminators: Vec<_> = [&self.tls.grpc, &self.tls.http]
+            .into_iter()
+            .flatten()
+            .collect();
+        if !terminators.is_empty() {
+            text.push_str("# HELP floodgate_tls_reloads_total Reloads of a listener's TLS files after they changed, by result.\n# TYPE floodgate_tls_reloads_total counter\n# HELP floodgate_tls_handshake_failures_total TLS handshakes that failed or did not finish in time.\n# TYPE floodgate_tls_handshake_failures_total counter\n");
+            for terminator in terminators {
+                terminator.render(&mut text);
+            }
+        }
         text.push_str(&format!(
             "# HELP floodgate_calls_in_flight Decisions being answered now (at most connections.max_in_flight).\n\
              # TYPE floodgate_calls_in_flight gauge\nfloodgate_calls_in_flight {}\n\
@@ -787,7 +811,20 @@ fn plan_list(snapshot: &Snapshot) -> String {
     }
 }
 
+/// TLS on the gRPC and HTTP listeners, where it is on.
+#[derive(Clone, Debug, Default)]
+pub struct ListenersTls {
+    /// The gRPC listener's.
+    pub grpc: Option<Arc<crate::connections::tls::TlsTerminator>>,
+    /// The HTTP listener's.
+    pub http: Option<Arc<crate::connections::tls::TlsTerminator>>,
+}
+
 impl crate::grpc::RlsBackend for Server {
+    fn tls(&self) -> Option<Arc<crate::connections::tls::TlsTerminator>> {
+        self.tls.grpc.clone()
+    }
+
     async fn should_rate_limit(&self, request: RlsRequest) -> Result<RlsResponse, Undecided> {
         Server::should_rate_limit(self, &request, Endpoint::Grpc).await
     }

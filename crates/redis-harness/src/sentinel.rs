@@ -62,7 +62,10 @@ impl RedisSentinels {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         // Replication writes its snapshots into the working directory: keep them in ours.
-        let data = dir.to_str().expect("a UTF-8 temporary directory").to_string();
+        let data = dir
+            .to_str()
+            .expect("a UTF-8 temporary directory")
+            .to_string();
         let auth = |extra: &mut Vec<String>| {
             extra.extend(["--dir".to_string(), data.clone()]);
             if let Some(password) = &options.password {

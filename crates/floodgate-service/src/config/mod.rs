@@ -87,6 +87,7 @@ pub mod runtime_dir;
 pub mod source;
 pub mod stats;
 mod store;
+pub mod tls;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -118,6 +119,7 @@ pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
 pub use self::stats::{PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol};
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
+pub use self::tls::{ListenerTls, TlsConfig};
 pub use self::validate::ConfigFileError;
 pub use crate::rls::headers::ResponseHeaderNames;
 
@@ -196,6 +198,9 @@ pub struct Config {
     /// The Envoy rules' statistics (read once at start-up; see [`stats`]).
     #[serde(default)]
     pub stats: StatsConfig,
+    /// TLS on the listeners (read once at start-up; the files are followed; see [`tls`]).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The request rate limiter's plans: name → algorithm.
     #[serde(default)]
     pub plans: BTreeMap<String, AlgorithmSpec>,
@@ -419,6 +424,7 @@ impl Config {
             store: StoreConfig::default(),
             connections: ConnectionLimits::default(),
             stats: StatsConfig::default(),
+            tls: TlsConfig::default(),
             plans,
             default_plan: Some("free".to_string()),
             endpoint_costs: BTreeMap::new(),

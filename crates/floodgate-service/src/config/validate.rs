@@ -152,6 +152,7 @@ impl Config {
     pub fn validate(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
         self.connections.validate()?;
         self.stats.validate()?;
+        self.tls.validate()?;
         let listeners = [
             ("http", self.http),
             ("grpc", self.grpc),

@@ -38,6 +38,7 @@ use tokio::sync::Semaphore;
 use tokio_stream::{Stream, StreamExt};
 
 mod stream;
+pub mod tls;
 pub use self::stream::{Conn, Watched, PREFACE};
 
 /// The count of open connections against `max_connections`, shared by both APIs.
@@ -82,6 +83,9 @@ pub struct Admission {
     pub first_bytes: Duration,
     /// How old a connection may grow before it is asked to go away, if at all.
     pub max_age: Option<MaxAge>,
+    /// TLS on the listener: each connection's handshake, on its own task within
+    /// `first_bytes`, before it is served.
+    pub tls: Option<Arc<tls::TlsTerminator>>,
 }
 
 /// envoyproxy/ratelimit's `GRPC_MAX_CONNECTION_AGE` and `…_GRACE`: a connection older than
@@ -192,7 +196,7 @@ pub(crate) async fn serve_each<S, T, F, C>(
     connections: S,
     shutdown: F,
     admission: Admission,
-    mut serve_one: impl FnMut(Watched) -> C,
+    serve_one: impl Fn(Watched) -> C + Clone + Send + 'static,
 ) where
     S: Stream<Item = std::io::Result<T>>,
     T: Into<Conn>,
@@ -231,8 +235,9 @@ pub(crate) async fn serve_each<S, T, F, C>(
             },
             None => None,
         };
-        let seen = Arc::new(AtomicUsize::new(0));
-        let connection = serve_one(Watched::new(stream.into(), seen.clone()));
+        let conn: Conn = stream.into();
+        let serve_one = serve_one.clone();
+        let tls = admission.tls.clone();
         let first_bytes = admission.first_bytes;
         let max_age = admission.max_age;
         let (running, mut stopping) = (running.clone(), stopping.clone());
@@ -240,6 +245,24 @@ pub(crate) async fn serve_each<S, T, F, C>(
             // The place goes back when this task ends, even by unwinding; so does `running`.
             let _place = place;
             let _running = running;
+            let conn = match tls {
+                None => conn,
+                // The handshake within the time a client has for its first bytes.
+                Some(tls) => match tokio::time::timeout(first_bytes, tls.accept(conn)).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        tracing::debug!(api, error = %e, "connection closed: TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tls.handshake_failed();
+                        tracing::debug!(api, "connection closed: no TLS handshake in time");
+                        return;
+                    }
+                },
+            };
+            let seen = Arc::new(AtomicUsize::new(0));
+            let connection = serve_one(Watched::new(conn, seen.clone()));
             tokio::pin!(connection);
             let started = tokio::time::Instant::now();
             let old = async {

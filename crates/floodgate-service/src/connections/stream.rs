@@ -1,4 +1,5 @@
-//! The byte streams connections are served over: TCP or a unix socket ([`Conn`]), watched for
+//! The byte streams connections are served over: TCP, a unix socket or TLS over them
+//! ([`Conn`]), watched for
 //! their first bytes ([`Watched`]).
 
 use std::io::IoSlice;
@@ -16,6 +17,8 @@ pub enum Conn {
     Tcp(tokio::net::TcpStream),
     /// A unix socket connection (the gRPC API on envoyproxy/ratelimit's `GRPC_UDS`).
     Unix(tokio::net::UnixStream),
+    /// A TLS session over one of the others ([`super::tls`]).
+    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
 }
 
 impl From<tokio::net::TcpStream> for Conn {
@@ -29,6 +32,7 @@ macro_rules! each {
         match $conn {
             Conn::Tcp($s) => $e,
             Conn::Unix($s) => $e,
+            Conn::Tls($s) => $e,
         }
     };
 }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::variables::GENERIC;
-pub use super::variables::{Support, Variable, NOT_YET_APPLIED, VARIABLES};
+pub use super::variables::{Support, Variable, VARIABLES};
 use super::{EnvError, Environment};
 
 /// The name upstream's image runs its binary under (`/bin/ratelimit`).
@@ -469,12 +469,6 @@ impl Upstream {
         let unsupported = env
             .names()
             .filter_map(|name| {
-                if NOT_YET_APPLIED.contains(&name) {
-                    return Some((
-                        name.to_string(),
-                        "this build reads it but does not apply it yet",
-                    ));
-                }
                 let v = variable(name)?;
                 (v.support == Support::Unsupported).then(|| (name.to_string(), v.note))
             })
@@ -641,14 +635,9 @@ mod tests {
         assert_eq!(up.behaviour.cache_key_prefix, "prefix:");
         assert_eq!(up.listeners.grpc, "0.0.0.0:18081");
         assert_eq!(up.stats.extra_tags.len(), 2);
-        let unsupported: Vec<_> = up
-            .unsupported
-            .iter()
-            .filter(|(name, _)| !NOT_YET_APPLIED.contains(&name.as_str()))
-            .collect();
         assert_eq!(
-            unsupported,
-            [&(
+            up.unsupported,
+            [(
                 "MEMCACHE_HOST_PORT".to_string(),
                 "the memcache backend is not built"
             )]

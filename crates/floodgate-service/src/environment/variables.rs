@@ -47,16 +47,6 @@ const fn unsupported(name: &'static str, note: &'static str) -> Variable {
     }
 }
 
-/// Variables this build reads and checks but does not apply yet: named in a warning at
-/// start-up when set, as the unsupported ones are.
-pub const NOT_YET_APPLIED: &[&str] = &[
-    "GRPC_SERVER_USE_TLS",
-    "GRPC_SERVER_TLS_CERT",
-    "GRPC_SERVER_TLS_KEY",
-    "GRPC_CLIENT_TLS_CACERT",
-    "GRPC_CLIENT_TLS_SAN",
-];
-
 /// The variables that only count as upstream's settings being present along with another.
 pub(super) const GENERIC: [&str; 4] = ["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
 

@@ -73,8 +73,9 @@ where
         gate,
         first_bytes: limits.header_read_timeout.0,
         max_age: limits.grpc_max_age(),
+        tls: backend.tls(),
     };
-    crate::connections::serve_each("grpc", connections, shutdown, admission, |stream| {
+    crate::connections::serve_each("grpc", connections, shutdown, admission, move |stream| {
         let calls = Calls {
             backend: backend.clone(),
         };

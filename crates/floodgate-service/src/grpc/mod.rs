@@ -183,6 +183,11 @@ pub trait RlsBackend: Send + Sync + 'static {
         (crate::config::ConnectionLimits::default(), None)
     }
 
+    /// TLS on the gRPC listener, if any (none by default).
+    fn tls(&self) -> Option<std::sync::Arc<crate::connections::tls::TlsTerminator>> {
+        None
+    }
+
     /// Counts a call in once its message is read, or sheds it (answered `UNAVAILABLE` at once);
     /// `Ok(None)` when the backend does not count calls (the default).
     fn enter_call(

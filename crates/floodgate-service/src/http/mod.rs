@@ -98,6 +98,12 @@ async fn serve_router<S, T, F>(
         gate: Some(server.gate().clone()),
         first_bytes: limits.header_read_timeout.0,
         max_age: None,
+        // TLS is the API's; the debug and Prometheus listeners stay plain, as upstream's.
+        tls: if name == "http" {
+            server.tls().http.clone()
+        } else {
+            None
+        },
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -111,7 +117,7 @@ async fn serve_router<S, T, F>(
         .max_concurrent_streams(limits.max_streams)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    serve_each(name, connections, shutdown, admission, |stream| {
+    serve_each(name, connections, shutdown, admission, move |stream| {
         let service = TowerToHyperService::new(router.clone());
         builder
             .serve_connection(TokioIo::new(stream), service)

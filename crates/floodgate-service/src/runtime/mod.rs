@@ -42,6 +42,7 @@ pub use self::acceptor::{run, GrpcListener, Listeners};
 pub use self::settings::{Addresses, GrpcAddress, Logging, SettingsError, Startup};
 
 use crate::config::{Config, ConfigFileError};
+use crate::connections::tls::TlsTerminator;
 use crate::environment::Environment;
 use crate::service::Server;
 
@@ -238,6 +239,9 @@ pub enum ServeError {
         /// Its length.
         bytes: usize,
     },
+    /// A listener's TLS files cannot be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::connections::tls::TlsError),
     /// The acceptor's runtime could not be started.
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -289,6 +293,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     };
     startup.apply_store(&args, &mut config);
     startup.apply_stats(&mut config);
+    startup.apply_tls(&mut config);
     let addresses = startup.addresses(&args, &config)?;
     let admin_token = startup
         .env()
@@ -321,6 +326,20 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     let start_without = config.store.start_without;
     let statsd = config.stats.statsd.clone();
     let metrics_path = config.stats.prometheus.as_ref().map(|p| p.path.clone());
+    let tls = crate::service::ListenersTls {
+        grpc: match &config.tls.grpc {
+            Some(files) => Some(Arc::new(TlsTerminator::load("grpc", files, &[b"h2"])?)),
+            None => None,
+        },
+        http: match &config.tls.http {
+            Some(files) => Some(Arc::new(TlsTerminator::load(
+                "http",
+                files,
+                &[b"h2", b"http/1.1"],
+            )?)),
+            None => None,
+        },
+    };
     let server = {
         let _context = store_runtime.enter();
         Server::new(config, startup.source.clone(), admin_token)?
@@ -348,6 +367,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         );
     }
     let mut server = server
+        .with_tls(tls.clone())
         .with_overrides(startup.overrides.clone())
         .with_heavy_keys(args.heavy_keys);
     // Services behind one load balancer sign lease tokens alike, so that any of them accepts
@@ -371,6 +391,9 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     store_runtime.spawn(watch_store(server.clone()));
     if let Some(statsd) = statsd {
         store_runtime.spawn(crate::statsd::push(server.clone(), statsd));
+    }
+    for terminator in [tls.grpc, tls.http].into_iter().flatten() {
+        store_runtime.spawn(watch::follow_tls(terminator));
     }
     if startup.watch {
         store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));

@@ -36,6 +36,8 @@
 //! | `near_limit` statistic | — | `stats.near_limit_ratio` | — | `NEAR_LIMIT_RATIO` | 0.8 |
 //! | statsd | — | `stats.statsd` | — | `USE_STATSD`, `DISABLE_STATS`, `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS` | off (on, TCP to `localhost:8125`) |
 //! | Prometheus listener | — | `stats.prometheus` | — | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | off |
+//! | TLS on the gRPC listener | — | `tls.grpc` | — | `GRPC_SERVER_USE_TLS`, `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY`, `GRPC_CLIENT_TLS_CACERT`, `GRPC_CLIENT_TLS_SAN` | off |
+//! | TLS on the HTTP listener | — | `tls.http` | — | — | off |
 //! | gRPC connection age | — | `connections.grpc_max_age`, `…_grace` | — | `GRPC_MAX_CONNECTION_AGE`, `…_GRACE` | none (24 h, 1 h) |
 //! | log level | — | — | `RUST_LOG` | `LOG_LEVEL` | `info` (`warn`) |
 //! | log format | — | — | — | `LOG_FORMAT` | text |
@@ -281,6 +283,22 @@ impl Startup {
                         address: address.clone(),
                         path: path.clone(),
                     });
+        }
+    }
+
+    /// Fills `tls.grpc` from upstream's `GRPC_SERVER_USE_TLS` and the rest, when the
+    /// configuration does not write it.
+    pub fn apply_tls(&self, config: &mut Config) {
+        let Some(grpc) = self.upstream.as_ref().and_then(|up| up.grpc_tls.as_ref()) else {
+            return;
+        };
+        if !config.origin.writes("tls.grpc") {
+            config.tls.grpc = Some(crate::config::ListenerTls {
+                cert_file: grpc.cert.clone(),
+                key_file: grpc.key.clone(),
+                client_ca_file: grpc.client_ca.clone(),
+                client_san: grpc.client_san.clone(),
+            });
         }
     }
 

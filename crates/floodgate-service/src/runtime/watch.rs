@@ -45,14 +45,67 @@ const REARM: Duration = Duration::from_secs(5);
 /// Reloads `server`'s configuration whenever the files of `source` change (see the [module
 /// documentation](self)). Runs for as long as the process serves.
 pub async fn follow(server: Arc<Server>, source: ConfigSource) {
+    let label = source.to_string();
+    follow_files(
+        &label,
+        || watched(&source),
+        || fingerprint(&source),
+        || {
+            // A failure has been logged and counted by `reload`; the running configuration
+            // stays.
+            if server.reload().is_ok() {
+                tracing::info!(source = %source, "configuration reloaded: its files changed");
+            }
+        },
+    )
+    .await;
+}
+
+/// Reloads a listener's TLS files whenever they change (the same watching and debouncing as
+/// the configuration's; a Kubernetes secret's `..data` swap is seen in the directory holding
+/// the files). A new certificate that does not load keeps the running one, logged and
+/// counted. Runs for as long as the process serves.
+pub async fn follow_tls(tls: Arc<crate::connections::tls::TlsTerminator>) {
+    let label = format!("the {} listener's TLS files", tls.listener());
+    let files = tls.files();
+    follow_files(
+        &label,
+        || {
+            let mut paths: Vec<(PathBuf, RecursiveMode)> = Vec::new();
+            for file in &files {
+                for dir in watched_dirs(file) {
+                    if !paths.iter().any(|(p, _)| *p == dir) {
+                        paths.push((dir, RecursiveMode::NonRecursive));
+                    }
+                }
+            }
+            paths
+        },
+        || Some(hash_files(&files)),
+        || match tls.reload() {
+            Ok(()) => tracing::info!(listener = tls.listener(), "TLS certificate reloaded: its files changed"),
+            Err(error) => tracing::error!(listener = tls.listener(), %error, "the changed TLS files do not load; the running certificate stays"),
+        },
+    )
+    .await;
+}
+
+/// Watches the paths `watched` names, and calls `reload` after each debounced change that
+/// changes `fingerprint`; `what` names them in logs.
+async fn follow_files(
+    what: &str,
+    watched: impl Fn() -> Vec<(PathBuf, RecursiveMode)>,
+    fingerprint: impl Fn() -> Option<u64>,
+    mut reload: impl FnMut(),
+) {
     let (changed, mut changes) = mpsc::channel::<()>(1);
-    let mut seen = fingerprint(&source);
+    let mut seen = fingerprint();
     let mut watcher = None;
     loop {
-        match arm(&source, changed.clone()) {
+        match arm(&watched(), changed.clone()) {
             Ok(new) => watcher = Some(new),
             Err(error) => {
-                tracing::warn!(%error, source = %source, "cannot watch the configuration's files; trying again in 5 s");
+                tracing::warn!(%error, what, "cannot watch the files; trying again in 5 s");
                 tokio::time::sleep(REARM).await;
             }
         }
@@ -70,27 +123,24 @@ pub async fn follow(server: Arc<Server>, source: ConfigSource) {
                 Err(_) => break,
             }
         }
-        let now = fingerprint(&source);
+        let now = fingerprint();
         if now == seen {
-            tracing::debug!(source = %source, "the configuration's files changed nothing");
+            tracing::debug!(what, "the files changed nothing");
             continue;
         }
         seen = now;
         // Watches first (the next change is seen even while reloading), then the reload.
-        if let Ok(new) = arm(&source, changed.clone()) {
+        if let Ok(new) = arm(&watched(), changed.clone()) {
             watcher = Some(new);
         }
-        // A failure has been logged and counted by `reload`; the running configuration stays.
-        if server.reload().is_ok() {
-            tracing::info!(source = %source, "configuration reloaded: its files changed");
-        }
+        reload();
     }
 }
 
-/// A watcher on what `source` reads, sending `()` on `changed` for each event that may change
-/// it.
+/// A watcher on `paths`, sending `()` on `changed` for each event that may change what they
+/// hold.
 fn arm(
-    source: &ConfigSource,
+    paths: &[(PathBuf, RecursiveMode)],
     changed: mpsc::Sender<()>,
 ) -> notify::Result<notify::RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -111,10 +161,24 @@ fn arm(
             let _ = changed.try_send(());
         }
     })?;
-    for (path, mode) in watched(source) {
-        watcher.watch(&path, mode)?;
+    for (path, mode) in paths {
+        watcher.watch(path, *mode)?;
     }
     Ok(watcher)
+}
+
+/// The directories to watch for a file: the one holding it, and, when it is a link to a file
+/// elsewhere, that file's too.
+fn watched_dirs(path: &Path) -> Vec<PathBuf> {
+    let parent = parent_of(path);
+    let mut dirs = vec![parent.clone()];
+    if let Ok(real) = path.canonicalize() {
+        let real_parent = parent_of(&real);
+        if real_parent != parent {
+            dirs.push(real_parent);
+        }
+    }
+    dirs
 }
 
 /// The paths to watch for `source`.
@@ -122,18 +186,10 @@ fn watched(source: &ConfigSource) -> Vec<(PathBuf, RecursiveMode)> {
     match source {
         ConfigSource::Builtin => Vec::new(),
         ConfigSource::Path(path) if path.is_dir() => vec![(path.clone(), RecursiveMode::Recursive)],
-        ConfigSource::Path(path) => {
-            let parent = parent_of(path);
-            let mut paths = vec![(parent.clone(), RecursiveMode::NonRecursive)];
-            // A link to a file elsewhere: its directory too.
-            if let Ok(real) = path.canonicalize() {
-                let real_parent = parent_of(&real);
-                if real_parent != parent {
-                    paths.push((real_parent, RecursiveMode::NonRecursive));
-                }
-            }
-            paths
-        }
+        ConfigSource::Path(path) => watched_dirs(path)
+            .into_iter()
+            .map(|dir| (dir, RecursiveMode::NonRecursive))
+            .collect(),
         ConfigSource::Runtime(dir) => runtime_watches(dir),
     }
 }
@@ -168,10 +224,15 @@ fn fingerprint(source: &ConfigSource) -> Option<u64> {
         ConfigSource::Path(path) => vec![path.clone()],
         ConfigSource::Runtime(dir) => dir.files().ok()?,
     };
+    Some(hash_files(&files))
+}
+
+/// A hash of `files`' names and contents (a file that cannot be read counts as empty).
+fn hash_files(files: &[PathBuf]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     for file in files {
         file.hash(&mut hasher);
-        std::fs::read(&file).ok().hash(&mut hasher);
+        std::fs::read(file).ok().hash(&mut hasher);
     }
-    Some(hasher.finish())
+    hasher.finish()
 }
