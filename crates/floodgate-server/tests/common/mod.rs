@@ -3,3 +3,4 @@ pub mod browser;
 pub mod cli;
 pub mod rules;
 pub mod serve;
+pub mod tls;
