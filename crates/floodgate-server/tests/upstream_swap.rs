@@ -133,17 +133,23 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
         ("ratelimit_server.ShouldRateLimit.total_requests", 4),
     ];
     let mut counters: HashMap<String, u64> = HashMap::new();
+    let mut timed = 0;
     let mut buffer = vec![0u8; 65_536];
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !want
-        .iter()
-        .all(|(name, n)| counters.get(*name).copied().unwrap_or(0) >= *n)
+    while timed < 4
+        || !want
+            .iter()
+            .all(|(name, n)| counters.get(*name).copied().unwrap_or(0) >= *n)
     {
         let n = tokio::time::timeout_at(deadline, statsd.recv(&mut buffer))
             .await
             .unwrap_or_else(|_| panic!("statsd did not get everything: {counters:#?}"))
             .unwrap();
         for line in std::str::from_utf8(&buffer[..n]).unwrap().lines() {
+            if line.starts_with("ratelimit_server.ShouldRateLimit.response_time:") {
+                assert!(line.ends_with("|ms"), "{line}");
+                timed += 1;
+            }
             if let Some((name, count)) = line.strip_suffix("|c").and_then(|l| l.rsplit_once(':')) {
                 *counters.entry(name.to_string()).or_default() += count.parse::<u64>().unwrap();
             }
@@ -152,4 +158,5 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
     for (name, n) in want {
         assert_eq!(counters.get(name), Some(&n), "{name}");
     }
+    assert_eq!(timed, 4, "one response time per gRPC call");
 }

@@ -68,7 +68,7 @@ const OUTCOMES: [(Outcome, &str); 6] = [
 /// The Envoy calls' counts, as [`Metrics::rls_totals`] reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RlsTotals {
-    /// `ShouldRateLimit` calls, on gRPC and `/json`.
+    /// `ShouldRateLimit` calls on gRPC.
     pub calls: u64,
     /// Those whose store failed (however they were answered).
     pub store_errors: u64,
@@ -199,7 +199,7 @@ impl Metrics {
             Outcome::Unavailable,
         ];
         RlsTotals {
-            calls: count(Endpoint::Grpc, &all) + count(Endpoint::Json, &all),
+            calls: count(Endpoint::Grpc, &all),
             store_errors: count(Endpoint::Grpc, &store) + count(Endpoint::Json, &store),
             invalid: count(Endpoint::Grpc, &[Outcome::Invalid])
                 + count(Endpoint::Json, &[Outcome::Invalid]),

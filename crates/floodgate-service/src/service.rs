@@ -158,7 +158,8 @@ pub struct Server {
     /// The Envoy rules' per-descriptor statistics, kept across reloads (the `stats` the
     /// process started with).
     descriptor_stats: Arc<crate::descriptors::stats::DescriptorStats>,
-    /// A sample of the Envoy calls' times for statsd's timer, when statsd is on.
+    /// A sample of the gRPC `ShouldRateLimit` calls' times for statsd's timer, when statsd is
+    /// on.
     response_times: Option<crate::statsd::ResponseTimes>,
     statsd_pushes: crate::statsd::PushCounts,
     /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
@@ -566,7 +567,11 @@ impl Server {
             .await;
         let took = self.clock.now().saturating_since(started);
         self.metrics.store_latency(took);
-        if let Some(times) = &self.response_times {
+        if let Some(times) = self
+            .response_times
+            .as_ref()
+            .filter(|_| endpoint == Endpoint::Grpc)
+        {
             times.record(took);
         }
         match result {

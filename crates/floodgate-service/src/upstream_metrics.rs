@@ -18,7 +18,7 @@
 //! `<stat>` is one of `total_hits`, `over_limit`, `near_limit`, `within_limit`, `shadow_mode`.
 //! Series with the same name and labels (keys sharing their first parts) are added together.
 //! The response-time histogram has Floodgate's bucket bounds (10 µs to 1 s), not
-//! statsd_exporter's.
+//! statsd_exporter's, and times the `/json` calls too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
