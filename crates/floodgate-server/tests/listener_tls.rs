@@ -9,8 +9,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::serve::{bare_command, config_file, serve, start, TempDir};
+use common::serve::{config_file, serve, TempDir};
 use common::tls::{grpc_allowed, grpc_client, https_get, presented};
+use common::upstream::{eventually, loopback_env, runtime_dir, serve_with, set};
 use floodgate_redis_harness::{RedisServer, TestCa};
 
 const DOMAIN: &str = "domains:\n  - domain: rl\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 3}\n";
@@ -90,21 +91,6 @@ fn replace(from: &Path, to: &Path) {
     std::fs::rename(&temporary, to).unwrap();
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within 20 s: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_renewed_certificate_is_served_without_a_restart() {
     let ca = TestCa::new();
@@ -172,37 +158,18 @@ async fn upstream_variables_put_mutual_tls_on_grpc() {
     let ca = TestCa::new();
     let server = ca.issue("server", "IP:127.0.0.1,DNS:localhost");
     let envoy = ca.issue("envoy", "DNS:envoy.internal");
-    let root = std::env::temp_dir().join(format!("floodgate-tls-upstream-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(root.join("ratelimit/config")).unwrap();
-    std::fs::write(
-        root.join("ratelimit/config/rl.yaml"),
-        "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
-    )
-    .unwrap();
-    let _root = TempDir(root.clone());
-    let env: Vec<(&str, String)> = vec![
-        ("USE_STATSD", "false".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-        ("RUNTIME_ROOT", root.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-        ("GRPC_SERVER_USE_TLS", "true".into()),
+    let root = runtime_dir("tls-upstream", 3);
+    let mut env = loopback_env(&root.0, &format!("127.0.0.1:{}", redis.port()));
+    for (name, value) in [
+        ("GRPC_SERVER_USE_TLS", "true".to_string()),
         ("GRPC_SERVER_TLS_CERT", server.cert.display().to_string()),
         ("GRPC_SERVER_TLS_KEY", server.key.display().to_string()),
         ("GRPC_CLIENT_TLS_CACERT", ca.ca_file().display().to_string()),
-        ("GRPC_CLIENT_TLS_SAN", "envoy.internal".into()),
-    ];
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut command = bare_command(Path::new(env!("CARGO_BIN_EXE_floodgate")), &pairs);
-    command.arg("serve");
-    let node = start(command);
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal".to_string()),
+    ] {
+        set(&mut env, name, value);
+    }
+    let node = serve_with(&env);
     let mut client = grpc_client(&node.grpc, &ca.ca_file(), Some(&envoy))
         .await
         .expect("a TLS channel");

@@ -5,15 +5,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
-use common::serve::{bare_command, config_file, serve, start, TempDir};
+use common::serve::{config_file, serve};
+use common::upstream::{loopback_env, runtime_dir, serve_with, set};
 use floodgate_redis_harness::RedisServer;
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
-
-const DOMAIN: &str = "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 4\n";
 
 /// Sums the counters of statsd `lines` by name; timers are counted by name too.
 fn add_lines(text: &str, counters: &mut HashMap<String, u64>, timers: &mut HashMap<String, u64>) {
@@ -109,35 +107,20 @@ async fn upstream_variables_push_upstream_names_to_statsd_over_udp() {
     let redis = RedisServer::start();
     let statsd = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let port = statsd.local_addr().unwrap().port();
-    let root = std::env::temp_dir().join(format!("floodgate-statsd-udp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let config = root.join("ratelimit/config");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(config.join("rl.yaml"), DOMAIN).unwrap();
-    let _root = TempDir(root.clone());
-    let env: Vec<(&str, String)> = vec![
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-        ("RUNTIME_ROOT", root.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("USE_STATSD", "true".into()),
-        ("STATSD_HOST", "127.0.0.1".into()),
+    let root = runtime_dir("statsd-udp", 4);
+    let mut env = loopback_env(&root.0, &format!("127.0.0.1:{}", redis.port()));
+    for (name, value) in [
+        ("USE_STATSD", "true".to_string()),
+        ("STATSD_HOST", "127.0.0.1".to_string()),
         ("STATSD_PORT", port.to_string()),
-        ("STATSD_PROTOCOL", "udp".into()),
-        ("STATS_FLUSH_INTERVAL", "100ms".into()),
-        ("EXTRA_TAGS", "zone:eu.west,app:edge".into()),
-        ("NEAR_LIMIT_RATIO", "0.5".into()),
-    ];
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut command = bare_command(Path::new(env!("CARGO_BIN_EXE_floodgate")), &pairs);
-    command.arg("serve");
-    let service = start(command);
+        ("STATSD_PROTOCOL", "udp".to_string()),
+        ("STATS_FLUSH_INTERVAL", "100ms".to_string()),
+        ("EXTRA_TAGS", "zone:eu.west,app:edge".to_string()),
+        ("NEAR_LIMIT_RATIO", "0.5".to_string()),
+    ] {
+        set(&mut env, name, value);
+    }
+    let service = serve_with(&env);
     traffic(&service.http).await;
 
     let want = expected(".__app=edge.__zone=eu_west");

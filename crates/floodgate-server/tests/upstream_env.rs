@@ -6,9 +6,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use common::serve::{bare_command, start, Service, TempDir};
+use common::serve::{bare_command, Service, TempDir};
+use common::upstream::{domain, eventually, launch, loopback_env, set};
 use floodgate_redis_harness::RedisServer;
 use floodgate_server::grpc::{HealthCheckRequest, HealthClient, ServingStatus};
 use serde_json::{json, Value};
@@ -19,12 +19,6 @@ fn temp_dir(name: &str) -> TempDir {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
-}
-
-fn domain(limit: u32) -> String {
-    format!(
-        "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: {limit}\n"
-    )
 }
 
 /// `base/name/ratelimit/config/rl.yaml` holding `text`.
@@ -46,28 +40,10 @@ fn swap_link(dir: &Path, link: &str, target: &str) {
 /// Upstream's integration environment (its docker-compose's, with loopback hosts and ports
 /// the OS chooses).
 fn upstream_env(redis: &RedisServer, root: &Path) -> Vec<(&'static str, String)> {
-    vec![
-        ("USE_STATSD", "false".into()),
-        ("LOG_LEVEL", "debug".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-        ("RUNTIME_ROOT", root.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("MEMCACHE_HOST_PORT", "memcached:11211".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-    ]
-}
-
-fn launch(program: &Path, args: &[&str], env: &[(&'static str, String)]) -> Service {
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut command = bare_command(program, &pairs);
-    command.args(args);
-    start(command)
+    let mut env = loopback_env(root, &format!("127.0.0.1:{}", redis.port()));
+    set(&mut env, "LOG_LEVEL", "debug");
+    set(&mut env, "MEMCACHE_HOST_PORT", "memcached:11211");
+    env
 }
 
 /// The floodgate binary, also linked as `ratelimit` in `dir`.
@@ -92,22 +68,6 @@ async fn text(client: &reqwest::Client, url: String) -> String {
         .text()
         .await
         .expect("a body")
-}
-
-/// Polls `check` every 100 ms for at most 20 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within 20 s: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]

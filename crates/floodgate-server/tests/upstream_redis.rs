@@ -6,48 +6,20 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::serve::{bare_command, start, Service, TempDir};
+use common::serve::{bare_command, Service, TempDir};
+use common::upstream::{loopback_env, runtime_dir, serve_with, set as set_var};
 use floodgate_redis_harness::{RedisSentinels, RedisServer, SentinelOptions, TestCa};
 use serde_json::{json, Value};
 
-/// A runtime directory holding `rl` with 3 a hour per user, and the common variables.
-fn environment(name: &str) -> (TempDir, Vec<(&'static str, String)>) {
-    let root = std::env::temp_dir().join(format!(
-        "floodgate-upstream-redis-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&root);
-    let config = root.join("ratelimit/config");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("rl.yaml"),
-        "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 3\n",
-    )
-    .unwrap();
-    let env = vec![
-        ("USE_STATSD", "false".to_string()),
-        ("REDIS_SOCKET_TYPE", "tcp".to_string()),
-        ("RUNTIME_ROOT", root.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_string()),
-        ("HOST", "127.0.0.1".to_string()),
-        ("PORT", "0".to_string()),
-        ("GRPC_HOST", "127.0.0.1".to_string()),
-        ("GRPC_PORT", "0".to_string()),
-        ("DEBUG_HOST", "127.0.0.1".to_string()),
-        ("DEBUG_PORT", "0".to_string()),
-        ("REDIS_TIMEOUT", "2s".to_string()),
-    ];
-    (TempDir(root), env)
-}
-
-fn launch(env: &[(&'static str, String)]) -> Service {
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut command = bare_command(Path::new(env!("CARGO_BIN_EXE_floodgate")), &pairs);
-    command.arg("serve");
-    start(command)
+/// A runtime directory holding `rl` with 3 an hour per user, and upstream's variables for it
+/// (Redis at `redis`, `host:port`).
+fn environment(name: &str, redis: &str) -> (TempDir, Vec<(&'static str, String)>) {
+    let root = runtime_dir(&format!("upstream-redis-{name}"), 3);
+    let mut env = loopback_env(&root.0, redis);
+    set_var(&mut env, "REDIS_TIMEOUT", "2s");
+    (root, env)
 }
 
 async fn decide(client: &reqwest::Client, node: &Service, user: &str) -> (u16, Value) {
@@ -74,22 +46,21 @@ async fn sentinel_variables_run_on_the_master_and_follow_a_failover() {
         sentinel_password: Some("sentinel-secret".into()),
         ..SentinelOptions::default()
     });
-    let (_root, mut env) = environment("sentinel");
     let sentinels: Vec<String> = set
         .sentinel_ports()
         .iter()
         .map(|p| format!("127.0.0.1:{p}"))
         .collect();
+    let (_root, mut env) = environment(
+        "sentinel",
+        &format!("floodgate-master,{}", sentinels.join(",")),
+    );
     env.extend([
         ("REDIS_TYPE", "sentinel".to_string()),
-        (
-            "REDIS_URL",
-            format!("floodgate-master,{}", sentinels.join(",")),
-        ),
         ("REDIS_AUTH", "master-secret".to_string()),
         ("REDIS_SENTINEL_AUTH", "sentinel-secret".to_string()),
     ]);
-    let node = launch(&env);
+    let node = serve_with(&env);
     assert!(!node.started.contains("secret"), "{}", node.started);
     let client = reqwest::Client::new();
     assert_eq!(allowed(&client, &node, "alice", 5).await, 3);
@@ -122,9 +93,8 @@ async fn tls_variables_present_a_client_certificate_and_may_skip_the_name() {
     let server_cert = ca.issue("redis", "DNS:redis.elsewhere.example");
     let client_cert = ca.issue("client", "DNS:floodgate");
     let redis = RedisServer::start_tls_with(&server_cert, &ca.ca_file(), true);
-    let (_root, mut env) = environment("tls");
+    let (_root, mut env) = environment("tls", &format!("127.0.0.1:{}", redis.tls_port()));
     env.extend([
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.tls_port())),
         ("REDIS_TLS", "true".to_string()),
         ("REDIS_TLS_CACERT", ca.ca_file().display().to_string()),
         (
@@ -138,7 +108,7 @@ async fn tls_variables_present_a_client_certificate_and_may_skip_the_name() {
         ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true".to_string()),
         ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s".to_string()),
     ]);
-    let node = launch(&env);
+    let node = serve_with(&env);
     let client = reqwest::Client::new();
     assert_eq!(allowed(&client, &node, "alice", 5).await, 3);
 
@@ -149,10 +119,13 @@ async fn tls_variables_present_a_client_certificate_and_may_skip_the_name() {
         .cloned()
         .collect();
     let pairs: Vec<(&str, &str)> = checked.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let output = bare_command(Path::new(env!("CARGO_BIN_EXE_floodgate")), &pairs)
-        .arg("serve")
-        .output()
-        .unwrap();
+    let output = bare_command(
+        std::path::Path::new(env!("CARGO_BIN_EXE_floodgate")),
+        &pairs,
+    )
+    .arg("serve")
+    .output()
+    .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("rediss://127.0.0.1:"), "{stderr}");

@@ -9,8 +9,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::serve::{bare_command, start, TempDir};
+use common::serve::TempDir;
 use common::tls::{grpc_allowed, grpc_client};
+use common::upstream::{domain, launch, loopback_env, set};
 use floodgate_redis_harness::{RedisServer, TestCa};
 use floodgate_server::grpc::{HealthCheckRequest, HealthClient, ServingStatus};
 
@@ -28,49 +29,39 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
     std::fs::create_dir_all(base.join("srv/runtime_data/current/ratelimit/config")).unwrap();
     std::fs::write(
         base.join("srv/runtime_data/current/ratelimit/config/rl.yaml"),
-        "domain: rl\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 3\n",
+        domain(3),
     )
     .unwrap();
     let _base = TempDir(base.clone());
     let entry = base.join("ratelimit");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_floodgate"), &entry).unwrap();
 
-    let env: Vec<(&str, String)> = vec![
-        ("LOG_LEVEL", "debug".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.tls_port())),
-        ("REDIS_TLS", "true".into()),
+    let root = base.join("srv/runtime_data/current");
+    let mut env = loopback_env(&root, &format!("127.0.0.1:{}", redis.tls_port()));
+    for (name, value) in [
+        ("LOG_LEVEL", "debug".to_string()),
+        ("REDIS_TLS", "true".to_string()),
         ("REDIS_TLS_CACERT", ca.ca_file().display().to_string()),
-        (
-            "RUNTIME_ROOT",
-            base.join("srv/runtime_data/current").display().to_string(),
-        ),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("RUNTIME_WATCH_ROOT", "false".into()),
-        ("CACHE_KEY_PREFIX", "swap:".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-        ("GRPC_SERVER_USE_TLS", "true".into()),
+        ("RUNTIME_WATCH_ROOT", "false".to_string()),
+        ("CACHE_KEY_PREFIX", "swap:".to_string()),
+        ("GRPC_SERVER_USE_TLS", "true".to_string()),
         ("GRPC_SERVER_TLS_CERT", server.cert.display().to_string()),
         ("GRPC_SERVER_TLS_KEY", server.key.display().to_string()),
         ("GRPC_CLIENT_TLS_CACERT", ca.ca_file().display().to_string()),
-        ("GRPC_CLIENT_TLS_SAN", "envoy.internal".into()),
-        ("USE_STATSD", "true".into()),
-        ("STATSD_HOST", "127.0.0.1".into()),
+        ("GRPC_CLIENT_TLS_SAN", "envoy.internal".to_string()),
+        ("USE_STATSD", "true".to_string()),
+        ("STATSD_HOST", "127.0.0.1".to_string()),
         (
             "STATSD_PORT",
             statsd.local_addr().unwrap().port().to_string(),
         ),
-        ("STATSD_PROTOCOL", "udp".into()),
-        ("STATS_FLUSH_INTERVAL", "100ms".into()),
-        ("EXTRA_TAGS", "cluster:edge".into()),
-    ];
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let node = start(bare_command(&entry, &pairs));
+        ("STATSD_PROTOCOL", "udp".to_string()),
+        ("STATS_FLUSH_INTERVAL", "100ms".to_string()),
+        ("EXTRA_TAGS", "cluster:edge".to_string()),
+    ] {
+        set(&mut env, name, value);
+    }
+    let node = launch(&entry, &[], &env);
     assert!(
         !node.started.contains("not support"),
         "every variable given is supported: {}",
@@ -159,4 +150,36 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
         assert_eq!(counters.get(name), Some(&n), "{name}");
     }
     assert_eq!(timed, 4, "one response time per gRPC call");
+
+    // A new version of the file, written in place under the watched root, takes effect
+    // without a signal.
+    std::fs::write(
+        base.join("srv/runtime_data/current/ratelimit/config/rl.yaml"),
+        domain(10),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let rlconfig = client
+            .get(format!("{}/rlconfig", node.debug()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if rlconfig.contains("requests_per_unit=10") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new file was not read: {rlconfig}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        grpc_allowed(&mut rls, "alice", 1).await.unwrap(),
+        1,
+        "room under the new limit"
+    );
 }

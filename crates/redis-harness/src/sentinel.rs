@@ -40,7 +40,8 @@ impl Default for SentinelOptions {
     }
 }
 
-/// A master, its replicas and their sentinels (see the [module documentation](self)).
+/// A master, its replicas and their sentinels: [`RedisSentinels::start`] says how they are set
+/// up; all are killed, and their directory removed, when dropped.
 #[derive(Debug)]
 pub struct RedisSentinels {
     servers: Vec<RedisServer>,

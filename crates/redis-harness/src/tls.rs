@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// A CA of the test's own (see the [module documentation](self)).
+/// A CA of the test's own, made with `openssl` in a fresh directory (removed when dropped):
+/// it signs server and client certificates for whatever names a test chooses ([`TestCa::issue`]).
 #[derive(Debug)]
 pub struct TestCa {
     dir: PathBuf,

@@ -4,3 +4,4 @@ pub mod cli;
 pub mod rules;
 pub mod serve;
 pub mod tls;
+pub mod upstream;
