@@ -163,6 +163,8 @@ fn check_config(
     let store = ServiceStore::from_config(&config.store)?;
     let served = config.build(store.clone(), clock)?;
     store.check(&served).map_err(|e| config.place(e))?;
+    // The listeners' TLS files, read as `serve` reads them.
+    floodgate_server::service::ListenersTls::load(&config.tls)?;
     Ok(())
 }
 
@@ -175,6 +177,8 @@ enum CheckError {
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
     Environment(floodgate_server::environment::EnvError),
+    #[error("TLS: {0}")]
+    Tls(#[from] floodgate_server::connections::tls::TlsError),
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

@@ -180,3 +180,28 @@ async fn upstream_variables_put_mutual_tls_on_grpc() {
     };
     assert!(without, "a client without a certificate was served");
 }
+
+#[test]
+fn check_config_reads_the_tls_files_and_names_the_one_that_fails() {
+    let ca = TestCa::new();
+    let first = ca.issue("first", "DNS:localhost");
+    let second = ca.issue("second", "DNS:localhost");
+    let check = |cert: &Path, key: &Path| {
+        let (_dir, path) = config_file(&format!(
+            "{DOMAIN}tls:\n  grpc: {{cert_file: {}, key_file: {}}}\n",
+            cert.display(),
+            key.display()
+        ));
+        std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    assert!(check(&first.cert, &first.key).status.success());
+    // A key of another certificate.
+    let mismatched = check(&first.cert, &second.key);
+    assert!(!mismatched.status.success());
+    let stderr = String::from_utf8_lossy(&mismatched.stderr);
+    assert!(stderr.contains("tls.grpc.key_file"), "{stderr}");
+}

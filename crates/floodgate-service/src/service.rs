@@ -825,6 +825,25 @@ pub struct ListenersTls {
     pub http: Option<Arc<crate::connections::tls::TlsTerminator>>,
 }
 
+impl ListenersTls {
+    /// Reads the files `config` names: gRPC offering `h2` by ALPN, HTTP `h2` and `http/1.1`.
+    pub fn load(
+        config: &crate::config::TlsConfig,
+    ) -> Result<ListenersTls, crate::connections::tls::TlsError> {
+        use crate::connections::tls::TlsTerminator;
+        let load = |listener: &'static str, files: &Option<_>, alpn: &[&[u8]]| {
+            files
+                .as_ref()
+                .map(|files| TlsTerminator::load(listener, files, alpn).map(Arc::new))
+                .transpose()
+        };
+        Ok(ListenersTls {
+            grpc: load("grpc", &config.grpc, &[b"h2"])?,
+            http: load("http", &config.http, &[b"h2", b"http/1.1"])?,
+        })
+    }
+}
+
 impl crate::grpc::RlsBackend for Server {
     fn tls(&self) -> Option<Arc<crate::connections::tls::TlsTerminator>> {
         self.tls.grpc.clone()

@@ -42,7 +42,6 @@ pub use self::acceptor::{run, GrpcListener, Listeners};
 pub use self::settings::{Addresses, GrpcAddress, Logging, SettingsError, Startup};
 
 use crate::config::{Config, ConfigFileError};
-use crate::connections::tls::TlsTerminator;
 use crate::environment::Environment;
 use crate::service::Server;
 
@@ -326,20 +325,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     let start_without = config.store.start_without;
     let statsd = config.stats.statsd.clone();
     let metrics_path = config.stats.prometheus.as_ref().map(|p| p.path.clone());
-    let tls = crate::service::ListenersTls {
-        grpc: match &config.tls.grpc {
-            Some(files) => Some(Arc::new(TlsTerminator::load("grpc", files, &[b"h2"])?)),
-            None => None,
-        },
-        http: match &config.tls.http {
-            Some(files) => Some(Arc::new(TlsTerminator::load(
-                "http",
-                files,
-                &[b"h2", b"http/1.1"],
-            )?)),
-            None => None,
-        },
-    };
+    let tls = crate::service::ListenersTls::load(&config.tls)?;
     let server = {
         let _context = store_runtime.enter();
         Server::new(config, startup.source.clone(), admin_token)?
