@@ -80,6 +80,7 @@
 //! envoyproxy/ratelimit's keys instead, with its commands and answers ([`layout`]), through
 //! [`RuleSet::should_rate_limit_in`].
 
+mod checks;
 mod counter_key;
 pub mod layout;
 mod listing;
@@ -94,11 +95,12 @@ use std::sync::Arc;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
-use floodgate::store::{Link, Linked, Request, Store};
-use floodgate::{ConfigError, Decision, Op, StoreError};
+use floodgate::store::Store;
+use floodgate::{ConfigError, StoreError};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
+use self::checks::{decide, Check, PerDescriptor, KEYS, MAX_KEPT_KEY_BYTES};
 pub use self::counter_key::RLS_NAMESPACE;
 use self::counter_key::{counter_key, push_counter_key, push_override_counter_key};
 
@@ -571,6 +573,14 @@ impl RuleSet {
             .filter_map(|(r, _)| *r)
             .flat_map(|r| r.replaces.iter().map(String::as_str))
             .collect();
+        // Counts descriptor `i`'s outcome in the statistics, when they are kept: under its
+        // rule's key, or (carrying its own limit) under the request's.
+        let record = |i: usize, outcome: stats::Outcome| {
+            if let Some(stats) = stats {
+                let rule = rules[i].filter(|_| overrides[i].is_none());
+                self.record(stats, request, i, rule, &outcome);
+            }
+        };
         // Whether each descriptor is over its limit, shadow mode or not.
         let mut over: PerDescriptor<bool> = smallvec::smallvec![false; request.descriptors.len()];
 
@@ -594,7 +604,13 @@ impl RuleSet {
                 .and_then(|l| upstream(l).map(|c| (l, c)))
             {
                 let (limit, counters) = c;
-                counting.push(envoy_counting(counters, request, descriptor, &[], limit));
+                counting.push(layout::envoy_counting(
+                    counters,
+                    request,
+                    descriptor,
+                    &[],
+                    limit,
+                ));
                 counted.push((i, limit, false));
                 continue;
             }
@@ -605,7 +621,9 @@ impl RuleSet {
                     .is_some_and(|name| replaced.contains(&name));
                 if let (false, Some(limit)) = (replaced_here, &rule.limit) {
                     if let Some(counters) = upstream(limit) {
-                        counting.push(envoy_counting(counters, request, descriptor, shared, limit));
+                        counting.push(layout::envoy_counting(
+                            counters, request, descriptor, shared, limit,
+                        ));
                         counted.push((i, limit, rule.shadow_mode));
                         continue;
                     }
@@ -634,25 +652,10 @@ impl RuleSet {
                 }
             };
             if limit.requests_per_unit == 0 {
-                if let Some(stats) = stats {
-                    let hits = request.hits_for(descriptor);
-                    let outcome = stats::Outcome {
-                        hits,
-                        limit: 0,
-                        before: 0,
-                        after: hits,
-                        over: true,
-                        shadow: shadow_mode,
-                        from_cache: false,
-                    };
-                    self.record(
-                        stats,
-                        request,
-                        i,
-                        rule.filter(|_| overrides[i].is_none()),
-                        &outcome,
-                    );
-                }
+                record(
+                    i,
+                    stats::Outcome::blocked(request.hits_for(descriptor), shadow_mode),
+                );
                 statuses[i] = RlsStatus {
                     code: Code::OverLimit,
                     current_limit: Some(limit.reported.clone()),
@@ -695,30 +698,11 @@ impl RuleSet {
         let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
         for ((i, limit, shadow_mode), count) in counted.iter().zip(&counts) {
             over[*i] = count.over;
-            if let Some(stats) = stats {
-                let outcome = stats::Outcome {
-                    hits: count.after - count.before,
-                    limit: u64::from(limit.requests_per_unit),
-                    before: count.before,
-                    after: count.after,
-                    over: count.over,
-                    shadow: *shadow_mode,
-                    from_cache: count.from_cache,
-                };
-                let outcome = stats::Outcome {
-                    // The over-limit cache and the uncharged descriptors added nothing, but
-                    // their hits are the request's.
-                    hits: request.hits_for(&request.descriptors[*i]),
-                    ..outcome
-                };
-                self.record(
-                    stats,
-                    request,
-                    *i,
-                    rules[*i].filter(|_| overrides[*i].is_none()),
-                    &outcome,
-                );
-            }
+            let hits = request.hits_for(&request.descriptors[*i]);
+            record(
+                *i,
+                stats::Outcome::counted(count, limit.requests_per_unit, hits, *shadow_mode),
+            );
             let code = if !count.over {
                 Code::Ok
             } else if *shadow_mode {
@@ -743,32 +727,15 @@ impl RuleSet {
         for (check, decision) in checks.iter().zip(decisions) {
             let (i, shadow_mode, limit) = (&check.index, &check.shadow_mode, check.limit);
             over[*i] = !decision.allowed;
-            if let Some(stats) = stats {
-                let cap = u64::from(limit.requests_per_unit);
-                let (before, after) = if decision.allowed {
-                    let after = cap.saturating_sub(decision.remaining);
-                    (after.saturating_sub(check.hits), after)
-                } else {
-                    let before = cap.saturating_sub(decision.remaining);
-                    (before, before.saturating_add(check.hits))
-                };
-                let outcome = stats::Outcome {
-                    hits: check.hits,
-                    limit: cap,
-                    before,
-                    after,
-                    over: !decision.allowed,
-                    shadow: *shadow_mode,
-                    from_cache: false,
-                };
-                self.record(
-                    stats,
-                    request,
-                    *i,
-                    rules[*i].filter(|_| overrides[*i].is_none()),
-                    &outcome,
-                );
-            }
+            record(
+                *i,
+                stats::Outcome::decided(
+                    &decision,
+                    limit.requests_per_unit,
+                    check.hits,
+                    *shadow_mode,
+                ),
+            );
             let code = if decision.allowed {
                 Code::Ok
             } else if *shadow_mode {
@@ -836,160 +803,6 @@ impl RuleSet {
         }
         Some(out)
     }
-}
-
-/// One limit a request's descriptor is checked against.
-struct Check<'r> {
-    /// The request descriptor's index.
-    index: usize,
-    shadow_mode: bool,
-    all_or_nothing: bool,
-    limit: &'r Limit,
-    /// Its counter's key in the store: a range of the call's key buffer.
-    key: std::ops::Range<usize>,
-    hits: u64,
-}
-
-impl RuleSet {
-    /// Counts descriptor `i`'s `outcome` in `stats`, under its statistics key: `rule`'s key
-    /// (`None`: the descriptor carries its own limit), or the one worked out from the request
-    /// when names depend on values ([`stats`]).
-    fn record(
-        &self,
-        stats: &stats::DescriptorStats,
-        request: &RlsRequest,
-        i: usize,
-        rule: Option<&Rule>,
-        outcome: &stats::Outcome,
-    ) {
-        let descriptor = &request.descriptors[i];
-        match rule {
-            Some(rule) if !self.named_by_values => stats.record(&rule.full_key, outcome),
-            _ => {
-                if let Some(key) = self.stat_key(&request.domain, descriptor, rule.is_none()) {
-                    stats.record(&key, outcome);
-                }
-            }
-        }
-    }
-}
-
-/// The upstream-layout counting of `descriptor` under `limit` ([`layout`]).
-fn envoy_counting<C: layout::Counters>(
-    counters: &C,
-    request: &RlsRequest,
-    descriptor: &RlsDescriptor,
-    shared: &[(usize, &str)],
-    limit: &Limit,
-) -> layout::Counting {
-    let mut key = String::new();
-    layout::push_envoy_key(
-        &mut key,
-        counters.key_prefix(),
-        &request.domain,
-        descriptor,
-        shared,
-    );
-    layout::Counting {
-        key,
-        unit: limit.unit,
-        limit: limit.requests_per_unit,
-        hits: request.hits_for(descriptor),
-    }
-}
-
-/// Descriptors a request holds in the common case: per-descriptor lists up to this long stay on
-/// the stack.
-const INLINE: usize = 4;
-
-/// A per-descriptor list of a call.
-type PerDescriptor<T> = SmallVec<[T; INLINE]>;
-
-/// The largest key buffer a thread keeps between calls, in bytes.
-const MAX_KEPT_KEY_BYTES: usize = 4096;
-
-thread_local! {
-    /// The buffer the last call on this thread built its counter keys in, kept so that the
-    /// next one does not allocate its own. A call takes it and puts it back; a call dropped
-    /// in between, or resumed on another thread, just leaves a thread without one for a while.
-    static KEYS: Cell<String> = const { Cell::new(String::new()) };
-}
-
-/// Decides `checks` in one store call: [`Store::apply`] for one, [`Store::apply_many`] for
-/// several, and [`Store::apply_chain`] when one is all or nothing (every enforcing limit
-/// refuses the request when over; nothing ends the chain early). When the request is already
-/// `blocked`, all-or-nothing limits are probed: a check of cost 0, whose `remaining` says
-/// whether the hits would have fit.
-async fn decide<S: Store<str, AnyAlgorithm>>(
-    store: &S,
-    checks: &[Check<'_>],
-    keys: &str,
-    blocked: bool,
-) -> Result<PerDescriptor<Decision>, StoreError> {
-    fn op(c: &Check<'_>, blocked: bool) -> Op {
-        let cost = if blocked && c.all_or_nothing {
-            0
-        } else {
-            c.hits
-        };
-        Op::Check { cost }
-    }
-    fn request<'a>(
-        c: &'a Check<'_>,
-        keys: &'a str,
-        blocked: bool,
-    ) -> Request<'a, str, AnyAlgorithm> {
-        Request {
-            algorithm: &c.limit.algorithm,
-            key: &keys[c.key.clone()],
-            op: op(c, blocked),
-        }
-    }
-    let mut decisions: PerDescriptor<Decision> = match checks {
-        [] => SmallVec::new(),
-        [c] if !c.all_or_nothing => {
-            let key = &keys[c.key.clone()];
-            // Awaited before the list is made: `smallvec!` makes its list first, which would
-            // keep 300 bytes of it in this future across the await.
-            let decision = store.apply(&c.limit.algorithm, key, op(c, blocked)).await?;
-            smallvec::smallvec![decision]
-        }
-        many if blocked || many.iter().all(|c| !c.all_or_nothing) => {
-            let requests: PerDescriptor<_> =
-                many.iter().map(|c| request(c, keys, blocked)).collect();
-            // The store's answer is a `Vec` (the one allocation of a call on several counters).
-            SmallVec::from_vec(store.apply_many(&requests).await?)
-        }
-        many => {
-            let links: PerDescriptor<_> = many
-                .iter()
-                .map(|c| Link {
-                    request: request(c, keys, blocked),
-                    refuses: !c.shadow_mode,
-                    stops: false,
-                    all_or_nothing: c.all_or_nothing,
-                })
-                .collect();
-            let outcomes = store.apply_chain(&links).await?;
-            let mut decisions = SmallVec::with_capacity(outcomes.len());
-            for outcome in outcomes {
-                match outcome {
-                    Linked::Decided(d) => decisions.push(d),
-                    Linked::Failed(e) => return Err(e),
-                    _ => return Err(StoreError::Unavailable("a chain ended early".into())),
-                }
-            }
-            decisions
-        }
-    };
-    if blocked {
-        for (c, d) in checks.iter().zip(&mut decisions) {
-            if c.all_or_nothing && d.remaining < c.hits {
-                d.allowed = false;
-            }
-        }
-    }
-    Ok(decisions)
 }
 
 /// A Floodgate algorithm's quota in envoy's terms: the shortest unit in which it allows at

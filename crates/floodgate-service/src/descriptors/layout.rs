@@ -411,6 +411,30 @@ impl OverLimitCache {
     }
 }
 
+/// The upstream-layout counting of `descriptor` under `limit` ([`layout`]).
+pub(super) fn envoy_counting<C: Counters>(
+    counters: &C,
+    request: &crate::rls::RlsRequest,
+    descriptor: &crate::rls::RlsDescriptor,
+    shared: &[(usize, &str)],
+    limit: &super::Limit,
+) -> Counting {
+    let mut key = String::new();
+    push_envoy_key(
+        &mut key,
+        counters.key_prefix(),
+        &request.domain,
+        descriptor,
+        shared,
+    );
+    Counting {
+        key,
+        unit: limit.unit,
+        limit: limit.requests_per_unit,
+        hits: request.hits_for(descriptor),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::{DescriptorTree, Node, RuleSet};
-use crate::rls::RlsDescriptor;
+use crate::rls::{RlsDescriptor, RlsRequest};
 
 /// The key that counts the hits of keys beyond `max_series`.
 pub const OVERFLOW: &str = "__overflow__";
@@ -94,6 +94,59 @@ pub struct Outcome {
     pub shadow: bool,
     /// Whether the over-limit cache answered.
     pub from_cache: bool,
+}
+
+impl Outcome {
+    /// A descriptor blocked by a limit of 0 (`hits` all over it).
+    pub fn blocked(hits: u64, shadow: bool) -> Outcome {
+        Outcome {
+            hits,
+            limit: 0,
+            before: 0,
+            after: hits,
+            over: true,
+            shadow,
+            from_cache: false,
+        }
+    }
+
+    /// A descriptor counted in upstream's layout: `count` as Redis (or the over-limit cache)
+    /// answered it, for the request's `hits` on a limit of `limit`.
+    pub fn counted(count: &super::layout::Counted, limit: u32, hits: u64, shadow: bool) -> Outcome {
+        Outcome {
+            // The over-limit cache and the uncharged descriptors added nothing, but their
+            // hits are the request's.
+            hits,
+            limit: u64::from(limit),
+            before: count.before,
+            after: count.after,
+            over: count.over,
+            shadow,
+            from_cache: count.from_cache,
+        }
+    }
+
+    /// A descriptor a store decided: `hits` on a limit of `limit`, the counts before and after
+    /// read from what `decision` left (a refused one as upstream would have counted it).
+    pub fn decided(decision: &floodgate::Decision, limit: u32, hits: u64, shadow: bool) -> Outcome {
+        let cap = u64::from(limit);
+        let (before, after) = if decision.allowed {
+            let after = cap.saturating_sub(decision.remaining);
+            (after.saturating_sub(hits), after)
+        } else {
+            let before = cap.saturating_sub(decision.remaining);
+            (before, before.saturating_add(hits))
+        };
+        Outcome {
+            hits,
+            limit: cap,
+            before,
+            after,
+            over: !decision.allowed,
+            shadow,
+            from_cache: false,
+        }
+    }
 }
 
 /// The per-descriptor statistics (see the [module documentation](self)). Shared by the
@@ -251,6 +304,28 @@ impl DescriptorStats {
 }
 
 impl RuleSet {
+    /// Counts descriptor `i` of `request`'s `outcome` in `stats`, under its statistics key:
+    /// `rule`'s key (`None`: the descriptor carries its own limit), or the one worked out from
+    /// the request when names depend on values (see the [module documentation](self)).
+    pub(super) fn record(
+        &self,
+        stats: &DescriptorStats,
+        request: &RlsRequest,
+        i: usize,
+        rule: Option<&super::Rule>,
+        outcome: &Outcome,
+    ) {
+        match rule {
+            Some(rule) if !self.named_by_values => stats.record(&rule.full_key, outcome),
+            _ => {
+                let descriptor = &request.descriptors[i];
+                if let Some(key) = self.stat_key(&request.domain, descriptor, rule.is_none()) {
+                    stats.record(&key, outcome);
+                }
+            }
+        }
+    }
+
     /// The statistics key of a request descriptor in `domain` (see the [module
     /// documentation](self)); `overridden`: it carries its own limit. `None` when the domain
     /// is unknown or the descriptor matches nothing.
