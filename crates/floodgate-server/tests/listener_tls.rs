@@ -9,9 +9,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::serve::{config_file, serve, TempDir};
+use common::serve::{config_file, eventually, serve, TempDir};
 use common::tls::{grpc_allowed, grpc_client, https_get, presented};
-use common::upstream::{eventually, loopback_env, runtime_dir, serve_with, set};
+use common::upstream::{loopback_env, runtime_dir, serve_with, set};
 use floodgate_redis_harness::{RedisServer, TestCa};
 
 const DOMAIN: &str = "domains:\n  - domain: rl\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 3}\n";

@@ -4,36 +4,11 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use common::serve::{config_file, serve};
+use common::statsd::Received;
 use common::upstream::{loopback_env, runtime_dir, serve_with, set};
 use floodgate_redis_harness::RedisServer;
 use serde_json::json;
-use tokio::io::AsyncBufReadExt;
-
-/// Sums the counters of statsd `lines` by name; timers are counted by name too.
-fn add_lines(text: &str, counters: &mut HashMap<String, u64>, timers: &mut HashMap<String, u64>) {
-    for line in text.lines() {
-        if let Some(counter) = line.strip_suffix("|c") {
-            let (name, n) = counter.rsplit_once(':').expect("name:value|c");
-            *counters.entry(name.to_string()).or_default() += n.parse::<u64>().expect("a count");
-        } else if line.contains("|ms") {
-            let (name, value) = line.split_once(':').expect("name:value|ms");
-            let ms: f64 = value
-                .split('|')
-                .next()
-                .unwrap()
-                .parse()
-                .expect("milliseconds");
-            assert!(ms >= 0.0, "{line}");
-            *timers.entry(name.to_string()).or_default() += 1;
-        } else {
-            panic!("not a statsd counter or timer: {line:?}");
-        }
-    }
-}
 
 /// Five hits on a limit of 4 (near_limit at ratio 0.5: 2) and one descriptor of an unknown
 /// domain, through `/json`.
@@ -80,12 +55,8 @@ fn expected(tags: &str) -> Vec<(String, u64)> {
     ]
 }
 
-fn complete(counters: &HashMap<String, u64>, want: &[(String, u64)]) -> bool {
-    want.iter()
-        .all(|(name, n)| counters.get(name).copied().unwrap_or(0) >= *n)
-}
-
-fn check(counters: &HashMap<String, u64>, timers: &HashMap<String, u64>, want: &[(String, u64)]) {
+fn check(received: &Received, want: &[(String, u64)]) {
+    let (counters, timers) = (&received.counters, &received.timers);
     for (name, n) in want {
         assert_eq!(counters.get(name), Some(n), "{name} in {counters:#?}");
     }
@@ -124,19 +95,11 @@ async fn upstream_variables_push_upstream_names_to_statsd_over_udp() {
     traffic(&service.http).await;
 
     let want = expected(".__app=edge.__zone=eu_west");
-    let (mut counters, mut timers) = (HashMap::new(), HashMap::new());
-    let mut buffer = vec![0u8; 65_536];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !complete(&counters, &want) {
-        let received = tokio::time::timeout_at(deadline, statsd.recv(&mut buffer))
-            .await
-            .unwrap_or_else(|_| panic!("not every statistic within 20 s: {counters:#?}"))
-            .unwrap();
-        assert!(received <= floodgate_server::statsd::DATAGRAM_BYTES);
-        let text = std::str::from_utf8(&buffer[..received]).expect("UTF-8 lines");
-        add_lines(text, &mut counters, &mut timers);
-    }
-    check(&counters, &timers, &want);
+    let received = Received::from_udp(&statsd, floodgate_server::statsd::DATAGRAM_BYTES, |r| {
+        r.has(&want)
+    })
+    .await;
+    check(&received, &want);
 }
 
 #[tokio::test]
@@ -158,23 +121,9 @@ stats:
     let service = serve(&path, "memory", &[]);
     traffic(&service.http).await;
 
-    let (stream, _) = tokio::time::timeout(Duration::from_secs(20), statsd.accept())
-        .await
-        .expect("statsd connection within 20 s")
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(stream).lines();
     let want = expected("");
-    let (mut counters, mut timers) = (HashMap::new(), HashMap::new());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !complete(&counters, &want) {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("not every statistic within 20 s: {counters:#?}"))
-            .unwrap()
-            .expect("the connection stays open");
-        add_lines(&line, &mut counters, &mut timers);
-    }
-    check(&counters, &timers, &want);
+    let received = Received::from_tcp(&statsd, |r| r.has(&want)).await;
+    check(&received, &want);
 
     let client = reqwest::Client::new();
     let prometheus = service.metrics.as_deref().expect("a Prometheus listener");

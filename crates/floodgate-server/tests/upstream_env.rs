@@ -7,10 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::serve::{bare_command, Service, TempDir};
-use common::upstream::{domain, eventually, launch, loopback_env, set};
+use common::serve::{bare_command, eventually, Service, TempDir};
+use common::upstream::{domain, launch, loopback_env, ratelimit_health, set};
 use floodgate_redis_harness::RedisServer;
-use floodgate_server::grpc::{HealthCheckRequest, HealthClient, ServingStatus};
+use floodgate_server::grpc::ServingStatus;
 use serde_json::{json, Value};
 
 fn temp_dir(name: &str) -> TempDir {
@@ -59,17 +59,6 @@ async fn decide(client: &reqwest::Client, node: &Service, user: &str) -> (u16, V
     node.post(client, "/json", &body).await
 }
 
-async fn text(client: &reqwest::Client, url: String) -> String {
-    client
-        .get(url)
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("a body")
-}
-
 #[tokio::test]
 async fn an_upstream_environment_alone_runs_the_service() {
     let redis = RedisServer::start();
@@ -89,18 +78,14 @@ async fn an_upstream_environment_alone_runs_the_service() {
             node.started
         );
         assert_eq!(node.get(&client, "/healthcheck").await, (200, "OK".into()));
-        let mut health = HealthClient::connect(node.grpc.clone()).await.unwrap();
-        let status = health
-            .check(HealthCheckRequest {
-                service: "ratelimit".into(),
-            })
-            .await
+        let channel = tonic::transport::Channel::from_shared(node.grpc.clone())
             .unwrap()
-            .into_inner()
-            .status();
-        assert_eq!(status, ServingStatus::Serving);
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(ratelimit_health(channel).await, ServingStatus::Serving);
         assert_eq!(
-            text(&client, format!("{}/rlconfig", node.debug())).await,
+            node.rlconfig(&client).await,
             "rl.user: unit=HOUR requests_per_unit=3, shadow_mode: false, quota_mode: false\n"
         );
     }
@@ -123,13 +108,7 @@ async fn an_upstream_environment_alone_runs_the_service() {
     tree(&base.0, "v2", &domain(10));
     swap_link(&base.0, "current", "v2");
     for node in nodes {
-        let url = format!("{}/rlconfig", node.debug());
-        eventually("the new tree is read", || async {
-            text(&client, url.clone())
-                .await
-                .contains("requests_per_unit=10")
-        })
-        .await;
+        node.until_listed(&client, "requests_per_unit=10").await;
     }
     let (status, _) = decide(&client, &serve, "alice").await;
     assert_eq!(status, 200, "room again under the new limit");
@@ -141,7 +120,8 @@ async fn an_upstream_environment_alone_runs_the_service() {
         metrics.contains("floodgate_reloads_total{result=\"failed\"} 1")
     })
     .await;
-    assert!(text(&client, format!("{}/rlconfig", serve.debug()))
+    assert!(serve
+        .rlconfig(&client)
         .await
         .contains("requests_per_unit=10"));
     assert_eq!(serve.get(&client, "/healthcheck").await, (200, "OK".into()));
@@ -163,29 +143,18 @@ async fn a_config_map_mount_and_plain_writes_are_followed() {
     env.push(("RUNTIME_IGNOREDOTFILES", "true".into()));
     let node = launch(Path::new(env!("CARGO_BIN_EXE_floodgate")), &["serve"], &env);
     let client = reqwest::Client::new();
-    let rlconfig = format!("{}/rlconfig", node.debug());
-    assert!(text(&client, rlconfig.clone())
-        .await
-        .contains("requests_per_unit=3"));
+    assert!(node.rlconfig(&client).await.contains("requests_per_unit=3"));
     std::fs::create_dir_all(config.join("..2026_01_02")).unwrap();
     std::fs::write(config.join("..2026_01_02/rl.yaml"), domain(7)).unwrap();
     swap_link(&config, "..data", "..2026_01_02");
-    eventually("the ConfigMap's swap is read", || async {
-        text(&client, rlconfig.clone())
-            .await
-            .contains("requests_per_unit=7")
-    })
-    .await;
+    node.until_listed(&client, "requests_per_unit=7").await;
     // A file written in place, beside them.
     std::fs::write(
         config.join("extra.yaml"),
         "domain: extra\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
     )
     .unwrap();
-    eventually("a new file is read", || async {
-        text(&client, rlconfig.clone()).await.contains("extra.ip")
-    })
-    .await;
+    node.until_listed(&client, "extra.ip").await;
 }
 
 #[tokio::test]
@@ -210,16 +179,7 @@ async fn grpc_listens_on_a_unix_socket_with_grpc_uds() {
         }))
         .await
         .expect("connects over the socket");
-    let mut health = HealthClient::new(channel);
-    let status = health
-        .check(HealthCheckRequest {
-            service: "ratelimit".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status();
-    assert_eq!(status, ServingStatus::Serving);
+    assert_eq!(ratelimit_health(channel).await, ServingStatus::Serving);
     drop(node);
 }
 

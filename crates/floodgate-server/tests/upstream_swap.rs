@@ -6,14 +6,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use common::serve::TempDir;
-use common::tls::{grpc_allowed, grpc_client};
-use common::upstream::{domain, launch, loopback_env, set};
+use common::statsd::Received;
+use common::tls::{grpc_allowed, grpc_client, tls_channel};
+use common::upstream::{domain, launch, loopback_env, ratelimit_health, set};
 use floodgate_redis_harness::{RedisServer, TestCa};
-use floodgate_server::grpc::{HealthCheckRequest, HealthClient, ServingStatus};
+use floodgate_server::grpc::ServingStatus;
 
 #[tokio::test]
 async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
@@ -71,32 +69,10 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
     // The probes: HTTP's /healthcheck, and gRPC health over the mTLS channel.
     let client = reqwest::Client::new();
     assert_eq!(node.get(&client, "/healthcheck").await, (200, "OK".into()));
-    let url = node.grpc.replace("http://", "https://");
-    let channel = tonic::transport::Channel::from_shared(url)
-        .unwrap()
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(
-                    std::fs::read(ca.ca_file()).unwrap(),
-                ))
-                .identity(tonic::transport::Identity::from_pem(
-                    std::fs::read(&envoy.cert).unwrap(),
-                    std::fs::read(&envoy.key).unwrap(),
-                ))
-                .domain_name("localhost"),
-        )
-        .unwrap()
-        .connect()
+    let channel = tls_channel(&node.grpc, &ca.ca_file(), Some(&envoy))
         .await
         .unwrap();
-    let status = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: "ratelimit".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status();
+    let status = ratelimit_health(channel).await;
     assert_eq!(status, ServingStatus::Serving);
 
     // Envoy's calls, over mTLS: 3 an hour.
@@ -123,33 +99,23 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
         ),
         ("ratelimit_server.ShouldRateLimit.total_requests", 4),
     ];
-    let mut counters: HashMap<String, u64> = HashMap::new();
-    let mut timed = 0;
-    let mut buffer = vec![0u8; 65_536];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while timed < 4
-        || !want
-            .iter()
-            .all(|(name, n)| counters.get(*name).copied().unwrap_or(0) >= *n)
-    {
-        let n = tokio::time::timeout_at(deadline, statsd.recv(&mut buffer))
-            .await
-            .unwrap_or_else(|_| panic!("statsd did not get everything: {counters:#?}"))
-            .unwrap();
-        for line in std::str::from_utf8(&buffer[..n]).unwrap().lines() {
-            if line.starts_with("ratelimit_server.ShouldRateLimit.response_time:") {
-                assert!(line.ends_with("|ms"), "{line}");
-                timed += 1;
-            }
-            if let Some((name, count)) = line.strip_suffix("|c").and_then(|l| l.rsplit_once(':')) {
-                *counters.entry(name.to_string()).or_default() += count.parse::<u64>().unwrap();
-            }
-        }
+    let want: Vec<(String, u64)> = want.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+    let received = Received::from_udp(&statsd, usize::MAX, |r| {
+        r.has(&want) && r.timer_lines.len() >= 4
+    })
+    .await;
+    for (name, n) in &want {
+        assert_eq!(received.counters.get(name), Some(n), "{name}");
     }
-    for (name, n) in want {
-        assert_eq!(counters.get(name), Some(&n), "{name}");
+    // One response time per gRPC call, in whole milliseconds and not sampled.
+    assert_eq!(received.timer_lines.len(), 4, "{:?}", received.timer_lines);
+    for line in &received.timer_lines {
+        assert!(
+            line.starts_with("ratelimit_server.ShouldRateLimit.response_time:")
+                && line.ends_with("|ms"),
+            "{line}"
+        );
     }
-    assert_eq!(timed, 4, "one response time per gRPC call");
 
     // A new version of the file, written in place under the watched root, takes effect
     // without a signal.
@@ -158,25 +124,7 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
         domain(10),
     )
     .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let rlconfig = client
-            .get(format!("{}/rlconfig", node.debug()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if rlconfig.contains("requests_per_unit=10") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the new file was not read: {rlconfig}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node.until_listed(&client, "requests_per_unit=10").await;
     assert_eq!(
         grpc_allowed(&mut rls, "alice", 1).await.unwrap(),
         1,

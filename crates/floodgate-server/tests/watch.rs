@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::serve::{config_file, serve};
+use common::serve::{config_file, eventually, serve};
 
 fn domain(name: &str, limit: u32) -> String {
     format!(
@@ -14,45 +12,20 @@ fn domain(name: &str, limit: u32) -> String {
     )
 }
 
-async fn rlconfig(client: &reqwest::Client, node: &common::serve::Service) -> String {
-    client
-        .get(format!("{}/rlconfig", node.debug()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-async fn eventually(client: &reqwest::Client, node: &common::serve::Service, wanted: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let listed = rlconfig(client, node).await;
-        if listed.contains(wanted) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "`{wanted}` not listed within 20 s:\n{listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_watched_file_is_reloaded_when_written() {
     let (_dir, path) = config_file(&domain("edge", 3));
     let node = serve(&path, "memory", &[("FLOODGATE_WATCH", "true")]);
     let client = reqwest::Client::new();
-    eventually(&client, &node, "edge.user: unit=HOUR requests_per_unit=3").await;
+    node.until_listed(&client, "edge.user: unit=HOUR requests_per_unit=3")
+        .await;
     // Written in place, then replaced by a rename, as editors do.
     std::fs::write(&path, domain("edge", 4)).unwrap();
-    eventually(&client, &node, "requests_per_unit=4").await;
+    node.until_listed(&client, "requests_per_unit=4").await;
     let next = path.with_extension("new");
     std::fs::write(&next, domain("edge", 5)).unwrap();
     std::fs::rename(&next, &path).unwrap();
-    eventually(&client, &node, "requests_per_unit=5").await;
+    node.until_listed(&client, "requests_per_unit=5").await;
 }
 
 #[tokio::test]
@@ -60,16 +33,13 @@ async fn a_directory_is_watched_by_default() {
     let (dir, path) = config_file(&domain("first", 1));
     let node = serve(&dir.0, "memory", &[]);
     let client = reqwest::Client::new();
-    eventually(&client, &node, "first.user").await;
+    node.until_listed(&client, "first.user").await;
     std::fs::write(dir.0.join("second.yaml"), domain("second", 2)).unwrap();
-    eventually(&client, &node, "second.user: unit=HOUR requests_per_unit=2").await;
+    node.until_listed(&client, "second.user: unit=HOUR requests_per_unit=2")
+        .await;
     std::fs::remove_file(&path).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while rlconfig(&client, &node).await.contains("first.user") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a removed file is forgotten"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("a removed file is forgotten", || async {
+        !node.rlconfig(&client).await.contains("first.user")
+    })
+    .await;
 }

@@ -3,5 +3,6 @@ pub mod browser;
 pub mod cli;
 pub mod rules;
 pub mod serve;
+pub mod statsd;
 pub mod tls;
 pub mod upstream;

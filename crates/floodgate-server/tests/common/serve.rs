@@ -210,6 +210,26 @@ impl Service {
         (status, response.json().await.expect("a JSON answer"))
     }
 
+    /// The debug listener's `/rlconfig` (panics without a debug listener).
+    pub async fn rlconfig(&self, client: &reqwest::Client) -> String {
+        client
+            .get(format!("{}/rlconfig", self.debug()))
+            .send()
+            .await
+            .expect("the debug listener answers")
+            .text()
+            .await
+            .expect("a body")
+    }
+
+    /// Waits (at most 20 s) until `/rlconfig` lists `wanted`: a reload has taken effect.
+    pub async fn until_listed(&self, client: &reqwest::Client, wanted: &str) {
+        eventually(&format!("`{wanted}` listed on /rlconfig"), || async {
+            self.rlconfig(client).await.contains(wanted)
+        })
+        .await;
+    }
+
     /// `GET path`: the status and the body.
     pub async fn get(&self, client: &reqwest::Client, path: &str) -> (u16, String) {
         let response = client
@@ -219,5 +239,21 @@ impl Service {
             .expect("the service answers");
         let status = response.status().as_u16();
         (status, response.text().await.expect("a body"))
+    }
+}
+
+/// Polls `check` every 100 ms for at most 20 s; panics naming `what` after.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within 20 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -32,6 +32,18 @@ pub async fn grpc_client(
     ca: &Path,
     identity: Option<&Issued>,
 ) -> Result<RateLimitServiceClient<Channel>, tonic::transport::Error> {
+    Ok(RateLimitServiceClient::new(
+        tls_channel(grpc, ca, identity).await?,
+    ))
+}
+
+/// A gRPC channel to `grpc` (`http://ADDR`) over TLS trusting `ca` for `localhost`,
+/// presenting `identity`.
+pub async fn tls_channel(
+    grpc: &str,
+    ca: &Path,
+    identity: Option<&Issued>,
+) -> Result<Channel, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()))
         .domain_name("localhost");
@@ -42,13 +54,12 @@ pub async fn grpc_client(
         ));
     }
     let url = grpc.replace("http://", "https://");
-    let channel = Channel::from_shared(url)
+    Channel::from_shared(url)
         .unwrap()
         .tls_config(tls)?
         .connect_timeout(Duration::from_secs(5))
         .connect()
-        .await?;
-    Ok(RateLimitServiceClient::new(channel))
+        .await
 }
 
 /// How many of `n` calls for `user` were `OK` (code 1), or the first error.

@@ -1,10 +1,9 @@
 //! Floodgate started as envoyproxy/ratelimit's deployments start it: a runtime directory,
 //! upstream's variables on loopback ports the OS chooses, the process found by its listening
-//! line; and a bounded poll for what follows asynchronously (a reload, a push).
+//! line.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::serve::{bare_command, start, Service, TempDir};
 
@@ -64,18 +63,17 @@ pub fn serve_with(env: &[(&'static str, String)]) -> Service {
     launch(Path::new(env!("CARGO_BIN_EXE_floodgate")), &["serve"], env)
 }
 
-/// Polls `check` every 100 ms for at most 20 s; panics naming `what` after.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within 20 s: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// The status gRPC health checking gives the `ratelimit` service (upstream's probe) over
+/// `channel`.
+pub async fn ratelimit_health(
+    channel: tonic::transport::Channel,
+) -> floodgate_server::grpc::ServingStatus {
+    floodgate_server::grpc::HealthClient::new(channel)
+        .check(floodgate_server::grpc::HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .expect("a health answer")
+        .into_inner()
+        .status()
 }
