@@ -52,7 +52,7 @@ impl Store<str, AnyAlgorithm> for InTurn {
 }
 
 mod redis_common;
-use redis_common::{raw, runtime, store_on_clock, START};
+use redis_common::{raw, runtime, store_on_clock, store_on_clock_with, START};
 
 fn algorithms() -> Vec<AnyAlgorithm> {
     vec![
@@ -282,6 +282,124 @@ fn refused_chains_undo_all_or_nothing_links() {
     assert!(
         undone_seen > 10,
         "the cases exercise undoing ({undone_seen} keys)"
+    );
+}
+
+/// Requests in flight at once, each a wave's request after its own small step of the clock.
+type Wave = (u64, Vec<(u64, bool, Vec<LinkSpec>)>);
+
+/// A request's decisions, as its future gives them.
+type Pending<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<Option<Decision>>> + Send + 'a>>;
+
+/// Group commit: requests in flight at once (single decisions and chains, all-or-nothing links
+/// included, often several on one key) are coalesced into batch calls of a random bound, and
+/// each gets exactly the decisions the memory store gives for the same requests applied one
+/// after the other in the order they were made, each at its own instant.
+#[test]
+fn concurrent_requests_in_batches_decide_as_in_turn_on_memory() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let algorithms = algorithms();
+    let mut runner = TestRunner::new(Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let waves = proptest::collection::vec(
+        (
+            0u64..900_000,
+            proptest::collection::vec(
+                (
+                    0u64..3_000,
+                    prop::bool::ANY,
+                    proptest::collection::vec(link_spec(true), 1..4),
+                ),
+                1..16,
+            ),
+        ),
+        1..6,
+    );
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let (calls, decided) = (
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    );
+    runner
+        .run(
+            &(2usize..12, waves),
+            |(max_keys, waves): (usize, Vec<Wave>)| {
+                let clock = ManualClock::new(Nanos(START));
+                let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+                let redis = store_on_clock_with(&rt, &server.url(), &clock, &|b| {
+                    b.batch_max_keys(max_keys)
+                });
+                let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                for (step, requests) in waves {
+                    clock.advance(Duration::from_micros(step));
+                    let keys: Vec<Vec<String>> = requests
+                        .iter()
+                        .map(|(_, _, specs)| {
+                            specs
+                                .iter()
+                                .map(|s| format!("b{n}:{}", key_of(s)))
+                                .collect()
+                        })
+                        .collect();
+                    let (expected, got) = rt.block_on(async {
+                        let mut expected = Vec::new();
+                        let mut pending: Vec<Result<Vec<Option<Decision>>, Pending<'_>>> =
+                            Vec::new();
+                        for ((gap, single, specs), keys) in requests.iter().zip(&keys) {
+                            clock.advance(Duration::from_micros(*gap));
+                            let links = links(&algorithms, specs, keys);
+                            let redis = &redis;
+                            let mut future: Pending<'_> = if *single {
+                                let r = links[0].request;
+                                let on_memory = memory.apply(r.algorithm, r.key, r.op).await;
+                                expected.push(vec![Some(on_memory.unwrap())]);
+                                Box::pin(async move {
+                                    vec![Some(redis.apply(r.algorithm, r.key, r.op).await.unwrap())]
+                                })
+                            } else {
+                                expected.push(decisions(memory.apply_chain(&links).await.unwrap()));
+                                Box::pin(async move {
+                                    decisions(redis.apply_chain(&links).await.unwrap())
+                                })
+                            };
+                            // Polled once: the request reads the clock and joins its lane's queue.
+                            let first = std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(future.as_mut().poll(cx))
+                            })
+                            .await;
+                            pending.push(match first {
+                                std::task::Poll::Ready(done) => Ok(done),
+                                std::task::Poll::Pending => Err(future),
+                            });
+                        }
+                        let mut got = Vec::new();
+                        for request in pending {
+                            got.push(match request {
+                                Ok(done) => done,
+                                Err(future) => future.await,
+                            });
+                        }
+                        (expected, got)
+                    });
+                    for ((expected, got), request) in expected.iter().zip(&got).zip(&requests) {
+                        prop_assert_eq!(got, expected, "request {:?} of {:?}", request, requests);
+                    }
+                }
+                let stats = redis.batch_stats();
+                calls.fetch_add(stats.calls, std::sync::atomic::Ordering::Relaxed);
+                decided.fetch_add(stats.decisions, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            },
+        )
+        .unwrap();
+    let (calls, decided) = (calls.into_inner(), decided.into_inner());
+    assert!(
+        decided > calls * 3 / 2,
+        "requests were coalesced: {decided} decisions in {calls} calls"
     );
 }
 

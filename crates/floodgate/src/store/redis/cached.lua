@@ -19,7 +19,12 @@ local function positive(us, sub) return us > 0 or (us == 0 and sub > 0) end
 -- Stores the value with a TTL of the pair (us, sub) from now, or deletes the key when the
 -- state is already fresh then.
 local function keep(key, value, us, sub)
-  if positive(us, sub) then store(key, value, us, sub) else redis.call('DEL', key) end
+  if positive(us, sub) then
+    store(key, value, us, sub)
+  else
+    redis.call('DEL', key)
+    known[key] = false
+  end
 end
 
 -- Fixed window: the cost counts in the window of `at`; a later window than the stored one

@@ -42,7 +42,7 @@ const TWINS: [(&str, &str, &[&str]); 8] = [
 ];
 
 /// One Lua script: its source, the SHA-1 Redis knows it by, and the twin it runs (empty for
-/// the chain script, which runs them all).
+/// the batch script, which runs them all).
 #[derive(Debug)]
 pub(super) struct Script {
     pub(super) source: String,
@@ -96,9 +96,9 @@ impl Script {
         Script::from_source(source, "cached")
     }
 
-    /// The script running a chain of twins (chain.lua): every twin, and a table of them by
-    /// name.
-    fn chain() -> Script {
+    /// The script running a batch of groups of twins (batch.lua): every twin, and a table of
+    /// them by name.
+    fn batch() -> Script {
         let mut source = format!("{PRELUDE}\n{EXACT}\n{SHAPING}\n{ALIGN}\n");
         for (_, body, _) in TWINS {
             source.push_str(body);
@@ -109,19 +109,19 @@ impl Script {
             source.push_str(&format!("{name} = {name}, "));
         }
         source.push_str("}\n");
-        source.push_str(include_str!("chain.lua"));
+        source.push_str(include_str!("batch.lua"));
         Script::from_source(source, "")
     }
 }
 
 /// The Lua source of the script running the twin `name` (`"token_bucket"`, `"gcra"`, …; see
 /// the [module documentation](super)) on one key, exactly as the store loads it, or of the
-/// chain script for `"chain"`, or of the cached store's sync script for `"cached"`
+/// batch script (several requests' decisions, chains included, in one call) for `"batch"`, or of the cached store's sync script for `"cached"`
 /// (`store/cached`): for tools that inspect or benchmark the scripts (`SCRIPT LOAD`
 /// it, then `EVALSHA sha 1 key now min_ttl args…`). `None` for an unknown name.
 pub fn script_source(name: &str) -> Option<String> {
-    if name == "chain" {
-        return Some(Script::chain().source);
+    if name == "batch" {
+        return Some(Script::batch().source);
     }
     if name == "cached" {
         return Some(Script::cached().source);
@@ -140,7 +140,7 @@ pub(super) struct Scripts {
     sliding_window: Script,
     leaky_queue: Script,
     smooth: Script,
-    pub(super) chain: Script,
+    pub(super) batch: Script,
     pub(super) cached: Script,
 }
 
@@ -155,9 +155,25 @@ impl Scripts {
             sliding_window: Script::twin("sliding_window"),
             leaky_queue: Script::twin("leaky_queue"),
             smooth: Script::twin("smooth"),
-            chain: Script::chain(),
+            batch: Script::batch(),
             cached: Script::cached(),
         }
+    }
+
+    /// The script running the twin `name` alone (`None` for a name no twin has).
+    pub(super) fn twin(&self, name: &str) -> Option<&Script> {
+        [
+            &self.gcra,
+            &self.fixed_window,
+            &self.token_bucket,
+            &self.leases,
+            &self.sliding_log,
+            &self.sliding_window,
+            &self.leaky_queue,
+            &self.smooth,
+        ]
+        .into_iter()
+        .find(|script| script.twin == name)
     }
 
     /// Checks `op` and builds its script call, or refuses it before anything is sent.

@@ -8,8 +8,9 @@
 //! then covers every run from the refusing one on, but not the runs before it: those have
 //! returned.
 
-use redis::Value;
+use std::sync::Arc;
 
+use super::batching::{flags, JobLink};
 use super::call::Call;
 use super::keys::Tagged;
 use super::link::Failed;
@@ -24,7 +25,7 @@ impl Inner {
     /// Runs `links` (with their `calls`) at `now`: one script call per run of consecutive
     /// links whose keys share a slot (the whole chain on a single Redis).
     pub(super) async fn run_chain(
-        &self,
+        self: &Arc<Self>,
         links: &[Link<'_, str, AnyAlgorithm>],
         now: &str,
         calls: &[Call<'_>],
@@ -62,56 +63,37 @@ impl Inner {
     /// `EVALSHA chain n keys… now min_ttl n refused (twin flags count args…)…` for links
     /// whose keys share a slot.
     async fn run_links(
-        &self,
+        self: &Arc<Self>,
         links: &[Link<'_, str, AnyAlgorithm>],
         now: &str,
         calls: &[Call<'_>],
         refused: bool,
     ) -> Result<Vec<Linked>, Failed> {
-        let chain = &self.scripts.chain;
-        let command = |by_source: bool| {
-            let mut cmd = chain.command(by_source);
-            cmd.arg(links.len());
-            for link in links {
-                cmd.arg(Tagged(link.request.key));
-            }
-            cmd.arg(now)
-                .arg(self.min_ttl_ms)
-                .arg(links.len())
-                .arg(u8::from(refused));
-            for (link, call) in links.iter().zip(calls) {
-                let flags: String = [
-                    (link.refuses, 'r'),
-                    (link.stops, 's'),
-                    (link.all_or_nothing, 'a'),
-                ]
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, flag)| *flag)
-                .collect();
-                let flags = if flags.is_empty() {
-                    "-".to_owned()
-                } else {
-                    flags
-                };
-                cmd.arg(call.script.twin)
-                    .arg(flags)
-                    .arg(call.args.len())
-                    .arg(&call.args);
-            }
-            cmd
-        };
-        let mut handle = self.connection.handle();
-        let bad = || {
-            Failed::from(StoreError::Unavailable(
-                "unexpected reply from the chain script".into(),
-            ))
-        };
-        let Value::Array(replies) = self.send_script(&mut handle, command).await? else {
-            return Err(bad());
+        let group: Vec<JobLink> = links
+            .iter()
+            .zip(calls)
+            .map(|(link, call)| JobLink {
+                key: link.request.key.to_owned(),
+                twin: call.script.twin,
+                flags: flags(link.refuses, link.stops, link.all_or_nothing),
+                args: call.args.clone(),
+            })
+            .collect();
+        let replies = if self.lanes.is_some() {
+            let lane = self.lane_of(links[0].request.key);
+            let mut answers = self
+                .batched(lane, vec![(group, now.to_owned(), refused)])
+                .await;
+            answers.pop().unwrap_or_else(|| {
+                Err(StoreError::Protocol("a batch left a chain out".into()).into())
+            })?
+        } else {
+            self.send_alone(&group, now, refused).await?
         };
         if replies.len() > links.len() {
-            return Err(bad());
+            return Err(
+                StoreError::Protocol("unexpected reply from the batch script".into()).into(),
+            );
         }
         let mut replies = replies.into_iter();
         Ok(links

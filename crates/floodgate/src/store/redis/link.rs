@@ -19,9 +19,17 @@ use crate::{Decision, StoreError};
 /// A failed call: the error, and whether it is a link failure (a timeout, a connection error,
 /// or a sign that the topology is changing, which the breaker counts) rather than an answer
 /// from Redis.
+#[derive(Clone)]
 pub(super) struct Failed {
     error: StoreError,
     link: bool,
+}
+
+impl Failed {
+    /// A link failure (counted by the breaker).
+    pub(super) fn link(error: StoreError) -> Failed {
+        Failed { error, link: true }
+    }
 }
 
 impl From<StoreError> for Failed {

@@ -153,16 +153,44 @@
 //! Redis type than the string, list or sorted set a twin writes) is a
 //! [`StoreError::StateConflict`] too, and is left as it is.
 //!
+//! # Group commit
+//!
+//! Redis runs scripts on one core, and most of a one-decision call's cost there is fixed (the
+//! dispatch, `TIME`, reading and writing the key), so the store sends decisions together
+//! (see `batching.rs`). Every decision joins the queue of its *lane* (the one Redis; on a
+//! cluster, its key's slot). A lane has at most one script call in flight: a decision that
+//! finds its lane idle is sent at once, alone (no timer, no wait for company); decisions
+//! arriving while a call is in flight go together in the next call, when it returns, up to
+//! [`RedisStoreBuilder::batch_max_keys`] keys per call (128 by default). Lanes of one cluster
+//! node send concurrently.
+//!
+//! A batch is one call of `batch.lua`: each request (one decision, or one request's chain on
+//! one slot) is a group in it, run in queue order, atomically, at its own instant (one `TIME`
+//! per call with Redis's clock; each request's own instant with an explicit clock). So each
+//! decision is exactly the one it would get alone at that point of the order, and a chain's
+//! all-or-nothing links are undone inside its group. The string states of every key of the
+//! batch are read with one `MGET` (and the keys it found missing confirmed with one `EXISTS`),
+//! each written with one `SET … PX`; a lone decision runs its twin's own, smaller script.
+//! [`RedisStore::batch_stats`] counts calls, decisions and the sizes of batches.
+//!
+//! What a timeout means here: a request whose caller stopped waiting before its batch was sent
+//! is dropped, never sent. A batch sent and then timed out may still run when Redis gets to it
+//! (its callers were told [`StoreError::Timeout`] and were not counted as decided); it is never
+//! sent again. Since a lane waits for its call to return or time out before sending the next,
+//! while Redis does not answer each lane sends at most one batch per timeout, and none once the
+//! breaker is open: at most `threshold` batches per lane (plus one per half-open probe), each
+//! of at most `batch_max_keys` decisions, can take effect late.
+//!
 //! # Several operations in one round trip
 //!
 //! [`Store::apply_many`] checks every operation first (refusing the whole batch, before
-//! anything is sent, if one cannot run here), then sends all their `EVALSHA` calls in one
-//! pipeline (on a cluster: one per slot, see below), under one timeout and one breaker permit.
-//! Each call is still atomic on its own key; the batch as a whole is not a transaction. The
-//! calls Redis answers `NOSCRIPT` (and only those, so nothing runs twice) are sent again in a
-//! second pipeline, each script's first call as `EVAL` of its source (which loads it) and the
-//! others by SHA. The first failing reply, in request order, is the batch's error (the other
-//! calls have run).
+//! anything is sent, if one cannot run here), then queues each as a request of its own in its
+//! lane (with group commit off: sends all their `EVALSHA` calls in one pipeline, on a cluster
+//! one per slot), under one timeout and one breaker permit. Each operation is still atomic on
+//! its own key; the set as a whole is not a transaction. Calls Redis answers `NOSCRIPT` (and
+//! only those, so nothing runs twice) are sent again, as `EVAL` of the script's source (which
+//! loads it). The first failing reply, in request order, is the error (the other calls have
+//! run).
 //!
 //! # Redis Cluster
 //!
@@ -228,6 +256,7 @@ use super::{Link, Linked, Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
 
+mod batching;
 mod breaker;
 mod call;
 mod chain;
@@ -238,6 +267,8 @@ mod keys;
 mod link;
 mod reply;
 mod sentinel;
+pub use batching::BatchStats;
+use batching::{JobLink, Lanes, MAX_BATCH_KEYS};
 use breaker::Breaker;
 pub use breaker::BreakerState;
 pub use call::script_source;
@@ -259,6 +290,7 @@ pub struct RedisStoreBuilder {
     tls_ca_file: Option<std::path::PathBuf>,
     tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     tls_skip_hostname_verification: bool,
+    batch_max_keys: usize,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -276,6 +308,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
                 "tls_skip_hostname_verification",
                 &self.tls_skip_hostname_verification,
             )
+            .field("batch_max_keys", &self.batch_max_keys)
             .finish()
     }
 }
@@ -449,6 +482,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Group commit: decisions waiting for the same Redis (on a cluster, the same slot) while
+    /// a call is in flight go together in the next call, at most `max_keys` keys per call
+    /// (default 128, at most 1024); 0 or 1 turns it off (every decision is a call of its own,
+    /// sent at once). See the [module documentation](self#group-commit).
+    pub fn batch_max_keys(mut self, max_keys: usize) -> Self {
+        self.batch_max_keys = max_keys;
+        self
+    }
+
     /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
     /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
     /// may run slower than Redis's own.
@@ -483,7 +525,18 @@ impl RedisStoreBuilder {
             },
             skip_hostname_verification: self.tls_skip_hostname_verification,
         };
+        if self.batch_max_keys > MAX_BATCH_KEYS {
+            return Err(ConfigError::invalid(
+                "batch_max_keys",
+                self.batch_max_keys,
+                "must be at most 1024",
+            ));
+        }
         let connection = Connection::new(&self.url, self.timeout, tls)?;
+        let lanes = (self.batch_max_keys > 1).then(|| {
+            let count = if connection.is_cluster() { 64 } else { 1 };
+            Lanes::new(count, self.batch_max_keys)
+        });
         let breaker_clock: Arc<dyn Clock> = match &self.clock {
             Some(ExplicitClock(clock)) => clock.clone(),
             None => Arc::new(SystemClock::new()),
@@ -498,6 +551,7 @@ impl RedisStoreBuilder {
                 clock: self.clock,
                 scripts: Scripts::new(),
                 secrets: secrets(&self.url),
+                lanes,
             }),
         })
     }
@@ -525,6 +579,8 @@ struct Inner {
     /// The URL's password, as written and percent-decoded: scrubbed from every error message
     /// the client gives, so that it cannot reach a log or a response.
     secrets: Vec<String>,
+    /// The group commit's queues, unless it is off.
+    lanes: Option<Lanes>,
 }
 
 impl RedisStore {
@@ -541,7 +597,18 @@ impl RedisStore {
             tls_ca_file: None,
             tls_client: None,
             tls_skip_hostname_verification: false,
+            batch_max_keys: 128,
         }
+    }
+
+    /// What the group commit has sent so far: script calls made for decisions, the decisions
+    /// they carried, and how many calls carried how many (all zero when it is off).
+    pub fn batch_stats(&self) -> BatchStats {
+        self.inner
+            .lanes
+            .as_ref()
+            .map(Lanes::stats)
+            .unwrap_or_default()
     }
 
     /// Whether this store can run `algorithm` with its parameters (its `check`, at least):
@@ -682,7 +749,21 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         let inner = &self.inner;
         let call = inner.call(algorithm, op)?;
         let now = inner.now_arg(algorithm)?;
-        inner.guarded(inner.run(algorithm, key, &now, &call)).await
+        if inner.lanes.is_none() {
+            return inner.guarded(inner.run(algorithm, key, &now, &call)).await;
+        }
+        let link = JobLink {
+            key: key.to_owned(),
+            twin: call.script.twin,
+            flags: "-",
+            args: call.args,
+        };
+        inner
+            .guarded(async {
+                let value = inner.decided(link, now).await?;
+                Ok(reply::decode(algorithm, value)?)
+            })
+            .await
     }
 
     async fn apply_many(
@@ -702,7 +783,12 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        inner.guarded(inner.run_many(requests, &nows, &calls)).await
+        if inner.lanes.is_none() {
+            return inner.guarded(inner.run_many(requests, &nows, &calls)).await;
+        }
+        inner
+            .guarded(inner.decided_many(requests, nows, calls))
+            .await
     }
 
     async fn apply_chain(

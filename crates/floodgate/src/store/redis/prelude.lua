@@ -55,9 +55,17 @@ end
 -- The state stored under the key, split on ':'; nil for a missing key. A state of another
 -- algorithm gives false and its tag: the twin replies {-1, tag} and the caller reports a
 -- conflict.
+-- What this call already knows a key holds: its string value, or false for no key (from a
+-- batch's one MGET, and from this call's own writes); nil when unknown, so read with GET. A
+-- script for one operation knows nothing and reads its key itself.
+local known = {}
+
 local function load(key, tag)
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' and raw.err then return false, owner(key) end
+  local raw = known[key]
+  if raw == nil then
+    raw = redis.pcall('GET', key)
+    if type(raw) == 'table' and raw.err then return false, owner(key) end
+  end
   if not raw then return nil end
   local fields = {}
   for part in string.gmatch(raw, '[^:]+') do fields[#fields + 1] = part end
@@ -80,7 +88,10 @@ end
 -- 1 ms and at least ARGV[2]); a zero duration means the state is already fresh: nothing kept.
 local function store(key, value, us, sub)
   local ms = ttl_ms(us, sub)
-  if ms then redis.call('SET', key, value, 'PX', ms) end
+  if ms then
+    redis.call('SET', key, value, 'PX', ms)
+    known[key] = value
+  end
 end
 
 

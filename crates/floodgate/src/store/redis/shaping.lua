@@ -3,7 +3,13 @@
 -- As `store`, for a state that replaces one the key may hold: a fresh result deletes the key.
 local function replace(key, value, us, sub)
   local ms = ttl_ms(us, sub)
-  if ms then redis.call('SET', key, value, 'PX', ms) else redis.call('DEL', key) end
+  if ms then
+    redis.call('SET', key, value, 'PX', ms)
+    known[key] = value
+  else
+    redis.call('DEL', key)
+    known[key] = false
+  end
 end
 
 -- A shaper's reply (leaky queue, smooth): `reply`'s, then the limit and the wait

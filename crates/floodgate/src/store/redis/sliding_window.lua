@@ -18,7 +18,10 @@ local function sliding_window(key, now_us, a)
   if state and tag == 'B' and state[2] ~= tonumber(a[5]) then state, other = nil, true end
   -- A state of other parameters is replaced by a fresh one when the request has a cost.
   local function fresh_result(r)
-    if other and cost > 0 then redis.call('DEL', key) end
+    if other and cost > 0 then
+      redis.call('DEL', key)
+      known[key] = false
+    end
     return r
   end
 

@@ -143,6 +143,7 @@ local function smooth(key, now_us, a)
     if st.rate ~= rate0 then value = value .. ':' .. float(st.rate) end
     if st.rate ~= rate0 or (starts_empty and configured.max ~= 0) then
       redis.call('SET', key, value)
+      known[key] = value
       return r
     end
     if not changed then return r end

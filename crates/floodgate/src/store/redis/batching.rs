@@ -1,0 +1,497 @@
+//! Group commit: decisions waiting for the same Redis go to it together, in one script call.
+//!
+//! Each *lane* (the one Redis, or on a cluster one hash slot) has a queue and at most one
+//! script call in flight. A decision joins its lane's queue; if no call is in flight, a task
+//! starts one at once with whatever is queued (a lone decision goes alone, without waiting for
+//! company: no timer). Decisions that arrive while a call is in flight wait for it to return,
+//! then go together in the next call, up to the batch's bound of keys. Under load a call
+//! carries what arrived during the previous one, so Redis pays its fixed cost per call (the
+//! dispatch, `TIME`, one `MGET`) once for many decisions.
+//!
+//! A batch is one `batch.lua` call: each job (one decision, or one request's chain of links on
+//! one slot) is a group in it, run in queue order, atomically, with its own instant when the
+//! clock is explicit. A batch of one job with one plain link runs that link's own twin script,
+//! which is lighter than the batch script.
+//!
+//! Late and lost calls: a job whose caller stopped waiting (its timeout passed, or it was
+//! cancelled) before its batch was sent is dropped, never sent. A batch that was sent and then
+//! timed out may still run when Redis gets to it (a paused Redis, a slow script ahead of it);
+//! its callers were told [`crate::StoreError::Timeout`]. It is never sent again. A lane waits
+//! for its call to return or time out before sending the next, so while Redis does not answer,
+//! each lane sends at most one batch (of at most the bound's keys) per timeout, and none once
+//! the breaker has opened (its callers are refused before they queue): at most `threshold`
+//! batches per lane, plus one per half-open probe, can run late.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::cluster_routing::Slot;
+use redis::Value;
+use tokio::sync::oneshot;
+
+use super::call::Call;
+use super::keys::Tagged;
+use super::link::Failed;
+use super::reply::decode;
+use super::Inner;
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::store::Request;
+use crate::{Decision, StoreError};
+
+/// The most keys one batch may carry: the script unpacks them onto Lua's stack (`MGET`,
+/// `EXISTS`), whose limit is a few thousand.
+pub(super) const MAX_BATCH_KEYS: usize = 1024;
+
+/// The lane of every key on a single Redis.
+const SINGLE: Lane = match Slot::new(0) {
+    Some(slot) => slot,
+    None => unreachable!(),
+};
+
+/// Batch sizes are counted in buckets by powers of two: `1`, `2`, `3–4`, …, `513–1024`.
+const SIZE_BUCKETS: usize = 11;
+
+/// One link of a job: its key (the store's, not yet tagged), its twin, flags and arguments.
+pub(super) struct JobLink {
+    pub(super) key: String,
+    pub(super) twin: &'static str,
+    /// `-`, or some of `r` (a denial refuses the request), `s` (a denial ends the chain), `a`
+    /// (undone if the request is refused), in that order.
+    pub(super) flags: &'static str,
+    pub(super) args: Vec<String>,
+}
+
+/// The flags of a link, as `batch.lua` takes them.
+pub(super) fn flags(refuses: bool, stops: bool, all_or_nothing: bool) -> &'static str {
+    match (refuses, stops, all_or_nothing) {
+        (false, false, false) => "-",
+        (true, false, false) => "r",
+        (false, true, false) => "s",
+        (false, false, true) => "a",
+        (true, true, false) => "rs",
+        (true, false, true) => "ra",
+        (false, true, true) => "sa",
+        (true, true, true) => "rsa",
+    }
+}
+
+/// One request's work in a batch, and where its replies go.
+struct Job {
+    links: Vec<JobLink>,
+    /// Its instant (whole microseconds), or empty for Redis `TIME`.
+    now: String,
+    /// Whether its request was already refused by an earlier part of its chain.
+    refused: bool,
+    answer: oneshot::Sender<Result<Vec<Value>, Failed>>,
+}
+
+/// A job as submitted: its links, its instant (empty for Redis `TIME`), and whether its
+/// request was already refused.
+pub(super) type Submitted = (Vec<JobLink>, String, bool);
+
+/// A job as the script takes it.
+struct Group<'a> {
+    links: &'a [JobLink],
+    now: &'a str,
+    refused: bool,
+}
+
+impl Job {
+    fn group(&self) -> Group<'_> {
+        Group {
+            links: &self.links,
+            now: &self.now,
+            refused: self.refused,
+        }
+    }
+}
+
+/// A lane: the slot its keys hash to (on a single Redis, every key's lane is slot 0).
+pub(super) type Lane = Slot;
+
+/// The queues, one per lane (kept in shards by the lane's hash, created on first use), and what
+/// they have sent.
+pub(super) struct Lanes {
+    shards: Box<[Mutex<HashMap<Lane, Queue>>]>,
+    max_keys: usize,
+    calls: AtomicU64,
+    decisions: AtomicU64,
+    sizes: [AtomicU64; SIZE_BUCKETS],
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("shards", &self.shards.len())
+            .field("max_keys", &self.max_keys)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Whether a task is sending this lane's batches.
+    running: bool,
+}
+
+/// What the batches have carried so far, from [`crate::store::RedisStore::batch_stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BatchStats {
+    /// Script calls made for decisions (batches, a lone decision included).
+    pub calls: u64,
+    /// Decisions (links) they carried.
+    pub decisions: u64,
+    /// How many calls carried each number of decisions: `(at_most, calls)` for the buckets
+    /// `1`, `2`, `3–4`, `5–8`, … (each bucket's largest size, and its count), empty buckets
+    /// left out.
+    pub sizes: Vec<(u64, u64)>,
+}
+
+impl BatchStats {
+    /// Decisions per call (0 before the first call).
+    pub fn mean_size(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.decisions as f64 / self.calls as f64
+        }
+    }
+}
+
+impl Lanes {
+    /// Queues in `shards` shards, each lane sending at most `max_keys` keys per call.
+    pub(super) fn new(shards: usize, max_keys: usize) -> Lanes {
+        Lanes {
+            shards: (0..shards.max(1)).map(|_| Mutex::default()).collect(),
+            max_keys,
+            calls: AtomicU64::new(0),
+            decisions: AtomicU64::new(0),
+            sizes: Default::default(),
+        }
+    }
+
+    pub(super) fn stats(&self) -> BatchStats {
+        BatchStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            decisions: self.decisions.load(Ordering::Relaxed),
+            sizes: self
+                .sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (1u64 << i, n.load(Ordering::Relaxed)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        }
+    }
+
+    fn record(&self, decisions: usize) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.decisions
+            .fetch_add(decisions as u64, Ordering::Relaxed);
+        let bucket = decisions.max(1).next_power_of_two().trailing_zeros() as usize;
+        self.sizes[bucket.min(SIZE_BUCKETS - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on `lane`'s queue, under its shard's lock.
+    fn with<T>(&self, lane: Lane, f: impl FnOnce(&mut Queue) -> T) -> T {
+        let shard = if self.shards.len() == 1 {
+            0
+        } else {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            lane.hash(&mut hasher);
+            (hasher.finish() % self.shards.len() as u64) as usize
+        };
+        let mut queues = self.shards[shard].lock().unwrap_or_else(|e| e.into_inner());
+        f(queues.entry(lane).or_default())
+    }
+
+    /// The next batch of `lane`: the queued jobs in order, up to `max_keys` keys (at least one
+    /// job), skipping those whose caller stopped waiting. Empty when nothing is queued, and then
+    /// the lane is marked idle under the same lock, so a job queued after this starts a task.
+    fn next_batch(&self, lane: Lane) -> Vec<Job> {
+        self.with(lane, |queue| self.take(queue))
+    }
+
+    fn take(&self, queue: &mut Queue) -> Vec<Job> {
+        let mut batch = Vec::new();
+        let mut keys = 0;
+        while let Some(job) = queue.jobs.front() {
+            if job.answer.is_closed() {
+                queue.jobs.pop_front();
+                continue;
+            }
+            if !batch.is_empty() && keys + job.links.len() > self.max_keys {
+                break;
+            }
+            keys += job.links.len();
+            batch.extend(queue.jobs.pop_front());
+        }
+        if batch.is_empty() {
+            queue.running = false;
+        }
+        batch
+    }
+}
+
+/// Marks a lane idle if its task ends without emptying it (the runtime shut down while a
+/// call was in flight): its queued jobs are dropped, so their callers hear at once that the
+/// call was lost, and the next job starts a task again.
+struct Draining<'a> {
+    lanes: &'a Lanes,
+    lane: Lane,
+    finished: bool,
+}
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.lanes.with(self.lane, |queue| {
+                queue.jobs.clear();
+                queue.running = false;
+            });
+        }
+    }
+}
+
+fn lost() -> Failed {
+    Failed::link(StoreError::Unavailable(
+        "the call was lost: the runtime sending it stopped".into(),
+    ))
+}
+
+impl Inner {
+    /// The lane of a store key: the cluster slot of its tag, or the one lane of a single Redis.
+    pub(super) fn lane_of(&self, key: &str) -> Lane {
+        if self.connection.is_cluster() {
+            Tagged(key).slot()
+        } else {
+            SINGLE
+        }
+    }
+
+    /// Queues `groups` (each a job's links, all on `lane`'s slot, with its instant and whether
+    /// its request was already refused) and waits for their replies: per group, one twin reply
+    /// per link run. The replies come in the order given.
+    pub(super) async fn batched(
+        self: &Arc<Self>,
+        lane: Lane,
+        groups: Vec<Submitted>,
+    ) -> Vec<Result<Vec<Value>, Failed>> {
+        let Some(lanes) = &self.lanes else {
+            return groups
+                .into_iter()
+                .map(|_| Err(Failed::from(StoreError::Unavailable("no lanes".into()))))
+                .collect();
+        };
+        let mut waiting = Vec::with_capacity(groups.len());
+        let start = lanes.with(lane, |queue| {
+            for (links, now, refused) in groups {
+                let (answer, reply) = oneshot::channel();
+                queue.jobs.push_back(Job {
+                    links,
+                    now,
+                    refused,
+                    answer,
+                });
+                waiting.push(reply);
+            }
+            !std::mem::replace(&mut queue.running, true)
+        });
+        if start {
+            tokio::spawn(self.clone().drain(lane));
+        }
+        let mut replies = Vec::with_capacity(waiting.len());
+        for reply in waiting {
+            replies.push(reply.await.unwrap_or_else(|_| Err(lost())));
+        }
+        replies
+    }
+
+    /// One decision (a plain link) through its lane: the twin's reply.
+    pub(super) async fn decided(
+        self: &Arc<Self>,
+        link: JobLink,
+        now: String,
+    ) -> Result<Value, Failed> {
+        let lane = self.lane_of(&link.key);
+        let mut replies = self.batched(lane, vec![(vec![link], now, false)]).await;
+        replies
+            .pop()
+            .unwrap_or_else(|| Err(lost()))?
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("a batch left a decision out".into()).into())
+    }
+
+    /// Independent decisions, each a job of its own in its key's lane (the lanes' calls go
+    /// concurrently): their decisions in request order, or the first failure in that order.
+    pub(super) async fn decided_many(
+        self: &Arc<Self>,
+        requests: &[Request<'_, str, AnyAlgorithm>],
+        nows: Vec<String>,
+        calls: Vec<Call<'_>>,
+    ) -> Result<Vec<Decision>, Failed> {
+        let mut lanes: Vec<(Lane, Vec<usize>, Vec<Submitted>)> = Vec::new();
+        for (i, ((request, now), call)) in requests.iter().zip(nows).zip(calls).enumerate() {
+            let lane = self.lane_of(request.key);
+            let link = JobLink {
+                key: request.key.to_owned(),
+                twin: call.script.twin,
+                flags: "-",
+                args: call.args,
+            };
+            let at = match lanes.iter().position(|(l, _, _)| *l == lane) {
+                Some(at) => at,
+                None => {
+                    lanes.push((lane, Vec::new(), Vec::new()));
+                    lanes.len() - 1
+                }
+            };
+            lanes[at].1.push(i);
+            lanes[at].2.push((vec![link], now, false));
+        }
+        let mut positions = Vec::with_capacity(lanes.len());
+        let mut sent = Vec::with_capacity(lanes.len());
+        for (lane, indexes, groups) in lanes {
+            positions.push(indexes);
+            sent.push(self.batched(lane, groups));
+        }
+        let mut replies: Vec<Option<Result<Vec<Value>, Failed>>> = vec![None; requests.len()];
+        for (indexes, answers) in positions
+            .iter()
+            .zip(futures_util::future::join_all(sent).await)
+        {
+            for (&i, answer) in indexes.iter().zip(answers) {
+                replies[i] = Some(answer);
+            }
+        }
+        requests
+            .iter()
+            .zip(replies)
+            .map(|(request, reply)| {
+                let value = reply.unwrap_or_else(|| Err(lost()))?.pop().ok_or_else(|| {
+                    Failed::from(StoreError::Protocol("a batch left a decision out".into()))
+                })?;
+                Ok(decode(request.algorithm, value)?)
+            })
+            .collect()
+    }
+
+    /// Sends `lane`'s batches, one call at a time, until its queue is empty.
+    async fn drain(self: Arc<Self>, lane: Lane) {
+        let Some(lanes) = &self.lanes else { return };
+        let mut draining = Draining {
+            lanes,
+            lane,
+            finished: false,
+        };
+        loop {
+            let batch = lanes.next_batch(lane);
+            if batch.is_empty() {
+                draining.finished = true;
+                return;
+            }
+            lanes.record(batch.iter().map(|job| job.links.len()).sum());
+            let groups: Vec<Group<'_>> = batch.iter().map(Job::group).collect();
+            let sent = tokio::time::timeout(self.timeout, self.send_batch(&groups))
+                .await
+                .unwrap_or_else(|_| Err(Failed::link(StoreError::Timeout(self.timeout))));
+            match sent {
+                Ok(groups) => {
+                    for (job, group) in batch.into_iter().zip(groups) {
+                        let _ = job.answer.send(Ok(group));
+                    }
+                }
+                Err(failed) => {
+                    for job in batch {
+                        let _ = job.answer.send(Err(failed.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One group sent now in a call of its own, without queueing (coalescing is off): its
+    /// replies.
+    pub(super) async fn send_alone(
+        &self,
+        links: &[JobLink],
+        now: &str,
+        refused: bool,
+    ) -> Result<Vec<Value>, Failed> {
+        let group = Group {
+            links,
+            now,
+            refused,
+        };
+        let mut replies = self.send_batch(&[group]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("a batch left a chain out".into()).into())
+    }
+
+    /// One script call for `batch`: the batch script, or a lone plain link's own twin. The
+    /// replies, per group.
+    async fn send_batch(&self, batch: &[Group<'_>]) -> Result<Vec<Vec<Value>>, Failed> {
+        let mut handle = self.connection.handle();
+        if let [job] = batch {
+            if let ([link], false) = (job.links, job.refused) {
+                if let (Some(script), "-") = (self.scripts.twin(link.twin), link.flags) {
+                    let command = |by_source: bool| {
+                        let mut cmd = script.command(by_source);
+                        cmd.arg(1)
+                            .arg(Tagged(&link.key))
+                            .arg(job.now)
+                            .arg(self.min_ttl_ms)
+                            .arg(&link.args);
+                        cmd
+                    };
+                    let value = self.send_script(&mut handle, command).await?;
+                    return Ok(vec![vec![value]]);
+                }
+            }
+        }
+        let script = &self.scripts.batch;
+        let keys: usize = batch.iter().map(|job| job.links.len()).sum();
+        let command = |by_source: bool| {
+            let mut cmd = script.command(by_source);
+            cmd.arg(keys);
+            for link in batch.iter().flat_map(|job| job.links) {
+                cmd.arg(Tagged(&link.key));
+            }
+            cmd.arg(batch[0].now).arg(self.min_ttl_ms).arg(batch.len());
+            for job in batch {
+                let now = if job.now == batch[0].now { "" } else { job.now };
+                cmd.arg(now).arg(u8::from(job.refused)).arg(job.links.len());
+                for link in job.links {
+                    cmd.arg(link.twin)
+                        .arg(link.flags)
+                        .arg(link.args.len())
+                        .arg(&link.args);
+                }
+            }
+            cmd
+        };
+        let bad = || {
+            Failed::from(StoreError::Protocol(
+                "unexpected reply from the batch script".into(),
+            ))
+        };
+        let Value::Array(groups) = self.send_script(&mut handle, command).await? else {
+            return Err(bad());
+        };
+        if groups.len() != batch.len() {
+            return Err(bad());
+        }
+        groups
+            .into_iter()
+            .zip(batch)
+            .map(|(group, job)| match group {
+                Value::Array(replies) if replies.len() <= job.links.len() => Ok(replies),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+}
