@@ -355,3 +355,120 @@ fn cached_nodes_sync_keys_spread_over_the_masters() {
         }
     });
 }
+
+/// A breaker per master: a paused master opens its own breaker only. Its keys fail (within the
+/// timeout, then at once), while keys on the other masters, alone and in batches across
+/// masters that avoid it, are decided exactly throughout; once it resumes, its keys are
+/// decided again.
+#[test]
+fn a_paused_master_opens_only_its_own_breaker() {
+    use floodgate::store::redis::BreakerState;
+    use floodgate::StoreError;
+
+    let cluster = RedisCluster::start(3, 0);
+    // The healthy masters keep serving their slots while another is unreachable.
+    for server in cluster.servers() {
+        server.cli(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let rt = runtime();
+    let timeout = Duration::from_millis(150);
+    let store = {
+        let _guard = rt.enter();
+        RedisStore::builder(cluster.url())
+            .timeout(timeout)
+            .breaker(2, Duration::from_millis(300))
+            .build()
+            .unwrap()
+    };
+    let limited: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(3600))
+        .unwrap()
+        .into();
+    let keys: Vec<String> = (0..30).map(|i| format!("nodes:u{i}")).collect();
+    let victim = cluster.master_of(&redis_key(&keys[0]));
+    let (on_victim, healthy): (Vec<&String>, Vec<&String>) = keys
+        .iter()
+        .partition(|k| cluster.master_of(&redis_key(k)) == victim);
+    assert!(masters_of(&cluster, healthy.iter().map(|k| k.as_str())).len() == 2);
+    let wall = SystemClock::new();
+    rt.block_on(async {
+        // The store learns the slot map in the background after its first calls.
+        let started = wall.now();
+        while store.node_breakers().len() < 3 {
+            let _ = store.apply(&limited, "warm:up", check(0)).await.unwrap();
+            assert!(wall.now().saturating_since(started) < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let server = cluster
+        .servers()
+        .iter()
+        .find(|s| s.port() == victim)
+        .unwrap();
+    server.signal("STOP");
+    rt.block_on(async {
+        // Two timeouts open the victim's breaker; then its keys fail at once.
+        for key in on_victim.iter().cycle().take(2) {
+            let e = store.apply(&limited, key.as_str(), check(1)).await;
+            assert!(matches!(e, Err(StoreError::Timeout(_))), "{e:?}");
+        }
+        let started = wall.now();
+        let e = store.apply(&limited, on_victim[0].as_str(), check(1)).await;
+        assert!(matches!(e, Err(StoreError::BreakerOpen { .. })), "{e:?}");
+        assert!(wall.now().saturating_since(started) < timeout);
+        let states = store.node_breakers();
+        for (node, state) in &states {
+            let expected = if node.ends_with(&format!(":{victim}")) {
+                BreakerState::Open
+            } else {
+                BreakerState::Closed
+            };
+            assert_eq!(*state, expected, "{node} in {states:?}");
+        }
+        assert_eq!(store.breaker_state(), BreakerState::Closed);
+        // The healthy masters count exactly, alone and in batches spanning both.
+        for key in &healthy {
+            let mut allowed = 0;
+            for _ in 0..4 {
+                allowed += u64::from(
+                    store
+                        .apply(&limited, key.as_str(), check(1))
+                        .await
+                        .unwrap()
+                        .allowed,
+                );
+            }
+            assert_eq!(allowed, 4, "{key}");
+        }
+        let requests: Vec<Request<'_, str, AnyAlgorithm>> = healthy
+            .iter()
+            .map(|k| Request {
+                algorithm: &limited,
+                key: k.as_str(),
+                op: check(1),
+            })
+            .collect();
+        for round in 0..2 {
+            let decisions = store.apply_many(&requests).await.unwrap();
+            let allowed = decisions.iter().filter(|d| d.allowed).count();
+            assert_eq!(allowed, if round == 0 { healthy.len() } else { 0 });
+        }
+    });
+    server.signal("CONT");
+    rt.block_on(async {
+        let started = wall.now();
+        loop {
+            match store.apply(&limited, on_victim[0].as_str(), check(1)).await {
+                Ok(d) => {
+                    assert!(d.allowed);
+                    break;
+                }
+                Err(e) => assert!(e.is_transient(), "{e}"),
+            }
+            assert!(
+                wall.now().saturating_since(started) < Duration::from_secs(10),
+                "the resumed master's keys are decided again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}

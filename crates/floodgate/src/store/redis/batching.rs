@@ -325,14 +325,15 @@ impl Inner {
             .ok_or_else(|| StoreError::Protocol("a batch left a decision out".into()).into())
     }
 
-    /// Independent decisions, each a job of its own in its key's lane (the lanes' calls go
-    /// concurrently): their decisions in request order, or the first failure in that order.
+    /// Independent decisions, each a job of its own in its key's lane. The lanes' calls go
+    /// concurrently, each under its own timeout and its master's breaker: their decisions in
+    /// request order, or the first failure in that order.
     pub(super) async fn decided_many(
         self: &Arc<Self>,
         requests: &[Request<'_, str, AnyAlgorithm>],
         nows: Vec<String>,
         calls: Vec<Call<'_>>,
-    ) -> Result<Vec<Decision>, Failed> {
+    ) -> Result<Vec<Decision>, StoreError> {
         let mut lanes: Vec<(Lane, Vec<usize>, Vec<Submitted>)> = Vec::new();
         for (i, ((request, now), call)) in requests.iter().zip(nows).zip(calls).enumerate() {
             let lane = self.lane_of(request.key);
@@ -352,31 +353,35 @@ impl Inner {
             lanes[at].1.push(i);
             lanes[at].2.push((vec![link], now, false));
         }
-        let mut positions = Vec::with_capacity(lanes.len());
+        let mut lane_of_request = vec![(0, 0); requests.len()];
         let mut sent = Vec::with_capacity(lanes.len());
-        for (lane, indexes, groups) in lanes {
-            positions.push(indexes);
-            sent.push(self.batched(lane, groups));
-        }
-        let mut replies: Vec<Option<Result<Vec<Value>, Failed>>> = vec![None; requests.len()];
-        for (indexes, answers) in positions
-            .iter()
-            .zip(futures_util::future::join_all(sent).await)
-        {
-            for (&i, answer) in indexes.iter().zip(answers) {
-                replies[i] = Some(answer);
+        for (at, (lane, indexes, groups)) in lanes.into_iter().enumerate() {
+            for (position, &i) in indexes.iter().enumerate() {
+                lane_of_request[i] = (at, position);
             }
+            let breaker = self.breaker_of(lane);
+            sent.push(async move {
+                self.guarded_by(&breaker, async {
+                    let answers = self.batched(lane, groups).await;
+                    answers.into_iter().collect::<Result<Vec<_>, Failed>>()
+                })
+                .await
+            });
         }
-        requests
-            .iter()
-            .zip(replies)
-            .map(|(request, reply)| {
-                let value = reply.unwrap_or_else(|| Err(lost()))?.pop().ok_or_else(|| {
-                    Failed::from(StoreError::Protocol("a batch left a decision out".into()))
-                })?;
-                Ok(decode(request.algorithm, value)?)
-            })
-            .collect()
+        let mut answers = futures_util::future::join_all(sent).await;
+        let mut decisions = Vec::with_capacity(requests.len());
+        for (request, &(at, position)) in requests.iter().zip(&lane_of_request) {
+            let group = match &mut answers[at] {
+                Ok(groups) => std::mem::take(&mut groups[position]),
+                Err(e) => return Err(e.clone()),
+            };
+            let value = group
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Protocol("a batch left a decision out".into()))?;
+            decisions.push(decode(request.algorithm, value)?);
+        }
+        Ok(decisions)
     }
 
     /// Sends `lane`'s batches, one call at a time, until its queue is empty.
@@ -455,21 +460,49 @@ impl Inner {
         }
         let script = &self.scripts.batch;
         let keys: usize = batch.iter().map(|job| job.links.len()).sum();
+        // Links with the same twin and arguments (most of a batch: one limit, cost 1) share
+        // one spec, sent once.
+        let mut specs: Vec<&JobLink> = Vec::new();
+        let mut index: HashMap<(&str, &[String]), usize> = HashMap::new();
+        let spec_of: Vec<usize> = batch
+            .iter()
+            .flat_map(|job| job.links)
+            .map(|link| {
+                *index
+                    .entry((link.twin, link.args.as_slice()))
+                    .or_insert_with(|| {
+                        specs.push(link);
+                        specs.len()
+                    })
+            })
+            .collect();
         let command = |by_source: bool| {
             let mut cmd = script.command(by_source);
             cmd.arg(keys);
             for link in batch.iter().flat_map(|job| job.links) {
                 cmd.arg(Tagged(&link.key));
             }
-            cmd.arg(batch[0].now).arg(self.min_ttl_ms).arg(batch.len());
+            cmd.arg(batch[0].now).arg(self.min_ttl_ms).arg(specs.len());
+            for spec in &specs {
+                cmd.arg(spec.twin).arg(spec.args.len()).arg(&spec.args);
+            }
+            let mut spec_of = spec_of.iter();
             for job in batch {
+                let lone = job.links.len() == 1
+                    && job.links[0].flags == "-"
+                    && !job.refused
+                    && job.now == batch[0].now;
+                if lone {
+                    cmd.arg(spec_of.next());
+                    continue;
+                }
                 let now = if job.now == batch[0].now { "" } else { job.now };
-                cmd.arg(now).arg(u8::from(job.refused)).arg(job.links.len());
+                cmd.arg("g")
+                    .arg(now)
+                    .arg(u8::from(job.refused))
+                    .arg(job.links.len());
                 for link in job.links {
-                    cmd.arg(link.twin)
-                        .arg(link.flags)
-                        .arg(link.args.len())
-                        .arg(&link.args);
+                    cmd.arg(spec_of.next()).arg(link.flags);
                 }
             }
             cmd
@@ -479,19 +512,37 @@ impl Inner {
                 "unexpected reply from the batch script".into(),
             ))
         };
-        let Value::Array(groups) = self.send_script(&mut handle, command).await? else {
+        let Value::Array(flat) = self.send_script(&mut handle, command).await? else {
             return Err(bad());
         };
-        if groups.len() != batch.len() {
-            return Err(bad());
-        }
-        groups
-            .into_iter()
-            .zip(batch)
-            .map(|(group, job)| match group {
-                Value::Array(replies) if replies.len() <= job.links.len() => Ok(replies),
-                _ => Err(bad()),
-            })
-            .collect()
+        unflatten(flat, batch).ok_or_else(bad)
     }
+}
+
+/// The batch script's flat reply, per group: its links' twin replies, each checked against the
+/// group's link count. `None` for a reply of another shape.
+fn unflatten(flat: Vec<Value>, batch: &[Group<'_>]) -> Option<Vec<Vec<Value>>> {
+    let mut items = flat.into_iter();
+    let count = |items: &mut std::vec::IntoIter<Value>| match items.next() {
+        Some(Value::Int(n)) => usize::try_from(n).ok(),
+        _ => None,
+    };
+    let mut groups = Vec::with_capacity(batch.len());
+    for job in batch {
+        let ran = count(&mut items)?;
+        if ran > job.links.len() {
+            return None;
+        }
+        let mut replies = Vec::with_capacity(ran);
+        for _ in 0..ran {
+            let len = count(&mut items)?;
+            let reply: Vec<Value> = items.by_ref().take(len).collect();
+            if reply.len() != len {
+                return None;
+            }
+            replies.push(Value::Array(reply));
+        }
+        groups.push(replies);
+    }
+    items.next().is_none().then_some(groups)
 }

@@ -265,9 +265,11 @@ fn cluster(
     let client = builder
         .connection_timeout(timeout)
         .response_timeout(timeout)
-        // Enough for a redirect, a refresh after READONLY and a retry; the store's timeout
-        // bounds them all anyway.
-        .retries(4)
+        // No retries of the client's own: after a lost connection or a response timeout it
+        // would send again a call that may have run, counting it twice. The store sends again
+        // only what Redis said did not run (redirects, TRYAGAIN, CLUSTERDOWN: see
+        // `Inner::send_script`); the client still refreshes its slot map after a MOVED.
+        .retries(0)
         .min_retry_wait(1)
         .max_retry_wait(millis.clamp(2, 1_000))
         .build()

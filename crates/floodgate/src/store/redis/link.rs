@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
 
+use super::breaker::Breaker;
 use super::call::{Call, Script};
 use super::connection::Handle;
 use super::keys::{group_by_slot, Tagged};
@@ -154,6 +155,9 @@ fn did_not_run(reply: &RedisResult<Value>, cluster: bool) -> bool {
             .any(|kind| is(e, kind))
 }
 
+/// The most times one call is sent on a cluster (see [`Inner::send_script`]).
+const SENDS: u32 = 4;
+
 /// One call of a batch: its key, instant argument and script call.
 struct Item<'r> {
     key: Tagged<'r>,
@@ -191,14 +195,35 @@ impl Inner {
 
     /// Sends `command(false)` (an `EVALSHA`), and `command(true)` (the same call as `EVAL` of
     /// the source) after `NOSCRIPT`; a `READONLY` answer replaces a single Redis's connection.
+    ///
+    /// On a cluster, a call answered with a redirect, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`
+    /// or `LOADING` did not run, and is sent again (up to [`SENDS`] times in all, after a short
+    /// pause for the ones that say to wait; the client has refreshed its slot map after a
+    /// `MOVED`). Nothing else is ever sent twice: the cluster client's own retries are off,
+    /// since after a lost connection or a timeout it would send again a call that may have run.
     pub(super) async fn send_script(
         &self,
         handle: &mut Handle,
         command: impl Fn(bool) -> redis::Cmd,
     ) -> RedisResult<Value> {
-        let result = match command(false).query_async(handle).await {
-            Err(e) if is(&e, ServerErrorKind::NoScript) => command(true).query_async(handle).await,
-            other => other,
+        let cluster = self.connection.is_cluster();
+        let mut sends = 1;
+        let result = loop {
+            let result = match command(false).query_async(handle).await {
+                Err(e) if is(&e, ServerErrorKind::NoScript) => {
+                    command(true).query_async(handle).await
+                }
+                other => other,
+            };
+            if sends >= SENDS || !did_not_run(&result, cluster) {
+                break result;
+            }
+            sends += 1;
+            if let Err(e) = &result {
+                if matches!(e.retry_method(), RetryMethod::WaitAndRetry) {
+                    tokio::time::sleep(Duration::from_millis(5 << sends)).await;
+                }
+            }
         };
         if let Err(e) = &result {
             if is(e, ServerErrorKind::ReadOnly) {
@@ -357,8 +382,26 @@ impl Inner {
         timeout: Duration,
         calls: impl Future<Output = Result<T, Failed>>,
     ) -> Result<T, StoreError> {
+        self.guarded_within(&self.breaker, timeout, calls).await
+    }
+
+    /// [`Inner::guarded`] under `breaker` (a cluster master's) instead of the store's.
+    pub(super) async fn guarded_by<T>(
+        &self,
+        breaker: &Breaker,
+        calls: impl Future<Output = Result<T, Failed>>,
+    ) -> Result<T, StoreError> {
+        self.guarded_within(breaker, self.timeout, calls).await
+    }
+
+    async fn guarded_within<T>(
+        &self,
+        breaker: &Breaker,
+        timeout: Duration,
+        calls: impl Future<Output = Result<T, Failed>>,
+    ) -> Result<T, StoreError> {
         let clock = &*self.breaker_clock.0;
-        let permit = self.breaker.admit(clock)?;
+        let permit = breaker.admit(clock)?;
         let result = tokio::time::timeout(timeout, calls)
             .await
             .unwrap_or(Err(Failed {
@@ -368,6 +411,9 @@ impl Inner {
         let link_failed = matches!(&result, Err(f) if f.link);
         if link_failed {
             self.connection.link_failed();
+            if let Some(nodes) = &self.nodes {
+                nodes.failed();
+            }
         }
         permit.record(link_failed, clock);
         result.map_err(|f| self.reported(f, timeout))

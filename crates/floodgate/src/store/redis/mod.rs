@@ -203,13 +203,16 @@
 //! - **Routing.** Each call goes to the master serving its key's slot. The [hash-tagged
 //!   keys](#keys-and-state) put every namespace's state of one user in one slot, so one user's
 //!   keys live on one node.
-//! - **Redirects and failover.** The client follows `MOVED` and `ASK` (resharding), refreshes
-//!   its slot map after `MOVED`, `READONLY` (a demoted master) or a lost node, and reconnects to
-//!   nodes by itself. While a master is down and until its replica has taken over (the
+//! - **Redirects and failover.** The client refreshes its slot map after `MOVED`, `READONLY`
+//!   (a demoted master) or a lost node, and reconnects to nodes by itself. A call answered with
+//!   a redirect, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` did not run, and the store
+//!   sends it again (up to four sends, within the timeout); nothing else is sent twice (the
+//!   client's own retries are off: after a lost connection or a timeout it would resend a call
+//!   that may have run). While a master is down and until its replica has taken over (the
 //!   cluster's `cluster-node-timeout` plus an election), calls on its slots fail or time out
-//!   within the store's timeout, and count towards the breaker; afterwards they succeed again
-//!   without rebuilding the store. Calls on other masters' slots are unaffected, except through
-//!   the breaker, which is one per store (for the whole cluster).
+//!   within the store's timeout, and count towards that master's breaker; afterwards they
+//!   succeed again without rebuilding the store. Calls on other masters' slots are unaffected:
+//!   each master has a breaker of its own (see below).
 //! - **Scripts.** `NOSCRIPT` (a new node, a promoted replica, `SCRIPT FLUSH`) is answered by
 //!   `EVAL` of the source, routed by the same key, so the script is loaded on exactly the node
 //!   that runs it (`SCRIPT LOAD` has no key, and would have to reach every node).
@@ -222,17 +225,16 @@
 //! - **Atomicity.** Each call is atomic on its key, on the master serving it, exactly as on a
 //!   single Redis; nothing spans keys. Replication is asynchronous: a failover after a master
 //!   died can lose its last acknowledged writes (a manual `CLUSTER FAILOVER` does not), so a
-//!   limit may admit a little more than its capacity once, around such a failover. The client
-//!   may also send a call again after a connection broke mid-call (it cannot know whether it
-//!   ran), which can count it twice (admitting a little less). Limits are exact except around
-//!   such failures.
+//!   limit may admit a little more than its capacity once, around such a failover. A call that
+//!   timed out may still run late (see [Group commit](#group-commit)), but is never sent again.
+//!   Limits are exact except around such failures.
 //!
 //! # Circuit breaker
 //!
 //! A Redis that keeps failing must not cost every request the timeout. After `threshold`
 //! consecutive *link failures* (timeouts, connection errors, and the signs of a changing
 //! topology: `READONLY`, and on a cluster redirects, `TRYAGAIN` or `CLUSTERDOWN` left after the
-//! client's own retries; default 3) the breaker opens:
+//! store's sends; default 3) the breaker opens:
 //! every call fails at once with [`StoreError::BreakerOpen`], without touching the network,
 //! until the cool-down (default 1 s) has passed. Then one call probes Redis (the others still
 //! fail at once): its success closes the breaker, its failure opens it for another cool-down.
@@ -241,6 +243,15 @@
 //! store's clock: the explicit [`RedisStoreBuilder::clock`] if one is given, else a
 //! [`SystemClock`]. [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
+//!
+//! On a cluster each master has a breaker of its own (`nodes.rs`), found through the slot map
+//! the store asks for in the background (`CLUSTER SLOTS`, first on first use, again after a
+//! link failure), so a dead master opens the breaker of its slots only and keys on the other
+//! masters keep exact counting. [`RedisStore::node_breakers`] lists each master's state;
+//! [`RedisStore::breaker_state`] is then the most closed of them. A chain is guarded by the
+//! breaker of its first link's master (one user's links share a slot); until the slot map is
+//! known, and for calls bound to no slot (the probe, the cached store's sync), the store's one
+//! breaker counts.
 //!
 //! # What is refused
 //!
@@ -265,8 +276,10 @@ mod counters;
 mod exchange;
 mod keys;
 mod link;
+mod nodes;
 mod reply;
 mod sentinel;
+mod server_stats;
 pub use batching::BatchStats;
 use batching::{JobLink, Lanes, MAX_BATCH_KEYS};
 use breaker::Breaker;
@@ -277,6 +290,8 @@ use connection::{Connection, TlsFiles};
 pub use counters::CounterIncrement;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
+use nodes::Nodes;
+pub use server_stats::ScriptTime;
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
 /// the URL with any password replaced by `***`.
@@ -533,6 +548,9 @@ impl RedisStoreBuilder {
             ));
         }
         let connection = Connection::new(&self.url, self.timeout, tls)?;
+        let nodes = connection
+            .is_cluster()
+            .then(|| Nodes::new(self.breaker_threshold, self.breaker_cool_down));
         let lanes = (self.batch_max_keys > 1).then(|| {
             let count = if connection.is_cluster() { 64 } else { 1 };
             Lanes::new(count, self.batch_max_keys)
@@ -543,7 +561,8 @@ impl RedisStoreBuilder {
         };
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
+                breaker: Arc::new(Breaker::new(self.breaker_threshold, self.breaker_cool_down)),
+                nodes,
                 breaker_clock: ExplicitClock(breaker_clock),
                 connection,
                 timeout: self.timeout,
@@ -573,7 +592,11 @@ struct Inner {
     min_ttl_ms: u64,
     clock: Option<ExplicitClock>,
     scripts: Scripts,
-    breaker: Breaker,
+    /// The breaker of a single Redis; on a cluster, of calls not bound to a slot (and of all
+    /// calls until the slot map is known).
+    breaker: Arc<Breaker>,
+    /// On a cluster: a breaker per master.
+    nodes: Option<Nodes>,
     /// The breaker's time: the explicit clock, else a [`SystemClock`].
     breaker_clock: ExplicitClock,
     /// The URL's password, as written and percent-decoded: scrubbed from every error message
@@ -625,9 +648,33 @@ impl RedisStore {
         self.inner.call(algorithm, Op::Check { cost: 1 }).map(drop)
     }
 
-    /// Where the circuit breaker stands now (on the store's clock).
+    /// Where the circuit breaker stands now (on the store's clock). On a cluster, with a
+    /// breaker per master: the most closed of them (`Open` only when every master's breaker
+    /// is open, so that the store as a whole is unusable), or the store's one until the slot
+    /// map is known.
     pub fn breaker_state(&self) -> BreakerState {
-        self.inner.breaker.state(&*self.inner.breaker_clock.0)
+        let clock = &*self.inner.breaker_clock.0;
+        let whole = self.inner.breaker.state(clock);
+        let nodes = self.node_breakers();
+        let rank = |s: &BreakerState| match s {
+            BreakerState::Closed => 0,
+            BreakerState::HalfOpen => 1,
+            BreakerState::Open => 2,
+        };
+        nodes
+            .into_iter()
+            .map(|(_, s)| s)
+            .min_by_key(rank)
+            .unwrap_or(whole)
+    }
+
+    /// On a Redis Cluster, each master (`host:port`, from the last slot map) and where its
+    /// breaker stands; empty for a single Redis and before the map is known.
+    pub fn node_breakers(&self) -> Vec<(String, BreakerState)> {
+        match &self.inner.nodes {
+            Some(nodes) => nodes.states(&*self.inner.breaker_clock.0),
+            None => Vec::new(),
+        }
     }
 
     /// The bound on every call.
@@ -749,8 +796,11 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         let inner = &self.inner;
         let call = inner.call(algorithm, op)?;
         let now = inner.now_arg(algorithm)?;
+        let breaker = inner.breaker_of(inner.lane_of(key));
         if inner.lanes.is_none() {
-            return inner.guarded(inner.run(algorithm, key, &now, &call)).await;
+            return inner
+                .guarded_by(&breaker, inner.run(algorithm, key, &now, &call))
+                .await;
         }
         let link = JobLink {
             key: key.to_owned(),
@@ -759,7 +809,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
             args: call.args,
         };
         inner
-            .guarded(async {
+            .guarded_by(&breaker, async {
                 let value = inner.decided(link, now).await?;
                 Ok(reply::decode(algorithm, value)?)
             })
@@ -786,9 +836,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         if inner.lanes.is_none() {
             return inner.guarded(inner.run_many(requests, &nows, &calls)).await;
         }
-        inner
-            .guarded(inner.decided_many(requests, nows, calls))
-            .await
+        inner.decided_many(requests, nows, calls).await
     }
 
     async fn apply_chain(
@@ -805,7 +853,11 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         if links.is_empty() {
             return Ok(Vec::new());
         }
-        inner.guarded(inner.run_chain(links, &now, &calls)).await
+        // One user's links share a slot; a chain spanning masters is guarded by its first's.
+        let breaker = inner.breaker_of(inner.lane_of(links[0].request.key));
+        inner
+            .guarded_by(&breaker, inner.run_chain(links, &now, &calls))
+            .await
     }
 
     fn same_store(&self, other: &Self) -> bool {

@@ -1,0 +1,255 @@
+//! On a Redis Cluster, a circuit breaker per master: one dead master opens the breaker of its
+//! own slots only, and keys on the healthy masters keep their exact counting.
+//!
+//! Which master serves which slot comes from `CLUSTER SLOTS`, asked in the background (never
+//! on a call's path): first when the store is first used, then after a call failed on the link
+//! (a master may have died or moved), at most once per [`REFRESH_EVERY`]. Until the first
+//! answer, every call uses the store's one breaker. A master keeps its breaker across refreshes
+//! that still list it; a replica promoted in its place is a new master with a closed breaker,
+//! so its slots are used again as soon as the map shows it. The breakers' states are shown per
+//! master ([`crate::store::RedisStore::node_breakers`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
+use redis::Value;
+
+use super::breaker::{Breaker, BreakerState};
+use super::connection::Handle;
+use super::Inner;
+
+/// The shortest time between two asks of the slot map.
+const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
+/// The masters' breakers and the slot map pointing at them.
+#[derive(Debug)]
+pub(super) struct Nodes {
+    threshold: u32,
+    cool_down: Duration,
+    /// Each slot's master's breaker, from the last `CLUSTER SLOTS` (empty before the first).
+    slots: RwLock<HashMap<Slot, Arc<Breaker>>>,
+    /// The masters of the last map, by address (`host:port`), with their breakers.
+    masters: RwLock<Vec<(String, Arc<Breaker>)>>,
+    /// Whether a refresh is under way.
+    refreshing: AtomicBool,
+    /// Whether the map may be out of date (a call failed on the link since the last refresh).
+    stale: AtomicBool,
+    /// When the last refresh started, in nanoseconds on the breakers' clock.
+    asked_at: AtomicU64,
+}
+
+impl Nodes {
+    pub(super) fn new(threshold: u32, cool_down: Duration) -> Nodes {
+        Nodes {
+            threshold,
+            cool_down,
+            slots: RwLock::default(),
+            masters: RwLock::default(),
+            refreshing: AtomicBool::new(false),
+            stale: AtomicBool::new(true),
+            asked_at: AtomicU64::new(0),
+        }
+    }
+
+    /// After a call failed on the link: the next call asks for the map again.
+    pub(super) fn failed(&self) {
+        self.stale.store(true, Ordering::Relaxed);
+    }
+
+    /// The breaker of `slot`'s master, when the map is known.
+    fn breaker(&self, slot: Slot) -> Option<Arc<Breaker>> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots.get(&slot).cloned()
+    }
+
+    /// Every master of the last map, with its breaker's state on `clock`.
+    pub(super) fn states(&self, clock: &dyn crate::Clock) -> Vec<(String, BreakerState)> {
+        let masters = self.masters.read().unwrap_or_else(|e| e.into_inner());
+        masters
+            .iter()
+            .map(|(address, breaker)| (address.clone(), breaker.state(clock)))
+            .collect()
+    }
+
+    /// Installs the map `ranges` (first slot, last slot, master's address): known masters keep
+    /// their breakers, new ones get closed breakers.
+    fn install(&self, ranges: &[(u16, u16, String)]) {
+        let old = self
+            .masters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut masters: Vec<(String, Arc<Breaker>)> = Vec::new();
+        let mut slots = HashMap::with_capacity(16384);
+        for (first, last, address) in ranges {
+            let breaker = match masters.iter().find(|(a, _)| a == address) {
+                Some((_, breaker)) => breaker.clone(),
+                None => {
+                    let breaker = old
+                        .iter()
+                        .find(|(a, _)| a == address)
+                        .map(|(_, breaker)| breaker.clone())
+                        .unwrap_or_else(|| Arc::new(Breaker::new(self.threshold, self.cool_down)));
+                    masters.push((address.clone(), breaker.clone()));
+                    breaker
+                }
+            };
+            for slot in (*first..=*last).filter_map(Slot::new) {
+                slots.insert(slot, breaker.clone());
+            }
+        }
+        masters.sort_by(|a, b| a.0.cmp(&b.0));
+        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots;
+        *self.masters.write().unwrap_or_else(|e| e.into_inner()) = masters;
+    }
+}
+
+impl Inner {
+    /// The breaker guarding calls on `slot`: its master's on a cluster whose map is known,
+    /// else the store's one. Starts a refresh of the map when it is due.
+    pub(super) fn breaker_of(self: &Arc<Self>, slot: Slot) -> Arc<Breaker> {
+        let Some(nodes) = &self.nodes else {
+            return self.breaker.clone();
+        };
+        if nodes.stale.load(Ordering::Relaxed) {
+            let now = self.breaker_clock.0.now().0;
+            let due = now.saturating_sub(nodes.asked_at.load(Ordering::Relaxed))
+                >= REFRESH_EVERY.as_nanos() as u64;
+            if due
+                && tokio::runtime::Handle::try_current().is_ok()
+                && nodes
+                    .refreshing
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                nodes.asked_at.store(now, Ordering::Relaxed);
+                nodes.stale.store(false, Ordering::Relaxed);
+                tokio::spawn(self.clone().refresh_nodes());
+            }
+        }
+        nodes.breaker(slot).unwrap_or_else(|| self.breaker.clone())
+    }
+
+    /// Asks a node for the slot map (`CLUSTER SLOTS`) and installs it; on failure the map is
+    /// left as it was and asked again by a later call.
+    async fn refresh_nodes(self: Arc<Self>) {
+        let Some(nodes) = &self.nodes else { return };
+        let mut handle = self.connection.handle();
+        let mut ranges = None;
+        if let Handle::Cluster(cluster) = &mut handle {
+            let mut command = redis::cmd("CLUSTER");
+            command.arg("SLOTS");
+            let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+            let asked = tokio::time::timeout(self.timeout, cluster.route_command(command, random));
+            if let Ok(Ok(value)) = asked.await {
+                ranges = slot_ranges(&value);
+            }
+        }
+        match ranges {
+            Some(ranges) => nodes.install(&ranges),
+            None => nodes.stale.store(true, Ordering::Relaxed),
+        }
+        nodes.refreshing.store(false, Ordering::Release);
+    }
+}
+
+/// `CLUSTER SLOTS`'s ranges: first slot, last slot and the master's `host:port`; `None` for a
+/// reply of another shape.
+fn slot_ranges(value: &Value) -> Option<Vec<(u16, u16, String)>> {
+    let Value::Array(ranges) = value else {
+        return None;
+    };
+    let int = |v: &Value| match v {
+        Value::Int(i) => u16::try_from(*i).ok(),
+        _ => None,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .map(|range| {
+            let Value::Array(parts) = range else {
+                return None;
+            };
+            let (first, last) = (int(parts.first()?)?, int(parts.get(1)?)?);
+            let Value::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            let host = text(master.first()?)?;
+            let port = int(master.get(1)?)?;
+            Some((first, last, format!("{host}:{port}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Nanos};
+
+    fn node(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn the_map_names_each_ranges_master_and_keeps_known_breakers() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7000),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(16383),
+                node("10.0.0.2", 7001),
+                node("10.0.0.3", 7002),
+            ]),
+        ]);
+        let ranges = slot_ranges(&reply).unwrap();
+        assert_eq!(
+            ranges,
+            [
+                (0, 5460, "10.0.0.1:7000".to_string()),
+                (5461, 16383, "10.0.0.2:7001".to_string())
+            ]
+        );
+        assert_eq!(slot_ranges(&Value::Int(1)), None);
+
+        let clock = ManualClock::new(Nanos(1));
+        let nodes = Nodes::new(1, Duration::from_secs(1));
+        nodes.install(&ranges);
+        let first = nodes.breaker(Slot::new(0).unwrap()).unwrap();
+        first.admit(&clock).unwrap().record(true, &clock);
+        let open = [
+            ("10.0.0.1:7000".to_string(), BreakerState::Open),
+            ("10.0.0.2:7001".to_string(), BreakerState::Closed),
+        ];
+        assert_eq!(nodes.states(&clock), open);
+        // The same master keeps its (open) breaker; a promoted replica starts closed.
+        nodes.install(&ranges);
+        assert_eq!(nodes.states(&clock), open);
+        nodes.install(&[
+            (0, 5460, "10.0.0.4:7003".to_string()),
+            (5461, 16383, "10.0.0.2:7001".to_string()),
+        ]);
+        assert_eq!(
+            nodes
+                .breaker(Slot::new(5460).unwrap())
+                .unwrap()
+                .state(&clock),
+            BreakerState::Closed
+        );
+        assert_eq!(nodes.states(&clock).len(), 2);
+    }
+}
