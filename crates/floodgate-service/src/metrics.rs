@@ -423,6 +423,10 @@ pub struct StoreLive {
     pub last_call_ok: Option<bool>,
     /// The memory store's bookkeeping (`None` for Redis).
     pub memory: Option<floodgate::store::StoreStats>,
+    /// A Redis store's group commit: calls, decisions and batch sizes (`None` for memory).
+    pub batches: Option<floodgate::store::redis::BatchStats>,
+    /// On a Redis Cluster, each master (`host:port`) and its own breaker's state.
+    pub nodes: Vec<(String, BreakerState)>,
 }
 
 impl StoreLive {
@@ -435,6 +439,8 @@ impl StoreLive {
             breaker,
             last_call_ok: health.last_call_ok(),
             memory: None,
+            batches: None,
+            nodes: Vec::new(),
         }
     }
 
@@ -503,6 +509,40 @@ impl StoreLive {
                 m.refused_new
             )?;
         }
+        if let Some(batches) = &self.batches {
+            writeln!(
+                out,
+                "# HELP floodgate_store_batch_decisions How many decisions each Redis script call carried (group commit: decisions that waited while a call was in flight go together)."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_batch_decisions histogram")?;
+            let mut cumulative = 0;
+            for bound in (0..11).map(|i| 1u64 << i) {
+                cumulative += batches
+                    .sizes
+                    .iter()
+                    .find(|(at_most, _)| *at_most == bound)
+                    .map_or(0, |(_, calls)| *calls);
+                writeln!(
+                    out,
+                    "floodgate_store_batch_decisions_bucket{{store=\"{store}\",le=\"{bound}\"}} {cumulative}"
+                )?;
+            }
+            writeln!(
+                out,
+                "floodgate_store_batch_decisions_bucket{{store=\"{store}\",le=\"+Inf\"}} {}",
+                batches.calls
+            )?;
+            writeln!(
+                out,
+                "floodgate_store_batch_decisions_sum{{store=\"{store}\"}} {}",
+                batches.decisions
+            )?;
+            writeln!(
+                out,
+                "floodgate_store_batch_decisions_count{{store=\"{store}\"}} {}",
+                batches.calls
+            )?;
+        }
         if let Some(state) = self.breaker {
             writeln!(
                 out,
@@ -514,6 +554,21 @@ impl StoreLive {
                 "floodgate_store_breaker_state{{store=\"{store}\"}} {}",
                 breaker_gauge(state)
             )?;
+        }
+        if !self.nodes.is_empty() {
+            writeln!(
+                out,
+                "# HELP floodgate_store_node_breaker_state Each Redis Cluster master's own circuit breaker (calls on its slots): 0 closed, 1 open, 2 half-open."
+            )?;
+            writeln!(out, "# TYPE floodgate_store_node_breaker_state gauge")?;
+            for (node, state) in &self.nodes {
+                writeln!(
+                    out,
+                    "floodgate_store_node_breaker_state{{store=\"{store}\",node=\"{}\"}} {}",
+                    escape_label(node),
+                    breaker_gauge(*state)
+                )?;
+            }
         }
         Ok(())
     }
@@ -562,11 +617,27 @@ mod tests {
                 breaker: Some(BreakerState::Open),
                 last_call_ok: Some(false),
                 memory: None,
+                batches: Some(floodgate::store::redis::BatchStats {
+                    calls: 4,
+                    decisions: 11,
+                    sizes: vec![(1, 1), (2, 1), (4, 1), (8, 1)],
+                }),
+                nodes: vec![
+                    ("10.0.0.1:7000".into(), BreakerState::Open),
+                    ("10.0.0.2:7001".into(), BreakerState::Closed),
+                ],
             }),
             ..Live::default()
         };
         let text = Metrics::default().render(&live);
         for line in [
+            "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"1\"} 1",
+            "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"4\"} 3",
+            "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"1024\"} 4",
+            "floodgate_store_batch_decisions_sum{store=\"redis\"} 11",
+            "floodgate_store_batch_decisions_count{store=\"redis\"} 4",
+            "floodgate_store_node_breaker_state{store=\"redis\",node=\"10.0.0.1:7000\"} 1",
+            "floodgate_store_node_breaker_state{store=\"redis\",node=\"10.0.0.2:7001\"} 0",
             "floodgate_store_calls_total{store=\"redis\"} 9",
             "floodgate_store_errors_total{store=\"redis\",kind=\"timeout\"} 2",
             "floodgate_store_errors_total{store=\"redis\",kind=\"refused\"} 4",

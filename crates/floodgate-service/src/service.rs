@@ -669,6 +669,12 @@ impl Server {
             busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
             store: Some(StoreLive {
                 memory: self.store.memory_stats(),
+                batches: self.store.redis().map(|r| r.batch_stats()),
+                nodes: self
+                    .store
+                    .redis()
+                    .map(|r| r.node_breakers())
+                    .unwrap_or_default(),
                 ..StoreLive::read(self.store.health(), self.store.breaker_state())
             }),
             config: Some(snapshot),

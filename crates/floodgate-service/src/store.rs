@@ -264,6 +264,16 @@ impl ServiceStore {
         }
     }
 
+    /// The Redis store under this one (exact mode's, or the one cached mode syncs with);
+    /// `None` for the memory store.
+    pub fn redis(&self) -> Option<&RedisStore> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis(r) => Some(r),
+            Backend::Cached(c, _) => Some(c.redis()),
+        }
+    }
+
     /// The circuit breaker's state (a Redis store's; the memory store has none).
     pub fn breaker_state(&self) -> Option<BreakerState> {
         match &self.backend {
@@ -641,6 +651,17 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
                 "missing: tls_client_key_file needs its certificate",
             ))
         }
+    }
+    if let Some(max_keys) = config.batch_max_keys {
+        if max_keys > 1024 {
+            return Err(ConfigFileError::invalid(
+                "store.batch_max_keys",
+                format!(
+                    "invalid value {max_keys} (must be at most 1024; 0 or 1 turns batching off)"
+                ),
+            ));
+        }
+        builder = builder.batch_max_keys(max_keys);
     }
     Ok(builder.tls_skip_hostname_verification(config.tls_skip_hostname_verification))
 }

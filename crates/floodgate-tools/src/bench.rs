@@ -13,7 +13,9 @@
 //!
 //! Output: a short summary for people, then, last, one JSON line:
 //! `{"decisions", "seconds", "decisions_per_second", "p50_ms", "p99_ms", "errors"}` (plus
-//! `allowed`, `p999_ms`, `max_ms`, `store`). Latencies go into a log-linear histogram
+//! `allowed`, `p999_ms`, `max_ms`, `store`; on Redis `redis_calls` and
+//! `redis_usec_per_decision`, read from Redis's `INFO commandstats` around the run, and the
+//! group commit's `batch_mean_size` and `batch_sizes`). Latencies go into a log-linear histogram
 //! ([`Latencies`]: every value within 1% of its bucket's lower bound).
 //!
 //! This is a measuring tool, not a decision path: durations come from the real monotonic
@@ -62,6 +64,10 @@ pub struct Args {
     /// Cached mode's sync interval (`100ms` by default).
     #[arg(long, value_name = "D", value_parser = floodgate_service::cli::positive_duration)]
     pub sync_interval: Option<Duration>,
+    /// A Redis store's group commit, as the config's `store.batch_max_keys`: the most keys one
+    /// script call carries (default 128, at most 1024; 0 or 1: one call per decision).
+    #[arg(long, value_name = "N")]
+    pub batch_max_keys: Option<usize>,
     /// The memory store's bound, as the config's `store.max_keys` (at least 1): with `--keys`
     /// above it, the bench is a flood of distinct keys (see RELIABILITY.md).
     #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = floodgate_service::cli::at_least_one::<usize>)]
@@ -149,6 +155,16 @@ pub struct Report {
     pub peak_rss_mib: Option<f64>,
     /// The memory store's keys at the end, and its evictions and refusals of new keys.
     pub memory: Option<StoreStats>,
+    /// A Redis store's script calls during the run, as Redis counts them (`INFO
+    /// commandstats`, every master of a cluster; other clients' calls included, so run alone).
+    pub redis_calls: Option<u64>,
+    /// Microseconds Redis spent running scripts during the run, per decision.
+    pub redis_usec_per_decision: Option<f64>,
+    /// A Redis store's group commit during the run: decisions per script call.
+    pub batch_mean_size: Option<f64>,
+    /// How many calls carried how many decisions: `(at_most, calls)` for the buckets `1`, `2`,
+    /// `3–4`, `5–8`, ….
+    pub batch_sizes: Option<Vec<(u64, u64)>>,
 }
 
 /// The process's peak resident set size in MiB, from `/proc/self/status` (`None` elsewhere).
@@ -204,6 +220,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         sync_interval: args.sync_interval.map(SpecDuration),
         max_keys: args.max_keys,
         overflow: args.overflow,
+        batch_max_keys: args.batch_max_keys,
         ..StoreConfig::default()
     };
     // As `serve` does: the store lives on a runtime of its own (a Redis connection's
@@ -235,7 +252,46 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         prefix: format!("bench-{:08x}:", rand::random::<u32>()),
         clock: SystemClock::new(),
     };
+    // Redis's own counts around the run (none for memory; a failed reading leaves them out).
+    let redis_before = store.redis().map(|redis| {
+        (
+            store_runtime.block_on(redis.script_time()).ok(),
+            redis.batch_stats(),
+        )
+    });
     let (mut totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
+    let (mut redis_calls, mut redis_usec_per_decision) = (None, None);
+    let (mut batch_mean_size, mut batch_sizes) = (None, None);
+    if let (Some(redis), Some((time_before, batches_before))) = (store.redis(), redis_before) {
+        let time_after = store_runtime.block_on(redis.script_time()).ok();
+        if let (Some(before), Some(after)) = (time_before, time_after) {
+            let used = after.since(before);
+            redis_calls = Some(used.calls);
+            redis_usec_per_decision =
+                Some(used.usec as f64 / (totals.decisions + totals.errors).max(1) as f64);
+        }
+        let batches = redis.batch_stats();
+        let calls = batches.calls - batches_before.calls;
+        if calls > 0 {
+            batch_mean_size =
+                Some((batches.decisions - batches_before.decisions) as f64 / calls as f64);
+            batch_sizes = Some(
+                batches
+                    .sizes
+                    .iter()
+                    .map(|&(at_most, n)| {
+                        let earlier = batches_before
+                            .sizes
+                            .iter()
+                            .find(|(b, _)| *b == at_most)
+                            .map_or(0, |(_, n)| *n);
+                        (at_most, n - earlier)
+                    })
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
+            );
+        }
+    }
     let last_error = totals.last_error.take();
     let ms = |q| totals.latencies.quantile(q) as f64 / 1e6;
     let report = Report {
@@ -251,6 +307,10 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         store: store.kind(),
         peak_rss_mib: peak_rss_mib(),
         memory: store.memory_stats(),
+        redis_calls,
+        redis_usec_per_decision,
+        batch_mean_size,
+        batch_sizes,
     };
     let summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
@@ -281,6 +341,18 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
     }
     if let Some(peak) = report.peak_rss_mib {
         summary.push_str(&format!("\npeak resident memory: {peak:.0} MiB"));
+    }
+    if let Some(usec) = report.redis_usec_per_decision {
+        summary.push_str(&format!(
+            "\nredis: {} script calls, {usec:.2} µs of Redis time per decision",
+            report.redis_calls.unwrap_or(0)
+        ));
+    }
+    if let Some(mean) = report.batch_mean_size {
+        summary.push_str(&format!(
+            "\ngroup commit: {mean:.1} decisions per call; calls by size (at most: calls) {:?}",
+            report.batch_sizes.as_deref().unwrap_or_default()
+        ));
     }
     if let Some(stats) = store.cached_stats() {
         summary.push_str(&format!(

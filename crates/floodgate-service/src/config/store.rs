@@ -51,6 +51,13 @@ pub struct StoreConfig {
     /// their certificates do not name, such as the masters a Sentinel announces by IP.
     #[serde(default)]
     pub tls_skip_hostname_verification: bool,
+    /// The Redis store's group commit: the most keys one script call carries (default 128,
+    /// at most 1024; 0 or 1 turns it off, every decision then a call of its own). Decisions
+    /// waiting for the same Redis (on a cluster, the same slot) while a call is in flight go
+    /// together in the next one; a lone decision is sent at once. See
+    /// [`floodgate::store::redis`]'s "Group commit".
+    #[serde(default)]
+    pub batch_max_keys: Option<usize>,
     /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
     /// failure policy that splits a limit between nodes while the store is down.
     #[serde(default = "default_nodes")]
@@ -223,6 +230,7 @@ impl Default for StoreConfig {
             tls_client_cert_file: None,
             tls_client_key_file: None,
             tls_skip_hostname_verification: false,
+            batch_max_keys: None,
             nodes: default_nodes(),
             mode: StoreMode::Exact,
             sync_interval: None,
