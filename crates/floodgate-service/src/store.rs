@@ -663,6 +663,15 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
         }
         builder = builder.batch_max_keys(max_keys);
     }
+    if let Some(calls) = config.batch_in_flight {
+        if !(1..=8).contains(&calls) {
+            return Err(ConfigFileError::invalid(
+                "store.batch_in_flight",
+                format!("invalid value {calls} (must be from 1 to 8)"),
+            ));
+        }
+        builder = builder.batch_in_flight(calls);
+    }
     Ok(builder.tls_skip_hostname_verification(config.tls_skip_hostname_verification))
 }
 

@@ -294,10 +294,44 @@ type Pending<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<Option<Decision>>> 
 /// Group commit: requests in flight at once (single decisions and chains, all-or-nothing links
 /// included, often several on one key) are coalesced into batch calls of a random bound, and
 /// each gets exactly the decisions the memory store gives for the same requests applied one
-/// after the other in the order they were made, each at its own instant.
+/// after the other in the order they were made, each at its own instant. With one call in
+/// flight per lane, batches run strictly in queue order.
 #[test]
 fn concurrent_requests_in_batches_decide_as_in_turn_on_memory() {
     let server = RedisServer::start();
+    batches_decide_as_in_turn(&server.url(), 1, Keys::Shared);
+}
+
+/// The same with two calls in flight per lane (the default), where requests in flight
+/// together carry no order between them: each request of a wave has keys of its own, so any
+/// order gives the memory store's decisions.
+#[test]
+fn two_calls_in_flight_decide_as_in_turn_on_memory() {
+    let server = RedisServer::start();
+    batches_decide_as_in_turn(&server.url(), 2, Keys::PerRequest);
+}
+
+/// On a Redis Cluster of three masters, where each slot is a lane of its own (lanes of one
+/// master sending concurrently): each request's links are one user's, so its chain is one
+/// group on one slot, and requests of several users spread over the masters.
+#[test]
+fn batches_on_a_cluster_decide_as_in_turn_on_memory() {
+    let cluster = floodgate_redis_harness::RedisCluster::start(3, 0);
+    batches_decide_as_in_turn(&cluster.url(), 1, Keys::OneUserPerRequest);
+}
+
+/// How the batching property names its keys.
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    /// By algorithm and user: requests of one wave often share keys.
+    Shared,
+    /// The same, made distinct per request of a wave (order within a wave does not matter).
+    PerRequest,
+    /// Every link of a request on its first link's user (one cluster slot per request).
+    OneUserPerRequest,
+}
+
+fn batches_decide_as_in_turn(url: &str, in_flight: usize, naming: Keys) {
     let rt = runtime();
     let algorithms = algorithms();
     let mut runner = TestRunner::new(Config {
@@ -330,18 +364,26 @@ fn concurrent_requests_in_batches_decide_as_in_turn_on_memory() {
             |(max_keys, waves): (usize, Vec<Wave>)| {
                 let clock = ManualClock::new(Nanos(START));
                 let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-                let redis = store_on_clock_with(&rt, &server.url(), &clock, &|b| {
-                    b.batch_max_keys(max_keys)
+                let redis = store_on_clock_with(&rt, url, &clock, &|b| {
+                    b.batch_max_keys(max_keys).batch_in_flight(in_flight)
                 });
                 let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 for (step, requests) in waves {
                     clock.advance(Duration::from_micros(step));
                     let keys: Vec<Vec<String>> = requests
                         .iter()
-                        .map(|(_, _, specs)| {
+                        .enumerate()
+                        .map(|(i, (_, _, specs))| {
                             specs
                                 .iter()
-                                .map(|s| format!("b{n}:{}", key_of(s)))
+                                .map(|s| match naming {
+                                    Keys::Shared => format!("b{n}:{}", key_of(s)),
+                                    Keys::PerRequest => format!("b{n}r{i}:{}", key_of(s)),
+                                    // The user is the hash tag: one slot per request.
+                                    Keys::OneUserPerRequest => {
+                                        format!("b{n}a{}:user{}", s.0, specs[0].1)
+                                    }
+                                })
                                 .collect()
                         })
                         .collect();

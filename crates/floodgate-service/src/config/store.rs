@@ -58,6 +58,11 @@ pub struct StoreConfig {
     /// [`floodgate::store::redis`]'s "Group commit".
     #[serde(default)]
     pub batch_max_keys: Option<usize>,
+    /// The Redis store's group commit: the most script calls one lane (the Redis, or a
+    /// cluster slot) has in flight (1 to 8; default 2, so that Redis finds the next batch
+    /// waiting; 1 sends batches strictly in arrival order).
+    #[serde(default)]
+    pub batch_in_flight: Option<usize>,
     /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
     /// failure policy that splits a limit between nodes while the store is down.
     #[serde(default = "default_nodes")]
@@ -231,6 +236,7 @@ impl Default for StoreConfig {
             tls_client_key_file: None,
             tls_skip_hostname_verification: false,
             batch_max_keys: None,
+            batch_in_flight: None,
             nodes: default_nodes(),
             mode: StoreMode::Exact,
             sync_interval: None,

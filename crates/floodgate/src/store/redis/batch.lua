@@ -31,8 +31,14 @@ local specs = {}
 local at = 4
 for s = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[at + 1])
+  -- The twins read their numbers with tonumber, which takes a number as it is: converted once
+  -- here for every link of the spec. Not for the twins that compare arguments as text.
+  local numbers = ARGV[at] ~= 'leases' and ARGV[at] ~= 'smooth'
   local a = {}
-  for j = 1, n do a[j] = ARGV[at + 1 + j] end
+  for j = 1, n do
+    local v = ARGV[at + 1 + j]
+    a[j] = numbers and tonumber(v) or v
+  end
   specs[s] = {twins[ARGV[at]], a, ARGV[at] == 'leases' or ARGV[at] == 'sliding_log'}
   at = at + 2 + n
 end

@@ -1,12 +1,13 @@
 //! Group commit: decisions waiting for the same Redis go to it together, in one script call.
 //!
-//! Each *lane* (the one Redis, or on a cluster one hash slot) has a queue and at most one
-//! script call in flight. A decision joins its lane's queue; if no call is in flight, a task
-//! starts one at once with whatever is queued (a lone decision goes alone, without waiting for
-//! company: no timer). Decisions that arrive while a call is in flight wait for it to return,
-//! then go together in the next call, up to the batch's bound of keys. Under load a call
-//! carries what arrived during the previous one, so Redis pays its fixed cost per call (the
-//! dispatch, `TIME`, one `MGET`) once for many decisions.
+//! Each *lane* (the one Redis, or on a cluster one hash slot) has a queue and a few script
+//! calls in flight at most (two by default). A decision joins its lane's queue; if there is
+//! room for another call, a task sends one at once with whatever is queued (a lone decision
+//! goes alone, without waiting for company: no timer). Decisions that arrive while the calls
+//! are in flight wait for one to return, then go together in the next call, up to the batch's
+//! bound of keys. Under load a call carries what arrived during the previous ones, so Redis
+//! pays its fixed cost per call (the dispatch, `TIME`, one `MGET`) once for many decisions;
+//! the second call in flight keeps Redis busy while the first one's reply travels back.
 //!
 //! A batch is one `batch.lua` call: each job (one decision, or one request's chain of links on
 //! one slot) is a group in it, run in queue order, atomically, with its own instant when the
@@ -16,16 +17,20 @@
 //! Late and lost calls: a job whose caller stopped waiting (its timeout passed, or it was
 //! cancelled) before its batch was sent is dropped, never sent. A batch that was sent and then
 //! timed out may still run when Redis gets to it (a paused Redis, a slow script ahead of it);
-//! its callers were told [`crate::StoreError::Timeout`]. It is never sent again. A lane waits
-//! for its call to return or time out before sending the next, so while Redis does not answer,
-//! each lane sends at most one batch (of at most the bound's keys) per timeout, and none once
-//! the breaker has opened (its callers are refused before they queue): at most `threshold`
-//! batches per lane, plus one per half-open probe, can run late.
+//! its callers were told [`crate::StoreError::Timeout`]. It is never sent again. A lane sends
+//! a call only while it has fewer than its calls in flight, each waited for until it returns
+//! or times out, so while Redis does not answer each lane sends at most that many batches (of
+//! at most the bound's keys) per timeout, and none once the breaker has opened (its callers are
+//! refused before they queue): at most `threshold` times the calls in flight, plus those of
+//! each half-open probe, can run late per lane.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::hash::{Hash, Hasher};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use redis::cluster_routing::Slot;
 use redis::Value;
@@ -116,6 +121,7 @@ pub(super) type Lane = Slot;
 pub(super) struct Lanes {
     shards: Box<[Mutex<HashMap<Lane, Queue>>]>,
     max_keys: usize,
+    in_flight: usize,
     calls: AtomicU64,
     decisions: AtomicU64,
     sizes: [AtomicU64; SIZE_BUCKETS],
@@ -126,6 +132,7 @@ impl std::fmt::Debug for Lanes {
         f.debug_struct("Lanes")
             .field("shards", &self.shards.len())
             .field("max_keys", &self.max_keys)
+            .field("in_flight", &self.in_flight)
             .finish()
     }
 }
@@ -135,6 +142,8 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// Whether a task is sending this lane's batches.
     running: bool,
+    /// The sending task, when it waits for jobs with room for another call in flight.
+    waker: Option<Waker>,
 }
 
 /// What the batches have carried so far, from [`crate::store::RedisStore::batch_stats`].
@@ -162,11 +171,13 @@ impl BatchStats {
 }
 
 impl Lanes {
-    /// Queues in `shards` shards, each lane sending at most `max_keys` keys per call.
-    pub(super) fn new(shards: usize, max_keys: usize) -> Lanes {
+    /// Queues in `shards` shards, each lane sending at most `max_keys` keys per call, with at
+    /// most `in_flight` calls in flight.
+    pub(super) fn new(shards: usize, max_keys: usize, in_flight: usize) -> Lanes {
         Lanes {
             shards: (0..shards.max(1)).map(|_| Mutex::default()).collect(),
             max_keys,
+            in_flight: in_flight.max(1),
             calls: AtomicU64::new(0),
             decisions: AtomicU64::new(0),
             sizes: Default::default(),
@@ -209,10 +220,29 @@ impl Lanes {
     }
 
     /// The next batch of `lane`: the queued jobs in order, up to `max_keys` keys (at least one
-    /// job), skipping those whose caller stopped waiting. Empty when nothing is queued, and then
-    /// the lane is marked idle under the same lock, so a job queued after this starts a task.
-    fn next_batch(&self, lane: Lane) -> Vec<Job> {
-        self.with(lane, |queue| self.take(queue))
+    /// job), skipping those whose caller stopped waiting. Empty when nothing is queued, and then,
+    /// if `idle` (no call is in flight), the lane is marked idle under the same lock, so a job
+    /// queued after this starts a task.
+    fn next_batch(&self, lane: Lane, idle: bool) -> Vec<Job> {
+        self.with(lane, |queue| {
+            let batch = self.take(queue);
+            if batch.is_empty() && idle {
+                queue.running = false;
+            }
+            batch
+        })
+    }
+
+    /// Whether `lane` has jobs queued; if not, `waker` is woken when some arrive.
+    fn wake_on_jobs(&self, lane: Lane, waker: &Waker) -> bool {
+        self.with(lane, |queue| {
+            if queue.jobs.is_empty() {
+                queue.waker = Some(waker.clone());
+                false
+            } else {
+                true
+            }
+        })
     }
 
     fn take(&self, queue: &mut Queue) -> Vec<Job> {
@@ -228,9 +258,6 @@ impl Lanes {
             }
             keys += job.links.len();
             batch.extend(queue.jobs.pop_front());
-        }
-        if batch.is_empty() {
-            queue.running = false;
         }
         batch
     }
@@ -251,6 +278,7 @@ impl Drop for Draining<'_> {
             self.lanes.with(self.lane, |queue| {
                 queue.jobs.clear();
                 queue.running = false;
+                queue.waker = None;
             });
         }
     }
@@ -287,7 +315,7 @@ impl Inner {
                 .collect();
         };
         let mut waiting = Vec::with_capacity(groups.len());
-        let start = lanes.with(lane, |queue| {
+        let (start, waker) = lanes.with(lane, |queue| {
             for (links, now, refused) in groups {
                 let (answer, reply) = oneshot::channel();
                 queue.jobs.push_back(Job {
@@ -298,10 +326,16 @@ impl Inner {
                 });
                 waiting.push(reply);
             }
-            !std::mem::replace(&mut queue.running, true)
+            (
+                !std::mem::replace(&mut queue.running, true),
+                queue.waker.take(),
+            )
         });
         if start {
             tokio::spawn(self.clone().drain(lane));
+        }
+        if let Some(waker) = waker {
+            waker.wake();
         }
         let mut replies = Vec::with_capacity(waiting.len());
         for reply in waiting {
@@ -384,7 +418,8 @@ impl Inner {
         Ok(decisions)
     }
 
-    /// Sends `lane`'s batches, one call at a time, until its queue is empty.
+    /// Sends `lane`'s batches until its queue is empty, with up to `in_flight` calls in
+    /// flight.
     async fn drain(self: Arc<Self>, lane: Lane) {
         let Some(lanes) = &self.lanes else { return };
         let mut draining = Draining {
@@ -392,27 +427,64 @@ impl Inner {
             lane,
             finished: false,
         };
+        let mut flights: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> =
+            Vec::with_capacity(lanes.in_flight);
         loop {
-            let batch = lanes.next_batch(lane);
-            if batch.is_empty() {
+            while flights.len() < lanes.in_flight {
+                let batch = lanes.next_batch(lane, flights.is_empty());
+                if batch.is_empty() {
+                    break;
+                }
+                lanes.record(batch.iter().map(|job| job.links.len()).sum());
+                let mut flight = Box::pin(self.answer(batch));
+                // Its first poll hands the call to the connection before any later batch's, so
+                // batches normally reach Redis in queue order (not always: a call that waits
+                // for the connection to be made, or is sent again after NOSCRIPT, can be
+                // overtaken by the next one; those requests were in flight together).
+                let first = std::future::poll_fn(|cx| Poll::Ready(flight.as_mut().poll(cx)));
+                if first.await.is_pending() {
+                    flights.push(flight);
+                }
+            }
+            if flights.is_empty() {
+                // `next_batch` found nothing with nothing in flight: the lane is idle.
                 draining.finished = true;
                 return;
             }
-            lanes.record(batch.iter().map(|job| job.links.len()).sum());
-            let groups: Vec<Group<'_>> = batch.iter().map(Job::group).collect();
-            let sent = tokio::time::timeout(self.timeout, self.send_batch(&groups))
-                .await
-                .unwrap_or_else(|_| Err(Failed::link(StoreError::Timeout(self.timeout))));
-            match sent {
-                Ok(groups) => {
-                    for (job, group) in batch.into_iter().zip(groups) {
-                        let _ = job.answer.send(Ok(group));
-                    }
+            // Until a call returns, or jobs arrive while there is room for another call.
+            std::future::poll_fn(|cx| {
+                let before = flights.len();
+                flights.retain_mut(|flight| flight.as_mut().poll(cx).is_pending());
+                if flights.len() < before
+                    || flights.len() < lanes.in_flight && lanes.wake_on_jobs(lane, cx.waker())
+                {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
                 }
-                Err(failed) => {
-                    for job in batch {
-                        let _ = job.answer.send(Err(failed.clone()));
-                    }
+            })
+            .await;
+        }
+    }
+
+    /// Sends `batch` (bounded by the store's timeout) and gives each job its replies, or the
+    /// call's failure.
+    async fn answer(&self, batch: Vec<Job>) {
+        let sent = {
+            let groups: Vec<Group<'_>> = batch.iter().map(Job::group).collect();
+            tokio::time::timeout(self.timeout, self.send_batch(&groups))
+                .await
+                .unwrap_or_else(|_| Err(Failed::link(StoreError::Timeout(self.timeout))))
+        };
+        match sent {
+            Ok(groups) => {
+                for (job, group) in batch.into_iter().zip(groups) {
+                    let _ = job.answer.send(Ok(group));
+                }
+            }
+            Err(failed) => {
+                for job in batch {
+                    let _ = job.answer.send(Err(failed.clone()));
                 }
             }
         }

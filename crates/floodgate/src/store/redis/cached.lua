@@ -65,7 +65,7 @@ local function absorb_bucket(key, rate, cap, at_us, cost)
   local left = filled - cost
   -- Full again (fresh) (cap - left) / rate after t.
   local ru, rs = pair(t - now_us, math.ceil((cap - left) * (1e9 / rate)))
-  keep(key, 'T:' .. string.format('%.17g', left) .. ':' .. int(t), ru, rs)
+  keep(key, 'T:' .. digits17(left) .. ':' .. int(t), ru, rs)
   return nil
 end
 

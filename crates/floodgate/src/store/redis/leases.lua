@@ -80,7 +80,7 @@ local function leases(key, now_us, a)
     if seen > now_us then later(seen - now_us, 0) end
     local r = reply(allowed, remaining, reset_us, reset_sub)
     if frees then r = reply(allowed, remaining, reset_us, reset_sub, frees - now_us, ttl_sub) end
-    r[8] = limit
+    extended(r)[8] = limit
     return r, reset_us, reset_sub
   end
 

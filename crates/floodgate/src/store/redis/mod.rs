@@ -155,14 +155,14 @@
 //!
 //! # Group commit
 //!
-//! Redis runs scripts on one core, and most of a one-decision call's cost there is fixed (the
-//! dispatch, `TIME`, reading and writing the key), so the store sends decisions together
+//! Redis runs scripts on one core, and much of a one-decision call's cost there is fixed (the
+//! dispatch, `TIME`, reading the key, the reply), so the store sends decisions together
 //! (see `batching.rs`). Every decision joins the queue of its *lane* (the one Redis; on a
-//! cluster, its key's slot). A lane has at most one script call in flight: a decision that
-//! finds its lane idle is sent at once, alone (no timer, no wait for company); decisions
-//! arriving while a call is in flight go together in the next call, when it returns, up to
-//! [`RedisStoreBuilder::batch_max_keys`] keys per call (128 by default). Lanes of one cluster
-//! node send concurrently.
+//! cluster, its key's slot). A lane has at most [`RedisStoreBuilder::batch_in_flight`] script
+//! calls in flight (2 by default): a decision that finds room is sent at once, alone (no
+//! timer, no wait for company); decisions arriving while the lane's calls are in flight go
+//! together in the next call, when one returns, up to [`RedisStoreBuilder::batch_max_keys`]
+//! keys per call (128 by default). Lanes of one cluster node send concurrently.
 //!
 //! A batch is one call of `batch.lua`: each request (one decision, or one request's chain on
 //! one slot) is a group in it, run in queue order, atomically, at its own instant (one `TIME`
@@ -176,10 +176,13 @@
 //! What a timeout means here: a request whose caller stopped waiting before its batch was sent
 //! is dropped, never sent. A batch sent and then timed out may still run when Redis gets to it
 //! (its callers were told [`StoreError::Timeout`] and were not counted as decided); it is never
-//! sent again. Since a lane waits for its call to return or time out before sending the next,
-//! while Redis does not answer each lane sends at most one batch per timeout, and none once the
-//! breaker is open: at most `threshold` batches per lane (plus one per half-open probe), each
-//! of at most `batch_max_keys` decisions, can take effect late.
+//! sent again. Since a lane waits for its calls to return or time out before sending more,
+//! while Redis does not answer each lane sends at most `batch_in_flight` batches per timeout,
+//! and none once the breaker is open: at most `threshold × batch_in_flight` batches per lane
+//! (plus those of each half-open probe), each of at most `batch_max_keys` decisions, can take
+//! effect late. Requests in flight together carry no order between them: with two calls in
+//! flight, a call that waits for the connection or is sent again after `NOSCRIPT` can be
+//! overtaken by the next one.
 //!
 //! # Several operations in one round trip
 //!
@@ -306,6 +309,7 @@ pub struct RedisStoreBuilder {
     tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
     tls_skip_hostname_verification: bool,
     batch_max_keys: usize,
+    batch_in_flight: usize,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -324,6 +328,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
                 &self.tls_skip_hostname_verification,
             )
             .field("batch_max_keys", &self.batch_max_keys)
+            .field("batch_in_flight", &self.batch_in_flight)
             .finish()
     }
 }
@@ -506,6 +511,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Group commit: the most script calls one lane has in flight (default 2, from 1 to 8).
+    /// With 1, decisions arriving while a call is in flight always wait for it, and batches
+    /// reach Redis strictly in queue order; with 2, the next batch leaves while one runs, so
+    /// Redis does not idle during the round trip.
+    pub fn batch_in_flight(mut self, calls: usize) -> Self {
+        self.batch_in_flight = calls;
+        self
+    }
+
     /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
     /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
     /// may run slower than Redis's own.
@@ -540,6 +554,13 @@ impl RedisStoreBuilder {
             },
             skip_hostname_verification: self.tls_skip_hostname_verification,
         };
+        if !(1..=8).contains(&self.batch_in_flight) {
+            return Err(ConfigError::invalid(
+                "batch_in_flight",
+                self.batch_in_flight,
+                "must be from 1 to 8",
+            ));
+        }
         if self.batch_max_keys > MAX_BATCH_KEYS {
             return Err(ConfigError::invalid(
                 "batch_max_keys",
@@ -553,7 +574,7 @@ impl RedisStoreBuilder {
             .then(|| Nodes::new(self.breaker_threshold, self.breaker_cool_down));
         let lanes = (self.batch_max_keys > 1).then(|| {
             let count = if connection.is_cluster() { 64 } else { 1 };
-            Lanes::new(count, self.batch_max_keys)
+            Lanes::new(count, self.batch_max_keys, self.batch_in_flight)
         });
         let breaker_clock: Arc<dyn Clock> = match &self.clock {
             Some(ExplicitClock(clock)) => clock.clone(),
@@ -621,6 +642,7 @@ impl RedisStore {
             tls_client: None,
             tls_skip_hostname_verification: false,
             batch_max_keys: 128,
+            batch_in_flight: 2,
         }
     }
 

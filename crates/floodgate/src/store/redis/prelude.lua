@@ -95,13 +95,34 @@ local function store(key, value, us, sub)
 end
 
 
-local function int(x) return string.format('%.0f', x) end
+-- An integer-valued number as digits. '%d' formats it as an integer, several times cheaper
+-- than '%.0f' (exact: every integer here is below 2^53).
+local function int(x)
+  if x % 1 == 0 then return string.format('%d', x) end
+  return string.format('%.0f', x)
+end
 
 
--- The reply: {allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub}.
+-- The reply: {allowed, remaining, reset_us, reset_sub}, then when there is a retry instant
+-- {has_retry (1), retry_us, retry_sub}. Short when there is none: every element costs Redis a
+-- conversion. `extended` pads it to seven elements, for replies that carry more after them.
 local function reply(allowed, remaining, reset_us, reset_sub, retry_us, retry_sub)
   if retry_us == nil then
-    return {allowed and 1 or 0, remaining, reset_us, reset_sub, 0, 0, 0}
+    return {allowed and 1 or 0, remaining, reset_us, reset_sub}
   end
   return {allowed and 1 or 0, remaining, reset_us, reset_sub, 1, retry_us, retry_sub}
+end
+
+-- A number with 17 significant digits, which read back exactly; an integer below 2^53
+-- (whose '%.17g' is its plain digits) through '%d', the same text at a fraction of the cost.
+local function digits17(x)
+  if x % 1 == 0 and x < 9007199254740992 and x > -9007199254740992 then
+    return string.format('%d', x)
+  end
+  return string.format('%.17g', x)
+end
+
+local function extended(r)
+  if r[5] == nil then r[5], r[6], r[7] = 0, 0, 0 end
+  return r
 end

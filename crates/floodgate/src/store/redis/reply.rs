@@ -26,8 +26,9 @@ pub(super) fn tag_name(tag: &[u8]) -> &'static str {
     }
 }
 
-/// The script's reply: `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us,
-/// retry_sub}`, with an eighth element `limit` when it depends on the operation or the state
+/// The script's reply: `{allowed, remaining, reset_us, reset_sub}` (no retry instant), or
+/// `{allowed, remaining, reset_us, reset_sub, has_retry, retry_us, retry_sub}`, with an eighth
+/// element `limit` when it depends on the operation or the state
 /// (the fleet's two classes, a smooth key's own rate), then for shapers `wait_us, wait_sub`;
 /// or `{-1, tag}` for a key holding another algorithm's state, or `{-2}` for an operation the
 /// script refused because its result would leave the exact range (nothing was written).
@@ -55,7 +56,7 @@ pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision,
         });
     }
     let mut ints = [0u64; 10];
-    if !(7..=10).contains(&items.len()) || items.len() == 9 {
+    if !(7..=10).contains(&items.len()) && items.len() != 4 || items.len() == 9 {
         return Err(bad());
     }
     for (slot, item) in ints.iter_mut().zip(&items) {

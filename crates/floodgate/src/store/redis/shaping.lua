@@ -15,6 +15,7 @@ end
 -- A shaper's reply (leaky queue, smooth): `reply`'s, then the limit and the wait
 -- (us, sub), which only shapers have.
 local function shaped(r, limit, wait_us, wait_sub)
+  extended(r)
   r[8], r[9], r[10] = limit, wait_us, wait_sub
   return r
 end

@@ -43,7 +43,7 @@ local function token_bucket(key, now_us, a)
   if cost > 0 and allowed then
     local kept = last_us
     if now_us > kept then kept = now_us end
-    store(key, tag .. ':' .. string.format('%.17g', left) .. ':' .. int(kept), reset_us, reset_sub)
+    store(key, tag .. ':' .. digits17(left) .. ':' .. int(kept), reset_us, reset_sub)
   end
   if allowed then return reply(true, remaining, reset_us, reset_sub) end
   if cost > cap then return reply(false, remaining, reset_us, reset_sub) end
