@@ -104,11 +104,16 @@ serve() {
   local r half log
   r=$(h2 -c 4 -m 32 -D 5 --warm-up-time 1 2>&1 | awk '/finished in/ {print $4}')
   echo "$name: peak $r decisions/s (h2load -c 4 -m 32, 1 key)"
-  curl -s http://127.0.0.1:19180/metrics | grep '^floodgate_store_batch_decisions' | sed 's/^/  /' || true
+  curl -s http://127.0.0.1:19180/metrics | grep '^floodgate_store_batch_decisions' |
+    awk '{printf "%s%s", (NR > 1 ? ", " : "  batch sizes: "), $0} END {if (NR) print ""}' |
+    sed 's/floodgate_store_batch_decisions_//g; s/{store="[a-z-]*",*/{/g' || true
   half=$(python3 -c "print(int(float('$r') / 2))")
   log="$DIR/h2load.log"
+  # h2load appends to its log file: a new one for each run.
+  rm -f "$log"
   h2 -c 4 -m 8 -D 5 --warm-up-time 1 --rps $((half / 4)) --log-file "$log" >/dev/null 2>&1
   echo "  at half the peak ($half/s offered): $(quantiles "$log")"
+  rm -f "$log"
   h2 -c 1 -m 1 -D 5 --warm-up-time 1 --log-file "$log" >/dev/null 2>&1
   echo "  one client, one request at a time: $(quantiles "$log")"
   kill "$SERVE"

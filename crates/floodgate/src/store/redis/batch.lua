@@ -4,6 +4,10 @@
 -- groups take effect one after the other, in the order given.
 --
 -- KEYS: every link's key, the links of all groups in order (a key may appear more than once).
+-- On a cluster (the script's variant allowed keys of several slots of one node) only the
+-- first is declared, which routes the call: all links' keys then follow the groups in ARGV,
+-- then the keys of each slot (its key count, then its keys), then the number of links' keys
+-- and the length of that per-slot part (`batch_keys`, defined before this file).
 -- ARGV[1]: the batch's instant, as the prelude reads it ('' for Redis TIME); ARGV[2]: the
 -- least TTL; ARGV[3]: the number of specs. Then each spec, an operation that links share: its
 -- twin's name, its argument count n and its n arguments. Then the groups, each either
@@ -43,15 +47,21 @@ for s = 1, tonumber(ARGV[3]) do
   at = at + 2 + n
 end
 
-if #KEYS > 1 then
-  local values = redis.call('MGET', unpack(KEYS))
-  local absent = {}
-  for i, key in ipairs(KEYS) do
-    local v = values[i]
-    if v then known[key] = v else absent[#absent + 1] = key end
-  end
-  if #absent > 0 and redis.call('EXISTS', unpack(absent)) == 0 then
-    for _, key in ipairs(absent) do known[key] = false end
+local keys, last, fetches = batch_keys()
+
+-- `fetches`: the keys to read together (all of them on a single Redis; on a cluster one list
+-- per slot, since one command may touch one slot only). A lone key is read by its twin.
+for _, fetch in ipairs(fetches) do
+  if #fetch > 1 then
+    local values = redis.call('MGET', unpack(fetch))
+    local absent = {}
+    for i, key in ipairs(fetch) do
+      local v = values[i]
+      if v then known[key] = v else absent[#absent + 1] = key end
+    end
+    if #absent > 0 and redis.call('EXISTS', unpack(absent)) == 0 then
+      for _, key in ipairs(absent) do known[key] = false end
+    end
   end
 end
 
@@ -72,13 +82,12 @@ local function put(r)
   for i = 1, #r do replies[n + 1 + i] = r[i] end
 end
 
-local last = #ARGV
 while at <= last do
   local head = ARGV[at]
   if head ~= 'g' then
     k = k + 1
     replies[#replies + 1] = 1
-    put(run(tonumber(head), KEYS[k], now_us))
+    put(run(tonumber(head), keys[k], now_us))
     at = at + 1
   else
     local t = now_us
@@ -93,7 +102,7 @@ while at <= last do
       local s, flags = tonumber(ARGV[at]), ARGV[at + 1]
       at = at + 2
       k = k + 1
-      local key = KEYS[k]
+      local key = keys[k]
       if flags ~= '-' and string.find(flags, 'a', 1, true) then
         if not kept then kept, order = {}, {} end
         if kept[key] == nil then

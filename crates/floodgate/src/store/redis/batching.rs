@@ -36,8 +36,9 @@ use redis::cluster_routing::Slot;
 use redis::Value;
 use tokio::sync::oneshot;
 
+use super::breaker::Breaker;
 use super::call::Call;
-use super::keys::Tagged;
+use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
 use super::reply::decode;
 use super::Inner;
@@ -48,12 +49,6 @@ use crate::{Decision, StoreError};
 /// The most keys one batch may carry: the script unpacks them onto Lua's stack (`MGET`,
 /// `EXISTS`), whose limit is a few thousand.
 pub(super) const MAX_BATCH_KEYS: usize = 1024;
-
-/// The lane of every key on a single Redis.
-const SINGLE: Lane = match Slot::new(0) {
-    Some(slot) => slot,
-    None => unreachable!(),
-};
 
 /// Batch sizes are counted in buckets by powers of two: `1`, `2`, `3–4`, …, `513–1024`.
 const SIZE_BUCKETS: usize = 11;
@@ -113,8 +108,17 @@ impl Job {
     }
 }
 
-/// A lane: the slot its keys hash to (on a single Redis, every key's lane is slot 0).
-pub(super) type Lane = Slot;
+/// A lane: where its calls go, one at a time or a few in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Lane {
+    /// The one Redis (single or found through sentinels).
+    Single,
+    /// A cluster master, by its number in the slot map: a batch may span its slots (the
+    /// cluster batch script may touch keys of several slots of one node).
+    Master(u32),
+    /// A cluster slot, while the slot map is not known yet.
+    Slot(Slot),
+}
 
 /// The queues, one per lane (kept in shards by the lane's hash, created on first use), and what
 /// they have sent.
@@ -291,15 +295,6 @@ fn lost() -> Failed {
 }
 
 impl Inner {
-    /// The lane of a store key: the cluster slot of its tag, or the one lane of a single Redis.
-    pub(super) fn lane_of(&self, key: &str) -> Lane {
-        if self.connection.is_cluster() {
-            Tagged(key).slot()
-        } else {
-            SINGLE
-        }
-    }
-
     /// Queues `groups` (each a job's links, all on `lane`'s slot, with its instant and whether
     /// its request was already refused) and waits for their replies: per group, one twin reply
     /// per link run. The replies come in the order given.
@@ -350,7 +345,7 @@ impl Inner {
         link: JobLink,
         now: String,
     ) -> Result<Value, Failed> {
-        let lane = self.lane_of(&link.key);
+        let (lane, _) = self.route(&link.key);
         let mut replies = self.batched(lane, vec![(vec![link], now, false)]).await;
         replies
             .pop()
@@ -368,32 +363,33 @@ impl Inner {
         nows: Vec<String>,
         calls: Vec<Call<'_>>,
     ) -> Result<Vec<Decision>, StoreError> {
-        let mut lanes: Vec<(Lane, Vec<usize>, Vec<Submitted>)> = Vec::new();
+        // Per lane: its breaker, the requests it carries (their indexes) and their jobs.
+        type LaneWork = (Lane, Arc<Breaker>, Vec<usize>, Vec<Submitted>);
+        let mut lanes: Vec<LaneWork> = Vec::new();
         for (i, ((request, now), call)) in requests.iter().zip(nows).zip(calls).enumerate() {
-            let lane = self.lane_of(request.key);
+            let (lane, breaker) = self.route(request.key);
             let link = JobLink {
                 key: request.key.to_owned(),
                 twin: call.script.twin,
                 flags: "-",
                 args: call.args,
             };
-            let at = match lanes.iter().position(|(l, _, _)| *l == lane) {
+            let at = match lanes.iter().position(|(l, _, _, _)| *l == lane) {
                 Some(at) => at,
                 None => {
-                    lanes.push((lane, Vec::new(), Vec::new()));
+                    lanes.push((lane, breaker, Vec::new(), Vec::new()));
                     lanes.len() - 1
                 }
             };
-            lanes[at].1.push(i);
-            lanes[at].2.push((vec![link], now, false));
+            lanes[at].2.push(i);
+            lanes[at].3.push((vec![link], now, false));
         }
         let mut lane_of_request = vec![(0, 0); requests.len()];
         let mut sent = Vec::with_capacity(lanes.len());
-        for (at, (lane, indexes, groups)) in lanes.into_iter().enumerate() {
+        for (at, (lane, breaker, indexes, groups)) in lanes.into_iter().enumerate() {
             for (position, &i) in indexes.iter().enumerate() {
                 lane_of_request[i] = (at, position);
             }
-            let breaker = self.breaker_of(lane);
             sent.push(async move {
                 self.guarded_by(&breaker, async {
                     let answers = self.batched(lane, groups).await;
@@ -530,7 +526,12 @@ impl Inner {
                 }
             }
         }
-        let script = &self.scripts.batch;
+        let cluster = self.connection.is_cluster();
+        let script = if cluster {
+            &self.scripts.batch_cluster
+        } else {
+            &self.scripts.batch
+        };
         let keys: usize = batch.iter().map(|job| job.links.len()).sum();
         // Links with the same twin and arguments (most of a batch: one limit, cost 1) share
         // one spec, sent once.
@@ -548,11 +549,27 @@ impl Inner {
                     })
             })
             .collect();
+        // On a cluster, the keys to read together, per slot.
+        let by_slot = if cluster {
+            let slots = batch
+                .iter()
+                .flat_map(|job| job.links)
+                .map(|link| Tagged(&link.key).slot());
+            group_by_slot(slots, usize::MAX)
+        } else {
+            Vec::new()
+        };
         let command = |by_source: bool| {
             let mut cmd = script.command(by_source);
-            cmd.arg(keys);
-            for link in batch.iter().flat_map(|job| job.links) {
-                cmd.arg(Tagged(&link.key));
+            let mut links = batch.iter().flat_map(|job| job.links);
+            if cluster {
+                // Only the first key is declared: it routes the call (the keys follow).
+                cmd.arg(1).arg(links.next().map(|link| Tagged(&link.key)));
+            } else {
+                cmd.arg(keys);
+                for link in links {
+                    cmd.arg(Tagged(&link.key));
+                }
             }
             cmd.arg(batch[0].now).arg(self.min_ttl_ms).arg(specs.len());
             for spec in &specs {
@@ -576,6 +593,21 @@ impl Inner {
                 for link in job.links {
                     cmd.arg(spec_of.next()).arg(link.flags);
                 }
+            }
+            if cluster {
+                let links: Vec<&JobLink> = batch.iter().flat_map(|job| job.links).collect();
+                for link in &links {
+                    cmd.arg(Tagged(&link.key));
+                }
+                let mut size = 0;
+                for (_, members) in &by_slot {
+                    cmd.arg(members.len());
+                    for &i in members {
+                        cmd.arg(Tagged(&links[i].key));
+                    }
+                    size += 1 + members.len();
+                }
+                cmd.arg(keys).arg(size);
             }
             cmd
         };

@@ -99,7 +99,40 @@ impl Script {
     /// The script running a batch of groups of twins (batch.lua): every twin, and a table of
     /// them by name.
     fn batch() -> Script {
-        let mut source = format!("{PRELUDE}\n{EXACT}\n{SHAPING}\n{ALIGN}\n");
+        Script::batch_with(
+            "local function batch_keys() return KEYS, #ARGV, {KEYS} end\n",
+            "",
+        )
+    }
+
+    /// [`Script::batch`] for a Redis Cluster: its flags (Redis 7) let it touch keys of several
+    /// slots, as long as one node serves them all, so that one call carries a master's batch.
+    /// Redis refuses declared keys of several slots whatever the flags, and any one command
+    /// spanning slots, so only the first key is declared (it routes the call), all of them
+    /// follow the groups in `ARGV`, and the keys to read together come per slot.
+    fn batch_cluster() -> Script {
+        Script::batch_with(
+            "local function batch_keys()\n\
+             \x20 local size, n = tonumber(ARGV[#ARGV]), tonumber(ARGV[#ARGV - 1])\n\
+             \x20 local from = #ARGV - 1 - size\n\
+             \x20 local keys, fetches = {}, {}\n\
+             \x20 for i = 1, n do keys[i] = ARGV[from - n - 1 + i] end\n\
+             \x20 local at = from\n\
+             \x20 while at < #ARGV - 1 do\n\
+             \x20   local count, fetch = tonumber(ARGV[at]), {}\n\
+             \x20   for i = 1, count do fetch[i] = ARGV[at + i] end\n\
+             \x20   fetches[#fetches + 1] = fetch\n\
+             \x20   at = at + 1 + count\n\
+             \x20 end\n\
+             \x20 return keys, from - n - 1, fetches\n\
+             end\n",
+            "#!lua flags=allow-cross-slot-keys\n",
+        )
+    }
+
+    /// The batch script, with `keys` defining `batch_keys` and `shebang` first.
+    fn batch_with(keys: &str, shebang: &str) -> Script {
+        let mut source = format!("{shebang}{PRELUDE}\n{EXACT}\n{SHAPING}\n{ALIGN}\n");
         for (_, body, _) in TWINS {
             source.push_str(body);
             source.push('\n');
@@ -109,6 +142,7 @@ impl Script {
             source.push_str(&format!("{name} = {name}, "));
         }
         source.push_str("}\n");
+        source.push_str(keys);
         source.push_str(include_str!("batch.lua"));
         Script::from_source(source, "")
     }
@@ -141,6 +175,8 @@ pub(super) struct Scripts {
     leaky_queue: Script,
     smooth: Script,
     pub(super) batch: Script,
+    /// The batch script allowed keys of several slots (of one node) on a cluster.
+    pub(super) batch_cluster: Script,
     pub(super) cached: Script,
 }
 
@@ -156,6 +192,7 @@ impl Scripts {
             leaky_queue: Script::twin("leaky_queue"),
             smooth: Script::twin("smooth"),
             batch: Script::batch(),
+            batch_cluster: Script::batch_cluster(),
             cached: Script::cached(),
         }
     }

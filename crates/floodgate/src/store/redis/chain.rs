@@ -80,7 +80,7 @@ impl Inner {
             })
             .collect();
         let replies = if self.lanes.is_some() {
-            let lane = self.lane_of(links[0].request.key);
+            let (lane, _) = self.route(links[0].request.key);
             let mut answers = self
                 .batched(lane, vec![(group, now.to_owned(), refused)])
                 .await;

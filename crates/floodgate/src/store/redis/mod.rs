@@ -162,7 +162,12 @@
 //! calls in flight (2 by default): a decision that finds room is sent at once, alone (no
 //! timer, no wait for company); decisions arriving while the lane's calls are in flight go
 //! together in the next call, when one returns, up to [`RedisStoreBuilder::batch_max_keys`]
-//! keys per call (128 by default). Lanes of one cluster node send concurrently.
+//! keys per call (128 by default). On a cluster a lane is a master, once the store knows the
+//! slot map (see [Circuit breaker](#circuit-breaker); before, each slot is a lane): its batch
+//! runs as one call of a variant of the script whose flags (`allow-cross-slot-keys`, Redis 7)
+//! let it touch keys of every slot that master serves, reading them with one `MGET` per slot.
+//! A batch whose keys moved to another master meanwhile (resharding, failover) is refused by
+//! Redis without running, and fails like any call on a moving slot.
 //!
 //! A batch is one call of `batch.lua`: each request (one decision, or one request's chain on
 //! one slot) is a group in it, run in queue order, atomically, at its own instant (one `TIME`
@@ -219,7 +224,9 @@
 //! - **Scripts.** `NOSCRIPT` (a new node, a promoted replica, `SCRIPT FLUSH`) is answered by
 //!   `EVAL` of the source, routed by the same key, so the script is loaded on exactly the node
 //!   that runs it (`SCRIPT LOAD` has no key, and would have to reach every node).
-//! - **Batches.** redis-rs sends a pipeline to one node and refuses one spanning slots, so
+//! - **Batches.** With group commit (the default), decisions go in one script call per
+//!   master (see [Group commit](#group-commit)), the masters' calls concurrently. Without it,
+//!   redis-rs sends a pipeline to one node and refuses one spanning slots, so
 //!   [`Store::apply_many`] sends one pipeline per slot, all at once (concurrently), under the
 //!   one timeout: a batch for one user is one round trip; a batch over many users costs the
 //!   slowest of its pipelines. Calls a node answers with a redirect or `TRYAGAIN`/`CLUSTERDOWN`
@@ -818,7 +825,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         let inner = &self.inner;
         let call = inner.call(algorithm, op)?;
         let now = inner.now_arg(algorithm)?;
-        let breaker = inner.breaker_of(inner.lane_of(key));
+        let (_, breaker) = inner.route(key);
         if inner.lanes.is_none() {
             return inner
                 .guarded_by(&breaker, inner.run(algorithm, key, &now, &call))
@@ -876,7 +883,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
             return Ok(Vec::new());
         }
         // One user's links share a slot; a chain spanning masters is guarded by its first's.
-        let breaker = inner.breaker_of(inner.lane_of(links[0].request.key));
+        let (_, breaker) = inner.route(links[0].request.key);
         inner
             .guarded_by(&breaker, inner.run_chain(links, &now, &calls))
             .await

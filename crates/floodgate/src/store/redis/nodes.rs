@@ -10,15 +10,17 @@
 //! master ([`crate::store::RedisStore::node_breakers`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::Value;
 
+use super::batching::Lane;
 use super::breaker::{Breaker, BreakerState};
 use super::connection::Handle;
+use super::keys::Tagged;
 use super::Inner;
 
 /// The shortest time between two asks of the slot map.
@@ -29,10 +31,14 @@ const REFRESH_EVERY: Duration = Duration::from_millis(100);
 pub(super) struct Nodes {
     threshold: u32,
     cool_down: Duration,
-    /// Each slot's master's breaker, from the last `CLUSTER SLOTS` (empty before the first).
-    slots: RwLock<HashMap<Slot, Arc<Breaker>>>,
-    /// The masters of the last map, by address (`host:port`), with their breakers.
-    masters: RwLock<Vec<(String, Arc<Breaker>)>>,
+    /// Each slot's master (its number) and that master's breaker, from the last
+    /// `CLUSTER SLOTS` (empty before the first).
+    slots: RwLock<HashMap<Slot, (u32, Arc<Breaker>)>>,
+    /// The masters of the last map, by address (`host:port`), with their numbers (given in
+    /// order of first sight, kept by a master across maps) and breakers.
+    masters: RwLock<Vec<(String, u32, Arc<Breaker>)>>,
+    /// The number the next master never seen before gets.
+    next_number: AtomicU32,
     /// Whether a refresh is under way.
     refreshing: AtomicBool,
     /// Whether the map may be out of date (a call failed on the link since the last refresh).
@@ -49,6 +55,7 @@ impl Nodes {
             slots: RwLock::default(),
             masters: RwLock::default(),
             refreshing: AtomicBool::new(false),
+            next_number: AtomicU32::new(0),
             stale: AtomicBool::new(true),
             asked_at: AtomicU64::new(0),
         }
@@ -59,8 +66,8 @@ impl Nodes {
         self.stale.store(true, Ordering::Relaxed);
     }
 
-    /// The breaker of `slot`'s master, when the map is known.
-    fn breaker(&self, slot: Slot) -> Option<Arc<Breaker>> {
+    /// The number and breaker of `slot`'s master, when the map is known.
+    fn master(&self, slot: Slot) -> Option<(u32, Arc<Breaker>)> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         slots.get(&slot).cloned()
     }
@@ -70,7 +77,7 @@ impl Nodes {
         let masters = self.masters.read().unwrap_or_else(|e| e.into_inner());
         masters
             .iter()
-            .map(|(address, breaker)| (address.clone(), breaker.state(clock)))
+            .map(|(address, _, breaker)| (address.clone(), breaker.state(clock)))
             .collect()
     }
 
@@ -82,23 +89,28 @@ impl Nodes {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut masters: Vec<(String, Arc<Breaker>)> = Vec::new();
+        let mut masters: Vec<(String, u32, Arc<Breaker>)> = Vec::new();
         let mut slots = HashMap::with_capacity(16384);
         for (first, last, address) in ranges {
-            let breaker = match masters.iter().find(|(a, _)| a == address) {
-                Some((_, breaker)) => breaker.clone(),
+            let master = match masters.iter().find(|(a, _, _)| a == address) {
+                Some((_, number, breaker)) => (*number, breaker.clone()),
                 None => {
-                    let breaker = old
+                    let (number, breaker) = old
                         .iter()
-                        .find(|(a, _)| a == address)
-                        .map(|(_, breaker)| breaker.clone())
-                        .unwrap_or_else(|| Arc::new(Breaker::new(self.threshold, self.cool_down)));
-                    masters.push((address.clone(), breaker.clone()));
-                    breaker
+                        .find(|(a, _, _)| a == address)
+                        .map(|(_, number, breaker)| (*number, breaker.clone()))
+                        .unwrap_or_else(|| {
+                            (
+                                self.next_number.fetch_add(1, Ordering::Relaxed),
+                                Arc::new(Breaker::new(self.threshold, self.cool_down)),
+                            )
+                        });
+                    masters.push((address.clone(), number, breaker.clone()));
+                    (number, breaker)
                 }
             };
             for slot in (*first..=*last).filter_map(Slot::new) {
-                slots.insert(slot, breaker.clone());
+                slots.insert(slot, master.clone());
             }
         }
         masters.sort_by(|a, b| a.0.cmp(&b.0));
@@ -108,12 +120,15 @@ impl Nodes {
 }
 
 impl Inner {
-    /// The breaker guarding calls on `slot`: its master's on a cluster whose map is known,
-    /// else the store's one. Starts a refresh of the map when it is due.
-    pub(super) fn breaker_of(self: &Arc<Self>, slot: Slot) -> Arc<Breaker> {
+    /// Where a call on `key` goes: its lane and the breaker guarding it. On a cluster whose
+    /// map is known, its master's (one lane per master: a batch may span its slots); before,
+    /// its slot's lane and the store's breaker; on a single Redis, the one lane and breaker.
+    /// Starts a refresh of the map when it is due.
+    pub(super) fn route(self: &Arc<Self>, key: &str) -> (Lane, Arc<Breaker>) {
         let Some(nodes) = &self.nodes else {
-            return self.breaker.clone();
+            return (Lane::Single, self.breaker.clone());
         };
+        let slot = Tagged(key).slot();
         if nodes.stale.load(Ordering::Relaxed) {
             let now = self.breaker_clock.0.now().0;
             let due = now.saturating_sub(nodes.asked_at.load(Ordering::Relaxed))
@@ -130,7 +145,10 @@ impl Inner {
                 tokio::spawn(self.clone().refresh_nodes());
             }
         }
-        nodes.breaker(slot).unwrap_or_else(|| self.breaker.clone())
+        match nodes.master(slot) {
+            Some((number, breaker)) => (Lane::Master(number), breaker),
+            None => (Lane::Slot(slot), self.breaker.clone()),
+        }
     }
 
     /// Asks a node for the slot map (`CLUSTER SLOTS`) and installs it; on failure the map is
@@ -229,7 +247,7 @@ mod tests {
         let clock = ManualClock::new(Nanos(1));
         let nodes = Nodes::new(1, Duration::from_secs(1));
         nodes.install(&ranges);
-        let first = nodes.breaker(Slot::new(0).unwrap()).unwrap();
+        let (_, first) = nodes.master(Slot::new(0).unwrap()).unwrap();
         first.admit(&clock).unwrap().record(true, &clock);
         let open = [
             ("10.0.0.1:7000".to_string(), BreakerState::Open),
@@ -243,13 +261,11 @@ mod tests {
             (0, 5460, "10.0.0.4:7003".to_string()),
             (5461, 16383, "10.0.0.2:7001".to_string()),
         ]);
-        assert_eq!(
-            nodes
-                .breaker(Slot::new(5460).unwrap())
-                .unwrap()
-                .state(&clock),
-            BreakerState::Closed
-        );
+        let (number, breaker) = nodes.master(Slot::new(5460).unwrap()).unwrap();
+        assert_eq!(breaker.state(&clock), BreakerState::Closed);
+        // The promoted replica is a new master with a number of its own.
+        assert_eq!(number, 2);
+        assert_eq!(nodes.master(Slot::new(5461).unwrap()).unwrap().0, 1);
         assert_eq!(nodes.states(&clock).len(), 2);
     }
 }
