@@ -367,6 +367,23 @@ fn batches_decide_as_in_turn(url: &str, in_flight: usize, naming: Keys) {
                 let redis = store_on_clock_with(&rt, url, &clock, &|b| {
                     b.batch_max_keys(max_keys).batch_in_flight(in_flight)
                 });
+                if naming == Keys::OneUserPerRequest {
+                    // Order holds within a lane; until the store knows the slot map, a key's
+                    // lane is its slot, then its master: requests in flight across that change
+                    // have no order between them. Start once the lanes are the masters.
+                    rt.block_on(async {
+                        let probe: AnyAlgorithm =
+                            Gcra::new(1, 1, Duration::from_secs(1)).unwrap().into();
+                        for _ in 0..500 {
+                            if redis.node_breakers().len() == 3 {
+                                return;
+                            }
+                            let _ = redis.apply(&probe, "warm:up", Op::Check { cost: 0 }).await;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        panic!("the store never learnt the slot map");
+                    });
+                }
                 let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 for (step, requests) in waves {
                     clock.advance(Duration::from_micros(step));

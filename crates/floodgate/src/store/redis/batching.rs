@@ -7,7 +7,9 @@
 //! are in flight wait for one to return, then go together in the next call, up to the batch's
 //! bound of keys. Under load a call carries what arrived during the previous ones, so Redis
 //! pays its fixed cost per call (the dispatch, `TIME`, one `MGET`) once for many decisions;
-//! the second call in flight keeps Redis busy while the first one's reply travels back.
+//! the second call in flight keeps Redis busy while the first one's reply travels back. A
+//! lone request finding its lane idle is sent by its own caller, without a task or a channel
+//! in between, so a lightly loaded store answers as fast as without batching.
 //!
 //! A batch is one `batch.lua` call: each job (one decision, or one request's chain of links on
 //! one slot) is a group in it, run in queue order, atomically, with its own instant when the
@@ -288,6 +290,35 @@ impl Drop for Draining<'_> {
     }
 }
 
+/// A caller sending its lone request on an idle lane: when it is done (or dropped), the
+/// requests that queued meanwhile get a task, or the lane is idle again.
+struct Leading<'a> {
+    inner: &'a Arc<Inner>,
+    lanes: &'a Lanes,
+    lane: Lane,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let waiting = self.lanes.with(self.lane, |queue| {
+            queue.running = !queue.jobs.is_empty();
+            queue.running
+        });
+        if waiting {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(self.inner.clone().drain(self.lane));
+                }
+                // No runtime to send them: their callers hear that the call was lost.
+                Err(_) => self.lanes.with(self.lane, |queue| {
+                    queue.jobs.clear();
+                    queue.running = false;
+                }),
+            }
+        }
+    }
+}
+
 fn lost() -> Failed {
     Failed::link(StoreError::Unavailable(
         "the call was lost: the runtime sending it stopped".into(),
@@ -309,6 +340,35 @@ impl Inner {
                 .map(|_| Err(Failed::from(StoreError::Unavailable("no lanes".into()))))
                 .collect();
         };
+        // A lone request on an idle lane is sent by its caller, without a task or a channel in
+        // between (the light-load path); requests arriving meanwhile queue, and are sent by a
+        // task when it returns (or is dropped: its caller gave up).
+        let alone = groups.len() == 1
+            && lanes.with(lane, |queue| {
+                let idle = !queue.running && queue.jobs.is_empty();
+                queue.running |= idle;
+                idle
+            });
+        if alone {
+            let _leading = Leading {
+                inner: self,
+                lanes,
+                lane,
+            };
+            let (links, now, refused) = &groups[0];
+            lanes.record(links.len());
+            let group = Group {
+                links,
+                now,
+                refused: *refused,
+            };
+            let replies = self.send_batch(&[group]).await;
+            return vec![replies.and_then(|mut replies| {
+                replies
+                    .pop()
+                    .ok_or_else(|| StoreError::Protocol("a batch left a request out".into()).into())
+            })];
+        }
         let mut waiting = Vec::with_capacity(groups.len());
         let (start, waker) = lanes.with(lane, |queue| {
             for (links, now, refused) in groups {

@@ -187,7 +187,8 @@
 //! (plus those of each half-open probe), each of at most `batch_max_keys` decisions, can take
 //! effect late. Requests in flight together carry no order between them: with two calls in
 //! flight, a call that waits for the connection or is sent again after `NOSCRIPT` can be
-//! overtaken by the next one.
+//! overtaken by the next one, and on a cluster a key's lane changes (from its slot's to its
+//! master's) when the store learns the slot map.
 //!
 //! # Several operations in one round trip
 //!
