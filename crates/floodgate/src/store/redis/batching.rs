@@ -148,8 +148,20 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// Whether a task is sending this lane's batches.
     running: bool,
-    /// The sending task, when it waits for jobs with room for another call in flight.
+    /// Whether a caller is sending its lone request itself (one of the calls in flight).
+    inline: bool,
+    /// The sending task, when it waits for jobs, or for room for another call in flight.
     waker: Option<Waker>,
+}
+
+/// What a lane's task does next.
+enum Next {
+    /// Send this batch.
+    Send(Vec<Job>),
+    /// Wait: for a call to return, for jobs, or for room (a caller's own call in flight).
+    Wait,
+    /// Stop: nothing queued, nothing in flight; the lane is marked idle.
+    Stop,
 }
 
 /// What the batches have carried so far, from [`crate::store::RedisStore::batch_stats`].
@@ -225,28 +237,38 @@ impl Lanes {
         f(queues.entry(lane).or_default())
     }
 
-    /// The next batch of `lane`: the queued jobs in order, up to `max_keys` keys (at least one
-    /// job), skipping those whose caller stopped waiting. Empty when nothing is queued, and then,
-    /// if `idle` (no call is in flight), the lane is marked idle under the same lock, so a job
-    /// queued after this starts a task.
-    fn next_batch(&self, lane: Lane, idle: bool) -> Vec<Job> {
+    /// What `lane`'s task, with `flying` calls of its own in flight, does next: send the queued
+    /// jobs in order, up to `max_keys` keys (at least one job), skipping those whose caller
+    /// stopped waiting, when there is room for a call; stop when nothing is queued or in
+    /// flight (marking the lane idle under the same lock, so a job queued after this starts a
+    /// task); else wait.
+    fn next(&self, lane: Lane, flying: usize) -> Next {
         self.with(lane, |queue| {
-            let batch = self.take(queue);
-            if batch.is_empty() && idle {
-                queue.running = false;
+            if flying + usize::from(queue.inline) >= self.in_flight {
+                return Next::Wait;
             }
-            batch
+            let batch = self.take(queue);
+            if !batch.is_empty() {
+                Next::Send(batch)
+            } else if flying == 0 {
+                queue.running = false;
+                Next::Stop
+            } else {
+                Next::Wait
+            }
         })
     }
 
-    /// Whether `lane` has jobs queued; if not, `waker` is woken when some arrive.
-    fn wake_on_jobs(&self, lane: Lane, waker: &Waker) -> bool {
+    /// Whether `lane`'s task, with `flying` calls in flight, has jobs to send and room for
+    /// them; if not, `waker` is woken when jobs arrive or a caller's own call returns.
+    fn ready(&self, lane: Lane, flying: usize, waker: &Waker) -> bool {
         self.with(lane, |queue| {
-            if queue.jobs.is_empty() {
+            let room = flying + usize::from(queue.inline) < self.in_flight;
+            if room && !queue.jobs.is_empty() {
+                true
+            } else {
                 queue.waker = Some(waker.clone());
                 false
-            } else {
-                true
             }
         })
     }
@@ -290,31 +312,23 @@ impl Drop for Draining<'_> {
     }
 }
 
-/// A caller sending its lone request on an idle lane: when it is done (or dropped), the
-/// requests that queued meanwhile get a task, or the lane is idle again.
+/// A caller sending its lone request on an idle lane: one of the lane's calls in flight until
+/// it is done (or dropped: its caller gave up). Requests arriving meanwhile start a task, which
+/// sends them in the room left.
 struct Leading<'a> {
-    inner: &'a Arc<Inner>,
     lanes: &'a Lanes,
     lane: Lane,
 }
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        let waiting = self.lanes.with(self.lane, |queue| {
-            queue.running = !queue.jobs.is_empty();
-            queue.running
+        let waker = self.lanes.with(self.lane, |queue| {
+            queue.inline = false;
+            queue.waker.take()
         });
-        if waiting {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(self.inner.clone().drain(self.lane));
-                }
-                // No runtime to send them: their callers hear that the call was lost.
-                Err(_) => self.lanes.with(self.lane, |queue| {
-                    queue.jobs.clear();
-                    queue.running = false;
-                }),
-            }
+        // The lane's task, if one started meanwhile, may send into the room this frees.
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
 }
@@ -345,16 +359,12 @@ impl Inner {
         // task when it returns (or is dropped: its caller gave up).
         let alone = groups.len() == 1
             && lanes.with(lane, |queue| {
-                let idle = !queue.running && queue.jobs.is_empty();
-                queue.running |= idle;
+                let idle = !queue.running && !queue.inline && queue.jobs.is_empty();
+                queue.inline |= idle;
                 idle
             });
         if alone {
-            let _leading = Leading {
-                inner: self,
-                lanes,
-                lane,
-            };
+            let _leading = Leading { lanes, lane };
             let (links, now, refused) = &groups[0];
             lanes.record(links.len());
             let group = Group {
@@ -487,10 +497,14 @@ impl Inner {
             Vec::with_capacity(lanes.in_flight);
         loop {
             while flights.len() < lanes.in_flight {
-                let batch = lanes.next_batch(lane, flights.is_empty());
-                if batch.is_empty() {
-                    break;
-                }
+                let batch = match lanes.next(lane, flights.len()) {
+                    Next::Send(batch) => batch,
+                    Next::Wait => break,
+                    Next::Stop => {
+                        draining.finished = true;
+                        return;
+                    }
+                };
                 lanes.record(batch.iter().map(|job| job.links.len()).sum());
                 let mut flight = Box::pin(self.answer(batch));
                 // Its first poll hands the call to the connection before any later batch's, so
@@ -502,18 +516,11 @@ impl Inner {
                     flights.push(flight);
                 }
             }
-            if flights.is_empty() {
-                // `next_batch` found nothing with nothing in flight: the lane is idle.
-                draining.finished = true;
-                return;
-            }
-            // Until a call returns, or jobs arrive while there is room for another call.
+            // Until a call returns, or jobs can be sent.
             std::future::poll_fn(|cx| {
                 let before = flights.len();
                 flights.retain_mut(|flight| flight.as_mut().poll(cx).is_pending());
-                if flights.len() < before
-                    || flights.len() < lanes.in_flight && lanes.wake_on_jobs(lane, cx.waker())
-                {
+                if flights.len() < before || lanes.ready(lane, flights.len(), cx.waker()) {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
