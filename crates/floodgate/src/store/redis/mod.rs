@@ -252,7 +252,7 @@
 //! Any success resets the count. Answers Redis gives (a script error, a state conflict) and
 //! refusals made before sending ([`StoreError::NotOnStore`]) are not link failures. Time is the
 //! store's clock: the explicit [`RedisStoreBuilder::clock`] if one is given, else a
-//! [`SystemClock`]. [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
+//! [`SystemClock`](crate::SystemClock). [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
 //!
 //! On a cluster each master has a breaker of its own (`nodes.rs`), found through the slot map
@@ -276,10 +276,11 @@ use std::time::Duration;
 
 use super::{Link, Linked, Request, Store};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::{Clock, ConfigError, Decision, Op, StoreError, SystemClock};
+use crate::{Clock, Decision, Op, StoreError};
 
 mod batching;
 mod breaker;
+mod builder;
 mod call;
 mod chain;
 mod connection;
@@ -288,162 +289,25 @@ mod exchange;
 mod keys;
 mod link;
 mod nodes;
+mod passwords;
 mod reply;
 mod sentinel;
 mod server_stats;
 pub use batching::BatchStats;
-use batching::{JobLink, Lanes, MAX_BATCH_KEYS};
+use batching::{JobLink, Lanes};
 use breaker::Breaker;
 pub use breaker::BreakerState;
+pub use builder::RedisStoreBuilder;
 pub use call::script_source;
 use call::{lease_rule, nanos, not_on_redis, Call, Scripts, MAX_MICROS};
-use connection::{Connection, TlsFiles};
+use connection::Connection;
 pub use counters::CounterIncrement;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
 use nodes::Nodes;
+pub use passwords::redacted;
+use passwords::secrets;
 pub use server_stats::ScriptTime;
-
-/// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show
-/// the URL with any password replaced by `***`.
-pub struct RedisStoreBuilder {
-    url: String,
-    timeout: Duration,
-    min_ttl: Duration,
-    clock: Option<ExplicitClock>,
-    breaker_threshold: u32,
-    breaker_cool_down: Duration,
-    tls_ca_file: Option<std::path::PathBuf>,
-    tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    tls_skip_hostname_verification: bool,
-    batch_max_keys: usize,
-    batch_in_flight: usize,
-}
-
-impl std::fmt::Debug for RedisStoreBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStoreBuilder")
-            .field("url", &redacted(&self.url))
-            .field("timeout", &self.timeout)
-            .field("min_ttl", &self.min_ttl)
-            .field("clock", &self.clock)
-            .field("breaker_threshold", &self.breaker_threshold)
-            .field("breaker_cool_down", &self.breaker_cool_down)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .field("tls_client", &self.tls_client)
-            .field(
-                "tls_skip_hostname_verification",
-                &self.tls_skip_hostname_verification,
-            )
-            .field("batch_max_keys", &self.batch_max_keys)
-            .field("batch_in_flight", &self.batch_in_flight)
-            .finish()
-    }
-}
-
-/// The query parameters that hold a password (a unix socket URL's `pass`, a sentinel URL's
-/// `sentinel_pass`).
-const SECRET_PARAMETERS: [&str; 3] = ["pass", "password", "sentinel_pass"];
-
-/// `url`'s query with the values of [`SECRET_PARAMETERS`] replaced by `***`.
-fn redacted_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if SECRET_PARAMETERS.contains(&name) => format!("{name}=***"),
-            _ => pair.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-/// `url` with the password of its user information (`redis://user:password@host`, or
-/// `redis://:password@host`) and of its query (`?pass=…`) replaced by `***`, for errors and
-/// logs: secrets never leave.
-pub fn redacted(url: &str) -> String {
-    if let Some((before, query)) = url.split_once('?') {
-        return format!("{}?{}", redacted(before), redacted_query(query));
-    }
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            let password = if user_info.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{password}@{host}{path}")
-        }
-        None => url.to_string(),
-    }
-}
-
-/// The passwords in `url`'s user information (`scheme://[user]:password@…`) and query
-/// (`?pass=…`), as written and percent-decoded; empty when there is none.
-fn secrets(url: &str) -> Vec<String> {
-    if let Some((before, query)) = url.split_once('?') {
-        let mut found = secrets(before);
-        for pair in query.split('&') {
-            if let Some((name, value)) = pair.split_once('=') {
-                if SECRET_PARAMETERS.contains(&name) && !value.is_empty() {
-                    found.push(value.to_string());
-                    let decoded = percent_decoded(value);
-                    if decoded != value {
-                        found.push(decoded);
-                    }
-                }
-            }
-        }
-        found.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        return found;
-    }
-    let Some((_, rest)) = url.split_once("://") else {
-        return Vec::new();
-    };
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let Some((user_info, _)) = authority.rsplit_once('@') else {
-        return Vec::new();
-    };
-    let Some((_, password)) = user_info.split_once(':') else {
-        return Vec::new();
-    };
-    let mut secrets = vec![password.to_string()];
-    let decoded = percent_decoded(password);
-    if decoded != password {
-        secrets.push(decoded);
-    }
-    secrets.retain(|s| !s.is_empty());
-    // Longest first, so that a secret containing another is scrubbed whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    secrets
-}
-
-/// `%XX` escapes decoded (invalid ones kept as written).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 /// An explicit clock (shown as such in `Debug`: clocks need not implement it).
 #[derive(Clone)]
@@ -452,156 +316,6 @@ struct ExplicitClock(Arc<dyn Clock>);
 impl std::fmt::Debug for ExplicitClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ExplicitClock")
-    }
-}
-
-impl RedisStoreBuilder {
-    /// The bound on every call, connecting included (default 50 ms). A call that takes longer
-    /// fails with [`StoreError::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Decide with `clock`'s instants (truncated to whole microseconds) instead of Redis `TIME`:
-    /// for replays and tests. Every node sharing the Redis must then share one notion of time.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(ExplicitClock(Arc::new(clock)));
-        self
-    }
-
-    /// The circuit breaker: open after `threshold` consecutive timeouts or connection errors
-    /// (default 3; 0 turns the breaker off), and fail every call at once for `cool_down`
-    /// (default 1 s, on the store's clock) before letting one call probe Redis. See the
-    /// [module documentation](self#circuit-breaker).
-    pub fn breaker(mut self, threshold: u32, cool_down: Duration) -> Self {
-        self.breaker_threshold = threshold;
-        self.breaker_cool_down = cool_down;
-        self
-    }
-
-    /// For `rediss://` URLs: trust the CA certificates in this PEM file instead of the
-    /// system's (for a Redis whose certificate a private CA signed). Read by
-    /// [`RedisStoreBuilder::build`]; an unreadable file is a [`ConfigError`] for field
-    /// `tls_ca_file`.
-    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-        self.tls_ca_file = Some(path.into());
-        self
-    }
-
-    /// For TLS URLs: present this client certificate chain and its key (PEM files) when the
-    /// server asks for one (Redis's `tls-auth-clients`). Read by [`RedisStoreBuilder::build`];
-    /// an unreadable file is a [`ConfigError`] for field `tls_client_cert_file` or
-    /// `tls_client_key_file`.
-    pub fn tls_client_cert(
-        mut self,
-        cert: impl Into<std::path::PathBuf>,
-        key: impl Into<std::path::PathBuf>,
-    ) -> Self {
-        self.tls_client = Some((cert.into(), key.into()));
-        self
-    }
-
-    /// For TLS URLs: check that the server's certificate chains to a trusted CA, but not that
-    /// it names the host connected to (default false). For servers reached by an address their
-    /// certificate does not name, such as the masters a Sentinel announces by IP.
-    pub fn tls_skip_hostname_verification(mut self, skip: bool) -> Self {
-        self.tls_skip_hostname_verification = skip;
-        self
-    }
-
-    /// Group commit: decisions waiting for the same Redis (on a cluster, the same slot) while
-    /// a call is in flight go together in the next call, at most `max_keys` keys per call
-    /// (default 128, at most 1024); 0 or 1 turns it off (every decision is a call of its own,
-    /// sent at once). See the [module documentation](self#group-commit).
-    pub fn batch_max_keys(mut self, max_keys: usize) -> Self {
-        self.batch_max_keys = max_keys;
-        self
-    }
-
-    /// Group commit: the most script calls one lane has in flight (default 2, from 1 to 8).
-    /// With 1, decisions arriving while a call is in flight always wait for it, and batches
-    /// reach Redis strictly in queue order; with 2, the next batch leaves while one runs, so
-    /// Redis does not idle during the round trip.
-    pub fn batch_in_flight(mut self, calls: usize) -> Self {
-        self.batch_in_flight = calls;
-        self
-    }
-
-    /// Keep every written key at least this long (default 0: exactly until it is fresh, rounded
-    /// up to the millisecond). Only useful with an explicit [`RedisStoreBuilder::clock`] that
-    /// may run slower than Redis's own.
-    pub fn min_ttl(mut self, min_ttl: Duration) -> Self {
-        self.min_ttl = min_ttl;
-        self
-    }
-
-    /// The store. Nothing is sent yet: the connection is made by the first call, and remade by
-    /// later calls whenever it is lost.
-    ///
-    /// Must be called inside a Tokio runtime, which runs the connection. A URL that is neither a
-    /// Redis URL (`redis://[user:password@]host:port[/db]`) nor a Redis Cluster one
-    /// (`redis-cluster://[user:password@]host:port,host:port,…`, see the [module
-    /// documentation](self#redis-cluster)) is a [`ConfigError`] for field `url`.
-    pub fn build(self) -> Result<RedisStore, ConfigError> {
-        let read = |field: &'static str, path: &std::path::Path| {
-            std::fs::read(path)
-                .map_err(|_| ConfigError::invalid(field, path.display(), "must be a readable file"))
-        };
-        let tls = TlsFiles {
-            ca: match &self.tls_ca_file {
-                None => None,
-                Some(path) => Some(read("tls_ca_file", path)?),
-            },
-            client: match &self.tls_client {
-                None => None,
-                Some((cert, key)) => Some((
-                    read("tls_client_cert_file", cert)?,
-                    read("tls_client_key_file", key)?,
-                )),
-            },
-            skip_hostname_verification: self.tls_skip_hostname_verification,
-        };
-        if !(1..=8).contains(&self.batch_in_flight) {
-            return Err(ConfigError::invalid(
-                "batch_in_flight",
-                self.batch_in_flight,
-                "must be from 1 to 8",
-            ));
-        }
-        if self.batch_max_keys > MAX_BATCH_KEYS {
-            return Err(ConfigError::invalid(
-                "batch_max_keys",
-                self.batch_max_keys,
-                "must be at most 1024",
-            ));
-        }
-        let connection = Connection::new(&self.url, self.timeout, tls)?;
-        let nodes = connection
-            .is_cluster()
-            .then(|| Nodes::new(self.breaker_threshold, self.breaker_cool_down));
-        let lanes = (self.batch_max_keys > 1).then(|| {
-            let count = if connection.is_cluster() { 64 } else { 1 };
-            Lanes::new(count, self.batch_max_keys, self.batch_in_flight)
-        });
-        let breaker_clock: Arc<dyn Clock> = match &self.clock {
-            Some(ExplicitClock(clock)) => clock.clone(),
-            None => Arc::new(SystemClock::new()),
-        };
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                breaker: Arc::new(Breaker::new(self.breaker_threshold, self.breaker_cool_down)),
-                nodes,
-                breaker_clock: ExplicitClock(breaker_clock),
-                connection,
-                timeout: self.timeout,
-                min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
-                clock: self.clock,
-                scripts: Scripts::new(),
-                secrets: secrets(&self.url),
-                lanes,
-            }),
-        })
     }
 }
 
@@ -626,7 +340,7 @@ struct Inner {
     breaker: Arc<Breaker>,
     /// On a cluster: a breaker per master.
     nodes: Option<Nodes>,
-    /// The breaker's time: the explicit clock, else a [`SystemClock`].
+    /// The breaker's time: the explicit clock, else a [`SystemClock`](crate::SystemClock).
     breaker_clock: ExplicitClock,
     /// The URL's password, as written and percent-decoded: scrubbed from every error message
     /// the client gives, so that it cannot reach a log or a response.
@@ -911,27 +625,9 @@ mod tests {
     use super::redacted;
 
     #[test]
-    fn passwords_never_show() {
-        assert_eq!(
-            redacted("redis://127.0.0.1:6380/2"),
-            "redis://127.0.0.1:6380/2"
-        );
-        assert_eq!(redacted("redis://u:s3cret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redacted("redis://:s3cret@h:1"), "redis://:***@h:1");
-        assert_eq!(redacted("redis://u@h:1"), "redis://u@h:1");
-        assert_eq!(redacted("redis://u:p@ss:w@h:1"), "redis://u:***@h:1");
-        assert_eq!(redacted("not a url"), "not a url");
+    fn the_builder_never_shows_a_password() {
         let builder = super::RedisStore::builder("redis://u:s3cret@h:1");
         assert!(!format!("{builder:?}").contains("s3cret"));
-    }
-
-    #[test]
-    fn the_passwords_to_scrub_are_found_as_written_and_decoded() {
-        use super::secrets;
-        assert_eq!(secrets("redis://u:p%40ss@h:1/0"), ["p%40ss", "p@ss"]);
-        assert_eq!(secrets("redis-cluster://:pw@h1:1,h2:2"), ["pw"]);
-        assert_eq!(secrets("rediss://u@h:1"), Vec::<String>::new());
-        assert_eq!(secrets("redis://h:1"), Vec::<String>::new());
     }
 
     #[tokio::test]

@@ -29,7 +29,8 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{ConnectionAddr, RedisResult, TlsMode};
 
 use super::connection::TlsFiles;
-use super::{percent_decoded, redacted};
+use super::passwords::percent_decoded;
+use super::redacted;
 use crate::ConfigError;
 
 /// A master found through sentinels (see the [module documentation](self)).
