@@ -1,7 +1,8 @@
-//! A chain ([`crate::store::chain`]) in one script call: `chain.lua` runs the links' twins in
-//! order on their keys and undoes the all-or-nothing ones when the request is refused.
+//! A chain ([`crate::store::chain`]) as one group of a batch (`batch.lua`, through the group
+//! commit of `batching.rs`, or alone when it is off): the links' twins run in order on their
+//! keys, and the all-or-nothing ones are undone when the request is refused.
 //!
-//! On Redis Cluster a script may only touch keys of one slot. A chain whose keys share a slot
+//! On Redis Cluster a chain's group keeps to one slot. A chain whose keys share a slot
 //! (one user's stages: the keys are hash-tagged by user) is still one call; otherwise it runs
 //! as one call per run of consecutive links sharing a slot, in order, each told whether the
 //! request was already refused (so that its all-or-nothing links are undone too). Undoing
