@@ -83,6 +83,18 @@ fn bench_on_redis_ends_with_a_json_line() {
     let report = report.expect("the last line is JSON");
     assert_report(&report, report["errors"].as_u64().unwrap_or(0));
     assert_eq!(report["store"], "redis", "{report}");
+    // Redis's own count of the run's script calls, and how the group commit grouped them.
+    let decisions = report["decisions"].as_u64().unwrap();
+    let calls = report["redis_calls"].as_u64().expect("redis_calls");
+    assert!(calls >= 1 && calls <= decisions, "{report}");
+    assert!(
+        report["redis_usec_per_decision"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    let mean = report["batch_mean_size"].as_f64().expect("batch_mean_size");
+    assert!(mean >= 1.0, "{report}");
+    let sizes = report["batch_sizes"].as_array().expect("batch_sizes");
+    assert!(!sizes.is_empty(), "{report}");
 }
 
 /// A store that cannot be used is named before the run, not measured: nothing listens on the

@@ -270,26 +270,10 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
             redis_usec_per_decision =
                 Some(used.usec as f64 / (totals.decisions + totals.errors).max(1) as f64);
         }
-        let batches = redis.batch_stats();
-        let calls = batches.calls - batches_before.calls;
-        if calls > 0 {
-            batch_mean_size =
-                Some((batches.decisions - batches_before.decisions) as f64 / calls as f64);
-            batch_sizes = Some(
-                batches
-                    .sizes
-                    .iter()
-                    .map(|&(at_most, n)| {
-                        let earlier = batches_before
-                            .sizes
-                            .iter()
-                            .find(|(b, _)| *b == at_most)
-                            .map_or(0, |(_, n)| *n);
-                        (at_most, n - earlier)
-                    })
-                    .filter(|(_, n)| *n > 0)
-                    .collect(),
-            );
+        let batches = redis.batch_stats().since(&batches_before);
+        if batches.calls > 0 {
+            batch_mean_size = Some(batches.mean_size());
+            batch_sizes = Some(batches.sizes);
         }
     }
     let last_error = totals.last_error.take();

@@ -1,6 +1,7 @@
 //! Group commit: decisions waiting for the same Redis go to it together, in one script call.
 //!
-//! Each *lane* (the one Redis, or on a cluster one hash slot) has a queue and a few script
+//! Each *lane* (the one Redis, or on a cluster one master, once the slot map is known, and one
+//! slot before) has a queue and a few script
 //! calls in flight at most (two by default). A decision joins its lane's queue; if there is
 //! room for another call, a task sends one at once with whatever is queued (a lone decision
 //! goes alone, without waiting for company: no timer). Decisions that arrive while the calls
@@ -178,6 +179,27 @@ pub struct BatchStats {
 }
 
 impl BatchStats {
+    /// What was sent between `earlier` (a reading of the same store) and this reading.
+    pub fn since(&self, earlier: &BatchStats) -> BatchStats {
+        let before = |at_most: u64| {
+            earlier
+                .sizes
+                .iter()
+                .find(|(b, _)| *b == at_most)
+                .map_or(0, |(_, n)| *n)
+        };
+        BatchStats {
+            calls: self.calls.saturating_sub(earlier.calls),
+            decisions: self.decisions.saturating_sub(earlier.decisions),
+            sizes: self
+                .sizes
+                .iter()
+                .map(|&(at_most, n)| (at_most, n.saturating_sub(before(at_most))))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        }
+    }
+
     /// Decisions per call (0 before the first call).
     pub fn mean_size(&self) -> f64 {
         if self.calls == 0 {
@@ -367,17 +389,7 @@ impl Inner {
             let _leading = Leading { lanes, lane };
             let (links, now, refused) = &groups[0];
             lanes.record(links.len());
-            let group = Group {
-                links,
-                now,
-                refused: *refused,
-            };
-            let replies = self.send_batch(&[group]).await;
-            return vec![replies.and_then(|mut replies| {
-                replies
-                    .pop()
-                    .ok_or_else(|| StoreError::Protocol("a batch left a request out".into()).into())
-            })];
+            return vec![self.send_alone(links, now, *refused).await];
         }
         let mut waiting = Vec::with_capacity(groups.len());
         let (start, waker) = lanes.with(lane, |queue| {
@@ -409,13 +421,14 @@ impl Inner {
         replies
     }
 
-    /// One decision (a plain link) through its lane: the twin's reply.
+    /// One decision (a plain link) through `lane` (its key's, from [`Inner::route`]): the
+    /// twin's reply.
     pub(super) async fn decided(
         self: &Arc<Self>,
+        lane: Lane,
         link: JobLink,
         now: String,
     ) -> Result<Value, Failed> {
-        let (lane, _) = self.route(&link.key);
         let mut replies = self.batched(lane, vec![(vec![link], now, false)]).await;
         replies
             .pop()
@@ -553,8 +566,8 @@ impl Inner {
         }
     }
 
-    /// One group sent now in a call of its own, without queueing (coalescing is off): its
-    /// replies.
+    /// One group sent now in a call of its own, without queueing (coalescing is off, or the
+    /// lane is idle): its replies.
     pub(super) async fn send_alone(
         &self,
         links: &[JobLink],
@@ -599,14 +612,13 @@ impl Inner {
         } else {
             &self.scripts.batch
         };
-        let keys: usize = batch.iter().map(|job| job.links.len()).sum();
+        let links: Vec<&JobLink> = batch.iter().flat_map(|job| job.links).collect();
         // Links with the same twin and arguments (most of a batch: one limit, cost 1) share
         // one spec, sent once.
         let mut specs: Vec<&JobLink> = Vec::new();
         let mut index: HashMap<(&str, &[String]), usize> = HashMap::new();
-        let spec_of: Vec<usize> = batch
+        let spec_of: Vec<usize> = links
             .iter()
-            .flat_map(|job| job.links)
             .map(|link| {
                 *index
                     .entry((link.twin, link.args.as_slice()))
@@ -618,23 +630,21 @@ impl Inner {
             .collect();
         // On a cluster, the keys to read together, per slot.
         let by_slot = if cluster {
-            let slots = batch
-                .iter()
-                .flat_map(|job| job.links)
-                .map(|link| Tagged(&link.key).slot());
-            group_by_slot(slots, usize::MAX)
+            group_by_slot(
+                links.iter().map(|link| Tagged(&link.key).slot()),
+                usize::MAX,
+            )
         } else {
             Vec::new()
         };
         let command = |by_source: bool| {
             let mut cmd = script.command(by_source);
-            let mut links = batch.iter().flat_map(|job| job.links);
             if cluster {
                 // Only the first key is declared: it routes the call (the keys follow).
-                cmd.arg(1).arg(links.next().map(|link| Tagged(&link.key)));
+                cmd.arg(1).arg(links.first().map(|link| Tagged(&link.key)));
             } else {
-                cmd.arg(keys);
-                for link in links {
+                cmd.arg(links.len());
+                for link in &links {
                     cmd.arg(Tagged(&link.key));
                 }
             }
@@ -662,7 +672,6 @@ impl Inner {
                 }
             }
             if cluster {
-                let links: Vec<&JobLink> = batch.iter().flat_map(|job| job.links).collect();
                 for link in &links {
                     cmd.arg(Tagged(&link.key));
                 }
@@ -674,7 +683,7 @@ impl Inner {
                     }
                     size += 1 + members.len();
                 }
-                cmd.arg(keys).arg(size);
+                cmd.arg(links.len()).arg(size);
             }
             cmd
         };
@@ -716,4 +725,34 @@ fn unflatten(flat: Vec<Value>, batch: &[Group<'_>]) -> Option<Vec<Vec<Value>>> {
         groups.push(replies);
     }
     items.next().is_none().then_some(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BatchStats;
+
+    #[test]
+    fn stats_since_an_earlier_reading_keep_what_was_sent_between() {
+        let earlier = BatchStats {
+            calls: 3,
+            decisions: 10,
+            sizes: vec![(1, 1), (8, 2)],
+        };
+        let later = BatchStats {
+            calls: 6,
+            decisions: 25,
+            sizes: vec![(1, 1), (4, 1), (8, 4)],
+        };
+        let between = later.since(&earlier);
+        assert_eq!(
+            between,
+            BatchStats {
+                calls: 3,
+                decisions: 15,
+                sizes: vec![(4, 1), (8, 2)],
+            }
+        );
+        assert_eq!(between.mean_size(), 5.0);
+        assert_eq!(BatchStats::default().mean_size(), 0.0);
+    }
 }

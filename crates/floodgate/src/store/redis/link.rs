@@ -404,10 +404,7 @@ impl Inner {
         let permit = breaker.admit(clock)?;
         let result = tokio::time::timeout(timeout, calls)
             .await
-            .unwrap_or(Err(Failed {
-                error: StoreError::Timeout(timeout),
-                link: true,
-            }));
+            .unwrap_or(Err(Failed::link(StoreError::Timeout(timeout))));
         let link_failed = matches!(&result, Err(f) if f.link);
         if link_failed {
             self.connection.link_failed();

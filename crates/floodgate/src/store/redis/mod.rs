@@ -540,7 +540,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         let inner = &self.inner;
         let call = inner.call(algorithm, op)?;
         let now = inner.now_arg(algorithm)?;
-        let (_, breaker) = inner.route(key);
+        let (lane, breaker) = inner.route(key);
         if inner.lanes.is_none() {
             return inner
                 .guarded_by(&breaker, inner.run(algorithm, key, &now, &call))
@@ -554,7 +554,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         };
         inner
             .guarded_by(&breaker, async {
-                let value = inner.decided(link, now).await?;
+                let value = inner.decided(lane, link, now).await?;
                 Ok(reply::decode(algorithm, value)?)
             })
             .await
