@@ -42,8 +42,10 @@ use crate::{Clock, ConfigError, Decision, StoreError, SystemClock};
 
 mod chain;
 mod local;
+pub mod scope;
 mod snapshot;
 
+pub use scope::{MissingField, Scope};
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
 
 /// How long shed clients are asked to wait: a shedder cannot know when load will drop, so it
@@ -63,6 +65,9 @@ pub struct Descriptor<'a> {
     pub cost: Option<u64>,
     /// The endpoint, for per-endpoint costs.
     pub endpoint: Option<&'a str>,
+    /// The request's other attributes, as `(name, value)` pairs (the first pair of a name
+    /// counts), for stages with a [`Scope`]: their keys, conditions, costs and plans.
+    pub attributes: &'a [(&'a str, &'a str)],
 }
 
 impl<'a> Descriptor<'a> {
@@ -74,7 +79,16 @@ impl<'a> Descriptor<'a> {
             priority,
             cost: None,
             endpoint: None,
+            attributes: &[],
         }
+    }
+
+    /// The value of the attribute `name`, if the request has it.
+    pub fn attribute(&self, name: &str) -> Option<&'a str> {
+        self.attributes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
     }
 }
 
@@ -223,6 +237,29 @@ pub struct Stage<S> {
     /// Shared with the same stage of the pipeline this one replaced, if any
     /// ([`PipelineBuilder::counting_on_from`]).
     counters: Arc<Counters>,
+    /// Which requests it applies to and what it counts them by.
+    scope: Scope,
+    /// A request rate stage's further keys, each with its own limit ([`Stage::level`]).
+    levels: Vec<Level<S>>,
+}
+
+/// One more key of a hierarchical limit ([`Stage::level`]): its template and its limit.
+#[derive(Debug)]
+pub struct Level<S> {
+    key: scope::KeyTemplate,
+    limiter: RequestRateLimiter<S>,
+}
+
+impl<S> Level<S> {
+    /// The key template.
+    pub fn key(&self) -> &scope::KeyTemplate {
+        &self.key
+    }
+
+    /// The limit on that key (its namespace is the level's name).
+    pub fn limiter(&self) -> &RequestRateLimiter<S> {
+        &self.limiter
+    }
 }
 
 #[derive(Debug, Default)]
@@ -253,7 +290,64 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             all_or_nothing: false,
             local: None,
             counters: Arc::default(),
+            scope: Scope::all(),
+            levels: Vec::new(),
         }
+    }
+
+    /// Which requests the stage applies to and what it counts them by (default: every
+    /// request, keyed as its limiter keys them). See [`scope`].
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Adds a key with its own limit to a request rate stage, making it a hierarchical quota
+    /// (an organisation's and each of its users', say): the stage's own limiter, keyed by its
+    /// scope's key, is the first level, and each level added is checked after the ones
+    /// before. A request passes the stage when every level allows it, and then takes its cost
+    /// from every level; a level that refuses stops the stage there, and what earlier levels
+    /// took is given back in the same store call (so a stage with levels is always
+    /// [all or nothing](Stage::all_or_nothing)). The levels share the stage's plan name and
+    /// cost. When the pipeline is built, levels are checked to be on a request rate stage,
+    /// on the same store as it, with namespaces no other stage or level uses, and not with
+    /// [`OnStoreError::Local`].
+    #[must_use]
+    pub fn level(mut self, key: scope::KeyTemplate, limiter: RequestRateLimiter<S>) -> Self {
+        self.levels.push(Level { key, limiter });
+        self
+    }
+
+    /// The stage's scope.
+    pub fn scope_of(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The levels added with [`Stage::level`], in order.
+    pub fn levels(&self) -> &[Level<S>] {
+        &self.levels
+    }
+
+    /// The mode the stage runs in for `request`: off when its scope does not apply (its `when`
+    /// does not match, or it lacks a field and the stage skips such requests).
+    fn mode_for(&self, request: &Descriptor<'_>) -> Mode {
+        let mode = self.current_mode();
+        if mode == Mode::Off || !self.scope.when.matches(request) {
+            return Mode::Off;
+        }
+        if self.scope.if_missing == scope::IfMissing::Skip && self.lacking(request).is_some() {
+            return Mode::Off;
+        }
+        mode
+    }
+
+    /// The first field the stage needs that `request` lacks (its `when` matching).
+    fn lacking(&self, request: &Descriptor<'_>) -> Option<scope::Field> {
+        self.scope.lacking(request).or_else(|| {
+            let mut fields = self.levels.iter().flat_map(|l| l.key.fields());
+            fields.find(|f| f.value(request).is_none()).cloned()
+        })
     }
 
     /// The starting mode (default enforce).
@@ -421,6 +515,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
             ));
         }
         let mut stages = self.stages;
+        check_scopes(&mut stages)?;
         if stages.iter().any(|s| s.on_error == OnStoreError::Local) {
             let clock = self
                 .local_clock
@@ -450,6 +545,74 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
             segments,
         })
     }
+}
+
+/// Checks what scopes and levels ask of their stages (see [`Stage::scope`] and
+/// [`Stage::level`]), and makes stages with levels all or nothing.
+fn check_scopes<S: Store<str, AnyAlgorithm> + 'static>(
+    stages: &mut [Stage<S>],
+) -> Result<(), ConfigError> {
+    let mut names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+    for stage in stages.iter() {
+        let name = stage.name.as_str();
+        let kind = stage.limiter.kind();
+        let scope = &stage.scope;
+        let counts_requests = matches!(kind, LimiterKind::RequestRate | LimiterKind::Concurrency);
+        if scope.key.is_some() && !counts_requests {
+            return Err(ConfigError::invalid(
+                "key",
+                name,
+                "the fleet and utilization shedders count no per-request key",
+            ));
+        }
+        let rate = kind == LimiterKind::RequestRate;
+        if !rate && (scope.plan.is_some() || scope.cost != scope::Cost::Request) {
+            return Err(ConfigError::invalid(
+                "cost",
+                name,
+                "only request rate stages have plans and costs",
+            ));
+        }
+        if stage.levels.is_empty() {
+            continue;
+        }
+        let Limiter::RequestRate(first) = &stage.limiter else {
+            return Err(ConfigError::invalid(
+                "keys",
+                name,
+                "only a request rate stage can have several keys",
+            ));
+        };
+        if stage.on_error == OnStoreError::Local {
+            return Err(ConfigError::invalid(
+                "on_store_error",
+                name,
+                "a stage with several keys cannot decide locally; choose fail_open or fail_closed",
+            ));
+        }
+        for level in &stage.levels {
+            let level_name = level.limiter.namespace().as_str();
+            if names.contains(&level_name) {
+                return Err(ConfigError::invalid(
+                    "keys",
+                    level_name,
+                    "two stages or levels have this name; give each its own",
+                ));
+            }
+            names.push(level_name);
+            if !first.store().same_store(level.limiter.store()) {
+                return Err(ConfigError::invalid(
+                    "keys",
+                    level_name,
+                    "every level of a stage must keep its state in the stage's store",
+                ));
+            }
+        }
+    }
+    for stage in stages.iter_mut().filter(|s| !s.levels.is_empty()) {
+        stage.all_or_nothing = true;
+    }
+    Ok(())
 }
 
 /// What one stage concluded.
@@ -527,9 +690,53 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
         self.stage(name).map(Stage::current_mode)
     }
 
+    /// The first field a stage that applies to `request` needs and the request lacks (or, for
+    /// a cost, holds as something other than a whole number), for stages that refuse such
+    /// requests ([`scope::IfMissing::Refuse`]). [`Pipeline::evaluate`] refuses these requests
+    /// with 400 before any stage runs; a service calls this first to answer its own 400.
+    pub fn missing_field(&self, request: &Descriptor<'_>) -> Option<MissingField> {
+        self.stages.iter().find_map(|stage| {
+            let applies = stage.current_mode() != Mode::Off
+                && stage.scope.if_missing == scope::IfMissing::Refuse
+                && stage.scope.when.matches(request);
+            if !applies {
+                return None;
+            }
+            let field = stage.lacking(request)?;
+            let problem = match (&stage.scope.cost, field.value(request)) {
+                (scope::Cost::Field(f), Some(_)) if *f == field => {
+                    "holds as something other than a whole number"
+                }
+                _ => "lacks",
+            };
+            Some(MissingField {
+                stage: stage.name.to_string(),
+                field,
+                problem,
+            })
+        })
+    }
+
     /// Runs the stages for one request. See the [module documentation](self).
+    ///
+    /// A request lacking a field that a stage applying to it needs ([`Pipeline::missing_field`])
+    /// is refused with 400 by that stage before any stage runs: nothing is counted.
     pub async fn evaluate(&self, request: &Descriptor<'_>) -> Verdict {
         let mut verdict = Verdict::default();
+        if let Some(missing) = self.missing_field(request) {
+            let stage = self
+                .stage(&missing.stage)
+                .expect("a stage of this pipeline");
+            verdict.refusal = Some(Refusal {
+                stage: stage.name.clone(),
+                kind: stage.limiter.kind(),
+                status: 400,
+                retry_after: None,
+                message: missing.to_string(),
+                rate_limit: None,
+            });
+            return verdict;
+        }
         for segment in self.segments.iter() {
             let stages = &self.stages[segment.clone()];
             if Self::evaluate_segment(stages, request, &mut verdict).await {

@@ -31,6 +31,8 @@ pub const EXAMPLE_PLANS: [(&str, f64, u64); 3] = [
 pub struct Plan {
     name: String,
     algorithm: AnyAlgorithm,
+    /// How [`Plan::describe`] calls it: `plan`, or `limit` for [`Plan::limit`].
+    noun: &'static str,
 }
 
 impl Plan {
@@ -40,7 +42,20 @@ impl Plan {
         if name.is_empty() {
             return Err(ConfigError::invalid("plan", "\"\"", "a plan needs a name"));
         }
-        Ok(Plan { name, algorithm })
+        Ok(Plan {
+            name,
+            algorithm,
+            noun: "plan",
+        })
+    }
+
+    /// A stage's one limit rather than a plan users buy: the same as [`Plan::new`], but
+    /// [`Plan::describe`] says "limit per_ip allows 10 requests per second".
+    pub fn limit(name: impl Into<String>, algorithm: AnyAlgorithm) -> Result<Plan, ConfigError> {
+        Ok(Plan {
+            noun: "limit",
+            ..Plan::new(name, algorithm)?
+        })
     }
 
     /// A token-bucket plan: `rate` requests per second, bursts of up to `burst`.
@@ -78,23 +93,20 @@ impl Plan {
         self.algorithm.quota()
     }
 
-    /// "plan free allows 50 requests per second" (or per window).
+    /// "plan free allows 50 requests per second" (or per window; "limit …" for
+    /// [`Plan::limit`]).
     pub fn describe(&self) -> String {
+        let (noun, name) = (self.noun, &self.name);
         match self.quota() {
             Some((units, window)) if window == Duration::from_secs(1) => {
-                format!(
-                    "plan {} allows {} requests per second",
-                    self.name,
-                    trim(units)
-                )
+                format!("{noun} {name} allows {} requests per second", trim(units))
             }
             Some((units, window)) => format!(
-                "plan {} allows {} requests per {}",
-                self.name,
+                "{noun} {name} allows {} requests per {}",
                 trim(units),
                 humanize(window)
             ),
-            None => format!("plan {} limits requests", self.name),
+            None => format!("{noun} {name} limits requests"),
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::{Decision, LeaseId, Op, StoreError};
 use super::{concurrency_headers, seconds, Descriptor, Verdict};
 use crate::limiter::fleet::FLEET_KEY;
 use crate::limiter::in_flight::InFlight;
-use crate::limiter::request_rate::Plan;
+use crate::limiter::request_rate::{Plan, RequestRateLimiter};
 
 /// A store stage's operation for one request, waiting for the chain's answer.
 struct Pending<'s> {
@@ -56,8 +56,10 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
-    /// The store operation this stage makes for `request` (a store stage).
-    fn pending<'s>(&'s self, index: usize, request: &Descriptor<'_>) -> Option<Pending<'s>> {
+    /// The store operations this stage makes for `request` (a store stage): one, or one per
+    /// level of a hierarchical limit. None when a field the scope needs is absent (a request
+    /// [`Pipeline::evaluate`] has already refused, or one the stage skips).
+    fn pending<'s>(&'s self, index: usize, request: &Descriptor<'_>, out: &mut Vec<Pending<'s>>) {
         fn acquire<'s, S: Store<str, AnyAlgorithm> + 'static>(
             index: usize,
             leases: &'s InFlight<S>,
@@ -77,30 +79,52 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 plan: None,
             }
         }
-        Some(match &self.limiter {
-            Limiter::RequestRate(limiter) => {
-                let cost = request
-                    .cost
-                    .unwrap_or_else(|| limiter.cost_of(request.endpoint));
-                let plan = limiter.plan(request.plan);
-                Pending {
-                    stage: index,
-                    algorithm: plan.algorithm(),
-                    key: limiter.namespace().key(request.user),
-                    op: Op::Check { cost },
-                    lease: None,
-                    plan: Some((plan, cost)),
-                }
+        let scope = &self.scope;
+        let key = match &scope.key {
+            Some(template) => match template.render(request) {
+                Ok(key) => std::borrow::Cow::Owned(key),
+                Err(_) => return,
+            },
+            None => std::borrow::Cow::Borrowed(request.user),
+        };
+        let rate = |limiter: &'s RequestRateLimiter<S>, key: &str, cost: u64| {
+            let plan = limiter.plan(scope.plan(request));
+            Pending {
+                stage: index,
+                algorithm: plan.algorithm(),
+                key: limiter.namespace().key(key),
+                op: Op::Check { cost },
+                lease: None,
+                plan: Some((plan, cost)),
             }
-            Limiter::Concurrency(limiter) => acquire(index, limiter.leases(), request.user, false),
-            Limiter::Fleet(shedder) => acquire(
+        };
+        match &self.limiter {
+            Limiter::RequestRate(limiter) => {
+                let Ok(cost) = scope.cost_of(request, || limiter.cost_of(request.endpoint)) else {
+                    return;
+                };
+                let first = rate(limiter, &key, cost);
+                let mut levels = Vec::with_capacity(self.levels.len());
+                for level in &self.levels {
+                    let Ok(key) = level.key.render(request) else {
+                        return;
+                    };
+                    levels.push(rate(&level.limiter, &key, cost));
+                }
+                out.push(first);
+                out.extend(levels);
+            }
+            Limiter::Concurrency(limiter) => {
+                out.push(acquire(index, limiter.leases(), &key, false));
+            }
+            Limiter::Fleet(shedder) => out.push(acquire(
                 index,
                 shedder.leases(),
                 FLEET_KEY,
                 request.priority == Priority::Critical,
-            ),
-            Limiter::Utilization(_) => return None,
-        })
+            )),
+            Limiter::Utilization(_) => {}
+        }
     }
 
     fn refuse(
@@ -166,11 +190,18 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 let retry = decision
                     .retry_after
                     .map_or(SHED_RETRY_AFTER, |r| r.min(SHED_RETRY_AFTER));
-                let message = format!(
-                    "user {} already has {} requests in flight, the most allowed; retry when \
-                     one of them finishes",
-                    request.user, decision.limit
-                );
+                let message = match &self.scope.key {
+                    None => format!(
+                        "user {} already has {} requests in flight, the most allowed; retry \
+                         when one of them finishes",
+                        request.user, decision.limit
+                    ),
+                    Some(template) => format!(
+                        "{} requests with this {template} are already in flight, the most \
+                         stage {} allows; retry when one of them finishes",
+                        decision.limit, self.name
+                    ),
+                };
                 self.refuse(Some(retry), message, Some(concurrency_headers(&decision)))
             }
             Limiter::Fleet(_) => {
@@ -186,6 +217,44 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             }
             Limiter::Utilization(_) => Step::Pass,
         }
+    }
+
+    /// What the stage concludes from one of its links' outcome; `None` for a link the chain
+    /// did not run.
+    fn conclude_link(
+        &self,
+        request: &Descriptor<'_>,
+        mut p: Pending<'_>,
+        outcome: Linked,
+        undone: bool,
+        verdict: &mut Verdict,
+    ) -> Option<Step> {
+        Some(match outcome {
+            Linked::Decided(d) => {
+                let undone = undone && self.all_or_nothing;
+                self.conclude(request, p, d, undone, verdict)
+            }
+            Linked::Failed(e) => match &self.local {
+                Some(local) => {
+                    let plan = p.plan.map(|(plan, _)| plan.name());
+                    match local.decide(plan, &p.key, p.op, &mut p.lease) {
+                        Ok(d) => {
+                            super::bump(&self.counters.decided_locally);
+                            self.conclude(request, p, d, false, verdict)
+                        }
+                        Err(_) => Step::Failed(e),
+                    }
+                }
+                // The lease guard, dropped here, gives back what may have been taken.
+                None => Step::Failed(e),
+            },
+            _ => {
+                if let Some(lease) = p.lease {
+                    let _ = lease.keep();
+                }
+                return None;
+            }
+        })
     }
 
     /// What a stage deciding on this node concludes (store stages are decided in chains).
@@ -241,7 +310,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
         request: &Descriptor<'_>,
         verdict: &mut Verdict,
     ) -> bool {
-        let modes: Vec<Mode> = stages.iter().map(Stage::current_mode).collect();
+        let modes: Vec<Mode> = stages.iter().map(|s| s.mode_for(request)).collect();
         let stored = |i: usize| modes[i] != Mode::Off && stages[i].limiter.store().is_some();
         let Some(last) = (0..stages.len()).rev().find(|&i| stored(i)) else {
             return Self::run_local(stages, &modes, 0, request, verdict);
@@ -255,7 +324,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 continue;
             }
             if stored(i) {
-                pending.extend(stage.pending(i, request));
+                stage.pending(i, request, &mut pending);
                 continue;
             }
             let step = stage.decide_locally(request, verdict);
@@ -280,33 +349,18 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 (_, Some(_)) => {
                     let (p, outcome) = chained.next().expect("peeked");
                     let i = p.stage;
-                    let step = match outcome {
-                        Linked::Decided(d) => {
-                            let undone = undone && stages[i].all_or_nothing;
-                            stages[i].conclude(request, p, d, undone, verdict)
+                    let stage = &stages[i];
+                    let mut step = stage.conclude_link(request, p, outcome, undone, verdict);
+                    // A hierarchical limit's levels: the stage's step is its first refusal.
+                    while chained.peek().is_some_and(|(p, _)| p.stage == i) {
+                        let (p, outcome) = chained.next().expect("peeked");
+                        let next = stage.conclude_link(request, p, outcome, undone, verdict);
+                        if next.is_some() && matches!(step, None | Some(Step::Pass)) {
+                            step = next;
                         }
-                        Linked::Failed(e) => match &stages[i].local {
-                            Some(local) => {
-                                let mut p = p;
-                                let plan = p.plan.map(|(plan, _)| plan.name());
-                                match local.decide(plan, &p.key, p.op, &mut p.lease) {
-                                    Ok(d) => {
-                                        super::bump(&stages[i].counters.decided_locally);
-                                        stages[i].conclude(request, p, d, false, verdict)
-                                    }
-                                    Err(_) => Step::Failed(e),
-                                }
-                            }
-                            // The lease guard, dropped here, gives back what may have been
-                            // taken.
-                            None => Step::Failed(e),
-                        },
-                        _ => {
-                            if let Some(lease) = p.lease {
-                                let _ = lease.keep();
-                            }
-                            continue;
-                        }
+                    }
+                    let Some(step) = step else {
+                        continue;
                     };
                     (i, step)
                 }
