@@ -69,26 +69,25 @@ fn ask<S: Store<str, AnyAlgorithm> + 'static>(
 
 /// The tenants pipeline's story, the same on every store.
 fn hierarchical_story<S: Store<str, AnyAlgorithm> + 'static>(pipeline: &Pipeline<S>) {
-    let pipeline = pipeline;
     let acme = [("org", "acme")];
-    assert_eq!(ask(&pipeline, "alice", &acme).0, 200);
-    assert_eq!(ask(&pipeline, "alice", &acme).0, 200);
+    assert_eq!(ask(pipeline, "alice", &acme).0, 200);
+    assert_eq!(ask(pipeline, "alice", &acme).0, 200);
     // Alice's own limit refuses her third; the organisation's count is given back.
-    let (status, message) = ask(&pipeline, "alice", &acme);
+    let (status, message) = ask(pipeline, "alice", &acme);
     assert_eq!(status, 429);
     assert!(message.unwrap().contains("limit org.user allows 2"));
     // So Bob still has the organisation's third request.
-    assert_eq!(ask(&pipeline, "bob", &acme).0, 200);
+    assert_eq!(ask(pipeline, "bob", &acme).0, 200);
     // The organisation is spent: Bob's second is refused by it, and takes nothing from him.
-    let (status, message) = ask(&pipeline, "bob", &acme);
+    let (status, message) = ask(pipeline, "bob", &acme);
     assert_eq!(status, 429);
     assert!(message.unwrap().contains("limit org allows 3"));
     // Another organisation is counted apart.
-    assert_eq!(ask(&pipeline, "bob", &[("org", "globex")]).0, 200);
-    assert_eq!(ask(&pipeline, "bob", &[("org", "globex")]).0, 200);
-    assert_eq!(ask(&pipeline, "bob", &[("org", "globex")]).0, 429);
+    assert_eq!(ask(pipeline, "bob", &[("org", "globex")]).0, 200);
+    assert_eq!(ask(pipeline, "bob", &[("org", "globex")]).0, 200);
+    assert_eq!(ask(pipeline, "bob", &[("org", "globex")]).0, 429);
     // No organisation: a 400 naming the stage and the attribute, and nothing counted.
-    let (status, message) = ask(&pipeline, "carol", &[]);
+    let (status, message) = ask(pipeline, "carol", &[]);
     assert_eq!(status, 400);
     assert_eq!(
         message.unwrap(),
