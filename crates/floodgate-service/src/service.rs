@@ -37,6 +37,7 @@ pub use crate::store::Mem;
 use crate::store::ServiceStore;
 
 mod admin;
+mod attributes;
 pub mod switches;
 pub use admin::AdminError;
 use switches::Switches;
@@ -48,7 +49,7 @@ const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 pub type Snapshot = Served<ServiceStore>;
 
 /// The body of `POST /v1/evaluate`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvaluateRequest {
     /// Who is asking.
@@ -67,6 +68,13 @@ pub struct EvaluateRequest {
     /// The endpoint, for per-endpoint costs.
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// The request's other attributes, for the stages of a configured `pipeline` (their keys,
+    /// `when` conditions, costs and plans): names of 1 to 64 ASCII letters, digits and
+    /// `_ - .`; values strings, numbers or booleans of at most `attributes.max_value_bytes`;
+    /// at most `attributes.max_count` of them. Attributes named in `attributes.secret` are
+    /// digested before any stage sees them.
+    #[serde(default)]
+    pub attributes: std::collections::BTreeMap<String, Value>,
 }
 
 /// The answer of `POST /v1/evaluate`.
@@ -109,6 +117,17 @@ pub enum EvaluateError {
         /// The configured plans, for the message.
         configured: String,
     },
+    /// An attribute is malformed or out of the configured bounds.
+    #[error("field `attributes{}`: {problem}", name.as_ref().map(|n| format!(".{n}")).unwrap_or_default())]
+    Attribute {
+        /// The attribute, when its name is a valid one.
+        name: Option<String>,
+        /// What is wrong (never the value).
+        problem: String,
+    },
+    /// A stage that applies to the request needs a field the request lacks.
+    #[error("{0}")]
+    MissingField(#[from] floodgate::pipeline::MissingField),
 }
 
 /// Why `POST /v1/release` refused a lease token. The token is never repeated in a message: it
@@ -439,13 +458,22 @@ impl Server {
             .map(String::as_str)
             .or(request.plan.as_deref())
             .unwrap_or(&snapshot.default_plan);
+        let attributes = attributes::read(&request.attributes, &snapshot.attributes)?;
+        let attributes: Vec<(&str, &str)> = attributes
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         let descriptor = Descriptor {
             user: &request.user,
             plan,
             priority,
             cost: request.cost,
             endpoint: request.endpoint.as_deref(),
+            attributes: &attributes,
         };
+        if let Some(missing) = snapshot.pipeline.missing_field(&descriptor) {
+            return Err(missing.into());
+        }
         self.dashboard.count_key(|k| {
             k.push_str("user ");
             k.push_str(&request.user);
@@ -805,10 +833,11 @@ fn plans(snapshot: &Snapshot) -> impl Iterator<Item = &str> {
         .pipeline
         .stages()
         .filter_map(|stage| match stage.limiter() {
-            Limiter::RequestRate(rr) => Some(rr.plans().map(|p| p.name())),
+            Limiter::RequestRate(rr) => Some(rr.plans().filter(|p| !p.is_limit())),
             _ => None,
         })
         .flatten()
+        .map(|p| p.name())
 }
 
 /// The configured plans, for a message: `plans are free, pro` or `there are no plans`.

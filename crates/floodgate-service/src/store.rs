@@ -345,22 +345,33 @@ impl ServiceStore {
             ))
         };
         for stage in served.pipeline.stages() {
+            let path = served
+                .stage_paths
+                .get(stage.name().as_str())
+                .cloned()
+                .unwrap_or_else(|| format!("limiters.{}", stage.name()));
             if cached && stage.is_all_or_nothing() {
-                return all_or_nothing(format!("limiters.{}.all_or_nothing", stage.name()));
+                return all_or_nothing(format!("{path}.all_or_nothing"));
             }
+            // A preset's request rate stage runs the top-level plans.
+            let plan_path = |plan: &str| match path.starts_with("pipeline") {
+                true => format!("{path} (plan or limit `{plan}`)"),
+                false => format!("plans.{plan}"),
+            };
             match stage.limiter() {
                 Limiter::RequestRate(rr) => {
-                    for plan in rr.plans() {
+                    let levels = stage.levels().iter().map(|l| l.limiter());
+                    for plan in std::iter::once(rr).chain(levels).flat_map(|l| l.plans()) {
                         if !self.supports(plan.algorithm()) {
-                            return refuse(format!("plans.{}", plan.name()), plan.algorithm());
+                            return refuse(plan_path(plan.name()), plan.algorithm());
                         }
                     }
                 }
                 Limiter::Concurrency(c) if !self.supports(c.algorithm()) => {
-                    return refuse("limiters.concurrency".into(), c.algorithm());
+                    return refuse(path, c.algorithm());
                 }
                 Limiter::Fleet(f) if !self.supports(f.algorithm()) => {
-                    return refuse("limiters.fleet".into(), f.algorithm());
+                    return refuse(path, f.algorithm());
                 }
                 _ => {}
             }

@@ -159,7 +159,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
     T::deserialize(d).map(Some)
 }
 
-fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
+pub(super) fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
     let name = String::deserialize(d)?;
     Mode::from_name(&name).ok_or_else(|| {
         de::Error::custom(format!(
@@ -168,7 +168,7 @@ fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {
     })
 }
 
-fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Error> {
+pub(super) fn on_store_error<'de, D: Deserializer<'de>>(d: D) -> Result<OnStoreError, D::Error> {
     let name = String::deserialize(d)?;
     match name.as_str() {
         "fail_open" => Ok(OnStoreError::FailOpen),

@@ -82,6 +82,7 @@ mod connections;
 pub mod directory;
 pub mod envoy;
 mod limiters;
+pub mod pipeline;
 pub mod rls;
 pub mod runtime_dir;
 pub mod source;
@@ -98,12 +99,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
-use floodgate::limiter::concurrency::ConcurrencyLimiter;
-use floodgate::limiter::fleet::FleetShedder;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter, EXAMPLE_PLANS};
-use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
+use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
+use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::{KeyedLimit, Mode, OnStoreError};
-use floodgate::pipeline::{Limiter, Pipeline, Stage};
+use floodgate::pipeline::Pipeline;
 use floodgate::store::Store;
 use floodgate::Clock;
 use serde::de::{self, Deserializer};
@@ -114,6 +113,7 @@ pub use self::directory::DirectoryError;
 pub use self::limiters::{
     ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig, UtilizationConfig,
 };
+pub use self::pipeline::{AttributesConfig, StageConfig, StageKind};
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
@@ -124,6 +124,7 @@ pub use self::validate::ConfigFileError;
 pub use crate::rls::headers::ResponseHeaderNames;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
+use self::pipeline::{build_stage, StageContext};
 use self::validate::key_path;
 use crate::descriptors::RuleSet;
 
@@ -213,9 +214,16 @@ pub struct Config {
     /// User → plan name.
     #[serde(default)]
     pub users: BTreeMap<String, String>,
-    /// The pipeline's four limiters, each optional.
+    /// The pipeline's four limiters, each optional: a preset of `pipeline`.
     #[serde(default)]
     pub limiters: LimitersConfig,
+    /// The pipeline's stages in order, each any limiter keyed by request fields (see
+    /// [`pipeline`]); instead of `limiters`.
+    #[serde(default)]
+    pub pipeline: Vec<StageConfig>,
+    /// What requests may carry in `attributes`, and which attributes are secrets.
+    #[serde(default)]
+    pub attributes: AttributesConfig,
     /// Named limits for `POST /v1/check`: name → algorithm.
     #[serde(default)]
     pub limits: BTreeMap<String, AlgorithmSpec>,
@@ -269,6 +277,10 @@ pub struct Served<S> {
     /// Where each Envoy descriptor is written, by its statistics key
     /// ([`crate::descriptors::Rule::full_key`]), for errors about its rule.
     pub written: std::collections::HashMap<String, Written>,
+    /// Where each stage is written (`limiters.concurrency`, `pipeline[2]`), by stage name.
+    pub stage_paths: BTreeMap<String, String>,
+    /// What requests may carry in `attributes`.
+    pub attributes: AttributesConfig,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -375,7 +387,7 @@ impl Config {
                 self.default_plan = builtin.default_plan;
             }
         }
-        if !has("limiters") {
+        if !has("limiters") && !has("pipeline") {
             self.limiters = builtin.limiters;
         }
         if !has("limits") {
@@ -429,6 +441,8 @@ impl Config {
             default_plan: Some("free".to_string()),
             endpoint_costs: BTreeMap::new(),
             users: BTreeMap::new(),
+            pipeline: Vec::new(),
+            attributes: AttributesConfig::default(),
             limiters: LimitersConfig {
                 request_rate: Some(RequestRateConfig::default()),
                 concurrency: Some(ConcurrencyConfig {
@@ -568,7 +582,7 @@ impl Config {
             let plans = self.plans()?;
             self.validate(&plans)?;
             let previous = previous.map(|p| &p.pipeline);
-            let (pipeline, workers) = self.pipeline(plans, &store, clock, previous)?;
+            let (pipeline, workers, stage_paths) = self.pipeline(plans, &store, clock, previous)?;
             let limits = self.named_limits(&store)?;
             // One store, one namespace each: a named limit may not count in a stage's keys.
             for name in limits.keys() {
@@ -598,6 +612,8 @@ impl Config {
                 rls_shadow_mode: self.rls.shadow_mode,
                 rls_require_domains: self.rls.require_domains,
                 written: envoy::written_by_key(&self.domains),
+                stage_paths,
+                attributes: self.attributes.clone(),
             })
         };
         build().map_err(|e| self.origin.place(e))
@@ -609,101 +625,88 @@ impl Config {
         self.origin.place(error)
     }
 
-    /// The configured limiters as stages, in Stripe's order.
+    /// The stages written in `pipeline`, or those `limiters` stands for, in order; with the
+    /// utilization stage's worker gauge and each stage's path in the file.
+    fn stage_configs(&self) -> Vec<(String, StageConfig)> {
+        if self.pipeline.is_empty() {
+            return self.limiters.stages();
+        }
+        let stages = self.pipeline.iter().enumerate();
+        stages
+            .map(|(i, s)| (format!("pipeline[{i}]"), s.clone()))
+            .collect()
+    }
+
+    /// The configured stages, in order.
+    #[allow(clippy::type_complexity)]
     fn pipeline<S>(
         &self,
         plans: Vec<Plan>,
         store: &S,
         clock: Arc<dyn Clock>,
         previous: Option<&Pipeline<S>>,
-    ) -> Result<(Pipeline<S>, Option<Arc<WorkerGauge>>), ConfigFileError>
+    ) -> Result<
+        (
+            Pipeline<S>,
+            Option<Arc<WorkerGauge>>,
+            BTreeMap<String, String>,
+        ),
+        ConfigFileError,
+    >
     where
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
-        let stage = |limiter: Limiter<S>, mode, on_error, status: Option<u16>, all_or_nothing| {
-            let stage = Stage::new(limiter)
-                .mode(mode)
-                .on_store_error(on_error)
-                .all_or_nothing(all_or_nothing);
-            match status {
-                Some(status) => stage.status(status),
-                None => stage,
-            }
-        };
         let mut builder = Pipeline::builder()
             .nodes(self.store.nodes)
             .local_clock(clock.clone());
         if let Some(previous) = previous {
             builder = builder.counting_on_from(previous);
         }
-        let limiters = &self.limiters;
-        if let Some(r) = &limiters.request_rate {
-            let mut limiter = RequestRateLimiter::builder()
-                .plans(plans)
-                .default_plan(self.default_plan.clone().unwrap_or_default());
-            for (endpoint, cost) in &self.endpoint_costs {
-                limiter = limiter.endpoint_cost(endpoint.clone(), *cost);
-            }
-            let limiter = limiter
-                .build(store.clone())
-                .map_err(|e| ConfigFileError::from_config_error("limiters.request_rate", e))?;
-            builder = builder.stage(stage(
-                limiter.into(),
-                r.mode,
-                r.on_store_error,
-                r.status,
-                r.all_or_nothing,
-            ));
-        }
-        if let Some(c) = &limiters.concurrency {
-            let limiter = ConcurrencyLimiter::builder()
-                .capacity(c.capacity)
-                .lease_ttl(c.lease_ttl.0)
-                .build(store.clone())
-                .map_err(|e| ConfigFileError::from_config_error("limiters.concurrency", e))?;
-            builder = builder.stage(stage(
-                limiter.into(),
-                c.mode,
-                c.on_store_error,
-                c.status,
-                c.all_or_nothing,
-            ));
-        }
-        if let Some(f) = &limiters.fleet {
-            let shedder = FleetShedder::builder()
-                .capacity(f.capacity)
-                .reserved_for_critical(f.reserved_for_critical)
-                .lease_ttl(f.lease_ttl.0)
-                .build(store.clone())
-                .map_err(|e| ConfigFileError::from_config_error("limiters.fleet", e))?;
-            builder = builder.stage(stage(
-                shedder.into(),
-                f.mode,
-                f.on_store_error,
-                f.status,
-                f.all_or_nothing,
-            ));
-        }
+        let default_plan = self.default_plan.clone().unwrap_or_default();
+        let cx = StageContext {
+            store,
+            plans: &plans,
+            default_plan: &default_plan,
+            endpoint_costs: &self.endpoint_costs,
+            clock: &clock,
+        };
         let mut workers = None;
-        if let Some(u) = &limiters.utilization {
-            let at = |e| ConfigFileError::from_config_error("limiters.utilization", e);
-            let gauge = Arc::new(WorkerGauge::new(u.workers).map_err(at)?);
-            let shedder = UtilizationShedder::builder()
-                .settings(u.settings())
-                .sample_interval(u.sample_interval.0)
-                .seed(u.seed)
-                .source(gauge.clone())
-                .clock(clock)
-                .build()
-                .map_err(at)?;
-            let on_error = OnStoreError::FailOpen; // it has no store
-            builder = builder.stage(stage(shedder.into(), u.mode, on_error, u.status, false));
-            workers = Some(gauge);
+        let mut paths = BTreeMap::new();
+        for (path, config) in self.stage_configs() {
+            let taken = |name: &str| {
+                paths.contains_key(name)
+                    || paths
+                        .keys()
+                        .any(|n: &String| name.starts_with(&format!("{n}.")))
+            };
+            if taken(&config.name) {
+                return Err(ConfigFileError::invalid(
+                    format!("{path}.name"),
+                    format!("stage `{}`: another stage has this name (or names its levels after it); give each stage its own", config.name),
+                ));
+            }
+            let built = build_stage(&config, &path, &cx)?;
+            if let Some(gauge) = built.workers {
+                if workers.is_some() {
+                    return Err(ConfigFileError::invalid(
+                        format!("{path}.kind"),
+                        format!("stage `{}`: a pipeline has at most one utilization stage (it reads the node's one worker gauge)", config.name),
+                    ));
+                }
+                workers = Some(gauge);
+            }
+            builder = builder.stage(built.stage);
+            paths.insert(config.name.clone(), path);
         }
+        let section = if self.pipeline.is_empty() {
+            "limiters"
+        } else {
+            "pipeline"
+        };
         let pipeline = builder
             .build()
-            .map_err(|e| ConfigFileError::from_config_error("limiters", e))?;
-        Ok((pipeline, workers))
+            .map_err(|e| ConfigFileError::from_config_error(section, e))?;
+        Ok((pipeline, workers, paths))
     }
 }
 

@@ -183,6 +183,13 @@ impl Config {
                 format!("plans are {}", names.join(", "))
             }
         };
+        self.attributes.validate()?;
+        if !self.pipeline.is_empty() && self.limiters != super::LimitersConfig::default() {
+            return Err(ConfigFileError::invalid(
+                "pipeline",
+                "write the stages in `pipeline` or the four sections of `limiters`, not both",
+            ));
+        }
         if self.limiters.request_rate.is_some() && plans.is_empty() {
             return Err(ConfigFileError::invalid(
                 "plans",

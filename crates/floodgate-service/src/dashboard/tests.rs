@@ -43,10 +43,7 @@ async fn a_reload_keeps_counting() {
     let dashboard = Dashboard::new(0);
     let request = crate::service::EvaluateRequest {
         user: "alice".into(),
-        plan: None,
-        priority: None,
-        cost: None,
-        endpoint: None,
+        ..Default::default()
     };
     for _ in 0..7 {
         server.evaluate(&request).await.unwrap();

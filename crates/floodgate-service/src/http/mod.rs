@@ -14,7 +14,7 @@
 //! | 404 | `not_found` | no such endpoint |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
-//! | 400 | `unknown_priority`, `empty_user`, `unknown_plan` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `unknown_priority`, `empty_user`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`]) |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
@@ -212,6 +212,8 @@ impl From<EvaluateError> for ApiError {
             EvaluateError::UnknownPriority { .. } => "unknown_priority",
             EvaluateError::EmptyUser => "empty_user",
             EvaluateError::UnknownPlan { .. } => "unknown_plan",
+            EvaluateError::Attribute { .. } => "bad_attribute",
+            EvaluateError::MissingField(_) => "missing_field",
         };
         ApiError::invalid(kind, e)
     }

@@ -78,6 +78,11 @@ impl Plan {
             .collect()
     }
 
+    /// Whether this is a stage's one limit ([`Plan::limit`]) rather than a plan users are on.
+    pub fn is_limit(&self) -> bool {
+        self.noun == "limit"
+    }
+
     /// The plan's name.
     pub fn name(&self) -> &str {
         &self.name

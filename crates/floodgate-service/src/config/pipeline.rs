@@ -1,0 +1,756 @@
+//! The `pipeline` section: the stages in order, each a limiter with the requests it applies to
+//! and the key it counts them by; and the `attributes` section, which bounds what requests may
+//! carry and names the attributes that are secrets.
+//!
+//! ```yaml
+//! pipeline:
+//!   - name: per_ip
+//!     kind: limit
+//!     key: "{attributes.ip}"
+//!     spec: { algorithm: token_bucket, rate: 10, capacity: 20 }
+//!   - name: order_writes
+//!     kind: limit
+//!     key: "{user}"
+//!     when: { attributes.method: POST, endpoint: "/orders*" }
+//!     spec: { algorithm: fixed_window, limit: 5, window: 1m }
+//! ```
+//!
+//! The four sections of `limiters:` are a preset of this list ([`LimitersConfig::stages`]): a
+//! file written with them builds the same stages as the list they stand for, with errors at
+//! `limiters.NAME.FIELD`. A file may have one or the other, not both.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
+use floodgate::limiter::concurrency::ConcurrencyLimiter;
+use floodgate::limiter::fleet::FleetShedder;
+use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
+use floodgate::limiter::{Mode, OnStoreError};
+use floodgate::pipeline::scope::{Cost, Field, IfMissing, KeyTemplate, Pattern, When};
+use floodgate::pipeline::{Limiter, Scope, Stage};
+use floodgate::store::Store;
+use floodgate::Clock;
+use serde::Deserialize;
+
+use super::limiters::{
+    mode, on_store_error, ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig,
+    UtilizationConfig,
+};
+use super::{key_path, ConfigFileError};
+
+/// One stage of `pipeline:`. Which fields a stage may have depends on its `kind`; a field
+/// that does not apply to it is refused, naming the stage and the field.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// The stage's name: its namespace in the store, its name in metrics, on the dashboard and
+    /// in the admin API (1 to 64 ASCII letters, digits and `_ - . /`).
+    pub name: String,
+    /// What it limits.
+    pub kind: StageKind,
+    /// The key it counts requests by (`limit` and `concurrency`; default `{user}`).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// A `limit` stage's keys, each with its own limit, checked and consumed all or nothing
+    /// (a hierarchical quota); instead of `key` and `spec`.
+    #[serde(default)]
+    pub keys: Vec<LevelConfig>,
+    /// The requests it applies to: each field named must match one of its patterns (`*` stands
+    /// for any run of characters). Default: every request.
+    #[serde(default)]
+    pub when: BTreeMap<String, Patterns>,
+    /// `refuse` (default: a 400 naming the field) or `skip`: what happens to a request lacking
+    /// a field the stage's key, cost or plan needs.
+    #[serde(default)]
+    pub if_missing: IfMissingConfig,
+    /// A `limit` stage's cost per request: a whole number, or a field holding one
+    /// (`attributes.units`). Default: the request's `cost`, else `endpoint_costs`, else 1.
+    #[serde(default)]
+    pub cost: Option<CostConfig>,
+    /// A `limit` stage's one algorithm (see the plans' `algorithm` field).
+    #[serde(default)]
+    pub spec: Option<AlgorithmSpec>,
+    /// A `limit` stage's plans, chosen by the request's plan (or `plan_from`). A `limit` stage
+    /// with neither `spec`, `plans` nor `keys` uses the top-level `plans` and `default_plan`.
+    #[serde(default)]
+    pub plans: Option<BTreeMap<String, AlgorithmSpec>>,
+    /// The plan of requests whose plan the stage's `plans` lack.
+    #[serde(default)]
+    pub default_plan: Option<String>,
+    /// The field that names the plan (default the request's `plan`).
+    #[serde(default)]
+    pub plan_from: Option<String>,
+    /// `concurrency`: requests in flight per key; `fleet`: across the fleet.
+    #[serde(default)]
+    pub capacity: Option<u64>,
+    /// `fleet`: the fraction of `capacity` kept for critical requests (0 to 1).
+    #[serde(default)]
+    pub reserved_for_critical: Option<f64>,
+    /// `concurrency` and `fleet`: how long an unreturned lease holds its place (default 60 s).
+    #[serde(default)]
+    pub lease_ttl: Option<SpecDuration>,
+    /// `utilization`: the node's workers.
+    #[serde(default)]
+    pub workers: Option<u64>,
+    /// `utilization`: the most often the controller samples (default 1 s).
+    #[serde(default)]
+    pub sample_interval: Option<SpecDuration>,
+    /// `utilization`: the seed of the random draw (default 0).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `utilization`: below this utilization the shed amount decreases (default 0.7).
+    #[serde(default)]
+    pub end_of_good: Option<f64>,
+    /// `utilization`: from this utilization up the shed amount increases (default 0.8).
+    #[serde(default)]
+    pub start_of_bad: Option<f64>,
+    /// `utilization`: seconds of full overload before anything is shed (default 28).
+    #[serde(default)]
+    pub seconds_before_shedding: Option<f64>,
+    /// `utilization`: seconds of full overload to shed everything (default 120).
+    #[serde(default)]
+    pub seconds_to_shed_all: Option<f64>,
+    /// `enforce` (default), `shadow` or `off`.
+    #[serde(default, deserialize_with = "mode")]
+    pub mode: Mode,
+    /// `fail_open` (default), `fail_closed` or `local` (not for `utilization`, which has no
+    /// store, nor for a stage with several `keys`).
+    #[serde(default, deserialize_with = "on_store_error_or_none")]
+    pub on_store_error: Option<OnStoreError>,
+    /// The HTTP status of its refusals (default 429 for `limit` and `concurrency`, 503 for the
+    /// shedders).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Whether a request refused by a later stage consumes nothing here (default `false`; a
+    /// stage with several `keys` always is).
+    #[serde(default)]
+    pub all_or_nothing: Option<bool>,
+}
+
+/// What a stage limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageKind {
+    /// A rate (any algorithm) per key, by plan, or several keys with their own limits.
+    Limit,
+    /// Requests in flight per key.
+    Concurrency,
+    /// Non-critical requests in flight across the fleet, with a reserve for critical ones.
+    Fleet,
+    /// This node's worker utilization.
+    Utilization,
+}
+
+impl StageKind {
+    fn name(self) -> &'static str {
+        match self {
+            StageKind::Limit => "limit",
+            StageKind::Concurrency => "concurrency",
+            StageKind::Fleet => "fleet",
+            StageKind::Utilization => "utilization",
+        }
+    }
+}
+
+/// One key of a hierarchical `limit` stage.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelConfig {
+    /// The level's name: in refusal messages, and (after the first) in its namespace,
+    /// `STAGE.NAME`; the first level counts in the stage's namespace.
+    pub name: String,
+    /// The key template.
+    pub key: String,
+    /// Its limit.
+    pub spec: AlgorithmSpec,
+}
+
+/// One pattern or a list of them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Patterns {
+    /// One pattern.
+    One(String),
+    /// Any of these.
+    Any(Vec<String>),
+}
+
+/// A whole-number cost, or the field that holds one.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum CostConfig {
+    /// The same for every request.
+    Constant(u64),
+    /// A field, as `attributes.units`.
+    Field(String),
+}
+
+/// `refuse` or `skip`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IfMissingConfig {
+    /// A 400 naming the stage and the field.
+    #[default]
+    Refuse,
+    /// The stage passes the request untouched.
+    Skip,
+}
+
+/// The `attributes` section: what `POST /v1/evaluate` accepts in `attributes`, and which of
+/// them are secrets.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttributesConfig {
+    /// Attributes whose values are secrets (API keys, tokens): each value becomes `key:` and
+    /// 32 hex digits of a keyed SHA-256 before any stage sees it, so that it is never a store
+    /// key, a log line or a dashboard entry.
+    #[serde(default)]
+    pub secret: Vec<String>,
+    /// The most attributes one request may carry (default 32, at most 256).
+    #[serde(default = "default_max_count")]
+    pub max_count: usize,
+    /// The longest value, in bytes (default 256, at most 4096).
+    #[serde(default = "default_max_value_bytes")]
+    pub max_value_bytes: usize,
+}
+
+impl Default for AttributesConfig {
+    fn default() -> Self {
+        AttributesConfig {
+            secret: Vec::new(),
+            max_count: default_max_count(),
+            max_value_bytes: default_max_value_bytes(),
+        }
+    }
+}
+
+fn default_max_count() -> usize {
+    32
+}
+
+fn default_max_value_bytes() -> usize {
+    256
+}
+
+impl AttributesConfig {
+    /// Checks the bounds and the secret attributes' names.
+    pub(super) fn validate(&self) -> Result<(), ConfigFileError> {
+        if !(1..=256).contains(&self.max_count) {
+            return Err(ConfigFileError::invalid(
+                "attributes.max_count",
+                format!("invalid value {} (must be 1 to 256)", self.max_count),
+            ));
+        }
+        if !(1..=4096).contains(&self.max_value_bytes) {
+            return Err(ConfigFileError::invalid(
+                "attributes.max_value_bytes",
+                format!("invalid value {} (must be 1 to 4096)", self.max_value_bytes),
+            ));
+        }
+        for (i, name) in self.secret.iter().enumerate() {
+            if !floodgate::pipeline::scope::valid_attribute_name(name) {
+                return Err(ConfigFileError::invalid(
+                    format!("attributes.secret[{i}]"),
+                    format!("invalid name {name:?} (1 to 64 ASCII letters, digits and `_ - .`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn on_store_error_or_none<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<OnStoreError>, D::Error> {
+    on_store_error(d).map(Some)
+}
+
+impl LimitersConfig {
+    /// The stages the four sections stand for, in Stripe's order, each with the path of its
+    /// section for errors: `request_rate` is a `limit` stage keyed by user on the top-level
+    /// plans, `concurrency` one keyed by user, then the two shedders.
+    pub fn stages(&self) -> Vec<(String, StageConfig)> {
+        let mut stages = Vec::new();
+        let base = |name: &str, kind| StageConfig::named(name, kind);
+        if let Some(RequestRateConfig {
+            mode,
+            on_store_error,
+            status,
+            all_or_nothing,
+        }) = self.request_rate
+        {
+            let stage = StageConfig {
+                mode,
+                on_store_error: Some(on_store_error),
+                status,
+                all_or_nothing: Some(all_or_nothing),
+                ..base("request_rate", StageKind::Limit)
+            };
+            stages.push(("limiters.request_rate".to_string(), stage));
+        }
+        if let Some(c) = &self.concurrency {
+            let ConcurrencyConfig {
+                capacity,
+                lease_ttl,
+                mode,
+                on_store_error,
+                status,
+                all_or_nothing,
+            } = *c;
+            let stage = StageConfig {
+                capacity: Some(capacity),
+                lease_ttl: Some(lease_ttl),
+                mode,
+                on_store_error: Some(on_store_error),
+                status,
+                all_or_nothing: Some(all_or_nothing),
+                ..base("concurrency", StageKind::Concurrency)
+            };
+            stages.push(("limiters.concurrency".to_string(), stage));
+        }
+        if let Some(f) = &self.fleet {
+            let FleetConfig {
+                capacity,
+                reserved_for_critical,
+                lease_ttl,
+                mode,
+                on_store_error,
+                status,
+                all_or_nothing,
+            } = *f;
+            let stage = StageConfig {
+                capacity: Some(capacity),
+                reserved_for_critical: Some(reserved_for_critical),
+                lease_ttl: Some(lease_ttl),
+                mode,
+                on_store_error: Some(on_store_error),
+                status,
+                all_or_nothing: Some(all_or_nothing),
+                ..base("fleet", StageKind::Fleet)
+            };
+            stages.push(("limiters.fleet".to_string(), stage));
+        }
+        if let Some(u) = &self.utilization {
+            let UtilizationConfig {
+                workers,
+                sample_interval,
+                seed,
+                end_of_good,
+                start_of_bad,
+                seconds_before_shedding,
+                seconds_to_shed_all,
+                mode,
+                status,
+            } = *u;
+            let stage = StageConfig {
+                workers: Some(workers),
+                sample_interval: Some(sample_interval),
+                seed: Some(seed),
+                end_of_good,
+                start_of_bad,
+                seconds_before_shedding,
+                seconds_to_shed_all,
+                mode,
+                status,
+                ..base("utilization", StageKind::Utilization)
+            };
+            stages.push(("limiters.utilization".to_string(), stage));
+        }
+        stages
+    }
+}
+
+impl StageConfig {
+    /// A stage of `kind` named `name` with every other field at its default.
+    pub fn named(name: &str, kind: StageKind) -> StageConfig {
+        StageConfig {
+            name: name.to_string(),
+            kind,
+            key: None,
+            keys: Vec::new(),
+            when: BTreeMap::new(),
+            if_missing: IfMissingConfig::Refuse,
+            cost: None,
+            spec: None,
+            plans: None,
+            default_plan: None,
+            plan_from: None,
+            capacity: None,
+            reserved_for_critical: None,
+            lease_ttl: None,
+            workers: None,
+            sample_interval: None,
+            seed: None,
+            end_of_good: None,
+            start_of_bad: None,
+            seconds_before_shedding: None,
+            seconds_to_shed_all: None,
+            mode: Mode::Enforce,
+            on_store_error: None,
+            status: None,
+            all_or_nothing: None,
+        }
+    }
+
+    /// The fields written that a stage of its kind does not have.
+    fn foreign_fields(&self) -> Vec<&'static str> {
+        let written = [
+            ("key", self.key.is_some()),
+            ("keys", !self.keys.is_empty()),
+            ("cost", self.cost.is_some()),
+            ("spec", self.spec.is_some()),
+            ("plans", self.plans.is_some()),
+            ("default_plan", self.default_plan.is_some()),
+            ("plan_from", self.plan_from.is_some()),
+            ("capacity", self.capacity.is_some()),
+            (
+                "reserved_for_critical",
+                self.reserved_for_critical.is_some(),
+            ),
+            ("lease_ttl", self.lease_ttl.is_some()),
+            ("workers", self.workers.is_some()),
+            ("sample_interval", self.sample_interval.is_some()),
+            ("seed", self.seed.is_some()),
+            ("end_of_good", self.end_of_good.is_some()),
+            ("start_of_bad", self.start_of_bad.is_some()),
+            (
+                "seconds_before_shedding",
+                self.seconds_before_shedding.is_some(),
+            ),
+            ("seconds_to_shed_all", self.seconds_to_shed_all.is_some()),
+            ("on_store_error", self.on_store_error.is_some()),
+            ("all_or_nothing", self.all_or_nothing.is_some()),
+        ];
+        let allowed: &[&str] = match self.kind {
+            StageKind::Limit => &[
+                "key",
+                "keys",
+                "cost",
+                "spec",
+                "plans",
+                "default_plan",
+                "plan_from",
+                "on_store_error",
+                "all_or_nothing",
+            ],
+            StageKind::Concurrency => &[
+                "key",
+                "capacity",
+                "lease_ttl",
+                "on_store_error",
+                "all_or_nothing",
+            ],
+            StageKind::Fleet => &[
+                "capacity",
+                "reserved_for_critical",
+                "lease_ttl",
+                "on_store_error",
+                "all_or_nothing",
+            ],
+            StageKind::Utilization => &[
+                "workers",
+                "sample_interval",
+                "seed",
+                "end_of_good",
+                "start_of_bad",
+                "seconds_before_shedding",
+                "seconds_to_shed_all",
+            ],
+        };
+        written
+            .into_iter()
+            .filter(|(name, present)| *present && !allowed.contains(name))
+            .map(|(name, _)| name)
+            .collect()
+    }
+}
+
+/// What stages are built with besides their own section.
+pub(super) struct StageContext<'a, S> {
+    pub store: &'a S,
+    /// The top-level plans, built, and their default.
+    pub plans: &'a [Plan],
+    pub default_plan: &'a str,
+    pub endpoint_costs: &'a BTreeMap<String, u64>,
+    pub clock: &'a Arc<dyn Clock>,
+}
+
+/// A built stage, and the worker gauge of a utilization stage.
+pub(super) struct BuiltStage<S> {
+    pub stage: Stage<S>,
+    pub workers: Option<Arc<WorkerGauge>>,
+}
+
+/// Builds the stage `config`, written at `path`; every error names the path and the field,
+/// and, for a stage of `pipeline`, the stage.
+pub(super) fn build_stage<S>(
+    config: &StageConfig,
+    path: &str,
+    cx: &StageContext<'_, S>,
+) -> Result<BuiltStage<S>, ConfigFileError>
+where
+    S: Store<str, AnyAlgorithm> + Clone + 'static,
+{
+    build_stage_at(config, path, cx).map_err(|error| match error {
+        ConfigFileError::Invalid { path, message } if path.starts_with("pipeline") => {
+            let message = format!("stage `{}`: {message}", config.name);
+            ConfigFileError::Invalid { path, message }
+        }
+        other => other,
+    })
+}
+
+fn build_stage_at<S>(
+    config: &StageConfig,
+    path: &str,
+    cx: &StageContext<'_, S>,
+) -> Result<BuiltStage<S>, ConfigFileError>
+where
+    S: Store<str, AnyAlgorithm> + Clone + 'static,
+{
+    let at = |field: &str| format!("{path}.{field}");
+    let err = |e| ConfigFileError::from_config_error(path, e);
+    if let Some(field) = config.foreign_fields().first() {
+        return Err(ConfigFileError::invalid(
+            at(field),
+            format!("a {} stage has no `{field}`", config.kind.name()),
+        ));
+    }
+    let scope = scope(config, path)?;
+    let mut workers = None;
+    let limiter: Limiter<S> = match config.kind {
+        StageKind::Limit => return build_limit(config, path, scope, cx),
+        StageKind::Concurrency => ConcurrencyLimiter::builder()
+            .namespace(config.name.clone())
+            .capacity(required(config.capacity, &at("capacity"))?)
+            .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+            .build(cx.store.clone())
+            .map_err(err)?
+            .into(),
+        StageKind::Fleet => FleetShedder::builder()
+            .namespace(config.name.clone())
+            .capacity(required(config.capacity, &at("capacity"))?)
+            .reserved_for_critical(required(
+                config.reserved_for_critical,
+                &at("reserved_for_critical"),
+            )?)
+            .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+            .build(cx.store.clone())
+            .map_err(err)?
+            .into(),
+        StageKind::Utilization => {
+            let u = UtilizationConfig {
+                workers: required(config.workers, &at("workers"))?,
+                sample_interval: config
+                    .sample_interval
+                    .unwrap_or(super::limiters::default_sample_interval()),
+                seed: config.seed.unwrap_or(0),
+                end_of_good: config.end_of_good,
+                start_of_bad: config.start_of_bad,
+                seconds_before_shedding: config.seconds_before_shedding,
+                seconds_to_shed_all: config.seconds_to_shed_all,
+                mode: config.mode,
+                status: config.status,
+            };
+            let gauge = Arc::new(WorkerGauge::new(u.workers).map_err(err)?);
+            workers = Some(gauge.clone());
+            UtilizationShedder::builder()
+                .name(config.name.clone())
+                .settings(u.settings())
+                .sample_interval(u.sample_interval.0)
+                .seed(u.seed)
+                .source(gauge)
+                .clock(cx.clock.clone())
+                .build()
+                .map_err(err)?
+                .into()
+        }
+    };
+    Ok(BuiltStage {
+        stage: common(Stage::new(limiter).scope(scope), config),
+        workers,
+    })
+}
+
+const DEFAULT_LEASE_TTL: SpecDuration = SpecDuration(std::time::Duration::from_secs(60));
+
+fn required<T>(value: Option<T>, path: &str) -> Result<T, ConfigFileError> {
+    value.ok_or_else(|| ConfigFileError::invalid(path, "missing"))
+}
+
+/// The settings every stage has: mode, failure policy, status, all or nothing.
+fn common<S: Store<str, AnyAlgorithm> + 'static>(
+    stage: Stage<S>,
+    config: &StageConfig,
+) -> Stage<S> {
+    let stage = stage
+        .mode(config.mode)
+        .on_store_error(config.on_store_error.unwrap_or_default())
+        .all_or_nothing(config.all_or_nothing.unwrap_or(false));
+    match config.status {
+        Some(status) => stage.status(status),
+        None => stage,
+    }
+}
+
+/// The stage's scope: its `when`, `key`, `cost`, `plan_from` and `if_missing`.
+fn scope(config: &StageConfig, path: &str) -> Result<Scope, ConfigFileError> {
+    let named = |field: &str, e: floodgate::ConfigError| {
+        ConfigFileError::invalid(format!("{path}.{field}"), e.to_string())
+    };
+    let mut when = When::always();
+    for (name, patterns) in &config.when {
+        let field = Field::parse(name).map_err(|e| named(&key_path("when", name), e))?;
+        let patterns = match patterns {
+            Patterns::One(p) => vec![Pattern::new(p)],
+            Patterns::Any(ps) => ps.iter().map(|p| Pattern::new(p)).collect(),
+        };
+        when = when.field(field, patterns);
+    }
+    let mut scope = Scope::all().when(when);
+    if let Some(key) = &config.key {
+        scope = scope.key(KeyTemplate::parse(key).map_err(|e| named("key", e))?);
+    }
+    if let Some(cost) = &config.cost {
+        scope = scope.cost(match cost {
+            CostConfig::Constant(n) => Cost::Constant(*n),
+            CostConfig::Field(f) => Cost::Field(Field::parse(f).map_err(|e| named("cost", e))?),
+        });
+    }
+    if let Some(field) = &config.plan_from {
+        scope = scope.plan_from(Field::parse(field).map_err(|e| named("plan_from", e))?);
+    }
+    Ok(scope.if_missing(match config.if_missing {
+        IfMissingConfig::Refuse => IfMissing::Refuse,
+        IfMissingConfig::Skip => IfMissing::Skip,
+    }))
+}
+
+/// A `limit` stage: one algorithm (`spec`), its own plans, the top-level plans, or levels.
+fn build_limit<S>(
+    config: &StageConfig,
+    path: &str,
+    scope: Scope,
+    cx: &StageContext<'_, S>,
+) -> Result<BuiltStage<S>, ConfigFileError>
+where
+    S: Store<str, AnyAlgorithm> + Clone + 'static,
+{
+    let name = &config.name;
+    let at = |field: &str| format!("{path}.{field}");
+    let conflict = |field: &str, why: &str| Err(ConfigFileError::invalid(at(field), why));
+    let written = [
+        config.spec.is_some(),
+        config.plans.is_some(),
+        !config.keys.is_empty(),
+    ];
+    if written.iter().filter(|w| **w).count() > 1 {
+        return conflict("spec", "write one of `spec`, `plans` and `keys`");
+    }
+    if !config.keys.is_empty() && config.key.is_some() {
+        return conflict("key", "a stage with `keys` gives each key in its list");
+    }
+    if config.default_plan.is_some() && config.plans.is_none() {
+        return conflict(
+            "default_plan",
+            "`default_plan` goes with the stage's own `plans`",
+        );
+    }
+    if !config.keys.is_empty() && config.all_or_nothing == Some(false) {
+        return conflict(
+            "all_or_nothing",
+            "a stage with several keys is always all or nothing",
+        );
+    }
+    let build_spec = |spec: &AlgorithmSpec, field: &str| {
+        spec.build()
+            .map_err(|e| ConfigFileError::from_config_error(&at(field), e))
+    };
+    let limiter = |namespace: &str, plans: Vec<Plan>, default: &str, field: &str| {
+        let mut builder = RequestRateLimiter::builder()
+            .namespace(namespace)
+            .plans(plans)
+            .default_plan(default);
+        for (endpoint, cost) in cx.endpoint_costs {
+            builder = builder.endpoint_cost(endpoint.clone(), *cost);
+        }
+        builder
+            .build(cx.store.clone())
+            .map_err(|e| ConfigFileError::from_config_error(&at(field), e))
+    };
+    let limit_plan = |label: &str, algorithm, field: &str| {
+        Plan::limit(label, algorithm).map_err(|e| ConfigFileError::from_config_error(&at(field), e))
+    };
+    let stage = if let Some(spec) = &config.spec {
+        let plan = limit_plan(name, build_spec(spec, "spec")?, "spec")?;
+        Stage::new(limiter(name, vec![plan], name, "spec")?)
+    } else if let Some(plans) = &config.plans {
+        let mut built = Vec::with_capacity(plans.len());
+        for (plan, spec) in plans {
+            let field = key_path("plans", plan);
+            let algorithm = build_spec(spec, &field)?;
+            built.push(
+                Plan::new(plan.clone(), algorithm)
+                    .map_err(|e| ConfigFileError::from_config_error(&at(&field), e))?,
+            );
+        }
+        let Some(default) = &config.default_plan else {
+            return conflict(
+                "default_plan",
+                "missing: the plan of requests whose plan the stage's plans lack",
+            );
+        };
+        if !plans.contains_key(default) {
+            let known: Vec<&str> = plans.keys().map(String::as_str).collect();
+            return conflict(
+                "default_plan",
+                &format!(
+                    "unknown plan `{default}`: the stage's plans are {}",
+                    known.join(", ")
+                ),
+            );
+        }
+        Stage::new(limiter(name, built, default, "plans")?)
+    } else if let Some((first, rest)) = config.keys.split_first() {
+        let level = |i: usize, level: &LevelConfig, namespace: &str| {
+            let field = format!("keys[{i}]");
+            let plan = limit_plan(
+                &level.name,
+                build_spec(&level.spec, &format!("{field}.spec"))?,
+                &field,
+            )?;
+            let key = KeyTemplate::parse(&level.key).map_err(|e| {
+                ConfigFileError::invalid(at(&format!("{field}.key")), e.to_string())
+            })?;
+            Ok::<_, ConfigFileError>((key, limiter(namespace, vec![plan], &level.name, &field)?))
+        };
+        let (key, primary) = level(0, first, name)?;
+        let mut stage = Stage::new(primary).scope(scope.clone().key(key));
+        for (i, l) in rest.iter().enumerate() {
+            let namespace = format!("{name}.{}", l.name);
+            let (key, limiter) = level(i + 1, l, &namespace)?;
+            stage = stage.level(key, limiter);
+        }
+        return Ok(BuiltStage {
+            stage: common(stage, config),
+            workers: None,
+        });
+    } else {
+        if cx.plans.is_empty() {
+            return conflict(
+                "spec",
+                "give the stage a `spec`, `plans` or `keys`, or define the top-level `plans`",
+            );
+        }
+        Stage::new(limiter(name, cx.plans.to_vec(), cx.default_plan, "plans")?)
+    };
+    Ok(BuiltStage {
+        stage: common(stage.scope(scope), config),
+        workers: None,
+    })
+}
+
+#[cfg(test)]
+mod tests;
