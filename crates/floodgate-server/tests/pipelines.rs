@@ -1,0 +1,117 @@
+//! The worked configurations of docs/building-your-pipeline.md, served by the real binary and
+//! called over HTTP as a gateway would: each behaves as the guide says.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::serve::serve;
+use serde_json::{json, Value};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/config/pipelines")
+        .join(name)
+}
+
+/// `POST /v1/evaluate` as `user` with `attributes` (and `endpoint`, when given).
+fn call(user: &str, endpoint: Option<&str>, attributes: Value) -> Value {
+    let mut body = json!({ "user": user, "attributes": attributes });
+    if let Some(endpoint) = endpoint {
+        body["endpoint"] = endpoint.into();
+    }
+    body
+}
+
+#[tokio::test]
+async fn per_ip_then_plans_then_order_writes() {
+    let node = serve(&example("api.yaml"), "memory", &[]);
+    let client = reqwest::Client::new();
+    let evaluate = |body: Value| {
+        let (node, client) = (&node, &client);
+        async move { node.post(client, "/v1/evaluate", &body).await }
+    };
+    // Five order writes a minute per user, from any address; reads are not counted.
+    for i in 0..5 {
+        let ip = format!("198.51.100.{i}");
+        let body = call("ann", Some("/orders"), json!({"ip": ip, "method": "POST"}));
+        let (status, answer) = evaluate(body).await;
+        assert_eq!((status, answer["allowed"].as_bool()), (200, Some(true)), "{answer}");
+    }
+    let get = call("ann", Some("/orders/7"), json!({"ip": "198.51.100.9", "method": "GET"}));
+    assert_eq!(evaluate(get).await.1["allowed"], true);
+    let sixth = call("ann", Some("/orders/7"), json!({"ip": "198.51.100.9", "method": "PUT"}));
+    let (_, answer) = evaluate(sixth).await;
+    assert_eq!(answer["status"], 429, "{answer}");
+    assert_eq!(answer["limiter"], "order_writes");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.starts_with("limit order_writes allows 5 requests per 1 min; retry in"), "{message}");
+
+    // One address, many users: its 20-request burst, then 429 from per_ip.
+    for i in 0..20 {
+        let body = call(&format!("u{i}"), None, json!({"ip": "203.0.113.7", "method": "GET"}));
+        assert_eq!(evaluate(body).await.1["allowed"], true, "request {i}");
+    }
+    let body = call("u99", None, json!({"ip": "203.0.113.7", "method": "GET"}));
+    let (_, answer) = evaluate(body).await;
+    assert_eq!((answer["status"].as_u64(), answer["limiter"].as_str()), (Some(429), Some("per_ip")));
+    assert!(answer["headers"]["retry-after"].is_string(), "{answer}");
+
+    // No address: a 400 naming the stage and the attribute, and nothing counted.
+    let (status, answer) = evaluate(call("ann", None, json!({"method": "GET"}))).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "missing_field", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("per_ip") && message.contains("attributes.ip"), "{message}");
+    // An attribute that is no scalar is refused, naming it.
+    let (status, answer) = evaluate(call("ann", None, json!({"ip": ["a"]}))).await;
+    assert_eq!((status, answer["error"]["type"].as_str()), (400, Some("bad_attribute")), "{answer}");
+}
+
+#[tokio::test]
+async fn organisations_and_their_users() {
+    let node = serve(&example("tenants.yaml"), "memory", &[]);
+    let client = reqwest::Client::new();
+    let evaluate = |user: &str, attributes: Value| {
+        let (node, client) = (&node, &client);
+        let body = call(user, None, attributes);
+        async move { node.post(client, "/v1/evaluate", &body).await.1 }
+    };
+    // A user's 30 a minute, then the user level refuses, and the organisation keeps its count.
+    for i in 0..30 {
+        let answer = evaluate("alice", json!({"org": "acme"})).await;
+        assert_eq!(answer["allowed"], true, "request {i}: {answer}");
+    }
+    let answer = evaluate("alice", json!({"org": "acme"})).await;
+    assert_eq!(answer["limiter"], "tenants", "{answer}");
+    assert!(answer["message"].as_str().unwrap().starts_with("limit user allows 30"), "{answer}");
+    // 70 more from other users spend the organisation's 100; then it refuses everyone.
+    for i in 0..70 {
+        let answer = evaluate(&format!("user{}", i % 3), json!({"org": "acme"})).await;
+        assert_eq!(answer["allowed"], true, "request {i}: {answer}");
+    }
+    let answer = evaluate("zed", json!({"org": "acme"})).await;
+    assert!(answer["message"].as_str().unwrap().starts_with("limit org allows 100"), "{answer}");
+    assert_eq!(evaluate("zed", json!({"org": "globex"})).await["allowed"], true);
+
+    // An API key is limited per key (10 at once), and never shown.
+    let secret = "sk_live_4f9a0c2b7e";
+    for i in 0..10 {
+        let answer = evaluate("bob", json!({"org": "initech", "api_key": secret})).await;
+        assert_eq!(answer["allowed"], true, "request {i}: {answer}");
+    }
+    let answer = evaluate("carl", json!({"org": "initech", "api_key": secret})).await;
+    assert_eq!(answer["limiter"], "per_key", "{answer}");
+    assert!(!answer.to_string().contains(secret));
+    for path in ["/metrics", "/v1/dashboard", "/"] {
+        let (_, text) = node.get(&client, path).await;
+        assert!(!text.contains(secret), "{path} shows the key");
+    }
+    // Bounds: at most 8 attributes.
+    let many: serde_json::Map<String, Value> =
+        (0..9).map(|i| (format!("a{i}"), Value::from(i))).collect();
+    let (status, answer) = node
+        .post(&client, "/v1/evaluate", &json!({"user": "x", "attributes": many}))
+        .await;
+    assert_eq!((status, answer["error"]["type"].as_str()), (400, Some("bad_attribute")), "{answer}");
+}
