@@ -36,25 +36,47 @@ async fn per_ip_then_plans_then_order_writes() {
         let ip = format!("198.51.100.{i}");
         let body = call("ann", Some("/orders"), json!({"ip": ip, "method": "POST"}));
         let (status, answer) = evaluate(body).await;
-        assert_eq!((status, answer["allowed"].as_bool()), (200, Some(true)), "{answer}");
+        assert_eq!(
+            (status, answer["allowed"].as_bool()),
+            (200, Some(true)),
+            "{answer}"
+        );
     }
-    let get = call("ann", Some("/orders/7"), json!({"ip": "198.51.100.9", "method": "GET"}));
+    let get = call(
+        "ann",
+        Some("/orders/7"),
+        json!({"ip": "198.51.100.9", "method": "GET"}),
+    );
     assert_eq!(evaluate(get).await.1["allowed"], true);
-    let sixth = call("ann", Some("/orders/7"), json!({"ip": "198.51.100.9", "method": "PUT"}));
+    let sixth = call(
+        "ann",
+        Some("/orders/7"),
+        json!({"ip": "198.51.100.9", "method": "PUT"}),
+    );
     let (_, answer) = evaluate(sixth).await;
     assert_eq!(answer["status"], 429, "{answer}");
     assert_eq!(answer["limiter"], "order_writes");
     let message = answer["message"].as_str().unwrap();
-    assert!(message.starts_with("limit order_writes allows 5 requests per 1 min; retry in"), "{message}");
+    assert!(
+        message.starts_with("limit order_writes allows 5 requests per 1 min; retry in"),
+        "{message}"
+    );
 
     // One address, many users: its 20-request burst, then 429 from per_ip.
     for i in 0..20 {
-        let body = call(&format!("u{i}"), None, json!({"ip": "203.0.113.7", "method": "GET"}));
+        let body = call(
+            &format!("u{i}"),
+            None,
+            json!({"ip": "203.0.113.7", "method": "GET"}),
+        );
         assert_eq!(evaluate(body).await.1["allowed"], true, "request {i}");
     }
     let body = call("u99", None, json!({"ip": "203.0.113.7", "method": "GET"}));
     let (_, answer) = evaluate(body).await;
-    assert_eq!((answer["status"].as_u64(), answer["limiter"].as_str()), (Some(429), Some("per_ip")));
+    assert_eq!(
+        (answer["status"].as_u64(), answer["limiter"].as_str()),
+        (Some(429), Some("per_ip"))
+    );
     assert!(answer["headers"]["retry-after"].is_string(), "{answer}");
 
     // No address: a 400 naming the stage and the attribute, and nothing counted.
@@ -62,10 +84,17 @@ async fn per_ip_then_plans_then_order_writes() {
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["type"], "missing_field", "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("per_ip") && message.contains("attributes.ip"), "{message}");
+    assert!(
+        message.contains("per_ip") && message.contains("attributes.ip"),
+        "{message}"
+    );
     // An attribute that is no scalar is refused, naming it.
     let (status, answer) = evaluate(call("ann", None, json!({"ip": ["a"]}))).await;
-    assert_eq!((status, answer["error"]["type"].as_str()), (400, Some("bad_attribute")), "{answer}");
+    assert_eq!(
+        (status, answer["error"]["type"].as_str()),
+        (400, Some("bad_attribute")),
+        "{answer}"
+    );
 }
 
 #[tokio::test]
@@ -84,15 +113,30 @@ async fn organisations_and_their_users() {
     }
     let answer = evaluate("alice", json!({"org": "acme"})).await;
     assert_eq!(answer["limiter"], "tenants", "{answer}");
-    assert!(answer["message"].as_str().unwrap().starts_with("limit user allows 30"), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("limit user allows 30"),
+        "{answer}"
+    );
     // 70 more from other users spend the organisation's 100; then it refuses everyone.
     for i in 0..70 {
         let answer = evaluate(&format!("user{}", i % 3), json!({"org": "acme"})).await;
         assert_eq!(answer["allowed"], true, "request {i}: {answer}");
     }
     let answer = evaluate("zed", json!({"org": "acme"})).await;
-    assert!(answer["message"].as_str().unwrap().starts_with("limit org allows 100"), "{answer}");
-    assert_eq!(evaluate("zed", json!({"org": "globex"})).await["allowed"], true);
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("limit org allows 100"),
+        "{answer}"
+    );
+    assert_eq!(
+        evaluate("zed", json!({"org": "globex"})).await["allowed"],
+        true
+    );
 
     // An API key is limited per key (10 at once), and never shown.
     let secret = "sk_live_4f9a0c2b7e";
@@ -111,7 +155,15 @@ async fn organisations_and_their_users() {
     let many: serde_json::Map<String, Value> =
         (0..9).map(|i| (format!("a{i}"), Value::from(i))).collect();
     let (status, answer) = node
-        .post(&client, "/v1/evaluate", &json!({"user": "x", "attributes": many}))
+        .post(
+            &client,
+            "/v1/evaluate",
+            &json!({"user": "x", "attributes": many}),
+        )
         .await;
-    assert_eq!((status, answer["error"]["type"].as_str()), (400, Some("bad_attribute")), "{answer}");
+    assert_eq!(
+        (status, answer["error"]["type"].as_str()),
+        (400, Some("bad_attribute")),
+        "{answer}"
+    );
 }

@@ -11,7 +11,12 @@
 //! - the body is dropped, read or not (the client went away, or the server gave up).
 //!
 //! A body that is already at its end when the response arrives (an empty body, which servers
-//! never poll) holds nothing. Frames pass through unchanged; the data type is the inner
+//! never poll) holds nothing.
+//!
+//! A response that ends (its last frame, or an empty body) gives its leases back with the
+//! request's latency, from the middleware's call to that end on the layer's clock: the sample
+//! an adaptive concurrency stage learns from ([`Lease::complete`]). A response aborted by an
+//! error or dropped unread gives them back with no sample. Frames pass through unchanged; the data type is the inner
 //! body's, which must be buildable from [`Bytes`] for refusals (`Bytes` itself, as in axum,
 //! hyper and tonic), and errors are the inner body's (a refusal never fails).
 
@@ -19,23 +24,63 @@ use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use floodgate::limiter::utilization::BusyWorker;
 use floodgate::limiter::Lease;
+use floodgate::{Clock, Nanos};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-/// What an allowed request keeps until its response ends: its leases and its busy worker.
+/// What an allowed request keeps until its response ends: its leases and its busy worker,
+/// and when it started.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     pub(crate) leases: Vec<Lease>,
     pub(crate) busy: Option<BusyWorker>,
+    pub(crate) timer: Option<Timer>,
+}
+
+/// When a request reached the middleware, on the layer's clock.
+pub(crate) struct Timer {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) started: Nanos,
+}
+
+impl Timer {
+    /// A timer started now.
+    pub(crate) fn start(clock: &Arc<dyn Clock>) -> Timer {
+        Timer {
+            started: clock.now(),
+            clock: Arc::clone(clock),
+        }
+    }
+}
+
+impl fmt::Debug for Timer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Timer")
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Held {
     /// Whether there is nothing to give back.
     pub(crate) fn is_empty(&self) -> bool {
         self.leases.is_empty() && self.busy.is_none()
+    }
+
+    /// The response ended: gives the leases back with the request's latency.
+    pub(crate) fn finish(mut self) {
+        let Some(timer) = self.timer.take() else {
+            return;
+        };
+        let latency = timer.clock.now().saturating_since(timer.started);
+        for lease in self.leases.drain(..) {
+            lease.complete(latency);
+        }
     }
 }
 
@@ -70,8 +115,14 @@ impl<B: Body> FloodgateBody<B> {
 
     /// Wraps `body`, keeping `held` until the body ends or is dropped.
     pub(crate) fn holding(body: B, held: Option<Held>) -> Self {
-        // A body already at its end is never polled: there is nothing left to wait for.
-        let held = if body.is_end_stream() { None } else { held };
+        // A body already at its end is never polled: the request is over.
+        let held = match held {
+            Some(held) if body.is_end_stream() => {
+                held.finish();
+                None
+            }
+            held => held,
+        };
         FloodgateBody {
             kind: Kind::Inner { body, held },
         }
@@ -129,13 +180,14 @@ where
         match self.project().kind.project() {
             KindProj::Inner { mut body, held } => {
                 let polled = body.as_mut().poll_frame(cx);
-                let ended = match &polled {
-                    Poll::Pending => false,
-                    Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                };
-                if ended {
-                    *held = None;
+                match &polled {
+                    Poll::Pending => {}
+                    Poll::Ready(Some(Err(_))) => *held = None,
+                    Poll::Ready(None) => held.take().into_iter().for_each(Held::finish),
+                    Poll::Ready(Some(Ok(_))) if body.is_end_stream() => {
+                        held.take().into_iter().for_each(Held::finish);
+                    }
+                    Poll::Ready(Some(Ok(_))) => {}
                 }
                 polled
             }
@@ -179,6 +231,7 @@ mod tests {
         Some(Held {
             leases: Vec::new(),
             busy: Some(gauge.enter()),
+            timer: None,
         })
     }
 

@@ -106,6 +106,7 @@ impl RequestInfo {
             priority: self.priority,
             cost: self.cost,
             endpoint: self.endpoint.as_deref(),
+            attributes: &[],
         }
     }
 }

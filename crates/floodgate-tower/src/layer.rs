@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::pipeline::Pipeline;
+use floodgate::{Clock, SystemClock};
 use tower::Layer;
 
 use crate::extract::Extractor;
@@ -22,6 +23,7 @@ pub struct FloodgateLayer<S> {
     pub(crate) extractor: Arc<Extractor>,
     pub(crate) gauge: Option<Arc<WorkerGauge>>,
     pub(crate) fail_opens: Arc<AtomicU64>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<S> FloodgateLayer<S> {
@@ -32,7 +34,16 @@ impl<S> FloodgateLayer<S> {
             extractor: Arc::new(Extractor::new()),
             gauge: None,
             fail_opens: Arc::new(AtomicU64::new(0)),
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// Times requests on `clock` (default the system clock): a request's latency, from the
+    /// middleware's call to the end of its response, is the sample an adaptive concurrency
+    /// stage learns from.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Builds descriptors with `extractor` instead of the default rules.
@@ -70,6 +81,7 @@ impl<S> Clone for FloodgateLayer<S> {
             extractor: Arc::clone(&self.extractor),
             gauge: self.gauge.clone(),
             fail_opens: Arc::clone(&self.fail_opens),
+            clock: Arc::clone(&self.clock),
         }
     }
 }

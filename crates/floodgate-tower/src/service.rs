@@ -29,7 +29,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower::Service;
 
-use crate::body::{FloodgateBody, Held};
+use crate::body::{FloodgateBody, Held, Timer};
 use crate::future::{poll_verdict, settle, ResponseFuture, Settled, VerdictFuture};
 use crate::layer::FloodgateLayer;
 use crate::response::is_grpc;
@@ -105,6 +105,7 @@ where
         let mut held = Held {
             leases: Vec::new(),
             busy: layer.gauge.as_ref().map(WorkerGauge::enter),
+            timer: Some(Timer::start(&layer.clock)),
         };
         let (parts, body) = request.into_parts();
         let grpc = is_grpc(&parts.headers);

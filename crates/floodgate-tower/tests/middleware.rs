@@ -559,3 +559,37 @@ async fn inner_errors_pass_through_and_give_the_places_back() {
     let ok = layer.layer(ok_handler(Arc::default()));
     assert_eq!(status(&ok, get("/", "alice")).await, 200);
 }
+
+/// An adaptive concurrency stage learns from the latency the middleware measures itself: from
+/// its call to the end of the response body, on the layer's clock (tokio's paused one here).
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_stage_learns_the_latency_the_middleware_measures() {
+    use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter, Vegas};
+    let clock = TokioClock::new();
+    let adaptive = AdaptiveConcurrencyLimiter::builder()
+        .algorithm(Adaptive::Vegas(Vegas::default()))
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let pipeline: Pipeline<TestStore> = Pipeline::builder().limiter(adaptive).build().unwrap();
+    let layer = FloodgateLayer::new(pipeline).clock(Arc::new(clock));
+    let svc = layer.layer(slow_handler(3));
+    let response = svc.clone().oneshot(get("/", "k1")).await.unwrap();
+    let estimate = || match layer.pipeline().stages().next().unwrap().limiter() {
+        floodgate::pipeline::Limiter::AdaptiveConcurrency(l) => l.estimate(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(estimate().in_flight, 1, "held while the body is unread");
+    advance(Duration::from_secs(2)).await;
+    read(response.into_body()).await;
+    let e = estimate();
+    assert_eq!((e.in_flight, e.samples), (0, 1));
+    assert_eq!(
+        e.last_rtt,
+        Duration::from_secs(5),
+        "3 s in the handler, 2 s until read"
+    );
+    // A response dropped unread teaches nothing.
+    drop(svc.clone().oneshot(get("/", "k1")).await.unwrap());
+    assert_eq!(estimate().samples, 1);
+}

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
+use crate::limiter::adaptive::AdaptiveConcurrencyLimiter;
 use crate::limiter::concurrency::ConcurrencyLimiter;
 use crate::limiter::fleet::FleetShedder;
 use crate::limiter::request_rate::RequestRateLimiter;
@@ -173,6 +174,8 @@ pub enum Limiter<S> {
     Fleet(FleetShedder<S>),
     /// This node's worker utilization.
     Utilization(UtilizationShedder),
+    /// This node's requests in flight, below a limit learned from their latency.
+    AdaptiveConcurrency(AdaptiveConcurrencyLimiter),
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
@@ -183,6 +186,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
             Limiter::Concurrency(_) => LimiterKind::Concurrency,
             Limiter::Fleet(_) => LimiterKind::Fleet,
             Limiter::Utilization(_) => LimiterKind::Utilization,
+            Limiter::AdaptiveConcurrency(_) => LimiterKind::AdaptiveConcurrency,
         }
     }
 
@@ -193,6 +197,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
             Limiter::Concurrency(l) => l.namespace(),
             Limiter::Fleet(l) => l.namespace(),
             Limiter::Utilization(l) => l.name(),
+            Limiter::AdaptiveConcurrency(l) => l.name(),
         }
     }
 }
@@ -212,6 +217,12 @@ impl<S> From<ConcurrencyLimiter<S>> for Limiter<S> {
 impl<S> From<FleetShedder<S>> for Limiter<S> {
     fn from(l: FleetShedder<S>) -> Self {
         Limiter::Fleet(l)
+    }
+}
+
+impl<S> From<AdaptiveConcurrencyLimiter> for Limiter<S> {
+    fn from(l: AdaptiveConcurrencyLimiter) -> Self {
+        Limiter::AdaptiveConcurrency(l)
     }
 }
 
@@ -562,7 +573,7 @@ fn check_scopes<S: Store<str, AnyAlgorithm> + 'static>(
             return Err(ConfigError::invalid(
                 "key",
                 name,
-                "the fleet and utilization shedders count no per-request key",
+                "the fleet, utilization and adaptive concurrency stages count no per-request key",
             ));
         }
         let rate = kind == LimiterKind::RequestRate;
@@ -752,13 +763,27 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     }
 
     /// Gives back a lease kept with [`Lease::keep`] to the stage that issued it. `Ok(false)` if
-    /// it was not held (already released, or expired).
+    /// it was not held (already released, or expired). An adaptive concurrency stage takes the
+    /// time since the lease was taken as the request's latency ([`Pipeline::release_after`]
+    /// reports it instead).
     pub async fn release(&self, lease: &LeaseHandle) -> Result<bool, ReleaseError> {
+        self.release_after(lease, None).await
+    }
+
+    /// [`Pipeline::release`], reporting that the request took `latency`: the sample an
+    /// adaptive concurrency stage learns from (`None`: the time since the lease was taken);
+    /// other stages ignore it.
+    pub async fn release_after(
+        &self,
+        lease: &LeaseHandle,
+        latency: Option<Duration>,
+    ) -> Result<bool, ReleaseError> {
         let unknown = || ReleaseError::UnknownLimiter(lease.limiter().clone());
         let stage = self.stage(lease.limiter().as_str()).ok_or_else(unknown)?;
         let released = match &stage.limiter {
             Limiter::Concurrency(l) => l.release(lease).await,
             Limiter::Fleet(l) => l.release(lease).await,
+            Limiter::AdaptiveConcurrency(l) => return Ok(l.release(lease, latency)),
             Limiter::RequestRate(_) | Limiter::Utilization(_) => return Err(unknown()),
         };
         // A lease taken while the store was down lives in the local store.

@@ -235,6 +235,62 @@ fn a_stage_switched_off_needs_no_field() {
     assert_eq!(ask(&pipeline, "carol", &[]).0, 200);
 }
 
+/// An adaptive concurrency stage in a pipeline: it admits below its learned limit, a later
+/// stage's refusal gives its place back without a sample, and releases teach it latencies.
+#[test]
+fn an_adaptive_stage_admits_below_its_limit_and_learns_from_releases() {
+    use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter, Gradient2};
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let adaptive = AdaptiveConcurrencyLimiter::builder()
+        .algorithm(Adaptive::Gradient2(Gradient2 {
+            initial_limit: 2.0,
+            min_limit: 2.0,
+            ..Gradient2::default()
+        }))
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let store = memory();
+    let pipeline = Pipeline::builder()
+        .limiter(adaptive)
+        .stage(Stage::new(limit("per_user", 2, store)).scope(Scope::all().key(template("{user}"))))
+        .build()
+        .unwrap();
+    let ask = |user| pipeline.evaluate_blocking(&Descriptor::new(user, "free", Priority::Get));
+    let a = ask("a");
+    let b = ask("b");
+    assert!(a.allowed() && b.allowed());
+    let third = ask("c");
+    assert_eq!(third.status(), 503);
+    let refusal = third.refusal.unwrap();
+    assert_eq!(refusal.stage, "adaptive_concurrency");
+    assert!(refusal
+        .message
+        .contains("learned from its latency (2 requests in flight)"));
+    // Released by handle, with the latency the caller measured.
+    let handle = a.leases.into_iter().next().unwrap().keep();
+    let released = pipeline.release_after(&handle, Some(Duration::from_millis(40)));
+    assert!(floodgate::blocking::block_on(released).unwrap());
+    let stage = pipeline.stage("adaptive_concurrency").unwrap();
+    let estimate = || match floodgate::blocking::block_on(stage.snapshot()).state {
+        floodgate::pipeline::LimiterState::AdaptiveConcurrency {
+            samples,
+            last_rtt,
+            in_flight,
+            ..
+        } => (samples, last_rtt, in_flight),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(estimate(), (1, Duration::from_millis(40), 1));
+    // A request refused by the later stage gives its place back and teaches nothing.
+    drop(b);
+    assert!(ask("d").allowed());
+    assert!(ask("d").allowed());
+    let refused = ask("d");
+    assert_eq!(refused.refusal.unwrap().stage, "per_user");
+    assert_eq!(estimate().0, 1);
+}
+
 #[cfg(feature = "redis")]
 mod redis_common;
 

@@ -10,6 +10,10 @@
 //! - [`utilization::UtilizationShedder`]: sheds test mode, then GET, then POST traffic, never
 //!   critical, as this node's workers get busy; 503.
 //!
+//! And one more, after Netflix's concurrency-limits:
+//! - [`adaptive::AdaptiveConcurrencyLimiter`]: at most a limit of requests in flight on this
+//!   node, learned from their latency (Gradient2); 503.
+//!
 //! A [`crate::pipeline::Pipeline`] runs any number of them in order, each as a named stage with
 //! its own mode, failure policy and refusal status. Each limiter is also usable alone, from
 //! async code or, through its `*_blocking` methods, from synchronous code.
@@ -24,6 +28,7 @@ use std::sync::Arc;
 use crate::store::Namespace;
 use crate::LeaseId;
 
+pub mod adaptive;
 pub mod concurrency;
 pub mod fleet;
 pub(crate) mod in_flight;
@@ -47,24 +52,28 @@ pub enum LimiterKind {
     Fleet,
     /// [`utilization::UtilizationShedder`]
     Utilization,
+    /// [`adaptive::AdaptiveConcurrencyLimiter`]
+    AdaptiveConcurrency,
 }
 
 impl LimiterKind {
-    /// All four, in pipeline order.
-    pub const ALL: [LimiterKind; 4] = [
+    /// All five: Stripe's four in their pipeline order, then the adaptive concurrency limit.
+    pub const ALL: [LimiterKind; 5] = [
         LimiterKind::RequestRate,
         LimiterKind::Concurrency,
         LimiterKind::Fleet,
         LimiterKind::Utilization,
+        LimiterKind::AdaptiveConcurrency,
     ];
 
-    /// `request_rate`, `concurrency`, `fleet` or `utilization`.
+    /// `request_rate`, `concurrency`, `fleet`, `utilization` or `adaptive_concurrency`.
     pub fn name(self) -> &'static str {
         match self {
             LimiterKind::RequestRate => "request_rate",
             LimiterKind::Concurrency => "concurrency",
             LimiterKind::Fleet => "fleet",
             LimiterKind::Utilization => "utilization",
+            LimiterKind::AdaptiveConcurrency => "adaptive_concurrency",
         }
     }
 
@@ -78,7 +87,7 @@ impl LimiterKind {
     pub fn status(self) -> u16 {
         match self {
             LimiterKind::RequestRate | LimiterKind::Concurrency => 429,
-            LimiterKind::Fleet | LimiterKind::Utilization => 503,
+            LimiterKind::Fleet | LimiterKind::Utilization | LimiterKind::AdaptiveConcurrency => 503,
         }
     }
 }
@@ -195,6 +204,13 @@ impl LeaseHandle {
 /// Gives a lease back to the limiter it came from.
 pub(crate) trait ReturnLease: Send + Sync {
     fn return_lease(&self, key: &str, id: LeaseId);
+
+    /// Gives the lease back after its request ran for `latency`: a sample for limiters that
+    /// learn from latency ([`adaptive`]); the others just take the place back.
+    fn complete(&self, key: &str, id: LeaseId, latency: std::time::Duration) {
+        let _ = latency;
+        self.return_lease(key, id);
+    }
 }
 
 impl Lease {
@@ -218,6 +234,16 @@ impl Lease {
     /// The namespace of the limiter that issued the lease.
     pub fn limiter(&self) -> &Namespace {
         &self.handle.limiter
+    }
+
+    /// Gives the place back now, reporting that the request ran for `latency`: an adaptive
+    /// concurrency limit ([`adaptive`]) learns from it; other limiters just take the place
+    /// back, as dropping the lease does. (A dropped lease is no sample: its request may never
+    /// have run.)
+    pub fn complete(mut self, latency: std::time::Duration) {
+        if let Some(returner) = self.returner.take() {
+            returner.complete(&self.handle.key, self.handle.id, latency);
+        }
     }
 
     /// Keeps the place taken after this value is dropped; the caller must release it with the

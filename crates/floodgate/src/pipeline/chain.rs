@@ -50,7 +50,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {
             Limiter::RequestRate(l) => Some(l.store()),
             Limiter::Concurrency(l) => Some(l.store()),
             Limiter::Fleet(l) => Some(l.store()),
-            Limiter::Utilization(_) => None,
+            Limiter::Utilization(_) | Limiter::AdaptiveConcurrency(_) => None,
         }
     }
 }
@@ -123,7 +123,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 FLEET_KEY,
                 request.priority == Priority::Critical,
             )),
-            Limiter::Utilization(_) => {}
+            Limiter::Utilization(_) | Limiter::AdaptiveConcurrency(_) => {}
         }
     }
 
@@ -215,7 +215,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 );
                 self.refuse(Some(SHED_RETRY_AFTER), message, None)
             }
-            Limiter::Utilization(_) => Step::Pass,
+            Limiter::Utilization(_) | Limiter::AdaptiveConcurrency(_) => Step::Pass,
         }
     }
 
@@ -259,6 +259,19 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
 
     /// What a stage deciding on this node concludes (store stages are decided in chains).
     fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
+        if let Limiter::AdaptiveConcurrency(limiter) = &self.limiter {
+            let admission = limiter.try_acquire();
+            if let Some(lease) = admission.lease {
+                verdict.leases.push(lease);
+                return Step::Pass;
+            }
+            let message = format!(
+                "the service is at the concurrency limit it learned from its latency ({} \
+                 requests in flight); retry in 1 s",
+                admission.limit
+            );
+            return self.refuse(Some(SHED_RETRY_AFTER), message, None);
+        }
         let Limiter::Utilization(shedder) = &self.limiter else {
             return Step::Pass;
         };

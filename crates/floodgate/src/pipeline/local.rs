@@ -53,7 +53,7 @@ impl LocalShare {
                 .collect::<Result<Vec<_>, ConfigError>>()?,
             Limiter::Concurrency(l) => vec![(String::new(), l.algorithm().share(nodes)?)],
             Limiter::Fleet(l) => vec![(String::new(), l.algorithm().share(nodes)?)],
-            Limiter::Utilization(_) => return Ok(None),
+            Limiter::Utilization(_) | Limiter::AdaptiveConcurrency(_) => return Ok(None),
         };
         Ok(Some(LocalShare {
             store,

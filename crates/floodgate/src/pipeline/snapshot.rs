@@ -85,6 +85,22 @@ pub enum LimiterState {
         /// The probability of shedding a request of each class, least important first.
         drop_probability: [(Priority, f64); 4],
     },
+    /// An adaptive concurrency limiter's algorithm and what it has learned on this node.
+    AdaptiveConcurrency {
+        /// `vegas` or `gradient2`.
+        algorithm: &'static str,
+        /// The learned limit (requests are admitted below its whole part).
+        limit: f64,
+        /// Requests in flight on this node.
+        in_flight: u64,
+        /// The latency samples are compared with (Vegas: the no-load latency; Gradient2: the
+        /// long-term average).
+        baseline_rtt: Duration,
+        /// The latest sample.
+        last_rtt: Duration,
+        /// Samples taken.
+        samples: u64,
+    },
 }
 
 /// A stage as it is now: its settings, counters and limiter state.
@@ -150,6 +166,17 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 },
                 in_flight: l.in_flight().await.ok(),
             },
+            Limiter::AdaptiveConcurrency(l) => {
+                let e = l.estimate();
+                LimiterState::AdaptiveConcurrency {
+                    algorithm: l.algorithm().name(),
+                    limit: e.limit,
+                    in_flight: e.in_flight,
+                    baseline_rtt: e.baseline_rtt,
+                    last_rtt: e.last_rtt,
+                    samples: e.samples,
+                }
+            }
             Limiter::Utilization(l) => {
                 let controller = l.controller();
                 LimiterState::Utilization {
