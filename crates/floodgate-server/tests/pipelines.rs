@@ -167,3 +167,80 @@ async fn organisations_and_their_users() {
         "{answer}"
     );
 }
+
+/// The adaptive limit starts at 20 on this node, refuses the 21st request in flight with 503,
+/// and learns from the latencies given back with the leases: while they stay at the no-load
+/// level, it grows. /metrics and the dashboard show what it learned.
+#[tokio::test]
+async fn an_adaptive_limit_learns_from_released_latencies() {
+    let node = serve(&example("adaptive.yaml"), "memory", &[]);
+    let client = reqwest::Client::new();
+    let evaluate = |user: String| {
+        let (node, client) = (&node, &client);
+        async move {
+            node.post(client, "/v1/evaluate", &json!({"user": user}))
+                .await
+                .1
+        }
+    };
+    let mut leases = Vec::new();
+    for i in 0..20 {
+        let answer = evaluate(format!("u{i}")).await;
+        assert_eq!(answer["allowed"], true, "{answer}");
+        leases.push(answer["lease"].as_str().unwrap().to_string());
+    }
+    let answer = evaluate("late".into()).await;
+    assert_eq!(
+        (answer["status"].as_u64(), answer["limiter"].as_str()),
+        (Some(503), Some("adaptive"))
+    );
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("learned from its latency"),
+        "{answer}"
+    );
+    for lease in &leases {
+        let body = json!({"lease": lease, "latency_ms": 12.5});
+        let (status, answer) = node.post(&client, "/v1/release", &body).await;
+        assert_eq!(
+            (status, &answer["released"]),
+            (200, &json!(true)),
+            "{answer}"
+        );
+    }
+    let (status, answer) = node
+        .post(
+            &client,
+            "/v1/release",
+            &json!({"lease": leases[0], "latency_ms": -1}),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let (_, metrics) = node.get(&client, "/metrics").await;
+    let value = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        value("floodgate_adaptive_samples_total{limiter=\"adaptive\"}"),
+        20.0
+    );
+    assert!(value("floodgate_adaptive_limit{limiter=\"adaptive\",algorithm=\"vegas\"}") > 20.0);
+    assert_eq!(
+        value("floodgate_adaptive_rtt_seconds{limiter=\"adaptive\",estimate=\"last\"}"),
+        0.0125
+    );
+    let (_, dashboard) = node.get(&client, "/v1/dashboard").await;
+    let dashboard: Value = serde_json::from_str(&dashboard).unwrap();
+    let stage = dashboard["stages"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "adaptive"))
+        .unwrap_or_else(|| panic!("{dashboard}"));
+    assert_eq!(stage["algorithm"], "vegas", "{stage}");
+    assert!(stage["limit"].as_f64().unwrap() > 20.0, "{stage}");
+}

@@ -81,9 +81,20 @@ pub struct StagePoint {
     pub fail_closed: f64,
     /// Store errors after which it decided on this node's share, per second.
     pub decided_locally: f64,
-    /// Fleet: non-critical requests in flight.
+    /// Fleet: non-critical requests in flight; adaptive concurrency: requests in flight on
+    /// this node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<u64>,
+    /// Adaptive concurrency: the learned limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<f64>,
+    /// Adaptive concurrency: the baseline latency (Vegas: no-load; Gradient2: long-term
+    /// average), in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_rtt_ms: Option<f64>,
+    /// Adaptive concurrency: the latest latency sample, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_rtt_ms: Option<f64>,
     /// Utilization shedder: the latest utilization sample (0..1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utilization: Option<f64>,
@@ -225,6 +236,21 @@ impl Dashboard {
             };
             match &stage.state {
                 LimiterState::Fleet { in_flight, .. } => point.in_flight = *in_flight,
+                LimiterState::AdaptiveConcurrency {
+                    limit,
+                    in_flight,
+                    baseline_rtt,
+                    last_rtt,
+                    samples,
+                    ..
+                } => {
+                    point.in_flight = Some(*in_flight);
+                    point.limit = Some(*limit);
+                    if *samples > 0 {
+                        point.baseline_rtt_ms = Some(baseline_rtt.as_secs_f64() * 1e3);
+                        point.last_rtt_ms = Some(last_rtt.as_secs_f64() * 1e3);
+                    }
+                }
                 LimiterState::Utilization {
                     utilization,
                     shed_amount,
@@ -391,6 +417,21 @@ pub fn stage_json(stage: &floodgate::pipeline::StageSnapshot) -> Value {
             value["reserved_for_critical"] =
                 capacity.saturating_sub(*non_critical_allowance).into();
             value["in_flight"] = json!(in_flight);
+        }
+        LimiterState::AdaptiveConcurrency {
+            algorithm,
+            limit,
+            in_flight,
+            baseline_rtt,
+            last_rtt,
+            samples,
+        } => {
+            value["algorithm"] = (*algorithm).into();
+            value["limit"] = (*limit).into();
+            value["in_flight"] = (*in_flight).into();
+            value["baseline_rtt_ms"] = (baseline_rtt.as_secs_f64() * 1e3).into();
+            value["last_rtt_ms"] = (last_rtt.as_secs_f64() * 1e3).into();
+            value["samples"] = (*samples).into();
         }
         _ => {}
     }

@@ -322,11 +322,18 @@ impl Metrics {
                 )?;
             }
         }
+        for stage in &live.stages {
+            if let LimiterState::AdaptiveConcurrency { in_flight, .. } = stage.state {
+                let name = &stage.stats.name;
+                writeln!(out, "floodgate_in_flight{{limiter=\"{name}\"}} {in_flight}")?;
+            }
+        }
         writeln!(
             out,
             "floodgate_in_flight{{limiter=\"workers\"}} {}",
             live.busy_workers
         )?;
+        self.write_adaptive(out, live)?;
         writeln!(
             out,
             "# HELP floodgate_utilization The utilization shedder's latest sample (0..1), by limiter."
@@ -585,6 +592,71 @@ pub(crate) fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
             .replace('"', "\\\"")
             .replace('\n', "\\n"),
     )
+}
+
+impl Metrics {
+    /// What each adaptive concurrency stage has learned on this node: its limit, and the
+    /// latencies it compares (the baseline: Vegas's no-load latency or Gradient2's long-term
+    /// average; the latest sample).
+    fn write_adaptive(&self, out: &mut String, live: &Live) -> std::fmt::Result {
+        let adaptive = || {
+            live.stages.iter().filter_map(|stage| match stage.state {
+                LimiterState::AdaptiveConcurrency {
+                    algorithm,
+                    limit,
+                    baseline_rtt,
+                    last_rtt,
+                    samples,
+                    ..
+                } => Some((
+                    &stage.stats.name,
+                    algorithm,
+                    limit,
+                    baseline_rtt,
+                    last_rtt,
+                    samples,
+                )),
+                _ => None,
+            })
+        };
+        writeln!(
+            out,
+            "# HELP floodgate_adaptive_limit The concurrency limit an adaptive stage has learned on this node, by limiter and algorithm."
+        )?;
+        writeln!(out, "# TYPE floodgate_adaptive_limit gauge")?;
+        for (name, algorithm, limit, ..) in adaptive() {
+            writeln!(
+                out,
+                "floodgate_adaptive_limit{{limiter=\"{name}\",algorithm=\"{algorithm}\"}} {limit}"
+            )?;
+        }
+        writeln!(
+            out,
+            "# HELP floodgate_adaptive_rtt_seconds The latencies an adaptive stage compares: baseline (Vegas: no-load; Gradient2: long-term average) and the latest sample."
+        )?;
+        writeln!(out, "# TYPE floodgate_adaptive_rtt_seconds gauge")?;
+        for (name, _, _, baseline, last, _) in adaptive() {
+            for (estimate, rtt) in [("baseline", baseline), ("last", last)] {
+                writeln!(
+                    out,
+                    "floodgate_adaptive_rtt_seconds{{limiter=\"{name}\",estimate=\"{estimate}\"}} {}",
+                    rtt.as_secs_f64()
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "# HELP floodgate_adaptive_samples_total Latency samples an adaptive stage has learned from."
+        )?;
+        writeln!(out, "# TYPE floodgate_adaptive_samples_total counter")?;
+        for (name, .., samples) in adaptive() {
+            writeln!(
+                out,
+                "floodgate_adaptive_samples_total{{limiter=\"{name}\"}} {samples}"
+            )?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

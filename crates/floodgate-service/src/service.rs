@@ -519,6 +519,16 @@ impl Server {
     /// forged or issued under another secret is refused, and so is one naming a stage the
     /// running configuration does not have; nothing is released then.
     pub async fn release(&self, token: &str) -> Result<bool, ReleaseTokenError> {
+        self.release_after(token, None).await
+    }
+
+    /// [`Server::release`], reporting that the request took `latency` (`None`: the time since
+    /// its evaluation), the sample adaptive concurrency stages learn from.
+    pub async fn release_after(
+        &self,
+        token: &str,
+        latency: Option<std::time::Duration>,
+    ) -> Result<bool, ReleaseTokenError> {
         let leases = self.open_token(token).await?;
         let snapshot = self.snapshot.load();
         if let Some(gone) = leases
@@ -529,7 +539,7 @@ impl Server {
         }
         let mut released = false;
         for lease in &leases {
-            match snapshot.pipeline.release(lease).await {
+            match snapshot.pipeline.release_after(lease, latency).await {
                 Ok(r) => released |= r,
                 Err(ReleaseError::Store(e)) => {
                     // The store logs its failures, at a bounded rate (`store::health`).

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
+use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter, Gradient2, Vegas};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
@@ -112,6 +113,10 @@ pub struct StageConfig {
     /// `utilization`: seconds of full overload to shed everything (default 120).
     #[serde(default)]
     pub seconds_to_shed_all: Option<f64>,
+    /// `adaptive_concurrency`: the algorithm that learns the limit and its parameters
+    /// (default Vegas with its defaults).
+    #[serde(default)]
+    pub adaptive: Option<AdaptiveConfig>,
     /// `enforce` (default), `shadow` or `off`.
     #[serde(default, deserialize_with = "mode")]
     pub mode: Mode,
@@ -141,6 +146,8 @@ pub enum StageKind {
     Fleet,
     /// This node's worker utilization.
     Utilization,
+    /// This node's requests in flight, below a limit learned from their latency.
+    AdaptiveConcurrency,
 }
 
 impl StageKind {
@@ -150,6 +157,97 @@ impl StageKind {
             StageKind::Concurrency => "concurrency",
             StageKind::Fleet => "fleet",
             StageKind::Utilization => "utilization",
+            StageKind::AdaptiveConcurrency => "adaptive_concurrency",
+        }
+    }
+}
+
+/// An `adaptive_concurrency` stage's algorithm: `vegas` or `gradient2`, with the parameters
+/// of Netflix's concurrency-limits (each optional, defaulting to the library's).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AdaptiveConfig {
+    /// Vegas: keeps the queue its latency implies between `alpha` and `beta`.
+    Vegas {
+        /// The limit before any sample (default 20).
+        initial_limit: Option<f64>,
+        /// The most the limit may reach (default 1000).
+        max_limit: Option<f64>,
+        /// The share of each new limit taken (default 1).
+        smoothing: Option<f64>,
+        /// Queue, in multiples of log10(limit), below which the limit grows (default 3).
+        alpha: Option<f64>,
+        /// Queue, in multiples of log10(limit), above which it shrinks (default 6).
+        beta: Option<f64>,
+        /// Probe for a new no-load latency about every this × limit samples (default 30).
+        probe_multiplier: Option<f64>,
+        /// The seed of the probes' jitter (default 0).
+        seed: Option<u64>,
+    },
+    /// Gradient2: follows the ratio of the long-term average latency to each latency.
+    Gradient2 {
+        /// The limit before any sample (default 20).
+        initial_limit: Option<f64>,
+        /// The least the limit may reach (default 20).
+        min_limit: Option<f64>,
+        /// The most the limit may reach (default 200).
+        max_limit: Option<f64>,
+        /// The share of each new target taken (default 0.2).
+        smoothing: Option<f64>,
+        /// How much slower than usual a request may be before the limit shrinks (default 1.5).
+        rtt_tolerance: Option<f64>,
+        /// The long-term average's window, in samples (default 600).
+        long_window: Option<u64>,
+        /// Places added to each target to probe for more (default 4).
+        queue_size: Option<f64>,
+    },
+}
+
+impl AdaptiveConfig {
+    /// The algorithm with its parameters, and the seed.
+    pub fn algorithm(&self) -> (Adaptive, u64) {
+        match *self {
+            AdaptiveConfig::Vegas {
+                initial_limit,
+                max_limit,
+                smoothing,
+                alpha,
+                beta,
+                probe_multiplier,
+                seed,
+            } => {
+                let d = Vegas::default();
+                let vegas = Vegas {
+                    initial_limit: initial_limit.unwrap_or(d.initial_limit),
+                    max_limit: max_limit.unwrap_or(d.max_limit),
+                    smoothing: smoothing.unwrap_or(d.smoothing),
+                    alpha: alpha.unwrap_or(d.alpha),
+                    beta: beta.unwrap_or(d.beta),
+                    probe_multiplier: probe_multiplier.unwrap_or(d.probe_multiplier),
+                };
+                (Adaptive::Vegas(vegas), seed.unwrap_or(0))
+            }
+            AdaptiveConfig::Gradient2 {
+                initial_limit,
+                min_limit,
+                max_limit,
+                smoothing,
+                rtt_tolerance,
+                long_window,
+                queue_size,
+            } => {
+                let d = Gradient2::default();
+                let gradient = Gradient2 {
+                    initial_limit: initial_limit.unwrap_or(d.initial_limit),
+                    min_limit: min_limit.unwrap_or(d.min_limit),
+                    max_limit: max_limit.unwrap_or(d.max_limit),
+                    smoothing: smoothing.unwrap_or(d.smoothing),
+                    rtt_tolerance: rtt_tolerance.unwrap_or(d.rtt_tolerance),
+                    long_window: long_window.unwrap_or(d.long_window),
+                    queue_size: queue_size.unwrap_or(d.queue_size),
+                };
+                (Adaptive::Gradient2(gradient), 0)
+            }
         }
     }
 }
@@ -387,6 +485,7 @@ impl StageConfig {
             start_of_bad: None,
             seconds_before_shedding: None,
             seconds_to_shed_all: None,
+            adaptive: None,
             mode: Mode::Enforce,
             on_store_error: None,
             status: None,
@@ -420,6 +519,7 @@ impl StageConfig {
                 self.seconds_before_shedding.is_some(),
             ),
             ("seconds_to_shed_all", self.seconds_to_shed_all.is_some()),
+            ("adaptive", self.adaptive.is_some()),
             ("on_store_error", self.on_store_error.is_some()),
             ("all_or_nothing", self.all_or_nothing.is_some()),
         ];
@@ -449,6 +549,7 @@ impl StageConfig {
                 "on_store_error",
                 "all_or_nothing",
             ],
+            StageKind::AdaptiveConcurrency => &["adaptive", "lease_ttl"],
             StageKind::Utilization => &[
                 "workers",
                 "sample_interval",
@@ -540,6 +641,29 @@ where
             .build(cx.store.clone())
             .map_err(err)?
             .into(),
+        StageKind::AdaptiveConcurrency => {
+            let (algorithm, seed) = config
+                .adaptive
+                .unwrap_or(AdaptiveConfig::Vegas {
+                    initial_limit: None,
+                    max_limit: None,
+                    smoothing: None,
+                    alpha: None,
+                    beta: None,
+                    probe_multiplier: None,
+                    seed: None,
+                })
+                .algorithm();
+            AdaptiveConcurrencyLimiter::builder()
+                .name(config.name.clone())
+                .algorithm(algorithm)
+                .seed(seed)
+                .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+                .clock(cx.clock.clone())
+                .build()
+                .map_err(|e| ConfigFileError::from_config_error(&at("adaptive"), e))?
+                .into()
+        }
         StageKind::Utilization => {
             let u = UtilizationConfig {
                 workers: required(config.workers, &at("workers"))?,

@@ -244,6 +244,22 @@
         })), { unit: "probability", max: 1 });
     }
 
+    const adaptive = $("adaptive");
+    const learners = stages.filter((s) => s.kind === "adaptive_concurrency");
+    adaptive.hidden = learners.length === 0;
+    prune(adaptive, new Set(learners.flatMap((s) => [s.name + "/limit", s.name + "/rtt"])));
+    for (const s of learners) {
+      chart(figure(adaptive, s.name + "/limit", `${s.name} (${s.algorithm}): learned limit and requests in flight`), [
+        { name: "limit", points: seriesOf(s.name, (p) => p.limit) },
+        { name: "in flight", points: seriesOf(s.name, (p) => p.in_flight) },
+      ], { unit: "requests" });
+      chart(figure(adaptive, s.name + "/rtt", `${s.name}: latency, latest and baseline`), [
+        { name: "latest", points: seriesOf(s.name, (p) => p.last_rtt_ms) },
+        { name: s.algorithm === "vegas" ? "no-load (baseline)" : "long-term average (baseline)",
+          points: seriesOf(s.name, (p) => p.baseline_rtt_ms) },
+      ], { unit: "ms" });
+    }
+
     const keys = d.heavy_keys;
     const body = $("key-table").querySelector("tbody");
     body.replaceChildren(...keys.keys.map((k) => {

@@ -453,7 +453,14 @@ async fn evaluate(
 #[serde(deny_unknown_fields)]
 struct ReleaseRequest {
     lease: String,
+    /// How long the request took, in milliseconds: the sample adaptive concurrency stages
+    /// learn from (absent: the time since `/v1/evaluate`).
+    #[serde(default)]
+    latency_ms: Option<f64>,
 }
+
+/// The longest latency `/v1/release` accepts: a day, in milliseconds.
+const MAX_LATENCY_MS: f64 = 86_400_000.0;
 
 async fn release(
     State(server): State<Arc<Server>>,
@@ -463,7 +470,18 @@ async fn release(
         Ok(r) => r,
         Err(response) => return response,
     };
-    match server.release(&request.lease).await {
+    let latency = match request.latency_ms {
+        None => None,
+        Some(ms) if (0.0..=MAX_LATENCY_MS).contains(&ms) => {
+            Some(std::time::Duration::from_secs_f64(ms / 1000.0))
+        }
+        Some(_) => {
+            server.metrics().call(Endpoint::Release, Outcome::Invalid);
+            let message = "field `latency_ms`: must be a number of milliseconds, 0 to 86400000";
+            return ApiError::bad_request(message).into_response();
+        }
+    };
+    match server.release_after(&request.lease, latency).await {
         Ok(released) => {
             server.metrics().call(Endpoint::Release, Outcome::Allowed);
             Json(json!({"released": released})).into_response()
