@@ -85,7 +85,7 @@ pub enum BenchError {
     #[error("--limiter: {0}")]
     Spec(#[from] SpecError),
     /// The limiter has no store to drive.
-    #[error("--limiter: the utilization shedder keeps no state in a store; bench a keyed algorithm or the concurrency or fleet limiter")]
+    #[error("--limiter: the utilization shedder and the adaptive concurrency limiter keep no state in a store; bench a keyed algorithm or the concurrency or fleet limiter")]
     NoStore,
     /// An argument's value is not allowed.
     #[error("--{arg}: invalid value `{value}` ({why})")]
@@ -201,7 +201,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         .map_err(SpecError::Invalid)?
     {
         Subject::Keyed(algorithm) => algorithm,
-        Subject::Utilization { .. } => return Err(BenchError::NoStore),
+        Subject::Utilization { .. } | Subject::Adaptive(_) => return Err(BenchError::NoStore),
     };
     let duration = args.duration;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

@@ -4,7 +4,8 @@
 //! `{"limiter": "concurrency", "capacity", "lease_ttl"}`, `{"limiter": "fleet", "capacity",
 //! "reserved_for_critical", "lease_ttl"}`, `{"limiter": "utilization", "seed"?, and optional
 //! overrides of `end_of_good`, `start_of_bad`, `seconds_before_shedding`,
-//! `seconds_to_shed_all`}`.
+//! `seconds_to_shed_all`}`, `{"limiter": "adaptive_concurrency", "adaptive"?: {"algorithm":
+//! "vegas" | "gradient2", …its parameters}, "lease_ttl"?}` (see [`adaptive`]).
 //!
 //! Input: one JSON object per line (blank lines are skipped), in time order:
 //! `t` (seconds from the trace's start, required), `key` (default `""`), `op` (default
@@ -53,9 +54,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::report::{LimiterRun, Report, Sample, Tally};
+use floodgate_service::config::pipeline::AdaptiveConfig;
 use floodgate_service::config::{BreakerConfig, ConfigFileError, StoreConfig};
 use floodgate_service::store::ServiceStore;
 
+pub mod adaptive;
 mod event;
 pub use event::EventError;
 pub(crate) use event::{lease_id, Event, Trace};
@@ -266,6 +269,10 @@ pub(crate) enum LimiterSpec {
         seconds_before_shedding: Option<f64>,
         seconds_to_shed_all: Option<f64>,
     },
+    AdaptiveConcurrency {
+        adaptive: Option<AdaptiveConfig>,
+        lease_ttl: Option<SpecDuration>,
+    },
 }
 
 /// A parsed `--limiter` spec.
@@ -283,6 +290,7 @@ pub(crate) enum Subject {
         seed: u64,
         settings: ControllerSettings,
     },
+    Adaptive(adaptive::AdaptiveSpec),
 }
 
 impl Spec {
@@ -326,6 +334,13 @@ impl Spec {
                     settings,
                 }
             }
+            Spec::Limiter(LimiterSpec::AdaptiveConcurrency {
+                adaptive,
+                lease_ttl,
+            }) => Subject::Adaptive(adaptive::AdaptiveSpec::new(
+                adaptive.as_ref(),
+                lease_ttl.map(|t| t.0),
+            )?),
         })
     }
 }
@@ -480,6 +495,7 @@ pub(crate) fn tally_event(tally: &mut Tally, event: &Event, out: &Output<'_>) {
         in_flight: out.in_flight,
         shed_amount: out.shed_amount,
         utilization: out.shed_amount.and(event.utilization),
+        ..Sample::default()
     };
     match event.op {
         Op::Release { .. } | Op::SetRate { .. } => tally.observe(event.at, &sample),
@@ -514,6 +530,7 @@ pub(crate) fn decider(
                 Ok(keyed_output(event, &d, shapes))
             }))
         }
+        (Subject::Adaptive(spec), _) => Ok(adaptive::decider(&spec, clock)?),
         (Subject::Utilization { seed, settings }, _) => {
             let gauge = Arc::new(SettableUtilization::new(0.0));
             let shedder = UtilizationShedder::builder()

@@ -219,6 +219,48 @@ impl Report {
             )?);
         }
 
+        let limits: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: format!("learned limit: {}", l.name),
+                color: i,
+                points: points(i, &|b, _| b.limit.map(|n| n as f64)),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if !limits.is_empty() {
+            charts.push(line_chart(
+                "Adaptive concurrency: the learned limit",
+                "requests in flight",
+                x_max,
+                None,
+                &limits,
+            )?);
+        }
+
+        let latency: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: l.name.clone(),
+                color: i,
+                points: points(i, &|b, _| b.latency().map(|s| s * 1e3)),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if !latency.is_empty() {
+            charts.push(line_chart(
+                "Latency of admitted requests (mean in each interval)",
+                "milliseconds",
+                x_max,
+                None,
+                &latency,
+            )?);
+        }
+
         let mut controller = Vec::new();
         for (i, l) in self.limiters.iter().enumerate() {
             let shed = points(i, &|b, _| b.shed_amount);

@@ -270,6 +270,8 @@ struct Runner {
     /// The fleet's one key: a fleet counts every user's requests together, as the service's
     /// fleet limiter does.
     fleet: bool,
+    /// An adaptive concurrency limiter, whose limit the report charts.
+    adaptive: bool,
     admitted: u64,
     workers: u64,
     /// Leases of a trace's `acquire`s that name none.
@@ -286,9 +288,11 @@ impl Runner {
         workers: u64,
     ) -> Result<Runner, SimulateError> {
         let fleet = matches!(subject, Subject::Keyed(AnyAlgorithm::Fleet(_)));
+        let adaptive = matches!(subject, Subject::Adaptive(_));
         let takes = match &subject {
             Subject::Keyed(AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_)) => Takes::Leases,
             Subject::Keyed(_) => Takes::Checks,
+            Subject::Adaptive(_) => Takes::Leases,
             Subject::Utilization { .. } => Takes::Utilization,
         };
         let clock = ManualClock::new(Nanos::ZERO);
@@ -301,6 +305,7 @@ impl Runner {
             takes,
             completions: BinaryHeap::new(),
             fleet,
+            adaptive,
             admitted: 0,
             workers,
             made_up: 0,
@@ -351,10 +356,15 @@ impl Runner {
             retry_after: out.retry_after,
             shed_amount: out.shed_amount,
             utilization,
-            in_flight: None,
+            limit: out.limit.filter(|_| self.adaptive),
+            ..Sample::default()
         };
         if allowed && self.takes != Takes::Checks {
-            let done = request.at.saturating_add(request.latency);
+            // Admitted: in flight with the others, which may slow it (the traffic's knee).
+            let latency = request.latency_with(self.in_flight() + 1);
+            // Charted where it depends on load: traffic with a knee.
+            sample.latency = request.knee.map(|_| latency.as_secs_f64());
+            let done = request.at.saturating_add(latency);
             let key = match self.takes {
                 Takes::Leases => event.key,
                 _ => String::new(),

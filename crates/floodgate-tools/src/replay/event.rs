@@ -88,6 +88,12 @@ pub enum EventError {
         /// The operation given.
         op: OpKind,
     },
+    /// The adaptive concurrency limiter takes only `acquire` and `release`.
+    #[error("field `op`: the adaptive concurrency limiter only takes `acquire` and `release`, got `{op}`")]
+    NotALease {
+        /// The operation given.
+        op: OpKind,
+    },
 }
 
 /// One event of the trace, validated.

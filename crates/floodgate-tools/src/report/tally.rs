@@ -27,6 +27,11 @@ pub struct Sample {
     pub shed_amount: Option<f64>,
     /// The utilization the shedder sampled for this decision (0..1).
     pub utilization: Option<f64>,
+    /// An adaptive concurrency limiter's whole limit at this decision.
+    pub limit: Option<u64>,
+    /// How long the admitted request takes, in seconds, where it depends on load (`simulate`
+    /// traffic with a `knee`).
+    pub latency: Option<f64>,
 }
 
 /// One time bucket of a series.
@@ -43,6 +48,11 @@ pub struct Bucket {
     /// The utilization samples' sum and count (see [`Bucket::utilization`]).
     utilization_sum: f64,
     utilization_samples: u64,
+    /// The last adaptive limit seen in the bucket.
+    pub limit: Option<u64>,
+    /// The admitted requests' latencies' sum and count (see [`Bucket::latency`]).
+    latency_sum: f64,
+    latency_samples: u64,
 }
 
 impl Bucket {
@@ -54,7 +64,15 @@ impl Bucket {
             shed_amount: later.shed_amount.or(self.shed_amount),
             utilization_sum: self.utilization_sum + later.utilization_sum,
             utilization_samples: self.utilization_samples + later.utilization_samples,
+            limit: later.limit.or(self.limit),
+            latency_sum: self.latency_sum + later.latency_sum,
+            latency_samples: self.latency_samples + later.latency_samples,
         }
+    }
+
+    /// The mean latency of the requests admitted in the bucket, in seconds, where modelled.
+    pub fn latency(&self) -> Option<f64> {
+        (self.latency_samples > 0).then(|| self.latency_sum / self.latency_samples as f64)
     }
 
     /// The mean utilization the shedder sampled in the bucket, if it sampled any.
@@ -143,6 +161,11 @@ impl Tally {
         if let Some(u) = sample.utilization {
             bucket.utilization_sum += u;
             bucket.utilization_samples += 1;
+        }
+        bucket.limit = sample.limit.or(bucket.limit);
+        if let Some(latency) = sample.latency {
+            bucket.latency_sum += latency;
+            bucket.latency_samples += 1;
         }
     }
 

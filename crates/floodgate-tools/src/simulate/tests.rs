@@ -197,3 +197,57 @@ fn a_minute_of_a_thousand_requests_a_second_is_simulated() {
     assert!(report.limiters.iter().all(|l| l.tally.offered() > 55_000));
     assert!(report.html().unwrap().contains("<svg"));
 }
+
+/// The mean latency of the requests `tally` admitted, in seconds, over its second half.
+fn late_latency(tally: &crate::report::Tally) -> f64 {
+    let buckets = tally.buckets();
+    let late: Vec<f64> = buckets[buckets.len() / 2..]
+        .iter()
+        .filter_map(|b| b.latency())
+        .collect();
+    late.iter().sum::<f64>() / late.len() as f64
+}
+
+/// A service that runs 40 requests at once in 10 ms, offered 6000 a second (half again what it
+/// can serve): an adaptive limit finds the knee and keeps latency near 10 ms while admitting
+/// near the service's capacity, where a fixed limit set too high lets requests queue.
+#[test]
+fn an_adaptive_limit_finds_the_knee_of_a_service() {
+    let report = simulate(&args(
+        &[
+            r#"{"name":"vegas","limiter":"adaptive_concurrency","adaptive":{"algorithm":"vegas","max_limit":1000}}"#,
+            r#"{"name":"fixed 400","limiter":"fleet","capacity":400,"reserved_for_critical":0,"lease_ttl":"60s"}"#,
+        ],
+        &[r#"{"pattern":"poisson","rate":6000,"latency":"10ms","knee":40}"#],
+        "30s",
+    ))
+    .unwrap();
+    let [vegas, fixed] = &report.limiters[..] else {
+        panic!("two limiters")
+    };
+    let (vegas_latency, fixed_latency) = (late_latency(&vegas.tally), late_latency(&fixed.tally));
+    assert!(vegas_latency < 0.02, "vegas: {vegas_latency} s");
+    assert!(fixed_latency > 0.05, "fixed: {fixed_latency} s");
+    // Both admit about what the service can serve (4000/s); Vegas without the queueing.
+    let per_second = |t: &crate::report::Tally| t.admitted() as f64 / 30.0;
+    assert!(
+        per_second(&vegas.tally) > 3000.0,
+        "{}",
+        per_second(&vegas.tally)
+    );
+    // The learned limit is charted, near the knee.
+    let limits: Vec<u64> = vegas
+        .tally
+        .buckets()
+        .iter()
+        .filter_map(|b| b.limit)
+        .collect();
+    let last = *limits.last().unwrap();
+    assert!((40..=120).contains(&last), "learned limit {last}");
+    assert!(fixed.tally.buckets().iter().all(|b| b.limit.is_none()));
+    let charts = report.charts().unwrap();
+    assert!(charts.iter().any(|c| c.contains("the learned limit")));
+    assert!(charts
+        .iter()
+        .any(|c| c.contains("Latency of admitted requests")));
+}

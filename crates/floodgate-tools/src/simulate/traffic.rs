@@ -9,7 +9,12 @@
 //! - `arrivals`: `even` (default; the n-th request when the rate's integral reaches n) or
 //!   `poisson` (default for the `poisson` pattern);
 //! - `cost` (default 1), `priority` (a class, or weights such as `{"critical": 1, "get": 9}`),
-//!   `latency` (default `100ms`: how long an admitted request holds its lease or worker).
+//!   `latency` (default `100ms`: how long an admitted request holds its lease or worker);
+//! - `knee` (default none): a service whose latency grows with load. It runs `knee` requests
+//!   at once in `latency`; past that, requests share it, so a request admitted with `n`
+//!   requests in flight (itself included) takes `latency × max(1, n / knee)`. Each limiter of
+//!   the run counts its own requests in flight, so a limiter that admits fewer sees a faster
+//!   service.
 //!
 //! Patterns: `steady` and `poisson` (`rate`); `burst` (`rate`, and `burst_rate` from `at` for
 //! `for`); `ramp` (`from` at time 0 to `to` at the run's end, linearly); `sine` (`mean` +
@@ -137,6 +142,7 @@ struct Common {
     cost: u64,
     priority: Option<PriorityMix>,
     latency: Option<SpecDuration>,
+    knee: Option<u64>,
     key_prefix: Option<String>,
     name: Option<String>,
 }
@@ -160,8 +166,10 @@ pub struct Traffic {
     pub cost: u64,
     /// Cumulative weights of the four classes (critical, post, get, test).
     classes: [(Priority, f64); 4],
-    /// How long an admitted request holds its place.
+    /// How long an admitted request holds its place, at or below the knee.
     pub latency: Duration,
+    /// Requests the service runs at once before latency grows (`None`: latency is fixed).
+    pub knee: Option<u64>,
     /// Users are `{key_prefix}{1..=keys}`.
     pub key_prefix: String,
     /// The name shown in reports (the spec's `name`, or its pattern).
@@ -171,13 +179,14 @@ pub struct Traffic {
 impl Traffic {
     /// Reads and checks a spec (a JSON object).
     pub fn from_value(value: Value) -> Result<Traffic, TrafficError> {
-        const COMMON: [&str; 8] = [
+        const COMMON: [&str; 9] = [
             "keys",
             "zipf",
             "arrivals",
             "cost",
             "priority",
             "latency",
+            "knee",
             "key_prefix",
             "name",
         ];
@@ -238,6 +247,9 @@ impl Traffic {
         if common.cost == 0 {
             return Err(invalid("cost", 0, "must be at least 1"));
         }
+        if common.knee == Some(0) {
+            return Err(invalid("knee", 0, "must be at least 1 request in flight"));
+        }
         let classes = classes(common.priority.as_ref())?;
         let name = common.name.unwrap_or_else(|| pattern_name(&pattern).into());
         Ok(Traffic {
@@ -251,6 +263,7 @@ impl Traffic {
             cost: common.cost,
             classes,
             latency: common.latency.map_or(Duration::from_millis(100), |d| d.0),
+            knee: common.knee,
             key_prefix: common.key_prefix.unwrap_or_else(|| "user-".into()),
             name,
         })
@@ -356,8 +369,21 @@ pub struct Request {
     pub cost: u64,
     /// Its class.
     pub priority: Priority,
-    /// How long it holds its place once admitted.
+    /// How long it holds its place once admitted, at or below the knee.
     pub latency: Duration,
+    /// Its traffic's knee (see the [module documentation](self)).
+    pub knee: Option<u64>,
+}
+
+impl Request {
+    /// How long the request takes when admitted with `in_flight` requests in flight (itself
+    /// included): its latency, stretched past its traffic's knee.
+    pub fn latency_with(&self, in_flight: u64) -> Duration {
+        match self.knee {
+            Some(knee) if in_flight > knee => self.latency.mul_f64(in_flight as f64 / knee as f64),
+            _ => self.latency,
+        }
+    }
 }
 
 /// Picks user ranks 1..=n with probability ∝ 1/k^s.
@@ -510,6 +536,7 @@ impl Iterator for Generator {
             cost: self.traffic.cost,
             priority,
             latency: self.traffic.latency,
+            knee: self.traffic.knee,
         })
     }
 }
