@@ -25,7 +25,11 @@ fn call(user: &str, endpoint: Option<&str>, attributes: Value) -> Value {
 
 #[tokio::test]
 async fn per_ip_then_plans_then_order_writes() {
-    let node = serve(&example("api.yaml"), "memory", &[]);
+    let node = serve(
+        &example("api.yaml"),
+        "memory",
+        &[("FLOODGATE_ADMIN_TOKEN", "t0ken")],
+    );
     let client = reqwest::Client::new();
     let evaluate = |body: Value| {
         let (node, client) = (&node, &client);

@@ -64,6 +64,9 @@ pub struct Overview {
     /// The stages whose mode the admin API switched away from the configuration's, each with
     /// the configuration's mode.
     pub switched: BTreeMap<String, Mode>,
+    /// What each stage with a scope applies to and counts by
+    /// ([`Stage::describe_scope`](floodgate::pipeline::Stage::describe_scope)), by name.
+    pub scopes: BTreeMap<String, String>,
 }
 
 /// One stage at one point: rates per second since the previous point, and gauges.

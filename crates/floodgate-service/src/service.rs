@@ -690,11 +690,17 @@ impl Server {
             .iter()
             .map(|(stage, switch)| (stage.clone(), switch.configured))
             .collect();
+        let scopes = snapshot
+            .pipeline
+            .stages()
+            .filter_map(|s| Some((s.name().to_string(), s.describe_scope()?)))
+            .collect();
         Overview {
             limiters,
             limits,
             domains,
             switched,
+            scopes,
         }
     }
 

@@ -340,6 +340,36 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
         &self.levels
     }
 
+    /// What the stage's scope and levels say, for people: "by {attributes.ip}; when
+    /// attributes.method is POST", "by {attributes.org}, then {attributes.org}/{user}";
+    /// `None` for a stage with neither (every request, keyed as its limiter keys them).
+    pub fn describe_scope(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(key) = &self.scope.key {
+            let mut keys = key.as_str().to_string();
+            for level in &self.levels {
+                keys.push_str(", then ");
+                keys.push_str(level.key.as_str());
+            }
+            parts.push(format!("by {keys}"));
+        }
+        if !self.scope.when.conditions().is_empty() {
+            parts.push(format!("when {}", self.scope.when));
+        }
+        if let Some(field) = &self.scope.plan {
+            parts.push(format!("plan from {field}"));
+        }
+        match &self.scope.cost {
+            scope::Cost::Request => {}
+            scope::Cost::Constant(n) => parts.push(format!("cost {n}")),
+            scope::Cost::Field(field) => parts.push(format!("cost from {field}")),
+        }
+        if self.scope.if_missing == scope::IfMissing::Skip {
+            parts.push("skips requests lacking a field".into());
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
     /// The mode the stage runs in for `request`: off when its scope does not apply (its `when`
     /// does not match, or it lacks a field and the stage skips such requests).
     fn mode_for(&self, request: &Descriptor<'_>) -> Mode {

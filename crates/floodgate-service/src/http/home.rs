@@ -88,9 +88,13 @@ pub fn render(overview: &Overview) -> String {
             ),
             None => String::new(),
         };
+        let scope = match overview.scopes.get(name) {
+            Some(scope) => format!("<br><small class=\"scope\">{}</small>", escape(scope)),
+            None => String::new(),
+        };
         let _ = writeln!(
             page,
-            "<tr data-stage=\"{name}\"><td class=\"name\"><code>{name}</code></td>\
+            "<tr data-stage=\"{name}\"><td class=\"name\"><code>{name}</code>{scope}</td>\
              <td class=\"kind\">{}</td><td class=\"mode\">{}{switched}</td>\
              <td class=\"num decisions\">–</td><td class=\"num refusals\">–</td>\
              <td class=\"num shadow\">–</td><td class=\"num fail-open\">–</td>\
@@ -202,7 +206,15 @@ mod tests {
             switched: BTreeMap::from([("concurrency".into(), Mode::Enforce)]),
             limits: vec![("<script>alert(1)</script>".into(), "gcra")],
             domains: vec!["a&b".into()],
+            scopes: BTreeMap::from([(
+                "concurrency".into(),
+                "by {attributes.ip}; when endpoint is /orders<*>".into(),
+            )]),
         });
+        assert!(
+            page.contains("<small class=\"scope\">by {attributes.ip}; when endpoint is /orders&lt;*&gt;</small>"),
+            "{page}"
+        );
         assert!(!page.contains("<script>alert"), "{page}");
         assert!(
             page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -211,7 +223,7 @@ mod tests {
         assert!(page.contains("<code>a&amp;b</code>"), "{page}");
         assert!(
             page.contains(
-                "<code>concurrency</code></td><td class=\"kind\">concurrency</td>\
+                "</small></td><td class=\"kind\">concurrency</td>\
                  <td class=\"mode\">shadow <small class=\"switched\">switched at run time \
                  (configured: enforce)</small>"
             ),
@@ -226,6 +238,7 @@ mod tests {
             switched: BTreeMap::new(),
             limits: Vec::new(),
             domains: Vec::new(),
+            scopes: BTreeMap::new(),
         });
         assert_eq!(page.matches("None configured.").count(), 3);
         for (method, path, _) in ENDPOINTS {
