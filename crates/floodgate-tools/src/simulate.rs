@@ -35,6 +35,7 @@ use crate::replay::{
 };
 use crate::report::{LimiterRun, Report, Sample, Tally, WriteError};
 
+mod pipeline;
 pub mod traffic;
 
 use traffic::{Generator, Merged, Request, Traffic, TrafficError};
@@ -44,8 +45,18 @@ use traffic::{Generator, Merged, Request, Traffic, TrafficError};
 pub struct Args {
     /// A limiter to run (repeat for several): `replay`'s spec, plus an optional "name", e.g.
     /// '{"name":"bucket","algorithm":"token_bucket","rate":10,"capacity":20}'.
-    #[arg(long = "limiter", value_name = "SPEC", required = true)]
+    #[arg(
+        long = "limiter",
+        value_name = "SPEC",
+        required_unless_present = "pipeline"
+    )]
     limiters: Vec<String>,
+    /// A configuration file (or directory), as `serve --config` takes: its whole pipeline runs
+    /// as one more subject of the report, a row for it and one per stage (see
+    /// `simulate::pipeline`). The traffic's `plan`, `endpoint` and `attributes` reach its
+    /// stages.
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pipeline: Option<PathBuf>,
     /// Traffic to generate (repeat to mix several), e.g. '{"pattern":"poisson","rate":50,
     /// "keys":100,"zipf":1.1}': patterns steady, poisson, burst, ramp, sine.
     #[arg(long = "traffic", value_name = "SPEC")]
@@ -83,6 +94,9 @@ pub enum SimulateError {
         /// Why.
         source: SpecError,
     },
+    /// The `--pipeline` configuration was refused.
+    #[error("--pipeline: {0}")]
+    Pipeline(#[source] floodgate_service::config::ConfigFileError),
     /// A `--traffic` spec was refused.
     #[error("--traffic #{index}: {source}")]
     Traffic {
@@ -126,7 +140,7 @@ impl SimulateError {
     pub fn exit_code(&self) -> u8 {
         match self {
             SimulateError::Replay(e) => e.exit_code(),
-            SimulateError::Write(_) | SimulateError::Io { .. } => 1,
+            SimulateError::Write(_) | SimulateError::Io { .. } | SimulateError::Pipeline(_) => 1,
             _ => 2,
         }
     }
@@ -166,6 +180,15 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
         )?);
     }
     let mut details = Vec::new();
+    let mut pipeline = match &args.pipeline {
+        Some(path) => {
+            details.push(("pipeline".to_string(), path.display().to_string()));
+            let runner = pipeline::PipelineRunner::load(path, args.max_keys)
+                .map_err(SimulateError::Pipeline)?;
+            Some(runner)
+        }
+        None => None,
+    };
     if let Some(path) = &args.trace {
         details.push(("trace".to_string(), path.display().to_string()));
         let file = std::fs::File::open(path).map_err(|source| SimulateError::Io {
@@ -198,11 +221,17 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
             generators.push(Generator::new(traffic, duration, seed));
         }
         for request in Merged::new(generators) {
+            if let Some(pipeline) = &mut pipeline {
+                pipeline.offer(&request);
+            }
             for runner in &mut runners {
                 runner.offer(&request)?;
             }
         }
         let end = Nanos::ZERO.saturating_add(duration);
+        if let Some(pipeline) = &mut pipeline {
+            pipeline.complete_until(end);
+        }
         for runner in &mut runners {
             runner.complete_until(end)?;
         }
@@ -219,7 +248,12 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
     Ok(Report {
         title: "floodgate simulate".into(),
         details,
-        limiters: runners.into_iter().map(Runner::into_run).collect(),
+        limiters: pipeline
+            .map(pipeline::PipelineRunner::into_runs)
+            .unwrap_or_default()
+            .into_iter()
+            .chain(runners.into_iter().map(Runner::into_run))
+            .collect(),
         duration: duration.map(|d| d.as_secs_f64()),
     })
 }

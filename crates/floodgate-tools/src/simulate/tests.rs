@@ -5,6 +5,7 @@ fn args(limiters: &[&str], traffic: &[&str], duration: &str) -> Args {
         limiters: limiters.iter().map(|s| s.to_string()).collect(),
         traffic: traffic.iter().map(|s| s.to_string()).collect(),
         trace: None,
+        pipeline: None,
         duration: floodgate_service::cli::positive_duration(duration).ok(),
         out: None,
         seed: 1,
@@ -250,4 +251,121 @@ fn an_adaptive_limit_finds_the_knee_of_a_service() {
     assert!(charts
         .iter()
         .any(|c| c.contains("Latency of admitted requests")));
+}
+
+fn example(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/config/pipelines")
+        .join(name)
+}
+
+/// The row of `report` named `name`.
+fn row<'r>(report: &'r crate::report::Report, name: &str) -> &'r crate::report::Tally {
+    let run = report.limiters.iter().find(|l| l.name == name);
+    &run.unwrap_or_else(|| panic!("no row {name}")).tally
+}
+
+/// The guide's first configuration under the traffic its chart shows: a scraper on one
+/// address, users reading, and users writing orders too often. Each stage refuses its own.
+#[test]
+fn a_configured_pipeline_runs_whole_with_a_row_per_stage() {
+    let mut args = args(
+        &[],
+        &[
+            r#"{"name":"readers","pattern":"poisson","rate":40,"keys":200,"attributes":{"ip":"10.1.{key}","method":"GET"}}"#,
+            r#"{"name":"scraper","pattern":"steady","rate":30,"key_prefix":"bot-","keys":50,"attributes":{"ip":"203.0.113.7","method":"GET"}}"#,
+            r#"{"name":"writers","pattern":"steady","rate":2,"keys":5,"endpoint":"/orders","attributes":{"ip":"10.2.{key}","method":"POST"}}"#,
+        ],
+        "120s",
+    );
+    args.pipeline = Some(example("api.yaml"));
+    let report = simulate(&args).unwrap();
+    let names: Vec<&str> = report.limiters.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pipeline",
+            "stage per_ip",
+            "stage plans",
+            "stage order_writes",
+            "stage in_flight",
+            "stage fleet",
+            "stage utilization"
+        ]
+    );
+    let whole = row(&report, "pipeline");
+    // Poisson readers (4,800 expected), 3,600 scraper requests, 240 writes.
+    assert!(
+        (8_300..=9_000).contains(&whole.offered()),
+        "{}",
+        whole.offered()
+    );
+    // The scraper's one address: 30/s against 10/s, so about 20/s refused by per_ip.
+    let per_ip = row(&report, "stage per_ip");
+    assert_eq!(per_ip.offered(), whole.offered());
+    let refused = per_ip.offered() - per_ip.admitted();
+    assert!(
+        (2_300..=2_500).contains(&refused),
+        "per_ip refused {refused}"
+    );
+    // Writers: 5 users × 5 writes a minute of their 24 a minute each.
+    let writes = row(&report, "stage order_writes");
+    assert_eq!(writes.offered(), 240, "only the POSTs to /orders");
+    assert!(
+        (45..=55).contains(&writes.admitted()),
+        "{}",
+        writes.admitted()
+    );
+    // Readers stay under their plans; nothing is shed.
+    assert_eq!(
+        row(&report, "stage utilization").admitted(),
+        row(&report, "stage utilization").offered()
+    );
+    assert!(report.table().contains("stage order_writes"));
+}
+
+/// The guide's adaptive configuration on a service that runs 40 requests at once in 10 ms,
+/// offered 1.5 times its capacity: the stage's learned limit settles near the knee.
+#[test]
+fn a_configured_adaptive_stage_finds_the_knee() {
+    let mut args = args(
+        &[],
+        &[r#"{"pattern":"poisson","rate":6000,"keys":1000,"latency":"10ms","knee":40}"#],
+        "30s",
+    );
+    args.pipeline = Some(example("adaptive.yaml"));
+    let report = simulate(&args).unwrap();
+    let stage = row(&report, "stage adaptive");
+    let limits: Vec<u64> = stage.buckets().iter().filter_map(|b| b.limit).collect();
+    let last = *limits.last().unwrap();
+    assert!((40..=120).contains(&last), "learned limit {last}");
+    assert!(late_latency(row(&report, "pipeline")) < 0.02);
+    assert!(row(&report, "pipeline").admitted() as f64 / 30.0 > 3000.0);
+}
+
+/// The guide's organisations: acme's four users ask 3 a second between them, more than its
+/// 100 a minute; globex asks little. acme gets its 100 a minute, globex everything.
+#[test]
+fn a_configured_hierarchy_holds_each_organisation_to_its_quota() {
+    let mut args = args(
+        &[],
+        &[
+            r#"{"name":"acme","pattern":"steady","rate":3,"keys":4,"key_prefix":"acme-","attributes":{"org":"acme"}}"#,
+            r#"{"name":"globex","pattern":"steady","rate":0.2,"keys":2,"key_prefix":"globex-","attributes":{"org":"globex"}}"#,
+        ],
+        "120s",
+    );
+    args.pipeline = Some(example("tenants.yaml"));
+    let report = simulate(&args).unwrap();
+    let tenants = row(&report, "stage tenants");
+    assert_eq!(tenants.offered(), 360 + 24);
+    // A sliding window of 100 a minute over two minutes, with the first minute's burst:
+    // about 200 of acme's 360, and all 24 of globex's.
+    let admitted = tenants.admitted();
+    assert!((215..=235).contains(&admitted), "{admitted}");
+    assert_eq!(
+        row(&report, "stage per_key").offered(),
+        0,
+        "no API keys: skipped"
+    );
 }

@@ -14,7 +14,11 @@
 //!   at once in `latency`; past that, requests share it, so a request admitted with `n`
 //!   requests in flight (itself included) takes `latency × max(1, n / knee)`. Each limiter of
 //!   the run counts its own requests in flight, so a limiter that admits fewer sees a faster
-//!   service.
+//!   service;
+//! - for `--pipeline` runs, what a request tells the pipeline's stages besides its user, cost
+//!   and class: `plan` (default none: the default plan), `endpoint` (default none) and
+//!   `attributes` (`{"method": "POST", "ip": "10.0.{key}"}`; `{key}` in a value stands for the
+//!   request's user, so each user can have an address of its own).
 //!
 //! Patterns: `steady` and `poisson` (`rate`); `burst` (`rate`, and `burst_rate` from `at` for
 //! `for`); `ramp` (`from` at time 0 to `to` at the run's end, linearly); `sine` (`mean` +
@@ -145,6 +149,9 @@ struct Common {
     knee: Option<u64>,
     key_prefix: Option<String>,
     name: Option<String>,
+    plan: Option<String>,
+    endpoint: Option<String>,
+    attributes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn one() -> u64 {
@@ -172,6 +179,8 @@ pub struct Traffic {
     pub knee: Option<u64>,
     /// Users are `{key_prefix}{1..=keys}`.
     pub key_prefix: String,
+    /// What its requests tell a pipeline besides their user, cost and class.
+    pub context: std::sync::Arc<RequestContext>,
     /// The name shown in reports (the spec's `name`, or its pattern).
     pub name: String,
 }
@@ -179,7 +188,7 @@ pub struct Traffic {
 impl Traffic {
     /// Reads and checks a spec (a JSON object).
     pub fn from_value(value: Value) -> Result<Traffic, TrafficError> {
-        const COMMON: [&str; 9] = [
+        const COMMON: [&str; 12] = [
             "keys",
             "zipf",
             "arrivals",
@@ -189,6 +198,9 @@ impl Traffic {
             "knee",
             "key_prefix",
             "name",
+            "plan",
+            "endpoint",
+            "attributes",
         ];
         let Value::Object(mut fields) = value else {
             return Err(TrafficError::Shape(serde::de::Error::custom(
@@ -266,6 +278,11 @@ impl Traffic {
             knee: common.knee,
             key_prefix: common.key_prefix.unwrap_or_else(|| "user-".into()),
             name,
+            context: std::sync::Arc::new(RequestContext {
+                plan: common.plan.unwrap_or_default(),
+                endpoint: common.endpoint,
+                attributes: common.attributes.unwrap_or_default().into_iter().collect(),
+            }),
         })
     }
 
@@ -373,6 +390,29 @@ pub struct Request {
     pub latency: Duration,
     /// Its traffic's knee (see the [module documentation](self)).
     pub knee: Option<u64>,
+    /// Its traffic's plan, endpoint and attributes.
+    pub context: std::sync::Arc<RequestContext>,
+}
+
+/// What a traffic's requests tell a pipeline besides their user, cost and class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestContext {
+    /// The plan (empty: the default plan).
+    pub plan: String,
+    /// The endpoint.
+    pub endpoint: Option<String>,
+    /// Attributes, each value with `{key}` standing for the request's user.
+    pub attributes: Vec<(String, String)>,
+}
+
+impl RequestContext {
+    /// The attributes of a request by `key`.
+    pub fn attributes_of(&self, key: &str) -> Vec<(String, String)> {
+        self.attributes
+            .iter()
+            .map(|(name, value)| (name.clone(), value.replace("{key}", key)))
+            .collect()
+    }
 }
 
 impl Request {
@@ -537,6 +577,7 @@ impl Iterator for Generator {
             priority,
             latency: self.traffic.latency,
             knee: self.traffic.knee,
+            context: self.traffic.context.clone(),
         })
     }
 }
