@@ -2,11 +2,13 @@
 //! under traffic, each shot in Debian's headless Chromium. Run it through
 //! `scripts/screenshots.sh`, which builds the binary and passes its path:
 //!
-//! `screenshots FLOODGATE_BINARY OUT_DIR`
+//! `screenshots FLOODGATE_BINARY OUT_DIR [pipelines]`
 //!
 //! It writes `OUT_DIR/simulate.png`, `OUT_DIR/simulate-report.html` and
-//! `OUT_DIR/dashboard.png`. The traffic is generated with a fixed seed, so the report is the
-//! same on every run; the dashboard shows what 40 s of real traffic did.
+//! `OUT_DIR/dashboard.png`, then, for each worked configuration of
+//! docs/building-your-pipeline.md, `OUT_DIR/pipeline-NAME.html` and `.png` (with `pipelines`,
+//! only those). The traffic is generated with a fixed seed, so the reports are the same on
+//! every run; the dashboard shows what 40 s of real traffic did.
 
 #[path = "../tests/common/browser.rs"]
 mod browser;
@@ -43,8 +45,81 @@ async fn main() {
     };
     let out = PathBuf::from(out);
     std::fs::create_dir_all(&out).expect("the output directory");
-    simulate_report(&binary, &out).await;
-    dashboard(&binary, &out).await;
+    let only = args.next();
+    if only.as_deref() != Some("pipelines") {
+        simulate_report(&binary, &out).await;
+        dashboard(&binary, &out).await;
+    }
+    for (name, arguments) in PIPELINES {
+        pipeline_report(&binary, &out, name, arguments).await;
+    }
+}
+
+/// The worked configurations of docs/building-your-pipeline.md, each under the traffic the
+/// guide shows it with: the `simulate` arguments after `--pipeline FILE`.
+const PIPELINES: [(&str, &[&str]); 3] = [
+    (
+        "api",
+        &[
+            "--duration",
+            "120s",
+            "--traffic",
+            r#"{"name":"readers","pattern":"poisson","rate":40,"keys":200,"attributes":{"ip":"10.1.{key}","method":"GET"}}"#,
+            "--traffic",
+            r#"{"name":"scraper","pattern":"burst","rate":0,"burst_rate":30,"at":"30s","for":"60s","key_prefix":"bot-","keys":50,"attributes":{"ip":"203.0.113.7","method":"GET"}}"#,
+            "--traffic",
+            r#"{"name":"writers","pattern":"steady","rate":2,"keys":5,"endpoint":"/orders","attributes":{"ip":"10.2.{key}","method":"POST"}}"#,
+        ],
+    ),
+    (
+        "tenants",
+        &[
+            "--duration",
+            "20m",
+            "--traffic",
+            r#"{"name":"acme","pattern":"ramp","from":0.5,"to":5,"keys":4,"key_prefix":"acme-","attributes":{"org":"acme"}}"#,
+            "--traffic",
+            r#"{"name":"acme's runaway script","pattern":"burst","rate":0,"burst_rate":1,"at":"2m","for":"4m","keys":1,"key_prefix":"acme-bot-","attributes":{"org":"acme"}}"#,
+            "--traffic",
+            r#"{"name":"globex","pattern":"steady","rate":0.5,"keys":2,"key_prefix":"globex-","attributes":{"org":"globex"}}"#,
+        ],
+    ),
+    (
+        "adaptive",
+        &[
+            "--duration",
+            "60s",
+            "--traffic",
+            r#"{"name":"load","pattern":"ramp","from":1000,"to":8000,"keys":1000,"latency":"10ms","knee":40}"#,
+            "--limiter",
+            r#"{"name":"fixed limit of 400, for comparison","limiter":"fleet","capacity":400,"reserved_for_critical":0,"lease_ttl":"60s"}"#,
+        ],
+    ),
+];
+
+/// `simulate --pipeline examples/config/pipelines/NAME.yaml ARGUMENTS`, its report as
+/// `OUT_DIR/pipeline-NAME.html` and a picture of it as `OUT_DIR/pipeline-NAME.png`.
+async fn pipeline_report(binary: &str, out: &Path, name: &str, arguments: &[&str]) {
+    let report = out.join(format!("pipeline-{name}.html"));
+    let config = format!("examples/config/pipelines/{name}.yaml");
+    let status = Command::new(binary)
+        .args(["simulate", "--pipeline", &config, "--seed", "7"])
+        .args(arguments)
+        .arg("--out")
+        .arg(&report)
+        .status()
+        .expect("floodgate simulate runs");
+    assert!(status.success(), "simulate {name} failed");
+    // Tall enough for every chart: the adaptive report has two more.
+    let height = if name == "adaptive" { 3000 } else { 2400 };
+    let browser = Browser::start(1100, height).await;
+    let url = format!("file://{}", report.canonicalize().unwrap().display());
+    browser.client.goto(&url).await.expect("the report opens");
+    let png = browser.client.screenshot().await.expect("a screenshot");
+    let picture = out.join(format!("pipeline-{name}.png"));
+    std::fs::write(&picture, png).expect("the picture written");
+    browser.close().await;
+    eprintln!("wrote {}", picture.display());
 }
 
 /// Three rate limiters and the utilization shedder on the same surge past the service's

@@ -62,6 +62,13 @@
 //! file's `default_plan` (it names one of the built-in plans). In a directory, domains come
 //! from its files only (see [`directory`]).
 //!
+//! # Any pipeline
+//!
+//! Instead of `limiters`, a `pipeline` section lists the stages in order, each keyed by a
+//! template over the request's fields and attributes and applied `when` the request matches,
+//! and an `attributes` section bounds what requests carry and names the secret attributes (see
+//! [`pipeline`]). A file with `pipeline` gets no built-in `limiters`; one with both is refused.
+//!
 //! # Directories and the `rls` section
 //!
 //! A directory of files, as envoyproxy/ratelimit's runtime directory, loads as one

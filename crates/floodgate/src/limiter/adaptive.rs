@@ -35,8 +35,8 @@ use super::{Lease, LeaseHandle, ReturnLease};
 use crate::store::Namespace;
 use crate::{Clock, ConfigError, LeaseId, Nanos, SystemClock};
 
-mod gradient2;
-mod vegas;
+pub mod gradient2;
+pub mod vegas;
 
 pub use gradient2::{Gradient2, Gradient2State, WARMUP_SAMPLES};
 pub use vegas::{Vegas, VegasState};
