@@ -198,67 +198,40 @@ impl Report {
             &refused,
         )?);
 
-        let in_flight: Vec<Series> = self
-            .limiters
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Series {
-                name: l.name.clone(),
-                color: i,
-                points: points(i, &|b, _| b.in_flight.map(|n| n as f64)),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if !in_flight.is_empty() {
-            charts.push(line_chart(
+        // A chart of one gauge per limiter, for the limiters that report it.
+        type Gauge<'g> = &'g dyn Fn(&Bucket) -> Option<f64>;
+        let gauges: [(&str, &str, Gauge<'_>); 3] = [
+            (
                 "In flight (most in each interval)",
                 "requests",
-                x_max,
-                None,
-                &in_flight,
-            )?);
-        }
-
-        let limits: Vec<Series> = self
-            .limiters
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Series {
-                name: format!("learned limit: {}", l.name),
-                color: i,
-                points: points(i, &|b, _| b.limit.map(|n| n as f64)),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if !limits.is_empty() {
-            charts.push(line_chart(
+                &|b: &Bucket| b.in_flight.map(|n| n as f64),
+            ),
+            (
                 "Adaptive concurrency: the learned limit",
                 "requests in flight",
-                x_max,
-                None,
-                &limits,
-            )?);
-        }
-
-        let latency: Vec<Series> = self
-            .limiters
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Series {
-                name: l.name.clone(),
-                color: i,
-                points: points(i, &|b, _| b.latency().map(|s| s * 1e3)),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if !latency.is_empty() {
-            charts.push(line_chart(
+                &|b: &Bucket| b.limit.map(|n| n as f64),
+            ),
+            (
                 "Latency of admitted requests (mean in each interval)",
                 "milliseconds",
-                x_max,
-                None,
-                &latency,
-            )?);
+                &|b: &Bucket| b.latency().map(|s| s * 1e3),
+            ),
+        ];
+        for (title, unit, gauge) in gauges {
+            let series: Vec<Series> = self
+                .limiters
+                .iter()
+                .enumerate()
+                .map(|(i, l)| Series {
+                    name: l.name.clone(),
+                    color: i,
+                    points: points(i, &|b, _| gauge(b)),
+                })
+                .filter(|s| !s.points.is_empty())
+                .collect();
+            if !series.is_empty() {
+                charts.push(line_chart(title, unit, x_max, None, &series)?);
+            }
         }
 
         let mut controller = Vec::new();

@@ -52,9 +52,8 @@ pub struct Args {
     )]
     limiters: Vec<String>,
     /// A configuration file (or directory), as `serve --config` takes: its whole pipeline runs
-    /// as one more subject of the report, a row for it and one per stage (see
-    /// `simulate::pipeline`). The traffic's `plan`, `endpoint` and `attributes` reach its
-    /// stages.
+    /// as one more subject of the report, a row for it and one per stage. The traffic's
+    /// `plan`, `endpoint` and `attributes` reach its stages (docs/building-your-pipeline.md).
     #[arg(long, value_name = "FILE", conflicts_with = "trace")]
     pipeline: Option<PathBuf>,
     /// Traffic to generate (repeat to mix several), e.g. '{"pattern":"poisson","rate":50,
