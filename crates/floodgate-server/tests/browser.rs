@@ -211,6 +211,69 @@ check();
     browser.close().await;
 }
 
+/// A configured list of stages on the page: each stage's row says what it counts by, and the
+/// adaptive concurrency stage gets its charts (the learned limit against requests in flight,
+/// and the latencies) once it has learned from released leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_configured_pipeline_and_its_adaptive_stage() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/config/pipelines/adaptive.yaml");
+    let service = serve(&path, "memory", &[]);
+    let http = reqwest::Client::new();
+    for i in 0..30 {
+        let (_, answer) = service
+            .post(&http, "/v1/evaluate", &json!({"user": format!("u{i}")}))
+            .await;
+        if let Some(lease) = answer["lease"].as_str() {
+            let body = json!({"lease": lease, "latency_ms": 20});
+            service.post(&http, "/v1/release", &body).await;
+        }
+    }
+    let browser = Browser::start(1280, 2000).await;
+    let page = &browser.client;
+    page.goto(&format!("{}/", service.http))
+        .await
+        .expect("the page loads");
+    browser.until(LIVE, vec![]).await;
+    let scope = page
+        .find(Locator::Css("tr[data-stage='per_user'] .scope"))
+        .await
+        .expect("the stage's scope")
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(scope, "by {user}");
+    let titles = browser
+        .until(
+            r#"
+const done = arguments[arguments.length - 1];
+const section = document.getElementById('adaptive');
+const check = () => {
+  const svgs = section.querySelectorAll('figure svg line.grid');
+  if (!section.hidden && svgs.length > 0) {
+    observer.disconnect();
+    done([...section.querySelectorAll('figcaption')].map(c => c.textContent));
+  }
+};
+const observer = new MutationObserver(check);
+observer.observe(document.body, { subtree: true, childList: true, attributes: true });
+check();
+"#,
+            vec![],
+        )
+        .await;
+    let titles = titles.to_string();
+    assert!(
+        titles.contains("adaptive (vegas): learned limit and requests in flight"),
+        "{titles}"
+    );
+    assert!(
+        titles.contains("adaptive: latency, latest and baseline"),
+        "{titles}"
+    );
+    browser.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulate_report_renders_its_charts() {
     let dir = std::env::temp_dir().join(format!("floodgate-browser-{}", std::process::id()));

@@ -43,63 +43,78 @@ pub const MOST_WAIT: Duration = Duration::from_secs(2);
 const REARM: Duration = Duration::from_secs(5);
 
 /// Reloads `server`'s configuration whenever the files of `source` change (see the [module
-/// documentation](self)). Runs for as long as the process serves.
-pub async fn follow(server: Arc<Server>, source: ConfigSource) {
-    let label = source.to_string();
-    follow_files(
-        &label,
-        || watched(&source),
-        || fingerprint(&source),
-        || {
-            // A failure has been logged and counted by `reload`; the running configuration
-            // stays.
-            if server.reload().is_ok() {
-                tracing::info!(source = %source, "configuration reloaded: its files changed");
-            }
-        },
-    )
-    .await;
+/// documentation](self)). The files are fingerprinted when this is called, before the future
+/// runs: call it right after loading them, so that a change made before the watch is set is
+/// still seen. Runs for as long as the process serves.
+pub fn follow(server: Arc<Server>, source: ConfigSource) -> impl std::future::Future<Output = ()> {
+    let loaded = fingerprint(&source);
+    async move {
+        let label = source.to_string();
+        follow_files(
+            &label,
+            || watched(&source),
+            || fingerprint(&source),
+            loaded,
+            || {
+                // A failure has been logged and counted by `reload`; the running
+                // configuration stays.
+                if server.reload().is_ok() {
+                    tracing::info!(source = %source, "configuration reloaded: its files changed");
+                }
+            },
+        )
+        .await;
+    }
 }
 
 /// Reloads a listener's TLS files whenever they change (the same watching and debouncing as
 /// the configuration's; a Kubernetes secret's `..data` swap is seen in the directory holding
 /// the files). A new certificate that does not load keeps the running one, logged and
-/// counted. Runs for as long as the process serves.
-pub async fn follow_tls(tls: Arc<crate::connections::tls::TlsTerminator>) {
-    let label = format!("the {} listener's TLS files", tls.listener());
+/// counted. As [`follow`], the files are fingerprinted when this is called. Runs for as long
+/// as the process serves.
+pub fn follow_tls(
+    tls: Arc<crate::connections::tls::TlsTerminator>,
+) -> impl std::future::Future<Output = ()> {
     let files = tls.files();
-    follow_files(
-        &label,
-        || {
-            let mut paths: Vec<(PathBuf, RecursiveMode)> = Vec::new();
-            for file in &files {
-                for dir in watched_dirs(file) {
-                    if !paths.iter().any(|(p, _)| *p == dir) {
-                        paths.push((dir, RecursiveMode::NonRecursive));
+    let loaded = Some(hash_files(&files));
+    async move {
+        let label = format!("the {} listener's TLS files", tls.listener());
+        follow_files(
+            &label,
+            || {
+                let mut paths: Vec<(PathBuf, RecursiveMode)> = Vec::new();
+                for file in &files {
+                    for dir in watched_dirs(file) {
+                        if !paths.iter().any(|(p, _)| *p == dir) {
+                            paths.push((dir, RecursiveMode::NonRecursive));
+                        }
                     }
                 }
-            }
-            paths
-        },
-        || Some(hash_files(&files)),
-        || match tls.reload() {
-            Ok(()) => tracing::info!(listener = tls.listener(), "TLS certificate reloaded: its files changed"),
-            Err(error) => tracing::error!(listener = tls.listener(), %error, "the changed TLS files do not load; the running certificate stays"),
-        },
-    )
-    .await;
+                paths
+            },
+            || Some(hash_files(&files)),
+            loaded,
+            || match tls.reload() {
+                Ok(()) => tracing::info!(listener = tls.listener(), "TLS certificate reloaded: its files changed"),
+                Err(error) => tracing::error!(listener = tls.listener(), %error, "the changed TLS files do not load; the running certificate stays"),
+            },
+        )
+        .await;
+    }
 }
 
 /// Watches the paths `watched` names, and calls `reload` after each debounced change that
-/// changes `fingerprint`; `what` names them in logs.
+/// changes `fingerprint` from the last one reloaded (at first `loaded`, the files' fingerprint
+/// when they were loaded); `what` names them in logs.
 async fn follow_files(
     what: &str,
     watched: impl Fn() -> Vec<(PathBuf, RecursiveMode)>,
     fingerprint: impl Fn() -> Option<u64>,
+    loaded: Option<u64>,
     mut reload: impl FnMut(),
 ) {
     let (changed, mut changes) = mpsc::channel::<()>(1);
-    let mut seen = fingerprint();
+    let mut seen = loaded;
     let mut watcher = None;
     loop {
         match arm(&watched(), changed.clone()) {
@@ -112,15 +127,19 @@ async fn follow_files(
         if watcher.is_none() {
             continue;
         }
-        if changes.recv().await.is_none() {
-            return;
-        }
-        let started = tokio::time::Instant::now();
-        while started.elapsed() < MOST_WAIT {
-            match tokio::time::timeout(QUIET, changes.recv()).await {
-                Ok(Some(())) => continue,
-                Ok(None) => return,
-                Err(_) => break,
+        // A change made while no watch was set (before the first one was) sent no event:
+        // the fingerprint shows it, and it is reloaded at once.
+        if fingerprint() == seen {
+            if changes.recv().await.is_none() {
+                return;
+            }
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < MOST_WAIT {
+                match tokio::time::timeout(QUIET, changes.recv()).await {
+                    Ok(Some(())) => continue,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
             }
         }
         let now = fingerprint();
@@ -235,4 +254,41 @@ fn hash_files(files: &[PathBuf]) -> u64 {
         std::fs::read(file).ok().hash(&mut hasher);
     }
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files changed after they were loaded but before the watch was set (a slow start under
+    /// load) sent no event the watch could see: they are reloaded all the same.
+    #[tokio::test]
+    async fn a_change_before_the_watch_is_set_is_reloaded() {
+        let dir = std::env::temp_dir().join(format!("floodgate-watch-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tls.crt");
+        std::fs::write(&file, "first").unwrap();
+        let files = vec![file.clone()];
+        let loaded = Some(hash_files(&files));
+        std::fs::write(&file, "second").unwrap();
+        let (reloaded, mut done) = mpsc::channel::<()>(1);
+        let follow = follow_files(
+            "the test's file",
+            || vec![(dir.clone(), RecursiveMode::NonRecursive)],
+            || Some(hash_files(&files)),
+            loaded,
+            move || {
+                let _ = reloaded.try_send(());
+            },
+        );
+        let waited = tokio::time::timeout(Duration::from_secs(20), async {
+            tokio::select! {
+                _ = follow => false,
+                got = done.recv() => got.is_some(),
+            }
+        })
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(waited, Ok(true), "reloaded without an event");
+    }
 }
