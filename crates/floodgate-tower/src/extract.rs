@@ -72,6 +72,9 @@ pub struct RequestInfo {
     pub cost: Option<u64>,
     /// The endpoint, for per-endpoint costs; the URI path with the default rules.
     pub endpoint: Option<String>,
+    /// Attributes for stages with a scope (their keys, conditions, costs and plans), as
+    /// `(name, value)` pairs: none by default; [`Extractor::attribute`] adds them.
+    pub attributes: Vec<(String, String)>,
 }
 
 impl fmt::Debug for RequestInfo {
@@ -82,6 +85,11 @@ impl fmt::Debug for RequestInfo {
             .field("priority", &self.priority)
             .field("cost", &self.cost)
             .field("endpoint", &self.endpoint)
+            // Names only: a header's value may be a secret.
+            .field(
+                "attributes",
+                &self.attributes.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -95,10 +103,21 @@ impl RequestInfo {
             priority,
             cost: None,
             endpoint: None,
+            attributes: Vec::new(),
         }
     }
 
-    /// The pipeline's view of this request, borrowing from it.
+    /// The attributes as the borrowed pairs a [`Descriptor`] takes
+    /// (`Descriptor { attributes: &pairs, ..info.descriptor() }`).
+    pub fn attribute_pairs(&self) -> Vec<(&str, &str)> {
+        self.attributes
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
+    }
+
+    /// The pipeline's view of this request, borrowing from it, without its attributes (a
+    /// descriptor borrows them as pairs: see [`RequestInfo::attribute_pairs`]).
     pub fn descriptor(&self) -> Descriptor<'_> {
         Descriptor {
             user: &self.user,
@@ -133,6 +152,20 @@ type ClientIpFn = Box<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
 type PlanFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 type CustomFn = Box<dyn Fn(&Parts) -> RequestInfo + Send + Sync>;
 
+/// Where an attribute of [`RequestInfo::attributes`] comes from ([`Extractor::attribute`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttributeSource {
+    /// The HTTP method (`GET`, `POST`, …).
+    Method,
+    /// The client's address as the extractor reads it ([`Extractor::client_ip`]); absent
+    /// when it reads none.
+    ClientIp,
+    /// A header's value; absent when the header is missing or not visible ASCII. A header
+    /// holding a secret is seen by the stages as it is: key by it only through a hash.
+    Header(HeaderName),
+}
+
 /// Builds each request's [`RequestInfo`]. See the [module documentation](self) for the rules.
 pub struct Extractor {
     api_key_header: Option<HeaderName>,
@@ -144,6 +177,7 @@ pub struct Extractor {
     critical_prefixes: Vec<String>,
     test_mode: TestMode,
     custom: Option<CustomFn>,
+    attributes: Vec<(String, AttributeSource)>,
 }
 
 impl Default for Extractor {
@@ -163,6 +197,7 @@ impl fmt::Debug for Extractor {
             .field("critical_prefixes", &self.critical_prefixes)
             .field("test_mode", &self.test_mode)
             .field("custom", &self.custom.is_some())
+            .field("attributes", &self.attributes)
             .finish_non_exhaustive()
     }
 }
@@ -184,7 +219,17 @@ impl Extractor {
             critical_prefixes: Vec::new(),
             test_mode: TestMode::default(),
             custom: None,
+            attributes: Vec::new(),
         }
+    }
+
+    /// Gives every request the attribute `name` read from `source`, for pipeline stages keyed
+    /// or conditioned on `attributes.NAME` (for example `.attribute("method",
+    /// AttributeSource::Method)` for a stage `when: {attributes.method: POST}`). A request
+    /// whose source is absent lacks the attribute.
+    pub fn attribute(mut self, name: impl Into<String>, source: AttributeSource) -> Self {
+        self.attributes.push((name.into(), source));
+        self
     }
 
     /// An extractor that calls `f` for every request and nothing else (its user is used as
@@ -282,12 +327,27 @@ impl Extractor {
             .and_then(|key| self.plan_of.as_ref().and_then(|lookup| lookup(key)))
             .or_else(|| self.default_plan.clone())
             .unwrap_or_default();
+        let attributes = self
+            .attributes
+            .iter()
+            .filter_map(|(name, source)| {
+                let value = match source {
+                    AttributeSource::Method => parts.method.as_str().to_string(),
+                    AttributeSource::ClientIp => (self.client_ip)(parts)?.to_string(),
+                    AttributeSource::Header(header) => {
+                        parts.headers.get(header)?.to_str().ok()?.to_string()
+                    }
+                };
+                Some((name.clone(), value))
+            })
+            .collect();
         RequestInfo {
             user,
             plan,
             priority: self.priority_with(parts, credential),
             cost: None,
             endpoint: Some(parts.uri.path().to_string()),
+            attributes,
         }
     }
 

@@ -63,7 +63,8 @@ pub mod service;
 pub use body::FloodgateBody;
 pub use credential::{shown_user, CredentialKey};
 pub use extract::{
-    client_ip_from_extensions, Extractor, RequestInfo, TestMode, ANONYMOUS, MAX_CREDENTIAL_LEN,
+    client_ip_from_extensions, AttributeSource, Extractor, RequestInfo, TestMode, ANONYMOUS,
+    MAX_CREDENTIAL_LEN,
 };
 pub use future::ResponseFuture;
 pub use layer::FloodgateLayer;

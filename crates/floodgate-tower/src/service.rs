@@ -117,8 +117,14 @@ where
         };
 
         let pipeline = Arc::clone(&layer.pipeline);
-        let mut verdict: VerdictFuture =
-            Box::pin(async move { pipeline.evaluate(&info.descriptor()).await });
+        let mut verdict: VerdictFuture = Box::pin(async move {
+            let attributes = info.attribute_pairs();
+            let descriptor = floodgate::pipeline::Descriptor {
+                attributes: &attributes,
+                ..info.descriptor()
+            };
+            pipeline.evaluate(&descriptor).await
+        });
         // The memory store answers at once: settle now and skip cloning the inner service.
         let mut cx = Context::from_waker(Waker::noop());
         match poll_verdict(verdict.as_mut(), &mut cx) {

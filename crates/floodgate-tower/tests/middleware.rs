@@ -593,3 +593,64 @@ async fn an_adaptive_stage_learns_the_latency_the_middleware_measures() {
     drop(svc.clone().oneshot(get("/", "k1")).await.unwrap());
     assert_eq!(estimate().samples, 1);
 }
+
+/// Attributes read by the extractor reach scoped stages: writes (`POST`) are limited per
+/// organisation (the `x-org` header), reads are not counted, and a write without the header
+/// is refused with 400 naming the attribute.
+#[tokio::test(start_paused = true)]
+async fn extracted_attributes_reach_scoped_stages() {
+    use floodgate::algorithm::fixed_window::FixedWindow;
+    use floodgate::pipeline::scope::{Field, KeyTemplate, Pattern, When};
+    use floodgate::pipeline::Scope;
+    use floodgate_tower::AttributeSource;
+    let clock = TokioClock::new();
+    let window = FixedWindow::new(2, Duration::from_secs(3600)).unwrap();
+    let writes = RequestRateLimiter::builder()
+        .namespace("org_writes")
+        .plan(Plan::limit("org_writes", window.into()).unwrap())
+        .default_plan("org_writes")
+        .build(store(&clock))
+        .unwrap();
+    let when = When::always().field(
+        Field::parse("attributes.method").unwrap(),
+        vec![Pattern::new("POST")],
+    );
+    let stage = Stage::new(writes).scope(
+        Scope::all()
+            .when(when)
+            .key(KeyTemplate::parse("{attributes.org}").unwrap()),
+    );
+    let pipeline: Pipeline<TestStore> = Pipeline::builder().stage(stage).build().unwrap();
+    let extractor = Extractor::new()
+        .attribute("method", AttributeSource::Method)
+        .attribute(
+            "org",
+            AttributeSource::Header(http::HeaderName::from_static("x-org")),
+        );
+    let svc = FloodgateLayer::new(pipeline)
+        .extractor(extractor)
+        .layer(ok_handler(Arc::new(AtomicU64::new(0))));
+    let with_org = |mut request: Request<Empty<Bytes>>, org: &str| {
+        request.headers_mut().insert("x-org", org.parse().unwrap());
+        request
+    };
+    for key in ["k1", "k2"] {
+        assert_eq!(
+            status(&svc, with_org(post("/orders", key), "acme")).await,
+            200
+        );
+    }
+    assert_eq!(
+        status(&svc, with_org(post("/orders", "k3"), "acme")).await,
+        429
+    );
+    assert_eq!(
+        status(&svc, with_org(get("/orders", "k3"), "acme")).await,
+        200
+    );
+    assert_eq!(
+        status(&svc, with_org(post("/orders", "k3"), "globex")).await,
+        200
+    );
+    assert_eq!(status(&svc, post("/orders", "k3")).await, 400);
+}
