@@ -473,6 +473,8 @@ pub struct PipelineBuilder<S> {
     local_clock: Option<Arc<dyn Clock>>,
     /// The counters of the pipeline this one replaces, by stage name and kind.
     previous: Vec<(Namespace, LimiterKind, Arc<Counters>)>,
+    /// Its adaptive concurrency limiters, by stage name: what they learned carries over.
+    previous_adaptive: Vec<(Namespace, AdaptiveConcurrencyLimiter)>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for PipelineBuilder<S> {
@@ -520,11 +522,23 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
     /// configuration reload) left off: each stage with the name and kind of one of `previous`'s
     /// shares that stage's counters ([`Stage::stats`]), so they never go back, and what
     /// requests still running on `previous` decide is counted too. Other stages start at 0.
+    ///
+    /// An adaptive concurrency stage with the name, algorithm, parameters and lease TTL of one
+    /// of `previous`'s keeps that stage's limiter: its learned limit, and the leases of the
+    /// requests still running, carry over.
     pub fn counting_on_from(mut self, previous: &Pipeline<S>) -> Self {
         self.previous = previous
             .stages
             .iter()
             .map(|s| (s.name.clone(), s.limiter.kind(), s.counters.clone()))
+            .collect();
+        self.previous_adaptive = previous
+            .stages
+            .iter()
+            .filter_map(|s| match &s.limiter {
+                Limiter::AdaptiveConcurrency(l) => Some((s.name.clone(), l.clone())),
+                _ => None,
+            })
             .collect();
         self
     }
@@ -578,6 +592,18 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
                 .find(|(name, k, _)| *name == stage.name && *k == kind)
             {
                 stage.counters = counters.clone();
+            }
+            if let Limiter::AdaptiveConcurrency(new) = &mut stage.limiter {
+                let same = |old: &AdaptiveConcurrencyLimiter| {
+                    old.algorithm() == new.algorithm() && old.lease_ttl() == new.lease_ttl()
+                };
+                if let Some((_, old)) = self
+                    .previous_adaptive
+                    .iter()
+                    .find(|(name, old)| *name == stage.name && same(old))
+                {
+                    *new = old.clone();
+                }
             }
         }
         let segments = chain::segments(&stages);
@@ -684,6 +710,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             nodes: 1,
             local_clock: None,
             previous: Vec::new(),
+            previous_adaptive: Vec::new(),
         }
     }
 

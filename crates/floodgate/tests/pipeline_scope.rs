@@ -291,6 +291,61 @@ fn an_adaptive_stage_admits_below_its_limit_and_learns_from_releases() {
     assert_eq!(estimate().0, 1);
 }
 
+/// A reload (a pipeline built counting on from the one it replaces) keeps what an unchanged
+/// adaptive stage learned and the leases it holds; a changed one starts afresh.
+#[test]
+fn a_reload_keeps_an_unchanged_adaptive_stage() {
+    use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter, Vegas};
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let build = |initial: f64, previous: Option<&Pipeline<Arc<Mem>>>| {
+        let adaptive = AdaptiveConcurrencyLimiter::builder()
+            .algorithm(Adaptive::Vegas(Vegas {
+                initial_limit: initial,
+                ..Vegas::default()
+            }))
+            .clock(Arc::new(clock.clone()))
+            .build()
+            .unwrap();
+        let mut builder = Pipeline::<Arc<Mem>>::builder().limiter(adaptive);
+        if let Some(previous) = previous {
+            builder = builder.counting_on_from(previous);
+        }
+        builder.build().unwrap()
+    };
+    let estimate = |p: &Pipeline<Arc<Mem>>| match p.stages().next().unwrap().limiter() {
+        floodgate::pipeline::Limiter::AdaptiveConcurrency(l) => l.estimate(),
+        other => panic!("{other:?}"),
+    };
+    let first = build(20.0, None);
+    let request = Descriptor::new("a", "free", Priority::Get);
+    let done = first.evaluate_blocking(&request).leases.pop().unwrap();
+    done.complete(Duration::from_millis(10));
+    let running = first
+        .evaluate_blocking(&request)
+        .leases
+        .pop()
+        .unwrap()
+        .keep();
+    assert_eq!(
+        (estimate(&first).samples, estimate(&first).in_flight),
+        (1, 1)
+    );
+
+    let same = build(20.0, Some(&first));
+    assert_eq!((estimate(&same).samples, estimate(&same).in_flight), (1, 1));
+    let released = floodgate::blocking::block_on(same.release(&running)).unwrap();
+    assert!(
+        released,
+        "a lease taken before the reload comes back after it"
+    );
+
+    let changed = build(30.0, Some(&same));
+    assert_eq!(
+        (estimate(&changed).samples, estimate(&changed).limit),
+        (0, 30.0)
+    );
+}
+
 #[cfg(feature = "redis")]
 mod redis_common;
 
