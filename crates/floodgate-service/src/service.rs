@@ -459,10 +459,7 @@ impl Server {
             .or(request.plan.as_deref())
             .unwrap_or(&snapshot.default_plan);
         let attributes = attributes::read(&request.attributes, &snapshot.attributes)?;
-        let attributes: Vec<(&str, &str)> = attributes
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
+        let attributes = floodgate::pipeline::scope::borrowed(&attributes);
         let descriptor = Descriptor {
             user: &request.user,
             plan,

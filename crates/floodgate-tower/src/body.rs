@@ -16,9 +16,11 @@
 //! A response that ends (its last frame, or an empty body) gives its leases back with the
 //! request's latency, from the middleware's call to that end on the layer's clock: the sample
 //! an adaptive concurrency stage learns from ([`Lease::complete`]). A response aborted by an
-//! error or dropped unread gives them back with no sample. Frames pass through unchanged; the data type is the inner
-//! body's, which must be buildable from [`Bytes`] for refusals (`Bytes` itself, as in axum,
-//! hyper and tonic), and errors are the inner body's (a refusal never fails).
+//! error or dropped unread gives them back with no sample.
+//!
+//! Frames pass through unchanged; the data type is the inner body's, which must be buildable
+//! from [`Bytes`] for refusals (`Bytes` itself, as in axum, hyper and tonic), and errors are
+//! the inner body's (a refusal never fails).
 
 use std::fmt;
 use std::pin::Pin;

@@ -110,10 +110,7 @@ impl RequestInfo {
     /// The attributes as the borrowed pairs a [`Descriptor`] takes
     /// (`Descriptor { attributes: &pairs, ..info.descriptor() }`).
     pub fn attribute_pairs(&self) -> Vec<(&str, &str)> {
-        self.attributes
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect()
+        floodgate::pipeline::scope::borrowed(&self.attributes)
     }
 
     /// The pipeline's view of this request, borrowing from it, without its attributes (a

@@ -40,7 +40,7 @@ impl<S> FloodgateLayer<S> {
 
     /// Times requests on `clock` (default the system clock): a request's latency, from the
     /// middleware's call to the end of its response, is the sample an adaptive concurrency
-    /// stage learns from.
+    /// stage learns from. Requests are timed only when the pipeline has such a stage.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

@@ -242,6 +242,8 @@ pub struct Pipeline<S> {
     stages: Box<[Stage<S>]>,
     /// Runs of stages whose store stages share one store: one chain (one call) each.
     segments: Box<[std::ops::Range<usize>]>,
+    /// Whether a stage learns from latency ([`Pipeline::learns_from_latency`]).
+    learns: bool,
 }
 
 /// Assembles a [`Pipeline`] from stages, in the order they are added.
@@ -386,9 +388,13 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
             }
         }
         let segments = chain::segments(&stages);
+        let learns = stages
+            .iter()
+            .any(|s| matches!(s.limiter, Limiter::AdaptiveConcurrency(_)));
         Ok(Pipeline {
             stages: stages.into_boxed_slice(),
             segments,
+            learns,
         })
     }
 }
@@ -439,6 +445,13 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             .limiter(fleet)
             .limiter(utilization)
             .build()
+    }
+
+    /// Whether a stage learns from the latency of the requests it admits (an adaptive
+    /// concurrency stage): callers that time their requests for [`Lease::complete`] need
+    /// to only then.
+    pub fn learns_from_latency(&self) -> bool {
+        self.learns
     }
 
     /// The stages, in order.

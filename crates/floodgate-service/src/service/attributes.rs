@@ -8,6 +8,7 @@
 //! digest cannot be turned back into. The value is never kept, logged or echoed in errors.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 
 use floodgate::pipeline::scope::valid_attribute_name;
 use serde_json::Value;
@@ -81,7 +82,8 @@ fn digest(name: &str, value: &str) -> String {
     let mut key = String::with_capacity(36);
     key.push_str("key:");
     for byte in &digest[..16] {
-        key.push_str(&format!("{byte:02x}"));
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{byte:02x}");
     }
     key
 }

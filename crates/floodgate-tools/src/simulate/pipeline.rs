@@ -91,10 +91,7 @@ impl PipelineRunner {
         self.clock.set(request.at);
         let busy = self.served.workers.as_ref().map(|g| g.enter());
         let attributes = request.context.attributes_of(&request.key);
-        let attributes: Vec<(&str, &str)> = attributes
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
+        let attributes = floodgate::pipeline::scope::borrowed(&attributes);
         let descriptor = Descriptor {
             cost: Some(request.cost),
             endpoint: request.context.endpoint.as_deref(),

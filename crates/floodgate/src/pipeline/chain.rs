@@ -103,16 +103,18 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                 let Ok(cost) = scope.cost_of(request, || limiter.cost_of(request.endpoint)) else {
                     return;
                 };
-                let first = rate(limiter, &key, cost);
-                let mut levels = Vec::with_capacity(self.levels.len());
+                let start = out.len();
+                out.push(rate(limiter, &key, cost));
                 for level in &self.levels {
-                    let Ok(key) = level.key.render(request) else {
-                        return;
-                    };
-                    levels.push(rate(&level.limiter, &key, cost));
+                    match level.key.render(request) {
+                        Ok(key) => out.push(rate(&level.limiter, &key, cost)),
+                        // All the stage's links or none.
+                        Err(_) => {
+                            out.truncate(start);
+                            return;
+                        }
+                    }
                 }
-                out.push(first);
-                out.extend(levels);
             }
             Limiter::Concurrency(limiter) => {
                 out.push(acquire(index, limiter.leases(), &key, false));

@@ -80,6 +80,15 @@ impl fmt::Display for Field {
     }
 }
 
+/// Owned `(name, value)` pairs as the borrowed ones a [`Descriptor`] takes
+/// (`Descriptor { attributes: &borrowed(&owned), .. }`).
+pub fn borrowed(attributes: &[(String, String)]) -> Vec<(&str, &str)> {
+    attributes
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect()
+}
+
 /// Whether `name` may name an attribute: 1 to 64 ASCII letters, digits and `_ - .`.
 pub fn valid_attribute_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
