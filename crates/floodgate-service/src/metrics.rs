@@ -465,7 +465,7 @@ impl StoreLive {
         )?;
         writeln!(
             out,
-            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, refused (no connection: refused, unknown or unreachable host), auth (credentials refused), protocol (not a Redis answer, a database it lacks), unavailable (a lost connection, an error answer, a failover, or the breaker open), other (an operation refused for one key or limit)."
+            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, refused (no connection: refused, unknown or unreachable host), auth (credentials refused), protocol (not a Redis answer, a database it lacks), the error the store answered instead of running the call (readonly, oom, misconf, noperm, busy, crossslot, noscript, loading, masterdown, clusterdown, tryagain, error_reply), unavailable (a lost connection, a failover, or the breaker open), other (an operation refused for one key or limit)."
         )?;
         writeln!(out, "# TYPE floodgate_store_errors_total counter")?;
         for (kind, n) in ErrorKind::ALL.iter().zip(self.errors) {
@@ -477,7 +477,7 @@ impl StoreLive {
         }
         writeln!(
             out,
-            "# HELP floodgate_store_last_call_ok Whether the store's last call succeeded (1), failed (0); absent before the first call."
+            "# HELP floodgate_store_last_call_ok Whether the store's last telling call (one that wrote, or failed) succeeded (1) or failed (0); absent before the first. Reads and refusals that changed nothing do not count: a replica answers them."
         )?;
         writeln!(out, "# TYPE floodgate_store_last_call_ok gauge")?;
         if let Some(ok) = self.last_call_ok {
@@ -685,7 +685,7 @@ mod tests {
             store: Some(StoreLive {
                 kind: "redis",
                 calls: 9,
-                errors: [2, 4, 1, 0, 3, 0],
+                errors: [2, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0],
                 breaker: Some(BreakerState::Open),
                 last_call_ok: Some(false),
                 memory: None,
@@ -719,6 +719,8 @@ mod tests {
             "floodgate_store_errors_total{store=\"redis\",kind=\"other\"} 0",
             "floodgate_store_breaker_state{store=\"redis\"} 1",
             "floodgate_store_last_call_ok{store=\"redis\"} 0",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"readonly\"} 0",
+            "floodgate_store_errors_total{store=\"redis\",kind=\"oom\"} 0",
         ] {
             assert!(text.contains(line), "{line}\n{text}");
         }

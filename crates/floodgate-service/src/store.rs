@@ -164,15 +164,24 @@ impl ServiceStore {
         &self.health
     }
 
-    /// Checks that the store can be used now, with one call like any other (a Redis store
-    /// connects if it must and runs a script that touches no key: see
-    /// [`RedisStore::probe`]); the memory store always can. The outcome counts in the store's
-    /// health like a call's, so a probe that succeeds makes a failing store ready again.
+    /// Checks that the store can be used now, on the path decisions take: a Redis store
+    /// connects if it must and runs a script that writes (and removes) a key on every master,
+    /// so that a Redis that answers but refuses writes fails it (see [`RedisStore::probe`]);
+    /// with `store.per_second_url`, that Redis too. The memory store always can. The outcome
+    /// counts in the store's health like a decision's, so a probe that succeeds makes a
+    /// failing store ready again.
     pub async fn probe(&self) -> Result<(), StoreError> {
         let result = match &self.backend {
             Backend::Memory(_) => Ok(()),
             Backend::Redis(r) => r.probe().await,
             Backend::Cached(c, _) => c.redis().probe().await,
+        };
+        let result = match (
+            result,
+            self.envoy.as_ref().and_then(EnvoyCounters::per_second),
+        ) {
+            (Ok(()), Some(per_second)) => per_second.probe().await,
+            (result, _) => result,
         };
         self.health.record(&result);
         result
@@ -438,7 +447,8 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply(algorithm, key, op)).await,
             Backend::Cached(c, _) => Box::pin(c.apply(algorithm, key, op)).await,
         };
-        self.health.record(&result);
+        let wrote = matches!(&result, Ok(d) if wrote(op, d));
+        self.health.record_call(&result, wrote);
         result
     }
 
@@ -451,7 +461,9 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply_many(requests)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_many(requests)).await,
         };
-        self.health.record(&result);
+        let wrote = matches!(&result, Ok(decisions)
+            if requests.iter().zip(decisions).any(|(r, d)| wrote(r.op, d)));
+        self.health.record_call(&result, wrote);
         result
     }
 
@@ -464,7 +476,10 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
         };
-        self.health.record(&result);
+        let wrote = matches!(&result, Ok(outcomes) if links.iter().zip(outcomes).any(
+            |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
+        ));
+        self.health.record_call(&result, wrote);
         result
     }
 
@@ -484,6 +499,14 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Cached(c, _) => c.apply_detached(algorithm, key, op),
         }
     }
+}
+
+/// Whether a call that answered `decision` to `op` wrote to the store: only such a call shows
+/// that the store takes writes. A read-only probe (cost 0) or a refusal may succeed where every
+/// admission fails (a replica answers reads, and a refused request changes no state), so it
+/// must not call a failing store recovered.
+fn wrote(op: Op, decision: &Decision) -> bool {
+    decision.allowed && !matches!(op, Op::Check { cost: 0 })
 }
 
 /// Cached mode over `redis` with `config`'s settings, its sync loop started on the current
@@ -635,6 +658,16 @@ fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, C
         }
         builder = builder.timeout(timeout.0);
     }
+    if let Some(timeout) = config.connect_timeout {
+        if timeout.0.is_zero() {
+            return Err(ConfigFileError::invalid(
+                "store.connect_timeout",
+                "invalid value 0s (must be above 0)",
+            ));
+        }
+        builder = builder.connect_timeout(timeout.0);
+    }
+    builder = builder.reconnect_on_readonly(config.reconnect_on_readonly);
     if let Some(breaker) = config.breaker {
         if breaker.threshold > 0 && breaker.cool_down.0.is_zero() {
             return Err(ConfigFileError::invalid(

@@ -99,19 +99,165 @@ pub enum StoreError {
     /// have). Retrying does not help until the settings (or the store's) change.
     #[error("the store did not answer as expected: {0}")]
     Protocol(String),
+    /// The store answered the call with an error instead of running it: a replica that takes
+    /// no writes, a server out of memory, one that stopped writes after a failed save, a user
+    /// without the permission, … ([`Refusal`] names which). It is a failure of the store, not
+    /// of one key: the same call fails for every key until the store (or the settings) change.
+    #[error("the store refused the call ({}): {message}; {}", .refusal.code(), .refusal.hint())]
+    Rejected {
+        /// Which error the store answered.
+        refusal: Refusal,
+        /// The store's own words, with any password scrubbed.
+        message: String,
+    },
+}
+
+/// The error a store server answers instead of running a call, by its code (Redis's error
+/// prefixes): what [`StoreError::Rejected`] carries, so that an operator sees *why* a store
+/// that answers does not decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// `READONLY`: the server is a replica, and replicas take no writes (a failover demoted
+    /// it, or the URL names a replica).
+    ReadOnly,
+    /// `OOM`: the server reached `maxmemory` and its policy evicts nothing (`noeviction`).
+    OutOfMemory,
+    /// `MISCONF`: the server stopped taking writes after failing to save to disk
+    /// (`stop-writes-on-bgsave-error`).
+    WritesStopped,
+    /// `NOPERM`: the user may not run a command, or touch a key, that the call needs.
+    NoPermission,
+    /// `BUSY`: a script has run past the server's time limit and blocks every other call.
+    Busy,
+    /// `CROSSSLOT`: on a cluster, one call touched keys of several slots.
+    CrossSlot,
+    /// `NOSCRIPT` even after the script was sent by its source.
+    NoScript,
+    /// `LOADING`: the server is loading its data set after a restart.
+    Loading,
+    /// `MASTERDOWN`: a replica that lost its master and serves no stale data.
+    MasterDown,
+    /// `CLUSTERDOWN`: the cluster is down (a slot has no master).
+    ClusterDown,
+    /// `TRYAGAIN`: a slot is being moved, and the call was refused for the time being.
+    TryAgain,
+    /// Any other error answer (a script error, an unknown command, …).
+    Other,
+}
+
+impl Refusal {
+    /// Every refusal, in the order metrics list them.
+    pub const ALL: [Refusal; 12] = [
+        Refusal::ReadOnly,
+        Refusal::OutOfMemory,
+        Refusal::WritesStopped,
+        Refusal::NoPermission,
+        Refusal::Busy,
+        Refusal::CrossSlot,
+        Refusal::NoScript,
+        Refusal::Loading,
+        Refusal::MasterDown,
+        Refusal::ClusterDown,
+        Refusal::TryAgain,
+        Refusal::Other,
+    ];
+
+    /// The refusal an error answer's code (`READONLY`, `OOM`, …) stands for; any code not
+    /// listed is [`Refusal::Other`].
+    pub fn from_code(code: &str) -> Refusal {
+        Refusal::ALL
+            .into_iter()
+            .find(|r| *r != Refusal::Other && r.code() == code)
+            .unwrap_or(Refusal::Other)
+    }
+
+    /// The error code the store answers with (`ERR` for [`Refusal::Other`]).
+    pub fn code(self) -> &'static str {
+        match self {
+            Refusal::ReadOnly => "READONLY",
+            Refusal::OutOfMemory => "OOM",
+            Refusal::WritesStopped => "MISCONF",
+            Refusal::NoPermission => "NOPERM",
+            Refusal::Busy => "BUSY",
+            Refusal::CrossSlot => "CROSSSLOT",
+            Refusal::NoScript => "NOSCRIPT",
+            Refusal::Loading => "LOADING",
+            Refusal::MasterDown => "MASTERDOWN",
+            Refusal::ClusterDown => "CLUSTERDOWN",
+            Refusal::TryAgain => "TRYAGAIN",
+            Refusal::Other => "ERR",
+        }
+    }
+
+    /// Its name in metrics and logs: the code in lower case (`readonly`, `oom`, …), and
+    /// `error_reply` for [`Refusal::Other`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::ReadOnly => "readonly",
+            Refusal::OutOfMemory => "oom",
+            Refusal::WritesStopped => "misconf",
+            Refusal::NoPermission => "noperm",
+            Refusal::Busy => "busy",
+            Refusal::CrossSlot => "crossslot",
+            Refusal::NoScript => "noscript",
+            Refusal::Loading => "loading",
+            Refusal::MasterDown => "masterdown",
+            Refusal::ClusterDown => "clusterdown",
+            Refusal::TryAgain => "tryagain",
+            Refusal::Other => "error_reply",
+        }
+    }
+
+    /// What the refusal means and what to do about it, in a few words.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Refusal::ReadOnly => "the server is a read-only replica: point the URL at the master (after a failover, the new one)",
+            Refusal::OutOfMemory => "the server is at maxmemory and evicts nothing: raise maxmemory or choose a maxmemory-policy that evicts",
+            Refusal::WritesStopped => "the server stopped writes after a failed save: fix its disk or persistence settings",
+            Refusal::NoPermission => "the user may not run a command or touch a key Floodgate needs (EVALSHA, EVAL, GET, SET, …): grant them in its ACL",
+            Refusal::Busy => "a script has run past the server's time limit and blocks every call until it ends (SCRIPT KILL)",
+            Refusal::CrossSlot => "one call touched keys of several cluster slots",
+            Refusal::NoScript => "the server keeps no script even when sent its source (is EVAL allowed?)",
+            Refusal::Loading => "the server is loading its data set after a restart",
+            Refusal::MasterDown => "the server is a replica that lost its master",
+            Refusal::ClusterDown => "the cluster is down: a slot has no master",
+            Refusal::TryAgain => "a cluster slot is being moved",
+            Refusal::Other => "the server answered an error",
+        }
+    }
+
+    /// Whether the store may stop refusing by itself (a failover completing, memory freed, a
+    /// load ending); the others need a change of settings first.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Refusal::ReadOnly
+                | Refusal::OutOfMemory
+                | Refusal::Busy
+                | Refusal::Loading
+                | Refusal::MasterDown
+                | Refusal::ClusterDown
+                | Refusal::TryAgain
+        )
+    }
 }
 
 impl StoreError {
     /// Whether retrying the same call later may succeed by itself (connection and timeout
-    /// failures); authentication and protocol failures need a change of settings first.
+    /// failures, and the refusals of [`Refusal::is_transient`]); authentication and protocol
+    /// failures need a change of settings first.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Unavailable(_)
-                | StoreError::Timeout(_)
-                | StoreError::Refused(_)
-                | StoreError::BreakerOpen { .. }
-        )
+        match self {
+            StoreError::Rejected { refusal, .. } => refusal.is_transient(),
+            _ => matches!(
+                self,
+                StoreError::Unavailable(_)
+                    | StoreError::Timeout(_)
+                    | StoreError::Refused(_)
+                    | StoreError::BreakerOpen { .. }
+            ),
+        }
     }
 
     /// Whether this is a failure of the store itself (it could not be reached, used or heard
@@ -126,7 +272,36 @@ impl StoreError {
                 | StoreError::Refused(_)
                 | StoreError::Auth(_)
                 | StoreError::Protocol(_)
+                | StoreError::Rejected { .. }
                 | StoreError::BreakerOpen { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_read_back_from_their_codes_and_have_distinct_names() {
+        for refusal in Refusal::ALL {
+            assert_eq!(Refusal::from_code(refusal.code()), refusal);
+            let same = Refusal::ALL.iter().filter(|r| r.name() == refusal.name());
+            assert_eq!(same.count(), 1, "{}", refusal.name());
+        }
+        assert_eq!(Refusal::from_code("NEVERHEARDOF"), Refusal::Other);
+        let e = StoreError::Rejected {
+            refusal: Refusal::ReadOnly,
+            message: "You can't write against a read only replica.".into(),
+        };
+        assert!(e.is_store_failure() && e.is_transient());
+        assert!(e
+            .to_string()
+            .starts_with("the store refused the call (READONLY): You can't"));
+        let e = StoreError::Rejected {
+            refusal: Refusal::NoPermission,
+            message: String::new(),
+        };
+        assert!(e.is_store_failure() && !e.is_transient());
     }
 }

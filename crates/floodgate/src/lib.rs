@@ -45,4 +45,4 @@ pub mod store;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use decision::{Decision, LeaseId, Op, OpKind};
-pub use error::{ConfigError, StoreError};
+pub use error::{ConfigError, Refusal, StoreError};

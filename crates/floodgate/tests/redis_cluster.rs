@@ -472,3 +472,45 @@ fn a_paused_master_opens_only_its_own_breaker() {
         }
     });
 }
+
+/// The probe writes on every master, each under its own breaker: one master out of memory
+/// fails it (naming `OOM`) even though the others take writes, and it passes again once that
+/// master does. It leaves no key behind on any master.
+#[test]
+fn the_probe_writes_on_every_master() {
+    use floodgate::{Refusal, StoreError};
+    let cluster = RedisCluster::start(3, 0);
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &cluster.url(), &clock);
+    rt.block_on(async {
+        store.probe().await.unwrap();
+        assert_eq!(store.node_breakers().len(), 3, "the probe learnt the map");
+        let masters: Vec<u16> = cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.master)
+            .map(|n| n.port)
+            .collect();
+        for &port in &masters {
+            let keys = cluster.cli(port, &["DBSIZE"]).unwrap_or_default();
+            assert_eq!(keys.trim(), "0", "the probe left a key on {port}");
+        }
+        let full = masters[masters.len() - 1];
+        cluster.cli(full, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        cluster.cli(full, &["CONFIG", "SET", "maxmemory", "1"]);
+        let err = store.probe().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Rejected {
+                    refusal: Refusal::OutOfMemory,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        cluster.cli(full, &["CONFIG", "SET", "maxmemory", "0"]);
+        store.probe().await.unwrap();
+    });
+}

@@ -1,6 +1,9 @@
 //! A single Redis demoted to a replica under the store (as a failover does to an old master):
-//! its `READONLY` answers are link failures, and the store remakes its connection. Against
-//! `redis-server` processes the test starts on free loopback ports.
+//! its `READONLY` answers are failures the breaker counts ([`Refusal::ReadOnly`]), and the
+//! store remakes its connection, so that an address that now leads to the new master (a DNS
+//! name, a proxy) is followed; or keeps it, when told to as envoyproxy/ratelimit does. Against
+//! `redis-server` processes the tests start on free loopback ports, and a TCP proxy of the
+//! test's own standing for the address that moves.
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
@@ -8,7 +11,7 @@ use std::time::Duration;
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{RedisStore, Store};
-use floodgate::{ManualClock, Nanos, StoreError};
+use floodgate::{ManualClock, Nanos, Refusal, StoreError};
 use floodgate_redis_harness::RedisServer;
 
 mod redis_common;
@@ -71,9 +74,14 @@ fn a_demoted_master_is_a_link_failure_and_the_connection_is_remade() {
         for i in 0..2 {
             let err = store.apply(&fw, "ro:k", check(1)).await.unwrap_err();
             assert!(
-                matches!(&err, StoreError::Unavailable(m) if m.contains("ReadOnly")),
+                matches!(
+                    &err,
+                    StoreError::Rejected { refusal: Refusal::ReadOnly, message }
+                        if message.contains("read only replica")
+                ),
                 "call {i}: {err}"
             );
+            assert!(err.to_string().contains("READONLY"), "{err}");
         }
         assert_eq!(store.breaker_state(), BreakerState::Open);
         // The connection that got READONLY was dropped (a new one is made by the next call).
@@ -99,4 +107,115 @@ fn a_demoted_master_is_a_link_failure_and_the_connection_is_remade() {
         assert!(d.allowed);
         assert_eq!(store.breaker_state(), BreakerState::Closed);
     });
+}
+
+/// A TCP proxy on a free loopback port that forwards every new connection to the port in
+/// `target` at the time it is accepted: an address that a failover repoints at the new master
+/// (a Kubernetes Service, a DNS name, a proxy). Connections already made keep their server.
+struct MovingAddress {
+    port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl MovingAddress {
+    async fn start(target: u16) -> MovingAddress {
+        use std::sync::atomic::{AtomicU16, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = std::sync::Arc::new(AtomicU16::new(target));
+        let to = target.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let port = to.load(Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        MovingAddress { port, target }
+    }
+
+    fn point_at(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// The failover a single Redis behind one address goes through: the old master is demoted
+/// (it answers `READONLY`) and the address now leads to the new one. The store drops the
+/// connection that got `READONLY`, connects anew through the address, and counts on the new
+/// master; with `reconnect_on_readonly(false)` it keeps the old connection and fails on.
+#[test]
+fn a_failover_behind_one_address_is_followed_unless_told_to_keep_the_connection() {
+    for reconnect in [true, false] {
+        let old = RedisServer::start();
+        let new = RedisServer::start();
+        let rt = runtime();
+        let clock = ManualClock::new(Nanos(START));
+        rt.block_on(async {
+            let address = MovingAddress::start(old.port()).await;
+            let store = RedisStore::builder(address.url())
+                .clock(clock.clone())
+                .min_ttl(Duration::from_secs(3600))
+                .timeout(Duration::from_secs(2))
+                .breaker(0, Duration::from_secs(1))
+                .reconnect_on_readonly(reconnect)
+                .build()
+                .unwrap();
+            let fw: AnyAlgorithm = FixedWindow::new(10, Duration::from_secs(60))
+                .unwrap()
+                .into();
+            assert!(store.apply(&fw, "fo:k", check(1)).await.unwrap().allowed);
+            // The failover: the new master takes over, the old one follows it, the address
+            // moves.
+            old.cli(&["REPLICAOF", "127.0.0.1", &new.port().to_string()])
+                .expect("REPLICAOF");
+            address.point_at(new.port());
+            let err = store.apply(&fw, "fo:k", check(1)).await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    StoreError::Rejected {
+                        refusal: Refusal::ReadOnly,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            let mut followed = false;
+            for _ in 0..100 {
+                match store.apply(&fw, "fo:k", check(1)).await {
+                    Ok(d) => {
+                        assert!(d.allowed);
+                        followed = true;
+                        break;
+                    }
+                    Err(StoreError::Rejected {
+                        refusal: Refusal::ReadOnly,
+                        ..
+                    }) => {}
+                    Err(other) => panic!("{other}"),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(followed, reconnect, "reconnect_on_readonly({reconnect})");
+            if reconnect {
+                // Counted on the new master, whose state the old one copied from it.
+                let mut raw = raw(&new).await;
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg("fo:*")
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                assert_eq!(keys, vec!["fo:{k}".to_string()]);
+            }
+        });
+    }
 }

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use floodgate_server::runtime::{GrpcAddress, Listening};
@@ -51,7 +51,13 @@ pub struct Service {
     pub grpc_socket: Option<PathBuf>,
     /// What it wrote to stderr before its listening line (its start-up log).
     pub started: String,
+    /// What it wrote to stderr after its listening line, line by line, as it comes (the
+    /// last [`LOG_LINES`] lines).
+    log: Arc<Mutex<Vec<String>>>,
 }
+
+/// How many lines of a service's log after its listening line a test can read.
+pub const LOG_LINES: usize = 10_000;
 
 impl Drop for Service {
     fn drop(&mut self) {
@@ -71,7 +77,8 @@ pub fn serve(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Service {
 pub fn start(mut command: Command) -> Service {
     let mut child = command.spawn().expect("the floodgate binary starts");
     let stderr = child.stderr.take().expect("stderr is piped");
-    match listening(stderr).recv_timeout(Duration::from_secs(30)) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    match listening(stderr, log.clone()).recv_timeout(Duration::from_secs(30)) {
         Ok(Ok((l, started))) => {
             let (grpc, grpc_socket) = match &l.grpc {
                 GrpcAddress::Tcp(addr) => (format!("http://{addr}"), None),
@@ -85,6 +92,7 @@ pub fn start(mut command: Command) -> Service {
                 metrics: l.metrics.map(|m| format!("http://{m}")),
                 grpc_socket,
                 started,
+                log,
             }
         }
         Ok(Err(stderr)) => panic!("floodgate serve exited before listening:\n{stderr}"),
@@ -114,7 +122,7 @@ pub fn serve_refused(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> (Opti
         .spawn()
         .expect("the floodgate binary starts");
     let stderr = child.stderr.take().expect("stderr is piped");
-    match listening(stderr).recv_timeout(Duration::from_secs(30)) {
+    match listening(stderr, Arc::default()).recv_timeout(Duration::from_secs(30)) {
         Ok(Err(stderr)) => {
             let status = child.wait().expect("the child's status");
             (status.code(), stderr)
@@ -152,9 +160,11 @@ fn serve_command(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Command {
 }
 
 /// Reads `stderr` until the listening line (sent as `Ok`, with the lines before it) or its end
-/// (the lines before it, sent as `Err`), then drains it in the background.
+/// (the lines before it, sent as `Err`), then goes on reading it in the background, keeping the
+/// last [`LOG_LINES`] lines in `log`.
 fn listening(
     stderr: std::process::ChildStderr,
+    log: Arc<Mutex<Vec<String>>>,
 ) -> mpsc::Receiver<Result<(Listening, String), String>> {
     let (found, listening) = mpsc::channel();
     std::thread::spawn(move || {
@@ -170,7 +180,13 @@ fn listening(
             }
         };
         let _ = found.send(result);
-        for _ in lines {}
+        for line in lines.map_while(Result::ok) {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            if log.len() == LOG_LINES {
+                log.remove(0);
+            }
+            log.push(line);
+        }
     });
     listening
 }
@@ -181,6 +197,25 @@ impl Service {
         self.debug
             .as_deref()
             .expect("the service has a debug listener")
+    }
+
+    /// What it has written to stderr since its listening line, one line each.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits (at most 20 s) until a line of its log after the listening line contains
+    /// `wanted`; that line.
+    pub async fn logged(&self, wanted: &str) -> String {
+        let mut found = String::new();
+        eventually(&format!("a log line with `{wanted}`"), || {
+            let line = self.log().into_iter().find(|l| l.contains(wanted));
+            let seen = line.is_some();
+            found = line.unwrap_or_default();
+            async move { seen }
+        })
+        .await;
+        found
     }
 
     /// Sends the process `signal` (`HUP`, `TERM`, …).

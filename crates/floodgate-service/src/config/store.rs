@@ -27,6 +27,21 @@ pub struct StoreConfig {
     /// The Redis store's bound on every call (above 0; default 50 ms).
     #[serde(default)]
     pub timeout: Option<SpecDuration>,
+    /// The Redis store's bound on setting a connection up: TCP, TLS, `AUTH`, `SELECT` (above
+    /// 0; default 2 s). Apart from `timeout`: a call waits at most `timeout` for a connection,
+    /// which goes on being made in the background, so a slow handshake (a busy node, a first
+    /// TLS handshake) delays no more than the calls that came while it lasted. Start-up's
+    /// probe waits for both.
+    #[serde(default)]
+    pub connect_timeout: Option<SpecDuration>,
+    /// Whether a single Redis answering `READONLY` (a master demoted by a failover) makes the
+    /// store drop its connection and connect anew to whatever the URL names now, such as a DNS
+    /// name or a proxy that follows the master (default true; envoyproxy/ratelimit's
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`). With false the connection is kept and
+    /// every call fails until that server is a master again. A cluster and the sentinels
+    /// follow the master either way.
+    #[serde(default = "yes")]
+    pub reconnect_on_readonly: bool,
     /// The Redis store's circuit breaker (default: open after 3 failures in a row, for 1 s).
     #[serde(default)]
     pub breaker: Option<BreakerConfig>,
@@ -229,6 +244,8 @@ impl Default for StoreConfig {
             max_keys: default_max_keys(),
             overflow: OverflowPolicy::default(),
             timeout: None,
+            connect_timeout: None,
+            reconnect_on_readonly: true,
             breaker: None,
             password_env: None,
             tls_ca_file: None,
@@ -254,6 +271,10 @@ impl Default for StoreConfig {
             start_without: false,
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_max_keys() -> usize {

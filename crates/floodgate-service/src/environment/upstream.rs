@@ -199,6 +199,10 @@ pub struct Upstream {
     pub per_second: Option<Redis>,
     /// TLS to Redis.
     pub redis_tls: RedisTls,
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`, when set: whether a `READONLY` answer
+    /// drops the connection so that the next is made to whatever the address names now.
+    /// Unset, Floodgate's default applies (it does; upstream does not).
+    pub close_connection_on_readonly: Option<bool>,
     /// Starting against Redis.
     pub startup: Startup,
     /// Decisions and answers.
@@ -375,6 +379,7 @@ impl Upstream {
             }
             _ => {}
         }
+        let close_connection_on_readonly = env.bool("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR")?;
         let max_elapsed = env.duration_or("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
         let startup = Startup {
             initial_interval: env
@@ -479,6 +484,7 @@ impl Upstream {
             redis,
             per_second,
             redis_tls,
+            close_connection_on_readonly,
             startup,
             behaviour,
             stats,

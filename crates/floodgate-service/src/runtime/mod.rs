@@ -467,18 +467,26 @@ async fn sample_dashboard(server: Arc<Server>) {
 /// How often a failing store is probed while no call succeeds.
 const STORE_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// While the store's last call failed, probes it every [`STORE_PROBE_INTERVAL`], so that its
-/// recovery is seen (and `/readyz` turns ready) even when no traffic comes, as when a load
-/// balancer has taken the node out because it was not ready.
+/// While the store's last call failed and no call told anything of it for a whole
+/// [`STORE_PROBE_INTERVAL`] (none failed and none wrote: see
+/// [`crate::store::StoreHealth::telling_calls`]), probes it on the write path decisions take
+/// ([`crate::store::ServiceStore::probe`]), so that its recovery is seen (and `/readyz` turns
+/// ready) even when no traffic comes, as when a load balancer has taken the node out because it
+/// was not ready. While decisions are made, they alone say whether the store works: a probe
+/// that succeeds where decisions fail must not call the store recovered between two of them.
 async fn watch_store(server: Arc<Server>) {
     let mut interval = tokio::time::interval(STORE_PROBE_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let health = server.store().health();
+    let mut told = health.telling_calls();
     loop {
         interval.tick().await;
-        if server.store().health().last_call_ok() == Some(false) {
+        let quiet = health.telling_calls() == told;
+        if quiet && health.last_call_ok() == Some(false) {
             // The outcome is recorded in the store's health (and logged at a bounded rate).
             let _ = server.store().probe().await;
         }
+        told = health.telling_calls();
     }
 }
 

@@ -215,6 +215,15 @@ impl Startup {
             ));
         }
         if let Some(up) = &self.upstream {
+            if !writes("store.connect_timeout") {
+                config.store.connect_timeout =
+                    Some(floodgate::algorithm::spec::SpecDuration(up.redis.timeout));
+            }
+            if let Some(close) = up.close_connection_on_readonly {
+                if !writes("store.reconnect_on_readonly") {
+                    config.store.reconnect_on_readonly = close;
+                }
+            }
             // Upstream's pods and this node count in the same keys during a migration.
             if !writes("store.layout") {
                 config.store.layout = crate::config::StoreLayout::Envoyproxy;

@@ -1,5 +1,15 @@
 //! A store's health, as `/metrics`, `/readyz` and the log show it: calls and errors by kind,
-//! whether the last call succeeded, and failures logged at a bounded rate.
+//! whether the last telling call succeeded, and failures logged at a bounded rate.
+//!
+//! # Which calls tell
+//!
+//! A store can answer and still not work: a Redis replica, or a master out of memory, answers
+//! every read and every refusal that changes nothing, and refuses every write. So only a call
+//! that *wrote* (a decision that admitted, the write-path probe, a counter) makes a failing
+//! store healthy again and logs "store recovered"; a failure of any call makes it unhealthy;
+//! a call that succeeded without writing (a read for the dashboard, a refusal) leaves the last
+//! outcome as it was. Error answers (`READONLY`, `OOM`, `MISCONF`, `NOPERM`, `BUSY`, …) are
+//! failures, each counted under its own kind ([`ErrorKind::Rejected`]).
 //!
 //! # Bounded logging
 //!
@@ -14,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::store::redis::BreakerState;
-use floodgate::{Clock, StoreError};
+use floodgate::{Clock, Refusal, StoreError};
 use serde::Serialize;
 
 /// The kinds of store errors counted apart.
@@ -29,8 +39,11 @@ pub enum ErrorKind {
     /// The store did not answer as a Redis server (not Redis, TLS mismatch, a database it
     /// does not have, an unexpected reply).
     Protocol,
-    /// Any other failure of the store: a connection lost mid-call, an error answer, a failover
-    /// under way, or its breaker open.
+    /// The store answered with an error instead of running the call: a read-only replica,
+    /// out of memory, writes stopped, no permission, … (named by the [`Refusal`]).
+    Rejected(Refusal),
+    /// Any other failure of the store: a connection lost mid-call, a failover under way, or
+    /// its breaker open.
     Unavailable,
     /// Not a failure of the store: an operation refused for one key or limit (an operation
     /// or algorithm the store cannot run, a state conflict). It does not change readiness.
@@ -39,11 +52,23 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in the order metrics list them.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::Timeout,
         ErrorKind::Refused,
         ErrorKind::Auth,
         ErrorKind::Protocol,
+        ErrorKind::Rejected(Refusal::ReadOnly),
+        ErrorKind::Rejected(Refusal::OutOfMemory),
+        ErrorKind::Rejected(Refusal::WritesStopped),
+        ErrorKind::Rejected(Refusal::NoPermission),
+        ErrorKind::Rejected(Refusal::Busy),
+        ErrorKind::Rejected(Refusal::CrossSlot),
+        ErrorKind::Rejected(Refusal::NoScript),
+        ErrorKind::Rejected(Refusal::Loading),
+        ErrorKind::Rejected(Refusal::MasterDown),
+        ErrorKind::Rejected(Refusal::ClusterDown),
+        ErrorKind::Rejected(Refusal::TryAgain),
+        ErrorKind::Rejected(Refusal::Other),
         ErrorKind::Unavailable,
         ErrorKind::Other,
     ];
@@ -55,25 +80,34 @@ impl ErrorKind {
             StoreError::Refused(_) => ErrorKind::Refused,
             StoreError::Auth(_) => ErrorKind::Auth,
             StoreError::Protocol(_) => ErrorKind::Protocol,
+            StoreError::Rejected { refusal, .. } => ErrorKind::Rejected(*refusal),
             e if e.is_store_failure() => ErrorKind::Unavailable,
             _ => ErrorKind::Other,
         }
     }
 
-    /// Its name in metrics, logs and `/readyz`.
+    /// Its name in metrics, logs and `/readyz`: `timeout`, `refused`, `auth`, `protocol`, a
+    /// refusal's own ([`Refusal::name`]: `readonly`, `oom`, `misconf`, `noperm`, `busy`, …),
+    /// `unavailable` or `other`.
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Refused => "refused",
             ErrorKind::Auth => "auth",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::Rejected(refusal) => refusal.name(),
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Other => "other",
         }
     }
 
     fn index(self) -> usize {
-        self as usize
+        // Every kind is in ALL (a refusal added to the core crate and not here would be
+        // counted as the last kind, `other`).
+        ErrorKind::ALL
+            .iter()
+            .position(|k| *k == self)
+            .unwrap_or(ErrorKind::ALL.len() - 1)
     }
 
     fn from_index(i: u8) -> Option<ErrorKind> {
@@ -95,8 +129,10 @@ pub struct StoreStatus {
     pub url: String,
     /// `closed`, `open` or `half_open` (a Redis store's breaker); `null` for the memory store.
     pub breaker: Option<&'static str>,
-    /// Whether the last call succeeded; `null` before the first call. Calls refused for one
-    /// key or limit ([`ErrorKind::Other`]) do not count: they say nothing of the store.
+    /// Whether the last telling call (one that wrote, or failed) succeeded; `null` before the
+    /// first. Calls refused for one key or limit ([`ErrorKind::Other`]) do not count: they say
+    /// nothing of the store; nor do reads and refusals that changed nothing (see the [module
+    /// documentation](self)).
     pub last_call_ok: Option<bool>,
     /// The kind of the last call's failure ([`ErrorKind::name`]); `null` unless it failed.
     pub last_error: Option<&'static str>,
@@ -156,6 +192,8 @@ pub struct StoreHealth {
     kind: &'static str,
     url: String,
     calls: AtomicU64,
+    /// Calls that failed or wrote: those whose outcome says whether the store works.
+    telling: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
     last: AtomicU8,
     log: ErrorLog,
@@ -179,6 +217,7 @@ impl StoreHealth {
             kind,
             url,
             calls: AtomicU64::new(0),
+            telling: AtomicU64::new(0),
             errors: Default::default(),
             last: AtomicU8::new(UNKNOWN),
             log: ErrorLog::new(clock, every),
@@ -200,13 +239,21 @@ impl StoreHealth {
         self.calls.load(Ordering::Relaxed)
     }
 
+    /// Calls whose outcome says whether the store works: those that failed, and those that
+    /// wrote. Reads and refusals that changed nothing are not counted (they succeed on a
+    /// store that takes no writes).
+    pub fn telling_calls(&self) -> u64 {
+        self.telling.load(Ordering::Relaxed)
+    }
+
     /// Calls that failed with an error of `kind`.
     pub fn errors(&self, kind: ErrorKind) -> u64 {
         self.errors[kind.index()].load(Ordering::Relaxed)
     }
 
-    /// Whether the last call succeeded; `None` before the first. Calls refused for one key or
-    /// limit ([`ErrorKind::Other`]) leave it as it was.
+    /// Whether the last telling call succeeded; `None` before the first. Calls refused for
+    /// one key or limit ([`ErrorKind::Other`]), and successes that wrote nothing, leave it as
+    /// it was.
     pub fn last_call_ok(&self) -> Option<bool> {
         match self.last.load(Ordering::Relaxed) {
             UNKNOWN => None,
@@ -236,10 +283,24 @@ impl StoreHealth {
         }
     }
 
-    /// Counts one call's outcome, and logs a failure (or the recovery) if the bound allows.
+    /// Counts one call that writes (a decision that admitted, a probe, a counter), and logs a
+    /// failure (or the recovery) if the bound allows: [`StoreHealth::record_call`] with
+    /// `wrote` true.
     pub fn record<T>(&self, result: &Result<T, StoreError>) {
+        self.record_call(result, true);
+    }
+
+    /// Counts one call's outcome, and logs a failure (or the recovery) if the bound allows.
+    /// Only a success that `wrote` to the store makes a failing store recovered: a read, or a
+    /// refusal that changed nothing, succeeds on a store that refuses every write (a replica,
+    /// one out of memory), so it leaves the last outcome as it was.
+    pub fn record_call<T>(&self, result: &Result<T, StoreError>, wrote: bool) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        if wrote || result.is_err() {
+            self.telling.fetch_add(1, Ordering::Relaxed);
+        }
         match result {
+            Ok(_) if !wrote => {}
             Ok(_) => {
                 // A load first: the common path (already OK) writes nothing shared.
                 if self.last.load(Ordering::Relaxed) != OK
@@ -256,7 +317,7 @@ impl StoreHealth {
                 let refused_by_breaker = matches!(e, StoreError::BreakerOpen { .. })
                     && self.last.load(Ordering::Relaxed) >= FAILED;
                 if kind != ErrorKind::Other && !refused_by_breaker {
-                    // Index < 6: fits.
+                    // Index < 18: fits.
                     self.last
                         .store(FAILED + kind.index() as u8, Ordering::Relaxed);
                 }
@@ -365,6 +426,24 @@ mod tests {
         health.record::<()>(&Err(StoreError::BreakerOpen { failures: 3 }));
         assert_eq!(health.last_error(), Some(ErrorKind::Refused));
         assert_eq!(health.errors(ErrorKind::Unavailable), 2);
+        // A read that succeeds (as a replica answers it) says nothing: still failed.
+        let told = health.telling_calls();
+        health.record_call(&Ok(()), false);
+        assert_eq!(health.last_error(), Some(ErrorKind::Refused));
+        assert_eq!(health.telling_calls(), told);
+        health.record_call::<()>(
+            &Err(StoreError::Rejected {
+                refusal: Refusal::ReadOnly,
+                message: "You can't write against a read only replica.".into(),
+            }),
+            false,
+        );
+        assert_eq!(
+            health.last_error(),
+            Some(ErrorKind::Rejected(Refusal::ReadOnly))
+        );
+        assert_eq!(health.errors(ErrorKind::Rejected(Refusal::ReadOnly)), 1);
+        assert_eq!(ErrorKind::Rejected(Refusal::ReadOnly).name(), "readonly");
         health.record(&Ok(()));
         assert_eq!(health.last_error(), None);
         // A refusal for one key says nothing of the store: the last outcome stays.
@@ -374,7 +453,7 @@ mod tests {
             reason: "test",
         }));
         assert_eq!(health.last_call_ok(), Some(true));
-        assert_eq!(health.calls(), 6);
+        assert_eq!(health.calls(), 8);
         assert_eq!(health.errors(ErrorKind::Timeout), 1);
         assert_eq!(health.errors(ErrorKind::Unavailable), 2);
         assert_eq!(health.errors(ErrorKind::Refused), 1);

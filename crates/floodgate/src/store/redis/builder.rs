@@ -16,6 +16,8 @@ use crate::{Clock, ConfigError, SystemClock};
 pub struct RedisStoreBuilder {
     pub(super) url: String,
     pub(super) timeout: Duration,
+    pub(super) connect_timeout: Duration,
+    pub(super) reconnect_on_readonly: bool,
     pub(super) min_ttl: Duration,
     pub(super) clock: Option<ExplicitClock>,
     pub(super) breaker_threshold: u32,
@@ -32,6 +34,8 @@ impl std::fmt::Debug for RedisStoreBuilder {
         f.debug_struct("RedisStoreBuilder")
             .field("url", &redacted(&self.url))
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_on_readonly", &self.reconnect_on_readonly)
             .field("min_ttl", &self.min_ttl)
             .field("clock", &self.clock)
             .field("breaker_threshold", &self.breaker_threshold)
@@ -49,10 +53,32 @@ impl std::fmt::Debug for RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
-    /// The bound on every call, connecting included (default 50 ms). A call that takes longer
-    /// fails with [`StoreError::Timeout`](crate::StoreError::Timeout).
+    /// The bound on every call (default 50 ms), waiting for a connection included. A call
+    /// that takes longer fails with [`StoreError::Timeout`](crate::StoreError::Timeout).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The bound on setting a connection up: TCP, TLS, `AUTH` and `SELECT` (default 2 s). A
+    /// connection is made in the background, so a call never waits longer than its
+    /// [`timeout`](RedisStoreBuilder::timeout) for it, and a set-up slower than one call (a
+    /// first TLS handshake on a busy node) still completes for the calls after it.
+    /// [`RedisStore::probe`] waits for both.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether a single Redis that answers `READONLY` (a master demoted to a replica by a
+    /// failover) makes the store drop its connection and connect anew, to whatever the URL
+    /// names now: a DNS name or a proxy that follows the master (default true). With false the
+    /// connection is kept, as envoyproxy/ratelimit keeps it unless
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR` is set, and every call fails until the server
+    /// is a master again. A cluster follows its masters by itself, and the sentinels are asked
+    /// again either way.
+    pub fn reconnect_on_readonly(mut self, reconnect: bool) -> Self {
+        self.reconnect_on_readonly = reconnect;
         self
     }
 
@@ -169,7 +195,14 @@ impl RedisStoreBuilder {
                 "must be at most 1024",
             ));
         }
-        let connection = Connection::new(&self.url, self.timeout, tls)?;
+        if self.connect_timeout.is_zero() {
+            return Err(ConfigError::invalid(
+                "connect_timeout",
+                "0s",
+                "must be above 0",
+            ));
+        }
+        let connection = Connection::new(&self.url, self.timeout, self.connect_timeout, tls)?;
         let nodes = connection
             .is_cluster()
             .then(|| Nodes::new(self.breaker_threshold, self.breaker_cool_down));
@@ -188,6 +221,8 @@ impl RedisStoreBuilder {
                 breaker_clock: ExplicitClock(breaker_clock),
                 connection,
                 timeout: self.timeout,
+                connect_timeout: self.connect_timeout,
+                reconnect_on_readonly: self.reconnect_on_readonly,
                 min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
                 clock: self.clock,
                 scripts: Scripts::new(),

@@ -90,6 +90,16 @@ impl Script {
         Script::from_source(source, name)
     }
 
+    /// The probe's script: writes `KEYS[1]` with a TTL of one second and deletes it again,
+    /// so that a server refusing writes (a replica, out of memory, stopped after a failed
+    /// save, an ACL) refuses it as it refuses decisions, and nothing is left behind.
+    fn probe() -> Script {
+        let source = "redis.call('SET', KEYS[1], '1', 'PX', 1000)\n\
+                      redis.call('DEL', KEYS[1])\n\
+                      return 1\n";
+        Script::from_source(source.to_owned(), "probe")
+    }
+
     /// The cached store's sync script (cached.lua).
     fn cached() -> Script {
         let source = format!("{PRELUDE}\n{ALIGN}\n{}", include_str!("cached.lua"));
@@ -178,6 +188,7 @@ pub(super) struct Scripts {
     /// The batch script allowed keys of several slots (of one node) on a cluster.
     pub(super) batch_cluster: Script,
     pub(super) cached: Script,
+    pub(super) probe: Script,
 }
 
 impl Scripts {
@@ -194,6 +205,7 @@ impl Scripts {
             batch: Script::batch(),
             batch_cluster: Script::batch_cluster(),
             cached: Script::cached(),
+            probe: Script::probe(),
         }
     }
 

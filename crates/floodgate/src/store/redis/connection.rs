@@ -119,16 +119,22 @@ impl Connection {
     /// `redis[s]-cluster://[user:password@]host:port,host:port,…` or
     /// `redis[s]-sentinel://…/master_name`), made by the first call. `tls` says what a TLS
     /// connection trusts and presents.
+    ///
+    /// Setting a connection up (TCP, TLS, `AUTH`, `SELECT`) is bounded by `connect_timeout`,
+    /// apart from the calls' own `timeout`: a call gives up after its timeout, but the
+    /// connection it waited for goes on being made in the background, so that a handshake
+    /// slower than one call (a busy node, a first TLS handshake) still completes.
     pub(super) fn new(
         url: &str,
         timeout: Duration,
+        connect_timeout: Duration,
         tls: TlsFiles,
     ) -> Result<Connection, ConfigError> {
         if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
-            return cluster(url, rest, timeout, None);
+            return cluster(url, rest, timeout, connect_timeout, None);
         }
         if let Some(rest) = url.strip_prefix(TLS_CLUSTER_SCHEME) {
-            return cluster(url, rest, timeout, Some(&tls));
+            return cluster(url, rest, timeout, connect_timeout, Some(&tls));
         }
         let bad_url = || {
             ConfigError::invalid(
@@ -143,7 +149,7 @@ impl Connection {
         // own longer one; a client-side timeout would cut the sync short while Redis still
         // runs it.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
+            .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(None)
             .set_number_of_retries(0)
             .set_max_delay(timeout);
@@ -185,6 +191,11 @@ impl Connection {
         }
     }
 
+    /// Whether the master is found through sentinels.
+    pub(super) fn is_sentinel(&self) -> bool {
+        matches!(self, Connection::Sentinel(_))
+    }
+
     /// Whether this is a cluster.
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Connection::Cluster(_))
@@ -192,7 +203,7 @@ impl Connection {
 
     /// After `handle` got `READONLY` from a single Redis (it was demoted to a replica, and the
     /// manager would keep using its connection to it): replaces the manager with a fresh one,
-    /// which connects anew (to whatever the URL points at now) on the next call. Only once per
+    /// which connects anew (to whatever the URL points at now) at once. Only once per
     /// manager, however many calls saw the answer. The cluster client handles `READONLY`
     /// itself (it refreshes its slot map and retries).
     pub(super) fn replace_if_readonly(&self, handle: &Handle) {
@@ -214,13 +225,33 @@ impl Connection {
     }
 }
 
+/// A manager that connects in the background, at once when a Tokio runtime is at hand, else
+/// on its first call. Nothing but a call would drive a lazy manager's first connection, and a
+/// call drops it when it gives up: a set-up slower than one call's timeout would start again
+/// with every call and never finish.
 fn lazy_manager(
     client: &redis::Client,
     config: &ConnectionManagerConfig,
     url: &str,
 ) -> Result<ConnectionManager, ConfigError> {
-    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-        .map_err(|_| ConfigError::invalid("url", redacted(url), "could not set up a client"))
+    let manager = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+        .map_err(|_| ConfigError::invalid("url", redacted(url), "could not set up a client"))?;
+    connect_in_background(&manager);
+    Ok(manager)
+}
+
+/// Starts `manager`'s first connection on the current Tokio runtime, if there is one (see
+/// [`lazy_manager`]).
+pub(super) fn connect_in_background(manager: &ConnectionManager) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let mut connecting = manager.clone();
+        runtime.spawn(async move {
+            // Its outcome is what the first call sees; a failure is reported there.
+            let _ = redis::cmd("PING")
+                .query_async::<redis::Value>(&mut connecting)
+                .await;
+        });
+    }
 }
 
 /// The cluster connection for `url` = `redis[s]-cluster://` + `rest`, over TLS with `tls`.
@@ -228,6 +259,7 @@ fn cluster(
     url: &str,
     rest: &str,
     timeout: Duration,
+    connect_timeout: Duration,
     tls: Option<&TlsFiles>,
 ) -> Result<Connection, ConfigError> {
     let invalid = |reason| ConfigError::invalid("url", redacted(url), reason);
@@ -263,7 +295,7 @@ fn cluster(
         }
     }
     let client = builder
-        .connection_timeout(timeout)
+        .connection_timeout(connect_timeout)
         .response_timeout(timeout)
         // No retries of the client's own: after a lost connection or a response timeout it
         // would send again a call that may have run, counting it twice. The store sends again
@@ -275,7 +307,7 @@ fn cluster(
         .build()
         .map_err(|_| invalid("must be redis[s]-cluster://[user:password@]host:port,host:port,…"))?;
     let config = ClusterConfig::new()
-        .set_connection_timeout(timeout)
+        .set_connection_timeout(connect_timeout)
         .set_response_timeout(timeout);
     Ok(Connection::Cluster(
         client.get_pending_async_connection_with_config(config),

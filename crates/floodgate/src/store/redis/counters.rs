@@ -113,9 +113,21 @@ async fn run(
     });
     let mut answers = Vec::new();
     for answer in futures_util::future::join_all(sent).await {
-        answers.extend(answer?);
+        match answer {
+            Ok(values) => answers.extend(values),
+            // A key holding another type, or a string that is no integer, is that key's
+            // problem, not the store's: every other key still counts.
+            Err(e) if holds_no_count(&e) => return Err(not_a_counter().into()),
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(answers)
+}
+
+/// Whether Redis refused `INCRBY` because of what the key holds.
+fn holds_no_count(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+        || e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("not an integer"))
 }
 
 /// A count Redis answered (an integer, or a bulk string holding one).

@@ -3,6 +3,7 @@
 //! breaker.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
@@ -15,7 +16,7 @@ use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::Request;
-use crate::{Decision, StoreError};
+use crate::{Decision, Refusal, StoreError};
 
 /// A failed call: the error, and whether it is a link failure (a timeout, a connection error,
 /// or a sign that the topology is changing, which the breaker counts) rather than an answer
@@ -44,8 +45,9 @@ impl From<RedisError> for Failed {
         // Everything redis-rs would retry (I/O, `MOVED`/`ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
         // `MASTERDOWN`, `LOADING`, `READONLY`, a lost cluster node) is about the link or the
         // topology, and so is a connection that could not be set up (refused, credentials, a
-        // peer that is not Redis); what it would not retry is an answer (a script error,
-        // `NOSCRIPT`, …).
+        // peer that is not Redis). Every error answer counts too (`OOM`, `MISCONF`, `BUSY`,
+        // `NOPERM`, a script error, …): a server that answers but does not run the call fails
+        // every decision alike, so it must open the breaker as a dead one does.
         let error = classify(&e);
         let link = e.is_io_error()
             || e.is_connection_dropped()
@@ -54,7 +56,10 @@ impl From<RedisError> for Failed {
             || !matches!(e.retry_method(), RetryMethod::NoRetry)
             || matches!(
                 error,
-                StoreError::Refused(_) | StoreError::Auth(_) | StoreError::Protocol(_)
+                StoreError::Refused(_)
+                    | StoreError::Auth(_)
+                    | StoreError::Protocol(_)
+                    | StoreError::Rejected { .. }
             );
         Failed { error, link }
     }
@@ -92,9 +97,6 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
             "wrong user name or password (or a password was given and the server has none set)"
                 .into(),
         ),
-        ErrorKind::Server(ServerErrorKind::NoPerm) => StoreError::Auth(format!(
-            "the user may not run a command Floodgate needs (EVAL, EVALSHA, TIME, GET, SET, …): {e}"
-        )),
         _ if e.code() == Some("NOAUTH") => StoreError::Auth(
             "the server requires a password, and none was given (put it in the URL, \
              redis://:PASSWORD@host:port, or name the variable holding it in store.password_env)"
@@ -115,7 +117,24 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
                 "{e} (the URL's /db names a database this server does not have)"
             ))
         }
-        _ => StoreError::Unavailable(e.to_string()),
+        // A redirect still there after the store's sends: the topology is moving.
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+            StoreError::Unavailable(e.to_string())
+        }
+        // Any other error answer: the server is up but does not run the call.
+        _ => match e.code() {
+            Some(code) => {
+                let refusal = Refusal::from_code(code);
+                let detail = e.detail().unwrap_or_default();
+                let message = if refusal == Refusal::Other && code != refusal.code() {
+                    format!("{code} {detail}")
+                } else {
+                    detail.to_owned()
+                };
+                StoreError::Rejected { refusal, message }
+            }
+            None => StoreError::Unavailable(e.to_string()),
+        },
     }
 }
 
@@ -227,10 +246,62 @@ impl Inner {
         };
         if let Err(e) = &result {
             if is(e, ServerErrorKind::ReadOnly) {
-                self.connection.replace_if_readonly(handle);
+                self.read_only_answered(handle);
             }
         }
         result
+    }
+
+    /// [`super::RedisStore::probe`].
+    pub(super) async fn probe(self: &Arc<Self>) -> Result<(), StoreError> {
+        let bound = self.timeout.saturating_add(self.connect_timeout);
+        if let Some(nodes) = &self.nodes {
+            let mut keys = nodes.probe_keys();
+            if keys.is_empty() {
+                self.clone().refresh_nodes().await;
+                keys = nodes.probe_keys();
+            }
+            if !keys.is_empty() {
+                let probes = keys.iter().map(|(key, breaker)| {
+                    self.guarded_within(breaker, bound, self.write_probe(key))
+                });
+                return futures_util::future::join_all(probes)
+                    .await
+                    .into_iter()
+                    .collect();
+            }
+        }
+        self.guarded_for(bound, self.write_probe(super::PROBE_KEY))
+            .await
+    }
+
+    /// The probe's script call on `key`.
+    async fn write_probe(&self, key: &str) -> Result<(), Failed> {
+        let mut handle = self.connection.handle();
+        let script = &self.scripts.probe;
+        let answer = self
+            .send_script(&mut handle, |by_source| {
+                let mut cmd = script.command(by_source);
+                cmd.arg(1).arg(Tagged(key));
+                cmd
+            })
+            .await?;
+        match answer {
+            Value::Int(1) => Ok(()),
+            other => Err(StoreError::Protocol(format!(
+                "the probe's script answered {other:?}, not 1 (is a Redis server listening there?)"
+            ))
+            .into()),
+        }
+    }
+
+    /// After a `READONLY` answer on `handle`: the connection is made anew (unless the store
+    /// keeps it: [`super::RedisStoreBuilder::reconnect_on_readonly`]), and the sentinels asked
+    /// again.
+    pub(super) fn read_only_answered(&self, handle: &Handle) {
+        if self.reconnect_on_readonly || self.connection.is_sentinel() {
+            self.connection.replace_if_readonly(handle);
+        }
     }
 
     /// `EVALSHA sha 1 key now min_ttl args…`, or `EVAL source 1 …` when `by_source`.
@@ -326,7 +397,7 @@ impl Inner {
             .iter()
             .any(|r| matches!(r, Err(e) if is(e, ServerErrorKind::ReadOnly)))
         {
-            self.connection.replace_if_readonly(&handle);
+            self.read_only_answered(&handle);
         }
         let missing: Vec<usize> = (0..replies.len())
             .filter(|&j| did_not_run(&replies[j], cluster))
@@ -425,6 +496,10 @@ impl Inner {
             StoreError::Refused(message) => StoreError::Refused(self.scrubbed(message)),
             StoreError::Auth(message) => StoreError::Auth(self.scrubbed(message)),
             StoreError::Protocol(message) => StoreError::Protocol(self.scrubbed(message)),
+            StoreError::Rejected { refusal, message } => StoreError::Rejected {
+                refusal,
+                message: self.scrubbed(message),
+            },
             other => other,
         }
     }
@@ -442,4 +517,53 @@ impl Inner {
 
 fn wrong_length() -> RedisError {
     RedisError::from((ErrorKind::Client, "a pipeline reply of the wrong length"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(code: &str, detail: &str) -> RedisError {
+        redis::make_extension_error(code.to_string(), Some(detail.to_string()))
+    }
+
+    #[test]
+    fn every_error_answer_is_a_rejection_named_by_its_code_and_counted_by_the_breaker() {
+        for (code, refusal) in [
+            ("READONLY", Refusal::ReadOnly),
+            ("OOM", Refusal::OutOfMemory),
+            ("MISCONF", Refusal::WritesStopped),
+            ("NOPERM", Refusal::NoPermission),
+            ("BUSY", Refusal::Busy),
+            ("CROSSSLOT", Refusal::CrossSlot),
+            ("NOSCRIPT", Refusal::NoScript),
+            ("LOADING", Refusal::Loading),
+            ("ERR", Refusal::Other),
+            ("SOMETHINGNEW", Refusal::Other),
+        ] {
+            let failed = Failed::from(answered(code, "the server's words"));
+            assert!(failed.link, "{code}: the breaker counts it");
+            match &failed.error {
+                StoreError::Rejected {
+                    refusal: r,
+                    message,
+                } => {
+                    assert_eq!(*r, refusal, "{code}");
+                    let expected = if code == "SOMETHINGNEW" {
+                        "SOMETHINGNEW the server's words"
+                    } else {
+                        "the server's words"
+                    };
+                    assert_eq!(message, expected);
+                }
+                other => panic!("{code}: {other}"),
+            }
+            assert!(failed.error.is_store_failure(), "{code}");
+        }
+        // Credentials stay credentials.
+        assert!(matches!(
+            classify(&answered("WRONGPASS", "invalid username-password pair")),
+            StoreError::Auth(_)
+        ));
+    }
 }

@@ -142,13 +142,20 @@
 //!
 //! Every call is bounded by the store's timeout (50 ms by default,
 //! [`RedisStoreBuilder::timeout`]) and then fails with [`StoreError::Timeout`]; a refused
-//! connection or a Redis error is [`StoreError::Unavailable`]. The connection
-//! (redis-rs's `ConnectionManager`, one multiplexed connection that concurrent calls share)
-//! reconnects by itself, so calls succeed again once Redis is back, without restarting anything.
-//! A server that answers `READONLY` (a master demoted to a replica by a failover, while the
-//! connection still points at it) fails that call and makes the store drop the connection: the
-//! next call connects anew, to whatever the URL names now (a DNS name or proxy that follows the
-//! master).
+//! connection is [`StoreError::Refused`], and a Redis that answers a call with an error
+//! instead of running it is [`StoreError::Rejected`], naming the error ([`crate::Refusal`]:
+//! `READONLY` from a replica, `OOM` at `maxmemory` with `noeviction`, `MISCONF` after a failed
+//! save, `NOPERM`, `BUSY`, …). Such a Redis answers, but decides nothing: every one of those
+//! errors is a failure of the store, counted by the breaker, and [`RedisStore::probe`] runs
+//! the write path so that a store refusing writes fails it too. Setting a connection up is
+//! bounded apart, by [`RedisStoreBuilder::connect_timeout`] (2 s by default), and happens in
+//! the background: a call waits for it at most its own timeout. The connection (redis-rs's
+//! `ConnectionManager`, one multiplexed connection that concurrent calls share) reconnects by
+//! itself, so calls succeed again once Redis is back, without restarting anything. A server
+//! that answers `READONLY` (a master demoted to a replica by a failover, while the connection
+//! still points at it) fails that call and makes the store drop the connection: the next call
+//! connects anew, to whatever the URL names now (a DNS name or proxy that follows the master),
+//! unless [`RedisStoreBuilder::reconnect_on_readonly`] says to keep it.
 //! A key holding a value Floodgate did not write (a string without a known tag, or another
 //! Redis type than the string, list or sorted set a twin writes) is a
 //! [`StoreError::StateConflict`] too, and is left as it is.
@@ -243,14 +250,15 @@
 //! # Circuit breaker
 //!
 //! A Redis that keeps failing must not cost every request the timeout. After `threshold`
-//! consecutive *link failures* (timeouts, connection errors, and the signs of a changing
-//! topology: `READONLY`, and on a cluster redirects, `TRYAGAIN` or `CLUSTERDOWN` left after the
-//! store's sends; default 3) the breaker opens:
+//! consecutive *failures of the store* (timeouts, connection errors, and every error answer:
+//! `READONLY`, `OOM`, `MISCONF`, `NOPERM`, `BUSY`, a script error, and on a cluster redirects,
+//! `TRYAGAIN` or `CLUSTERDOWN` left after the store's sends; default 3) the breaker opens:
 //! every call fails at once with [`StoreError::BreakerOpen`], without touching the network,
 //! until the cool-down (default 1 s) has passed. Then one call probes Redis (the others still
 //! fail at once): its success closes the breaker, its failure opens it for another cool-down.
-//! Any success resets the count. Answers Redis gives (a script error, a state conflict) and
-//! refusals made before sending ([`StoreError::NotOnStore`]) are not link failures. Time is the
+//! Any success resets the count. A key's own problem (a state conflict, which the scripts
+//! answer as a value, not an error) and refusals made before sending
+//! ([`StoreError::NotOnStore`]) are not failures of the store. Time is the
 //! store's clock: the explicit [`RedisStoreBuilder::clock`] if one is given, else a
 //! [`SystemClock`](crate::SystemClock). [`RedisStoreBuilder::breaker`] sets both numbers (threshold 0 turns the
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
@@ -309,6 +317,13 @@ pub use passwords::redacted;
 use passwords::secrets;
 pub use server_stats::ScriptTime;
 
+/// The store key [`RedisStore::probe`] writes and deletes (`floodgate:{probe}` in Redis).
+const PROBE_KEY: &str = "floodgate:probe";
+
+/// How long setting a connection up may take by default
+/// ([`RedisStoreBuilder::connect_timeout`]).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// An explicit clock (shown as such in `Debug`: clocks need not implement it).
 #[derive(Clone)]
 struct ExplicitClock(Arc<dyn Clock>);
@@ -332,6 +347,10 @@ pub struct RedisStore {
 struct Inner {
     connection: Connection,
     timeout: Duration,
+    /// The bound on setting a connection up (see [`RedisStoreBuilder::connect_timeout`]).
+    connect_timeout: Duration,
+    /// Whether `READONLY` from a single Redis remakes the connection.
+    reconnect_on_readonly: bool,
     min_ttl_ms: u64,
     clock: Option<ExplicitClock>,
     scripts: Scripts,
@@ -356,6 +375,8 @@ impl RedisStore {
         RedisStoreBuilder {
             url: url.into(),
             timeout: Duration::from_millis(50),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            reconnect_on_readonly: true,
             min_ttl: Duration::ZERO,
             clock: None,
             breaker_threshold: 3,
@@ -460,35 +481,25 @@ impl RedisStore {
             .await
     }
 
-    /// Checks that the store can be used now, with one call like any other (under the store's
-    /// timeout and circuit breaker): it connects if there is no connection yet (with the URL's
-    /// credentials and database) and runs a script that touches no key, which Redis refuses
-    /// exactly as it would refuse the twins (no permission to run scripts, say). On a Redis
-    /// Cluster it reaches one node. For checking a store at start-up, and for finding out
-    /// that a failing store is back while no traffic comes.
+    /// Checks that the store can be used now, on the path decisions take: a script call (by
+    /// SHA, by source when Redis lacks it) that writes a key and removes it again, under the
+    /// store's circuit breaker, bounded by the connect timeout plus the call timeout. It
+    /// connects if there is no connection yet (with the URL's credentials and database). A
+    /// server that answers but refuses writes (a replica, out of memory, writes stopped after a
+    /// failed save, an ACL without `SET`) fails it as it fails decisions: a probe that only
+    /// connected, or ran a script that writes nothing, would call such a store healthy. On a
+    /// Redis Cluster it writes on every master (asking for the slot map first when it is not
+    /// known), each under its own breaker; the first failure is the answer. Nothing is left
+    /// behind: the probe key (`floodgate:{probe}`, on a cluster `floodgate:{probe-N}`) is
+    /// deleted in the same script that writes it.
     ///
-    /// The error says what is wrong ([`StoreError::Refused`], [`StoreError::Auth`],
-    /// [`StoreError::Protocol`], [`StoreError::Timeout`], [`StoreError::Unavailable`]), the
-    /// URL's password scrubbed from it.
+    /// For checking a store at start-up, and for finding out that a failing store is back
+    /// while no traffic comes. The error says what is wrong ([`StoreError::Refused`],
+    /// [`StoreError::Auth`], [`StoreError::Protocol`], [`StoreError::Rejected`],
+    /// [`StoreError::Timeout`], [`StoreError::Unavailable`]), the URL's password scrubbed from
+    /// it.
     pub async fn probe(&self) -> Result<(), StoreError> {
-        let inner = &self.inner;
-        inner
-            .guarded(async {
-                let mut handle = inner.connection.handle();
-                let answer: redis::Value = redis::cmd("EVAL")
-                    .arg("return 1")
-                    .arg(0)
-                    .query_async(&mut handle)
-                    .await?;
-                match answer {
-                    redis::Value::Int(1) => Ok(()),
-                    other => Err(StoreError::Protocol(format!(
-                        "a script returning 1 returned {other:?}"
-                    ))
-                    .into()),
-                }
-            })
-            .await
+        self.inner.probe().await
     }
 }
 

@@ -81,6 +81,43 @@ impl Nodes {
             .collect()
     }
 
+    /// A key on each master of the last map, with that master's breaker (empty before the
+    /// map is known): what [`RedisStore::probe`](crate::store::RedisStore::probe) writes, so
+    /// that it tries every master. Keys are `probe-N:{…}`-shaped store keys, found by counting
+    /// `N` up until every master has one.
+    pub(super) fn probe_keys(&self) -> Vec<(String, Arc<Breaker>)> {
+        let masters = self
+            .masters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mut keys: Vec<Option<String>> = vec![None; masters.len()];
+        let mut missing = masters.len();
+        // 16384 slots: far fewer tries than this find every master.
+        for n in 0..1_000_000u32 {
+            if missing == 0 {
+                break;
+            }
+            let key = format!("{}-{n}", super::PROBE_KEY);
+            let Some((number, _)) = slots.get(&Tagged(&key).slot()) else {
+                continue;
+            };
+            let Some(at) = masters.iter().position(|(_, m, _)| m == number) else {
+                continue;
+            };
+            if keys[at].is_none() {
+                keys[at] = Some(key);
+                missing -= 1;
+            }
+        }
+        masters
+            .into_iter()
+            .zip(keys)
+            .filter_map(|((_, _, breaker), key)| Some((key?, breaker)))
+            .collect()
+    }
+
     /// Installs the map `ranges` (first slot, last slot, master's address): known masters keep
     /// their breakers, new ones get closed breakers.
     fn install(&self, ranges: &[(u16, u16, String)]) {
@@ -153,7 +190,7 @@ impl Inner {
 
     /// Asks a node for the slot map (`CLUSTER SLOTS`) and installs it; on failure the map is
     /// left as it was and asked again by a later call.
-    async fn refresh_nodes(self: Arc<Self>) {
+    pub(super) async fn refresh_nodes(self: Arc<Self>) {
         let Some(nodes) = &self.nodes else { return };
         let mut handle = self.connection.handle();
         let mut ranges = None;

@@ -192,6 +192,7 @@ impl Sentinel {
             Some(master) if master.address == address => master.manager.clone(),
             _ => {
                 let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())?;
+                super::connection::connect_in_background(&manager);
                 *current = Some(Master {
                     manager: manager.clone(),
                     address,
