@@ -251,8 +251,7 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
     for file in files {
         let text = super::read_text(&file)?;
         let source = Source::read(&text, Some(&file))?;
-        let value: serde_norway::Value =
-            serde_norway::from_str(&text).map_err(|e| source.serde_error(&e))?;
+        let value = super::read_tree(&text, &source)?;
         if envoy::is_envoy_file(&value) {
             let domain = envoy::read_file(&text, &value, &source)?;
             definitions.push(Definition {

@@ -349,8 +349,7 @@ impl Config {
         overrides: &Overrides,
     ) -> Result<Config, ConfigFileError> {
         let source = Source::read(text, file)?;
-        let value: serde_norway::Value =
-            serde_norway::from_str(text).map_err(|e| source.serde_error(&e))?;
+        let value = read_tree(text, &source)?;
         let mut config = if envoy::is_envoy_file(&value) {
             Config {
                 domains: vec![envoy::read_file(text, &value, &source)?],
@@ -722,6 +721,28 @@ fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>,
     let text: Option<String> = Option::deserialize(d)?;
     text.map(|t| crate::cli::listen_address(&t).map_err(de::Error::custom))
         .transpose()
+}
+
+/// The YAML tree of a configuration file's `text`, read for positions as `source`; a text that
+/// holds no settings (nothing, only comments, `~` or `{}`) is refused as
+/// [`ConfigFileError::NoSettings`], naming the file.
+pub(crate) fn read_tree(
+    text: &str,
+    source: &Source,
+) -> Result<serde_norway::Value, ConfigFileError> {
+    let value: serde_norway::Value =
+        serde_norway::from_str(text).map_err(|e| source.serde_error(&e))?;
+    let empty = match &value {
+        serde_norway::Value::Null => true,
+        serde_norway::Value::Mapping(m) => m.is_empty(),
+        _ => false,
+    };
+    if empty {
+        return Err(ConfigFileError::NoSettings {
+            file: source.file().map(Path::to_path_buf),
+        });
+    }
+    Ok(value)
 }
 
 /// A configuration file's text.

@@ -48,6 +48,24 @@ const PLANS: &str = "plans:\n  free: {algorithm: token_bucket, rate: 5, capacity
                          default_plan: free\n";
 
 #[test]
+fn a_text_without_settings_is_refused_never_read_as_the_builtin_config() {
+    for text in [
+        "",
+        "   \n",
+        "# a comment\n# another\n",
+        "---\n",
+        "~\n",
+        "{}\n",
+    ] {
+        let e = Config::from_yaml_str(text).unwrap_err();
+        assert_eq!(e, ConfigFileError::NoSettings { file: None }, "{text:?}");
+        assert!(e.to_string().starts_with("holds no settings"), "{e}");
+    }
+    // A file that writes one setting, and leaves the rest out, is a configuration.
+    assert!(Config::from_yaml_str("store: {max_keys: 10}\n").is_ok());
+}
+
+#[test]
 fn the_builtin_config_is_valid() {
     let config = Config::builtin();
     let served = build(&config).expect("valid");
@@ -179,7 +197,9 @@ fn sections_left_out_are_the_builtin_ones_and_empty_ones_are_none() {
         },
         builtin
     );
-    assert_eq!(Config::from_yaml_str("").expect("valid"), builtin);
+    // A text with no settings at all is refused, not read as all sections left out (see
+    // `a_text_without_settings_is_refused_never_read_as_the_builtin_config`).
+    assert!(Config::from_yaml_str("").is_err());
     let none =
         Config::from_yaml_str("plans: {}\nlimiters: {}\nlimits: {}\ndomains: []\n").expect("valid");
     assert_eq!(none.limiters, LimitersConfig::default());

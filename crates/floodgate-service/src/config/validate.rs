@@ -53,6 +53,14 @@ pub enum ConfigFileError {
         /// What is wrong.
         error: Box<ConfigFileError>,
     },
+    /// A configuration file holds no settings: it is empty, or holds only comments (or an
+    /// empty mapping). Refused rather than read as "everything left out", which would replace
+    /// a configuration with the built-in example (a truncated ConfigMap, `: > file`).
+    #[error("{}holds no settings: the file is empty or only comments (an empty configuration is refused; the built-in example runs only when no configuration is given at all)", place(file, &None))]
+    NoSettings {
+        /// The file (`None` for a configuration read from text).
+        file: Option<PathBuf>,
+    },
     /// The files of a configuration directory do not fit together.
     #[error(transparent)]
     Directory(Box<DirectoryError>),

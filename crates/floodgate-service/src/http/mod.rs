@@ -285,6 +285,7 @@ impl From<ConfigFileError> for ApiError {
         let kind = match e {
             ConfigFileError::Io { .. } => "config_unreadable",
             ConfigFileError::Yaml { .. } => "invalid_config_yaml",
+            ConfigFileError::NoSettings { .. } => "empty_config",
             ConfigFileError::Invalid { .. }
             | ConfigFileError::InFile { .. }
             | ConfigFileError::Directory(_) => "invalid_config_value",

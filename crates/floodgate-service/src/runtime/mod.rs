@@ -273,6 +273,11 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     for warning in startup.warnings() {
         tracing::warn!("{warning}");
     }
+    if startup.source == crate::config::ConfigSource::Builtin {
+        tracing::info!(
+            "no configuration given (no --config, FLOODGATE_CONFIG or runtime directory): serving the built-in example (Stripe's four limiters with plans free, standard and pro, the `login` limit, the `example` domain)"
+        );
+    }
     let start_without_config = startup
         .upstream
         .as_ref()
