@@ -263,7 +263,8 @@ async fn reload_picks_up_added_changed_and_removed_files() {
 
     // Added.
     dir.copy("search.yml");
-    s.reload().expect("reloads");
+    s.reload(floodgate_server::service::Trigger::Admin)
+        .expect("reloads");
     assert_eq!(s.overview().domains, ["checkout", "search"]);
 
     // Changed: the customer limit goes from 2 to 7 per minute.
@@ -271,7 +272,8 @@ async fn reload_picks_up_added_changed_and_removed_files() {
         .unwrap()
         .replace("requests_per_unit: 2", "requests_per_unit: 7");
     dir.write("checkout.yaml", &raised);
-    s.reload().expect("reloads");
+    s.reload(floodgate_server::service::Trigger::Admin)
+        .expect("reloads");
     assert_eq!(
         limit_of(&s, "checkout", "customer").await,
         Some((7, "minute".into()))
@@ -279,16 +281,20 @@ async fn reload_picks_up_added_changed_and_removed_files() {
 
     // Removed.
     dir.remove("search.yml");
-    s.reload().expect("reloads");
+    s.reload(floodgate_server::service::Trigger::Admin)
+        .expect("reloads");
     assert_eq!(s.overview().domains, ["checkout"]);
     assert_eq!(limit_of(&s, "search", "query_kind").await, None);
 
     // A broken file, or a duplicate domain, is refused and the running config stays.
     dir.write("broken.yaml", "domain: broken\ndescriptors: {");
-    assert!(matches!(s.reload(), Err(ConfigFileError::Yaml { .. })));
+    assert!(matches!(
+        s.reload(floodgate_server::service::Trigger::Admin),
+        Err(ConfigFileError::Yaml { .. })
+    ));
     dir.remove("broken.yaml");
     dir.copy("checkout_extra.yaml");
-    match s.reload() {
+    match s.reload(floodgate_server::service::Trigger::Admin) {
         Err(ConfigFileError::Directory(e)) => {
             assert!(matches!(*e, DirectoryError::DuplicateDomain { .. }))
         }
@@ -304,7 +310,9 @@ async fn reload_picks_up_added_changed_and_removed_files() {
     // The server's overrides apply on reload too.
     let merged = server(&dir, merging());
     dir.copy("search.yml");
-    merged.reload().expect("merges again");
+    merged
+        .reload(floodgate_server::service::Trigger::Admin)
+        .expect("merges again");
     assert_eq!(merged.overview().domains, ["checkout", "search"]);
     assert_eq!(
         limit_of(&merged, "checkout", "coupon").await,

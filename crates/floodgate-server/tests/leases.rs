@@ -122,7 +122,8 @@ async fn altered_forged_and_orphaned_tokens_are_refused_and_release_nothing() {
          limiters: {request_rate: {}}\n",
     )
     .unwrap();
-    s.reload().expect("a valid config");
+    s.reload(floodgate_server::service::Trigger::Admin)
+        .expect("a valid config");
     match s.release(&token).await {
         Err(ReleaseTokenError::UnknownLimiter(stage)) => assert_eq!(stage.as_str(), "concurrency"),
         other => panic!("expected UnknownLimiter, got {other:?}"),

@@ -34,10 +34,12 @@ use crate::store::ServiceStore;
 mod admin;
 mod attributes;
 mod evaluate;
+pub mod reload;
 pub mod switches;
 pub use admin::AdminError;
 use evaluate::{has_plan, plan_list};
 pub use evaluate::{EvaluateAnswer, EvaluateError, EvaluateRequest, ReleaseTokenError};
+pub use reload::{ReloadReport, Trigger};
 use switches::Switches;
 
 /// How often, at most, a token this node cannot open makes it read the store's shared secret.
@@ -60,6 +62,8 @@ pub struct Server {
     /// The plans of [`Server::switches`], by user: what each decision reads, without a lock.
     plan_overrides: ArcSwap<HashMap<String, String>>,
     config_source: ConfigSource,
+    /// The file as read at start-up and by the last load, for what a reload reports.
+    loaded: Mutex<reload::Loaded>,
     /// What the command line turns on over every config loaded.
     overrides: Overrides,
     admin_token: Option<String>,
@@ -106,6 +110,7 @@ impl Server {
         let store = ServiceStore::from_config(&config.store)?;
         let snapshot = build_snapshot(&config, &store, None)?;
         let limits = config.connections.clone();
+        let loaded = Arc::new(config.clone());
         Ok(Server {
             gate: ConnectionGate::new(limits.max_connections),
             in_flight: InFlight::new(limits.max_in_flight),
@@ -115,6 +120,10 @@ impl Server {
             switches: Mutex::new(Switches::default()),
             plan_overrides: ArcSwap::from_pointee(HashMap::new()),
             config_source: source.into(),
+            loaded: Mutex::new(reload::Loaded {
+                started: loaded.clone(),
+                last: loaded,
+            }),
             overrides: Overrides::default(),
             admin_token,
             tokens: LeaseTokens::random(),
@@ -138,6 +147,19 @@ impl Server {
             tls: ListenersTls::default(),
             clock: SystemClock::new(),
         })
+    }
+
+    /// The configuration as the file gave it at start-up, before the command line and the
+    /// environment filled in what it leaves out (the config given to [`Server::new`] by
+    /// default): what reloads compare with, so that a setting only start-up reads is named
+    /// when the file changes it, and never for a value the command line set.
+    pub fn with_file_config(self, config: Config) -> Server {
+        let config = Arc::new(config);
+        *self.loaded.lock().unwrap_or_else(|e| e.into_inner()) = reload::Loaded {
+            started: config.clone(),
+            last: config,
+        };
+        self
     }
 
     /// Applies `overrides` to every config [`Server::reload`] loads (the config given to

@@ -633,7 +633,7 @@ impl Config {
 
     /// The stages written in `pipeline`, or those `limiters` stands for, in order; with the
     /// utilization stage's worker gauge and each stage's path in the file.
-    fn stage_configs(&self) -> Vec<(String, StageConfig)> {
+    pub(crate) fn stage_configs(&self) -> Vec<(String, StageConfig)> {
         if self.pipeline.is_empty() {
             return self.limiters.stages();
         }

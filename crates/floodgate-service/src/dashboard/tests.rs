@@ -49,7 +49,7 @@ async fn a_reload_keeps_counting() {
         server.evaluate(&request).await.unwrap();
     }
     dashboard.record(&server.live().await, Nanos::from_secs(1));
-    server.reload().unwrap();
+    server.reload(crate::service::Trigger::Admin).unwrap();
     for _ in 0..3 {
         server.evaluate(&request).await.unwrap();
     }

@@ -698,8 +698,9 @@ async fn admin_reload(State(server): State<Arc<Server>>, headers: HeaderMap) -> 
     if let Err(e) = server.authorize(bearer(&headers)) {
         return admin_error(e);
     }
-    match server.reload() {
-        Ok(()) => Json(json!({"reloaded": true})).into_response(),
+    let trigger = crate::service::Trigger::Admin;
+    match server.reload(trigger) {
+        Ok(report) => Json(report.to_json(trigger)).into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }

@@ -295,6 +295,9 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         }
         Err(error) => return Err(error.into()),
     };
+    // As the file gave it: reloads name the start-up settings the file changes against this,
+    // not against what the command line and the environment filled in.
+    let file_config = config.clone();
     startup.apply_store(&args, &mut config);
     startup.apply_stats(&mut config);
     startup.apply_tls(&mut config);
@@ -358,6 +361,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         );
     }
     let mut server = server
+        .with_file_config(file_config)
         .with_tls(tls.clone())
         .with_overrides(startup.overrides.clone())
         .with_heavy_keys(args.heavy_keys);
@@ -546,10 +550,10 @@ async fn watch_signals(
 ) {
     loop {
         tokio::select! {
-            _ = signals.hup.recv() => match server.reload() {
-                Ok(()) => tracing::info!("config reloaded (SIGHUP)"),
-                Err(e) => tracing::error!(error = %e, "reload failed; keeping the running config"),
-            },
+            // The reload logs what it did, or why it was refused.
+            _ = signals.hup.recv() => {
+                let _ = server.reload(crate::service::Trigger::Signal);
+            }
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }

@@ -56,11 +56,9 @@ pub fn follow(server: Arc<Server>, source: ConfigSource) -> impl std::future::Fu
             || fingerprint(&source),
             loaded,
             || {
-                // A failure has been logged and counted by `reload`; the running
-                // configuration stays.
-                if server.reload().is_ok() {
-                    tracing::info!(source = %source, "configuration reloaded: its files changed");
-                }
+                // The reload logs and counts what it did, or why it was refused (the running
+                // configuration then stays).
+                let _ = server.reload(crate::service::Trigger::Watcher);
             },
         )
         .await;

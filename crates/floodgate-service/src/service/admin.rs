@@ -1,17 +1,17 @@
-//! The admin API's operations: who may call it, the operator's switches (a stage's mode, a
-//! user's plan) and reloads, which keep the switches whose settings the file leaves alone
-//! ([`super::switches`]).
+//! The admin API's operations: who may call it, and the operator's switches (a stage's mode, a
+//! user's plan), which reloads keep while the file leaves their settings alone
+//! ([`super::switches`], [`super::reload`]).
 
 use std::sync::{Arc, MutexGuard};
 
 use floodgate::limiter::Mode;
 
-use super::switches::{Configured, Switches};
-use super::{build_snapshot, has_plan, plan_list, Server};
-use crate::config::ConfigFileError;
+use super::switches::Switches;
+use super::{has_plan, plan_list, Server};
 use crate::lease_token::constant_time_eq;
 
-/// Why an admin call was refused (a failed reload is a [`ConfigFileError`]).
+/// Why an admin call was refused (a failed reload is a
+/// [`ConfigFileError`](crate::config::ConfigFileError)).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
     /// No admin token is configured: the admin API is off.
@@ -120,46 +120,5 @@ impl Server {
     pub(super) fn switches(&self) -> MutexGuard<'_, Switches> {
         // Switches are replaced whole; a poisoned lock is used as is.
         self.switches.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Re-reads the config file or directory (every file in it again, so files added, changed
-    /// and removed since are taken into account), or the built-in config, with the overrides
-    /// applied, and swaps it in; on any error the running config stays and the error is
-    /// returned (and counted).
-    pub fn reload(&self) -> Result<(), ConfigFileError> {
-        let mut switches = self.switches();
-        let previous = self.snapshot.load_full();
-        let result = self
-            .config_source
-            .load(&self.overrides)
-            .and_then(|config| build_snapshot(&config, &self.store, Some(&previous)));
-        match result {
-            Ok(snapshot) => {
-                let has = |plan: &str| has_plan(&snapshot, plan);
-                let (kept, dropped) = switches.after_reload(&Configured {
-                    modes: &snapshot.configured_modes,
-                    users: &snapshot.users,
-                    has_plan: &has,
-                });
-                for (stage, switch) in &kept.modes {
-                    snapshot.pipeline.set_mode(stage, switch.mode);
-                }
-                for d in &dropped {
-                    tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
-                }
-                self.snapshot.store(Arc::new(snapshot));
-                self.config_missing
-                    .store(false, std::sync::atomic::Ordering::Relaxed);
-                self.plan_overrides.store(Arc::new(kept.plans_by_user()));
-                *switches = kept;
-                self.metrics.reload(true);
-                Ok(())
-            }
-            Err(e) => {
-                self.metrics.reload(false);
-                tracing::error!(error = %e, "reload refused; keeping the running config");
-                Err(e)
-            }
-        }
     }
 }
