@@ -248,3 +248,66 @@ async fn an_adaptive_limit_learns_from_released_latencies() {
     assert_eq!(stage["algorithm"], "vegas", "{stage}");
     assert!(stage["limit"].as_f64().unwrap() > 20.0, "{stage}");
 }
+
+/// All or nothing holds whichever stage refuses: while an `adaptive_concurrency` stage after
+/// them refuses (503), neither an all-or-nothing `daily` stage nor a hierarchical stage's
+/// levels are spent, so once the adaptive stage admits again the user has every request of
+/// the day left. On the memory store and on a real Redis.
+#[tokio::test]
+async fn a_node_local_refusal_spends_nothing_from_all_or_nothing_stages() {
+    const CONFIG: &str = r#"
+pipeline:
+  - name: daily
+    kind: limit
+    key: "{user}"
+    spec: {algorithm: fixed_window, limit: 3, window: 1d}
+    all_or_nothing: true
+  - name: tenant
+    kind: limit
+    keys:
+      - {name: org, key: "{{{user}}}", spec: {algorithm: fixed_window, limit: 4, window: 1d}}
+      - {name: member, key: "{{{user}}}/member", spec: {algorithm: fixed_window, limit: 3, window: 1d}}
+  - name: adaptive
+    kind: adaptive_concurrency
+    adaptive: {algorithm: gradient2, initial_limit: 1, min_limit: 1, max_limit: 1}
+    lease_ttl: 1h
+"#;
+    let redis = floodgate_redis_harness::RedisServer::start();
+    for store in ["memory".to_string(), redis.url()] {
+        let (_dir, path) = common::serve::config_file(CONFIG);
+        let node = serve(&path, &store, &[]);
+        let client = reqwest::Client::new();
+        let evaluate = |user: &str| {
+            let (node, client) = (&node, &client);
+            let body = json!({"user": user});
+            async move { node.post(client, "/v1/evaluate", &body).await.1 }
+        };
+        // Someone else holds the adaptive stage's one place.
+        let holder = evaluate("holder").await;
+        assert_eq!(holder["allowed"], true, "{store}: {holder}");
+        for _ in 0..10 {
+            let answer = evaluate("bob").await;
+            assert_eq!(
+                (answer["status"].as_u64(), answer["limiter"].as_str()),
+                (Some(503), Some("adaptive")),
+                "{store}: {answer}"
+            );
+        }
+        let release = json!({"lease": holder["lease"]});
+        let (status, answer) = node.post(&client, "/v1/release", &release).await;
+        assert_eq!(status, 200, "{store}: {answer}");
+        // Bob's day is whole: three requests (each released), then `daily` refuses.
+        for i in 0..3 {
+            let answer = evaluate("bob").await;
+            assert_eq!(answer["allowed"], true, "{store}: request {i}: {answer}");
+            let release = json!({"lease": answer["lease"]});
+            node.post(&client, "/v1/release", &release).await;
+        }
+        let answer = evaluate("bob").await;
+        assert_eq!(
+            (answer["status"].as_u64(), answer["limiter"].as_str()),
+            (Some(429), Some("daily")),
+            "{store}: {answer}"
+        );
+    }
+}

@@ -476,10 +476,22 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
         };
-        let wrote = matches!(&result, Ok(outcomes) if links.iter().zip(outcomes).any(
-            |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
-        ));
-        self.health.record_call(&result, wrote);
+        self.health
+            .record_call(&result, chain_wrote(links, &result));
+        result
+    }
+
+    async fn apply_chain_refused(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        let result = match &self.backend {
+            Backend::Memory(m) => m.apply_chain_refused(links).await,
+            Backend::Redis(r) => Box::pin(r.apply_chain_refused(links)).await,
+            Backend::Cached(c, _) => Box::pin(c.apply_chain_refused(links)).await,
+        };
+        self.health
+            .record_call(&result, chain_wrote(links, &result));
         result
     }
 
@@ -507,6 +519,16 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
 /// must not call a failing store recovered.
 fn wrote(op: Op, decision: &Decision) -> bool {
     decision.allowed && !matches!(op, Op::Check { cost: 0 })
+}
+
+/// Whether a chain's call wrote (see [`wrote`]): one of its links did.
+fn chain_wrote(
+    links: &[Link<'_, str, AnyAlgorithm>],
+    result: &Result<Vec<Linked>, StoreError>,
+) -> bool {
+    matches!(result, Ok(outcomes) if links.iter().zip(outcomes).any(
+        |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
+    ))
 }
 
 /// Cached mode over `redis` with `config`'s settings, its sync loop started on the current

@@ -244,6 +244,9 @@ pub struct Pipeline<S> {
     segments: Box<[std::ops::Range<usize>]>,
     /// Whether a stage learns from latency ([`Pipeline::learns_from_latency`]).
     learns: bool,
+    /// Whether a store stage is all or nothing (or has levels): then the stages deciding on
+    /// this node decide before the store is called, so that their refusal undoes it.
+    all_or_nothing: bool,
 }
 
 /// Assembles a [`Pipeline`] from stages, in the order they are added.
@@ -391,10 +394,14 @@ impl<S: Store<str, AnyAlgorithm> + 'static> PipelineBuilder<S> {
         let learns = stages
             .iter()
             .any(|s| matches!(s.limiter, Limiter::AdaptiveConcurrency(_)));
+        let all_or_nothing = stages
+            .iter()
+            .any(|s| s.all_or_nothing && s.limiter.store().is_some());
         Ok(Pipeline {
             stages: stages.into_boxed_slice(),
             segments,
             learns,
+            all_or_nothing,
         })
     }
 }
@@ -529,9 +536,54 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             });
             return verdict;
         }
+        if !self.all_or_nothing {
+            for segment in self.segments.iter() {
+                let stages = &self.stages[segment.clone()];
+                if Self::evaluate_segment(stages, request, &mut verdict, None).await {
+                    break;
+                }
+            }
+            return verdict;
+        }
+        // A refusal by a stage deciding on this node must leave the all-or-nothing stages as
+        // they were, and only the store call can undo them atomically: those stages decide
+        // first, in order, up to the first enforcing refusal (the cut), and every chain
+        // before the cut is then sent as a refused one.
+        let mut decided: Vec<(usize, Step)> = Vec::new();
+        let mut cut = None;
+        for (i, stage) in self.stages.iter().enumerate() {
+            let mode = stage.mode_for(request);
+            if mode == Mode::Off || stage.limiter.store().is_some() {
+                continue;
+            }
+            let step = stage.decide_locally(request, &mut verdict);
+            let cuts = mode == Mode::Enforce && matches!(step, Step::Refuse(_));
+            decided.push((i, step));
+            if cuts {
+                cut = Some(i);
+                break;
+            }
+        }
+        let mut decided = decided.into_iter().peekable();
         for segment in self.segments.iter() {
+            if cut.is_some_and(|c| segment.start > c) {
+                break;
+            }
+            let mut steps = Vec::new();
+            while let Some((i, _)) = decided.peek() {
+                if *i >= segment.end {
+                    break;
+                }
+                let (i, step) = decided.next().expect("peeked");
+                steps.push((i - segment.start, step));
+            }
+            let local = chain::Decided {
+                steps,
+                cut: cut.and_then(|c| c.checked_sub(segment.start)),
+                refused: cut.is_some(),
+            };
             let stages = &self.stages[segment.clone()];
-            if Self::evaluate_segment(stages, request, &mut verdict).await {
+            if Self::evaluate_segment(stages, request, &mut verdict, Some(local)).await {
                 break;
             }
         }

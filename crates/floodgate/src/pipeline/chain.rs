@@ -7,10 +7,15 @@
 //! pipeline had stopped there), and stages marked [`Stage::all_or_nothing`] are undone when
 //! the request is refused by a denial in the chain.
 //!
-//! Stages that decide on this node alone (the utilization shedder) keep their place in the
-//! order: those after the segment's last store stage run after the chain answers, and only if
-//! it passed; those before it run first, and an enforcing refusal among them cuts the chain
-//! there (the store stages before it still run, as they would have in turn).
+//! Stages that decide on this node alone (the utilization shedder, the adaptive concurrency
+//! limit) keep their place in the order: those after the segment's last store stage run after
+//! the chain answers, and only if it passed; those before it run first, and an enforcing
+//! refusal among them cuts the chain there (the store stages before it still run, as they
+//! would have in turn). When a store stage is all or nothing, every stage deciding on this
+//! node decides before any chain is sent instead ([`Decided`]), and a refusal among them makes
+//! the chains before it refused ones ([`Store::apply_chain_refused`]): the store stages before
+//! the refusal still decide (an earlier refusal wins), and the all-or-nothing ones are undone
+//! in the same call, so a request that a node-local stage refuses consumes nothing from them.
 //!
 //! Segments: when every store stage shares one store ([`Store::same_store`]) the whole
 //! pipeline is one segment, one call. Otherwise a new segment starts at each store stage on a
@@ -28,6 +33,20 @@ use super::{concurrency_headers, seconds, Descriptor, Verdict};
 use crate::limiter::fleet::FLEET_KEY;
 use crate::limiter::in_flight::InFlight;
 use crate::limiter::request_rate::{Plan, RequestRateLimiter};
+
+/// What the stages of a segment that decide on this node decided before its chain
+/// ([`Pipeline::evaluate`] with an all-or-nothing stage).
+pub(super) struct Decided {
+    /// Each such stage's index in the segment and its step, in order.
+    pub(super) steps: Vec<(usize, Step)>,
+    /// Where the stage whose enforcing refusal ends the request stands, counted from the
+    /// segment's first stage: every store stage before it becomes a link (it lies beyond the
+    /// segment when that stage is in a later one).
+    pub(super) cut: Option<usize>,
+    /// Whether a stage deciding on this node refused the request: the chain is sent as a
+    /// refused one.
+    pub(super) refused: bool,
+}
 
 /// A store stage's operation for one request, waiting for the chain's answer.
 struct Pending<'s> {
@@ -260,7 +279,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     }
 
     /// What a stage deciding on this node concludes (store stages are decided in chains).
-    fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
+    pub(super) fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
         if let Limiter::AdaptiveConcurrency(limiter) = &self.limiter {
             let admission = limiter.try_acquire();
             if let Some(lease) = admission.lease {
@@ -319,40 +338,57 @@ pub(super) fn segments<S: Store<str, AnyAlgorithm> + 'static>(
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
-    /// Runs one segment's stages for `request`; `true` when the request is refused.
+    /// Runs one segment's stages for `request`; `true` when the request is refused. Its
+    /// stages deciding on this node decide here, around the chain, unless they already have
+    /// (`decided`).
     pub(super) async fn evaluate_segment(
         stages: &[Stage<S>],
         request: &Descriptor<'_>,
         verdict: &mut Verdict,
+        decided: Option<Decided>,
     ) -> bool {
         let modes: Vec<Mode> = stages.iter().map(|s| s.mode_for(request)).collect();
         let stored = |i: usize| modes[i] != Mode::Off && stages[i].limiter.store().is_some();
-        let Some(last) = (0..stages.len()).rev().find(|&i| stored(i)) else {
-            return Self::run_local(stages, &modes, 0, request, verdict);
-        };
-        // Stages up to `last`: local ones decide now (an enforcing refusal cuts the chain
-        // there), store ones become links.
-        let mut early: Vec<(usize, Step)> = Vec::new();
-        let mut pending: Vec<Pending<'_>> = Vec::new();
-        for (i, stage) in stages.iter().enumerate().take(last + 1) {
-            if modes[i] == Mode::Off {
-                continue;
+        let last = (0..stages.len()).rev().find(|&i| stored(i));
+        let (early, cut, refused, local_from) = match decided {
+            Some(d) => (d.steps, d.cut, d.refused, stages.len()),
+            None => {
+                let Some(last) = last else {
+                    return Self::run_local(stages, &modes, 0, request, verdict);
+                };
+                // Stages up to `last`: local ones decide now (an enforcing refusal cuts the
+                // chain there).
+                let mut early: Vec<(usize, Step)> = Vec::new();
+                let mut cut = None;
+                for (i, stage) in stages.iter().enumerate().take(last + 1) {
+                    if stored(i) || modes[i] == Mode::Off {
+                        continue;
+                    }
+                    let step = stage.decide_locally(request, verdict);
+                    let cuts = modes[i] == Mode::Enforce && matches!(step, Step::Refuse(_));
+                    early.push((i, step));
+                    if cuts {
+                        cut = Some(i);
+                        break;
+                    }
+                }
+                (early, cut, false, last + 1)
             }
+        };
+        // The store stages before the cut become links.
+        let mut pending: Vec<Pending<'_>> = Vec::new();
+        let before_cut = cut.unwrap_or(stages.len());
+        for (i, stage) in stages.iter().enumerate().take(before_cut) {
             if stored(i) {
                 stage.pending(i, request, &mut pending);
-                continue;
-            }
-            let step = stage.decide_locally(request, verdict);
-            let cuts = modes[i] == Mode::Enforce && matches!(step, Step::Refuse(_));
-            early.push((i, step));
-            if cuts {
-                break;
             }
         }
-        let outcomes = Self::run_chain(stages, &modes, &pending).await;
-        let undone = outcomes.iter().zip(&pending).any(|(outcome, p)| {
-            modes[p.stage] == Mode::Enforce && matches!(outcome, Linked::Decided(d) if !d.allowed)
-        });
+        let outcomes = Self::run_chain(stages, &modes, &pending, refused).await;
+        let undone = refused
+            || outcomes.iter().zip(&pending).any(|(outcome, p)| {
+                modes[p.stage] == Mode::Enforce
+                    && matches!(outcome, Linked::Decided(d) if !d.allowed)
+            });
         // Settle in stage order.
         let mut early = early.into_iter().peekable();
         let mut chained = pending.into_iter().zip(outcomes).peekable();
@@ -399,14 +435,16 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 return true;
             }
         }
-        Self::run_local(stages, &modes, last + 1, request, verdict)
+        Self::run_local(stages, &modes, local_from, request, verdict)
     }
 
-    /// The segment's chain, in one store call; a failure of the call fails every link.
+    /// The segment's chain, in one store call (a refused one when the request is `refused`
+    /// after it); a failure of the call fails every link.
     async fn run_chain(
         stages: &[Stage<S>],
         modes: &[Mode],
         pending: &[Pending<'_>],
+        refused: bool,
     ) -> Vec<Linked> {
         let Some(first) = pending.first() else {
             return Vec::new();
@@ -428,7 +466,12 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 all_or_nothing: stages[p.stage].all_or_nothing,
             })
             .collect();
-        match store.apply_chain(&links).await {
+        let answered = if refused {
+            store.apply_chain_refused(&links).await
+        } else {
+            store.apply_chain(&links).await
+        };
+        match answered {
             Ok(outcomes) if outcomes.len() == links.len() => outcomes,
             Ok(_) => failed_chain(
                 StoreError::Unavailable("a chain answer of the wrong length".into()),

@@ -16,6 +16,10 @@
 //! - a link that fails on its own ([`Linked::Failed`], e.g. a key holding another algorithm's
 //!   state) neither passes nor stops the chain: its caller's failure policy decides.
 //!
+//! [`Store::apply_chain_refused`] runs a chain whose request is already refused after its last
+//! link (a stage deciding without the store refused it): the same, and the all-or-nothing
+//! links are undone at the end whatever the links decided.
+//!
 //! An `Err` from `apply_chain` is a failure of the whole call (the store unreachable): none or
 //! some links may have been applied, each fully or not at all.
 
@@ -83,6 +87,20 @@ pub(crate) fn ensure_chain_supported<K: ?Sized, A: Algorithm>(
         .try_for_each(|l| ensure_supported(l.request.algorithm, l.request.op))
 }
 
+/// Refuses a chain with an all-or-nothing link, for a store that cannot undo one.
+pub(crate) fn refuse_undoing<K: ?Sized, A: Algorithm>(
+    links: &[Link<'_, K, A>],
+) -> Result<(), StoreError> {
+    match links.iter().find(|l| l.all_or_nothing) {
+        Some(link) => Err(StoreError::NotOnStore {
+            store: "this store",
+            algorithm: link.request.algorithm.name(),
+            reason: "it cannot undo a refused chain (all_or_nothing)",
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The trait's default: one [`Store::apply`] per link, in order. It cannot undo, so a chain
 /// with an all-or-nothing link is refused with [`StoreError::NotOnStore`] before anything is
 /// applied.
@@ -96,13 +114,7 @@ where
     S: Store<K, A> + ?Sized,
 {
     ensure_chain_supported(links)?;
-    if let Some(link) = links.iter().find(|l| l.all_or_nothing) {
-        return Err(StoreError::NotOnStore {
-            store: "this store",
-            algorithm: link.request.algorithm.name(),
-            reason: "it cannot undo a refused chain (all_or_nothing)",
-        });
-    }
+    refuse_undoing(links)?;
     let mut outcomes = Vec::with_capacity(links.len());
     let mut ended = false;
     for link in links {

@@ -96,6 +96,16 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
         (**self).apply_chain(links)
     }
 
+    fn apply_chain_refused(
+        &self,
+        links: &[Link<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        K: Sync,
+    {
+        (**self).apply_chain_refused(links)
+    }
+
     fn same_store(&self, other: &Self) -> bool {
         (**self).same_store(other)
     }
@@ -168,6 +178,29 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
         K: Sync,
     {
         chain::apply_in_turn(self, links)
+    }
+
+    /// [`Store::apply_chain`] for a request already refused after the chain's last link, by a
+    /// stage that decides without this store (a shedder on this node, an adaptive limit): the
+    /// links run exactly as `apply_chain` runs them (so an earlier link's denial still ends the
+    /// chain), and every all-or-nothing link applied is undone at the end, as if a refusing
+    /// link had denied after the last one. The caller learns each link's decision, and the
+    /// refused request consumes nothing from the all-or-nothing limits (see [`chain`]).
+    ///
+    /// The default cannot undo: it refuses a chain with an all-or-nothing link with
+    /// [`StoreError::NotOnStore`] before anything is applied, and runs any other chain with
+    /// [`Store::apply_chain`]. The memory and Redis stores undo atomically with the chain.
+    fn apply_chain_refused(
+        &self,
+        links: &[Link<'_, K, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        K: Sync,
+    {
+        async move {
+            chain::refuse_undoing(links)?;
+            self.apply_chain(links).await
+        }
     }
 
     /// Whether `other` is this very store (a clone sharing its state counts), so that one

@@ -355,8 +355,14 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 
     /// [`Store::apply_chain`] on this store: the shards of every key are locked together (in
     /// ascending order, so two chains never wait on each other in a cycle), the clock is read
-    /// once, and all-or-nothing links are undone from snapshots before any lock is released.
-    fn apply_chain_now<Q, A>(&self, links: &[Link<'_, Q, A>]) -> Result<Vec<Linked>, StoreError>
+    /// once, and all-or-nothing links are undone from snapshots before any lock is released:
+    /// when a refusing link denies, or always when the request is `refused` after the chain
+    /// ([`Store::apply_chain_refused`]).
+    fn apply_chain_now<Q, A>(
+        &self,
+        links: &[Link<'_, Q, A>],
+        refused: bool,
+    ) -> Result<Vec<Linked>, StoreError>
     where
         S: Clone,
         A: Algorithm<State = S>,
@@ -381,7 +387,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         let mut outcomes = Vec::with_capacity(links.len());
         // Each all-or-nothing link's key and state before it ran (`None`: no key).
         let mut undo: Vec<(usize, Option<S>)> = Vec::new();
-        let (mut refused, mut ended) = (false, false);
+        let mut ended = false;
+        let mut refused = refused;
         for (i, link) in links.iter().enumerate() {
             if ended {
                 outcomes.push(Linked::NotReached);
@@ -566,7 +573,17 @@ where
     where
         Q: Sync,
     {
-        ready(self.apply_chain_now(links))
+        ready(self.apply_chain_now(links, false))
+    }
+
+    fn apply_chain_refused(
+        &self,
+        links: &[Link<'_, Q, A>],
+    ) -> impl Future<Output = Result<Vec<Linked>, StoreError>> + Send
+    where
+        Q: Sync,
+    {
+        ready(self.apply_chain_now(links, true))
     }
 }
 

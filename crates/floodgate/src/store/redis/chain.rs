@@ -24,15 +24,18 @@ use crate::StoreError;
 
 impl Inner {
     /// Runs `links` (with their `calls`) at `now`: one script call per run of consecutive
-    /// links whose keys share a slot (the whole chain on a single Redis).
+    /// links whose keys share a slot (the whole chain on a single Redis). With `refused`, the
+    /// request is refused after the chain whatever its links decide, so every run undoes its
+    /// all-or-nothing links.
     pub(super) async fn run_chain(
         self: &Arc<Self>,
         links: &[Link<'_, str, AnyAlgorithm>],
         now: &str,
         calls: &[Call<'_>],
+        refused: bool,
     ) -> Result<Vec<Linked>, Failed> {
         let mut outcomes: Vec<Linked> = Vec::with_capacity(links.len());
-        let (mut refused, mut ended) = (false, false);
+        let (mut refused, mut ended) = (refused, false);
         let mut start = 0;
         while start < links.len() {
             let mut end = start + 1;
