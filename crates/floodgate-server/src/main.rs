@@ -150,6 +150,7 @@ fn check_config(
                 .map_err(CheckError::Environment)?,
             ..config::Defaults::default()
         },
+        without_example: false,
     };
     let mut config = config::Config::load_with(path, &overrides)?;
     if store_url.is_some() {

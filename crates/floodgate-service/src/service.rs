@@ -95,6 +95,15 @@ pub struct Server {
     config_missing: AtomicBool,
     /// The process started without a configuration (the first load failed).
     started_without_config: AtomicBool,
+    /// The HTTP listener serves only what envoyproxy/ratelimit serves
+    /// ([`Server::with_upstream_surface`]).
+    upstream_surface: bool,
+    /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
+    /// token ([`Server::with_http_address`]).
+    dashboard_needs_token: bool,
+    /// The lease tokens' secret is to be shared through the store, and has not been read yet
+    /// ([`Server::share_lease_secret_when_needed`]).
+    lease_secret_pending: AtomicBool,
     clock: SystemClock,
 }
 
@@ -134,6 +143,9 @@ impl Server {
             ready: AtomicBool::new(true),
             config_missing: AtomicBool::new(false),
             started_without_config: AtomicBool::new(false),
+            upstream_surface: false,
+            dashboard_needs_token: false,
+            lease_secret_pending: AtomicBool::new(false),
             descriptor_stats: Arc::new(crate::descriptors::stats::DescriptorStats::new(
                 config.stats.max_series,
                 config.stats.near_limit_ratio,
@@ -190,6 +202,68 @@ impl Server {
             self.tokens.adopt(&secret);
         }
         Ok(true)
+    }
+
+    /// Signs lease tokens with the secret shared through the store
+    /// ([`Server::share_lease_secret`]), read when the first lease token is issued rather than
+    /// now: a configuration that hands out no leases (envoyproxy/ratelimit's domains alone)
+    /// then writes nothing of Floodgate's into the store. Nothing to do for the memory store.
+    pub fn share_lease_secret_when_needed(self) -> Server {
+        if !matches!(self.store.kind(), "memory") {
+            self.lease_secret_pending.store(true, Ordering::Relaxed);
+        }
+        self
+    }
+
+    /// Whether the running configuration hands out leases (a concurrency, fleet or adaptive
+    /// concurrency stage), which lease tokens carry.
+    pub fn hands_out_leases(&self) -> bool {
+        use floodgate::pipeline::Limiter;
+        self.snapshot.load().pipeline.stages().any(|stage| {
+            matches!(
+                stage.limiter(),
+                Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
+            )
+        })
+    }
+
+    /// Reads the shared secret now if it is still to be read (see
+    /// [`Server::share_lease_secret_when_needed`]); a failure leaves it to the next token.
+    pub(crate) async fn lease_secret_before_issuing(&self) {
+        if self.lease_secret_pending.load(Ordering::Relaxed) {
+            match self.share_lease_secret().await {
+                Ok(_) => self.lease_secret_pending.store(false, Ordering::Relaxed),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store; this token is signed with this node's own")
+                }
+            }
+        }
+    }
+
+    /// Serves only what envoyproxy/ratelimit serves on the HTTP listener (`/json`,
+    /// `/healthcheck`) with Floodgate's `/metrics`, `/livez`, `/readyz` and admin API: for
+    /// the drop-in run with upstream's settings and no Floodgate configuration.
+    pub fn with_upstream_surface(mut self, upstream: bool) -> Server {
+        self.upstream_surface = upstream;
+        self
+    }
+
+    /// Whether the HTTP listener serves only upstream's surface
+    /// ([`Server::with_upstream_surface`]).
+    pub fn serves_upstream_surface(&self) -> bool {
+        self.upstream_surface
+    }
+
+    /// The HTTP listener's address: on one that is not loopback, the dashboard's data (the
+    /// heaviest keys: user names, client addresses) needs the admin token.
+    pub fn with_http_address(mut self, address: std::net::SocketAddr) -> Server {
+        self.dashboard_needs_token = !address.ip().is_loopback();
+        self
+    }
+
+    /// Whether `GET /v1/dashboard` needs the admin token (see [`Server::with_http_address`]).
+    pub fn dashboard_needs_token(&self) -> bool {
+        self.dashboard_needs_token
     }
 
     /// Opens a lease token; a token signed with a secret this node has not seen, while the

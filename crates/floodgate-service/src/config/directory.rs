@@ -272,7 +272,7 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
         }
         let mut config = Config::read_native(&text, &source)?;
         // The directory's domain files give domains: the built-in one never joins them.
-        config.fill_absent(&value, false);
+        config.fill_absent(&value, false, super::Config::base(overrides));
         check_native_domains(&config, &source)?;
         definitions.extend(native_definitions(&mut config, Some(&file)));
         native = Some((file, config, source));
@@ -284,7 +284,7 @@ pub(super) fn load_dir(dir: &Path, overrides: &Overrides) -> Result<Config, Conf
         }
         None => Config {
             domains: Vec::new(),
-            ..Config::builtin()
+            ..Config::base(overrides)
         },
     };
     let origin = config.origin.clone();

@@ -350,14 +350,15 @@ impl Config {
     ) -> Result<Config, ConfigFileError> {
         let source = Source::read(text, file)?;
         let value = read_tree(text, &source)?;
+        let base = Config::base(overrides);
         let mut config = if envoy::is_envoy_file(&value) {
             Config {
                 domains: vec![envoy::read_file(text, &value, &source)?],
-                ..Config::builtin()
+                ..base
             }
         } else {
             let mut config = Config::read_native(text, &source)?;
-            config.fill_absent(&value, true);
+            config.fill_absent(&value, true, base);
             config
         };
         overrides.apply(&mut config, &|path| source.writes(path));
@@ -382,11 +383,10 @@ impl Config {
     }
 
     /// Gives each of the sections `plans` (with `default_plan`), `limiters`, `limits` and, when
-    /// `domains` is true, `domains` that the file's top level `top` leaves out the built-in
-    /// configuration's (see the module's "Sections left out").
-    fn fill_absent(&mut self, top: &serde_norway::Value, domains: bool) {
+    /// `domains` is true, `domains` that the file's top level `top` leaves out `builtin`'s
+    /// ([`Config::base`]: see the module's "Sections left out").
+    fn fill_absent(&mut self, top: &serde_norway::Value, domains: bool, builtin: Config) {
         let has = |key: &str| top.as_mapping().is_some_and(|m| m.contains_key(key));
-        let builtin = Config::builtin();
         if !has("plans") {
             self.plans = builtin.plans;
             if !has("default_plan") {
@@ -401,6 +401,24 @@ impl Config {
         }
         if domains && !has("domains") {
             self.domains = builtin.domains;
+        }
+    }
+
+    /// What the sections a configuration leaves out are: [`Config::builtin`]'s, or, under
+    /// envoyproxy/ratelimit's settings ([`Overrides::without_example`]), none (no plans,
+    /// limiters, named limits or domains), so that the drop-in serves only what upstream
+    /// serves.
+    pub fn base(overrides: &Overrides) -> Config {
+        if !overrides.without_example {
+            return Config::builtin();
+        }
+        Config {
+            plans: BTreeMap::new(),
+            default_plan: None,
+            limiters: LimitersConfig::default(),
+            limits: BTreeMap::new(),
+            domains: Vec::new(),
+            ..Config::builtin()
         }
     }
 

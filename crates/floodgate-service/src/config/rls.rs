@@ -166,6 +166,11 @@ pub struct Overrides {
     pub response_headers: bool,
     /// The environment's values for settings the file does not write.
     pub defaults: Defaults,
+    /// Under envoyproxy/ratelimit's settings: the sections a configuration leaves out
+    /// (`plans`, `limiters`, `limits`, `domains`) are empty, not the built-in example's, so
+    /// that the drop-in serves, and writes into upstream's Redis, only what upstream does
+    /// unless a Floodgate file asks for more ([`super::Config::base`]).
+    pub without_example: bool,
 }
 
 /// Values for the settings a configuration file leaves unwritten, from the environment

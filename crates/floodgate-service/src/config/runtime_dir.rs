@@ -155,7 +155,7 @@ impl RuntimeDir {
         }
         let mut config = Config {
             domains: Vec::new(),
-            ..Config::builtin()
+            ..Config::base(overrides)
         };
         overrides.apply(&mut config, &|_| false);
         config.domains = merge_domains(definitions, config.rls.merge_domains)?;

@@ -11,7 +11,7 @@
 //! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]); the message names the limit and that setting |
 //! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
 //! | 503 | `store_unavailable` | `/json` when the store failed and `rls.on_store_error` is `unavailable` |
-//! | 404 | `not_found` | no such endpoint |
+//! | 404 | `not_found` | no such endpoint (under envoyproxy/ratelimit's settings with no Floodgate configuration, every endpoint but upstream's `/json` and `/healthcheck`, and `/metrics`, `/livez`, `/readyz` and the admin API) |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
 //! | 400 | `unknown_priority`, `empty_user`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`]) |
@@ -19,7 +19,7 @@
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
-//! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong |
+//! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong; `/v1/dashboard` on a listener that is not on a loopback address, without the admin token |
 //! | 400 | `unknown_limiter`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
 //! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`]); the running config stays |
 //!
@@ -149,23 +149,36 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 /// The API's routes over a shared [`Server`].
 pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
+    // Under envoyproxy/ratelimit's settings with no Floodgate configuration, only what
+    // upstream serves (and Floodgate's health and metrics): no pipeline, limits or dashboard.
+    let upstream = server.serves_upstream_surface();
     // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the
     // dashboard, the admin API and `/v1/release` always answer.
-    let decisions = Router::new()
-        .route("/v1/check", post(check))
-        .route("/v1/evaluate", post(evaluate))
-        .route("/json", post(envoy_json))
-        .route_layer(axum::middleware::from_fn_with_state(
-            server.clone(),
-            shed_overload,
-        ));
-    Router::new()
-        .route("/", get(home_page))
-        .merge(decisions)
-        // Giving leases back relieves an overload: never shed.
-        .route("/v1/release", post(release))
+    let mut decisions = Router::new().route("/json", post(envoy_json));
+    if !upstream {
+        decisions = decisions
+            .route("/v1/check", post(check))
+            .route("/v1/evaluate", post(evaluate));
+    }
+    let decisions = decisions.route_layer(axum::middleware::from_fn_with_state(
+        server.clone(),
+        shed_overload,
+    ));
+    let mut routes = Router::new().merge(decisions);
+    if !upstream {
+        routes = routes
+            .route("/", get(home_page))
+            // Giving leases back relieves an overload: never shed.
+            .route("/v1/release", post(release))
+            .route("/v1/dashboard", get(dashboard));
+    }
+    let routes = if upstream {
+        routes.fallback(not_served_under_upstream)
+    } else {
+        routes.fallback(not_found)
+    };
+    routes
         .route("/metrics", get(metrics))
-        .route("/v1/dashboard", get(dashboard))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         // Upstream answers its probe whatever the method.
@@ -173,7 +186,6 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/admin/mode", post(admin_mode))
         .route("/admin/plan", post(admin_plan))
         .route("/admin/reload", post(admin_reload))
-        .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(server)
@@ -570,6 +582,23 @@ async fn dashboard(
     headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Response {
+    // Off loopback, the heaviest keys (user names, client addresses) are for the operator.
+    if server.dashboard_needs_token() {
+        if let Err(e) = server.authorize(bearer(&headers)) {
+            let why = match e {
+                AdminError::Disabled => "set FLOODGATE_ADMIN_TOKEN to see it",
+                _ => "send `Authorization: Bearer <admin token>`",
+            };
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                format!(
+                    "this listener is not on a loopback address, and the dashboard shows the                      heaviest keys (user names, client addresses): {why}"
+                ),
+            )
+            .into_response();
+        }
+    }
     let mut since = None;
     for pair in uri
         .query()
@@ -636,6 +665,19 @@ async fn healthcheck(State(server): State<Arc<Server>>) -> Response {
 
 async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// Any endpoint but upstream's (and health, metrics and the admin API), under
+/// envoyproxy/ratelimit's settings with no Floodgate configuration.
+async fn not_served_under_upstream(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no such endpoint: {} (under envoyproxy/ratelimit's settings this listener serves              what upstream serves, /json and /healthcheck, and /metrics, /livez, /readyz and the              admin API; a Floodgate configuration file with a pipeline or limits, --config or              FLOODGATE_CONFIG, serves the rest)",
+            uri.path()
+        ),
+    )
 }
 
 fn admin_error(e: AdminError) -> Response {

@@ -288,7 +288,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
             let mut config = Config {
                 domains: Vec::new(),
-                ..Config::builtin()
+                ..Config::base(&startup.overrides)
             };
             startup.overrides.apply(&mut config, &|_| false);
             (config, true)
@@ -360,8 +360,15 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             "STARTING WITHOUT A WORKING STORE (store.start_without: true): every stage follows its on_store_error policy (fail_open: nothing is limited) and /readyz answers 503 until the store answers"
         );
     }
+    // The drop-in with upstream's settings and nothing of Floodgate's to serve answers as
+    // upstream does.
+    let upstream_surface = startup.upstream.is_some()
+        && file_config.stage_configs().is_empty()
+        && file_config.limits.is_empty();
     let mut server = server
         .with_file_config(file_config)
+        .with_upstream_surface(upstream_surface)
+        .with_http_address(addresses.http)
         .with_tls(tls.clone())
         .with_overrides(startup.overrides.clone())
         .with_heavy_keys(args.heavy_keys);
@@ -377,8 +384,13 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             });
         }
         server = server.with_lease_secret(secret);
+    } else if !server.hands_out_leases() {
+        // Nothing to sign yet: the secret is read (and, by the first node, written) when a
+        // reload brings a stage that hands out leases and a token is first issued.
+        server = server.share_lease_secret_when_needed();
     } else if let Err(error) = store_runtime.block_on(server.share_lease_secret()) {
         tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store yet; it is read again when a token needs it");
+        server = server.share_lease_secret_when_needed();
     }
     let server = Arc::new(server);
     // The dashboard's points, once a second, on the store's runtime (off the request path).

@@ -153,6 +153,7 @@ impl Startup {
             merge_domains: args.merge_domains,
             response_headers: args.response_headers,
             defaults: defaults(&env, upstream.as_ref())?,
+            without_example: upstream.is_some(),
         };
         Ok(Startup {
             source,

@@ -187,6 +187,9 @@ impl Server {
             None => (None, None),
         };
         let kept: Vec<_> = verdict.leases.into_iter().map(|l| l.keep()).collect();
+        if !kept.is_empty() {
+            self.lease_secret_before_issuing().await;
+        }
         let lease = self.tokens.issue(&kept);
         Ok(EvaluateAnswer {
             allowed,
