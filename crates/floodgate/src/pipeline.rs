@@ -617,7 +617,8 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             Limiter::Concurrency(l) => l.release(lease).await,
             Limiter::Fleet(l) => l.release(lease).await,
             Limiter::AdaptiveConcurrency(l) => return Ok(l.release(lease, latency)),
-            Limiter::RequestRate(_) | Limiter::Utilization(_) => return Err(unknown()),
+            Limiter::Utilization(l) => return Ok(l.release(lease)),
+            Limiter::RequestRate(_) => return Err(unknown()),
         };
         // A lease taken while the store was down lives in the local store.
         let local = stage.local.as_ref().is_some_and(|l| l.release(lease));

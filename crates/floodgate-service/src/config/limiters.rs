@@ -102,8 +102,13 @@ pub struct FleetConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UtilizationConfig {
-    /// The node's workers: utilization is requests in flight divided by this (at least 1).
+    /// The node's workers: utilization is busy workers divided by this (at least 1). A
+    /// request admitted by `/v1/evaluate` is a busy worker until its lease token comes back
+    /// with `/v1/release` (or `lease_ttl` has passed).
     pub workers: u64,
+    /// How long a busy worker whose request is never released counts (default 60 s).
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: SpecDuration,
     /// The most often the controller samples utilization (default 1 s).
     #[serde(default = "default_sample_interval")]
     pub sample_interval: SpecDuration,

@@ -488,6 +488,7 @@ impl Config {
                 }),
                 utilization: Some(UtilizationConfig {
                     workers: 64,
+                    lease_ttl: minute,
                     sample_interval: limiters::default_sample_interval(),
                     seed: 0,
                     end_of_good: None,

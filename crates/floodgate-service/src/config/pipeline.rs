@@ -424,6 +424,7 @@ impl LimitersConfig {
         if let Some(u) = &self.utilization {
             let UtilizationConfig {
                 workers,
+                lease_ttl,
                 sample_interval,
                 seed,
                 end_of_good,
@@ -435,6 +436,7 @@ impl LimitersConfig {
             } = *u;
             let stage = StageConfig {
                 workers: Some(workers),
+                lease_ttl: Some(lease_ttl),
                 sample_interval: Some(sample_interval),
                 seed: Some(seed),
                 end_of_good,
@@ -543,6 +545,7 @@ impl StageConfig {
             StageKind::AdaptiveConcurrency => &["adaptive", "lease_ttl"],
             StageKind::Utilization => &[
                 "workers",
+                "lease_ttl",
                 "sample_interval",
                 "seed",
                 "end_of_good",

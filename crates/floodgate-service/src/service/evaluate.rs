@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::limiter::Priority;
 use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
 use floodgate::store::Namespace;
@@ -163,8 +162,6 @@ impl Server {
             k.push_str("user ");
             k.push_str(&request.user);
         });
-        // Calls being answered are the utilization shedder's busy workers.
-        let _busy = snapshot.workers.as_ref().map(WorkerGauge::enter);
         let started = self.clock.now();
         let verdict = snapshot.pipeline.evaluate(&descriptor).await;
         self.metrics

@@ -24,8 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::limiter::{Lease, LeaseHandle};
 use crate::store::Namespace;
 use crate::{Clock, ConfigError, Nanos};
+
+pub mod workers;
+pub use workers::{BusyWorker, WorkerGauge};
 
 /// How important a request is to the load shedders, least important last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -252,54 +256,6 @@ impl UtilizationSource for SettableUtilization {
     }
 }
 
-/// The built-in gauge: requests in flight over worker capacity. The middleware enters it when
-/// a request starts and the returned guard leaves it when the request ends.
-#[derive(Debug)]
-pub struct WorkerGauge {
-    busy: AtomicU64,
-    workers: u64,
-}
-
-impl WorkerGauge {
-    /// A gauge for `workers` workers (at least 1).
-    pub fn new(workers: u64) -> Result<WorkerGauge, ConfigError> {
-        if workers == 0 {
-            return Err(ConfigError::invalid("workers", 0, "must be at least 1"));
-        }
-        Ok(WorkerGauge {
-            busy: AtomicU64::new(0),
-            workers,
-        })
-    }
-
-    /// Marks one worker busy until the guard is dropped.
-    pub fn enter(self: &Arc<Self>) -> BusyWorker {
-        self.busy.fetch_add(1, Ordering::Relaxed);
-        BusyWorker(self.clone())
-    }
-
-    /// Workers busy now.
-    pub fn busy(&self) -> u64 {
-        self.busy.load(Ordering::Relaxed)
-    }
-}
-
-impl UtilizationSource for WorkerGauge {
-    fn utilization(&self) -> f64 {
-        (self.busy() as f64 / self.workers as f64).min(1.0)
-    }
-}
-
-/// One busy worker of a [`WorkerGauge`]; dropping it frees the worker.
-#[derive(Debug)]
-pub struct BusyWorker(Arc<WorkerGauge>);
-
-impl Drop for BusyWorker {
-    fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// What the utilization shedder decided for one request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ShedDecision {
@@ -328,6 +284,8 @@ pub struct UtilizationShedder {
     sample_interval: u64,
     rng: Mutex<SplitMix64>,
     source: Arc<dyn UtilizationSource>,
+    /// The gauge whose worker leases admitted requests take, if any.
+    workers: Option<Arc<WorkerGauge>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -350,6 +308,7 @@ pub struct UtilizationShedderBuilder {
     sample_interval: Duration,
     seed: u64,
     source: Option<Arc<dyn UtilizationSource>>,
+    workers: Option<Arc<WorkerGauge>>,
     clock: Option<Arc<dyn Clock>>,
     name: Option<String>,
 }
@@ -386,6 +345,17 @@ impl UtilizationShedderBuilder {
     /// Where utilization comes from (a [`WorkerGauge`], a [`SettableUtilization`], …).
     pub fn source(mut self, source: Arc<dyn UtilizationSource>) -> Self {
         self.source = Some(source);
+        self.workers = None;
+        self
+    }
+
+    /// Utilization from `gauge`'s busy workers, and, when the gauge takes worker leases
+    /// ([`WorkerGauge::with_leases`]), every request the shedder admits takes one: the
+    /// request is a busy worker until its lease is given back (see [`workers`]). For a service
+    /// deciding for workers elsewhere; in process, enter the gauge around each request instead.
+    pub fn workers(mut self, gauge: Arc<WorkerGauge>) -> Self {
+        self.source = Some(gauge.clone());
+        self.workers = Some(gauge);
         self
     }
 
@@ -415,6 +385,7 @@ impl UtilizationShedderBuilder {
             sample_interval: crate::clock::duration_nanos(self.sample_interval),
             rng: Mutex::new(SplitMix64(self.seed)),
             source,
+            workers: self.workers,
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(crate::CoarseClock::shared())),
@@ -430,9 +401,22 @@ impl UtilizationShedder {
             sample_interval: Duration::from_secs(1),
             seed: 0,
             source: None,
+            workers: None,
             clock: None,
             name: None,
         }
+    }
+
+    /// A worker lease for a request this shedder admitted, when its gauge takes them
+    /// ([`UtilizationShedderBuilder::workers`]).
+    pub fn lease_worker(&self) -> Option<Lease> {
+        self.workers.as_ref()?.lease(&self.name)
+    }
+
+    /// Gives back a worker lease this shedder's gauge issued; `false` when it is not held
+    /// (released already, expired, taken on another node, or no gauge takes leases).
+    pub fn release(&self, lease: &LeaseHandle) -> bool {
+        lease.limiter() == &self.name && self.workers.as_ref().is_some_and(|g| g.release(lease))
     }
 
     /// The shedder's name (its stage's name in a pipeline).

@@ -298,6 +298,12 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
         };
         let shed = shedder.check(request.priority);
         verdict.shed_amount = Some(shed.shed_amount);
+        // The request is a busy worker until it ends: an enforcing refusal (this stage's, or
+        // a later one's) drops the lease with the verdict's others; a shadow one lets the
+        // request run, busy.
+        if let Some(lease) = shedder.lease_worker() {
+            verdict.leases.push(lease);
+        }
         if !shed.shed {
             return Step::Pass;
         }

@@ -120,6 +120,9 @@ where
         StageKind::Utilization => {
             let u = UtilizationConfig {
                 workers: required(config.workers, &at("workers"))?,
+                lease_ttl: config
+                    .lease_ttl
+                    .unwrap_or(SpecDuration(std::time::Duration::from_secs(60))),
                 sample_interval: config
                     .sample_interval
                     .unwrap_or(super::super::limiters::default_sample_interval()),
@@ -131,14 +134,19 @@ where
                 mode: config.mode,
                 status: config.status,
             };
-            let gauge = Arc::new(WorkerGauge::new(u.workers).map_err(err)?);
+            // The service decides for workers elsewhere: a request is busy from its
+            // evaluation to its release, a worker lease in its token.
+            let gauge = WorkerGauge::new(u.workers)
+                .and_then(|g| g.with_leases(u.lease_ttl.0, cx.clock.clone()))
+                .map_err(err)?;
+            let gauge = Arc::new(gauge);
             workers = Some(gauge.clone());
             UtilizationShedder::builder()
                 .name(config.name.clone())
                 .settings(u.settings())
                 .sample_interval(u.sample_interval.0)
                 .seed(u.seed)
-                .source(gauge)
+                .workers(gauge)
                 .clock(cx.clock.clone())
                 .build()
                 .map_err(err)?
