@@ -576,6 +576,18 @@ impl RuleSet {
         // Counts descriptor `i`'s outcome in the statistics, when they are kept: under its
         // rule's key, or (carrying its own limit) under the request's.
         let record = |i: usize, outcome: stats::Outcome| {
+            tracing::debug!(
+                target: "floodgate::decision",
+                domain = %request.domain,
+                descriptor = %crate::rls::Entries(&request.descriptors[i]),
+                hits = outcome.hits,
+                count = outcome.after,
+                limit = outcome.limit,
+                outcome = if outcome.over { "over_limit" } else { "ok" },
+                shadow = outcome.shadow,
+                from_cache = outcome.from_cache,
+                "descriptor decided"
+            );
             if let Some(stats) = stats {
                 let rule = rules[i].filter(|_| overrides[i].is_none());
                 self.record(stats, request, i, rule, &outcome);

@@ -420,6 +420,26 @@ impl Server {
         let decision = limit.check(key, cost).await;
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
+        match &decision {
+            Ok(d) => tracing::debug!(
+                target: "floodgate::decision",
+                limit = limiter,
+                key,
+                hits = cost,
+                allowed = d.allowed,
+                remaining = d.remaining,
+                limit_of = d.limit,
+                "limit decided"
+            ),
+            Err(error) => tracing::debug!(
+                target: "floodgate::decision",
+                limit = limiter,
+                key,
+                hits = cost,
+                %error,
+                "limit failed"
+            ),
+        }
         decision.map(Some)
     }
 

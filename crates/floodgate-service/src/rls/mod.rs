@@ -55,6 +55,23 @@ pub struct RlsRequest {
     pub hits_addend: u32,
 }
 
+/// A descriptor's entries as the log shows them, `key=value,key=value`, formatted only
+/// when the line is written.
+#[derive(Clone, Copy, Debug)]
+pub struct Entries<'a>(pub &'a RlsDescriptor);
+
+impl std::fmt::Display for Entries<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (key, value)) in self.0.entries.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{key}={value}")?;
+        }
+        Ok(())
+    }
+}
+
 /// One descriptor: ordered key/value entries, e.g. `[("remote_address", "10.0.0.1")]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RlsDescriptor {

@@ -21,8 +21,9 @@
 //! With a debug listener (`--debug`, the config's `debug`), the line ends with its address too:
 //! `… grpc=127.0.0.1:43122 debug=127.0.0.1:43123`.
 //!
-//! It is written directly, not through the log, so it has no timestamp, level or colour
-//! whatever the log format; the addresses are the bound ones, so `--http 127.0.0.1:0` (and
+//! It is written directly, not through the log, so that no log filter hides it: as it is, with
+//! no timestamp, level or colour, or with `LOG_FORMAT=json` as a JSON object whose
+//! `fields.message` is the line ([`Listening::to_json`]); the addresses are the bound ones, so `--http 127.0.0.1:0` (and
 //! `--grpc`, `--debug`) let the operating system choose a free port and the line says which.
 //! Signal handlers are installed before the line is written.
 
@@ -143,11 +144,39 @@ impl Listening {
     /// What the line starts with.
     pub const PREFIX: &'static str = "floodgate listening ";
 
-    /// Reads a listening line (a trailing newline is allowed); `None` for any other line.
+    /// The line as a JSON object, for a JSON log: `{"level":"INFO","fields":{"message":LINE,
+    /// "http":…,"grpc":…[,"debug":…][,"metrics":…]},"target":"floodgate_service::runtime"}`.
+    pub fn to_json(&self) -> String {
+        let mut fields = serde_json::json!({
+            "message": self.to_string(),
+            "http": self.http.to_string(),
+            "grpc": match &self.grpc {
+                GrpcAddress::Tcp(addr) => addr.to_string(),
+                GrpcAddress::Unix(path) => format!("unix:{}", path.display()),
+            },
+        });
+        for (name, addr) in [("debug", self.debug), ("metrics", self.metrics)] {
+            if let Some(addr) = addr {
+                fields[name] = addr.to_string().into();
+            }
+        }
+        serde_json::json!({
+            "level": "INFO",
+            "fields": fields,
+            "target": "floodgate_service::runtime",
+        })
+        .to_string()
+    }
+
+    /// Reads a listening line (a trailing newline is allowed), as written or as a JSON log
+    /// line ([`Listening::to_json`]); `None` for any other line.
     pub fn parse(line: &str) -> Option<Listening> {
-        let rest = line
-            .trim_end_matches(['\r', '\n'])
-            .strip_prefix(Self::PREFIX)?;
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.starts_with('{') {
+            let value: serde_json::Value = serde_json::from_str(line).ok()?;
+            return Listening::parse(value["fields"]["message"].as_str()?);
+        }
+        let rest = line.strip_prefix(Self::PREFIX)?;
         let mut fields = rest.split(' ');
         let http = fields.next()?.strip_prefix("http=")?.parse().ok()?;
         let grpc = fields.next()?.strip_prefix("grpc=")?;
@@ -263,6 +292,8 @@ pub enum ServeError {
 /// calling thread.
 pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<(), ServeError> {
     let startup = Startup::read(&args, env, as_ratelimit)?;
+    let json_log =
+        Logging::read(startup.env(), startup.upstream.is_some()).is_ok_and(|logging| logging.json);
     if let Some(upstream) = &startup.upstream {
         tracing::info!(
             config = %startup.source,
@@ -468,7 +499,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
                 "cannot install signal handlers; stop the process with SIGKILL"
             ),
         }
-        announce(&listening);
+        announce(&listening, json_log);
         tracing::info!(threads = workers, config = %startup.source, watch = startup.watch, "floodgate serving");
         run(server, listeners, workers, stopped).await
     })
@@ -511,9 +542,15 @@ async fn watch_store(server: Arc<Server>) {
     }
 }
 
-/// Writes the listening line to stderr in one write, so that no log line can split it.
-fn announce(listening: &Listening) {
-    let line = format!("{listening}\n");
+/// Writes the listening line to stderr in one write, so that no log line can split it: as
+/// it is, or, when the log is JSON (`LOG_FORMAT=json`), as a JSON object shaped as the log's
+/// lines are, its `fields.message` the line ([`Listening::to_json`]).
+fn announce(listening: &Listening, json: bool) {
+    let line = if json {
+        format!("{}\n", listening.to_json())
+    } else {
+        format!("{listening}\n")
+    };
     // Nothing to do if stderr is gone; the service runs on.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
@@ -620,7 +657,16 @@ mod tests {
         listening.grpc = GrpcAddress::Unix("/run/rl.sock".into());
         let line = listening.to_string();
         assert!(line.contains(" grpc=unix:/run/rl.sock "), "{line}");
-        assert_eq!(Listening::parse(&line), Some(listening));
+        assert_eq!(Listening::parse(&line), Some(listening.clone()));
+        // The same line in a JSON log.
+        let json = listening.to_json();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["fields"]["grpc"], "unix:/run/rl.sock");
+        assert_eq!(Listening::parse(&json), Some(listening));
+        assert_eq!(
+            Listening::parse("{\"fields\":{\"message\":\"other\"}}"),
+            None
+        );
         for other in [
             "",
             "floodgate listening",

@@ -403,6 +403,12 @@ pub struct Logging {
     pub json: bool,
 }
 
+/// The libraries kept at warn when only a level is given (`LOG_LEVEL=debug`): their debug
+/// lines are about frames and records, not decisions.
+const QUIET_AT_WARN: &str = "h2=warn,hyper=warn,hyper_util=warn,tonic=warn,tower=warn,\
+                             axum=warn,rustls=warn,tokio_rustls=warn,mio=warn,notify=warn,\
+                             redis=warn,reqwest=warn";
+
 impl Logging {
     /// Reads `env`; `present`: upstream's settings are.
     pub fn read(env: &Environment, present: bool) -> Result<Logging, SettingsError> {
@@ -422,6 +428,14 @@ impl Logging {
             },
             _ if present => "warn".into(),
             _ => "info".into(),
+        };
+        // A level alone is for Floodgate's lines (its decisions at debug): the libraries
+        // under it (HTTP/2 framing, TLS records) stay at warn unless RUST_LOG names them.
+        let filter = match filter.as_str() {
+            "info" | "debug" | "trace" if env.string("RUST_LOG").is_none_or(str::is_empty) => {
+                format!("{filter},{QUIET_AT_WARN}")
+            }
+            _ => filter,
         };
         let json = env
             .string("LOG_FORMAT")
@@ -711,12 +725,18 @@ mod tests {
         let read = |pairs: &[(&str, &str)], present| {
             Logging::read(&Environment::from_pairs(pairs.iter().copied()), present)
         };
-        assert_eq!(read(&[], false).unwrap().filter, "info");
+        assert_eq!(
+            read(&[], false).unwrap().filter,
+            format!("info,{QUIET_AT_WARN}")
+        );
         assert_eq!(read(&[], true).unwrap().filter, "warn");
+        // A level: Floodgate's lines at that level, HTTP/2, TLS and the rest at warn.
         assert_eq!(
             read(&[("LOG_LEVEL", "DEBUG")], true).unwrap().filter,
-            "debug"
+            format!("debug,{QUIET_AT_WARN}")
         );
+        assert!(QUIET_AT_WARN.contains("h2=warn,hyper=warn"));
+        assert!(QUIET_AT_WARN.contains("tonic=warn") && QUIET_AT_WARN.contains("rustls=warn"));
         assert_eq!(
             read(&[("LOG_LEVEL", "fatal")], true).unwrap().filter,
             "error"

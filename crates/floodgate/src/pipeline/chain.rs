@@ -174,6 +174,17 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
         undone: bool,
         verdict: &mut Verdict,
     ) -> Step {
+        tracing::debug!(
+            target: "floodgate::decision",
+            stage = %self.name,
+            key = &*pending.key,
+            hits = pending.op.cost(),
+            allowed = decision.allowed,
+            remaining = decision.remaining,
+            limit = decision.limit,
+            undone,
+            "stage decided"
+        );
         if let Some(lease) = pending.lease {
             if decision.allowed && !undone {
                 verdict.leases.push(lease);
@@ -282,6 +293,14 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     pub(super) fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
         if let Limiter::AdaptiveConcurrency(limiter) = &self.limiter {
             let admission = limiter.try_acquire();
+            tracing::debug!(
+                target: "floodgate::decision",
+                stage = %self.name,
+                allowed = admission.lease.is_some(),
+                in_flight = admission.in_flight,
+                limit = admission.limit,
+                "stage decided"
+            );
             if let Some(lease) = admission.lease {
                 verdict.leases.push(lease);
                 return Step::Pass;
@@ -297,6 +316,15 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
             return Step::Pass;
         };
         let shed = shedder.check(request.priority);
+        tracing::debug!(
+            target: "floodgate::decision",
+            stage = %self.name,
+            priority = request.priority.name(),
+            allowed = !shed.shed,
+            shed_amount = shed.shed_amount,
+            drop_probability = shed.drop_probability,
+            "stage decided"
+        );
         verdict.shed_amount = Some(shed.shed_amount);
         // The request is a busy worker until it ends: an enforcing refusal (this stage's, or
         // a later one's) drops the lease with the verdict's others; a shadow one lets the
