@@ -2,14 +2,17 @@
 //! envoyproxy/ratelimit's runtime directory) reloads the configuration when its files change,
 //! without a signal.
 //!
-//! What is watched (inotify, through `notify`):
+//! What is watched (inotify, through `notify`), and which events count ([`relevant`]):
 //!
-//! - a file: the directory holding it (an editor replaces a file by renaming a new one over
-//!   it; a Kubernetes ConfigMap swaps the `..data` link beside it);
+//! - a file: its entry in the directory holding it (an editor replaces a file by renaming a
+//!   new one over it), and the `..`-named entries beside it (a Kubernetes ConfigMap swaps its
+//!   `..data` link); other entries of that directory (a log file written there) count for
+//!   nothing;
 //! - a directory: it and everything under it;
-//! - a runtime directory: the directory holding `RUNTIME_ROOT`, so that swapping the
-//!   `current` link to a new tree is seen, and the tree read, so that files written in place,
-//!   and a ConfigMap's `..data` swap, are seen too ([`RuntimeDir::watched`]).
+//! - a runtime directory: the `RUNTIME_ROOT` entry in the directory holding it, so that
+//!   swapping the `current` link to a new tree is seen, and the tree read, so that files
+//!   written in place, and a ConfigMap's `..data` swap, are seen too
+//!   ([`RuntimeDir::watched`]); nothing else beside `RUNTIME_ROOT` counts.
 //!
 //! Changes are **debounced**: after the first event, the reload waits until no event has come
 //! for [`QUIET`] (at most [`MOST_WAIT`] in all), so that a burst of writes (a deployment tool
@@ -79,17 +82,7 @@ pub fn follow_tls(
         let label = format!("the {} listener's TLS files", tls.listener());
         follow_files(
             &label,
-            || {
-                let mut paths: Vec<(PathBuf, RecursiveMode)> = Vec::new();
-                for file in &files {
-                    for dir in watched_dirs(file) {
-                        if !paths.iter().any(|(p, _)| *p == dir) {
-                            paths.push((dir, RecursiveMode::NonRecursive));
-                        }
-                    }
-                }
-                paths
-            },
+            || files.iter().flat_map(|file| file_watches(file)).collect(),
             || Some(hash_files(&files)),
             loaded,
             || match tls.reload() {
@@ -106,12 +99,12 @@ pub fn follow_tls(
 /// when they were loaded); `what` names them in logs.
 async fn follow_files(
     what: &str,
-    watched: impl Fn() -> Vec<(PathBuf, RecursiveMode)>,
+    watched: impl Fn() -> Vec<Watch>,
     fingerprint: impl Fn() -> Option<u64>,
     loaded: Option<u64>,
     mut reload: impl FnMut(),
 ) {
-    let (changed, mut changes) = mpsc::channel::<()>(1);
+    let (changed, mut changes) = mpsc::channel::<Vec<PathBuf>>(1);
     let mut seen = loaded;
     let mut watcher = None;
     loop {
@@ -134,7 +127,7 @@ async fn follow_files(
             let started = tokio::time::Instant::now();
             while started.elapsed() < MOST_WAIT {
                 match tokio::time::timeout(QUIET, changes.recv()).await {
-                    Ok(Some(())) => continue,
+                    Ok(Some(_)) => continue,
                     Ok(None) => return,
                     Err(_) => break,
                 }
@@ -154,76 +147,153 @@ async fn follow_files(
     }
 }
 
-/// A watcher on `paths`, sending `()` on `changed` for each event that may change what they
-/// hold.
-fn arm(
-    paths: &[(PathBuf, RecursiveMode)],
-    changed: mpsc::Sender<()>,
-) -> notify::Result<notify::RecommendedWatcher> {
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match event {
-            // Reading the files (the reload itself) must not look like a change.
-            Ok(event) => !matches!(
-                event.kind,
-                EventKind::Access(_)
-                    | EventKind::Modify(notify::event::ModifyKind::Metadata(
-                        notify::event::MetadataKind::AccessTime
-                    ))
-            ),
-            // An overflowed queue may have lost a change: look.
-            Err(_) => true,
-        };
-        if relevant {
-            // A full channel already says "changed".
-            let _ = changed.try_send(());
+/// One path a watcher follows, and which of the events under it count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Watch {
+    /// The directory watched.
+    dir: PathBuf,
+    /// Every event in the directory's tree counts (it is watched recursively); else only
+    /// events on the entries named in `names`, directly in it.
+    tree: bool,
+    /// The names of the entries that count, with `tree` false. Names starting with `..` always
+    /// count: a Kubernetes ConfigMap or Secret is swapped through its `..data` link and
+    /// `..2024_…` directories.
+    names: Vec<std::ffi::OsString>,
+}
+
+impl Watch {
+    /// `dir` and everything under it.
+    fn tree(dir: PathBuf) -> Watch {
+        Watch {
+            dir,
+            tree: true,
+            names: Vec::new(),
         }
+    }
+
+    /// The entries `names` of `dir` only (a file, a link that is swapped).
+    fn entries(dir: PathBuf, names: Vec<std::ffi::OsString>) -> Watch {
+        Watch {
+            dir,
+            tree: false,
+            names,
+        }
+    }
+
+    /// Whether an event on `path` (as the watcher reports it: under `dir` as given) is one
+    /// this watch follows.
+    fn covers(&self, path: &Path) -> bool {
+        if self.tree {
+            return path.starts_with(&self.dir);
+        }
+        if path.parent() != Some(self.dir.as_path()) {
+            return false;
+        }
+        path.file_name().is_some_and(|name| {
+            self.names.iter().any(|n| n == name) || name.to_string_lossy().starts_with("..")
+        })
+    }
+}
+
+/// Whether `event` may change what `watches` follow: an event of theirs that is not a read
+/// (reading the files, as a reload does, must not look like a change), or one with no path
+/// (the queue overflowed: a change may have been lost). Events on other entries of a watched
+/// directory (a log file written beside the configuration) do not count.
+fn relevant(watches: &[Watch], event: &notify::Event) -> bool {
+    let read = matches!(
+        event.kind,
+        EventKind::Access(_)
+            | EventKind::Modify(notify::event::ModifyKind::Metadata(
+                notify::event::MetadataKind::AccessTime
+            ))
+    );
+    !read
+        && (event.paths.is_empty()
+            || event
+                .paths
+                .iter()
+                .any(|path| watches.iter().any(|w| w.covers(path))))
+}
+
+/// A watcher on `watches`, sending each relevant event's paths on `changed` ([`relevant`]).
+fn arm(
+    watches: &[Watch],
+    changed: mpsc::Sender<Vec<PathBuf>>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let following = watches.to_vec();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let paths = match event {
+            Ok(event) if relevant(&following, &event) => event.paths,
+            Ok(_) => return,
+            // An overflowed queue may have lost a change: look.
+            Err(_) => Vec::new(),
+        };
+        // A full channel already says "changed".
+        let _ = changed.try_send(paths);
     })?;
-    for (path, mode) in paths {
-        watcher.watch(path, *mode)?;
+    for watch in watches {
+        let mode = if watch.tree {
+            RecursiveMode::Recursive
+        } else {
+            RecursiveMode::NonRecursive
+        };
+        watcher.watch(&watch.dir, mode)?;
     }
     Ok(watcher)
 }
 
-/// The directories to watch for a file: the one holding it, and, when it is a link to a file
-/// elsewhere, that file's too.
-fn watched_dirs(path: &Path) -> Vec<PathBuf> {
+/// What to watch for a file: its entry in the directory holding it, and, when it is a link to
+/// a file elsewhere, that file in its own directory.
+fn file_watches(path: &Path) -> Vec<Watch> {
     let parent = parent_of(path);
-    let mut dirs = vec![parent.clone()];
+    let name = path
+        .file_name()
+        .map(|n| vec![n.to_owned()])
+        .unwrap_or_default();
+    let mut watches = vec![Watch::entries(parent.clone(), name)];
     if let Ok(real) = path.canonicalize() {
         let real_parent = parent_of(&real);
         if real_parent != parent {
-            dirs.push(real_parent);
+            let name = real
+                .file_name()
+                .map(|n| vec![n.to_owned()])
+                .unwrap_or_default();
+            watches.push(Watch::entries(real_parent, name));
         }
     }
-    dirs
+    watches
 }
 
-/// The paths to watch for `source`.
-fn watched(source: &ConfigSource) -> Vec<(PathBuf, RecursiveMode)> {
+/// What to watch for `source`.
+fn watched(source: &ConfigSource) -> Vec<Watch> {
     match source {
         ConfigSource::Builtin => Vec::new(),
-        ConfigSource::Path(path) if path.is_dir() => vec![(path.clone(), RecursiveMode::Recursive)],
-        ConfigSource::Path(path) => watched_dirs(path)
-            .into_iter()
-            .map(|dir| (dir, RecursiveMode::NonRecursive))
-            .collect(),
+        ConfigSource::Path(path) if path.is_dir() => vec![Watch::tree(path.clone())],
+        ConfigSource::Path(path) => file_watches(path),
         ConfigSource::Runtime(dir) => runtime_watches(dir),
     }
 }
 
-fn runtime_watches(dir: &RuntimeDir) -> Vec<(PathBuf, RecursiveMode)> {
-    let mut paths = Vec::new();
+/// A runtime directory: with `watch_root`, the `RUNTIME_ROOT` entry (the `current` link that
+/// a deployment swaps) in the directory holding it, and the tree read.
+fn runtime_watches(dir: &RuntimeDir) -> Vec<Watch> {
+    let mut watches = Vec::new();
     if dir.watch_root {
-        paths.extend(
+        let root = dir
+            .root
+            .file_name()
+            .map(|n| vec![n.to_owned()])
+            .unwrap_or_default();
+        watches.extend(
             dir.watched()
                 .into_iter()
-                .map(|p| (p, RecursiveMode::NonRecursive)),
+                .map(|parent| Watch::entries(parent, root.clone())),
         );
     }
     if let Some(target) = dir.target().filter(|t| t.is_dir()) {
-        paths.push((target, RecursiveMode::Recursive));
+        watches.push(Watch::tree(target));
     }
-    paths
+    watches
 }
 
 fn parent_of(path: &Path) -> PathBuf {
@@ -258,6 +328,98 @@ fn hash_files(files: &[PathBuf]) -> u64 {
 mod tests {
     use super::*;
 
+    fn event(kind: EventKind, paths: &[&str]) -> notify::Event {
+        notify::Event {
+            kind,
+            paths: paths.iter().map(PathBuf::from).collect(),
+            attrs: Default::default(),
+        }
+    }
+
+    #[test]
+    fn only_the_followed_entries_and_trees_count() {
+        use notify::event::{CreateKind, DataChange, ModifyKind};
+        let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let watches = vec![
+            Watch::entries("/srv/runtime_data".into(), vec!["current".into()]),
+            Watch::tree("/srv/runtime_data/current/ratelimit".into()),
+            Watch::entries("/etc/floodgate".into(), vec!["floodgate.yaml".into()]),
+        ];
+        for path in [
+            "/srv/runtime_data/current",
+            "/srv/runtime_data/current/ratelimit/config/rl.yaml",
+            "/srv/runtime_data/current/ratelimit/deep/er/x.yaml",
+            "/etc/floodgate/floodgate.yaml",
+            // A ConfigMap's swap.
+            "/etc/floodgate/..data",
+            "/etc/floodgate/..2026_11_27_10_00_00.123",
+        ] {
+            assert!(relevant(&watches, &event(write, &[path])), "{path}");
+        }
+        for path in [
+            // A log file beside RUNTIME_ROOT, an editor's swap file, a sibling config.
+            "/srv/runtime_data/floodgate.log",
+            "/etc/floodgate/.floodgate.yaml.swp",
+            "/etc/floodgate/other.yaml",
+            "/srv/runtime_data/current/other/x.yaml",
+        ] {
+            assert!(!relevant(&watches, &event(write, &[path])), "{path}");
+        }
+        // A rename onto the file counts through its destination.
+        let rename = event(
+            EventKind::Create(CreateKind::File),
+            &[
+                "/etc/floodgate/floodgate.yaml.tmp",
+                "/etc/floodgate/floodgate.yaml",
+            ],
+        );
+        assert!(relevant(&watches, &rename));
+        // Reads never count; an event without a path always does.
+        let read = event(
+            EventKind::Access(notify::event::AccessKind::Any),
+            &["/etc/floodgate/floodgate.yaml"],
+        );
+        assert!(!relevant(&watches, &read));
+        assert!(relevant(&watches, &event(write, &[])));
+    }
+
+    /// Through the OS's own watcher: a hundred writes to a file beside the followed one send
+    /// nothing; the followed file's change does. Events arrive in order, so by the time the
+    /// followed file's event is received, every earlier write's has been seen.
+    #[tokio::test]
+    async fn writes_beside_the_followed_file_send_nothing() {
+        let dir =
+            std::env::temp_dir().join(format!("floodgate-watch-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("floodgate.yaml");
+        let log = dir.join("floodgate.log");
+        std::fs::write(&file, "first").unwrap();
+        let (changed, mut changes) = mpsc::channel::<Vec<PathBuf>>(1024);
+        let watcher = arm(&file_watches(&file), changed).unwrap();
+        for i in 0..100 {
+            std::fs::write(&log, format!("line {i}\n")).unwrap();
+        }
+        std::fs::write(&file, "second").unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut before = Vec::new();
+            while let Some(paths) = changes.recv().await {
+                if paths.iter().any(|p| p.ends_with("floodgate.yaml")) {
+                    return before;
+                }
+                before.push(paths);
+            }
+            before
+        })
+        .await;
+        drop(watcher);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            seen,
+            Ok(Vec::new()),
+            "events sent before the followed file's"
+        );
+    }
+
     /// Files changed after they were loaded but before the watch was set (a slow start under
     /// load) sent no event the watch could see: they are reloaded all the same.
     #[tokio::test]
@@ -272,7 +434,7 @@ mod tests {
         let (reloaded, mut done) = mpsc::channel::<()>(1);
         let follow = follow_files(
             "the test's file",
-            || vec![(dir.clone(), RecursiveMode::NonRecursive)],
+            || file_watches(&file),
             || Some(hash_files(&files)),
             loaded,
             move || {
