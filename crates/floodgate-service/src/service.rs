@@ -45,6 +45,19 @@ use switches::Switches;
 /// How often, at most, a token this node cannot open makes it read the store's shared secret.
 const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A field of a request that becomes part of a store key (`user`, `key`, `endpoint`) is
+/// longer than `connections.max_key_bytes`: refused before anything is counted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`: {bytes} bytes, more than the {max} connections.max_key_bytes allows")]
+pub struct TooLong {
+    /// The field.
+    pub field: &'static str,
+    /// Its length in bytes.
+    pub bytes: usize,
+    /// The bound.
+    pub max: usize,
+}
+
 /// One configuration, ready to serve: swapped whole on reload.
 pub type Snapshot = Served<ServiceStore>;
 
@@ -298,6 +311,20 @@ impl Server {
     pub fn with_heavy_keys(mut self, counters: usize) -> Server {
         self.dashboard = Dashboard::new(counters);
         self
+    }
+
+    /// Refuses `value` of request field `field` when it is longer than
+    /// `connections.max_key_bytes` ([`TooLong`]).
+    pub fn bounded(&self, field: &'static str, value: &str) -> Result<(), TooLong> {
+        let max = self.limits.max_key_bytes;
+        if value.len() > max {
+            return Err(TooLong {
+                field,
+                bytes: value.len(),
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// The connection limits the service started with (a reload keeps them).

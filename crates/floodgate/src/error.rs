@@ -23,6 +23,15 @@ pub enum ConfigError {
         /// The parameter's name.
         field: &'static str,
     },
+    /// A name that should be one of a known set is not (a request field in a condition or a
+    /// key template, say).
+    #[error("unknown field `{name}`: the fields are {known}")]
+    UnknownField {
+        /// The name as written.
+        name: String,
+        /// The names accepted, for people.
+        known: &'static str,
+    },
 }
 
 impl ConfigError {

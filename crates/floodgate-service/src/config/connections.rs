@@ -28,6 +28,9 @@ pub struct ConnectionLimits {
     /// Decisions being answered at once, both APIs together, beyond which calls are shed
     /// (1 to 10,000,000). A call counts once its body has been read.
     pub max_in_flight: usize,
+    /// The longest `user` and `endpoint` of `/v1/evaluate` and `key` of `/v1/check`, in bytes
+    /// (1 to 65,536; default 1,024): each becomes part of a key in the store, one per user.
+    pub max_key_bytes: usize,
     /// How old a gRPC connection may grow (each within ±10% of it) before it is asked to go
     /// away, so that clients spread over new nodes (envoyproxy/ratelimit's
     /// `GRPC_MAX_CONNECTION_AGE`); absent (the default): never.
@@ -46,6 +49,7 @@ impl Default for ConnectionLimits {
             max_body_bytes: 64 * 1024,
             max_streams: 4_096,
             max_in_flight: 10_000,
+            max_key_bytes: 1024,
             grpc_max_age: None,
             grpc_max_age_grace: SpecDuration(Duration::from_secs(3600)),
         }
@@ -98,6 +102,13 @@ impl ConnectionLimits {
                 "max_in_flight",
                 self.max_in_flight.to_string(),
                 "1 to 10000000",
+            );
+        }
+        if !(1..=65_536).contains(&self.max_key_bytes) {
+            return bad(
+                "max_key_bytes",
+                self.max_key_bytes.to_string(),
+                "1 to 65536",
             );
         }
         if self.grpc_max_age.is_some_and(|age| age.0.is_zero()) {

@@ -11,7 +11,8 @@
 //! # store: { url: "redis://127.0.0.1:6380/0", timeout: 50ms, breaker: { threshold: 3, cool_down: 1s },
 //! #          password_env: REDIS_PASSWORD, nodes: 3 }
 //! connections: { max_connections: 10000, header_read_timeout: 30s, max_header_bytes: 16384,
-//!                max_body_bytes: 65536, max_streams: 4096, max_in_flight: 10000 }
+//!                max_body_bytes: 65536, max_streams: 4096, max_in_flight: 10000,
+//!                max_key_bytes: 1024 }
 //!                               # the defaults; see crate::connections
 //! plans:                        # plan name -> algorithm (floodgate's AlgorithmSpec)
 //!   free: { algorithm: token_bucket, rate: 50, capacity: 100 }

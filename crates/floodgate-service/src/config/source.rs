@@ -312,11 +312,12 @@ impl Source {
                     .or(reader_line),
             ),
         };
+        let what = beyond_whole_numbers(what).unwrap_or_else(|| without_repeated_path(path, what));
         ConfigFileError::Yaml {
             file: self.file.clone(),
             line,
             message: if path.is_empty() {
-                what.to_string()
+                what
             } else {
                 format!("{path}: {what}")
             },
@@ -362,6 +363,34 @@ impl Source {
             .collect();
         unique(found)
     }
+}
+
+/// `what` without a lead that repeats the end of `path` (`rate_limit: requests_per_unit: `-1` …`
+/// at `descriptors[0].rate_limit.requests_per_unit` reads `` `-1` … ``): a checker inside a
+/// section names the field it refuses, and the entry found for it here names it again.
+fn without_repeated_path(path: &str, what: &str) -> String {
+    let segments: Vec<&str> = path.split('.').collect();
+    for k in (1..=segments.len()).rev() {
+        let lead = format!("{}: ", segments[segments.len() - k..].join(": "));
+        if let Some(rest) = what.strip_prefix(&lead) {
+            return rest.to_string();
+        }
+    }
+    what.to_string()
+}
+
+/// The reader's words for a whole number too large for any field ("invalid type: integer
+/// `99999999999999999999999` as u128, expected any YAML value", from an integer beyond 64
+/// bits) in the terms of the configuration: what the largest accepted number is.
+fn beyond_whole_numbers(what: &str) -> Option<String> {
+    let rest = what.strip_prefix("invalid type: integer `")?;
+    let (number, rest) = rest.split_once('`')?;
+    rest.starts_with(" as u128").then(|| {
+        format!(
+            "{number} is beyond the largest whole number a limit takes ({})",
+            u64::MAX
+        )
+    })
 }
 
 #[cfg(test)]

@@ -214,56 +214,12 @@ pub trait RlsBackend: Send + Sync + 'static {
 /// envoyproxy/ratelimit names it.
 pub const HEALTH_SERVICE: &str = "ratelimit";
 
-/// Why a decoded `RateLimitRequest` was refused with `INVALID_ARGUMENT`. The message names the
-/// field, with its index in the request.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidRequest {
-    /// `domain` is empty.
-    #[error("domain: must not be empty")]
-    EmptyDomain,
-    /// `descriptors` is empty.
-    #[error("descriptors: must hold at least one descriptor")]
-    NoDescriptors,
-    /// A descriptor has no entries.
-    #[error("descriptors[{descriptor}].entries: must hold at least one entry")]
-    NoEntries {
-        /// The descriptor's index in the request.
-        descriptor: usize,
-    },
-    /// An entry's key is empty.
-    #[error("descriptors[{descriptor}].entries[{entry}].key: must not be empty")]
-    EmptyKey {
-        /// The descriptor's index in the request.
-        descriptor: usize,
-        /// The entry's index in the descriptor.
-        entry: usize,
-    },
-    /// A descriptor's limit override has no unit (UNKNOWN, 0) or a number Envoy does not
-    /// define.
-    #[error("descriptors[{descriptor}].limit.unit: {unit} is not a unit (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)")]
-    UnknownOverrideUnit {
-        /// The descriptor's index in the request.
-        descriptor: usize,
-        /// The unit's number as sent.
-        unit: i32,
-    },
-}
+pub use crate::rls::InvalidRequest;
 
-/// Checks what Envoy's API requires of a request and prost cannot: see [`InvalidRequest`].
-fn validate(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
-    if request.domain.is_empty() {
-        return Err(InvalidRequest::EmptyDomain);
-    }
-    if request.descriptors.is_empty() {
-        return Err(InvalidRequest::NoDescriptors);
-    }
+/// The limit overrides' units, which only the protobuf form can get wrong (the rest of
+/// Envoy's requirements are [`RlsRequest::validate`]'s, shared with `/json`).
+fn check_units(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
     for (descriptor, d) in request.descriptors.iter().enumerate() {
-        if d.entries.is_empty() {
-            return Err(InvalidRequest::NoEntries { descriptor });
-        }
-        if let Some(entry) = d.entries.iter().position(|e| e.key.is_empty()) {
-            return Err(InvalidRequest::EmptyKey { descriptor, entry });
-        }
         if let Some(limit) = &d.limit {
             if RateUnit::from_proto_number(limit.unit).is_none() {
                 return Err(InvalidRequest::UnknownOverrideUnit {
@@ -283,8 +239,8 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
     /// rebuilt with `into_iter().map().collect()` over same-sized elements, which the standard
     /// library does in place: no allocation beyond what decoding made.
     fn try_from(request: RateLimitRequest) -> Result<RlsRequest, InvalidRequest> {
-        validate(&request)?;
-        Ok(RlsRequest {
+        check_units(&request)?;
+        let request = RlsRequest {
             domain: request.domain,
             descriptors: request
                 .descriptors
@@ -292,7 +248,7 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
                 .map(|d| RlsDescriptor {
                     entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                     hits_addend: d.hits_addend,
-                    // Every unit was checked by `validate`.
+                    // Every unit was checked by `check_units`.
                     limit: d.limit.and_then(|l| {
                         Some(RlsLimitOverride {
                             requests_per_unit: l.requests_per_unit,
@@ -302,7 +258,9 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
                 })
                 .collect(),
             hits_addend: request.hits_addend,
-        })
+        };
+        request.validate()?;
+        Ok(request)
     }
 }
 

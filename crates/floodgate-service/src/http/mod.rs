@@ -14,7 +14,8 @@
 //! | 404 | `not_found` | no such endpoint (under envoyproxy/ratelimit's settings with no Floodgate configuration, every endpoint but upstream's `/json` and `/healthcheck`, and `/metrics`, `/livez`, `/readyz` and the admin API) |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
-//! | 400 | `unknown_priority`, `empty_user`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `unknown_priority`, `empty_user`, `too_long`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `empty_key`, `too_long` | `/v1/check`: an empty `key`, or one longer than `connections.max_key_bytes` |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
@@ -223,6 +224,7 @@ impl From<EvaluateError> for ApiError {
         let kind = match e {
             EvaluateError::UnknownPriority { .. } => "unknown_priority",
             EvaluateError::EmptyUser => "empty_user",
+            EvaluateError::TooLong(_) => "too_long",
             EvaluateError::UnknownPlan { .. } => "unknown_plan",
             EvaluateError::Attribute { .. } => "bad_attribute",
             EvaluateError::MissingField(_) => "missing_field",
@@ -260,7 +262,7 @@ impl From<RlsJsonError> for ApiError {
             RlsJsonError::UnknownField { .. } => "unknown_field",
             RlsJsonError::MissingUnit { .. } => "missing_field",
             RlsJsonError::UnknownUnit { .. } => "unknown_unit",
-            RlsJsonError::Empty { .. } => "empty_field",
+            RlsJsonError::Invalid(_) => "empty_field",
         };
         ApiError::invalid(kind, e)
     }
@@ -383,6 +385,21 @@ async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejec
         Ok(r) => r,
         Err(response) => return response,
     };
+    // The key names what is counted: every request without one would share one count.
+    if request.key.is_empty() {
+        server.metrics().call(Endpoint::Check, Outcome::Invalid);
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "empty_key",
+            "field `key`: must not be empty (it names what is counted)",
+        )
+        .into_response();
+    }
+    if let Err(too_long) = server.bounded("key", &request.key) {
+        server.metrics().call(Endpoint::Check, Outcome::Invalid);
+        return ApiError::new(StatusCode::BAD_REQUEST, "too_long", too_long.to_string())
+            .into_response();
+    }
     match server
         .check(&request.limiter, &request.key, request.cost)
         .await

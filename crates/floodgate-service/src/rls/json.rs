@@ -64,12 +64,10 @@ pub enum RlsJsonError {
         /// The value as sent, in JSON.
         found: String,
     },
-    /// `domain` or `descriptors` is missing or empty (envoyproxy/ratelimit refuses both).
-    #[error("{field}: must not be empty")]
-    Empty {
-        /// `domain` or `descriptors`.
-        field: &'static str,
-    },
+    /// What Envoy's API requires of every request, checked as over gRPC: a domain, at least
+    /// one descriptor, each with at least one entry, every key non-empty.
+    #[error(transparent)]
+    Invalid(#[from] super::InvalidRequest),
 }
 
 /// Reads a `RateLimitRequest` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
@@ -80,8 +78,9 @@ pub enum RlsJsonError {
 /// `unit` is an enum name (`"MINUTE"`, any case) or Envoy's number, and its absent
 /// `requestsPerUnit` is 0. Refused ([`RlsJsonError`], naming the field): another type, an
 /// unknown field, a count above its field's range (`requestsPerUnit` above `u32::MAX`), a
-/// `limit` without a unit or with an unknown one, an empty `domain` and an empty `descriptors`
-/// list (as envoyproxy/ratelimit refuses them).
+/// `limit` without a unit or with an unknown one, and what Envoy's API refuses over gRPC too
+/// ([`RlsRequest::validate`]: an empty `domain`, no descriptors, a descriptor without entries,
+/// an empty key).
 pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, RlsJsonError> {
     let object = as_object(json, "the request")?;
     let mut request = RlsRequest::default();
@@ -104,14 +103,7 @@ pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, RlsJsonError> {
             other => return Err(unknown_field("the request", other)),
         }
     }
-    if request.domain.is_empty() {
-        return Err(RlsJsonError::Empty { field: "domain" });
-    }
-    if request.descriptors.is_empty() {
-        return Err(RlsJsonError::Empty {
-            field: "descriptors",
-        });
-    }
+    request.validate()?;
     Ok(request)
 }
 
@@ -357,7 +349,7 @@ mod tests {
             "descriptors": [
                 {"entries": [{"key": "a", "value": "1"}, {"key": "b"}], "hitsAddend": "7"},
                 {"entries": [{"key": "c", "value": "2"}], "hits_addend": 0},
-                {"entries": [], "hitsAddend": null, "limit": null}
+                {"entries": [{"key": "d"}], "hitsAddend": null, "limit": null}
             ],
             "hitsAddend": 3
         }))
@@ -376,9 +368,9 @@ mod tests {
         let overrides = rls_request_from_json(&json!({
             "domain": "d",
             "descriptors": [
-                {"entries": [], "limit": {"requestsPerUnit": 5, "unit": "MINUTE"}},
-                {"entries": [], "limit": {"requests_per_unit": "4294967295", "unit": "week"}},
-                {"entries": [], "limit": {"unit": 7}}
+                {"entries": [{"key": "k"}], "limit": {"requestsPerUnit": 5, "unit": "MINUTE"}},
+                {"entries": [{"key": "k"}], "limit": {"requests_per_unit": "4294967295", "unit": "week"}},
+                {"entries": [{"key": "k"}], "limit": {"unit": 7}}
             ]
         }))
         .expect("valid");
@@ -407,7 +399,14 @@ mod tests {
                 json!({"domain": 5, "descriptors": []}),
                 "domain: expected a string",
             ),
-            (json!({"domain": "d"}), "descriptors: must not be empty"),
+            (
+                json!({"domain": "d"}),
+                "descriptors: must hold at least one descriptor",
+            ),
+            (
+                json!({"domain": "d", "descriptors": [{"entries": []}]}),
+                "descriptors[0].entries: must hold at least one entry",
+            ),
             (
                 json!({"descriptors": [{"entries": []}]}),
                 "domain: must not be empty",

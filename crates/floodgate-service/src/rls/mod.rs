@@ -55,6 +55,64 @@ pub struct RlsRequest {
     pub hits_addend: u32,
 }
 
+/// Why a `RateLimitRequest` (over gRPC or as `/json`) is refused: what Envoy's API requires of
+/// it, checked the same way whatever the transport. The message names the field, with its
+/// index in the request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRequest {
+    /// `domain` is empty.
+    #[error("domain: must not be empty")]
+    EmptyDomain,
+    /// `descriptors` is empty.
+    #[error("descriptors: must hold at least one descriptor")]
+    NoDescriptors,
+    /// A descriptor has no entries.
+    #[error("descriptors[{descriptor}].entries: must hold at least one entry")]
+    NoEntries {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+    },
+    /// An entry's key is empty.
+    #[error("descriptors[{descriptor}].entries[{entry}].key: must not be empty")]
+    EmptyKey {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+        /// The entry's index in the descriptor.
+        entry: usize,
+    },
+    /// A descriptor's limit override has no unit (UNKNOWN, 0) or a number Envoy does not
+    /// define (gRPC; `/json` names the unit as sent).
+    #[error("descriptors[{descriptor}].limit.unit: {unit} is not a unit (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7)")]
+    UnknownOverrideUnit {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+        /// The unit's number as sent.
+        unit: i32,
+    },
+}
+
+impl RlsRequest {
+    /// Checks what Envoy's API requires of every request, whatever its transport: a domain,
+    /// at least one descriptor, each with at least one entry, every key non-empty.
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        if self.domain.is_empty() {
+            return Err(InvalidRequest::EmptyDomain);
+        }
+        if self.descriptors.is_empty() {
+            return Err(InvalidRequest::NoDescriptors);
+        }
+        for (descriptor, d) in self.descriptors.iter().enumerate() {
+            if d.entries.is_empty() {
+                return Err(InvalidRequest::NoEntries { descriptor });
+            }
+            if let Some(entry) = d.entries.iter().position(|(key, _)| key.is_empty()) {
+                return Err(InvalidRequest::EmptyKey { descriptor, entry });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A descriptor's entries as the log shows them, `key=value,key=value`, formatted only
 /// when the line is written.
 #[derive(Clone, Copy, Debug)]

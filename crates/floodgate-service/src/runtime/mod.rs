@@ -46,6 +46,10 @@ use crate::config::{Config, ConfigFileError};
 use crate::environment::Environment;
 use crate::service::Server;
 
+/// The shortest admin token accepted (`FLOODGATE_ADMIN_TOKEN`), in bytes: the admin API
+/// switches limits off, and the dashboard shows who calls most.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 16;
+
 /// The HTTP address used when neither the command line nor the config names one.
 pub const DEFAULT_HTTP: &str = "127.0.0.1:8080";
 /// The gRPC address used when neither the command line nor the config names one.
@@ -261,6 +265,12 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// `FLOODGATE_ADMIN_TOKEN` is too short to be guessed by no one.
+    #[error("FLOODGATE_ADMIN_TOKEN holds {bytes} bytes: the admin token needs at least {MIN_ADMIN_TOKEN_BYTES} (for example 32 random bytes, hex-encoded: openssl rand -hex 32)")]
+    AdminToken {
+        /// Its length.
+        bytes: usize,
+    },
     /// `FLOODGATE_LEASE_SECRET` is too short to sign lease tokens safely.
     #[error("FLOODGATE_LEASE_SECRET holds {bytes} bytes: a lease tokens' secret needs at least {} (for example 32 random bytes, hex-encoded: openssl rand -hex 32)", crate::lease_token::MIN_SECRET_BYTES)]
     LeaseSecret {
@@ -338,6 +348,11 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         .string("FLOODGATE_ADMIN_TOKEN")
         .filter(|t| !t.is_empty())
         .map(str::to_string);
+    if let Some(token) = &admin_token {
+        if token.len() < MIN_ADMIN_TOKEN_BYTES {
+            return Err(ServeError::AdminToken { bytes: token.len() });
+        }
+    }
     // A Redis store is created inside a runtime of its own (its connection's housekeeping runs
     // there), which lives as long as `serve`.
     let store_runtime = tokio::runtime::Builder::new_multi_thread()

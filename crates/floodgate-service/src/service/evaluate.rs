@@ -76,6 +76,9 @@ pub enum EvaluateError {
     /// `user` is empty.
     #[error("field `user`: must not be empty")]
     EmptyUser,
+    /// `user` or `endpoint` is longer than `connections.max_key_bytes`.
+    #[error("{0}")]
+    TooLong(#[from] super::TooLong),
     /// `plan` names a plan the running configuration does not have.
     #[error("field `plan`: `{plan}` is not a configured plan ({configured})")]
     UnknownPlan {
@@ -127,6 +130,10 @@ impl Server {
         };
         if request.user.is_empty() {
             return Err(EvaluateError::EmptyUser);
+        }
+        self.bounded("user", &request.user)?;
+        if let Some(endpoint) = &request.endpoint {
+            self.bounded("endpoint", endpoint)?;
         }
         let snapshot = self.snapshot.load();
         if let Some(plan) = &request.plan {

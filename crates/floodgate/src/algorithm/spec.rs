@@ -275,9 +275,34 @@ pub enum AlgorithmSpec {
     },
 }
 
+/// The slowest rate a spec takes, per second: one a nanosecond short of 32 years.
+pub const MIN_SPEC_RATE: f64 = 1e-9;
+/// The fastest rate a spec takes, per second: one a nanosecond, the clock's resolution.
+pub const MAX_SPEC_RATE: f64 = 1e9;
+
 impl AlgorithmSpec {
-    /// Validates the parameters and builds the algorithm.
+    /// Validates the parameters and builds the algorithm. A spec's `rate` (the buckets', the
+    /// leaky queue's, the smooth limiters') is also bounded to what a clock in nanoseconds can
+    /// express, from [`MIN_SPEC_RATE`] to [`MAX_SPEC_RATE`] per second: beyond them a bucket
+    /// would refill more than once a nanosecond, or less than once in 32 years, and the quota
+    /// it announces (`RateLimit-Policy`) would be meaningless. The algorithms themselves take
+    /// any finite positive rate.
     pub fn build(&self) -> Result<AnyAlgorithm, ConfigError> {
+        if let AlgorithmSpec::TokenBucket { rate, .. }
+        | AlgorithmSpec::LeakyBucket { rate, .. }
+        | AlgorithmSpec::LeakyQueue { rate, .. }
+        | AlgorithmSpec::SmoothBursty { rate, .. }
+        | AlgorithmSpec::SmoothWarmingUp { rate, .. } = *self
+        {
+            if rate.is_finite() && !(MIN_SPEC_RATE..=MAX_SPEC_RATE).contains(&rate) {
+                // Debug writes 1e300 as such, where Display would write 301 digits.
+                return Err(ConfigError::invalid(
+                    "rate",
+                    format!("{rate:?}"),
+                    "must be from 1e-9 to 1e9 per second: at most one a nanosecond, the clock's resolution",
+                ));
+            }
+        }
         Ok(match *self {
             AlgorithmSpec::TokenBucket { rate, capacity } => {
                 AnyAlgorithm::TokenBucket(TokenBucket::new(rate, capacity)?)

@@ -36,7 +36,8 @@ pub enum Field {
 
 impl Field {
     /// Parses `user`, `plan`, `endpoint`, `priority` or `attributes.NAME` (a name of 1 to 64
-    /// ASCII letters, digits and `_ - .`); the error names `field` and the text.
+    /// ASCII letters, digits and `_ - .`); any other text is [`ConfigError::UnknownField`],
+    /// naming it and listing the fields.
     pub fn parse(text: &str) -> Result<Field, ConfigError> {
         Ok(match text {
             "user" => Field::User,
@@ -46,11 +47,10 @@ impl Field {
             _ => match text.strip_prefix("attributes.") {
                 Some(name) if valid_attribute_name(name) => Field::Attribute(name.into()),
                 _ => {
-                    return Err(ConfigError::invalid(
-                        "field",
-                        format!("{text:?}"),
-                        "must be user, plan, endpoint, priority or attributes.NAME (NAME: 1 to 64 ASCII letters, digits and `_ - .`)",
-                    ))
+                    return Err(ConfigError::UnknownField {
+                        name: text.to_string(),
+                        known: "user, plan, endpoint, priority and attributes.NAME (NAME: 1 to 64 ASCII letters, digits and `_ - .`)",
+                    })
                 }
             },
         })

@@ -186,7 +186,7 @@ fn errors_name_the_stage_and_the_field() {
         (
             "pipeline:\n  - { name: a, kind: limit, when: { attributes: x }, spec: { algorithm: fixed_window, limit: 1, window: 1s } }\n",
             "pipeline[0].when.attributes",
-            "stage `a`: invalid value for `field`",
+            "stage `a`: unknown field `attributes`: the fields are user, plan",
         ),
         (
             "pipeline:\n  - name: a\n    kind: limit\n    all_or_nothing: false\n    keys:\n      - { name: org, key: \"{attributes.org}\", spec: { algorithm: fixed_window, limit: 1, window: 1s } }\n      - { name: user, key: \"{user}\", spec: { algorithm: fixed_window, limit: 1, window: 1s } }\n",

@@ -504,11 +504,19 @@ impl Inner {
         }
     }
 
-    /// `message` with the URL's password, if it appears, replaced by `***`.
+    /// `message` with the URL's password replaced by `***` where a URL carries it: as the
+    /// user information (`:PASSWORD@`) or a query parameter's value (`=PASSWORD`). Only there:
+    /// the same text elsewhere in a message is the server's own words (a password `wrong`
+    /// must not turn "wrong user name or password" into "*** user name or password").
     fn scrubbed(&self, mut message: String) -> String {
         for secret in &self.secrets {
-            if message.contains(secret.as_str()) {
-                message = message.replace(secret.as_str(), "***");
+            for (form, masked) in [
+                (format!(":{secret}@"), ":***@"),
+                (format!("={secret}"), "=***"),
+            ] {
+                if message.contains(&form) {
+                    message = message.replace(&form, masked);
+                }
             }
         }
         message
