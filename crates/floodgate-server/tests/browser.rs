@@ -68,7 +68,7 @@ async fn the_dashboard_shows_every_stage_and_changes_with_traffic() {
     let service = serve(
         &path,
         "memory",
-        &[("FLOODGATE_ADMIN_TOKEN", "s3cret-token")],
+        &[("FLOODGATE_ADMIN_TOKEN", "s3cret-admin-token")],
     );
     let browser = Browser::start(1280, 2000).await;
     let page = &browser.client;
@@ -149,7 +149,7 @@ async fn the_dashboard_shows_every_stage_and_changes_with_traffic() {
     page.find(Locator::Id("token"))
         .await
         .unwrap()
-        .send_keys("s3cret-token")
+        .send_keys("s3cret-admin-token")
         .await
         .unwrap();
     form.find(Locator::Css("button"))
@@ -207,7 +207,7 @@ check();
         "{plain}"
     );
     // The token never reaches the page's markup.
-    assert!(!page.source().await.unwrap().contains("s3cret-token"));
+    assert!(!page.source().await.unwrap().contains("s3cret-admin-token"));
     browser.close().await;
 }
 

@@ -69,7 +69,11 @@ fn words(command: &str) -> Vec<String> {
 async fn the_readme_curl_calls_answer_on_the_builtin_config() {
     // A file holding only the store: the built-in config, on the memory store.
     let (_dir, path) = config_file("store: {url: memory}\n");
-    let node = serve(&path, "memory", &[("FLOODGATE_ADMIN_TOKEN", "t0ken")]);
+    let node = serve(
+        &path,
+        "memory",
+        &[("FLOODGATE_ADMIN_TOKEN", "t0ken-long-enough")],
+    );
     let client = reqwest::Client::new();
     let mut called = 0;
     for command in commands(&read("README.md")) {
@@ -92,7 +96,7 @@ async fn the_readme_curl_calls_answer_on_the_builtin_config() {
             client.get(&url)
         };
         if command.contains("authorization: Bearer") {
-            request = request.bearer_auth("t0ken");
+            request = request.bearer_auth("t0ken-long-enough");
         }
         let response = request.send().await.expect("the service answers");
         let status = response.status().as_u16();

@@ -28,7 +28,7 @@ async fn per_ip_then_plans_then_order_writes() {
     let node = serve(
         &example("api.yaml"),
         "memory",
-        &[("FLOODGATE_ADMIN_TOKEN", "t0ken")],
+        &[("FLOODGATE_ADMIN_TOKEN", "t0ken-long-enough")],
     );
     let client = reqwest::Client::new();
     let evaluate = |body: Value| {

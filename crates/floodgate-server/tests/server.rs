@@ -486,7 +486,7 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
         .await;
     assert_eq!(status, 403);
 
-    let s = start(Some(CONFIG), Some("s3cret")).await;
+    let s = start(Some(CONFIG), Some("s3cret-admin-token")).await;
     assert_eq!(s.post_raw("/admin/mode", body.clone(), None).await.0, 401);
     let (status, answer) = s
         .post_raw("/admin/mode", body.clone(), Some("wrong-guess"))
@@ -502,21 +502,35 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
     }
     let (_, refused) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
     assert_eq!(refused["limiter"], "request_rate");
-    assert_eq!(s.post_raw("/admin/mode", body, Some("s3cret")).await.0, 200);
+    assert_eq!(
+        s.post_raw("/admin/mode", body, Some("s3cret-admin-token"))
+            .await
+            .0,
+        200
+    );
     let (_, shadowed) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
     assert_eq!(shadowed["allowed"], true);
     assert_eq!(shadowed["shadow_refusals"], json!(["request_rate"]));
     let bad = json!({"limiter": "request_rate", "mode": "maybe"}).to_string();
-    let (status, answer) = s.post_raw("/admin/mode", bad, Some("s3cret")).await;
+    let (status, answer) = s
+        .post_raw("/admin/mode", bad, Some("s3cret-admin-token"))
+        .await;
     assert_eq!(
         (status, &answer["error"]["type"]),
         (400, &json!("unknown_mode"))
     );
     // Plans.
     let plan = json!({"user": "cy", "plan": "big"}).to_string();
-    assert_eq!(s.post_raw("/admin/plan", plan, Some("s3cret")).await.0, 200);
+    assert_eq!(
+        s.post_raw("/admin/plan", plan, Some("s3cret-admin-token"))
+            .await
+            .0,
+        200
+    );
     let bad_plan = json!({"user": "cy", "plan": "gold"}).to_string();
-    let (status, answer) = s.post_raw("/admin/plan", bad_plan, Some("s3cret")).await;
+    let (status, answer) = s
+        .post_raw("/admin/plan", bad_plan, Some("s3cret-admin-token"))
+        .await;
     assert_eq!(
         (status, &answer["error"]["type"]),
         (400, &json!("unknown_plan"))
@@ -535,8 +549,10 @@ async fn admin_requires_the_token_and_switches_modes_and_plans() {
 /// setting wins over the switch.
 #[tokio::test]
 async fn runtime_switches_outlive_reloads_unless_the_file_changes_them() {
-    let s = start(Some(CONFIG), Some("t")).await;
-    let admin = |path: &'static str, body: Value| s.post_raw(path, body.to_string(), Some("t"));
+    let s = start(Some(CONFIG), Some("test-admin-token")).await;
+    let admin = |path: &'static str, body: Value| {
+        s.post_raw(path, body.to_string(), Some("test-admin-token"))
+    };
     let policy = |answer: &Value| answer["headers"]["ratelimit-policy"].to_string();
     for _ in 0..3 {
         let (_, ok) = s.post("/v1/evaluate", json!({"user": "bo"})).await;
@@ -594,7 +610,7 @@ async fn runtime_switches_outlive_reloads_unless_the_file_changes_them() {
 /// request; a plan that does not exist is refused, naming the plans.
 #[tokio::test]
 async fn plans_follow_one_precedence_and_unknown_ones_are_refused() {
-    let s = start(Some(CONFIG), Some("t")).await;
+    let s = start(Some(CONFIG), Some("test-admin-token")).await;
     let policy = |answer: &Value| answer["headers"]["ratelimit-policy"].to_string();
     // `vip` is on `big` in the file: the request's `tiny` does not lower it.
     let (_, answer) = s
@@ -608,7 +624,12 @@ async fn plans_follow_one_precedence_and_unknown_ones_are_refused() {
     assert!(policy(&answer).contains("q=1000"), "{answer}");
     // The admin API's plan comes before both.
     let tiny = json!({"user": "vip", "plan": "tiny"}).to_string();
-    assert_eq!(s.post_raw("/admin/plan", tiny, Some("t")).await.0, 200);
+    assert_eq!(
+        s.post_raw("/admin/plan", tiny, Some("test-admin-token"))
+            .await
+            .0,
+        200
+    );
     let (_, answer) = s
         .post("/v1/evaluate", json!({"user": "vip", "plan": "big"}))
         .await;
@@ -630,14 +651,14 @@ async fn plans_follow_one_precedence_and_unknown_ones_are_refused() {
 
 #[tokio::test]
 async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one() {
-    let s = start(Some(CONFIG), Some("t")).await;
+    let s = start(Some(CONFIG), Some("test-admin-token")).await;
     let check = || s.post("/v1/check", json!({"limiter": "login", "key": "k"}));
     assert_eq!(check().await.1["remaining"], 1);
     // Raise the login limit: the counter of the unchanged key carries on.
     let raised = CONFIG.replace("limit: 2, window: 1h", "limit: 5, window: 1h");
     std::fs::write(s.config_path(), raised).unwrap();
     assert_eq!(
-        s.post_raw("/admin/reload", String::new(), Some("t"))
+        s.post_raw("/admin/reload", String::new(), Some("test-admin-token"))
             .await
             .0,
         200
@@ -645,7 +666,9 @@ async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one
     assert_eq!(check().await.1["remaining"], 3);
     // A broken file is refused and the running config stays.
     std::fs::write(s.config_path(), "plans: [unclosed").unwrap();
-    let (status, body) = s.post_raw("/admin/reload", String::new(), Some("t")).await;
+    let (status, body) = s
+        .post_raw("/admin/reload", String::new(), Some("test-admin-token"))
+        .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["type"], "invalid_config_yaml", "{body}");
     assert_eq!(check().await.1["remaining"], 2);
