@@ -699,6 +699,7 @@ impl Server {
         }
         let plain = self.authorize(bearer).is_ok();
         let (keys, counted) = self.dashboard.heavy_keys(plain);
+        let plan_overrides = self.plan_overrides();
         let overview = self.overview();
         serde_json::json!({
             "version": crate::VERSION,
@@ -737,6 +738,15 @@ impl Server {
                 serde_json::json!({"name": name, "algorithm": algorithm})
             }).collect::<Vec<_>>(),
             "domains": overview.domains,
+            // Users put on a plan at run time: how many, and who only with the admin token.
+            "plan_overrides": {
+                "count": plan_overrides.len(),
+                "users": plain.then(|| plan_overrides.iter().map(|(user, switch)| serde_json::json!({
+                    "user": user,
+                    "plan": switch.plan,
+                    "configured": switch.configured,
+                })).collect::<Vec<_>>()),
+            },
         })
     }
 }

@@ -214,6 +214,19 @@
       sparkline(spark, [seriesOf(stage.name, (s) => s.decisions), seriesOf(stage.name, (s) => s.refusals)]);
     }
 
+    // Users put on a plan at run time (POST /admin/plan): who, with the admin token.
+    const overrides = d.plan_overrides || { count: 0, users: null };
+    $("plans").hidden = overrides.count === 0;
+    const planRows = $("plan-table").querySelector("tbody");
+    planRows.replaceChildren();
+    for (const o of overrides.users || []) {
+      const tr = el("tr", {});
+      for (const text of [o.user, o.plan, o.configured || "none (default plan)"]) tr.append(el("td", {}, text));
+      planRows.append(tr);
+    }
+    $("plan-note").textContent = overrides.users ? "" :
+      `${overrides.count} user(s) on a plan set at run time: enter the admin token to see who.`;
+
     const fleet = $("fleet");
     const fleets = stages.filter((s) => s.kind === "fleet");
     fleet.hidden = fleets.length === 0;

@@ -117,6 +117,9 @@ pub fn render(overview: &Overview) -> String {
         "<section id=\"fleet\" hidden><h2>Fleet</h2></section>\n\
          <section id=\"utilization\" hidden><h2>Utilization</h2></section>\n\
          <section id=\"adaptive\" hidden><h2>Adaptive concurrency</h2></section>\n\
+         <section id=\"plans\" hidden><h2>Plan overrides</h2>\n<table id=\"plan-table\"><thead>\
+         <tr><th>user</th><th>plan set at run time</th><th>configured plan</th></tr></thead>\
+         <tbody></tbody></table>\n<p class=\"note\" id=\"plan-note\"></p></section>\n\
          <section id=\"keys\"><h2>Heaviest keys</h2>\n<table id=\"key-table\"><thead><tr>\
          <th>key</th><th class=\"num\">requests</th><th class=\"num\">over-count</th></tr>\
          </thead><tbody></tbody></table>\n<p class=\"note\" id=\"key-note\"></p></section>\n\

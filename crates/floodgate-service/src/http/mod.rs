@@ -185,7 +185,10 @@ pub fn router(server: Arc<Server>) -> Router {
         // Upstream answers its probe whatever the method.
         .route("/healthcheck", axum::routing::any(healthcheck))
         .route("/admin/mode", post(admin_mode))
-        .route("/admin/plan", post(admin_plan))
+        .route(
+            "/admin/plan",
+            post(admin_plan).get(admin_plans).delete(admin_plan_clear),
+        )
         .route("/admin/reload", post(admin_reload))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
@@ -380,7 +383,15 @@ fn one() -> u64 {
     1
 }
 
-async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn check(
+    State(server): State<Arc<Server>>,
+    uri: axum::http::Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mode = match status_mode(&uri) {
+        Ok(mode) => mode,
+        Err(e) => return e.into_response(),
+    };
     let request: CheckRequest = match parse_counted(&server, Endpoint::Check, body) {
         Ok(r) => r,
         Err(response) => return response,
@@ -426,6 +437,16 @@ async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejec
                 )
                 .into();
             }
+            if mode == StatusMode::Decision && !d.allowed {
+                let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response();
+                if let Some(retry) = d.retry_after {
+                    let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
+                    response
+                        .headers_mut()
+                        .insert("retry-after", seconds.max(1).into());
+                }
+                return response;
+            }
             Json(answer).into_response()
         }
         Ok(None) => {
@@ -462,15 +483,62 @@ async fn check(State(server): State<Arc<Server>>, body: Result<Bytes, BytesRejec
     }
 }
 
+/// How a decision call's HTTP status is chosen, by its query: `http_status=body` (the
+/// default: 200 whenever the call was answered, the decision in the body, so a caller can
+/// tell a refusal from a failure of the call) or `http_status=decision` (the status carries
+/// the decision: 200 allowed, else the refusal's 429 or 503, with `Retry-After` and the
+/// `RateLimit` fields as header fields, for gateways that act on the status alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusMode {
+    Body,
+    Decision,
+}
+
+fn status_mode(uri: &axum::http::Uri) -> Result<StatusMode, ApiError> {
+    let mut mode = StatusMode::Body;
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        mode = match pair {
+            "http_status=body" => StatusMode::Body,
+            "http_status=decision" => StatusMode::Decision,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "query `{pair}`: the only query is http_status=body (the default: 200, the decision in the body) or http_status=decision (the status carries the decision)"
+                )))
+            }
+        };
+    }
+    Ok(mode)
+}
+
 async fn evaluate(
     State(server): State<Arc<Server>>,
+    uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let mode = match status_mode(&uri) {
+        Ok(mode) => mode,
+        Err(e) => return e.into_response(),
+    };
     let request: EvaluateRequest = match parse_counted(&server, Endpoint::Evaluate, body) {
         Ok(r) => r,
         Err(response) => return response,
     };
     match server.evaluate(&request).await {
+        Ok(answer) if mode == StatusMode::Decision => {
+            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+            let mut response = (status, Json(&answer)).into_response();
+            for (name, value) in &answer.headers {
+                if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+                    response.headers_mut().insert(*name, value);
+                }
+            }
+            response
+        }
         Ok(answer) => Json(answer).into_response(),
         Err(e) => {
             server.metrics().call(Endpoint::Evaluate, Outcome::Invalid);
@@ -749,6 +817,43 @@ async fn admin_plan(
     };
     match server.set_plan(&request.user, &request.plan) {
         Ok(()) => Json(json!({"user": request.user, "plan": request.plan})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+/// `GET /admin/plan`: the users put on a plan at run time.
+async fn admin_plans(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Err(e) = server.authorize(bearer(&headers)) {
+        return admin_error(e);
+    }
+    let overrides: Vec<Value> = server
+        .plan_overrides()
+        .into_iter()
+        .map(|(user, switch)| {
+            json!({"user": user, "plan": switch.plan, "configured": switch.configured})
+        })
+        .collect();
+    Json(json!({ "overrides": overrides })).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClearPlanRequest {
+    user: String,
+}
+
+/// `DELETE /admin/plan {"user"}`: back to the configuration's plan for that user.
+async fn admin_plan_clear(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: ClearPlanRequest = match parse_admin(&server, &headers, body) {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    match server.clear_plan(&request.user) {
+        Ok(cleared) => Json(json!({"user": request.user, "cleared": cleared})).into_response(),
         Err(e) => admin_error(e),
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, MutexGuard};
 
 use floodgate::limiter::Mode;
 
-use super::switches::Switches;
+use super::switches::{PlanSwitch, Switches};
 use super::{has_plan, plan_list, Server};
 use crate::lease_token::constant_time_eq;
 
@@ -113,8 +113,36 @@ impl Server {
         switches.set_plan(user, plan, configured);
         self.plan_overrides
             .store(Arc::new(switches.plans_by_user()));
-        tracing::info!(plan, "plan switched for a user");
+        // A user is a name, never a secret (API keys travel as secret attributes, digested
+        // before any stage sees them), so the operator's line names it.
+        tracing::info!(user, plan, configured, "plan switched for a user");
         Ok(())
+    }
+
+    /// The users put on a plan at run time ([`Server::set_plan`]), in name order: each user,
+    /// the plan set, and the user's plan in `users:` when it was set (`None`: not listed).
+    pub fn plan_overrides(&self) -> Vec<(String, PlanSwitch)> {
+        self.switches()
+            .plans
+            .iter()
+            .map(|(user, switch)| (user.clone(), switch.clone()))
+            .collect()
+    }
+
+    /// Takes `user` off the plan set at run time, back to the configuration's plan for it;
+    /// `Ok(false)` when no plan was set for it.
+    pub fn clear_plan(&self, user: &str) -> Result<bool, AdminError> {
+        if user.is_empty() {
+            return Err(AdminError::EmptyUser);
+        }
+        let mut switches = self.switches();
+        let cleared = switches.plans.remove(user);
+        self.plan_overrides
+            .store(Arc::new(switches.plans_by_user()));
+        if let Some(switch) = &cleared {
+            tracing::info!(user, plan = %switch.plan, "plan switch cleared for a user: the configuration's plan applies");
+        }
+        Ok(cleared.is_some())
     }
 
     pub(super) fn switches(&self) -> MutexGuard<'_, Switches> {
