@@ -76,6 +76,7 @@ async fn the_readme_curl_calls_answer_on_the_builtin_config() {
     );
     let client = reqwest::Client::new();
     let mut called = 0;
+    let mut last_lease = String::new();
     for command in commands(&read("README.md")) {
         let words = words(&command);
         if words.first().map(String::as_str) != Some("curl") {
@@ -85,16 +86,21 @@ async fn the_readme_curl_calls_answer_on_the_builtin_config() {
             continue;
         };
         let url = url.replacen("localhost:8080", &node.http, 1);
+        // The README's placeholder for the token an evaluation handed out: the last one.
         let body = words
             .iter()
             .position(|w| w == "-d")
-            .and_then(|i| words.get(i + 1));
-        let post = body.is_some() || words.iter().any(|w| w == "POST");
-        let mut request = if post {
-            client.post(&url).body(body.cloned().unwrap_or_default())
-        } else {
-            client.get(&url)
+            .and_then(|i| words.get(i + 1))
+            .map(|body| body.replace("\"v1.…\"", &format!("{:?}", last_lease)));
+        let method = match words.iter().position(|w| w == "-X") {
+            Some(i) => words[i + 1].parse().expect("a method"),
+            None if body.is_some() => reqwest::Method::POST,
+            None => reqwest::Method::GET,
         };
+        let mut request = client.request(method, &url);
+        if let Some(body) = body {
+            request = request.body(body);
+        }
         if command.contains("authorization: Bearer") {
             request = request.bearer_auth("t0ken-long-enough");
         }
@@ -102,6 +108,12 @@ async fn the_readme_curl_calls_answer_on_the_builtin_config() {
         let status = response.status().as_u16();
         let text = response.text().await.unwrap_or_default();
         assert_eq!(status, 200, "{command}\n{text}");
+        if let Some(lease) = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|answer| answer["lease"].as_str().map(str::to_string))
+        {
+            last_lease = lease;
+        }
         called += 1;
     }
     assert!(called >= 7, "only {called} curl calls found in the README");
