@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use floodgate_server::store::ServiceStore;
-use floodgate_server::{bench, config, replay, runtime, simulate};
+use floodgate_server::{bench, replay, runtime, simulate};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
 // mimalloc's per-thread free lists serve them faster than glibc's malloc (BENCHMARKS.md).
@@ -18,7 +17,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Floodgate: rate limiting and load shedding.
 #[derive(Parser, Debug)]
-#[command(name = "floodgate", version, about)]
+#[command(
+    name = "floodgate",
+    version,
+    about = "Floodgate: rate limiting and load shedding. `serve` answers allow-or-refuse decisions \
+             over HTTP JSON and Envoy's rate-limit gRPC API (and runs in place of \
+             envoyproxy/ratelimit); the other commands check a configuration, replay recorded \
+             traffic, simulate traffic against limiters and measure a store.",
+    after_help = "Bad arguments and unusable environment settings exit with status 2; a run that fails, 1."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,21 +44,10 @@ enum Command {
     /// Measures a store's decisions per second and latency, driven in-process as the service
     /// drives it: a short summary, then one JSON line.
     Bench(bench::Args),
-    /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format), or a directory
-    /// of them as `serve --config DIR` reads it, without serving.
-    CheckConfig {
-        /// The file or directory to check.
-        #[arg(value_name = "FILE|DIR")]
-        path: PathBuf,
-        /// Merge domains defined more than once, as `serve --merge-domains` (FLOODGATE_MERGE_DOMAINS
-        /// and MERGE_DOMAIN_CONFIG as for serve).
-        #[arg(long)]
-        merge_domains: bool,
-        // Checked against this store, as `serve` would run it (nothing is sent to it): a
-        // config using an algorithm the store cannot run is refused.
-        #[command(flatten)]
-        store: floodgate_server::cli::StoreArg,
-    },
+    /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format), a directory of
+    /// them as `serve --config DIR` reads it, or (--upstream) envoyproxy/ratelimit's runtime
+    /// directory as the drop-in reads it, without serving; then prints what it holds.
+    CheckConfig(runtime::check::CheckArgs),
 }
 
 /// `floodgate serve` under envoyproxy/ratelimit's entry point name: the command line is only
@@ -86,6 +82,9 @@ fn main() -> ExitCode {
         Ok(logging) => logging,
         Err(e) => return fail(&e.to_string(), 2),
     };
+    if let Err(e) = floodgate_server::cli::store_from_env(&env) {
+        return fail(&e, 2);
+    }
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&logging.filter)
@@ -102,7 +101,7 @@ fn main() -> ExitCode {
     match command {
         Command::Serve(args) => match runtime::serve(args, env, as_ratelimit) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e.to_string(), 1),
+            Err(e) => fail(&e.to_string(), e.exit_code()),
         },
         Command::Replay(args) => match replay::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -116,70 +115,14 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), 2),
         },
-        Command::CheckConfig {
-            path,
-            merge_domains,
-            store,
-        } => match check_config(&path, merge_domains, store.or_env()) {
-            Ok(()) => {
-                println!("{}: ok", path.display());
+        Command::CheckConfig(args) => match runtime::check::check(&args, env) {
+            Ok(checked) => {
+                print!("{checked}");
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(&e.to_string(), 1),
+            Err(e) => fail(&e.to_string(), e.exit_code()),
         },
     }
-}
-
-/// Reads the file or directory and builds everything it configures, as `serve` would, over a
-/// throwaway store of the kind `serve` would use (a Redis store is not connected to).
-fn check_config(
-    path: &std::path::Path,
-    merge_domains: bool,
-    store_url: Option<String>,
-) -> Result<(), CheckError> {
-    let clock = std::sync::Arc::new(floodgate::CoarseClock::shared());
-    let env = floodgate_server::environment::Environment::from_process();
-    let overrides = config::Overrides {
-        merge_domains,
-        response_headers: false,
-        defaults: config::Defaults {
-            merge_domains: ["FLOODGATE_MERGE_DOMAINS", "MERGE_DOMAIN_CONFIG"]
-                .iter()
-                .find_map(|name| env.bool(name).transpose())
-                .transpose()
-                .map_err(CheckError::Environment)?,
-            ..config::Defaults::default()
-        },
-        without_example: false,
-    };
-    let mut config = config::Config::load_with(path, &overrides)?;
-    if store_url.is_some() {
-        config.store.url = store_url;
-    }
-    // A Redis store needs a runtime to be created in; it sends nothing until used.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(CheckError::Runtime)?;
-    let _context = runtime.enter();
-    let store = ServiceStore::from_config(&config.store)?;
-    let served = config.build(store.clone(), clock)?;
-    store.check(&served).map_err(|e| config.place(e))?;
-    // The listeners' TLS files, read as `serve` reads them.
-    floodgate_server::service::ListenersTls::load(&config.tls)?;
-    Ok(())
-}
-
-/// Why `check-config` failed.
-#[derive(Debug, thiserror::Error)]
-enum CheckError {
-    #[error(transparent)]
-    Config(#[from] config::ConfigFileError),
-    #[error("cannot start the runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    #[error(transparent)]
-    Environment(floodgate_server::environment::EnvError),
-    #[error("TLS: {0}")]
-    Tls(#[from] floodgate_server::connections::tls::TlsError),
 }
 
 fn fail(message: &str, code: u8) -> ExitCode {

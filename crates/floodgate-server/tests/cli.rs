@@ -1,5 +1,6 @@
 //! One vocabulary across the command line: `--store` is described the same way in every
-//! command, no help text names an internal module, 0 is refused wherever it makes no sense
+//! command of its kind (those that read a configuration, those that do not), no help text
+//! names an internal module or a crate, 0 is refused wherever it makes no sense
 //! (naming the argument), durations read the same everywhere (`1h30m`, `200ms`, plain
 //! seconds), and a listen address may be a host name.
 
@@ -48,9 +49,169 @@ fn store_is_described_alike_and_no_help_names_a_module() {
         }
     }
     assert_eq!(store_help.len(), 4, "{store_help:?}");
+    let help = |command: &str| {
+        store_help
+            .iter()
+            .find(|(c, _)| *c == command)
+            .map(|(_, text)| text.clone())
+            .unwrap_or_default()
+    };
+    // The commands that read a configuration say what --store overrides in it; the others
+    // read none and say so by not mentioning one.
+    assert_eq!(help("serve"), help("check-config"));
+    assert_eq!(help("bench"), help("replay"));
+    assert!(
+        help("serve").contains("configuration's `store.url`"),
+        "{}",
+        help("serve")
+    );
+    assert!(!help("bench").contains("config"), "{}", help("bench"));
     for (command, text) in &store_help {
-        assert_eq!(text, &store_help[0].1, "{command}'s --store differs");
+        assert!(text.contains("redis-sentinel://"), "{command}: {text}");
+        assert!(!text.ends_with('…'), "{command}: {text}");
     }
+    // The tool, not its crates.
+    let (_, top, _) = floodgate(&["--help"]);
+    assert!(
+        top.starts_with("Floodgate: rate limiting and load shedding.")
+            && !top.contains("floodgate-"),
+        "{top}"
+    );
+}
+
+#[test]
+fn every_unusable_environment_setting_exits_with_the_same_status() {
+    let run = |args: &[&str], env: (&str, &str)| {
+        let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .args(args)
+            .env_remove("FLOODGATE_STORE")
+            .env(env.0, env.1)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the floodgate binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let serve = ["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"];
+    let spec = r#"{"algorithm":"token_bucket","rate":10,"capacity":10}"#;
+    let config =
+        std::env::temp_dir().join(format!("floodgate-cli-env-{}.yaml", std::process::id()));
+    std::fs::write(
+        &config,
+        "limits: {a: {algorithm: fixed_window, limit: 1, window: 1s}}\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    for (args, env, named) in [
+        (&serve[..], ("LOG_LEVEL", "loud"), "LOG_LEVEL"),
+        (
+            &serve[..],
+            ("FLOODGATE_STORE", "bogus://x"),
+            "FLOODGATE_STORE",
+        ),
+        (
+            &serve[..],
+            ("REDIS_SOCKET_TYPE", "bogus"),
+            "REDIS_SOCKET_TYPE",
+        ),
+        (&serve[..], ("FLOODGATE_WATCH", "maybe"), "FLOODGATE_WATCH"),
+        (
+            &serve[..],
+            ("FLOODGATE_ADMIN_TOKEN", "short"),
+            "FLOODGATE_ADMIN_TOKEN",
+        ),
+        (
+            &serve[..],
+            ("FLOODGATE_LEASE_SECRET", "short"),
+            "FLOODGATE_LEASE_SECRET",
+        ),
+        (
+            &["check-config", config.as_str()][..],
+            ("FLOODGATE_MERGE_DOMAINS", "maybe"),
+            "FLOODGATE_MERGE_DOMAINS",
+        ),
+        (
+            &["check-config", config.as_str()][..],
+            ("FLOODGATE_STORE", "bogus://x"),
+            "FLOODGATE_STORE",
+        ),
+        (
+            &["bench", "--limiter", spec, "--duration", "1s"][..],
+            ("FLOODGATE_STORE", "bogus://x"),
+            "FLOODGATE_STORE",
+        ),
+        (
+            &["replay", "--limiter", spec][..],
+            ("FLOODGATE_STORE", "bogus://x"),
+            "FLOODGATE_STORE",
+        ),
+    ] {
+        let (code, stderr) = run(args, env);
+        assert_eq!(code, Some(2), "{args:?} with {env:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?} with {env:?}: {stderr}");
+    }
+}
+
+#[test]
+fn check_config_says_what_it_loaded_and_reads_a_runtime_tree_as_the_drop_in() {
+    let root = std::env::temp_dir().join(format!("floodgate-cli-runtime-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("ratelimit/config")).unwrap();
+    std::fs::write(
+        root.join("ratelimit/config/rl.yaml"),
+        "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n    descriptors:\n      - key: path\n        rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let root_arg = root.display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config", "--upstream", root_arg.as_str()])
+        .env_remove("FLOODGATE_STORE")
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("REDIS_SOCKET_TYPE", "tcp")
+        .env("REDIS_URL", "127.0.0.1:6380")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "the runtime directory",
+        "  store: redis://127.0.0.1:6380 (redis, exact)",
+        "  pipeline: none",
+        "  named limits: none",
+        "  domains: rl (2 descriptors)",
+    ] {
+        assert!(stdout.contains(line), "{line}:\n{stdout}");
+    }
+    // A file of the tree that is not a domain file is refused, as the drop-in refuses it.
+    std::fs::write(root.join("ratelimit/config/notes.yaml"), "hello: world\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["check-config", "--upstream", root_arg.as_str()])
+        .env_remove("FLOODGATE_STORE")
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("notes.yaml"));
+    let _ = std::fs::remove_dir_all(&root);
+
+    // A Floodgate file: its stages, plans, limits and domains.
+    let (code, stdout, stderr) =
+        floodgate(&["check-config", "../../examples/config/floodgate.yaml"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("  pipeline: request_rate (request_rate), concurrency (concurrency), fleet (fleet), utilization (utilization)")
+            && stdout.contains("  plans: free, pro, standard (default free)")
+            && stdout.contains("  named limits: login")
+            && stdout.contains("  store: memory (exact)"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -150,7 +150,8 @@ fn configuration_numbers_and_names_are_refused_once_and_plainly() {
 fn a_short_admin_token_is_refused_at_start_up() {
     let (_dir, path) = config_file(CONFIG);
     let (code, stderr) = serve_refused(&path, "memory", &[("FLOODGATE_ADMIN_TOKEN", "short")]);
-    assert_eq!(code, Some(1), "{stderr}");
+    // An unusable environment setting, as a bad argument: status 2.
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("FLOODGATE_ADMIN_TOKEN holds 5 bytes") && stderr.contains("at least 16"),
         "{stderr}"

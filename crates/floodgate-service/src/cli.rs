@@ -18,16 +18,58 @@ use std::time::Duration;
 
 use floodgate::algorithm::spec::parse_duration;
 
-/// `--store URL`, the same in every command.
+/// `--store URL` of the commands that read no configuration (`replay`, `bench`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct StoreArg {
-    /// Where limits count: `memory` (the default: this process alone),
-    /// `redis://[user[:password]@]host:port[/db]` or `rediss://…` (TLS), a Redis shared by every
-    /// process pointing at it, or `redis-cluster://host:port,host:port` (a Redis Cluster).
-    /// Overrides the config's `store.url` only (its other store settings stay). Without it:
-    /// the config's, else FLOODGATE_STORE, else (serve) envoyproxy/ratelimit's REDIS_URL…
+    /// Where the decisions count: `memory` (the default: this process alone),
+    /// `redis://[user[:password]@]host:port[/db]` or `rediss://…` (TLS), `unix:///path`,
+    /// `redis-cluster://host:port,host:port` (a Redis Cluster), or
+    /// `redis-sentinel://host:port,host:port/master` (the master sentinels name). Without it,
+    /// FLOODGATE_STORE.
     #[arg(long = "store", value_name = "URL")]
     pub url: Option<String>,
+}
+
+/// `--store URL` of the commands that read a configuration (`serve`, `check-config`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ConfigStoreArg {
+    /// Where limits count, instead of the configuration's `store.url` (its other store
+    /// settings stay): `memory`, `redis://[user[:password]@]host:port[/db]` or `rediss://…`
+    /// (TLS), `unix:///path`, `redis-cluster://host:port,host:port` or
+    /// `redis-sentinel://host:port,host:port/master`. Without it: the configuration's, else
+    /// FLOODGATE_STORE, else (serve, under envoyproxy/ratelimit's settings) REDIS_URL, else
+    /// `memory`.
+    #[arg(long = "store", value_name = "URL")]
+    pub url: Option<String>,
+}
+
+impl ConfigStoreArg {
+    /// The flag's URL, else `FLOODGATE_STORE`'s.
+    pub fn or_env(&self) -> Option<String> {
+        StoreArg {
+            url: self.url.clone(),
+        }
+        .or_env()
+    }
+}
+
+/// `FLOODGATE_STORE` checked: `Err` names the variable and says what a store URL is, for every
+/// command to refuse alike (exit status 2, as a bad argument) before doing anything.
+pub fn store_from_env(env: &crate::environment::Environment) -> Result<(), String> {
+    let Some(url) = env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    let config = crate::config::StoreConfig {
+        url: Some(url.to_string()),
+        ..crate::config::StoreConfig::default()
+    };
+    match crate::store::StoreUrl::from_config(&config, |_| None) {
+        Ok(_) => Ok(()),
+        Err(crate::config::ConfigFileError::Invalid { message, .. }) => {
+            Err(format!("environment variable FLOODGATE_STORE: {message}"))
+        }
+        Err(other) => Err(format!("environment variable FLOODGATE_STORE: {other}")),
+    }
 }
 
 impl StoreArg {

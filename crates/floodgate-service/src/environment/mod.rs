@@ -76,6 +76,13 @@ impl Environment {
         }
     }
 
+    /// The same variables with `name` set to `value` (for a command line flag that stands
+    /// for a variable, as `check-config --upstream DIR` for `RUNTIME_ROOT`).
+    pub fn with(mut self, name: &str, value: &str) -> Environment {
+        self.vars.insert(name.to_string(), value.to_string());
+        self
+    }
+
     /// Whether `name` is set (even to the empty string).
     pub fn is_set(&self, name: &str) -> bool {
         self.vars.contains_key(name)

@@ -36,11 +36,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 mod acceptor;
+pub mod check;
 pub mod settings;
 pub mod watch;
 
 pub use self::acceptor::{run, GrpcListener, Listeners};
-pub use self::settings::{Addresses, GrpcAddress, Logging, SettingsError, Startup};
+pub use self::settings::{Addresses, ConfigFlags, GrpcAddress, Logging, SettingsError, Startup};
 
 use crate::config::{Config, ConfigFileError};
 use crate::environment::Environment;
@@ -101,7 +102,7 @@ pub struct ServeArgs {
     pub debug: Option<SocketAddr>,
     /// `--store URL`.
     #[command(flatten)]
-    pub store: crate::cli::StoreArg,
+    pub store: crate::cli::ConfigStoreArg,
     /// Threads serving requests, each with its own single-threaded runtime (at least 1;
     /// default: one per core).
     #[arg(long, value_name = "N", value_parser = crate::cli::at_least_one::<usize>)]
@@ -296,6 +297,19 @@ pub enum ServeError {
     WorkerPanicked,
 }
 
+impl ServeError {
+    /// The exit status: 2 for a setting the environment gives that cannot be used (as for a
+    /// bad argument), 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Settings(_)
+            | ServeError::AdminToken { .. }
+            | ServeError::LeaseSecret { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
 /// Loads the config, binds the listeners, starts the workers and serves until a shutdown
 /// signal, with the settings the command line, the config and `env` give (see [`settings`]);
 /// `as_ratelimit`: the binary runs under envoyproxy/ratelimit's entry point name. Blocks the
@@ -339,7 +353,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     // As the file gave it: reloads name the start-up settings the file changes against this,
     // not against what the command line and the environment filled in.
     let file_config = config.clone();
-    startup.apply_store(&args, &mut config);
+    startup.apply_store(args.store.url.as_deref(), &mut config);
     startup.apply_stats(&mut config);
     startup.apply_tls(&mut config);
     let addresses = startup.addresses(&args, &config)?;

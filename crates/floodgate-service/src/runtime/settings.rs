@@ -100,6 +100,21 @@ pub struct Addresses {
     pub metrics: Option<SocketAddr>,
 }
 
+/// The command line's flags that choose and read the configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigFlags {
+    /// `--config FILE|DIR`.
+    pub config: Option<PathBuf>,
+    /// `--watch`.
+    pub watch: bool,
+    /// `--no-watch`.
+    pub no_watch: bool,
+    /// `--merge-domains`.
+    pub merge_domains: bool,
+    /// `--response-headers`.
+    pub response_headers: bool,
+}
+
 /// What `serve` starts with, before and after its config is read (see the [module
 /// documentation](self)).
 #[derive(Debug)]
@@ -120,6 +135,26 @@ impl Startup {
     /// documentation](self)); `as_ratelimit`: the binary runs under upstream's entry point name.
     pub fn read(
         args: &ServeArgs,
+        env: Environment,
+        as_ratelimit: bool,
+    ) -> Result<Startup, SettingsError> {
+        Startup::read_flags(
+            &ConfigFlags {
+                config: args.config.clone(),
+                watch: args.watch,
+                no_watch: args.no_watch,
+                merge_domains: args.merge_domains,
+                response_headers: args.response_headers,
+            },
+            env,
+            as_ratelimit,
+        )
+    }
+
+    /// [`Startup::read`] from the flags that choose and read the configuration alone (what
+    /// `check-config` shares with `serve`).
+    pub fn read_flags(
+        args: &ConfigFlags,
         env: Environment,
         as_ratelimit: bool,
     ) -> Result<Startup, SettingsError> {
@@ -171,10 +206,10 @@ impl Startup {
 
     /// Fills the store settings `config` leaves unwritten from the environment, and puts the
     /// command line's `--store` over them.
-    pub fn apply_store(&self, args: &ServeArgs, config: &mut Config) {
+    pub fn apply_store(&self, store_flag: Option<&str>, config: &mut Config) {
         let writes = |path: &str| config.origin.writes(path);
-        let url = if let Some(url) = &args.store.url {
-            Some(url.clone())
+        let url = if let Some(url) = store_flag {
+            Some(url.to_string())
         } else if writes("store.url") {
             config.store.url.clone()
         } else if let Some(url) = self.env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) {
@@ -651,7 +686,7 @@ mod tests {
         // Upstream's runtime directory, watched.
         assert!(matches!(startup.source, ConfigSource::Runtime(_)) && startup.watch);
         let mut config = Config::default();
-        startup.apply_store(&none, &mut config);
+        startup.apply_store(none.store.url.as_deref(), &mut config);
         assert_eq!(config.store.url.as_deref(), Some("redis://upstream:6379"));
         let addresses = startup.addresses(&none, &config).unwrap();
         assert_eq!(addresses.http, "0.0.0.0:9000".parse().unwrap());
@@ -686,7 +721,7 @@ mod tests {
             ConfigSource::Path("/etc/floodgate.yaml".into())
         );
         let mut config = Config::default();
-        startup.apply_store(&none, &mut config);
+        startup.apply_store(none.store.url.as_deref(), &mut config);
         assert_eq!(config.store.url.as_deref(), Some("memory"));
         let addresses = startup.addresses(&none, &config).unwrap();
         assert_eq!(addresses.http, "127.0.0.1:7000".parse().unwrap());
@@ -696,7 +731,7 @@ mod tests {
             "http: 127.0.0.1:7100\nstore: {url: 'redis://config:1'}\ndomains: []\n",
         )
         .unwrap();
-        startup.apply_store(&none, &mut config);
+        startup.apply_store(none.store.url.as_deref(), &mut config);
         assert_eq!(config.store.url.as_deref(), Some("redis://config:1"));
         assert_eq!(
             startup.addresses(&none, &config).unwrap().http,
@@ -712,7 +747,7 @@ mod tests {
         ]);
         let startup = Startup::read(&flags, env, false).unwrap();
         assert_eq!(startup.source, ConfigSource::Path("/x.yaml".into()));
-        startup.apply_store(&flags, &mut config);
+        startup.apply_store(flags.store.url.as_deref(), &mut config);
         assert_eq!(config.store.url.as_deref(), Some("memory"));
         assert_eq!(
             startup.addresses(&flags, &config).unwrap().http,
@@ -765,7 +800,7 @@ mod tests {
         assert!(startup.upstream.is_none());
         assert_eq!(startup.source, ConfigSource::Builtin);
         let mut config = Config::default();
-        startup.apply_store(&none, &mut config);
+        startup.apply_store(none.store.url.as_deref(), &mut config);
         assert_eq!(config.store.url, None);
         let addresses = startup.addresses(&none, &config).unwrap();
         assert_eq!(addresses.http, "127.0.0.1:8080".parse().unwrap());
