@@ -64,6 +64,10 @@ pub struct Args {
     /// Cached mode's sync interval (`100ms` by default).
     #[arg(long, value_name = "D", value_parser = floodgate_service::cli::positive_duration)]
     pub sync_interval: Option<Duration>,
+    /// A Redis store's bound on each call, as the config's `store.timeout` (50 ms by
+    /// default): a call slower than it fails, and the bench counts it as an error.
+    #[arg(long, value_name = "D", value_parser = floodgate_service::cli::positive_duration)]
+    pub store_timeout: Option<Duration>,
     /// A Redis store's group commit, as the config's `store.batch_max_keys`: the most keys one
     /// script call carries (default 128, at most 1024; 0 or 1: one call per decision).
     #[arg(long, value_name = "N")]
@@ -221,6 +225,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         max_keys: args.max_keys,
         overflow: args.overflow,
         batch_max_keys: args.batch_max_keys,
+        timeout: args.store_timeout.map(SpecDuration),
         ..StoreConfig::default()
     };
     // As `serve` does: the store lives on a runtime of its own (a Redis connection's

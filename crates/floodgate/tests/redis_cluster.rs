@@ -159,7 +159,7 @@ fn failovers_under_load_bound_every_call_and_counting_resumes() {
     let mut cluster = RedisCluster::start(3, 1);
     let rt = runtime();
     let timeout = Duration::from_millis(200);
-    let slack = Duration::from_millis(150);
+    let slack = redis_common::SCHEDULING_SLACK;
     let wall = SystemClock::new();
     let store = {
         let _guard = rt.enter();

@@ -50,7 +50,7 @@ fn failovers_under_load_are_followed_and_every_call_is_bounded() {
     let mut set = RedisSentinels::start(options());
     let rt = runtime();
     let timeout = Duration::from_millis(200);
-    let slack = Duration::from_millis(150);
+    let slack = redis_common::SCHEDULING_SLACK;
     let wall = SystemClock::new();
     let store = {
         let _guard = rt.enter();

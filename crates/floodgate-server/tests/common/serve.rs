@@ -56,6 +56,9 @@ pub struct Service {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+/// The bound on each store call of a test's service unless its file says otherwise.
+pub const GENEROUS_STORE_TIMEOUT: &str = "2s";
+
 /// How many lines of a service's log after its listening line a test can read.
 pub const LOG_LINES: usize = 10_000;
 
@@ -151,6 +154,10 @@ fn serve_command(path: &PathBuf, store: &str, env: &[(&str, &str)]) -> Command {
         .args(["--store", store, "--threads", "1"])
         .env_remove("FLOODGATE_STORE")
         .env_remove("FLOODGATE_LEASE_SECRET")
+        // These tests are not about a slow store: a busy machine must not make a call time out
+        // (a test about timeouts writes `store.timeout` in its file, which comes first, and
+        // makes the slowness itself).
+        .env("FLOODGATE_STORE_TIMEOUT", GENEROUS_STORE_TIMEOUT)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {

@@ -41,6 +41,11 @@ pub fn loopback_env(root: &Path, redis: &str) -> Vec<(&'static str, String)> {
         ("GRPC_PORT", "0".into()),
         ("DEBUG_HOST", "127.0.0.1".into()),
         ("DEBUG_PORT", "0".into()),
+        // Not a test of a slow store: see `serve::GENEROUS_STORE_TIMEOUT`.
+        (
+            "FLOODGATE_STORE_TIMEOUT",
+            super::serve::GENEROUS_STORE_TIMEOUT.into(),
+        ),
     ]
 }
 

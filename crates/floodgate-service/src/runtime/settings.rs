@@ -18,6 +18,9 @@
 //! | gRPC address | `--grpc` | `grpc` | `FLOODGATE_GRPC` | `GRPC_UDS`, else `GRPC_HOST`, `GRPC_PORT` | `127.0.0.1:8081` (`0.0.0.0:8081`) |
 //! | debug address | `--debug` | `debug` | `FLOODGATE_DEBUG` | `DEBUG_HOST`, `DEBUG_PORT` | none (`0.0.0.0:6070`) |
 //! | store | `--store` | `store.url` | `FLOODGATE_STORE` | `REDIS_*` | `memory` (upstream's Redis) |
+//! | each store call's bound | — | `store.timeout` | `FLOODGATE_STORE_TIMEOUT` | — | 50 ms |
+//! | setting a connection up | — | `store.connect_timeout` | — | `REDIS_TIMEOUT` | 2 s (10 s) |
+//! | a `READONLY` answer remakes the connection | — | `store.reconnect_on_readonly` | — | `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR` | yes |
 //! | Redis TLS CAs | — | `store.tls_ca_file` | — | `REDIS_TLS_CACERT` | the system's roots |
 //! | Redis TLS client certificate | — | `store.tls_client_cert_file`, `store.tls_client_key_file` | — | `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY` | none |
 //! | Redis TLS name check | — | `store.tls_skip_hostname_verification` | — | `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION` | checked |
@@ -127,6 +130,8 @@ pub struct Startup {
     pub overrides: Overrides,
     /// envoyproxy/ratelimit's settings, when present.
     pub upstream: Option<Upstream>,
+    /// `FLOODGATE_STORE_TIMEOUT`, when set: `store.timeout` where the file leaves it.
+    store_timeout: Option<std::time::Duration>,
     env: Environment,
 }
 
@@ -190,11 +195,20 @@ impl Startup {
             defaults: defaults(&env, upstream.as_ref())?,
             without_example: upstream.is_some(),
         };
+        let store_timeout = env.duration("FLOODGATE_STORE_TIMEOUT")?;
+        if store_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(SettingsError::Upstream(UpstreamError::Value(EnvError {
+                variable: "FLOODGATE_STORE_TIMEOUT".into(),
+                shown: "`0`".into(),
+                expected: "a duration above 0".into(),
+            })));
+        }
         Ok(Startup {
             source,
             watch,
             overrides,
             upstream,
+            store_timeout,
             env,
         })
     }
@@ -236,6 +250,9 @@ impl Startup {
             .then(|| self.upstream.as_ref().map(|up| up.startup))
             .flatten();
         config.store.url = url;
+        if let Some(timeout) = self.store_timeout.filter(|_| !writes("store.timeout")) {
+            config.store.timeout = Some(floodgate::algorithm::spec::SpecDuration(timeout));
+        }
         if let Some(ca) = tls_ca {
             config.store.tls_ca_file = Some(ca);
         }
