@@ -82,7 +82,7 @@ fn main() -> ExitCode {
         Ok(logging) => logging,
         Err(e) => return fail(&e.to_string(), 2),
     };
-    if let Err(e) = floodgate_server::cli::store_from_env(&env) {
+    if let Err(e) = runtime::settings::store_from_env(&env) {
         return fail(&e, 2);
     }
     let subscriber = tracing_subscriber::fmt()

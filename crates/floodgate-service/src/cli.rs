@@ -3,7 +3,7 @@
 //!
 //! | argument | means | read by |
 //! |---|---|---|
-//! | `--store URL` | where limits count ([`StoreArg`]) | `serve`, `bench`, `replay`, `check-config` |
+//! | `--store URL` | where limits count: over the configuration's ([`ConfigStoreArg`]), or with none to read ([`StoreArg`]) | `serve`, `check-config`; `bench`, `replay` |
 //! | `--threads N` | threads of this process doing the work (at least 1; default one per core) | `serve`, `bench` |
 //! | `--concurrency N` | requests in flight at once (at least 1) | `bench` |
 //! | `--workers N` | the workers of the service whose busy share the utilization shedder reads, as the config's `limiters.utilization.workers` (at least 1) | `simulate` |
@@ -50,25 +50,6 @@ impl ConfigStoreArg {
             url: self.url.clone(),
         }
         .or_env()
-    }
-}
-
-/// `FLOODGATE_STORE` checked: `Err` names the variable and says what a store URL is, for every
-/// command to refuse alike (exit status 2, as a bad argument) before doing anything.
-pub fn store_from_env(env: &crate::environment::Environment) -> Result<(), String> {
-    let Some(url) = env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) else {
-        return Ok(());
-    };
-    let config = crate::config::StoreConfig {
-        url: Some(url.to_string()),
-        ..crate::config::StoreConfig::default()
-    };
-    match crate::store::StoreUrl::from_config(&config, |_| None) {
-        Ok(_) => Ok(()),
-        Err(crate::config::ConfigFileError::Invalid { message, .. }) => {
-            Err(format!("environment variable FLOODGATE_STORE: {message}"))
-        }
-        Err(other) => Err(format!("environment variable FLOODGATE_STORE: {other}")),
     }
 }
 

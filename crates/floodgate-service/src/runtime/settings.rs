@@ -496,6 +496,25 @@ impl Logging {
     }
 }
 
+/// `FLOODGATE_STORE` checked: `Err` names the variable and says what a store URL is, for every
+/// command to refuse alike (exit status 2, as a bad argument) before doing anything.
+pub fn store_from_env(env: &crate::environment::Environment) -> Result<(), String> {
+    let Some(url) = env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    let config = crate::config::StoreConfig {
+        url: Some(url.to_string()),
+        ..crate::config::StoreConfig::default()
+    };
+    match crate::store::StoreUrl::from_config(&config, |_| None) {
+        Ok(_) => Ok(()),
+        Err(crate::config::ConfigFileError::Invalid { message, .. }) => {
+            Err(format!("environment variable FLOODGATE_STORE: {message}"))
+        }
+        Err(other) => Err(format!("environment variable FLOODGATE_STORE: {other}")),
+    }
+}
+
 fn fallback(text: &str) -> SocketAddr {
     text.parse()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -328,6 +328,7 @@ fn constructors_validate_and_name_fields() {
     let field = |e: ConfigError| match e {
         ConfigError::Invalid { field, .. } => field,
         ConfigError::Missing { field } => field,
+        other => panic!("{other}"),
     };
     let ttl = Duration::from_secs(1);
     assert_eq!(field(Concurrency::new(0, ttl).unwrap_err()), "capacity");
