@@ -476,9 +476,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
         };
-        self.health
-            .record_call(&result, chain_wrote(links, &result));
-        result
+        self.record_chain(links, result)
     }
 
     async fn apply_chain_refused(
@@ -490,9 +488,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
             Backend::Redis(r) => Box::pin(r.apply_chain_refused(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain_refused(links)).await,
         };
-        self.health
-            .record_call(&result, chain_wrote(links, &result));
-        result
+        self.record_chain(links, result)
     }
 
     fn same_store(&self, other: &Self) -> bool {
@@ -521,14 +517,20 @@ fn wrote(op: Op, decision: &Decision) -> bool {
     decision.allowed && !matches!(op, Op::Check { cost: 0 })
 }
 
-/// Whether a chain's call wrote (see [`wrote`]): one of its links did.
-fn chain_wrote(
-    links: &[Link<'_, str, AnyAlgorithm>],
-    result: &Result<Vec<Linked>, StoreError>,
-) -> bool {
-    matches!(result, Ok(outcomes) if links.iter().zip(outcomes).any(
-        |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
-    ))
+impl ServiceStore {
+    /// Counts a chain's call in the store's health: it wrote (see [`wrote`]) when one of its
+    /// links did.
+    fn record_chain(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+        result: Result<Vec<Linked>, StoreError>,
+    ) -> Result<Vec<Linked>, StoreError> {
+        let wrote = matches!(&result, Ok(outcomes) if links.iter().zip(outcomes).any(
+            |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
+        ));
+        self.health.record_call(&result, wrote);
+        result
+    }
 }
 
 /// Cached mode over `redis` with `config`'s settings, its sync loop started on the current

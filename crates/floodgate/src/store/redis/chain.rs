@@ -23,6 +23,28 @@ use crate::store::{Link, Linked};
 use crate::StoreError;
 
 impl Inner {
+    /// [`crate::store::Store::apply_chain`], or with `refused` its
+    /// [`apply_chain_refused`](crate::store::Store::apply_chain_refused): every operation is
+    /// checked before anything is sent, and the chain is guarded by its first link's master's
+    /// breaker (one user's links share a slot).
+    pub(super) async fn chain(
+        self: &Arc<Self>,
+        links: &[Link<'_, str, AnyAlgorithm>],
+        refused: bool,
+    ) -> Result<Vec<Linked>, StoreError> {
+        let calls = links
+            .iter()
+            .map(|l| self.call(l.request.algorithm, l.request.op))
+            .collect::<Result<Vec<_>, _>>()?;
+        let now = self.now_arg_for(links.iter().map(|l| l.request.algorithm))?;
+        if links.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_, breaker) = self.route(links[0].request.key);
+        self.guarded_by(&breaker, self.run_chain(links, &now, &calls, refused))
+            .await
+    }
+
     /// Runs `links` (with their `calls`) at `now`: one script call per run of consecutive
     /// links whose keys share a slot (the whole chain on a single Redis). With `refused`, the
     /// request is refused after the chain whatever its links decide, so every run undoes its

@@ -598,40 +598,14 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
-        let inner = &self.inner;
-        // Refuse the chain before sending anything if any operation cannot run here.
-        let calls = links
-            .iter()
-            .map(|l| inner.call(l.request.algorithm, l.request.op))
-            .collect::<Result<Vec<_>, _>>()?;
-        let now = inner.now_arg_for(links.iter().map(|l| l.request.algorithm))?;
-        if links.is_empty() {
-            return Ok(Vec::new());
-        }
-        // One user's links share a slot; a chain spanning masters is guarded by its first's.
-        let (_, breaker) = inner.route(links[0].request.key);
-        inner
-            .guarded_by(&breaker, inner.run_chain(links, &now, &calls, false))
-            .await
+        self.inner.chain(links, false).await
     }
 
     async fn apply_chain_refused(
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
-        let inner = &self.inner;
-        let calls = links
-            .iter()
-            .map(|l| inner.call(l.request.algorithm, l.request.op))
-            .collect::<Result<Vec<_>, _>>()?;
-        let now = inner.now_arg_for(links.iter().map(|l| l.request.algorithm))?;
-        if links.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (_, breaker) = inner.route(links[0].request.key);
-        inner
-            .guarded_by(&breaker, inner.run_chain(links, &now, &calls, true))
-            .await
+        self.inner.chain(links, true).await
     }
 
     fn same_store(&self, other: &Self) -> bool {
