@@ -119,7 +119,7 @@ async fn a_lease_secret_given_by_hand_is_checked_and_wins() {
     let (_dir, path) = config_file(CONFIG);
     let (code, stderr) =
         common::serve::serve_refused(&path, &redis.url(), &[("FLOODGATE_LEASE_SECRET", "short")]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("FLOODGATE_LEASE_SECRET holds 5 bytes") && stderr.contains("at least 16"),
         "{stderr}"
