@@ -3,6 +3,8 @@
 //! Each against a real process of the test's own (a `redis-server`, or a listener that answers
 //! like an HTTP server), with the store's default timeout of 50 ms: none of them may look like
 //! a timeout. And a store whose Redis was down when it was built is used once Redis is up.
+//! Setting a connection up has its own bound, apart from a call's: a slow handshake makes the
+//! first calls time out, not the connection fail.
 #![cfg(feature = "redis")]
 
 use std::io::{Read, Write};
@@ -137,5 +139,86 @@ fn a_store_built_while_redis_is_down_is_used_once_it_is_up() {
         let tb: AnyAlgorithm = TokenBucket::new(10.0, 10).unwrap().into();
         let d = store.apply(&tb, "k:alice", check(1)).await.unwrap();
         assert_eq!((d.allowed, d.remaining), (true, 9));
+    });
+}
+
+/// A loopback address in front of a Redis that holds every new connection for `delay` before
+/// passing its bytes on, the way a busy node's first TLS handshake can: whatever the client
+/// sends to set the connection up (`HELLO`, `CLIENT SETINFO`, …) is answered only then.
+struct SlowHandshake {
+    port: u16,
+}
+
+impl SlowHandshake {
+    async fn start(target: u16, delay: Duration) -> SlowHandshake {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        SlowHandshake { port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// Whether `store` answers a probe within `attempts` tries, 25 ms apart.
+async fn comes_up(store: &RedisStore, attempts: u32) -> bool {
+    for _ in 0..attempts {
+        if store.probe().await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+/// A connection whose setup takes 600 ms, with calls bounded by 50 ms: calls made while it is
+/// being set up time out (they are decisions, bounded as such), and once the connection is up
+/// the store is used. Bounded by the call timeout instead, as it was, the setup could never
+/// finish; with a `connect_timeout` shorter than the handshake it never does.
+#[test]
+fn setting_a_connection_up_is_bounded_apart_from_a_call() {
+    let server = RedisServer::start();
+    let delay = Duration::from_millis(600);
+    let rt = runtime();
+    rt.block_on(async {
+        let proxy = SlowHandshake::start(server.port(), delay).await;
+        let store = RedisStore::builder(proxy.url())
+            .timeout(Duration::from_millis(50))
+            .connect_timeout(Duration::from_secs(10))
+            .breaker(0, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let tb: AnyAlgorithm = TokenBucket::new(10.0, 10).unwrap().into();
+        // Made at once, well inside the handshake the proxy holds back.
+        let e = store.apply(&tb, "k:alice", check(1)).await.unwrap_err();
+        assert!(matches!(e, StoreError::Timeout(_)), "{e:?}");
+        assert!(comes_up(&store, 400).await, "the slow connection was never used");
+        let d = store.apply(&tb, "k:alice", check(1)).await.unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, 9));
+
+        // A connect timeout shorter than the handshake: every attempt is cut short.
+        let store = RedisStore::builder(proxy.url())
+            .timeout(Duration::from_millis(50))
+            .connect_timeout(Duration::from_millis(100))
+            .breaker(0, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert!(
+            !comes_up(&store, 60).await,
+            "a 600 ms handshake passed a 100 ms connect timeout"
+        );
     });
 }
