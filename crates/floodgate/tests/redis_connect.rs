@@ -205,7 +205,10 @@ fn setting_a_connection_up_is_bounded_apart_from_a_call() {
         // Made at once, well inside the handshake the proxy holds back.
         let e = store.apply(&tb, "k:alice", check(1)).await.unwrap_err();
         assert!(matches!(e, StoreError::Timeout(_)), "{e:?}");
-        assert!(comes_up(&store, 400).await, "the slow connection was never used");
+        assert!(
+            comes_up(&store, 400).await,
+            "the slow connection was never used"
+        );
         let d = store.apply(&tb, "k:alice", check(1)).await.unwrap();
         assert_eq!((d.allowed, d.remaining), (true, 9));
 
