@@ -55,7 +55,6 @@ async fn decide(node: &Service) {
             ..Default::default()
         }],
         hits_addend: 1,
-        ..Default::default()
     };
     grpc.should_rate_limit(request).await.unwrap();
 }
