@@ -2,7 +2,7 @@
 //! envoyproxy/ratelimit's runtime directory) reloads the configuration when its files change,
 //! without a signal.
 //!
-//! What is watched (inotify, through `notify`), and which events count ([`relevant`]):
+//! What is watched (inotify, through `notify`), and which events count (`relevant`):
 //!
 //! - a file: its entry in the directory holding it (an editor replaces a file by renaming a
 //!   new one over it), and the `..`-named entries beside it (a Kubernetes ConfigMap swaps its
