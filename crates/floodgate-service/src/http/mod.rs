@@ -359,15 +359,24 @@ fn parse_counted<T: for<'de> Deserialize<'de>>(
     })
 }
 
-/// Authorizes an admin call, then parses its body.
-#[allow(clippy::result_large_err)] // the error is the response, returned at once
-fn parse_admin<T: for<'de> Deserialize<'de>>(
+/// An admin call: authorizes it, parses its body, and answers what `act` returns as JSON.
+fn admin_call<T: for<'de> Deserialize<'de>>(
     server: &Server,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<T, Response> {
-    server.authorize(bearer(headers)).map_err(admin_error)?;
-    parse(server, body).map_err(IntoResponse::into_response)
+    act: impl FnOnce(&Server, T) -> Result<Value, AdminError>,
+) -> Response {
+    if let Err(e) = server.authorize(bearer(headers)) {
+        return admin_error(e);
+    }
+    let request = match parse(server, body) {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
+    match act(server, request) {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => admin_error(e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -789,14 +798,10 @@ async fn admin_mode(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: ModeRequest = match parse_admin(&server, &headers, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    match server.set_mode(&request.limiter, &request.mode) {
-        Ok(()) => Json(json!({"limiter": request.limiter, "mode": request.mode})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    admin_call(&server, &headers, body, |server, request: ModeRequest| {
+        server.set_mode(&request.limiter, &request.mode)?;
+        Ok(json!({"limiter": request.limiter, "mode": request.mode}))
+    })
 }
 
 #[derive(Deserialize)]
@@ -811,14 +816,10 @@ async fn admin_plan(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: PlanRequest = match parse_admin(&server, &headers, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    match server.set_plan(&request.user, &request.plan) {
-        Ok(()) => Json(json!({"user": request.user, "plan": request.plan})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    admin_call(&server, &headers, body, |server, request: PlanRequest| {
+        server.set_plan(&request.user, &request.plan)?;
+        Ok(json!({"user": request.user, "plan": request.plan}))
+    })
 }
 
 /// `GET /admin/plan`: the users put on a plan at run time.
@@ -848,14 +849,15 @@ async fn admin_plan_clear(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: ClearPlanRequest = match parse_admin(&server, &headers, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    match server.clear_plan(&request.user) {
-        Ok(cleared) => Json(json!({"user": request.user, "cleared": cleared})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    admin_call(
+        &server,
+        &headers,
+        body,
+        |server, request: ClearPlanRequest| {
+            let cleared = server.clear_plan(&request.user)?;
+            Ok(json!({"user": request.user, "cleared": cleared}))
+        },
+    )
 }
 
 async fn admin_reload(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
