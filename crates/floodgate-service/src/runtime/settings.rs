@@ -791,6 +791,35 @@ mod tests {
         );
     }
 
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR` means what it means upstream when set (true:
+    /// drop the connection on `READONLY`; false: keep it); unset, ours drops it. `REDIS_TIMEOUT`
+    /// bounds setting a connection up, as upstream's dial timeout. The file beats both.
+    #[test]
+    fn upstreams_readonly_and_timeout_settings_reach_the_store() {
+        let read = |pairs: &[(&str, &str)], yaml: &str| {
+            let env = Environment::from_pairs(
+                [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "upstream:6379")]
+                    .into_iter()
+                    .chain(pairs.iter().copied()),
+            );
+            let startup = Startup::read(&args(&[]), env, false).unwrap();
+            let mut config = Config::from_yaml_str(yaml).unwrap();
+            startup.apply_store(None, &mut config);
+            config.store
+        };
+        let close = "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR";
+        assert!(read(&[], "domains: []\n").reconnect_on_readonly);
+        assert!(read(&[(close, "true")], "domains: []\n").reconnect_on_readonly);
+        assert!(!read(&[(close, "false")], "domains: []\n").reconnect_on_readonly);
+        let file = "store: {reconnect_on_readonly: true}\ndomains: []\n";
+        assert!(read(&[(close, "false")], file).reconnect_on_readonly);
+        let store = read(&[("REDIS_TIMEOUT", "5s")], "domains: []\n");
+        assert_eq!(
+            store.connect_timeout.map(|d| d.0),
+            Some(std::time::Duration::from_secs(5))
+        );
+    }
+
     #[test]
     fn logging_reads_rust_log_then_log_level() {
         let read = |pairs: &[(&str, &str)], present| {
