@@ -14,6 +14,7 @@ use super::LeaseHandle;
 use crate::algorithm::concurrency::Concurrency;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
+use crate::store::claims::{claim_on, Claim};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
@@ -40,6 +41,8 @@ pub struct ConcurrencyLimiter<S> {
     leases: InFlight<S>,
     capacity: u64,
     lease_ttl: Duration,
+    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
+    _claim: Option<Claim>,
 }
 
 /// Builds a [`ConcurrencyLimiter`]: `capacity` is required; `lease_ttl` defaults to
@@ -66,6 +69,11 @@ impl ConcurrencyLimiterBuilder {
     }
 
     /// The namespace of the users' keys in the store (see [`Namespace::new`]).
+    ///
+    /// Without one, the limiter takes `concurrency` for itself on its store: a second limiter
+    /// of the same store building in `concurrency` is refused while this one lives, since the
+    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -82,10 +90,12 @@ impl ConcurrencyLimiterBuilder {
         let lease_ttl = self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
         let algorithm = Concurrency::new(capacity, lease_ttl)?;
         let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("concurrency"))?;
+        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
         Ok(ConcurrencyLimiter {
             leases: InFlight::new(namespace, algorithm.into(), store),
             capacity,
             lease_ttl,
+            _claim: claim,
         })
     }
 }

@@ -17,6 +17,7 @@ use super::LeaseHandle;
 use crate::algorithm::concurrency::Fleet;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
+use crate::store::claims::{claim_on, Claim};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
@@ -45,6 +46,8 @@ pub struct FleetShedder<S> {
     capacity: u64,
     reserved_for_critical: f64,
     lease_ttl: Duration,
+    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
+    _claim: Option<Claim>,
 }
 
 /// Builds a [`FleetShedder`]: `capacity` is required; `reserved_for_critical` defaults to 0
@@ -78,6 +81,11 @@ impl FleetShedderBuilder {
     }
 
     /// The namespace of the fleet's key in the store (see [`Namespace::new`]).
+    ///
+    /// Without one, the limiter takes `fleet` for itself on its store: a second limiter
+    /// of the same store building in `fleet` is refused while this one lives, since the
+    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -94,11 +102,13 @@ impl FleetShedderBuilder {
         let lease_ttl = self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
         let algorithm = Fleet::new(capacity, self.reserved_for_critical, lease_ttl)?;
         let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("fleet"))?;
+        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
         Ok(FleetShedder {
             leases: InFlight::new(namespace, algorithm.into(), store),
             capacity,
             reserved_for_critical: self.reserved_for_critical,
             lease_ttl,
+            _claim: claim,
         })
     }
 }

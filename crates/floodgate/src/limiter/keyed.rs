@@ -3,6 +3,7 @@
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::Algorithm;
 use crate::blocking::block_on;
+use crate::store::claims::{claim_on, Claim};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
@@ -52,6 +53,8 @@ pub struct KeyedLimit<S, A = AnyAlgorithm> {
     namespace: Namespace,
     algorithm: A,
     store: S,
+    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
+    _claim: Option<Claim>,
 }
 
 impl<S: Store<str, AnyAlgorithm>> KeyedLimit<S> {
@@ -69,10 +72,14 @@ impl<S: Store<str, A>, A: Algorithm> KeyedLimit<S, A> {
     /// `algorithm`, of its own type, on keys of `namespace` in `store` (a store that holds that
     /// algorithm's state, or any store as [`KeyedLimit::new`]).
     pub fn typed(namespace: &str, algorithm: A, store: S) -> Result<Self, ConfigError> {
+        let namespace = Namespace::new(namespace)?;
+        // Named by the caller: shared with any other limiter that names it.
+        let claim = claim_on(&store, &namespace, true)?;
         Ok(KeyedLimit {
-            namespace: Namespace::new(namespace)?,
+            namespace,
             algorithm,
             store,
+            _claim: claim,
         })
     }
 

@@ -13,11 +13,12 @@ use std::time::Duration;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::token_bucket::TokenBucket;
 use crate::blocking::block_on;
+use crate::store::claims::{claim_on, Claim};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
-/// Example plans, as `(name, requests per second, burst)`, for token buckets: `free` 50/s,
-/// `standard` 500/s and `pro` 1000/s, each with bursts of twice its rate (one extra second's
+/// Example plans, as `(name, requests per second, capacity)`, for token buckets: `free` 50/s,
+/// `standard` 500/s and `pro` 1000/s, each with a capacity (the burst) of twice its rate (one extra second's
 /// worth saved up for spikes). The one table of them: [`Plan::examples`], the service's built-in
 /// configuration and the docs all read it.
 pub const EXAMPLE_PLANS: [(&str, f64, u64); 3] = [
@@ -58,15 +59,16 @@ impl Plan {
         })
     }
 
-    /// A token-bucket plan: `rate` requests per second, bursts of up to `burst`.
+    /// A token-bucket plan: `rate` requests per second, and a bucket of `capacity` requests,
+    /// the most admitted at once (the burst): [`TokenBucket::new`]`(rate, capacity)`.
     pub fn token_bucket(
         name: impl Into<String>,
         rate: f64,
-        burst: u64,
+        capacity: u64,
     ) -> Result<Plan, ConfigError> {
         Plan::new(
             name,
-            AnyAlgorithm::TokenBucket(TokenBucket::new(rate, burst)?),
+            AnyAlgorithm::TokenBucket(TokenBucket::new(rate, capacity)?),
         )
     }
 
@@ -74,7 +76,7 @@ impl Plan {
     pub fn examples() -> Vec<Plan> {
         EXAMPLE_PLANS
             .into_iter()
-            .filter_map(|(name, rate, burst)| Plan::token_bucket(name, rate, burst).ok())
+            .filter_map(|(name, rate, capacity)| Plan::token_bucket(name, rate, capacity).ok())
             .collect()
     }
 
@@ -161,6 +163,8 @@ pub struct RequestRateLimiter<S> {
     default_plan: String,
     endpoint_costs: HashMap<String, u64>,
     store: S,
+    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
+    _claim: Option<Claim>,
 }
 
 /// A request rate decision, with the plan that made it.
@@ -183,6 +187,8 @@ pub struct RequestRateLimiterBuilder {
     default_plan: Option<String>,
     endpoint_costs: Vec<(String, u64)>,
     namespace: Option<String>,
+    /// Whether `namespace` was given as a default ([`Self::default_namespace`]).
+    defaulted: bool,
 }
 
 impl RequestRateLimiterBuilder {
@@ -211,8 +217,24 @@ impl RequestRateLimiterBuilder {
     }
 
     /// The namespace of the users' keys in the store (see [`Namespace::new`]).
+    ///
+    /// Without one, the limiter takes `request_rate` for itself on its store: a second limiter
+    /// of the same store building in `request_rate` is refused while this one lives, since the
+    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
+        self.defaulted = false;
+        self
+    }
+
+    /// A namespace in place of `request_rate`, taken as a default is: for itself alone, as
+    /// if no namespace had been named. For code that builds limiters for others and picks
+    /// their names (a tower layer's `per_ip`), so that two of its limiters on one store are
+    /// still refused rather than silently counted together.
+    pub fn default_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self.defaulted = true;
         self
     }
 
@@ -255,12 +277,16 @@ impl RequestRateLimiterBuilder {
             }
             endpoint_costs.insert(endpoint, cost);
         }
+        let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("request_rate"))?;
+        let named = self.namespace.is_some() && !self.defaulted;
+        let claim = claim_on(&store, &namespace, named)?;
         Ok(RequestRateLimiter {
-            namespace: Namespace::new(self.namespace.as_deref().unwrap_or("request_rate"))?,
+            namespace,
             plans,
             default_plan,
             endpoint_costs,
             store,
+            _claim: claim,
         })
     }
 }

@@ -26,25 +26,33 @@ use std::future::Future;
 use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
+mod any;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod cached;
 pub mod chain;
+pub mod claims;
 mod key;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod shard_lock;
 mod sync;
 pub mod word;
 
+pub use any::AnyStore;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use chain::{Link, Linked};
+pub use claims::Namespaces;
 pub use key::{Key, OwnedKey};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisStore, RedisStoreBuilder};
 pub use word::{WordState, WordStore};
 
@@ -108,6 +116,10 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
 
     fn same_store(&self, other: &Self) -> bool {
         (**self).same_store(other)
+    }
+
+    fn namespaces(&self) -> Option<&Namespaces> {
+        (**self).namespaces()
     }
 
     fn apply_detached(&self, algorithm: &A, key: &K, op: Op) {
@@ -207,6 +219,13 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
     /// chain may carry operations meant for both. The default is pointer identity.
     fn same_store(&self, other: &Self) -> bool {
         std::ptr::eq(self, other)
+    }
+
+    /// The namespaces this store's live limiters hold, so that two limiters never count in
+    /// one namespace by accident (see [`claims`]). `None`, the default, keeps no record and
+    /// checks nothing; the stores of this crate keep one, shared by their clones.
+    fn namespaces(&self) -> Option<&Namespaces> {
+        None
     }
 
     /// Applies `op` without waiting for its decision, for callers that cannot wait: a lease

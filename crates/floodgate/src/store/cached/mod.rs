@@ -417,6 +417,12 @@ impl Store<str, AnyAlgorithm> for CachedStore {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
+    /// The Redis store's: a limiter here and one on the Redis store itself count in the same
+    /// Redis keys.
+    fn namespaces(&self) -> Option<&super::Namespaces> {
+        self.shared.redis.namespaces()
+    }
+
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
         if matches!(op, Op::Check { .. }) && RedisStore::exchanges(algorithm) {
             let future = std::pin::pin!(self.apply(algorithm, key, op));

@@ -177,6 +177,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             clock: self.clock,
             per_shard,
             overflow: self.overflow,
+            namespaces: super::Namespaces::new(),
         })
     }
 }
@@ -193,6 +194,7 @@ pub struct MemoryStore<K = Key, S = AnyState, C = CoarseClock> {
     clock: C,
     per_shard: usize,
     overflow: Overflow,
+    namespaces: super::Namespaces,
 }
 
 // Each shard on its own cache line, so that two threads on two shards never share one.
@@ -584,6 +586,10 @@ where
         Q: Sync,
     {
         ready(self.apply_chain_now(links, true))
+    }
+
+    fn namespaces(&self) -> Option<&super::Namespaces> {
+        Some(&self.namespaces)
     }
 }
 

@@ -158,8 +158,9 @@ impl RedisStoreBuilder {
     /// The store. Nothing is sent yet: the connection is made by the first call, and remade by
     /// later calls whenever it is lost.
     ///
-    /// Must be called inside a Tokio runtime, which runs the connection. A URL that is neither a
-    /// Redis URL (`redis://[user:password@]host:port[/db]`) nor a Redis Cluster one
+    /// Must be called inside a Tokio runtime, which runs the connection: outside one it is a
+    /// [`ConfigError`] for field `runtime` (never a panic). A URL that is neither a Redis URL
+    /// (`redis://[user:password@]host:port[/db]`) nor a Redis Cluster one
     /// (`redis-cluster://[user:password@]host:port,host:port,…`, see the [module
     /// documentation](super#redis-cluster)) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
@@ -202,6 +203,16 @@ impl RedisStoreBuilder {
                 "must be above 0",
             ));
         }
+        // Every setting is valid. The client spawns its connection tasks on the current
+        // runtime, and panics without one; say so instead.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(ConfigError::invalid(
+                "runtime",
+                "none",
+                "RedisStore::build must be called inside a Tokio runtime, which runs the \
+                 connection: from async code (#[tokio::main]), or within Runtime::enter",
+            ));
+        }
         let connection = Connection::new(&self.url, self.timeout, self.connect_timeout, tls)?;
         let nodes = connection
             .is_cluster()
@@ -228,6 +239,7 @@ impl RedisStoreBuilder {
                 scripts: Scripts::new(),
                 secrets: secrets(&self.url),
                 lanes,
+                namespaces: super::super::Namespaces::new(),
             }),
         })
     }

@@ -366,6 +366,8 @@ struct Inner {
     secrets: Vec<String>,
     /// The group commit's queues, unless it is off.
     lanes: Option<Lanes>,
+    /// The namespaces of the limiters on this store (and on cached stores over it).
+    namespaces: super::Namespaces,
 }
 
 impl RedisStore {
@@ -610,6 +612,10 @@ impl Store<str, AnyAlgorithm> for RedisStore {
 
     fn same_store(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn namespaces(&self) -> Option<&super::Namespaces> {
+        Some(&self.inner.namespaces)
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {

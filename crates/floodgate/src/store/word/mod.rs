@@ -98,6 +98,7 @@ pub struct WordStore<K = Key, S: WordState = GcraState, C = CoarseClock> {
     clock: C,
     per_shard: usize,
     overflow: Overflow,
+    namespaces: super::Namespaces,
     _state: PhantomData<fn() -> S>,
     /// The tables' keys are shared with readers on every thread: the store is `Send` and
     /// `Sync` as a table is (`K: Send + Sync`), not as the raw pointers alone would say.
@@ -200,6 +201,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             clock: self.clock,
             per_shard,
             overflow: self.overflow,
+            namespaces: super::Namespaces::new(),
             _state: PhantomData,
             _tables: PhantomData,
         })
@@ -623,6 +625,10 @@ where
 
     fn same_store(&self, other: &Self) -> bool {
         std::ptr::eq(self, other)
+    }
+
+    fn namespaces(&self) -> Option<&super::Namespaces> {
+        Some(&self.namespaces)
     }
 }
 

@@ -1,0 +1,231 @@
+//! [`AnyStore`]: a store chosen at run time.
+
+use std::sync::Arc;
+
+use super::{Link, Linked, MemoryStore, Namespaces, Request, Store};
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::{ConfigError, Decision, Op, StoreError};
+
+#[cfg(feature = "redis")]
+use super::{CachedStore, RedisStore};
+
+/// A store chosen at run time, from configuration, without a type parameter of its own.
+///
+/// Limiters are generic over their store, which keeps the memory store's calls free of any
+/// dispatch. A program that picks its store from a setting (`memory` on a laptop, a Redis URL
+/// in production) would otherwise write this enum itself; [`AnyStore::from_url`] does it:
+///
+/// ```
+/// use floodgate::algorithm::token_bucket::TokenBucket;
+/// use floodgate::limiter::KeyedLimit;
+/// use floodgate::store::AnyStore;
+///
+/// // From FLOODGATE_STORE, say; `memory` needs no runtime.
+/// let store = AnyStore::from_url("memory")?;
+/// let limit = KeyedLimit::new("api", TokenBucket::new(10.0, 20)?, store)?;
+/// assert!(limit.check_blocking("alice", 1)?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Each call is the chosen store's own: the same semantics, errors and atomicity. Clones share
+/// the store (its keys, its connection, its [`Namespaces`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// The embedded memory store.
+    Memory(Arc<MemoryStore>),
+    /// Redis, Redis Cluster or Redis behind Sentinels.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Redis(RedisStore),
+    /// Redis, with this node's cached view of each key.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    Cached(CachedStore),
+}
+
+/// The URL schemes [`AnyStore::from_url`] hands to [`RedisStore`].
+const REDIS_SCHEMES: [&str; 7] = [
+    "redis://",
+    "rediss://",
+    "redis-cluster://",
+    "rediss-cluster://",
+    "redis-sentinel://",
+    "rediss-sentinel://",
+    "unix://",
+];
+
+impl AnyStore {
+    /// A new memory store with the default bound ([`MemoryStore::new`]).
+    pub fn memory() -> AnyStore {
+        AnyStore::Memory(Arc::new(MemoryStore::new()))
+    }
+
+    /// The store `url` names: `memory` (or `memory://`) for a new memory store; a Redis URL
+    /// (`redis://`, `rediss://`, `redis[s]-cluster://`, `redis[s]-sentinel://`, `unix://`)
+    /// for a [`RedisStore`] with its defaults, which needs the `redis` feature and must be
+    /// built inside a Tokio runtime. Anything else is a [`ConfigError`] for field `url`
+    /// (with the password, if any, masked).
+    pub fn from_url(url: &str) -> Result<AnyStore, ConfigError> {
+        if url == "memory" || url == "memory://" {
+            return Ok(AnyStore::memory());
+        }
+        if REDIS_SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
+            #[cfg(feature = "redis")]
+            return Ok(AnyStore::Redis(RedisStore::builder(url).build()?));
+            #[cfg(not(feature = "redis"))]
+            return Err(ConfigError::invalid(
+                "url",
+                masked(url),
+                "a Redis store needs the `redis` feature of floodgate-core",
+            ));
+        }
+        Err(ConfigError::invalid(
+            "url",
+            masked(url),
+            "must be `memory` or a Redis URL (redis://, rediss://, redis-cluster://, \
+             redis-sentinel://, unix://)",
+        ))
+    }
+}
+
+/// `url` with the password of its user information, if any, replaced by `***`.
+fn masked(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((user_info, hosts)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match user_info.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{hosts}"),
+        None => format!("{scheme}://***@{hosts}"),
+    }
+}
+
+impl From<MemoryStore> for AnyStore {
+    fn from(store: MemoryStore) -> Self {
+        AnyStore::Memory(Arc::new(store))
+    }
+}
+
+impl From<Arc<MemoryStore>> for AnyStore {
+    fn from(store: Arc<MemoryStore>) -> Self {
+        AnyStore::Memory(store)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<RedisStore> for AnyStore {
+    fn from(store: RedisStore) -> Self {
+        AnyStore::Redis(store)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<CachedStore> for AnyStore {
+    fn from(store: CachedStore) -> Self {
+        AnyStore::Cached(store)
+    }
+}
+
+/// `$call` on whichever store `$self` holds.
+macro_rules! each {
+    ($self:expr, $store:ident => $call:expr) => {
+        match $self {
+            AnyStore::Memory($store) => $call,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis($store) => $call,
+            #[cfg(feature = "redis")]
+            AnyStore::Cached($store) => $call,
+        }
+    };
+}
+
+impl Store<str, AnyAlgorithm> for AnyStore {
+    async fn apply(
+        &self,
+        algorithm: &AnyAlgorithm,
+        key: &str,
+        op: Op,
+    ) -> Result<Decision, StoreError> {
+        each!(self, s => s.apply(algorithm, key, op).await)
+    }
+
+    async fn apply_many(
+        &self,
+        requests: &[Request<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Decision>, StoreError> {
+        each!(self, s => s.apply_many(requests).await)
+    }
+
+    async fn apply_chain(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        each!(self, s => s.apply_chain(links).await)
+    }
+
+    async fn apply_chain_refused(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        each!(self, s => s.apply_chain_refused(links).await)
+    }
+
+    fn same_store(&self, other: &Self) -> bool {
+        match (self, other) {
+            (AnyStore::Memory(a), AnyStore::Memory(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "redis")]
+            (AnyStore::Redis(a), AnyStore::Redis(b)) => a.same_store(b),
+            #[cfg(feature = "redis")]
+            (AnyStore::Cached(a), AnyStore::Cached(b)) => a.same_store(b),
+            #[cfg(feature = "redis")]
+            _ => false,
+        }
+    }
+
+    fn namespaces(&self) -> Option<&Namespaces> {
+        each!(self, s => Store::<str, AnyAlgorithm>::namespaces(s))
+    }
+
+    fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
+        each!(self, s => s.apply_detached(algorithm, key, op))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::token_bucket::TokenBucket;
+    use crate::limiter::KeyedLimit;
+
+    #[test]
+    fn memory_is_named_and_other_urls_are_refused_with_the_password_masked() {
+        assert!(matches!(
+            AnyStore::from_url("memory").unwrap(),
+            AnyStore::Memory(_)
+        ));
+        assert!(matches!(
+            AnyStore::from_url("memory://").unwrap(),
+            AnyStore::Memory(_)
+        ));
+        let e = AnyStore::from_url("mysql://root:hunter2@db:3306")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`url`") && e.contains("memory"), "{e}");
+        assert!(e.contains("root:***@db") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn clones_are_one_store() {
+        let store = AnyStore::memory();
+        let tb = TokenBucket::new(1.0, 1).unwrap();
+        let a = KeyedLimit::new("a", tb.clone(), store.clone()).unwrap();
+        let b = KeyedLimit::new("a", tb, store.clone()).unwrap();
+        assert!(a.check_blocking("k", 1).unwrap().allowed);
+        assert!(!b.check_blocking("k", 1).unwrap().allowed);
+        assert!(store.same_store(&store.clone()));
+        assert!(!store.same_store(&AnyStore::memory()));
+    }
+}
