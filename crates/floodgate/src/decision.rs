@@ -10,6 +10,7 @@ use std::time::Duration;
 /// nothing unless its algorithm's documentation says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[must_use = "a decision says whether the request may proceed"]
+#[non_exhaustive]
 pub struct Decision {
     /// Whether the request may proceed (after [`Decision::wait`], for shapers).
     pub allowed: bool,

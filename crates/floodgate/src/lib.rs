@@ -30,6 +30,7 @@
 //! A denial is a normal [`Decision`] with `allowed == false`; `Err` is kept for infrastructure
 //! failures ([`StoreError`]) and invalid configuration ([`ConfigError`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
 pub mod blocking;

@@ -225,3 +225,23 @@ fn setting_a_connection_up_is_bounded_apart_from_a_call() {
         );
     });
 }
+
+/// Built outside a Tokio runtime, the store says it needs one, for every kind of URL, instead of
+/// the client's panic ("there is no reactor running"); inside one it builds.
+#[test]
+fn a_store_built_outside_a_runtime_says_it_needs_one() {
+    for url in [
+        "redis://127.0.0.1:1",
+        "rediss://127.0.0.1:1",
+        "redis-cluster://127.0.0.1:1,127.0.0.1:2",
+        "redis-sentinel://127.0.0.1:1/mymaster",
+    ] {
+        let e = RedisStore::builder(url).build().unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("`runtime`"), "{url}: {text}");
+        assert!(text.contains("Tokio runtime"), "{url}: {text}");
+        let rt = runtime();
+        let _inside = rt.enter();
+        RedisStore::builder(url).build().unwrap();
+    }
+}

@@ -89,7 +89,8 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A bucket of `capacity` tokens refilled at `rate` tokens per second.
+    /// A bucket of `capacity` tokens refilled at `rate` tokens per second: `capacity` is the
+    /// burst, the most admitted at once from a full bucket.
     ///
     /// `rate` must be finite and above 0 (field `rate`); `capacity` at least 1 (field
     /// `capacity`).

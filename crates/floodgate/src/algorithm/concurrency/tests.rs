@@ -401,12 +401,12 @@ fn steady_state_does_not_allocate() {
             x ^= x << 17;
             now += x % 7;
             let lease = x % 96;
-            let op = if x % 3 == 0 {
+            let op = if x.is_multiple_of(3) {
                 release(lease)
             } else {
                 Op::Acquire {
                     lease: lease.into(),
-                    critical: x % 5 == 0,
+                    critical: x.is_multiple_of(5),
                 }
             };
             let _ = c.apply(s, Nanos(now), op);
