@@ -1,7 +1,7 @@
 //! A small axum API protected by Floodgate's four limiters.
 //!
 //! ```text
-//! cargo run -p floodgate-tower --example axum_api
+//! cargo run -p floodgate-tower --features axum --example axum_api
 //!
 //! # Anonymous clients are keyed by address and get the free plan (50/s, bursts of 100):
 //! curl -i http://127.0.0.1:3000/v1/things
@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
@@ -46,8 +45,9 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 async fn main() -> Result<(), Error> {
     // One store for every limiter: each keeps its keys in its own namespace of it.
     let store = Arc::new(MemoryStore::new());
-    let lease_ttl = Duration::from_secs(60); // longer than any request may take
-                                             // The utilization shedder reads this gauge; the layer marks a worker busy per request.
+    // Longer than any request may take.
+    let lease_ttl = Duration::from_secs(60);
+    // The utilization shedder reads this gauge; the layer marks a worker busy per request.
     let workers = Arc::new(WorkerGauge::new(64)?);
 
     let pipeline = Pipeline::stripe(
@@ -81,12 +81,8 @@ async fn main() -> Result<(), Error> {
         HashMap::from([("sk_pro_alice", "pro"), ("sk_std_bob", "standard")]);
     let extractor = Extractor::new()
         .plan_lookup(move |key| plans.get(key).map(|plan| plan.to_string()))
-        .client_ip(|parts| {
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|info| info.0.ip())
-        })
+        // Clients without a key are keyed by the address axum's ConnectInfo records (the
+        // crate's `axum` feature; served with into_make_service_with_connect_info below).
         .critical_route("/v1/charges")
         // Users are keyed by an HMAC of their API key, never the key itself. Nodes that share a
         // store must share this MAC key; `FLOODGATE_CREDENTIAL_KEY` (16 bytes or more) sets
@@ -103,7 +99,8 @@ async fn main() -> Result<(), Error> {
         .route("/v1/things", get(things))
         .route("/v1/reports", get(report))
         .route("/v1/charges", post(charge))
-        .layer(layer);
+        // route_layer: requests to paths no route serves get their 404 without spending quota.
+        .route_layer(layer);
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     println!("listening on http://127.0.0.1:3000 (curl calls at the top of examples/axum_api.rs)");

@@ -4,22 +4,27 @@
 //! An [`Extractor`] turns a request's head ([`http::request::Parts`]) into a [`RequestInfo`],
 //! the owned form of the pipeline's [`Descriptor`]. The default rules, each configurable:
 //!
-//! - **User.** The credential is the `x-api-key` header's value, else the token of an
-//!   `Authorization: Bearer <token>` header (scheme case-insensitive); a credential is used
-//!   only if it is visible ASCII, non-empty after trimming, and at most
+//! - **User** (the key the per-user limiters count under), by [`KeyBy`]: by default
+//!   [`KeyBy::Credential`]. The credential is the `x-api-key` header's value, else the token
+//!   of an `Authorization: Bearer <token>` header (scheme case-insensitive); a credential is
+//!   used only if it is visible ASCII, non-empty after trimming, and at most
 //!   [`MAX_CREDENTIAL_LEN`] bytes (a longer one is ignored: no real key is that long). The
 //!   user is then `key:` and 32 hex digits, a keyed hash (HMAC-SHA256) of the credential under
 //!   the extractor's [`CredentialKey`]: the credential itself never reaches the store, a
 //!   refusal or `Debug` output (see [`crate::credential`] for the rule, and why nodes sharing
-//!   a store must share the key). Without a credential, the user is
-//!   the client's address, `ip:<address>`, read by the client-IP function (by default a
-//!   [`std::net::SocketAddr`] or [`std::net::IpAddr`] in the request's extensions: see
-//!   [`client_ip_from_extensions`]); IPv4-mapped IPv6 addresses count as IPv4, and other IPv6
+//!   a store must share the key). Without a credential, the user is the client's address,
+//!   `ip:<address>`, found by the extractor's [`ClientAddress`] (by default the connection's
+//!   peer; see [`crate::address`]); IPv4-mapped IPv6 addresses count as IPv4, and other IPv6
 //!   clients are keyed by their /64 network (`ip:2001:db8:1:2::/64`), since one host usually
-//!   holds a whole /64. Without either, the user is `anonymous`. The prefixes keep the three
-//!   namespaces apart: a client cannot send another client's address as its API key to drain
-//!   that client's quota. The middleware runs before authentication, so an unknown key still
-//!   gets its own (default-plan) bucket.
+//!   holds a whole /64. A request with neither is [`Unidentified`]: the middleware answers
+//!   500 saying how to provide the address, rather than count every such client as one (only
+//!   a [`ClientAddress::custom`] function that answers `None` makes a user
+//!   [`ANONYMOUS`], on purpose). The prefixes keep the namespaces apart: a client cannot
+//!   send another client's address as its API key to drain that client's quota. The
+//!   middleware runs before authentication, so an unknown key still gets its own
+//!   (default-plan) bucket. [`KeyBy::Address`] ignores credentials, [`KeyBy::Header`] keys
+//!   by a header's value (hashed, as credentials are), and [`KeyBy::custom`] by any
+//!   [`KeyExtractor`].
 //! - **Plan.** The plan lookup closure is called with the raw credential (not the `key:`
 //!   user; it must not log it); when there is no credential, no lookup, or the lookup answers
 //!   `None`, the plan is the configured default plan, else the empty name, which the request
@@ -38,7 +43,7 @@
 //! users by a secret should hash it the same way, with [`CredentialKey::user_key`].
 
 use std::fmt;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 
 use floodgate::limiter::Priority;
 use floodgate::pipeline::Descriptor;
@@ -46,6 +51,7 @@ use http::header::{HeaderName, AUTHORIZATION};
 use http::request::Parts;
 use http::Method;
 
+use crate::address::{ClientAddress, Unidentified};
 use crate::credential::{shown_user, CredentialKey};
 
 /// The longest credential (API key or bearer token) keyed by, in bytes; longer ones are
@@ -145,9 +151,8 @@ impl Default for TestMode {
     }
 }
 
-type ClientIpFn = Box<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
 type PlanFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
-type CustomFn = Box<dyn Fn(&Parts) -> RequestInfo + Send + Sync>;
+type CustomFn = Box<dyn Fn(&Parts) -> Result<RequestInfo, Unidentified> + Send + Sync>;
 
 /// Where an attribute of [`RequestInfo::attributes`] comes from ([`Extractor::attribute`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,12 +168,82 @@ pub enum AttributeSource {
     Header(HeaderName),
 }
 
+/// What the per-user limiters count a request under: its [`RequestInfo::user`].
+pub enum KeyBy {
+    /// The credential (API key, else bearer token), hashed; else the client's address. The
+    /// default.
+    Credential,
+    /// The client's address alone: credentials are ignored (a per-IP limit).
+    Address,
+    /// The value of this header, hashed as credentials are (`key:…`); else the client's
+    /// address.
+    Header(HeaderName),
+    /// A key of the caller's own ([`KeyBy::custom`]).
+    Custom(Box<dyn KeyExtractor>),
+}
+
+impl KeyBy {
+    /// Keys by `extractor`'s answer, used as given (hash a secret with
+    /// [`CredentialKey::user_key`] first).
+    pub fn custom(extractor: impl KeyExtractor) -> KeyBy {
+        KeyBy::Custom(Box::new(extractor))
+    }
+}
+
+impl fmt::Debug for KeyBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyBy::Credential => f.write_str("Credential"),
+            KeyBy::Address => f.write_str("Address"),
+            KeyBy::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            KeyBy::Custom(_) => f.write_str("Custom"),
+        }
+    }
+}
+
+/// Finds the key a request is counted under, as [`KeyBy::custom`] takes it. Closures
+/// `Fn(&Parts) -> Result<String, Unidentified>` are key extractors.
+///
+/// ```
+/// use floodgate_tower::{Extractor, KeyBy, Unidentified};
+/// use http::request::Parts;
+///
+/// // One bucket per tenant, named in a header that a gateway in front already checked.
+/// let by_tenant = |parts: &Parts| {
+///     parts
+///         .headers
+///         .get("x-tenant")
+///         .and_then(|v| v.to_str().ok())
+///         .map(|tenant| format!("tenant:{tenant}"))
+///         .ok_or_else(|| Unidentified::new("the gateway sets x-tenant on every request"))
+/// };
+/// let extractor = Extractor::new().key_by(KeyBy::custom(by_tenant));
+/// let request = http::Request::get("/").header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(extractor.extract(&request.into_parts().0)?.user, "tenant:acme");
+/// # Ok::<(), Unidentified>(())
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The key `request` is counted under, or why there is none (the middleware answers 500
+    /// with that message).
+    fn key(&self, request: &Parts) -> Result<String, Unidentified>;
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(&Parts) -> Result<String, Unidentified> + Send + Sync + 'static,
+{
+    fn key(&self, request: &Parts) -> Result<String, Unidentified> {
+        self(request)
+    }
+}
+
 /// Builds each request's [`RequestInfo`]. See the [module documentation](self) for the rules.
 pub struct Extractor {
+    key_by: KeyBy,
     api_key_header: Option<HeaderName>,
     bearer_token: bool,
     credential_key: CredentialKey,
-    client_ip: ClientIpFn,
+    address: ClientAddress,
     plan_of: Option<PlanFn>,
     default_plan: Option<String>,
     critical_prefixes: Vec<String>,
@@ -186,6 +261,8 @@ impl Default for Extractor {
 impl fmt::Debug for Extractor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Extractor")
+            .field("key_by", &self.key_by)
+            .field("address", &self.address)
             .field("api_key_header", &self.api_key_header)
             .field("bearer_token", &self.bearer_token)
             .field("credential_key", &self.credential_key)
@@ -200,17 +277,39 @@ impl fmt::Debug for Extractor {
 }
 
 impl Extractor {
-    /// The default rules: `x-api-key`, then `Authorization: Bearer`, then the client address
-    /// from the request's extensions, then `anonymous`; credentials hashed under this process's
+    /// The default rules: `x-api-key`, then `Authorization: Bearer`, then the connection's
+    /// peer address ([`Unidentified`] without one); credentials hashed under this process's
     /// random key ([`CredentialKey::process`]); no plan lookup (every user gets the request
     /// rate limiter's default plan); no critical routes; test mode by the `x-test-mode: true`
     /// header.
+    ///
+    /// ```
+    /// use floodgate_tower::Extractor;
+    /// use std::net::SocketAddr;
+    ///
+    /// let extractor = Extractor::new();
+    /// let mut request = http::Request::get("/v1/charges").body(()).unwrap();
+    /// // What axum's ConnectInfo, tonic's server or your hyper accept loop provides.
+    /// request.extensions_mut().insert(SocketAddr::from(([203, 0, 113, 9], 50123)));
+    /// let info = extractor.extract(&request.into_parts().0)?;
+    /// assert_eq!(info.user, "ip:203.0.113.9");
+    ///
+    /// let keyed = http::Request::get("/").header("x-api-key", "sk_live_1").body(()).unwrap();
+    /// let info = extractor.extract(&keyed.into_parts().0)?;
+    /// assert!(info.user.starts_with("key:")); // a keyed hash, never the key itself
+    ///
+    /// // Neither: a set-up mistake, said plainly, rather than one shared bucket.
+    /// let unknown = http::Request::get("/").body(()).unwrap();
+    /// assert!(extractor.extract(&unknown.into_parts().0).is_err());
+    /// # Ok::<(), floodgate_tower::Unidentified>(())
+    /// ```
     pub fn new() -> Self {
         Extractor {
+            key_by: KeyBy::Credential,
             api_key_header: Some(HeaderName::from_static("x-api-key")),
             bearer_token: true,
             credential_key: CredentialKey::process(),
-            client_ip: Box::new(client_ip_from_extensions),
+            address: ClientAddress::connection(),
             plan_of: None,
             default_plan: None,
             critical_prefixes: Vec::new(),
@@ -229,11 +328,19 @@ impl Extractor {
         self
     }
 
+    /// What the per-user limiters count requests under (default [`KeyBy::Credential`]).
+    pub fn key_by(mut self, key_by: KeyBy) -> Self {
+        self.key_by = key_by;
+        self
+    }
+
     /// An extractor that calls `f` for every request and nothing else (its user is used as
-    /// given: see [`CredentialKey::user_key`] for keying by a secret).
+    /// given: see [`CredentialKey::user_key`] for keying by a secret). `f` may still call a
+    /// default extractor's [`Extractor::extract`], and answers [`Unidentified`] for requests
+    /// it cannot place.
     pub fn custom<F>(f: F) -> Self
     where
-        F: Fn(&Parts) -> RequestInfo + Send + Sync + 'static,
+        F: Fn(&Parts) -> Result<RequestInfo, Unidentified> + Send + Sync + 'static,
     {
         Extractor {
             custom: Some(Box::new(f)),
@@ -267,15 +374,21 @@ impl Extractor {
         self
     }
 
-    /// Reads the client's address with `f` instead of [`client_ip_from_extensions`]; for
-    /// axum, `|p| p.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())`; behind a
-    /// trusted proxy, a forwarded-for header. `|_| None` turns per-address keys off.
-    pub fn client_ip<F>(mut self, f: F) -> Self
+    /// Finds the client's address with `address` instead of the connection's peer: behind
+    /// proxies, [`ClientAddress::forwarded_for`] (see [`crate::address`]).
+    pub fn client_address(mut self, address: ClientAddress) -> Self {
+        self.address = address;
+        self
+    }
+
+    /// Reads the client's address with `f` ([`ClientAddress::custom`]). `|_| None` turns
+    /// per-address keys off on purpose: requests without a credential are then one
+    /// [`ANONYMOUS`] client.
+    pub fn client_ip<F>(self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
     {
-        self.client_ip = Box::new(f);
-        self
+        self.client_address(ClientAddress::custom(f))
     }
 
     /// Looks plans up by credential: `f(api_key)` names the key's plan, `None` for the
@@ -307,18 +420,46 @@ impl Extractor {
         self
     }
 
-    /// The request's descriptor under this extractor's rules.
-    pub fn extract(&self, parts: &Parts) -> RequestInfo {
+    /// The request's descriptor under this extractor's rules; [`Unidentified`] when its user
+    /// cannot be found (no credential and no client address: see the [module
+    /// documentation](self)).
+    pub fn extract(&self, parts: &Parts) -> Result<RequestInfo, Unidentified> {
+        self.extract_with(parts, true)
+    }
+
+    /// [`Extractor::extract`]; with `needs_user == false` (no stage counts by user), a
+    /// request without a client address is [`ANONYMOUS`] rather than unidentified. A key
+    /// extractor's own refusal stands either way.
+    pub(crate) fn extract_with(
+        &self,
+        parts: &Parts,
+        needs_user: bool,
+    ) -> Result<RequestInfo, Unidentified> {
         if let Some(custom) = &self.custom {
             return custom(parts);
         }
         let credential = self.credential(parts);
-        let user = match credential {
-            Some(secret) => self.credential_key.user_key(secret),
-            None => match (self.client_ip)(parts) {
-                Some(ip) => ip_key(ip),
-                None => ANONYMOUS.to_string(),
+        let by_address = || match self.address_key(parts) {
+            Err(_) if !needs_user => Ok(ANONYMOUS.to_string()),
+            other => other,
+        };
+        let user = match &self.key_by {
+            KeyBy::Credential => match credential {
+                Some(secret) => self.credential_key.user_key(secret),
+                None => by_address()?,
             },
+            KeyBy::Address => by_address()?,
+            KeyBy::Header(name) => {
+                match parts
+                    .headers
+                    .get(name)
+                    .and_then(|v| usable(v.to_str().ok()?))
+                {
+                    Some(value) => self.credential_key.user_key(value),
+                    None => by_address()?,
+                }
+            }
+            KeyBy::Custom(extractor) => extractor.key(parts)?,
         };
         let plan = credential
             .and_then(|key| self.plan_of.as_ref().and_then(|lookup| lookup(key)))
@@ -330,7 +471,9 @@ impl Extractor {
             .filter_map(|(name, source)| {
                 let value = match source {
                     AttributeSource::Method => parts.method.as_str().to_string(),
-                    AttributeSource::ClientIp => (self.client_ip)(parts)?.to_string(),
+                    AttributeSource::ClientIp => {
+                        self.address.read(parts).ok().flatten()?.to_string()
+                    }
                     AttributeSource::Header(header) => {
                         parts.headers.get(header)?.to_str().ok()?.to_string()
                     }
@@ -338,14 +481,22 @@ impl Extractor {
                 Some((name.clone(), value))
             })
             .collect();
-        RequestInfo {
+        Ok(RequestInfo {
             user,
             plan,
             priority: self.priority_with(parts, credential),
             cost: None,
             endpoint: Some(parts.uri.path().to_string()),
             attributes,
-        }
+        })
+    }
+
+    /// `ip:<address>` of the client, `anonymous` when a custom address reader answers none.
+    fn address_key(&self, parts: &Parts) -> Result<String, Unidentified> {
+        Ok(match self.address.read(parts)? {
+            Some(ip) => ip_key(ip),
+            None => ANONYMOUS.to_string(),
+        })
     }
 
     /// The request's raw credential: the API key header's value, else a bearer token; `None`
@@ -401,17 +552,6 @@ impl Extractor {
     }
 }
 
-/// The client address the connection layer left in the request's extensions: a
-/// [`SocketAddr`] (its IP), else an [`IpAddr`]; `None` if neither is there. (axum keeps its
-/// own `ConnectInfo<SocketAddr>` wrapper: see [`Extractor::client_ip`].)
-pub fn client_ip_from_extensions(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
-        .get::<SocketAddr>()
-        .map(SocketAddr::ip)
-        .or_else(|| parts.extensions.get::<IpAddr>().copied())
-}
-
 /// A trimmed credential if it is non-empty and short enough (header values are already
 /// visible ASCII once `to_str` accepted them).
 fn usable(value: &str) -> Option<&str> {
@@ -443,6 +583,26 @@ fn under(path: &str, prefix: &str) -> bool {
 mod tests {
     use super::*;
     use http::Request;
+    use std::net::SocketAddr;
+
+    /// The extraction of a request that has a user.
+    trait ExtractOk {
+        fn extract_ok(&self, parts: &Parts) -> RequestInfo;
+    }
+
+    impl ExtractOk for Extractor {
+        fn extract_ok(&self, parts: &Parts) -> RequestInfo {
+            self.extract(parts).unwrap()
+        }
+    }
+
+    /// A request with a peer address, for tests that do not look at the user.
+    fn from_peer(mut parts: Parts) -> Parts {
+        parts
+            .extensions
+            .insert(SocketAddr::from(([192, 0, 2, 1], 1)));
+        parts
+    }
 
     fn parts(method: Method, uri: &str, headers: &[(&str, &str)]) -> Parts {
         let mut builder = Request::builder().method(method).uri(uri);
@@ -466,35 +626,33 @@ mod tests {
     }
 
     #[test]
-    fn the_user_is_the_api_key_then_the_bearer_token_then_the_address_then_anonymous() {
+    fn the_user_is_the_api_key_then_the_bearer_token_then_the_address_else_unidentified() {
         let e = Extractor::new();
         let both = get(
             "/",
             &[("x-api-key", " sk_1 "), ("authorization", "Bearer tok")],
         );
-        assert_eq!(e.extract(&both).user, hashed("sk_1"));
+        assert_eq!(e.extract_ok(&both).user, hashed("sk_1"));
         let bearer = get("/", &[("authorization", "bEaReR   tok_2")]);
-        assert_eq!(e.extract(&bearer).user, hashed("tok_2"));
+        assert_eq!(e.extract_ok(&bearer).user, hashed("tok_2"));
         let basic = get("/", &[("authorization", "Basic dXNlcg==")]);
-        assert_eq!(e.extract(&basic).user, ANONYMOUS);
+        // Not a credential, and no address: a set-up mistake, never `anonymous`.
+        assert!(e.extract(&basic).is_err());
 
         let mut by_addr = get("/", &[("x-api-key", "   ")]);
         by_addr
             .extensions
             .insert(SocketAddr::from(([203, 0, 113, 7], 4711)));
-        assert_eq!(e.extract(&by_addr).user, "ip:203.0.113.7");
+        assert_eq!(e.extract_ok(&by_addr).user, "ip:203.0.113.7");
         let mut by_ip = get("/", &[]);
         by_ip.extensions.insert(IpAddr::from([10, 0, 0, 1]));
-        assert_eq!(e.extract(&by_ip).user, "ip:10.0.0.1");
+        assert_eq!(e.extract_ok(&by_ip).user, "ip:10.0.0.1");
 
         let long = "k".repeat(MAX_CREDENTIAL_LEN + 1);
-        assert_eq!(
-            e.extract(&get("/", &[("x-api-key", &long)])).user,
-            ANONYMOUS
-        );
+        assert!(e.extract(&get("/", &[("x-api-key", &long)])).is_err());
         let longest = "k".repeat(MAX_CREDENTIAL_LEN);
         assert_eq!(
-            e.extract(&get("/", &[("x-api-key", &longest)])).user,
+            e.extract_ok(&get("/", &[("x-api-key", &longest)])).user,
             hashed(&longest)
         );
     }
@@ -507,7 +665,7 @@ mod tests {
             ("authorization", "Bearer sk_live_secret"),
             ("x-api-key", secret),
         ] {
-            let info = e.extract(&get("/", &[header]));
+            let info = e.extract_ok(&get("/", &[header]));
             assert_eq!(info.user, mac_key(1).user_key(secret));
             assert!(info.user.starts_with("key:") && info.user.len() == 36);
             assert!(!info.user.contains(secret));
@@ -518,13 +676,13 @@ mod tests {
         }
         // The same credential, another MAC key: another user.
         let other = Extractor::new().credential_key(mac_key(2));
-        let a = e.extract(&get("/", &[("x-api-key", secret)])).user;
-        let b = other.extract(&get("/", &[("x-api-key", secret)])).user;
+        let a = e.extract_ok(&get("/", &[("x-api-key", secret)])).user;
+        let b = other.extract_ok(&get("/", &[("x-api-key", secret)])).user;
         assert_ne!(a, b);
         // Non-secret identities are unchanged, in the key and in Debug.
         let mut by_addr = get("/", &[]);
         by_addr.extensions.insert(IpAddr::from([10, 0, 0, 1]));
-        let info = e.extract(&by_addr);
+        let info = e.extract_ok(&by_addr);
         assert_eq!(info.user, "ip:10.0.0.1");
         assert!(format!("{info:?}").contains("user: \"ip:10.0.0.1\""));
     }
@@ -564,13 +722,15 @@ mod tests {
                 ("authorization", "Bearer t"),
             ],
         );
-        assert_eq!(e.extract(&p).user, hashed("mine"));
+        assert_eq!(e.extract_ok(&p).user, hashed("mine"));
         p.headers.remove("x-key");
         p.extensions.insert(SocketAddr::from(([127, 0, 0, 1], 1)));
-        assert_eq!(e.extract(&p).user, ANONYMOUS);
-        let no_key = Extractor::new().without_api_key_header();
+        assert_eq!(e.extract_ok(&p).user, ANONYMOUS);
+        let no_key = Extractor::new()
+            .without_api_key_header()
+            .client_ip(|_| None);
         assert_eq!(
-            no_key.extract(&get("/", &[("x-api-key", "k")])).user,
+            no_key.extract_ok(&get("/", &[("x-api-key", "k")])).user,
             ANONYMOUS
         );
     }
@@ -580,14 +740,20 @@ mod tests {
         let e = Extractor::new()
             .plan_lookup(|key| (key == "sk_pro").then(|| "pro".to_string()))
             .default_plan("free");
-        assert_eq!(e.extract(&get("/", &[("x-api-key", "sk_pro")])).plan, "pro");
         assert_eq!(
-            e.extract(&get("/", &[("x-api-key", "sk_other")])).plan,
+            e.extract_ok(&get("/", &[("x-api-key", "sk_pro")])).plan,
+            "pro"
+        );
+        assert_eq!(
+            e.extract_ok(&get("/", &[("x-api-key", "sk_other")])).plan,
             "free"
         );
-        assert_eq!(e.extract(&get("/", &[])).plan, "free");
+        assert_eq!(e.extract_ok(&from_peer(get("/", &[]))).plan, "free");
         // Without a default plan, the limiter's own default applies (an unknown name).
-        assert_eq!(Extractor::new().extract(&get("/", &[])).plan, "");
+        assert_eq!(
+            Extractor::new().extract_ok(&from_peer(get("/", &[]))).plan,
+            ""
+        );
     }
 
     #[test]
@@ -643,22 +809,63 @@ mod tests {
 
     #[test]
     fn the_endpoint_is_the_path_and_cost_is_left_to_the_pipeline() {
-        let info = Extractor::new().extract(&get("/v1/search?q=x", &[]));
+        let info = Extractor::new().extract_ok(&from_peer(get("/v1/search?q=x", &[])));
         assert_eq!(info.endpoint.as_deref(), Some("/v1/search"));
         assert_eq!(info.cost, None);
         let d = info.descriptor();
-        assert_eq!((d.user, d.endpoint), (ANONYMOUS, Some("/v1/search")));
+        assert_eq!((d.user, d.endpoint), ("ip:192.0.2.1", Some("/v1/search")));
     }
 
     #[test]
     fn a_custom_extractor_replaces_the_rules_and_can_reuse_them() {
         let base = Extractor::new();
-        let e = Extractor::custom(move |p| RequestInfo {
-            cost: Some(5),
-            ..base.extract(p)
+        let e = Extractor::custom(move |p| {
+            Ok(RequestInfo {
+                cost: Some(5),
+                ..base.extract(p)?
+            })
         });
-        let info = e.extract(&get("/r", &[("x-api-key", "a")]));
+        let info = e.extract_ok(&get("/r", &[("x-api-key", "a")]));
         assert_eq!((info.user, info.cost), (hashed("a"), Some(5)));
         assert!(format!("{e:?}").contains("custom: true"));
+    }
+
+    #[test]
+    fn keys_by_address_alone_by_a_header_or_by_a_function() {
+        let with_key = |parts: Parts| {
+            let mut p = from_peer(parts);
+            p.headers.insert("x-api-key", "sk_1".parse().unwrap());
+            p
+        };
+        let by_address = Extractor::new().key_by(KeyBy::Address);
+        assert_eq!(
+            by_address.extract_ok(&with_key(get("/", &[]))).user,
+            "ip:192.0.2.1"
+        );
+        let by_tenant = Extractor::new()
+            .credential_key(mac_key(3))
+            .key_by(KeyBy::Header(HeaderName::from_static("x-tenant")));
+        assert_eq!(
+            by_tenant
+                .extract_ok(&with_key(get("/", &[("x-tenant", "acme")])))
+                .user,
+            mac_key(3).user_key("acme")
+        );
+        // Without the header: the address, as without a credential.
+        assert_eq!(
+            by_tenant.extract_ok(&with_key(get("/", &[]))).user,
+            "ip:192.0.2.1"
+        );
+        let custom = Extractor::new().key_by(KeyBy::custom(|p: &Parts| {
+            Ok(format!("path:{}", p.uri.path()))
+        }));
+        assert_eq!(custom.extract_ok(&get("/a", &[])).user, "path:/a");
+        let refusing = Extractor::new().key_by(KeyBy::custom(|_: &Parts| {
+            Err(Unidentified::new("nothing to key by"))
+        }));
+        assert_eq!(
+            refusing.extract(&get("/a", &[])).unwrap_err().message(),
+            "nothing to key by"
+        );
     }
 }

@@ -29,8 +29,9 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::Service;
 
+use crate::admitted::Admitted;
 use crate::body::{FloodgateBody, Held};
-use crate::response::{add_headers, refusal_response};
+use crate::response::{add_headers, refusal_response, RefusalFn};
 
 /// The pipeline's evaluation of one request, owning what it borrows.
 pub(crate) type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
@@ -62,8 +63,7 @@ pin_project! {
             verdict: VerdictFuture,
             service: Svc,
             request: Request<ReqBody>,
-            grpc: bool,
-            fail_opens: Arc<AtomicU64>,
+            answer: Answer,
         },
         Calling {
             #[pin]
@@ -86,8 +86,7 @@ where
         verdict: VerdictFuture,
         service: Svc,
         request: Request<ReqBody>,
-        grpc: bool,
-        fail_opens: Arc<AtomicU64>,
+        answer: Answer,
         held: Held,
     ) -> Self {
         ResponseFuture {
@@ -95,8 +94,7 @@ where
                 verdict,
                 service,
                 request,
-                grpc,
-                fail_opens,
+                answer,
             },
             held: Some(held),
         }
@@ -152,22 +150,28 @@ where
                     let outcome = ready!(poll_verdict(verdict.as_mut(), cx));
                     let StateOwned::Deciding {
                         mut service,
-                        request,
-                        grpc,
-                        fail_opens,
+                        mut request,
+                        answer,
                         ..
                     } = this.state.as_mut().project_replace(State::Done)
                     else {
                         continue; // not reached: the state was Deciding
                     };
-                    match settle(outcome, grpc, &fail_opens) {
+                    match settle(outcome, &answer) {
                         Settled::Refuse(response) => {
                             *this.held = None;
                             return Poll::Ready(Ok(response.map(FloodgateBody::refusal)));
                         }
-                        Settled::Admit { leases, fields } => {
+                        Settled::Admit {
+                            leases,
+                            fields,
+                            admitted,
+                        } => {
                             if let Some(held) = this.held.as_mut() {
                                 held.leases = leases;
+                            }
+                            if let Some(admitted) = admitted {
+                                request.extensions_mut().insert(admitted);
                             }
                             let future = service.call(request);
                             this.state.set(State::Calling { future, fields });
@@ -211,40 +215,67 @@ pub(crate) fn poll_verdict(
     }
 }
 
+/// How to answer one request once its verdict is known.
+pub(crate) struct Answer {
+    /// Whether the request speaks gRPC (refusals are then gRPC statuses).
+    pub(crate) grpc: bool,
+    /// The layer's count of requests let through because the middleware failed.
+    pub(crate) fail_opens: Arc<AtomicU64>,
+    /// The layer's hook that shapes refusals.
+    pub(crate) on_refusal: Option<Arc<RefusalFn>>,
+    /// The request's user, for [`Admitted`].
+    pub(crate) user: String,
+}
+
 /// What to do with a request once its verdict is known.
 pub(crate) enum Settled {
     /// Answer with this refusal; the inner service is not called.
     Refuse(Response<Bytes>),
-    /// Call the inner service, holding `leases` and adding `fields` to its response.
-    Admit { leases: Vec<Lease>, fields: Fields },
+    /// Call the inner service with `admitted` in the request's extensions, holding `leases`
+    /// and adding `fields` to its response.
+    Admit {
+        leases: Vec<Lease>,
+        fields: Fields,
+        admitted: Option<Admitted>,
+    },
+}
+
+impl Settled {
+    /// Let through after a failure of the middleware's own, counted.
+    fn failed_open(fail_opens: &AtomicU64) -> Settled {
+        fail_opens.fetch_add(1, Ordering::Relaxed);
+        Settled::Admit {
+            leases: Vec::new(),
+            fields: Vec::new(),
+            admitted: None,
+        }
+    }
 }
 
 /// Settles a verdict (`None`: the evaluation panicked). Anything the middleware cannot do
-/// lets the request through and counts a fail-open.
-pub(crate) fn settle(outcome: Option<Verdict>, grpc: bool, fail_opens: &AtomicU64) -> Settled {
+/// lets the request through and counts a fail-open; so does a refusal hook that panics.
+pub(crate) fn settle(outcome: Option<Verdict>, answer: &Answer) -> Settled {
     let Some(verdict) = outcome else {
-        fail_opens.fetch_add(1, Ordering::Relaxed);
-        return Settled::Admit {
-            leases: Vec::new(),
-            fields: Vec::new(),
-        };
+        return Settled::failed_open(&answer.fail_opens);
     };
     let fields = verdict.headers();
-    match &verdict.refusal {
-        None => Settled::Admit {
+    let Some(refusal) = &verdict.refusal else {
+        let admitted = Admitted::new(&answer.user, &verdict);
+        return Settled::Admit {
             leases: verdict.leases,
             fields,
-        },
-        Some(refusal) => match refusal_response(refusal, &fields, grpc) {
-            Some(response) => Settled::Refuse(response),
-            None => {
-                fail_opens.fetch_add(1, Ordering::Relaxed);
-                Settled::Admit {
-                    leases: Vec::new(),
-                    fields: Vec::new(),
-                }
-            }
-        },
+            admitted: Some(admitted),
+        };
+    };
+    let Some(response) = refusal_response(refusal, &fields, answer.grpc) else {
+        return Settled::failed_open(&answer.fail_opens);
+    };
+    let Some(hook) = &answer.on_refusal else {
+        return Settled::Refuse(response);
+    };
+    match catch_unwind(AssertUnwindSafe(|| hook(refusal, response))) {
+        Ok(shaped) => Settled::Refuse(shaped),
+        Err(_) => Settled::failed_open(&answer.fail_opens),
     }
 }
 
@@ -268,28 +299,62 @@ mod tests {
         }
     }
 
+    fn answer(on_refusal: Option<Arc<RefusalFn>>) -> Answer {
+        Answer {
+            grpc: false,
+            fail_opens: Arc::new(AtomicU64::new(0)),
+            on_refusal,
+            user: "ip:192.0.2.1".into(),
+        }
+    }
+
     #[test]
     fn anything_the_middleware_cannot_do_lets_the_request_through() {
-        let fail_opens = AtomicU64::new(0);
+        let answer = answer(None);
         assert!(matches!(
-            settle(Some(refused(503)), false, &fail_opens),
+            settle(Some(refused(503)), &answer),
             Settled::Refuse(r) if r.status() == 503
         ));
-        assert_eq!(fail_opens.load(Ordering::Relaxed), 0);
+        assert_eq!(answer.fail_opens.load(Ordering::Relaxed), 0);
         // An evaluation that panicked, and a status HTTP cannot carry.
         assert!(matches!(
-            settle(None, false, &fail_opens),
-            Settled::Admit { ref leases, .. } if leases.is_empty()
+            settle(None, &answer),
+            Settled::Admit { ref leases, admitted: None, .. } if leases.is_empty()
         ));
         assert!(matches!(
-            settle(Some(refused(1_000)), false, &fail_opens),
+            settle(Some(refused(1_000)), &answer),
             Settled::Admit { .. }
         ));
-        assert_eq!(fail_opens.load(Ordering::Relaxed), 2);
+        assert_eq!(answer.fail_opens.load(Ordering::Relaxed), 2);
+        let Settled::Admit {
+            fields, admitted, ..
+        } = settle(Some(Verdict::default()), &answer)
+        else {
+            panic!("admitted")
+        };
+        assert!(fields.is_empty());
+        assert_eq!(admitted.unwrap().key, "ip:192.0.2.1");
+    }
+
+    #[test]
+    fn the_refusal_hook_shapes_refusals_and_a_panicking_one_fails_open() {
+        let teapot: Arc<RefusalFn> = Arc::new(|refusal: &Refusal, mut response| {
+            assert_eq!(refusal.stage.as_str(), "fleet");
+            *response.status_mut() = http::StatusCode::IM_A_TEAPOT;
+            response
+        });
+        let shaped = answer(Some(teapot));
         assert!(matches!(
-            settle(Some(Verdict::default()), false, &fail_opens),
-            Settled::Admit { ref fields, .. } if fields.is_empty()
+            settle(Some(refused(503)), &shaped),
+            Settled::Refuse(r) if r.status() == 418 && r.headers().contains_key("content-type")
         ));
+        let broken: Arc<RefusalFn> = Arc::new(|_: &Refusal, _| panic!("a bug in the hook"));
+        let broken = answer(Some(broken));
+        assert!(matches!(
+            settle(Some(refused(503)), &broken),
+            Settled::Admit { .. }
+        ));
+        assert_eq!(broken.fail_opens.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -9,33 +9,115 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::utilization::WorkerGauge;
+use floodgate::limiter::LimiterKind;
+use floodgate::pipeline::scope::{Field, KeyTemplate};
 use floodgate::pipeline::Pipeline;
+use floodgate::store::Store;
 use floodgate::{Clock, SystemClock};
 use tower::Layer;
 
 use crate::extract::Extractor;
+use crate::response::RefusalFn;
 use crate::service::Floodgate;
 
 /// Applies [`Floodgate`] to services. Cheap to clone; clones share everything.
+///
+/// ```
+/// use floodgate_tower::FloodgateLayer;
+/// use http::{Request, Response};
+/// use std::convert::Infallible;
+/// use std::net::SocketAddr;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Two requests per address, then one every 1000 s.
+/// let layer = FloodgateLayer::per_ip(0.001, 2)?;
+/// let hello = service_fn(|_: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let service = layer.layer(hello);
+/// let from = |peer: [u8; 4]| {
+///     let mut request = Request::new(String::new());
+///     request.extensions_mut().insert(SocketAddr::from((peer, 50123)));
+///     request
+/// };
+/// assert_eq!(service.clone().oneshot(from([192, 0, 2, 1])).await?.status(), 200);
+/// assert_eq!(service.clone().oneshot(from([192, 0, 2, 1])).await?.status(), 200);
+/// let refused = service.clone().oneshot(from([192, 0, 2, 1])).await?;
+/// assert_eq!(refused.status(), 429);
+/// assert!(refused.headers().contains_key("retry-after"));
+/// // Another address has a bucket of its own.
+/// assert_eq!(service.clone().oneshot(from([192, 0, 2, 2])).await?.status(), 200);
+/// # Ok(()) }
+/// ```
 pub struct FloodgateLayer<S> {
     pub(crate) pipeline: Arc<Pipeline<S>>,
     pub(crate) extractor: Arc<Extractor>,
     pub(crate) gauge: Option<Arc<WorkerGauge>>,
     pub(crate) fail_opens: Arc<AtomicU64>,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) on_refusal: Option<Arc<RefusalFn>>,
+    pub(crate) unidentified: Arc<AtomicU64>,
+    /// Whether a stage counts by the request's user (see [`counts_by_user`]).
+    pub(crate) needs_user: bool,
 }
 
 impl<S> FloodgateLayer<S> {
     /// A layer running `pipeline` with the default [`Extractor`] and no worker gauge.
-    pub fn new(pipeline: impl Into<Arc<Pipeline<S>>>) -> Self {
+    ///
+    /// A pipeline none of whose stages counts by the request's user (shedders only, or stages
+    /// keyed by other fields) does not need the client's address: a request without one is
+    /// then limited as [`ANONYMOUS`](crate::ANONYMOUS) rather than refused as
+    /// [`Unidentified`](crate::Unidentified).
+    pub fn new(pipeline: impl Into<Arc<Pipeline<S>>>) -> Self
+    where
+        S: Store<str, AnyAlgorithm> + 'static,
+    {
+        let pipeline = pipeline.into();
         FloodgateLayer {
-            pipeline: pipeline.into(),
+            needs_user: counts_by_user(&pipeline),
+            pipeline,
             extractor: Arc::new(Extractor::new()),
             gauge: None,
             fail_opens: Arc::new(AtomicU64::new(0)),
             clock: Arc::new(SystemClock::new()),
+            on_refusal: None,
+            unidentified: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Shapes every refusal: `hook` gets the refusal and the response the middleware would
+    /// send (see [`crate::response`]) and answers the one to send. A hook that panics lets
+    /// the request through, counted in [`FloodgateLayer::fail_opens`].
+    ///
+    /// ```
+    /// use floodgate_tower::FloodgateLayer;
+    /// use http::header::HeaderValue;
+    ///
+    /// # fn main() -> Result<(), floodgate::ConfigError> {
+    /// let layer = FloodgateLayer::per_ip(10.0, 20)?.on_refusal(|refusal, mut response| {
+    ///     let stage = HeaderValue::from_str(refusal.stage.as_str()).unwrap();
+    ///     response.headers_mut().insert("x-refused-by", stage);
+    ///     response
+    /// });
+    /// # let _ = layer; Ok(())
+    /// # }
+    /// ```
+    pub fn on_refusal<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(
+                &floodgate::pipeline::Refusal,
+                http::Response<bytes::Bytes>,
+            ) -> http::Response<bytes::Bytes>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.on_refusal = Some(Arc::new(hook));
+        self
     }
 
     /// Times requests on `clock` (default the system clock): a request's latency, from the
@@ -72,6 +154,20 @@ impl<S> FloodgateLayer<S> {
     pub fn fail_opens(&self) -> u64 {
         self.fail_opens.load(Ordering::Relaxed)
     }
+
+    /// Requests answered 500 because the extractor could not place them
+    /// ([`Unidentified`](crate::Unidentified): no client address, no key): a set-up mistake,
+    /// also logged (`WARN`, target `floodgate_tower`) the first time.
+    pub fn unidentified(&self) -> u64 {
+        self.unidentified.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request the extractor could not place, and says why the first time.
+    pub(crate) fn note_unidentified(&self, why: &crate::Unidentified) {
+        if self.unidentified.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(target: "floodgate_tower", "{why}");
+        }
+    }
 }
 
 impl<S> Clone for FloodgateLayer<S> {
@@ -82,6 +178,9 @@ impl<S> Clone for FloodgateLayer<S> {
             gauge: self.gauge.clone(),
             fail_opens: Arc::clone(&self.fail_opens),
             clock: Arc::clone(&self.clock),
+            on_refusal: self.on_refusal.clone(),
+            unidentified: Arc::clone(&self.unidentified),
+            needs_user: self.needs_user,
         }
     }
 }
@@ -92,6 +191,7 @@ impl<S> fmt::Debug for FloodgateLayer<S> {
             .field("extractor", &self.extractor)
             .field("gauge", &self.gauge)
             .field("fail_opens", &self.fail_opens())
+            .field("on_refusal", &self.on_refusal.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -102,4 +202,25 @@ impl<Inner, S> Layer<Inner> for FloodgateLayer<S> {
     fn layer(&self, inner: Inner) -> Self::Service {
         Floodgate::new(inner, self.clone())
     }
+}
+
+/// Whether a stage of `pipeline` counts, or decides, by the request's user: a request rate or
+/// concurrency stage keyed by default (by user) or by a template naming `user`, a level keyed
+/// by one, or a condition on `user`.
+fn counts_by_user<S: Store<str, AnyAlgorithm> + 'static>(pipeline: &Pipeline<S>) -> bool {
+    let names_user = |template: &KeyTemplate| template.fields().any(|f| *f == Field::User);
+    pipeline.stages().any(|stage| {
+        let scope = stage.scope_of();
+        let keyed = matches!(
+            stage.limiter().kind(),
+            LimiterKind::RequestRate | LimiterKind::Concurrency
+        );
+        (keyed && scope.key_template().is_none_or(names_user))
+            || stage.levels().iter().any(|level| names_user(level.key()))
+            || scope
+                .condition()
+                .conditions()
+                .iter()
+                .any(|(f, _)| *f == Field::User)
+    })
 }

@@ -1,71 +1,181 @@
 //! Tower middleware that runs Floodgate's limiters in front of a service: axum routers, hyper
 //! services and tonic servers alike.
 //!
+//! Two lines put a per-client limit in front of an axum router (with the `axum` feature, so
+//! that the client's address is read from axum's `ConnectInfo`):
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use floodgate_tower::FloodgateLayer;
+//! use std::net::SocketAddr;
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = FloodgateLayer::per_ip(10.0, 20)?; // 10 a second per address, bursts of 20
+//! let app = Router::new().route("/", get(|| async { "hello" })).route_layer(layer);
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`FloodgateLayer::per_api_key`] and [`FloodgateLayer::per_header`] key by credential or
+//! header instead; [`PerKey`] takes another algorithm, a store chosen at run time (memory or
+//! Redis from a URL: [`AnyStore`](floodgate::store::AnyStore)) and clients behind proxies;
+//! [`FloodgateLayer::new`] runs any [`Pipeline`](floodgate::pipeline::Pipeline), Stripe's four
+//! limiters included.
+//!
 //! ```text
 //! request ─► Extractor ─► RequestInfo (user, plan, priority, endpoint)
 //!         ─► Pipeline::evaluate ─► refused: 429 / 503 + JSON (or a gRPC status), inner not called
-//!                                 allowed: inner service, leases held until the body ends
+//!                                 allowed: inner service, Admitted in the request's extensions,
+//!                                          leases held until the body ends
 //! ```
 //!
 //! - [`FloodgateLayer`] ([`layer`]): holds the shared pipeline, extractor and worker gauge;
-//!   the services it makes, and their clones, share that one state.
+//!   the services it makes, and their clones, share that one state. [`per_key`]: the
+//!   two-line start.
 //! - [`Floodgate`] ([`service`]): the service; its [`ResponseFuture`] ([`future`]) and
 //!   [`FloodgateBody`] ([`body`]) hold the request's concurrency and fleet leases and its busy
 //!   worker until the response body has been sent, and give them back when dropped (client
 //!   gone, timeout, cancellation).
-//! - [`Extractor`] and [`RequestInfo`] ([`extract`]): who is asking, on which plan, and how
-//!   important the request is.
+//! - [`Extractor`] and [`RequestInfo`] ([`extract`]): who is asking ([`KeyBy`], any
+//!   [`KeyExtractor`]), on which plan, and how important the request is; [`address`]: where
+//!   the client's address comes from, proxies included ([`ClientAddress`]).
 //! - [`CredentialKey`] ([`credential`]): secrets never become keys or text. An API key or
 //!   bearer token is keyed by its HMAC-SHA256 under a MAC key (`key:` and 32 hex digits), and
 //!   shown to people (refusal messages, `Debug`) only as an 8-digit fingerprint; client
-//!   addresses and `anonymous` are not secrets and stay as they are. Nodes sharing a store
-//!   must share the MAC key ([`Extractor::credential_key`]); the default is a random key per
-//!   process.
+//!   addresses are not secrets and stay as they are. Nodes sharing a store must share the MAC
+//!   key ([`Extractor::credential_key`]); the default is a random key per process.
 //! - [`response`]: refusals (429 from the per-user limiters, 503 from the shedders) carry an
 //!   actionable JSON body (a gRPC status for gRPC requests) and the `Retry-After`,
-//!   `RateLimit-Policy` and `RateLimit` fields; allowed responses carry the rate-limit fields
-//!   too.
+//!   `RateLimit-Policy` and `RateLimit` fields, shaped by [`FloodgateLayer::on_refusal`] if you
+//!   want; allowed responses carry the rate-limit fields too, and handlers find [`Admitted`]
+//!   ([`admitted`]) in the request's extensions.
 //!
 //! The middleware never becomes the outage: the pipeline fails open on store errors by
-//! default, and any failure of the middleware itself lets the request through.
+//! default, and any failure of the middleware itself lets the request through. The one thing
+//! it does not guess is who the client is: a request it cannot place (no address, no key) is
+//! answered 500 saying what to set up ([`Unidentified`]).
 //!
-//! ```no_run
+//! # Where the layer goes
+//!
+//! - **`route_layer`, not `layer`.** axum's `Router::layer` also wraps the fallback, so every
+//!   request to a path that does not exist (a scanner's 404s) spends quota;
+//!   `Router::route_layer` limits only requests that reach a route.
+//! - **Before authentication.** Limiting runs first, so that a flood of bad credentials is
+//!   refused cheaply, before any database is asked. Made-up API keys each get a bucket of
+//!   their own, so put a per-address stage first (below).
+//! - **Inside tracing and metrics layers**, so that refusals are traced and counted like
+//!   other responses; **outside timeouts**, so that a request's leases are held for as long as
+//!   it runs; **inside CORS**, so that preflight requests, which browsers send on their own,
+//!   are answered by the CORS layer without spending quota.
+//!
+//! ```
 //! use axum::{routing::get, Router};
+//! use floodgate_tower::FloodgateLayer;
+//!
+//! # fn main() -> Result<(), floodgate::ConfigError> {
+//! let app: Router = Router::new()
+//!     .route("/v1/charges", get(|| async { "charges" }))
+//!     // Innermost first: auth (your own) would go here, below the limit.
+//!     .route_layer(FloodgateLayer::per_api_key(100.0, 200)?);
+//!     // Then, outside: .layer(TraceLayer::new_for_http()) and .layer(CorsLayer::…).
+//! # let _ = app; Ok(())
+//! # }
+//! ```
+//!
+//! # Per address and per key together
+//!
+//! A per-key limit alone lets a client that makes up a new API key for every request start
+//! with a full bucket each time. Two stages close that: every request spends from its
+//! address's bucket first, then from its key's.
+//!
+//! ```
+//! use floodgate::algorithm::token_bucket::TokenBucket;
 //! use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
-//! use floodgate::pipeline::Pipeline;
-//! use floodgate::store::MemoryStore;
-//! use floodgate_tower::{Extractor, FloodgateLayer};
+//! use floodgate::pipeline::scope::KeyTemplate;
+//! use floodgate::pipeline::{Pipeline, Scope, Stage};
+//! use floodgate::store::AnyStore;
+//! use floodgate_tower::{AttributeSource, Extractor, FloodgateLayer};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let limiter = RequestRateLimiter::builder()
-//!     .plans(Plan::examples())
-//!     .default_plan("free")
-//!     .build(MemoryStore::new())?;
-//! let pipeline = Pipeline::builder().limiter(limiter).build()?;
-//! let layer = FloodgateLayer::new(pipeline).extractor(
-//!     Extractor::new().plan_lookup(|key| (key == "sk_pro_1").then(|| "pro".to_string())),
-//! );
-//! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
-//! # let _ = app; Ok(())
+//! let store = AnyStore::memory();
+//! let per_ip = RequestRateLimiter::builder()
+//!     .namespace("per_ip")
+//!     .plan(Plan::limit("per_ip", TokenBucket::new(50.0, 100)?.into())?)
+//!     .build(store.clone())?;
+//! let per_key = RequestRateLimiter::builder()
+//!     .namespace("per_key")
+//!     .plan(Plan::limit("per_key", TokenBucket::new(10.0, 20)?.into())?)
+//!     .build(store)?;
+//! let pipeline = Pipeline::builder()
+//!     // Keyed by the `ip` attribute: the address, whatever key the request carries.
+//!     .stage(Stage::new(per_ip).scope(Scope::all().key(KeyTemplate::parse("{attributes.ip}")?)))
+//!     // Keyed by the user: the hashed key, else the address.
+//!     .stage(Stage::new(per_key))
+//!     .build()?;
+//! let layer = FloodgateLayer::new(pipeline)
+//!     .extractor(Extractor::new().attribute("ip", AttributeSource::ClientIp));
+//! # let _ = layer; Ok(())
+//! # }
+//! ```
+//!
+//! # Per route, in one pipeline
+//!
+//! Stages may apply to some requests only ([`Scope`](floodgate::pipeline::Scope) and
+//! [`When`](floodgate::pipeline::scope::When)): one layer over the whole router, with a
+//! tighter limit on one route.
+//!
+//! ```
+//! use floodgate::algorithm::token_bucket::TokenBucket;
+//! use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
+//! use floodgate::pipeline::scope::{Field, Pattern, When};
+//! use floodgate::pipeline::{Pipeline, Scope, Stage};
+//! use floodgate::store::AnyStore;
+//! use floodgate_tower::{Extractor, FloodgateLayer, KeyBy};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = AnyStore::memory();
+//! let limit = |name: &str, rate: f64, capacity: u64| -> Result<_, floodgate::ConfigError> {
+//!     RequestRateLimiter::builder()
+//!         .namespace(name)
+//!         .plan(Plan::limit(name, TokenBucket::new(rate, capacity)?.into())?)
+//!         .build(store.clone())
+//! };
+//! let logins = When::always().field(Field::Endpoint, vec![Pattern::new("/login")]);
+//! let pipeline = Pipeline::builder()
+//!     .stage(Stage::new(limit("login", 0.2, 5)?).scope(Scope::all().when(logins)))
+//!     .stage(Stage::new(limit("api", 10.0, 20)?))
+//!     .build()?;
+//! let layer = FloodgateLayer::new(pipeline).extractor(Extractor::new().key_by(KeyBy::Address));
+//! # let _ = layer; Ok(())
 //! # }
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod address;
+pub mod admitted;
 pub mod body;
 pub mod credential;
 pub mod extract;
 pub mod future;
 pub mod layer;
+pub mod per_key;
 pub mod response;
 pub mod service;
 
+pub use address::{connection_address, ClientAddress, TrustedProxies, Unidentified};
+pub use admitted::Admitted;
 pub use body::FloodgateBody;
 pub use credential::{shown_user, CredentialKey};
 pub use extract::{
-    client_ip_from_extensions, AttributeSource, Extractor, RequestInfo, TestMode, ANONYMOUS,
+    AttributeSource, Extractor, KeyBy, KeyExtractor, RequestInfo, TestMode, ANONYMOUS,
     MAX_CREDENTIAL_LEN,
 };
 pub use future::ResponseFuture;
 pub use layer::FloodgateLayer;
+pub use per_key::PerKey;
+pub use response::RefusalFn;
 pub use service::Floodgate;

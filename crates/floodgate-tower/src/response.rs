@@ -24,13 +24,57 @@
 //!
 //! An allowed response gains the verdict's `RateLimit-Policy` and `RateLimit` fields, unless
 //! the inner service set them itself. A header value that cannot be encoded is left out.
+//!
+//! A refusal hook ([`FloodgateLayer::on_refusal`](crate::FloodgateLayer::on_refusal)) gets
+//! each refusal and the response above, and answers the response to send instead: to add a
+//! header, or to give the refusal the body of the application's own errors.
+//!
+//! A request the extractor cannot place ([`Unidentified`]: no client address, no key) is
+//! answered 500, `{"error": {"type": "unidentified", "message": …}}` (gRPC: `INTERNAL`), the
+//! message saying what to set up. It is the middleware's set-up that is wrong, not the
+//! client, and guessing (one shared bucket for every such client) would let one client block
+//! the others.
 
 use bytes::Bytes;
 use floodgate::pipeline::Refusal;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 
+use crate::address::Unidentified;
 use crate::credential::redact;
+
+/// A refusal hook: the refusal and the response the middleware would send, to the response to
+/// send (see the [module documentation](self)).
+pub type RefusalFn = dyn Fn(&Refusal, Response<Bytes>) -> Response<Bytes> + Send + Sync;
+
+/// The 500 for a request the extractor could not place (see the [module documentation](self)).
+pub(crate) fn unidentified_response(why: &Unidentified, grpc: bool) -> Response<Bytes> {
+    let mut response = if grpc {
+        let mut response = Response::new(Bytes::new());
+        let h = response.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert("grpc-status", HeaderValue::from_static("13"));
+        if let Ok(message) = HeaderValue::from_str(&grpc_percent_encode(why.message())) {
+            h.insert("grpc-message", message);
+        }
+        response
+    } else {
+        let body = serde_json::json!({
+            "error": {"type": "unidentified", "message": why.message()}
+        });
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = Response::new(Bytes::from(bytes));
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
+    if grpc {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
+}
 
 /// Whether the request speaks gRPC (its content type is `application/grpc`, with or without
 /// a `+proto`-style suffix).

@@ -30,9 +30,9 @@ use http_body::Body;
 use tower::Service;
 
 use crate::body::{FloodgateBody, Held, Timer};
-use crate::future::{poll_verdict, settle, ResponseFuture, Settled, VerdictFuture};
+use crate::future::{poll_verdict, settle, Answer, ResponseFuture, Settled, VerdictFuture};
 use crate::layer::FloodgateLayer;
-use crate::response::is_grpc;
+use crate::response::{is_grpc, unidentified_response};
 
 /// Runs a Floodgate pipeline before `Inner`. Build it with [`FloodgateLayer`]; clones share
 /// the layer's pipeline, extractor, gauge and counter. See the [module documentation](self).
@@ -113,11 +113,26 @@ where
         };
         let (parts, body) = request.into_parts();
         let grpc = is_grpc(&parts.headers);
-        let extracted = catch_unwind(AssertUnwindSafe(|| layer.extractor.extract(&parts)));
-        let request = Request::from_parts(parts, body);
-        let Ok(info) = extracted else {
-            layer.fail_opens.fetch_add(1, Ordering::Relaxed);
-            return ResponseFuture::calling(self.inner.call(request), Vec::new(), held);
+        let extracted = catch_unwind(AssertUnwindSafe(|| {
+            layer.extractor.extract_with(&parts, layer.needs_user)
+        }));
+        let mut request = Request::from_parts(parts, body);
+        let info = match extracted {
+            Ok(Ok(info)) => info,
+            Ok(Err(why)) => {
+                layer.note_unidentified(&why);
+                return ResponseFuture::refused(unidentified_response(&why, grpc));
+            }
+            Err(_) => {
+                layer.fail_opens.fetch_add(1, Ordering::Relaxed);
+                return ResponseFuture::calling(self.inner.call(request), Vec::new(), held);
+            }
+        };
+        let answer = Answer {
+            grpc,
+            fail_opens: Arc::clone(&layer.fail_opens),
+            on_refusal: layer.on_refusal.clone(),
+            user: info.user.clone(),
         };
 
         let pipeline = Arc::clone(&layer.pipeline);
@@ -132,10 +147,17 @@ where
         // The memory store answers at once: settle now and skip cloning the inner service.
         let mut cx = Context::from_waker(Waker::noop());
         match poll_verdict(verdict.as_mut(), &mut cx) {
-            Poll::Ready(outcome) => match settle(outcome, grpc, &layer.fail_opens) {
+            Poll::Ready(outcome) => match settle(outcome, &answer) {
                 Settled::Refuse(response) => ResponseFuture::refused(response),
-                Settled::Admit { leases, fields } => {
+                Settled::Admit {
+                    leases,
+                    fields,
+                    admitted,
+                } => {
                     held.leases = leases;
+                    if let Some(admitted) = admitted {
+                        request.extensions_mut().insert(admitted);
+                    }
                     ResponseFuture::calling(self.inner.call(request), fields, held)
                 }
             },
@@ -143,14 +165,7 @@ where
                 // Keep the instance that poll_ready made ready; later requests use the clone.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::deciding(
-                    verdict,
-                    ready,
-                    request,
-                    grpc,
-                    Arc::clone(&layer.fail_opens),
-                    held,
-                )
+                ResponseFuture::deciding(verdict, ready, request, answer, held)
             }
         }
     }

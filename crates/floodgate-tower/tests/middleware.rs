@@ -534,7 +534,11 @@ async fn failures_of_the_middleware_let_requests_through() {
     let clock = TokioClock::new();
     let layer = FloodgateLayer::new(rate_pipeline(&clock)).extractor(Extractor::custom(|parts| {
         assert!(parts.uri.path() != "/boom", "a bug in the extractor");
-        RequestInfo::new("u", "free", floodgate::limiter::Priority::Get)
+        Ok(RequestInfo::new(
+            "u",
+            "free",
+            floodgate::limiter::Priority::Get,
+        ))
     }));
     let svc = layer.layer(ok_handler(calls.clone()));
     assert_eq!(status(&svc, get("/boom", "k")).await, 200);

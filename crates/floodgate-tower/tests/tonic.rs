@@ -76,19 +76,59 @@ impl tower::Service<http::Request<tonic::body::Body>> for Greeter {
 
 /// Serves `greeter` behind the middleware on an ephemeral port; a client connected to it.
 async fn serve(pipeline: Pipeline<ManualStore>, greeter: Greeter) -> Channel {
+    let addr = serve_layer(FloodgateLayer::new(Arc::new(pipeline)), greeter).await;
+    connect(addr, [127, 0, 0, 1]).await
+}
+
+/// Serves `greeter` behind `layer` on an ephemeral port of 127.0.0.1; its address.
+async fn serve_layer<S>(layer: FloodgateLayer<S>, greeter: Greeter) -> std::net::SocketAddr
+where
+    S: floodgate::store::Store<str, floodgate::algorithm::spec::AnyAlgorithm> + 'static,
+{
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
     let addr = incoming.local_addr().expect("a bound address");
     tokio::spawn(
         Server::builder()
-            .layer(FloodgateLayer::new(Arc::new(pipeline)))
+            .layer(layer)
             .add_service(greeter)
             .serve_with_incoming(incoming),
     );
+    addr
+}
+
+/// A client of `addr` connecting from the loopback address `from`.
+async fn connect(addr: std::net::SocketAddr, from: [u8; 4]) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
         .expect("a valid URI")
+        .local_address(Some(from.into()))
         .connect()
         .await
         .expect("connect")
+}
+
+/// Without a key, callers are told apart by the address tonic's server records for each
+/// connection (`TcpConnectInfo`, read with the `tonic` feature), with nothing to set up.
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn callers_without_a_key_are_told_apart_by_their_address() {
+    let layer = FloodgateLayer::per_api_key(0.001, 1).expect("a layer");
+    let addr = serve_layer(layer, Greeter::default()).await;
+    let one = connect(addr, [127, 0, 0, 1]).await;
+    let two = connect(addr, [127, 0, 0, 2]).await;
+    let anonymous = |channel: Channel| async move {
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.expect("ready");
+        grpc.unary(
+            tonic::Request::new("anon".to_string()),
+            PathAndQuery::from_static(HELLO),
+            ProstCodec::<String, String>::default(),
+        )
+        .await
+    };
+    assert!(anonymous(one.clone()).await.is_ok());
+    let refused = anonymous(one).await.expect_err("refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(anonymous(two).await.is_ok());
 }
 
 /// One call of `Hello` with API key `key`.
