@@ -102,6 +102,41 @@ impl Default for Settings {
 }
 
 /// Builds a [`PoliteLayer`]; every setting has a default (see each method).
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use floodgate::{ManualClock, Nanos};
+/// use floodgate_client::{LocalRefusal, ManualTimer, PoliteLayer};
+/// use http_body_util::Full;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// // A server that says this client has used its quota of 100 for the next 60 s.
+/// let server = service_fn(|_: http::Request<Full<Bytes>>| async {
+///     let response = http::Response::builder()
+///         .header("ratelimit-policy", "\"default\";q=100;w=60")
+///         .header("ratelimit", "\"default\";r=0;t=60")
+///         .body(String::from("ok"))
+///         .unwrap();
+///     Ok::<_, Infallible>(response)
+/// });
+/// let clock = ManualClock::new(Nanos::from_secs(1_700_000_000));
+/// let layer = PoliteLayer::builder()
+///     .max_wait(Duration::from_secs(2)) // wait up to 2 s for the quota, not 60
+///     .timer(Arc::new(ManualTimer::new(clock)))
+///     .build()?;
+/// let client = layer.layer(server);
+/// let request = || http::Request::get("http://api.example/v1/things").body(Full::default());
+/// assert_eq!(client.clone().oneshot(request()?).await?.status(), 200);
+/// // The next request would be refused: the layer does not send it.
+/// let refused = client.oneshot(request()?).await.unwrap_err();
+/// assert!(matches!(refused.refusal(), Some(LocalRefusal::WouldWait { .. })), "{refused}");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Default)]
 pub struct PoliteLayerBuilder {
     settings: Settings,

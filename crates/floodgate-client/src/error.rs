@@ -8,6 +8,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why the layer did not send a request.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum LocalRefusal {
     /// The host's limits would have held the request back longer than `max_wait`.
     WouldWait {
@@ -50,6 +51,7 @@ impl fmt::Display for LocalRefusal {
 
 /// An error of a [`Polite`](crate::Polite) service.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum PoliteError {
     /// The inner service failed (after any retries the layer made).
     Service(BoxError),
@@ -72,7 +74,8 @@ impl PoliteError {
 impl fmt::Display for PoliteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PoliteError::Service(e) => write!(f, "{e}"),
+            // The cause is the source, printed by whoever walks the chain: not here as well.
+            PoliteError::Service(_) => f.write_str("the inner service failed"),
             PoliteError::Refused(r) => write!(f, "not sent: {r}"),
             PoliteError::TimedOut(d) => {
                 write!(f, "no response within {:.3} s", d.as_secs_f64())
@@ -87,5 +90,26 @@ impl std::error::Error for PoliteError {
             PoliteError::Service(e) => Some(e.as_ref()),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report that walks the source chain (as anyhow, eyre and `tracing` do) shows the
+    /// inner service's error once.
+    #[test]
+    fn the_inner_error_is_the_source_not_repeated_in_the_message() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let e = PoliteError::Service(Box::new(inner));
+        let mut report = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            report.push_str(": ");
+            report.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert_eq!(report, "the inner service failed: reset by peer");
     }
 }

@@ -39,6 +39,7 @@
 //! Every wait goes through an injected [`Timer`]: [`TokioTimer`] in production,
 //! [`ManualTimer`] in tests and simulations.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
@@ -50,6 +51,7 @@ pub mod host;
 pub mod pace;
 pub mod replay;
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest_adapter;
 pub mod service;
 pub mod signal;
@@ -60,6 +62,7 @@ pub use config::{ConcurrencySettings, PoliteLayer, PoliteLayerBuilder, PoliteLay
 pub use error::{BoxError, LocalRefusal, PoliteError};
 pub use replay::{is_safe_to_retry, CloneBody, NeverReplay, Replay, Retryable};
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use reqwest_adapter::ReqwestService;
 pub use service::{is_refusal, Polite};
 pub use signal::{Dialect, Quota, Signal};

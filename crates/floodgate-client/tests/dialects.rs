@@ -385,8 +385,15 @@ async fn floodgate_middleware_is_never_refused_by_a_polite_client() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let app = app.clone();
+            let (stream, peer) = listener.accept().await.unwrap();
+            // hyper records no peer address: the accept loop gives the middleware its own.
+            let app = tower::ServiceExt::map_request(
+                app.clone(),
+                move |mut request: Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(peer);
+                    request
+                },
+            );
             tokio::spawn(async move {
                 let service = hyper_util::service::TowerToHyperService::new(app);
                 let _ = hyper::server::conn::http1::Builder::new()
