@@ -1,4 +1,6 @@
-//! Makes the guide, `docs/limiters.md`, readable by rustdoc as the `guide` module. Its links
+//! Makes the guide, `docs/limiters.md`, readable by rustdoc as the `guide` module. The crate
+//! reads it as `guide.md`, a link to that file in the repository and the file itself in the
+//! published package (packaging follows the link), so the crate builds from either. Its links
 //! point at source files, so that they work in any Markdown viewer, and carry the item's path
 //! as their title: `[`Stage::mode`](../crates/floodgate/src/pipeline.rs "crate::pipeline::Stage::mode")`.
 //! The copy rustdoc reads (`OUT_DIR/guide.md`) links the path itself, `(crate::pipeline::Stage::mode)`,
@@ -7,9 +9,9 @@
 use std::path::Path;
 
 fn main() {
-    let source = "../../docs/limiters.md";
+    let source = "guide.md";
     println!("cargo:rerun-if-changed={source}");
-    let text = std::fs::read_to_string(source).expect("docs/limiters.md is readable");
+    let text = std::fs::read_to_string(source).expect("guide.md (docs/limiters.md) is readable");
     let mut out = String::with_capacity(text.len());
     let mut rest = text.as_str();
     while let Some(at) = rest.find("](") {

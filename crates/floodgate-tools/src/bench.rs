@@ -478,7 +478,7 @@ impl Run {
             }
             // A store that answers at once never returns the worker: yield now and then, as
             // a server's tasks do between requests, so that every task and timer gets to run.
-            if (totals.decisions + totals.errors) % 64 == 0 {
+            if (totals.decisions + totals.errors).is_multiple_of(64) {
                 tokio::task::yield_now().await;
             }
         }
