@@ -49,5 +49,5 @@ for run in "memory exact" "$URL exact" "$URL cached"; do
 done
 
 echo "three nodes at ten times the limit (the bound tests):"
-cargo test -q -p floodgate --features redis --test cached -- --nocapture three_nodes 2>&1 | grep -E 'overshoot'
+cargo test -q -p floodgate-core --features redis --test cached -- --nocapture three_nodes 2>&1 | grep -E 'overshoot'
 cargo test -q -p floodgate-server --test cached_nodes -- --nocapture 2>&1 | grep -E 'admitted'

@@ -2,7 +2,7 @@
 //! holding GCRA state, measured with a counting allocator (bytes requested from the allocator,
 //! including each String key's own buffer; allocator headers and rounding not included).
 //!
-//! Run with `cargo bench -p floodgate --bench memory`. Prints a table; it is not a criterion
+//! Run with `cargo bench -p floodgate-core --bench memory`. Prints a table; it is not a criterion
 //! benchmark because memory, unlike time, is exact.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -9,7 +9,7 @@
 //!   organisation/user limit, and a concurrency stage per user; the same users, each with an
 //!   address and an organisation.
 //!
-//! Run with `cargo bench -p floodgate --bench pipeline`.
+//! Run with `cargo bench -p floodgate-core --bench pipeline`.
 
 // Benchmarks time themselves with the OS clock; the rule against it is for library code.
 #![allow(clippy::disallowed_methods)]

@@ -2,7 +2,7 @@
 //! for `redis-cli SCRIPT LOAD` and `redis-benchmark` (see BENCHMARKS.md):
 //!
 //! ```text
-//! cargo run -p floodgate --features redis --example redis_script -- token_bucket
+//! cargo run -p floodgate-core --features redis --example redis_script -- token_bucket
 //! ```
 use std::process::ExitCode;
 

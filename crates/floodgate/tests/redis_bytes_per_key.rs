@@ -24,7 +24,7 @@ use redis_common::{check, raw, runtime, START};
 /// Bytes per key in Redis (`MEMORY USAGE key SAMPLES 0`), for each algorithm's typical key and
 /// state, as a Markdown table for BENCHMARKS.md. Ignored by default (it measures, it checks
 /// nothing); run with
-/// `cargo test -p floodgate --features redis --test redis_bytes_per_key -- --ignored --nocapture`.
+/// `cargo test -p floodgate-core --features redis --test redis_bytes_per_key -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn bytes_per_key() {

@@ -148,7 +148,7 @@ mod tests {
 /// The lock under the loom model checker, which runs every interleaving (under the C++11
 /// memory model) and fails on an access to the guarded value that the lock does not order:
 ///
-///     RUSTFLAGS="--cfg floodgate_loom" cargo test -p floodgate --lib --release loom
+///     RUSTFLAGS="--cfg floodgate_loom" cargo test -p floodgate-core --lib --release loom
 #[cfg(all(test, floodgate_loom))]
 mod loom_tests {
     use super::*;

@@ -502,7 +502,7 @@ mod tests {
     }
 }
 
-/// The table's protocols under loom (`RUSTFLAGS="--cfg floodgate_loom" cargo test -p floodgate
+/// The table's protocols under loom (`RUSTFLAGS="--cfg floodgate_loom" cargo test -p floodgate-core
 /// --lib --release loom`): every interleaving, and loom's cell reports a key read that its
 /// write is not ordered before.
 #[cfg(all(test, floodgate_loom))]
