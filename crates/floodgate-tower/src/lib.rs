@@ -65,21 +65,39 @@
 //! - **Before authentication.** Limiting runs first, so that a flood of bad credentials is
 //!   refused cheaply, before any database is asked. Made-up API keys each get a bucket of
 //!   their own, so put a per-address stage first (below).
+//! - **Inside a timeout**: a timeout around the limit bounds the whole request, the store's
+//!   answer included, and when it fires the request is dropped, which gives its leases back.
 //! - **Inside tracing and metrics layers**, so that refusals are traced and counted like
-//!   other responses; **outside timeouts**, so that a request's leases are held for as long as
-//!   it runs; **inside CORS**, so that preflight requests, which browsers send on their own,
-//!   are answered by the CORS layer without spending quota.
+//!   other responses; **inside CORS**, so that preflight requests, which browsers send on
+//!   their own, are answered by the CORS layer without spending quota.
 //!
 //! ```
+//! use std::time::Duration;
+//! use axum::extract::Request;
+//! use axum::http::StatusCode;
+//! use axum::middleware::{self, Next};
+//! use axum::response::Response;
 //! use axum::{routing::get, Router};
 //! use floodgate_tower::FloodgateLayer;
+//! use tower_http::{cors::CorsLayer, timeout::TimeoutLayer, trace::TraceLayer};
+//!
+//! /// Your own authentication: it runs only for requests the limit let through.
+//! async fn authenticate(request: Request, next: Next) -> Result<Response, StatusCode> {
+//!     match request.headers().get("x-api-key") {
+//!         Some(_key) => Ok(next.run(request).await), // look the key up here
+//!         None => Err(StatusCode::UNAUTHORIZED),
+//!     }
+//! }
 //!
 //! # fn main() -> Result<(), floodgate::ConfigError> {
+//! // Each layer wraps the ones above it: a request meets them from the bottom up.
 //! let app: Router = Router::new()
 //!     .route("/v1/charges", get(|| async { "charges" }))
-//!     // Innermost first: auth (your own) would go here, below the limit.
-//!     .route_layer(FloodgateLayer::per_api_key(100.0, 200)?);
-//!     // Then, outside: .layer(TraceLayer::new_for_http()) and .layer(CorsLayer::…).
+//!     .route_layer(middleware::from_fn(authenticate))
+//!     .route_layer(FloodgateLayer::per_api_key(100.0, 200)?)
+//!     .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)))
+//!     .layer(TraceLayer::new_for_http())
+//!     .layer(CorsLayer::permissive());
 //! # let _ = app; Ok(())
 //! # }
 //! ```
