@@ -43,6 +43,7 @@ mod error;
 pub mod limiter;
 pub mod pipeline;
 pub mod store;
+mod sync;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use decision::{Decision, LeaseId, Op, OpKind};

@@ -52,8 +52,8 @@
 
 use std::time::Duration;
 
+use super::word::WordState;
 use crate::algorithm::{param, Algorithm};
-use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// A fixed window limiter: at most `limit` per epoch-aligned window of `window`. See the

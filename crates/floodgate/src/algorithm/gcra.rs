@@ -93,8 +93,8 @@
 
 use std::time::Duration;
 
+use super::word::WordState;
 use crate::algorithm::{param, Algorithm};
-use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// The generic cell rate algorithm with redis-cell's parameters: `count` units per `period`, and

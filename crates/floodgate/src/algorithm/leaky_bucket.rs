@@ -61,9 +61,9 @@
 //!   Times in the decision are measured from the caller's `now`.
 //! - Huge values never panic, as for the token bucket.
 
+use super::word::WordState;
 use crate::algorithm::token_bucket::{Bucket, TokenBucketState};
 use crate::algorithm::Algorithm;
-use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// A leaky bucket meter: a level of at most `capacity`, drained at `rate` per second. See the

@@ -65,8 +65,8 @@
 
 use std::time::Duration;
 
+use super::word::WordState;
 use crate::algorithm::{param, Algorithm};
-use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
 /// A leaky bucket queue (shaper): one slot every `1/rate` seconds, at most `queue` requests

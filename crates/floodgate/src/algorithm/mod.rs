@@ -29,6 +29,7 @@ pub mod sliding_window;
 pub mod smooth;
 pub mod spec;
 pub mod token_bucket;
+pub mod word;
 
 /// A rate-limiting algorithm: its parameters, and the transition it applies to one key's state.
 ///

@@ -75,8 +75,8 @@
 
 use std::time::Duration;
 
+use super::word::WordState;
 use crate::algorithm::{param, Algorithm};
-use crate::store::WordState;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 const NANOS_PER_SEC: f64 = 1e9;

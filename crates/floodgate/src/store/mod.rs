@@ -39,7 +39,6 @@ mod namespace;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod shard_lock;
-mod sync;
 pub mod word;
 
 pub use any::AnyStore;

@@ -11,7 +11,7 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-use super::sync::{wait, AtomicBool, Cell, Ordering};
+use crate::sync::{wait, AtomicBool, Cell, Ordering};
 
 /// A test-and-set lock around a `T`.
 pub(crate) struct ShardLock<T> {

@@ -47,7 +47,6 @@
 //! with all-or-nothing links are refused, since no lock keeps other threads' checks out while a
 //! chain would be undone. Use the memory store for pipelines.
 
-mod atom;
 mod reclaim;
 mod table;
 
@@ -57,37 +56,16 @@ use std::future::{ready, Future};
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
-use self::atom::Atom;
-pub use self::atom::Word;
 use self::table::{Slot, Table, Unpublished};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
-use super::sync::{AtomicPtr, Ordering};
 use super::{apply_each, ensure_supported, Key, OwnedKey, Request, Store};
 use crate::algorithm::gcra::GcraState;
+use crate::algorithm::word::Atom;
+pub use crate::algorithm::word::{Word, WordState};
 use crate::algorithm::Algorithm;
+use crate::sync::{AtomicPtr, Ordering};
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
-
-/// An algorithm state that fits in one word (8 or 16 bytes), so that the [`WordStore`] can
-/// update it with one compare-and-swap.
-///
-/// `from_word(to_word(s)) == s` must hold, and `to_word` must never return all ones
-/// (`u64::MAX`, `u128::MAX`), which the store reserves for a key being deleted or moved (the
-/// store panics if it does, before writing anything). A state whose natural word is all ones,
-/// reachable only by saturation, is kept as its nearest neighbour, and its impl says so.
-///
-/// Implemented by [`GcraState`] and [`LeakyQueueState`](crate::algorithm::leaky_queue::LeakyQueueState)
-/// (`u64`), and by [`FixedWindowState`](crate::algorithm::fixed_window::FixedWindowState),
-/// [`TokenBucketState`](crate::algorithm::token_bucket::TokenBucketState) and
-/// [`LeakyBucketState`](crate::algorithm::leaky_bucket::LeakyBucketState) (`u128`).
-pub trait WordState: Copy + PartialEq {
-    /// The word the state is kept in: `u64`, or `u128` for states of two halves.
-    type Word: Word;
-    /// The state as a word other than all ones.
-    fn to_word(self) -> Self::Word;
-    /// The state a word of [`WordState::to_word`] came from.
-    fn from_word(word: Self::Word) -> Self;
-}
 
 /// The embedded store for word-sized states: `K` is the owned key type, `S` the state, `C` the
 /// clock. Built by [`MemoryStoreBuilder::build_word`]; see the [module documentation](self).

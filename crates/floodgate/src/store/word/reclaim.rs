@@ -21,7 +21,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::store::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// One thread's pin: 0 when the thread is not reading, else the epoch it read when it pinned.
 /// Aligned to a cache line so that pinning writes no line another thread writes.
@@ -305,7 +305,7 @@ mod tests {
 #[cfg(all(test, floodgate_loom))]
 mod loom_tests {
     use super::*;
-    use crate::store::sync::AtomicPtr;
+    use crate::sync::AtomicPtr;
     use loom::sync::atomic::AtomicBool;
 
     /// A reader pins and reads through the current pointer while a writer replaces it and

@@ -17,8 +17,8 @@ use std::marker::PhantomData;
 use std::mem::{align_of, size_of, MaybeUninit};
 use std::ptr::NonNull;
 
-use super::atom::Word;
-use crate::store::sync::{AtomicU64, Cell, Ordering};
+use crate::algorithm::word::Word;
+use crate::sync::{AtomicU64, Cell, Ordering};
 
 const EMPTY: u8 = 0x80;
 const DELETED: u8 = 0x81;

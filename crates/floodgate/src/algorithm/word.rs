@@ -14,16 +14,16 @@
 
 use std::fmt::Debug;
 
-use crate::store::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
-/// An integer that a [`super::WordStore`] slot holds a state in: `u64` or `u128`. Sealed: the
+/// An integer that a [`WordStore`](crate::store::WordStore) slot holds a state in: `u64` or `u128`. Sealed: the
 /// store relies on how the two are made atomic.
 pub trait Word: Copy + Eq + Debug + Send + Sync + 'static + sealed::Atom {}
 
 impl Word for u64 {}
 impl Word for u128 {}
 
-pub(super) use sealed::Atom;
+pub(crate) use sealed::Atom;
 
 mod sealed {
     use super::*;
@@ -145,4 +145,25 @@ mod tests {
         assert_eq!(u128::swap(&atomic, u128::FROZEN, Ordering::AcqRel), new);
         assert_eq!(u128::load(&atomic, Ordering::Acquire), u128::MAX);
     }
+}
+
+/// An algorithm state that fits in one word (8 or 16 bytes), so that the [`WordStore`](crate::store::WordStore) can
+/// update it with one compare-and-swap.
+///
+/// `from_word(to_word(s)) == s` must hold, and `to_word` must never return all ones
+/// (`u64::MAX`, `u128::MAX`), which the store reserves for a key being deleted or moved (the
+/// store panics if it does, before writing anything). A state whose natural word is all ones,
+/// reachable only by saturation, is kept as its nearest neighbour, and its impl says so.
+///
+/// Implemented by [`GcraState`](super::gcra::GcraState) and [`LeakyQueueState`](crate::algorithm::leaky_queue::LeakyQueueState)
+/// (`u64`), and by [`FixedWindowState`](crate::algorithm::fixed_window::FixedWindowState),
+/// [`TokenBucketState`](crate::algorithm::token_bucket::TokenBucketState) and
+/// [`LeakyBucketState`](crate::algorithm::leaky_bucket::LeakyBucketState) (`u128`).
+pub trait WordState: Copy + PartialEq {
+    /// The word the state is kept in: `u64`, or `u128` for states of two halves.
+    type Word: Word;
+    /// The state as a word other than all ones.
+    fn to_word(self) -> Self::Word;
+    /// The state a word of [`WordState::to_word`] came from.
+    fn from_word(word: Self::Word) -> Self;
 }
