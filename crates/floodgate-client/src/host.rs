@@ -16,10 +16,10 @@ use crate::adaptive::concurrency::AimdLimit;
 use crate::adaptive::cubic::CubicRate;
 use crate::adaptive::throttle::AdaptiveThrottle;
 use crate::budget::RetryBudget;
-use crate::config::Settings;
 use crate::pace::Pacer;
+use crate::settings::Settings;
 use crate::signal::{Dialect, Signal};
-use crate::state::{Counters, HostSnapshot, PolicySnapshot};
+use crate::snapshot::{Counters, HostSnapshot, PolicySnapshot};
 
 /// The most pacers kept per host: a server inventing a new partition key per response cannot
 /// grow the client's memory (the least recently heard pacer is dropped).

@@ -54,17 +54,20 @@ pub mod replay;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest_adapter;
 pub mod service;
+pub mod settings;
 pub mod signal;
+pub mod snapshot;
 pub mod state;
 pub mod timer;
 
-pub use config::{ConcurrencySettings, PoliteLayer, PoliteLayerBuilder, PoliteLayerWith, Settings};
+pub use config::{PoliteLayer, PoliteLayerBuilder, PoliteLayerWith};
 pub use error::{BoxError, LocalRefusal, PoliteError};
 pub use replay::{is_safe_to_retry, CloneBody, NeverReplay, Replay, Retryable};
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use reqwest_adapter::ReqwestService;
 pub use service::{is_refusal, Polite};
+pub use settings::{ConcurrencySettings, Settings};
 pub use signal::{Dialect, Quota, Signal};
 pub use state::{ClientState, Counters, HostSnapshot, PolicySnapshot};
 pub use timer::{ManualTimer, Timer, TokioTimer};
