@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::batching::{Lanes, MAX_BATCH_KEYS};
 use super::breaker::Breaker;
 use super::call::Scripts;
-use super::connection::{Connection, TlsFiles};
+use super::connection::Connection;
 use super::nodes::Nodes;
+use super::tls::TlsFiles;
 use super::{redacted, secrets, ExplicitClock, Inner, RedisStore};
 use crate::{Clock, ConfigError, SystemClock};
 

@@ -301,6 +301,7 @@ mod passwords;
 mod reply;
 mod sentinel;
 mod server_stats;
+mod tls;
 pub use batching::BatchStats;
 use batching::{JobLink, Lanes};
 use breaker::Breaker;

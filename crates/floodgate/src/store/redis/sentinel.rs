@@ -28,9 +28,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, RedisResult, TlsMode};
 
-use super::connection::TlsFiles;
 use super::passwords::percent_decoded;
 use super::redacted;
+use super::tls::TlsFiles;
 use crate::ConfigError;
 
 /// A master found through sentinels (see the [module documentation](self)).
