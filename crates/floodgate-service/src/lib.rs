@@ -24,6 +24,7 @@ pub mod grpc;
 pub mod http;
 pub mod lease_token;
 pub mod metrics;
+pub mod prometheus;
 pub mod rls;
 pub mod runtime;
 pub mod service;

@@ -4,13 +4,13 @@
 //! Per-request work is a few relaxed atomic additions; everything the limiters already count
 //! (refusals, shadow refusals, fail-opens, the shed amount) is read from them at scrape time.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use floodgate::pipeline::{LimiterState, StageSnapshot, StageStats};
 use floodgate::store::redis::BreakerState;
 
+use crate::prometheus::{Exposition, Kind};
 use crate::store::health::breaker_gauge;
 use crate::store::{ErrorKind, StoreHealth};
 
@@ -149,33 +149,21 @@ impl Metrics {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes the store-time histogram's series as `name_bucket`, `name_sum`, `name_count`,
-    /// with `labels` (`key="value",…`, or empty) on each.
-    pub fn write_store_histogram(
-        &self,
-        out: &mut String,
-        name: &str,
-        labels: &str,
-    ) -> std::fmt::Result {
-        let sep = if labels.is_empty() { "" } else { "," };
+    /// The store-time histogram: each bucket's upper bound (seconds) with its cumulative
+    /// count, the sum of the times (seconds) and the count.
+    pub fn store_histogram(&self) -> (Vec<(f64, u64)>, f64, u64) {
         let mut cumulative = 0;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
-            writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            )?;
-        }
+        let buckets = BUCKETS
+            .iter()
+            .enumerate()
+            .map(|(i, bound)| {
+                cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
+                (*bound, cumulative)
+            })
+            .collect();
         let count = self.store_seconds_count.load(Ordering::Relaxed);
         let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / 1e9;
-        writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}")?;
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        writeln!(out, "{name}_sum{braces} {sum}")?;
-        writeln!(out, "{name}_count{braces} {count}")
+        (buckets, sum, count)
     }
 
     /// The counts statsd receives under envoyproxy/ratelimit's service names.
@@ -212,190 +200,241 @@ impl Metrics {
     /// Renders every metric in Prometheus' text format; `live` holds what is read from the
     /// limiters at scrape time.
     pub fn render(&self, live: &Live) -> String {
-        let mut out = String::with_capacity(4096);
-        let _ = self.write(&mut out, live);
-        out
+        let mut page = String::with_capacity(4096);
+        self.write(&mut Exposition::on(&mut page), live);
+        page
     }
 
-    fn write(&self, out: &mut String, live: &Live) -> std::fmt::Result {
-        writeln!(
-            out,
-            "# HELP floodgate_calls_total API calls by endpoint and outcome."
-        )?;
-        writeln!(out, "# TYPE floodgate_calls_total counter")?;
+    /// Writes every metric to `text` (see [`Metrics::render`]).
+    pub fn write(&self, text: &mut Exposition<'_>, live: &Live) {
+        self.write_calls(text);
+        write_stage_counters(text, live);
+        let (buckets, sum, count) = self.store_histogram();
+        text.family(
+            "floodgate_store_seconds",
+            Kind::Histogram,
+            "Time a decision spent in its store.",
+        )
+        .histogram(&[], buckets, sum, count);
+        write_in_flight(text, live);
+        write_adaptive(text, live);
+        write_utilization(text, live);
+        if let Some(store) = &live.store {
+            store.write(text);
+        }
+        text.family(
+            "floodgate_reloads_total",
+            Kind::Counter,
+            "Configuration reloads by result.",
+        )
+        .sample(&[("result", "ok")], self.reloads_ok.load(Ordering::Relaxed))
+        .sample(
+            &[("result", "failed")],
+            self.reloads_failed.load(Ordering::Relaxed),
+        );
+    }
+
+    /// The calls by endpoint and outcome, and the Envoy rules' shadow-mode counts.
+    fn write_calls(&self, text: &mut Exposition<'_>) {
+        let mut calls = text.family(
+            "floodgate_calls_total",
+            Kind::Counter,
+            "API calls by endpoint and outcome.",
+        );
         for (e, (_, endpoint)) in ENDPOINTS.iter().enumerate() {
             for (o, (_, outcome)) in OUTCOMES.iter().enumerate() {
                 let n = self.calls[e][o].load(Ordering::Relaxed);
-                writeln!(
-                    out,
-                    "floodgate_calls_total{{endpoint=\"{endpoint}\",outcome=\"{outcome}\"}} {n}"
-                )?;
+                calls.sample(&[("endpoint", endpoint), ("outcome", outcome)], n);
             }
         }
-        writeln!(
-            out,
-            "# HELP floodgate_rls_global_shadow_mode_total Envoy answers over the limit, answered OK by rls.shadow_mode."
-        )?;
-        writeln!(out, "# TYPE floodgate_rls_global_shadow_mode_total counter")?;
-        writeln!(
-            out,
-            "floodgate_rls_global_shadow_mode_total {}",
-            self.rls_global_shadow_mode.load(Ordering::Relaxed)
-        )?;
-        writeln!(
-            out,
-            "# HELP floodgate_rls_shadow_over_limit_total Descriptors over a shadow-mode limit of the Envoy rules, answered OK."
-        )?;
-        writeln!(out, "# TYPE floodgate_rls_shadow_over_limit_total counter")?;
-        writeln!(
-            out,
-            "floodgate_rls_shadow_over_limit_total {}",
-            self.rls_shadow_over_limit.load(Ordering::Relaxed)
-        )?;
-        let per_stage: [StageCounter; 6] = [
-            (
-                "floodgate_decisions_total",
-                "Requests each limiter decided (those refused by an earlier limiter never reach it).",
-                |s| s.decided,
-            ),
-            (
-                "floodgate_refusals_total",
-                "Requests refused, by limiter (enforce mode).",
-                |s| s.refused,
-            ),
-            (
-                "floodgate_shadow_refusals_total",
-                "Requests a shadow-mode limiter would have refused.",
-                |s| s.shadow_refused,
-            ),
-            (
-                "floodgate_fail_open_total",
-                "Store errors that let the request through.",
-                |s| s.fail_open,
-            ),
-            (
-                "floodgate_fail_closed_total",
-                "Store errors that refused the request.",
-                |s| s.fail_closed,
-            ),
-            (
-                "floodgate_decided_locally_total",
-                "Store errors after which the limiter decided on this node's share of its limit.",
-                |s| s.decided_locally,
-            ),
-        ];
-        for (name, help, value) in per_stage {
-            writeln!(out, "# HELP {name} {help}")?;
-            writeln!(out, "# TYPE {name} counter")?;
-            for stage in &live.stages {
-                let s = &stage.stats;
-                writeln!(
-                    out,
-                    "{name}{{limiter=\"{}\",kind=\"{}\",mode=\"{}\"}} {}",
-                    s.name,
-                    s.kind,
-                    stage.mode.name(),
-                    value(s)
-                )?;
-            }
-        }
-        writeln!(
-            out,
-            "# HELP floodgate_store_seconds Time a decision spent in its store."
-        )?;
-        writeln!(out, "# TYPE floodgate_store_seconds histogram")?;
-        self.write_store_histogram(out, "floodgate_store_seconds", "")?;
-        writeln!(
-            out,
-            "# HELP floodgate_in_flight Requests holding a place, by limiter (fleet: its non-critical requests; workers: busy workers)."
-        )?;
-        writeln!(out, "# TYPE floodgate_in_flight gauge")?;
+        text.family(
+            "floodgate_rls_global_shadow_mode_total",
+            Kind::Counter,
+            "Envoy answers over the limit, answered OK by rls.shadow_mode.",
+        )
+        .sample(&[], self.rls_global_shadow_mode.load(Ordering::Relaxed));
+        text.family(
+            "floodgate_rls_shadow_over_limit_total",
+            Kind::Counter,
+            "Descriptors over a shadow-mode limit of the Envoy rules, answered OK.",
+        )
+        .sample(&[], self.rls_shadow_over_limit.load(Ordering::Relaxed));
+    }
+}
+
+/// What every stage counted: decisions, refusals, shadow refusals, and store failures by how
+/// they were answered.
+fn write_stage_counters(text: &mut Exposition<'_>, live: &Live) {
+    let per_stage: [StageCounter; 6] = [
+        (
+            "floodgate_decisions_total",
+            "Requests each limiter decided (those refused by an earlier limiter never reach it).",
+            |s| s.decided,
+        ),
+        (
+            "floodgate_refusals_total",
+            "Requests refused, by limiter (enforce mode).",
+            |s| s.refused,
+        ),
+        (
+            "floodgate_shadow_refusals_total",
+            "Requests a shadow-mode limiter would have refused.",
+            |s| s.shadow_refused,
+        ),
+        (
+            "floodgate_fail_open_total",
+            "Store errors that let the request through.",
+            |s| s.fail_open,
+        ),
+        (
+            "floodgate_fail_closed_total",
+            "Store errors that refused the request.",
+            |s| s.fail_closed,
+        ),
+        (
+            "floodgate_decided_locally_total",
+            "Store errors after which the limiter decided on this node's share of its limit.",
+            |s| s.decided_locally,
+        ),
+    ];
+    for (name, help, value) in per_stage {
+        let mut family = text.family(name, Kind::Counter, help);
         for stage in &live.stages {
-            if let LimiterState::Fleet {
-                in_flight: Some(n), ..
-            } = stage.state
-            {
-                writeln!(
-                    out,
-                    "floodgate_in_flight{{limiter=\"{}\"}} {n}",
-                    stage.stats.name
-                )?;
-            }
+            let s = &stage.stats;
+            let labels = [
+                ("limiter", s.name.as_str()),
+                ("kind", s.kind.name()),
+                ("mode", stage.mode.name()),
+            ];
+            family.sample(&labels, value(s));
         }
-        for stage in &live.stages {
-            if let LimiterState::AdaptiveConcurrency { in_flight, .. } = stage.state {
-                let name = &stage.stats.name;
-                writeln!(out, "floodgate_in_flight{{limiter=\"{name}\"}} {in_flight}")?;
-            }
+    }
+}
+
+/// Requests holding a place: the fleet's, each adaptive stage's, and the busy workers.
+fn write_in_flight(text: &mut Exposition<'_>, live: &Live) {
+    let mut in_flight = text.family(
+        "floodgate_in_flight",
+        Kind::Gauge,
+        "Requests holding a place, by limiter (fleet: its non-critical requests; workers: busy workers).",
+    );
+    for stage in &live.stages {
+        if let LimiterState::Fleet {
+            in_flight: Some(n), ..
+        } = stage.state
+        {
+            in_flight.sample(&[("limiter", stage.stats.name.as_str())], n);
         }
-        writeln!(
-            out,
-            "floodgate_in_flight{{limiter=\"workers\"}} {}",
-            live.busy_workers
-        )?;
-        self.write_adaptive(out, live)?;
-        writeln!(
-            out,
-            "# HELP floodgate_utilization The utilization shedder's latest sample (0..1), by limiter."
-        )?;
-        writeln!(out, "# TYPE floodgate_utilization gauge")?;
-        for stage in &live.stages {
-            if let LimiterState::Utilization {
-                utilization: Some(u),
+    }
+    for stage in &live.stages {
+        if let LimiterState::AdaptiveConcurrency { in_flight: n, .. } = stage.state {
+            in_flight.sample(&[("limiter", stage.stats.name.as_str())], n);
+        }
+    }
+    in_flight.sample(&[("limiter", "workers")], live.busy_workers);
+}
+
+/// What each adaptive concurrency stage has learned on this node: its limit, and the
+/// latencies it compares (the baseline: Vegas's no-load latency or Gradient2's long-term
+/// average; the latest sample).
+fn write_adaptive(text: &mut Exposition<'_>, live: &Live) {
+    let adaptive = || {
+        live.stages.iter().filter_map(|stage| match stage.state {
+            LimiterState::AdaptiveConcurrency {
+                algorithm,
+                limit,
+                baseline_rtt,
+                last_rtt,
+                samples,
                 ..
-            } = stage.state
-            {
-                let name = &stage.stats.name;
-                writeln!(out, "floodgate_utilization{{limiter=\"{name}\"}} {u}")?;
+            } => Some((
+                stage.stats.name.as_str(),
+                algorithm,
+                limit,
+                baseline_rtt,
+                last_rtt,
+                samples,
+            )),
+            _ => None,
+        })
+    };
+    let mut limits = text.family(
+        "floodgate_adaptive_limit",
+        Kind::Gauge,
+        "The concurrency limit an adaptive stage has learned on this node, by limiter and algorithm.",
+    );
+    for (name, algorithm, limit, ..) in adaptive() {
+        limits.sample(&[("limiter", name), ("algorithm", algorithm)], limit);
+    }
+    let mut rtts = text.family(
+        "floodgate_adaptive_rtt_seconds",
+        Kind::Gauge,
+        "The latencies an adaptive stage compares: baseline (Vegas: no-load; Gradient2: long-term average) and the latest sample.",
+    );
+    for (name, _, _, baseline, last, _) in adaptive() {
+        for (estimate, rtt) in [("baseline", baseline), ("last", last)] {
+            rtts.sample(
+                &[("limiter", name), ("estimate", estimate)],
+                rtt.as_secs_f64(),
+            );
+        }
+    }
+    let mut samples = text.family(
+        "floodgate_adaptive_samples_total",
+        Kind::Counter,
+        "Latency samples an adaptive stage has learned from.",
+    );
+    for (name, .., n) in adaptive() {
+        samples.sample(&[("limiter", name)], n);
+    }
+}
+
+/// The utilization shedders' latest sample, shed amount and drop probabilities.
+fn write_utilization(text: &mut Exposition<'_>, live: &Live) {
+    let mut utilization = text.family(
+        "floodgate_utilization",
+        Kind::Gauge,
+        "The utilization shedder's latest sample (0..1), by limiter.",
+    );
+    for stage in &live.stages {
+        if let LimiterState::Utilization {
+            utilization: Some(u),
+            ..
+        } = stage.state
+        {
+            utilization.sample(&[("limiter", stage.stats.name.as_str())], u);
+        }
+    }
+    let mut shed = text.family(
+        "floodgate_shed_amount",
+        Kind::Gauge,
+        "The utilization shedder's shed amount, by limiter.",
+    );
+    for stage in &live.stages {
+        if let LimiterState::Utilization { shed_amount, .. } = stage.state {
+            shed.sample(&[("limiter", stage.stats.name.as_str())], shed_amount);
+        }
+    }
+    let mut drops = text.family(
+        "floodgate_drop_probability",
+        Kind::Gauge,
+        "Probability of shedding, by limiter and class.",
+    );
+    for stage in &live.stages {
+        if let LimiterState::Utilization {
+            drop_probability, ..
+        } = &stage.state
+        {
+            for (class, p) in drop_probability {
+                drops.sample(
+                    &[
+                        ("limiter", stage.stats.name.as_str()),
+                        ("class", class.name()),
+                    ],
+                    p,
+                );
             }
         }
-        writeln!(
-            out,
-            "# HELP floodgate_shed_amount The utilization shedder's shed amount, by limiter."
-        )?;
-        writeln!(out, "# TYPE floodgate_shed_amount gauge")?;
-        for stage in &live.stages {
-            if let LimiterState::Utilization { shed_amount, .. } = stage.state {
-                let name = &stage.stats.name;
-                writeln!(
-                    out,
-                    "floodgate_shed_amount{{limiter=\"{name}\"}} {shed_amount}"
-                )?;
-            }
-        }
-        writeln!(
-            out,
-            "# HELP floodgate_drop_probability Probability of shedding, by limiter and class."
-        )?;
-        writeln!(out, "# TYPE floodgate_drop_probability gauge")?;
-        for stage in &live.stages {
-            if let LimiterState::Utilization {
-                drop_probability, ..
-            } = &stage.state
-            {
-                for (class, p) in drop_probability {
-                    writeln!(
-                        out,
-                        "floodgate_drop_probability{{limiter=\"{}\",class=\"{}\"}} {p}",
-                        stage.stats.name,
-                        class.name()
-                    )?;
-                }
-            }
-        }
-        if let Some(store) = &live.store {
-            store.write(out)?;
-        }
-        writeln!(
-            out,
-            "# HELP floodgate_reloads_total Configuration reloads by result."
-        )?;
-        writeln!(out, "# TYPE floodgate_reloads_total counter")?;
-        let ok = self.reloads_ok.load(Ordering::Relaxed);
-        let failed = self.reloads_failed.load(Ordering::Relaxed);
-        writeln!(out, "floodgate_reloads_total{{result=\"ok\"}} {ok}")?;
-        writeln!(out, "floodgate_reloads_total{{result=\"failed\"}} {failed}")?;
-        Ok(())
     }
 }
 
@@ -451,212 +490,100 @@ impl StoreLive {
         }
     }
 
-    fn write(&self, out: &mut String) -> std::fmt::Result {
-        let store = self.kind;
-        writeln!(
-            out,
-            "# HELP floodgate_store_calls_total Calls to the store (a batch sent together is one)."
-        )?;
-        writeln!(out, "# TYPE floodgate_store_calls_total counter")?;
-        writeln!(
-            out,
-            "floodgate_store_calls_total{{store=\"{store}\"}} {}",
-            self.calls
-        )?;
-        writeln!(
-            out,
-            "# HELP floodgate_store_errors_total Failed store calls by kind: timeout, refused (no connection: refused, unknown or unreachable host), auth (credentials refused), protocol (not a Redis answer, a database it lacks), the error the store answered instead of running the call (readonly, oom, misconf, noperm, busy, crossslot, noscript, loading, masterdown, clusterdown, tryagain, error_reply), unavailable (a lost connection, a failover, or the breaker open), other (an operation refused for one key or limit)."
-        )?;
-        writeln!(out, "# TYPE floodgate_store_errors_total counter")?;
+    fn write(&self, text: &mut Exposition<'_>) {
+        let store = [("store", self.kind)];
+        text.family(
+            "floodgate_store_calls_total",
+            Kind::Counter,
+            "Calls to the store (a batch sent together is one).",
+        )
+        .sample(&store, self.calls);
+        let mut errors = text.family(
+            "floodgate_store_errors_total",
+            Kind::Counter,
+            "Failed store calls by kind: timeout, refused (no connection: refused, unknown or unreachable host), auth (credentials refused), protocol (not a Redis answer, a database it lacks), the error the store answered instead of running the call (readonly, oom, misconf, noperm, busy, crossslot, noscript, loading, masterdown, clusterdown, tryagain, error_reply), unavailable (a lost connection, a failover, or the breaker open), other (an operation refused for one key or limit).",
+        );
         for (kind, n) in ErrorKind::ALL.iter().zip(self.errors) {
-            writeln!(
-                out,
-                "floodgate_store_errors_total{{store=\"{store}\",kind=\"{}\"}} {n}",
-                kind.name()
-            )?;
+            errors.sample(&[("store", self.kind), ("kind", kind.name())], n);
         }
-        writeln!(
-            out,
-            "# HELP floodgate_store_last_call_ok Whether the store's last telling call (one that wrote, or failed) succeeded (1) or failed (0); absent before the first. Reads and refusals that changed nothing do not count: a replica answers them."
-        )?;
-        writeln!(out, "# TYPE floodgate_store_last_call_ok gauge")?;
+        let mut last = text.family(
+            "floodgate_store_last_call_ok",
+            Kind::Gauge,
+            "Whether the store's last telling call (one that wrote, or failed) succeeded (1) or failed (0); absent before the first. Reads and refusals that changed nothing do not count: a replica answers them.",
+        );
         if let Some(ok) = self.last_call_ok {
-            writeln!(
-                out,
-                "floodgate_store_last_call_ok{{store=\"{store}\"}} {}",
-                u8::from(ok)
-            )?;
+            last.sample(&store, u8::from(ok));
         }
         if let Some(m) = &self.memory {
-            writeln!(
-                out,
-                "# HELP floodgate_store_keys Keys the memory store holds now (at most store.max_keys, enforced per shard)."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_keys gauge")?;
-            writeln!(out, "floodgate_store_keys{{store=\"{store}\"}} {}", m.keys)?;
-            writeln!(
-                out,
-                "# HELP floodgate_store_evictions_total Keys the memory store dropped to make room: idle (their state was a fresh key's: lossless) or live (store.overflow: evict_live)."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_evictions_total counter")?;
-            for (reason, n) in [("idle", m.evicted_idle), ("live", m.evicted_live)] {
-                writeln!(
-                    out,
-                    "floodgate_store_evictions_total{{store=\"{store}\",reason=\"{reason}\"}} {n}"
-                )?;
-            }
-            writeln!(
-                out,
-                "# HELP floodgate_store_refused_new_total Requests of new keys refused because the memory store was full of live keys (store.overflow: refuse_new)."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_refused_new_total counter")?;
-            writeln!(
-                out,
-                "floodgate_store_refused_new_total{{store=\"{store}\"}} {}",
-                m.refused_new
-            )?;
+            write_memory(text, self.kind, m);
         }
         if let Some(batches) = &self.batches {
-            writeln!(
-                out,
-                "# HELP floodgate_store_batch_decisions How many decisions each Redis script call carried (group commit: decisions that waited while a call was in flight go together)."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_batch_decisions histogram")?;
             let mut cumulative = 0;
-            for bound in (0..11).map(|i| 1u64 << i) {
-                cumulative += batches
-                    .sizes
-                    .iter()
-                    .find(|(at_most, _)| *at_most == bound)
-                    .map_or(0, |(_, calls)| *calls);
-                writeln!(
-                    out,
-                    "floodgate_store_batch_decisions_bucket{{store=\"{store}\",le=\"{bound}\"}} {cumulative}"
-                )?;
-            }
-            writeln!(
-                out,
-                "floodgate_store_batch_decisions_bucket{{store=\"{store}\",le=\"+Inf\"}} {}",
-                batches.calls
-            )?;
-            writeln!(
-                out,
-                "floodgate_store_batch_decisions_sum{{store=\"{store}\"}} {}",
-                batches.decisions
-            )?;
-            writeln!(
-                out,
-                "floodgate_store_batch_decisions_count{{store=\"{store}\"}} {}",
-                batches.calls
-            )?;
+            let buckets: Vec<(f64, u64)> = (0..11)
+                .map(|i| 1u64 << i)
+                .map(|bound| {
+                    cumulative += batches
+                        .sizes
+                        .iter()
+                        .find(|(at_most, _)| *at_most == bound)
+                        .map_or(0, |(_, calls)| *calls);
+                    (bound as f64, cumulative)
+                })
+                .collect();
+            text.family(
+                "floodgate_store_batch_decisions",
+                Kind::Histogram,
+                "How many decisions each Redis script call carried (group commit: decisions that waited while a call was in flight go together).",
+            )
+            .histogram(&store, buckets, batches.decisions as f64, batches.calls);
         }
         if let Some(state) = self.breaker {
-            writeln!(
-                out,
-                "# HELP floodgate_store_breaker_state The store's circuit breaker: 0 closed, 1 open (calls fail at once), 2 half-open (one call probes)."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_breaker_state gauge")?;
-            writeln!(
-                out,
-                "floodgate_store_breaker_state{{store=\"{store}\"}} {}",
-                breaker_gauge(state)
-            )?;
+            text.family(
+                "floodgate_store_breaker_state",
+                Kind::Gauge,
+                "The store's circuit breaker: 0 closed, 1 open (calls fail at once), 2 half-open (one call probes).",
+            )
+            .sample(&store, breaker_gauge(state));
         }
         if !self.nodes.is_empty() {
-            writeln!(
-                out,
-                "# HELP floodgate_store_node_breaker_state Each Redis Cluster master's own circuit breaker (calls on its slots): 0 closed, 1 open, 2 half-open."
-            )?;
-            writeln!(out, "# TYPE floodgate_store_node_breaker_state gauge")?;
+            let mut nodes = text.family(
+                "floodgate_store_node_breaker_state",
+                Kind::Gauge,
+                "Each Redis Cluster master's own circuit breaker (calls on its slots): 0 closed, 1 open, 2 half-open.",
+            );
             for (node, state) in &self.nodes {
-                writeln!(
-                    out,
-                    "floodgate_store_node_breaker_state{{store=\"{store}\",node=\"{}\"}} {}",
-                    escape_label(node),
-                    breaker_gauge(*state)
-                )?;
+                nodes.sample(
+                    &[("store", self.kind), ("node", node)],
+                    breaker_gauge(*state),
+                );
             }
         }
-        Ok(())
     }
 }
 
-/// A Prometheus label value: `\\`, `"` and new lines escaped.
-pub(crate) fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
-    if !value.contains(['\\', '"', '\n']) {
-        return std::borrow::Cow::Borrowed(value);
-    }
-    std::borrow::Cow::Owned(
-        value
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n"),
+/// The memory store's keys, evictions and refusals of new keys.
+fn write_memory(text: &mut Exposition<'_>, kind: &str, m: &floodgate::store::StoreStats) {
+    let store = [("store", kind)];
+    text.family(
+        "floodgate_store_keys",
+        Kind::Gauge,
+        "Keys the memory store holds now (at most store.max_keys, enforced per shard).",
     )
-}
-
-impl Metrics {
-    /// What each adaptive concurrency stage has learned on this node: its limit, and the
-    /// latencies it compares (the baseline: Vegas's no-load latency or Gradient2's long-term
-    /// average; the latest sample).
-    fn write_adaptive(&self, out: &mut String, live: &Live) -> std::fmt::Result {
-        let adaptive = || {
-            live.stages.iter().filter_map(|stage| match stage.state {
-                LimiterState::AdaptiveConcurrency {
-                    algorithm,
-                    limit,
-                    baseline_rtt,
-                    last_rtt,
-                    samples,
-                    ..
-                } => Some((
-                    &stage.stats.name,
-                    algorithm,
-                    limit,
-                    baseline_rtt,
-                    last_rtt,
-                    samples,
-                )),
-                _ => None,
-            })
-        };
-        writeln!(
-            out,
-            "# HELP floodgate_adaptive_limit The concurrency limit an adaptive stage has learned on this node, by limiter and algorithm."
-        )?;
-        writeln!(out, "# TYPE floodgate_adaptive_limit gauge")?;
-        for (name, algorithm, limit, ..) in adaptive() {
-            writeln!(
-                out,
-                "floodgate_adaptive_limit{{limiter=\"{name}\",algorithm=\"{algorithm}\"}} {limit}"
-            )?;
-        }
-        writeln!(
-            out,
-            "# HELP floodgate_adaptive_rtt_seconds The latencies an adaptive stage compares: baseline (Vegas: no-load; Gradient2: long-term average) and the latest sample."
-        )?;
-        writeln!(out, "# TYPE floodgate_adaptive_rtt_seconds gauge")?;
-        for (name, _, _, baseline, last, _) in adaptive() {
-            for (estimate, rtt) in [("baseline", baseline), ("last", last)] {
-                writeln!(
-                    out,
-                    "floodgate_adaptive_rtt_seconds{{limiter=\"{name}\",estimate=\"{estimate}\"}} {}",
-                    rtt.as_secs_f64()
-                )?;
-            }
-        }
-        writeln!(
-            out,
-            "# HELP floodgate_adaptive_samples_total Latency samples an adaptive stage has learned from."
-        )?;
-        writeln!(out, "# TYPE floodgate_adaptive_samples_total counter")?;
-        for (name, .., samples) in adaptive() {
-            writeln!(
-                out,
-                "floodgate_adaptive_samples_total{{limiter=\"{name}\"}} {samples}"
-            )?;
-        }
-        Ok(())
+    .sample(&store, m.keys);
+    let mut evictions = text.family(
+        "floodgate_store_evictions_total",
+        Kind::Counter,
+        "Keys the memory store dropped to make room: idle (their state was a fresh key's: lossless) or live (store.overflow: evict_live).",
+    );
+    for (reason, n) in [("idle", m.evicted_idle), ("live", m.evicted_live)] {
+        evictions.sample(&[("store", kind), ("reason", reason)], n);
     }
+    text.family(
+        "floodgate_store_refused_new_total",
+        Kind::Counter,
+        "Requests of new keys refused because the memory store was full of live keys (store.overflow: refuse_new).",
+    )
+    .sample(&store, m.refused_new);
 }
 
 #[cfg(test)]

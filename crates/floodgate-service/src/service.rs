@@ -22,6 +22,7 @@ use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, Overview, DEFAULT_HEAVY_KEYS};
 use crate::lease_token::{LeaseTokens, TokenError};
 use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
+use crate::prometheus::{Exposition, Kind};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{
@@ -658,24 +659,26 @@ impl Server {
         if self.response_times.is_some() {
             self.statsd_pushes.render(&mut text);
         }
-        let terminators: Vec<_> = [&self.tls.grpc, &self.tls.http]
-            .into_iter()
-            .flatten()
-            .collect();
-        if !terminators.is_empty() {
-            text.push_str("# HELP floodgate_tls_reloads_total Reloads of a listener's TLS files after they changed, by result.\n# TYPE floodgate_tls_reloads_total counter\n# HELP floodgate_tls_handshake_failures_total TLS handshakes that failed or did not finish in time.\n# TYPE floodgate_tls_handshake_failures_total counter\n");
-            for terminator in terminators {
-                terminator.render(&mut text);
-            }
-        }
-        text.push_str(&format!(
-            "# HELP floodgate_calls_in_flight Decisions being answered now (at most connections.max_in_flight).\n\
-             # TYPE floodgate_calls_in_flight gauge\nfloodgate_calls_in_flight {}\n\
-             # HELP floodgate_overload_shed_total Decision calls shed because connections.max_in_flight were being answered.\n\
-             # TYPE floodgate_overload_shed_total counter\nfloodgate_overload_shed_total {}\n",
-            self.in_flight.now(),
-            self.in_flight.shed()
-        ));
+        let terminators: Vec<&crate::connections::tls::TlsTerminator> =
+            [&self.tls.grpc, &self.tls.http]
+                .into_iter()
+                .flatten()
+                .map(|t| &**t)
+                .collect();
+        crate::connections::tls::render(&terminators, &mut text);
+        let mut page = Exposition::on(&mut text);
+        page.family(
+            "floodgate_calls_in_flight",
+            Kind::Gauge,
+            "Decisions being answered now (at most connections.max_in_flight).",
+        )
+        .sample(&[], self.in_flight.now());
+        page.family(
+            "floodgate_overload_shed_total",
+            Kind::Counter,
+            "Decision calls shed because connections.max_in_flight were being answered.",
+        )
+        .sample(&[], self.in_flight.shed());
         text
     }
 

@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use crate::config::{StatsdConfig, StatsdProtocol};
 use crate::descriptors::stats::STATS;
+use crate::prometheus::{Exposition, Kind};
 use crate::service::Server;
 
 /// The most response times kept per flush interval.
@@ -242,15 +243,14 @@ pub struct PushCounts {
 impl PushCounts {
     /// Appends `floodgate_statsd_pushes_total` to a Prometheus text page.
     pub fn render(&self, out: &mut String) {
-        let _ = write!(
-            out,
-            "# HELP floodgate_statsd_pushes_total Pushes of statistics to statsd, by result.\n\
-             # TYPE floodgate_statsd_pushes_total counter\n\
-             floodgate_statsd_pushes_total{{result=\"ok\"}} {}\n\
-             floodgate_statsd_pushes_total{{result=\"failed\"}} {}\n",
-            self.ok.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed)
-        );
+        Exposition::on(out)
+            .family(
+                "floodgate_statsd_pushes_total",
+                Kind::Counter,
+                "Pushes of statistics to statsd, by result.",
+            )
+            .sample(&[("result", "ok")], self.ok.load(Ordering::Relaxed))
+            .sample(&[("result", "failed")], self.failed.load(Ordering::Relaxed));
     }
 }
 

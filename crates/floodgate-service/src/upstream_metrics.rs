@@ -23,7 +23,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::metrics::{escape_label, Metrics};
+use crate::metrics::Metrics;
+use crate::prometheus::{escape_label, Exposition, Kind};
 use crate::statsd::Totals;
 
 /// The stats upstream's mapping gives labelled series.
@@ -47,25 +48,21 @@ pub fn render(totals: &Totals, metrics: &Metrics, out: &mut String) {
         let (metric, labels) = map(name);
         *series.entry(metric).or_default().entry(labels).or_default() += n;
     }
+    // Upstream's series carry no HELP lines (an empty help writes none).
+    let mut text = Exposition::on(out);
     for (name, by_labels) in &series {
-        let _ = writeln!(out, "# TYPE {name} counter");
+        let mut family = text.family(name, Kind::Counter, "");
         for (labels, n) in by_labels {
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {n}");
-            } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {n}");
-            }
+            family.sample_labelled(labels, n);
         }
     }
-    let _ = writeln!(
-        out,
-        "# TYPE ratelimit_service_response_time_seconds histogram"
-    );
-    let _ = metrics.write_store_histogram(
-        out,
+    let (buckets, sum, count) = metrics.store_histogram();
+    text.family(
         "ratelimit_service_response_time_seconds",
-        "grpc_method=\"ShouldRateLimit\"",
-    );
+        Kind::Histogram,
+        "",
+    )
+    .histogram(&[("grpc_method", "ShouldRateLimit")], buckets, sum, count);
 }
 
 /// One statsd name's series name and labels (`key="value",…`).

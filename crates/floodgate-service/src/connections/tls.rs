@@ -15,7 +15,6 @@
 //! certificate, no client certificate where one is required) closes the connection and is
 //! counted in `floodgate_tls_handshake_failures_total{listener}`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +31,7 @@ use rustls::{
 
 use super::Conn;
 use crate::config::ListenerTls;
+use crate::prometheus::{Exposition, Kind};
 
 /// Why a listener's TLS files cannot be used: the field, the file and the cause.
 #[derive(Debug, thiserror::Error)]
@@ -122,19 +122,40 @@ impl TlsTerminator {
     pub fn handshake_failed(&self) {
         self.handshake_failures.fetch_add(1, Ordering::Relaxed);
     }
+}
 
-    /// Appends this listener's series of `floodgate_tls_reloads_total` and
-    /// `floodgate_tls_handshake_failures_total` (without their `# TYPE` lines).
-    pub fn render(&self, out: &mut String) {
-        let l = self.listener;
-        let _ = writeln!(
-            out,
-            "floodgate_tls_reloads_total{{listener=\"{l}\",result=\"ok\"}} {}\n\
-             floodgate_tls_reloads_total{{listener=\"{l}\",result=\"failed\"}} {}\n\
-             floodgate_tls_handshake_failures_total{{listener=\"{l}\"}} {}",
-            self.reloads_ok.load(Ordering::Relaxed),
-            self.reloads_failed.load(Ordering::Relaxed),
-            self.handshake_failures.load(Ordering::Relaxed),
+/// Appends `floodgate_tls_reloads_total` and `floodgate_tls_handshake_failures_total` for
+/// `terminators` (each its listener's series) to a Prometheus text page; nothing without any.
+pub fn render(terminators: &[&TlsTerminator], out: &mut String) {
+    if terminators.is_empty() {
+        return;
+    }
+    let mut text = Exposition::on(out);
+    let mut reloads = text.family(
+        "floodgate_tls_reloads_total",
+        Kind::Counter,
+        "Reloads of a listener's TLS files after they changed, by result.",
+    );
+    for t in terminators {
+        reloads
+            .sample(
+                &[("listener", t.listener), ("result", "ok")],
+                t.reloads_ok.load(Ordering::Relaxed),
+            )
+            .sample(
+                &[("listener", t.listener), ("result", "failed")],
+                t.reloads_failed.load(Ordering::Relaxed),
+            );
+    }
+    let mut failures = text.family(
+        "floodgate_tls_handshake_failures_total",
+        Kind::Counter,
+        "TLS handshakes that failed or did not finish in time.",
+    );
+    for t in terminators {
+        failures.sample(
+            &[("listener", t.listener)],
+            t.handshake_failures.load(Ordering::Relaxed),
         );
     }
 }

@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::{DescriptorTree, Node, RuleSet};
+use crate::prometheus::{Exposition, Kind};
 use crate::rls::{RlsDescriptor, RlsRequest};
 
 /// The key that counts the hits of keys beyond `max_series`.
@@ -261,28 +262,25 @@ impl DescriptorStats {
     /// `floodgate_rls_descriptor_hits_total{domain, key, stat}` (`key` the statistics key,
     /// `domain` its first part), and `floodgate_rls_domain_not_found_total{domain}`.
     pub fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        out.push_str("# HELP floodgate_rls_descriptor_hits_total Hits of the Envoy rules' descriptors by statistics key (envoyproxy/ratelimit's names) and stat.\n");
-        out.push_str("# TYPE floodgate_rls_descriptor_hits_total counter\n");
+        let mut text = Exposition::on(out);
+        let mut hits = text.family(
+            "floodgate_rls_descriptor_hits_total",
+            Kind::Counter,
+            "Hits of the Envoy rules' descriptors by statistics key (envoyproxy/ratelimit's names) and stat.",
+        );
         for (key, counts) in self.snapshot() {
             let domain = key.split('.').next().unwrap_or_default();
             for (stat, n) in STATS.iter().zip(counts) {
-                let _ = writeln!(
-                    out,
-                    "floodgate_rls_descriptor_hits_total{{domain=\"{}\",key=\"{}\",stat=\"{stat}\"}} {n}",
-                    crate::metrics::escape_label(domain),
-                    crate::metrics::escape_label(&key)
-                );
+                hits.sample(&[("domain", domain), ("key", &key), ("stat", stat)], n);
             }
         }
-        out.push_str("# HELP floodgate_rls_domain_not_found_total Descriptors of Envoy calls naming a domain the configuration does not have.\n");
-        out.push_str("# TYPE floodgate_rls_domain_not_found_total counter\n");
+        let mut not_found = text.family(
+            "floodgate_rls_domain_not_found_total",
+            Kind::Counter,
+            "Descriptors of Envoy calls naming a domain the configuration does not have.",
+        );
         for (domain, n) in self.domains_not_found_snapshot() {
-            let _ = writeln!(
-                out,
-                "floodgate_rls_domain_not_found_total{{domain=\"{}\"}} {n}",
-                crate::metrics::escape_label(&domain)
-            );
+            not_found.sample(&[("domain", &domain)], n);
         }
     }
 

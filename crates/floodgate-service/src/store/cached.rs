@@ -2,11 +2,12 @@
 //! trip) and the store's counters, as Prometheus text.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 
 use floodgate::store::cached::SyncReport;
 use floodgate::store::CachedStore;
+
+use crate::prometheus::{Exposition, Family, Kind};
 
 /// Upper bounds of the overshoot histogram's buckets, in units of the limit (requests, or
 /// cost): how far beyond its limit a key's global state was when a sync saw it.
@@ -38,25 +39,14 @@ impl Histogram {
         self.sum += value;
     }
 
-    fn write(&self, out: &mut String, name: &str, labels: &str, bounds: &[String]) {
+    /// Writes the histogram's series to `family`, with `labels`.
+    fn write(&self, family: &mut Family<'_>, labels: &[(&str, &str)], bounds: &[f64]) {
         let mut cumulative = 0;
-        for (bound, n) in bounds.iter().zip(&self.buckets) {
+        let buckets = bounds.iter().zip(&self.buckets).map(|(bound, n)| {
             cumulative += n;
-            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.sum
-        );
-        let _ = writeln!(
-            out,
-            "{name}_count{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.count
-        );
+            (*bound, cumulative)
+        });
+        family.histogram(labels, buckets, self.sum, self.count);
     }
 }
 
@@ -97,78 +87,57 @@ impl CachedMetrics {
     /// The cached store's metrics, as Prometheus text.
     pub fn write(&self, out: &mut String, store: &CachedStore) {
         let stats = store.stats();
-        let counter = |out: &mut String, name: &str, help: &str, lines: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            for (labels, n) in lines {
-                let _ = writeln!(out, "{name}{labels} {n}");
-            }
-        };
-        let _ = writeln!(
-            out,
-            "# HELP floodgate_cached_sync_lag_seconds Time since the last successful sync with Redis: how much older than the sync interval the views may be."
-        );
-        let _ = writeln!(out, "# TYPE floodgate_cached_sync_lag_seconds gauge");
-        let _ = writeln!(
-            out,
-            "floodgate_cached_sync_lag_seconds {}",
-            store.view_age().as_secs_f64()
-        );
-        counter(
-            out,
+        let mut text = Exposition::on(out);
+        text.family(
+            "floodgate_cached_sync_lag_seconds",
+            Kind::Gauge,
+            "Time since the last successful sync with Redis: how much older than the sync interval the views may be.",
+        )
+        .sample(&[], store.view_age().as_secs_f64());
+        text.family(
             "floodgate_cached_syncs_total",
+            Kind::Counter,
             "Syncs with Redis by result (a failed one keeps its cost for the next).",
-            &[
-                ("{result=\"ok\"}", stats.syncs),
-                ("{result=\"failed\"}", stats.failed_syncs),
-            ],
-        );
-        counter(
-            out,
+        )
+        .sample(&[("result", "ok")], stats.syncs)
+        .sample(&[("result", "failed")], stats.failed_syncs);
+        text.family(
             "floodgate_cached_cost_total",
+            Kind::Counter,
             "Cost admitted locally: sent (acknowledged by Redis), unsent (a sync could not send it and kept it, counted each time), lost (its key was evicted before it was sent).",
-            &[
-                ("{state=\"sent\"}", stats.sent_cost),
-                ("{state=\"unsent\"}", stats.unsent_cost),
-                ("{state=\"lost\"}", stats.lost_cost),
-            ],
-        );
-        counter(
-            out,
+        )
+        .sample(&[("state", "sent")], stats.sent_cost)
+        .sample(&[("state", "unsent")], stats.unsent_cost)
+        .sample(&[("state", "lost")], stats.lost_cost);
+        text.family(
             "floodgate_cached_loads_total",
+            Kind::Counter,
             "Keys this node had never seen: loaded from Redis within the load budget, or missed (decided at the node's share).",
-            &[
-                ("{result=\"loaded\"}", stats.loads),
-                ("{result=\"missed\"}", stats.missed_loads),
-            ],
-        );
-        counter(
-            out,
+        )
+        .sample(&[("result", "loaded")], stats.loads)
+        .sample(&[("result", "missed")], stats.missed_loads);
+        text.family(
             "floodgate_cached_decided_at_share_total",
+            Kind::Counter,
             "Decisions made at this node's share of the limit (an unknown key, or views too old).",
-            &[("", stats.decided_at_share)],
-        );
+        )
+        .sample(&[], stats.decided_at_share);
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP floodgate_cached_overshoot Units beyond the limit in a key's global state when a sync saw it over, per limiter."
+        let mut overshoot = text.family(
+            "floodgate_cached_overshoot",
+            Kind::Histogram,
+            "Units beyond the limit in a key's global state when a sync saw it over, per limiter.",
         );
-        let _ = writeln!(out, "# TYPE floodgate_cached_overshoot histogram");
-        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(f64::to_string).collect();
         for (limiter, histogram) in &inner.overshoot {
-            let labels = format!("limiter=\"{limiter}\",");
-            histogram.write(out, "floodgate_cached_overshoot", &labels, &bounds);
+            histogram.write(&mut overshoot, &[("limiter", limiter)], &OVERSHOOT_BUCKETS);
         }
-        let _ = writeln!(
-            out,
-            "# HELP floodgate_cached_sync_seconds Round trip of a successful sync."
+        let mut round_trip = text.family(
+            "floodgate_cached_sync_seconds",
+            Kind::Histogram,
+            "Round trip of a successful sync.",
         );
-        let _ = writeln!(out, "# TYPE floodgate_cached_sync_seconds histogram");
-        let bounds: Vec<String> = SYNC_SECONDS.iter().map(f64::to_string).collect();
         if inner.round_trip.count > 0 {
-            inner
-                .round_trip
-                .write(out, "floodgate_cached_sync_seconds", "", &bounds);
+            inner.round_trip.write(&mut round_trip, &[], &SYNC_SECONDS);
         }
     }
 }
@@ -189,8 +158,9 @@ mod tests {
         metrics.record(&report);
         let inner = metrics.inner.lock().unwrap();
         let mut out = String::new();
-        let bounds: Vec<String> = OVERSHOOT_BUCKETS.iter().map(f64::to_string).collect();
-        inner.overshoot["api"].write(&mut out, "o", "limiter=\"api\",", &bounds);
+        let mut text = Exposition::on(&mut out);
+        let mut family = text.family("o", Kind::Histogram, "");
+        inner.overshoot["api"].write(&mut family, &[("limiter", "api")], &OVERSHOOT_BUCKETS);
         assert!(
             out.contains("o_bucket{limiter=\"api\",le=\"2\"} 0"),
             "{out}"
