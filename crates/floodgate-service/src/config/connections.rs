@@ -120,14 +120,6 @@ impl ConnectionLimits {
         }
         Ok(())
     }
-
-    /// The gRPC connections' maximum age, if any ([`crate::connections::MaxAge`]).
-    pub fn grpc_max_age(&self) -> Option<crate::connections::MaxAge> {
-        self.grpc_max_age.map(|age| crate::connections::MaxAge {
-            age: age.0,
-            grace: self.grpc_max_age_grace.0,
-        })
-    }
 }
 
 #[cfg(test)]

@@ -102,6 +102,14 @@ pub struct MaxAge {
 }
 
 impl MaxAge {
+    /// The gRPC connections' maximum age that `limits` set, if any.
+    pub fn of(limits: &crate::config::ConnectionLimits) -> Option<MaxAge> {
+        limits.grpc_max_age.map(|age| MaxAge {
+            age: age.0,
+            grace: limits.grpc_max_age_grace.0,
+        })
+    }
+
     /// This connection's age: `age` × a factor drawn uniformly in [0.9, 1.1].
     fn drawn(&self) -> Duration {
         self.age.mul_f64(0.9 + 0.2 * rand::random::<f64>())

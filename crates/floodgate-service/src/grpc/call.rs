@@ -72,7 +72,7 @@ where
     let admission = crate::connections::Admission {
         gate,
         first_bytes: limits.header_read_timeout.0,
-        max_age: limits.grpc_max_age(),
+        max_age: crate::connections::MaxAge::of(&limits),
         tls: backend.tls(),
     };
     crate::connections::serve_each("grpc", connections, shutdown, admission, move |stream| {
