@@ -829,3 +829,21 @@ impl crate::grpc::RlsBackend for Server {
         !self.is_ready()
     }
 }
+/// What statsd pushes read: the service's counters under upstream's names.
+impl crate::statsd::Source for Server {
+    fn totals(&self) -> crate::statsd::Totals {
+        crate::statsd::totals(
+            &self.descriptor_stats,
+            self.metrics.rls_totals(),
+            !self.started_without_config(),
+        )
+    }
+
+    fn response_times(&self) -> Option<&crate::statsd::ResponseTimes> {
+        self.response_times.as_ref()
+    }
+
+    fn pushes(&self) -> &crate::statsd::PushCounts {
+        &self.statsd_pushes
+    }
+}

@@ -46,9 +46,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::{StatsdConfig, StatsdProtocol};
-use crate::descriptors::stats::STATS;
+use crate::descriptors::stats::{DescriptorStats, STATS};
+use crate::metrics::RlsTotals;
 use crate::prometheus::{Exposition, Kind};
-use crate::service::Server;
 
 /// The most response times kept per flush interval.
 pub const TIMER_SAMPLES: usize = 512;
@@ -163,10 +163,22 @@ pub fn tag_suffix(tags: &BTreeMap<String, String>) -> String {
     out
 }
 
-/// Every counter of `server` under its upstream name (see the [module documentation](self)).
-pub fn totals(server: &Server) -> Totals {
+/// What the pushes read from the service: its counters, its response times, and where the
+/// pushes themselves are counted. The service implements it.
+pub trait Source: Send + Sync + 'static {
+    /// Every counter under its upstream name ([`totals`]).
+    fn totals(&self) -> Totals;
+    /// The response times to send, when they are kept (`USE_STATSD` with upstream's timers).
+    fn response_times(&self) -> Option<&ResponseTimes>;
+    /// Where pushes are counted for `/metrics`.
+    fn pushes(&self) -> &PushCounts;
+}
+
+/// Every counter under its upstream name (see the [module documentation](self)): the Envoy
+/// rules' `stats`, the service's `service` totals, and whether the configuration loaded at
+/// start (`loaded_at_start`: a start without one counts as a failed load).
+pub fn totals(stats: &DescriptorStats, service: RlsTotals, loaded_at_start: bool) -> Totals {
     let mut totals = Totals::new();
-    let stats = server.descriptor_stats();
     for (key, counts) in stats.snapshot() {
         let key = sanitize(&key);
         for (stat, n) in STATS.iter().zip(counts) {
@@ -182,8 +194,7 @@ pub fn totals(server: &Server) -> Totals {
             n,
         );
     }
-    let service = server.metrics().rls_totals();
-    let first = u64::from(!server.started_without_config());
+    let first = u64::from(loaded_at_start);
     for (name, n) in [
         (
             "ratelimit.service.config_load_success",
@@ -401,10 +412,10 @@ fn emit(
     result
 }
 
-/// Pushes `server`'s statistics to statsd as `config` says, for ever (the task is dropped at
+/// Pushes `source`'s statistics to statsd as `config` says, for ever (the task is dropped at
 /// shut-down). The sockets' blocking calls run on tokio's blocking pool, off the runtime's
 /// threads.
-pub async fn push(server: Arc<Server>, config: StatsdConfig) {
+pub async fn push(source: Arc<impl Source>, config: StatsdConfig) {
     let tags = tag_suffix(&config.extra_tags);
     let mut client_slot: Option<cadence::StatsdClient> = None;
     let mut before = Totals::new();
@@ -414,10 +425,10 @@ pub async fn push(server: Arc<Server>, config: StatsdConfig) {
     ticks.tick().await; // the first tick is now: the first push is one interval in
     loop {
         ticks.tick().await;
-        let now = totals(&server);
+        let now = source.totals();
         let counters = changes(&before, &now, &tags);
         before = now;
-        let (seen, millis) = server
+        let (seen, millis) = source
             .response_times()
             .map(ResponseTimes::take)
             .unwrap_or_default();
@@ -438,7 +449,7 @@ pub async fn push(server: Arc<Server>, config: StatsdConfig) {
             }
             Err(e) => Err(e.to_string()),
         };
-        let counts = server.statsd_pushes();
+        let counts = source.pushes();
         match result {
             Ok(()) => {
                 counts.ok.fetch_add(1, Ordering::Relaxed);

@@ -94,7 +94,8 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
 /// Floodgate's series, then upstream's names for the same counts.
 async fn prometheus(State(server): State<Arc<Server>>) -> Response {
     let mut body = server.render_metrics().await;
-    crate::upstream_metrics::render(&crate::statsd::totals(&server), server.metrics(), &mut body);
+    let totals = crate::statsd::Source::totals(&*server);
+    crate::upstream_metrics::render(&totals, server.metrics(), &mut body);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
