@@ -28,6 +28,7 @@ pub mod prometheus;
 pub mod rls;
 pub mod runtime;
 pub mod service;
+pub mod snapshot;
 pub mod statsd;
 pub mod store;
 pub mod upstream_metrics;

@@ -451,7 +451,7 @@ pub struct Live {
     /// The store's counters and breaker.
     pub store: Option<StoreLive>,
     /// The configuration the stages belong to (the dashboard tells reloads apart by it).
-    pub config: Option<std::sync::Arc<crate::config::Served<crate::store::ServiceStore>>>,
+    pub config: Option<std::sync::Arc<crate::snapshot::Served<crate::store::ServiceStore>>>,
 }
 
 /// The store's counters and breaker state, read at scrape time.

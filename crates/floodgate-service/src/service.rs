@@ -16,7 +16,7 @@ use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde_json::Value;
 
 use crate::config::ConnectionLimits;
-use crate::config::{Config, ConfigFileError, ConfigSource, Overrides, Served};
+use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
 use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{self, Dashboard, Overview, DEFAULT_HEAVY_KEYS};
@@ -28,6 +28,7 @@ use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError
 use crate::rls::{
     Code, OnStoreError as RlsOnStoreError, RlsRequest, RlsResponse, RlsStatus, Undecided,
 };
+use crate::snapshot::Served;
 
 pub use crate::store::Mem;
 use crate::store::ServiceStore;

@@ -24,8 +24,9 @@ use floodgate::store::{
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
-use crate::config::{ConfigFileError, Served, StoreConfig, StoreLayout, StoreMode};
+use crate::config::{ConfigFileError, StoreConfig, StoreLayout, StoreMode};
 use crate::descriptors::layout::EnvoyCounters;
+use crate::snapshot::Served;
 
 pub mod cached;
 pub mod health;

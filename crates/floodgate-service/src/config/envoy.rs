@@ -467,7 +467,7 @@ pub(super) fn descriptor_key(parent: &str, key: &str, value: &str) -> String {
 }
 
 /// Where each descriptor of `domains` is written, by its statistics key.
-pub(super) fn written_by_key(domains: &[DomainConfig]) -> HashMap<String, super::Written> {
+pub(crate) fn written_by_key(domains: &[DomainConfig]) -> HashMap<String, super::Written> {
     fn walk(
         descriptors: &[DescriptorConfig],
         parent: &str,

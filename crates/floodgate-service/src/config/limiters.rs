@@ -154,7 +154,7 @@ fn default_lease_ttl() -> SpecDuration {
     SpecDuration(Duration::from_secs(60))
 }
 
-pub(super) fn default_sample_interval() -> SpecDuration {
+pub(crate) fn default_sample_interval() -> SpecDuration {
     SpecDuration(Duration::from_secs(1))
 }
 

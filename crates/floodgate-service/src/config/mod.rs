@@ -89,7 +89,7 @@
 mod connections;
 pub mod directory;
 pub mod envoy;
-mod limiters;
+pub(crate) mod limiters;
 pub mod pipeline;
 pub mod rls;
 pub mod runtime_dir;
@@ -100,19 +100,13 @@ pub mod tls;
 mod validate;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
+use floodgate::algorithm::spec::{AlgorithmSpec, SpecDuration};
 use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
-use floodgate::limiter::utilization::WorkerGauge;
-use floodgate::limiter::{KeyedLimit, Mode, OnStoreError};
-use floodgate::pipeline::Pipeline;
-use floodgate::store::Store;
-use floodgate::Clock;
+use floodgate::limiter::{Mode, OnStoreError};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
@@ -132,8 +126,7 @@ pub use self::validate::ConfigFileError;
 pub use crate::rls::headers::ResponseHeaderNames;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
-use self::pipeline::{build_stage, StageContext};
-use self::validate::key_path;
+pub(crate) use self::validate::key_path;
 use crate::descriptors::RuleSet;
 
 /// Where the service reads its configuration, at start and on every reload.
@@ -251,54 +244,6 @@ pub struct Config {
     /// the file.
     #[serde(skip)]
     pub origin: Origin,
-}
-
-/// Everything a [`Config`] serves, built once from it ([`Config::build`]) over one store: the
-/// service swaps this whole value in on reload.
-pub struct Served<S> {
-    /// The configured limiters as stages, in order, with their modes, failure policies and
-    /// refusal statuses.
-    pub pipeline: Pipeline<S>,
-    /// The utilization shedder's worker gauge: the server enters it for every request it
-    /// serves. `None` when the shedder is not configured.
-    pub workers: Option<Arc<WorkerGauge>>,
-    /// The named limits of `POST /v1/check`, each in its own namespace of the store.
-    pub limits: BTreeMap<String, KeyedLimit<S>>,
-    /// The Envoy RLS domains' rules.
-    pub rules: RuleSet,
-    /// User → plan.
-    pub users: BTreeMap<String, String>,
-    /// The plan of users without a known plan (empty when there are no plans).
-    pub default_plan: String,
-    /// The names of the rate limit headers added to every `ShouldRateLimit` answer; `None`
-    /// when they are off (see [`rls`]).
-    pub response_headers: Option<ResponseHeaderNames>,
-    /// Each stage's mode as the configuration sets it, by stage name: the stages' current
-    /// modes may differ, switched at run time ([`Pipeline::set_mode`]).
-    pub configured_modes: BTreeMap<String, Mode>,
-    /// What a `ShouldRateLimit` call answers when the store fails (`rls.on_store_error`).
-    pub rls_on_store_error: crate::rls::OnStoreError,
-    /// `rls.shadow_mode`: over-limit answers are answered `OK`.
-    pub rls_shadow_mode: bool,
-    /// `rls.require_domains`: not ready without a domain.
-    pub rls_require_domains: bool,
-    /// Where each Envoy descriptor is written, by its statistics key
-    /// ([`crate::descriptors::Rule::full_key`]), for errors about its rule.
-    pub written: std::collections::HashMap<String, Written>,
-    /// Where each stage is written (`limiters.concurrency`, `pipeline[2]`), by stage name.
-    pub stage_paths: BTreeMap<String, String>,
-    /// What requests may carry in `attributes`.
-    pub attributes: AttributesConfig,
-}
-
-impl<S> fmt::Debug for Served<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Served")
-            .field("workers", &self.workers)
-            .field("limits", &self.limits.keys().collect::<Vec<_>>())
-            .field("domains", &self.rules.domains().collect::<Vec<_>>())
-            .finish_non_exhaustive()
-    }
 }
 
 impl Config {
@@ -554,95 +499,12 @@ impl Config {
             .collect()
     }
 
-    /// The named limits of `POST /v1/check` over `store`, each in the namespace of its name
-    /// (errors at `limits.NAME.FIELD`).
-    fn named_limits<S>(&self, store: &S) -> Result<BTreeMap<String, KeyedLimit<S>>, ConfigFileError>
-    where
-        S: Store<str, AnyAlgorithm> + Clone,
-    {
-        self.limits
-            .iter()
-            .map(|(name, spec)| {
-                let path = key_path("limits", name);
-                let at = |e| ConfigFileError::from_config_error(&path, e);
-                let limit = KeyedLimit::new(name, spec.build().map_err(at)?, store.clone());
-                Ok((name.clone(), limit.map_err(at)?))
-            })
-            .collect()
-    }
-
     /// The Envoy RLS domains, compiled (errors at `domains[i]…`), with
     /// `response_dynamic_metadata` as configured.
     pub fn rule_set(&self) -> Result<RuleSet, ConfigFileError> {
         let mut rules = envoy::compile_domains(&self.domains)?;
         rules.set_response_dynamic_metadata(self.response_dynamic_metadata);
         Ok(rules)
-    }
-
-    /// Checks this configuration and builds everything it serves over `store`, once: the
-    /// pipeline's stages, the named limits and the Envoy rules; `clock` drives the utilization
-    /// shedder. Every limiter keeps its keys in its own namespace of the one store. The first
-    /// problem is returned with its path in the file and the value (see
-    /// [`Config::validate`] for the checks across fields).
-    pub fn build<S>(&self, store: S, clock: Arc<dyn Clock>) -> Result<Served<S>, ConfigFileError>
-    where
-        S: Store<str, AnyAlgorithm> + Clone + 'static,
-    {
-        self.build_after(store, clock, None)
-    }
-
-    /// [`Config::build`] for a configuration replacing `previous` (a reload): each stage that
-    /// `previous` has too (same name and kind) goes on counting where it left off
-    /// ([`floodgate::pipeline::PipelineBuilder::counting_on_from`]).
-    pub fn build_after<S>(
-        &self,
-        store: S,
-        clock: Arc<dyn Clock>,
-        previous: Option<&Served<S>>,
-    ) -> Result<Served<S>, ConfigFileError>
-    where
-        S: Store<str, AnyAlgorithm> + Clone + 'static,
-    {
-        // Every error of the build is placed in the file the configuration came from.
-        let build = || -> Result<Served<S>, ConfigFileError> {
-            let plans = self.plans()?;
-            self.validate(&plans)?;
-            let previous = previous.map(|p| &p.pipeline);
-            let (pipeline, workers, stage_paths) = self.pipeline(plans, &store, clock, previous)?;
-            let limits = self.named_limits(&store)?;
-            // One store, one namespace each: a named limit may not count in a stage's keys.
-            for name in limits.keys() {
-                let taken =
-                    name == crate::descriptors::RLS_NAMESPACE || pipeline.stage(name).is_some();
-                if taken {
-                    return Err(ConfigFileError::invalid(
-                        key_path("limits", name),
-                        format!("the name `{name}` is taken by a limiter of the pipeline or the Envoy rules; choose another"),
-                    ));
-                }
-            }
-            let configured_modes = pipeline
-                .stages()
-                .map(|s| (s.name().to_string(), s.current_mode()))
-                .collect();
-            Ok(Served {
-                pipeline,
-                workers,
-                limits,
-                rules: self.rule_set()?,
-                users: self.users.clone(),
-                default_plan: self.default_plan.clone().unwrap_or_default(),
-                response_headers: self.rls.response_headers.names()?,
-                configured_modes,
-                rls_on_store_error: self.rls.on_store_error,
-                rls_shadow_mode: self.rls.shadow_mode,
-                rls_require_domains: self.rls.require_domains,
-                written: envoy::written_by_key(&self.domains),
-                stage_paths,
-                attributes: self.attributes.clone(),
-            })
-        };
-        build().map_err(|e| self.origin.place(e))
     }
 
     /// `error`, found when this configuration was built or checked against a store, placed in
@@ -661,78 +523,6 @@ impl Config {
         stages
             .map(|(i, s)| (format!("pipeline[{i}]"), s.clone()))
             .collect()
-    }
-
-    /// The configured stages, in order.
-    #[allow(clippy::type_complexity)]
-    fn pipeline<S>(
-        &self,
-        plans: Vec<Plan>,
-        store: &S,
-        clock: Arc<dyn Clock>,
-        previous: Option<&Pipeline<S>>,
-    ) -> Result<
-        (
-            Pipeline<S>,
-            Option<Arc<WorkerGauge>>,
-            BTreeMap<String, String>,
-        ),
-        ConfigFileError,
-    >
-    where
-        S: Store<str, AnyAlgorithm> + Clone + 'static,
-    {
-        let mut builder = Pipeline::builder()
-            .nodes(self.store.nodes)
-            .local_clock(clock.clone());
-        if let Some(previous) = previous {
-            builder = builder.counting_on_from(previous);
-        }
-        let default_plan = self.default_plan.clone().unwrap_or_default();
-        let cx = StageContext {
-            store,
-            plans: &plans,
-            default_plan: &default_plan,
-            endpoint_costs: &self.endpoint_costs,
-            clock: &clock,
-        };
-        let mut workers = None;
-        let mut paths = BTreeMap::new();
-        for (path, config) in self.stage_configs() {
-            let taken = |name: &str| {
-                paths.contains_key(name)
-                    || paths
-                        .keys()
-                        .any(|n: &String| name.starts_with(&format!("{n}.")))
-            };
-            if taken(&config.name) {
-                return Err(ConfigFileError::invalid(
-                    format!("{path}.name"),
-                    format!("stage `{}`: another stage has this name (or names its levels after it); give each stage its own", config.name),
-                ));
-            }
-            let built = build_stage(&config, &path, &cx)?;
-            if let Some(gauge) = built.workers {
-                if workers.is_some() {
-                    return Err(ConfigFileError::invalid(
-                        format!("{path}.kind"),
-                        format!("stage `{}`: a pipeline has at most one utilization stage (it reads the node's one worker gauge)", config.name),
-                    ));
-                }
-                workers = Some(gauge);
-            }
-            builder = builder.stage(built.stage);
-            paths.insert(config.name.clone(), path);
-        }
-        let section = if self.pipeline.is_empty() {
-            "limiters"
-        } else {
-            "pipeline"
-        };
-        let pipeline = builder
-            .build()
-            .map_err(|e| ConfigFileError::from_config_error(section, e))?;
-        Ok((pipeline, workers, paths))
     }
 }
 

@@ -142,7 +142,7 @@ pub enum StageKind {
 }
 
 impl StageKind {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             StageKind::Limit => "limit",
             StageKind::Concurrency => "concurrency",
@@ -487,7 +487,7 @@ impl StageConfig {
     }
 
     /// The fields written that a stage of its kind does not have.
-    fn foreign_fields(&self) -> Vec<&'static str> {
+    pub(crate) fn foreign_fields(&self) -> Vec<&'static str> {
         let written = [
             ("key", self.key.is_some()),
             ("keys", !self.keys.is_empty()),
@@ -561,10 +561,6 @@ impl StageConfig {
             .collect()
     }
 }
-
-mod build;
-
-pub(super) use build::{build_stage, StageContext};
 
 #[cfg(test)]
 mod tests;

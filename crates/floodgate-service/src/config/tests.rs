@@ -1,11 +1,13 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::snapshot::Served;
 use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::Priority;
 use floodgate::pipeline::Descriptor;
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
+use std::sync::Arc;
 
 fn example_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

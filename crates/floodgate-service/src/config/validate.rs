@@ -240,7 +240,7 @@ impl Config {
 }
 
 /// `prefix.key`, or `prefix["key"]` when the key is not a plain word.
-pub(super) fn key_path(prefix: &str, key: &str) -> String {
+pub(crate) fn key_path(prefix: &str, key: &str) -> String {
     let plain = !key.is_empty()
         && key
             .chars()

@@ -27,7 +27,8 @@ use floodgate::limiter::Lease;
 use floodgate::pipeline::{Descriptor, Limiter, StageStats};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
-use floodgate_service::config::{Config, ConfigFileError, Served};
+use floodgate_service::config::{Config, ConfigFileError};
+use floodgate_service::snapshot::Served;
 
 use super::traffic::Request;
 use crate::report::{LimiterRun, Sample, Tally};

@@ -6,7 +6,8 @@ use floodgate::pipeline::{Descriptor, Verdict};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 
-use crate::config::{Config, ConfigFileError, Served};
+use crate::config::{Config, ConfigFileError};
+use crate::snapshot::Served;
 
 type TestStore = Arc<MemoryStore<Key, AnyState, ManualClock>>;
 

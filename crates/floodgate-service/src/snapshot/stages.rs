@@ -15,14 +15,14 @@ use floodgate::pipeline::{Limiter, Scope, Stage};
 use floodgate::store::Store;
 use floodgate::Clock;
 
-use super::super::limiters::UtilizationConfig;
-use super::super::{key_path, ConfigFileError};
-use super::{
+use crate::config::limiters::UtilizationConfig;
+use crate::config::pipeline::{
     AdaptiveConfig, CostConfig, IfMissingConfig, LevelConfig, Patterns, StageConfig, StageKind,
 };
+use crate::config::{key_path, ConfigFileError};
 
 /// What stages are built with besides their own section.
-pub(in crate::config) struct StageContext<'a, S> {
+pub(crate) struct StageContext<'a, S> {
     pub store: &'a S,
     /// The top-level plans, built, and their default.
     pub plans: &'a [Plan],
@@ -32,14 +32,14 @@ pub(in crate::config) struct StageContext<'a, S> {
 }
 
 /// A built stage, and the worker gauge of a utilization stage.
-pub(in crate::config) struct BuiltStage<S> {
+pub(crate) struct BuiltStage<S> {
     pub stage: Stage<S>,
     pub workers: Option<Arc<WorkerGauge>>,
 }
 
 /// Builds the stage `config`, written at `path`; every error names the path and the field,
 /// and, for a stage of `pipeline`, the stage.
-pub(in crate::config) fn build_stage<S>(
+pub(crate) fn build_stage<S>(
     config: &StageConfig,
     path: &str,
     cx: &StageContext<'_, S>,
@@ -125,7 +125,7 @@ where
                     .unwrap_or(SpecDuration(std::time::Duration::from_secs(60))),
                 sample_interval: config
                     .sample_interval
-                    .unwrap_or(super::super::limiters::default_sample_interval()),
+                    .unwrap_or(crate::config::limiters::default_sample_interval()),
                 seed: config.seed.unwrap_or(0),
                 end_of_good: config.end_of_good,
                 start_of_bad: config.start_of_bad,
