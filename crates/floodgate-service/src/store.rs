@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
-use floodgate::pipeline::Limiter;
 use floodgate::store::redis::BreakerState;
 use floodgate::store::{
     CachedStore, Key, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store,
@@ -26,7 +25,6 @@ use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
 use crate::config::{ConfigFileError, StoreConfig, StoreLayout, StoreMode};
 use crate::descriptors::layout::EnvoyCounters;
-use crate::snapshot::Served;
 
 pub mod cached;
 pub mod health;
@@ -338,96 +336,16 @@ impl ServiceStore {
         }
     }
 
-    /// Refuses `served` if it uses an algorithm this store cannot run, naming where.
-    pub fn check(&self, served: &Served<ServiceStore>) -> Result<(), ConfigFileError> {
-        let refuse = |path: String, algorithm: &AnyAlgorithm| match self.runs(algorithm) {
-            Ok(()) => Ok(()),
-            Err(why) => Err(ConfigFileError::invalid(
-                path,
-                format!("{why}; use another algorithm, other parameters, or the memory store"),
-            )),
-        };
-        let cached = matches!(self.backend, Backend::Cached(..));
-        let all_or_nothing = |path: String| {
-            Err(ConfigFileError::invalid(
-                path,
-                "all_or_nothing needs exact mode: a cached store decides each key on its own (set store.mode: exact, or drop all_or_nothing)",
-            ))
-        };
-        for stage in served.pipeline.stages() {
-            let path = served
-                .stage_paths
-                .get(stage.name().as_str())
-                .cloned()
-                .unwrap_or_else(|| format!("limiters.{}", stage.name()));
-            if cached && stage.is_all_or_nothing() {
-                return all_or_nothing(format!("{path}.all_or_nothing"));
-            }
-            // A preset's request rate stage runs the top-level plans.
-            let plan_path = |plan: &str| match path.starts_with("pipeline") {
-                true => format!("{path} (plan or limit `{plan}`)"),
-                false => format!("plans.{plan}"),
-            };
-            match stage.limiter() {
-                Limiter::RequestRate(rr) => {
-                    let levels = stage.levels().iter().map(|l| l.limiter());
-                    for plan in std::iter::once(rr).chain(levels).flat_map(|l| l.plans()) {
-                        if !self.supports(plan.algorithm()) {
-                            return refuse(plan_path(plan.name()), plan.algorithm());
-                        }
-                    }
-                }
-                Limiter::Concurrency(c) if !self.supports(c.algorithm()) => {
-                    return refuse(path, c.algorithm());
-                }
-                Limiter::Fleet(f) if !self.supports(f.algorithm()) => {
-                    return refuse(path, f.algorithm());
-                }
-                _ => {}
-            }
-        }
-        for (name, limit) in &served.limits {
-            if !self.supports(limit.algorithm()) {
-                return refuse(format!("limits.{name}"), limit.algorithm());
-            }
-        }
-        let mut rules = served.rules.rules();
-        rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
-        for (domain, rule) in rules {
-            if self.envoy.is_some() && rule.all_or_nothing() {
-                let written = served
-                    .written
-                    .get(rule.full_key())
-                    .cloned()
-                    .unwrap_or_default();
-                return Err(written.place(ConfigFileError::invalid(
-                    format!("domains[{domain}] descriptor {}", rule.full_key()),
-                    "all_or_nothing cannot be kept by envoyproxy/ratelimit's commands (store.layout: envoyproxy counts every hit)",
-                )));
-            }
-            if cached && rule.all_or_nothing() {
-                let written = served
-                    .written
-                    .get(rule.full_key())
-                    .cloned()
-                    .unwrap_or_default();
-                return all_or_nothing(format!("domains[{domain}] descriptor {}", rule.full_key()))
-                    .map_err(|e| written.place(e));
-            }
-            if let Some(algorithm) = rule.algorithm() {
-                if !self.supports(algorithm) {
-                    let key = rule.full_key();
-                    let written = served.written.get(key).cloned().unwrap_or_default();
-                    let key = key
-                        .strip_prefix(domain)
-                        .and_then(|k| k.strip_prefix('.'))
-                        .unwrap_or(key);
-                    let path = format!("domains[{domain}] descriptor {key}");
-                    return refuse(path, algorithm).map_err(|e| written.place(e));
-                }
-            }
-        }
-        Ok(())
+    /// Whether decisions are cached on this node (`store.mode: cached`), each key decided on
+    /// its own.
+    pub fn is_cached(&self) -> bool {
+        matches!(self.backend, Backend::Cached(..))
+    }
+
+    /// Whether the Envoy rules count with envoyproxy/ratelimit's commands
+    /// (`store.layout: envoyproxy`), which count every hit.
+    pub fn counts_as_envoyproxy(&self) -> bool {
+        self.envoy.is_some()
     }
 }
 
