@@ -450,8 +450,9 @@ pub struct Live {
     pub busy_workers: u64,
     /// The store's counters and breaker.
     pub store: Option<StoreLive>,
-    /// The configuration the stages belong to (the dashboard tells reloads apart by it).
-    pub config: Option<std::sync::Arc<crate::snapshot::Served<crate::store::ServiceStore>>>,
+    /// Each stage's mode as the configuration sets it, by stage name (the dashboard marks a
+    /// stage switched away from it).
+    pub configured_modes: std::collections::BTreeMap<String, floodgate::limiter::Mode>,
 }
 
 /// The store's counters and breaker state, read at scrape time.

@@ -641,7 +641,7 @@ impl Server {
                     .unwrap_or_default(),
                 ..StoreLive::read(self.store.health(), self.store.breaker_state())
             }),
-            config: Some(snapshot),
+            configured_modes: snapshot.configured_modes.clone(),
         }
     }
 
@@ -716,9 +716,7 @@ impl Server {
             "stages": live.stages.iter().map(|stage| {
                 let mut value = dashboard::stage_json(stage);
                 // The mode the configuration gives it: the page marks a stage switched away.
-                let configured = live.config.as_ref().and_then(|c| {
-                    c.configured_modes.get(stage.stats.name.as_str())
-                });
+                let configured = live.configured_modes.get(stage.stats.name.as_str());
                 if let Some(mode) = configured {
                     value["configured_mode"] = mode.name().into();
                 }
