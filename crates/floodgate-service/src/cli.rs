@@ -58,9 +58,10 @@ impl StoreArg {
     /// puts the config between them).
     pub fn or_env(&self) -> Option<String> {
         self.url.clone().or_else(|| {
-            std::env::var("FLOODGATE_STORE")
-                .ok()
+            crate::environment::Environment::from_process()
+                .string("FLOODGATE_STORE")
                 .filter(|s| !s.is_empty())
+                .map(str::to_string)
         })
     }
 }

@@ -94,7 +94,10 @@ impl ServiceStore {
         clock: Arc<dyn Clock>,
         tune: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
     ) -> Result<ServiceStore, ConfigFileError> {
-        let url = StoreUrl::from_config(config, |name| std::env::var(name).ok())?;
+        // A password named by `password_env` is read through the one reader of the process's
+        // environment.
+        let env = crate::environment::Environment::from_process();
+        let url = StoreUrl::from_config(config, |name| env.string(name).map(str::to_string))?;
         let backend = match &url {
             StoreUrl::Memory => {
                 let store = MemoryStore::builder()

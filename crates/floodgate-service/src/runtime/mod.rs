@@ -435,9 +435,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     // Services behind one load balancer sign lease tokens alike, so that any of them accepts
     // the tokens another issued: with FLOODGATE_LEASE_SECRET, else with the secret the nodes
     // sharing a store share through it, else (the memory store) a random one of this process.
-    let env_secret = std::env::var_os("FLOODGATE_LEASE_SECRET").filter(|s| !s.is_empty());
-    if let Some(secret) = env_secret {
-        let secret = secret.into_encoded_bytes();
+    if let Some(secret) = startup.lease_secret() {
         if secret.len() < crate::lease_token::MIN_SECRET_BYTES {
             return Err(ServeError::LeaseSecret {
                 bytes: secret.len(),

@@ -136,6 +136,15 @@ pub struct Startup {
 }
 
 impl Startup {
+    /// `FLOODGATE_LEASE_SECRET`, when set and not empty: the secret lease tokens are signed
+    /// with, shared by the nodes behind one load balancer (read as UTF-8, lossily).
+    pub fn lease_secret(&self) -> Option<Vec<u8>> {
+        self.env
+            .string("FLOODGATE_LEASE_SECRET")
+            .filter(|s| !s.is_empty())
+            .map(|s| s.as_bytes().to_vec())
+    }
+
     /// Reads the settings that come before the configuration (see the [module
     /// documentation](self)); `as_ratelimit`: the binary runs under upstream's entry point name.
     pub fn read(
