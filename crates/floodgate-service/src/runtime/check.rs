@@ -138,8 +138,8 @@ pub fn check(args: &CheckArgs, env: Environment) -> Result<Checked, CheckError> 
         ..ConfigFlags::default()
     };
     let startup = Startup::read_flags(&flags, env, args.upstream)?;
-    let mut config: Config = startup.source.load(&startup.overrides)?;
-    startup.apply_store(args.store.url.as_deref(), &mut config);
+    let loaded: Config = startup.source.load(&startup.overrides)?;
+    let config = startup.complete(args.store.url.as_deref(), loaded);
     // A Redis store needs a runtime to be created in; it sends nothing until used.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

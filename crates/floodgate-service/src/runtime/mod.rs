@@ -315,9 +315,74 @@ impl ServeError {
 /// `as_ratelimit`: the binary runs under envoyproxy/ratelimit's entry point name. Blocks the
 /// calling thread.
 pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<(), ServeError> {
+    // Read: the settings, then the configuration with them applied.
     let startup = Startup::read(&args, env, as_ratelimit)?;
     let json_log =
         Logging::read(startup.env(), startup.upstream.is_some()).is_ok_and(|logging| logging.json);
+    log_startup(&startup);
+    let loaded = load(&startup, args.store.url.as_deref())?;
+    let addresses = startup.addresses(&args, &loaded.config)?;
+    let admin_token = admin_token(&startup)?;
+    // Build: the server over its store, inside the runtime the store's connection lives in
+    // (a Redis store's housekeeping runs there), which lives as long as `serve`.
+    let store_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("floodgate-store")
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    let statsd = loaded.config.stats.statsd.clone();
+    let metrics_path = loaded
+        .config
+        .stats
+        .prometheus
+        .as_ref()
+        .map(|p| p.path.clone());
+    let tls = crate::service::ListenersTls::load(&loaded.config.tls)?;
+    let server = build(&startup, &args, loaded, admin_token, &tls, &store_runtime)?;
+    let server = server.with_http_address(addresses.http);
+    let server = Arc::new(with_lease_secret(server, &startup, &store_runtime)?);
+    // Spawn: what runs beside the requests, on the store's runtime (off the request path).
+    store_runtime.spawn(sample_dashboard(server.clone()));
+    store_runtime.spawn(watch_store(server.clone()));
+    if let Some(statsd) = statsd {
+        store_runtime.spawn(crate::statsd::push(server.clone(), statsd));
+    }
+    for terminator in [tls.grpc, tls.http].into_iter().flatten() {
+        store_runtime.spawn(watch::follow_tls(terminator));
+    }
+    if startup.watch {
+        store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
+    }
+    // Serve: bind the listeners and run the workers until a shutdown signal.
+    let workers = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let acceptor = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    acceptor.block_on(async {
+        let (listeners, listening) = bind_all(&addresses, metrics_path).await?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        // Installed now, so that a signal sent as soon as the line below is read is handled.
+        match Signals::install() {
+            Ok(signals) => {
+                tokio::spawn(watch_signals(server.clone(), signals, stop));
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "cannot install signal handlers; stop the process with SIGKILL"
+            ),
+        }
+        announce(&listening, json_log);
+        tracing::info!(threads = workers, config = %startup.source, watch = startup.watch, "floodgate serving");
+        run(server, listeners, workers, stopped).await
+    })
+}
+
+/// Says at start-up where the settings and the configuration come from.
+fn log_startup(startup: &Startup) {
     if let Some(upstream) = &startup.upstream {
         tracing::info!(
             config = %startup.source,
@@ -333,11 +398,29 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
             "no configuration given (no --config, FLOODGATE_CONFIG or runtime directory): serving the built-in example (Stripe's four limiters with plans free, standard and pro, the `login` limit, the `example` domain)"
         );
     }
+}
+
+/// The configuration read at start.
+struct Loaded {
+    /// What is served: the file's, with the command line's and the environment's settings.
+    config: Config,
+    /// As the file gave it: reloads name the start-up settings the file changes against this,
+    /// not against what the command line and the environment filled in.
+    file_config: Config,
+    /// Whether it could not be read and the service starts without one
+    /// (`FORCE_START_WITHOUT_INITIAL_CONFIG`).
+    missing: bool,
+}
+
+/// Reads the configuration `startup` names and applies its settings
+/// ([`Startup::complete`]); without one, starts with none when upstream's
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG` says so.
+fn load(startup: &Startup, store_flag: Option<&str>) -> Result<Loaded, ServeError> {
     let start_without_config = startup
         .upstream
         .as_ref()
         .is_some_and(|up| up.behaviour.start_without_config);
-    let (mut config, config_missing) = match startup.source.load(&startup.overrides) {
+    let (file_config, missing) = match startup.source.load(&startup.overrides) {
         Ok(config) => (config, false),
         Err(error) if start_without_config => {
             tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
@@ -350,59 +433,60 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         }
         Err(error) => return Err(error.into()),
     };
-    // As the file gave it: reloads name the start-up settings the file changes against this,
-    // not against what the command line and the environment filled in.
-    let file_config = config.clone();
-    startup.apply_store(args.store.url.as_deref(), &mut config);
-    startup.apply_stats(&mut config);
-    startup.apply_tls(&mut config);
-    let addresses = startup.addresses(&args, &config)?;
-    let admin_token = startup
+    Ok(Loaded {
+        config: startup.complete(store_flag, file_config.clone()),
+        file_config,
+        missing,
+    })
+}
+
+/// `FLOODGATE_ADMIN_TOKEN`, when set: at least [`MIN_ADMIN_TOKEN_BYTES`] long.
+fn admin_token(startup: &Startup) -> Result<Option<String>, ServeError> {
+    let token = startup
         .env()
         .string("FLOODGATE_ADMIN_TOKEN")
         .filter(|t| !t.is_empty())
         .map(str::to_string);
-    if let Some(token) = &admin_token {
-        if token.len() < MIN_ADMIN_TOKEN_BYTES {
-            return Err(ServeError::AdminToken { bytes: token.len() });
+    match &token {
+        Some(token) if token.len() < MIN_ADMIN_TOKEN_BYTES => {
+            Err(ServeError::AdminToken { bytes: token.len() })
         }
+        _ => Ok(token),
     }
-    // A Redis store is created inside a runtime of its own (its connection's housekeeping runs
-    // there), which lives as long as `serve`.
-    let store_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("floodgate-store")
-        .enable_all()
-        .build()
-        .map_err(ServeError::Runtime)?;
-    let startup_budget = match config.store.startup_timeout {
+}
+
+/// The server for `loaded`, its store tried: a store that cannot be used must not look
+/// healthy, so start-up waits for it (`store.startup_timeout`) and refuses to start unless
+/// told to start without it.
+fn build(
+    startup: &Startup,
+    args: &ServeArgs,
+    loaded: Loaded,
+    admin_token: Option<String>,
+    tls: &crate::service::ListenersTls,
+    store_runtime: &tokio::runtime::Runtime,
+) -> Result<Server, ServeError> {
+    let store = &loaded.config.store;
+    let startup_budget = match store.startup_timeout {
         None => Some(crate::store::STARTUP_TIMEOUT),
         Some(d) if d.0.is_zero() => None,
         Some(d) => Some(d.0),
     };
-    let retry = match (
-        config.store.startup_retry_first,
-        config.store.startup_retry_max,
-    ) {
+    let retry = match (store.startup_retry_first, store.startup_retry_max) {
         (None, None) => None,
         (first, max) => Some((
             first.map_or(std::time::Duration::from_millis(50), |d| d.0),
             max.map_or(std::time::Duration::from_secs(1), |d| d.0),
         )),
     };
-    let start_without = config.store.start_without;
-    let statsd = config.stats.statsd.clone();
-    let metrics_path = config.stats.prometheus.as_ref().map(|p| p.path.clone());
-    let tls = crate::service::ListenersTls::load(&config.tls)?;
+    let start_without = store.start_without;
     let server = {
         let _context = store_runtime.enter();
-        Server::new(config, startup.source.clone(), admin_token)?
+        Server::new(loaded.config, startup.source.clone(), admin_token)?
     };
-    if config_missing {
+    if loaded.missing {
         server.set_config_missing();
     }
-    // A store that cannot be used must not look healthy: try it now, and refuse to start
-    // unless told to start without it.
     if let Err(error) =
         store_runtime.block_on(server.store().wait_until_usable(startup_budget, retry))
     {
@@ -422,114 +506,100 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     }
     // The drop-in with upstream's settings and nothing of Floodgate's to serve answers as
     // upstream does.
+    let file_config = loaded.file_config;
     let upstream_surface = startup.upstream.is_some()
         && file_config.stage_configs().is_empty()
         && file_config.limits.is_empty();
-    let mut server = server
+    Ok(server
         .with_file_config(file_config)
         .with_upstream_surface(upstream_surface)
-        .with_http_address(addresses.http)
         .with_tls(tls.clone())
         .with_overrides(startup.overrides.clone())
-        .with_heavy_keys(args.heavy_keys);
-    // Services behind one load balancer sign lease tokens alike, so that any of them accepts
-    // the tokens another issued: with FLOODGATE_LEASE_SECRET, else with the secret the nodes
-    // sharing a store share through it, else (the memory store) a random one of this process.
+        .with_heavy_keys(args.heavy_keys))
+}
+
+/// Gives `server` the secret its lease tokens are signed with. Services behind one load
+/// balancer sign alike, so that any of them accepts the tokens another issued: with
+/// FLOODGATE_LEASE_SECRET, else with the secret the nodes sharing a store share through it,
+/// else (the memory store) a random one of this process.
+fn with_lease_secret(
+    server: Server,
+    startup: &Startup,
+    store_runtime: &tokio::runtime::Runtime,
+) -> Result<Server, ServeError> {
     if let Some(secret) = startup.lease_secret() {
         if secret.len() < crate::lease_token::MIN_SECRET_BYTES {
             return Err(ServeError::LeaseSecret {
                 bytes: secret.len(),
             });
         }
-        server = server.with_lease_secret(secret);
-    } else if !server.hands_out_leases() {
+        return Ok(server.with_lease_secret(secret));
+    }
+    if !server.hands_out_leases() {
         // Nothing to sign yet: the secret is read (and, by the first node, written) when a
         // reload brings a stage that hands out leases and a token is first issued.
-        server = server.share_lease_secret_when_needed();
-    } else if let Err(error) = store_runtime.block_on(server.share_lease_secret()) {
-        tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store yet; it is read again when a token needs it");
-        server = server.share_lease_secret_when_needed();
+        return Ok(server.share_lease_secret_when_needed());
     }
-    let server = Arc::new(server);
-    // The dashboard's points, once a second, on the store's runtime (off the request path).
-    store_runtime.spawn(sample_dashboard(server.clone()));
-    store_runtime.spawn(watch_store(server.clone()));
-    if let Some(statsd) = statsd {
-        store_runtime.spawn(crate::statsd::push(server.clone(), statsd));
-    }
-    for terminator in [tls.grpc, tls.http].into_iter().flatten() {
-        store_runtime.spawn(watch::follow_tls(terminator));
-    }
-    if startup.watch {
-        store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
-    }
-    let workers = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let acceptor = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ServeError::Runtime)?;
-    acceptor.block_on(async {
-        let http = bind(addresses.http).await?;
-        let (grpc, grpc_bound) = match &addresses.grpc {
-            GrpcAddress::Tcp(addr) => {
-                let listener = bind(*addr).await?;
-                let bound = GrpcAddress::Tcp(local_addr(&listener, *addr)?);
-                (GrpcListener::Tcp(listener), bound)
-            }
-            GrpcAddress::Unix(path) => {
-                let listener = tokio::net::UnixListener::bind(path).map_err(|source| {
-                    ServeError::BindUnix {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-                (GrpcListener::Unix(listener), GrpcAddress::Unix(path.clone()))
-            }
-        };
-        let debug = match addresses.debug {
-            Some(addr) => Some((bind(addr).await?, addr)),
-            None => None,
-        };
-        let metrics = match addresses.metrics {
-            Some(addr) => Some((bind(addr).await?, addr)),
-            None => None,
-        };
-        let listening = Listening {
-            http: local_addr(&http, addresses.http)?,
-            grpc: grpc_bound,
-            debug: match &debug {
-                Some((listener, addr)) => Some(local_addr(listener, *addr)?),
-                None => None,
-            },
-            metrics: match &metrics {
-                Some((listener, addr)) => Some(local_addr(listener, *addr)?),
-                None => None,
-            },
-        };
-        let listeners = Listeners {
-            http,
-            grpc,
-            debug: debug.map(|(listener, _)| listener),
-            metrics: metrics
-                .map(|(listener, _)| (listener, metrics_path.unwrap_or_default())),
-        };
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        // Installed now, so that a signal sent as soon as the line below is read is handled.
-        match Signals::install() {
-            Ok(signals) => {
-                tokio::spawn(watch_signals(server.clone(), signals, stop));
-            }
-            Err(e) => tracing::error!(
-                error = %e,
-                "cannot install signal handlers; stop the process with SIGKILL"
-            ),
+    match store_runtime.block_on(server.share_lease_secret()) {
+        Ok(_) => Ok(server),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store yet; it is read again when a token needs it");
+            Ok(server.share_lease_secret_when_needed())
         }
-        announce(&listening, json_log);
-        tracing::info!(threads = workers, config = %startup.source, watch = startup.watch, "floodgate serving");
-        run(server, listeners, workers, stopped).await
-    })
+    }
+}
+
+/// Binds every listener `addresses` names; the listeners, and the addresses they are bound to.
+async fn bind_all(
+    addresses: &Addresses,
+    metrics_path: Option<String>,
+) -> Result<(Listeners, Listening), ServeError> {
+    let http = bind(addresses.http).await?;
+    let (grpc, grpc_bound) = match &addresses.grpc {
+        GrpcAddress::Tcp(addr) => {
+            let listener = bind(*addr).await?;
+            let bound = GrpcAddress::Tcp(local_addr(&listener, *addr)?);
+            (GrpcListener::Tcp(listener), bound)
+        }
+        GrpcAddress::Unix(path) => {
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| ServeError::BindUnix {
+                    path: path.clone(),
+                    source,
+                })?;
+            (
+                GrpcListener::Unix(listener),
+                GrpcAddress::Unix(path.clone()),
+            )
+        }
+    };
+    let debug = match addresses.debug {
+        Some(addr) => Some((bind(addr).await?, addr)),
+        None => None,
+    };
+    let metrics = match addresses.metrics {
+        Some(addr) => Some((bind(addr).await?, addr)),
+        None => None,
+    };
+    let listening = Listening {
+        http: local_addr(&http, addresses.http)?,
+        grpc: grpc_bound,
+        debug: match &debug {
+            Some((listener, addr)) => Some(local_addr(listener, *addr)?),
+            None => None,
+        },
+        metrics: match &metrics {
+            Some((listener, addr)) => Some(local_addr(listener, *addr)?),
+            None => None,
+        },
+    };
+    let listeners = Listeners {
+        http,
+        grpc,
+        debug: debug.map(|(listener, _)| listener),
+        metrics: metrics.map(|(listener, _)| (listener, metrics_path.unwrap_or_default())),
+    };
+    Ok((listeners, listening))
 }
 
 /// Takes the dashboard's points every [`crate::dashboard::INTERVAL`], for as long as the

@@ -136,6 +136,19 @@ pub struct Startup {
 }
 
 impl Startup {
+    /// The configuration served from `loaded`, as its file gave it: the start-up settings
+    /// applied over it, each where the file leaves it, in one precedence: a command-line flag,
+    /// then the file, then `FLOODGATE_*`, then envoyproxy/ratelimit's variables, then the
+    /// defaults (see the [module documentation](self) for each setting): the store's
+    /// ([`Startup::apply_store`], `store_flag` being `--store`), the statistics'
+    /// ([`Startup::apply_stats`]) and the listeners' TLS ([`Startup::apply_tls`]).
+    pub fn complete(&self, store_flag: Option<&str>, mut loaded: Config) -> Config {
+        self.apply_store(store_flag, &mut loaded);
+        self.apply_stats(&mut loaded);
+        self.apply_tls(&mut loaded);
+        loaded
+    }
+
     /// `FLOODGATE_LEASE_SECRET`, when set and not empty: the secret lease tokens are signed
     /// with, shared by the nodes behind one load balancer (read as UTF-8, lossily).
     pub fn lease_secret(&self) -> Option<Vec<u8>> {
