@@ -80,6 +80,7 @@
 //! envoyproxy/ratelimit's keys instead, with its commands and answers ([`layout`]), through
 //! [`RuleSet::should_rate_limit_in`].
 
+mod answer;
 mod checks;
 mod counter_key;
 pub mod layout;
@@ -98,13 +99,13 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::Store;
 use floodgate::{ConfigError, StoreError};
 use serde_json::{Map, Value};
-use smallvec::SmallVec;
 
-use self::checks::{decide, Check, PerDescriptor, KEYS, MAX_KEPT_KEY_BYTES};
+use self::answer::{Answer, Matched};
+use self::checks::{decide, KEYS, MAX_KEPT_KEY_BYTES};
+use self::counter_key::counter_key;
 pub use self::counter_key::RLS_NAMESPACE;
-use self::counter_key::{counter_key, push_counter_key, push_override_counter_key};
 
-use crate::rls::{Code, RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse, RlsStatus};
+use crate::rls::{RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse};
 
 /// A compiled limit: what applies to request descriptors that end on its descriptor.
 #[derive(Clone, Debug)]
@@ -521,179 +522,22 @@ impl RuleSet {
         stats: Option<&stats::DescriptorStats>,
         request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
-        let mut statuses = vec![
-            RlsStatus {
-                code: Code::Ok,
-                ..RlsStatus::default()
-            };
-            request.descriptors.len()
-        ];
+        let mut answer = Answer::new(self, request, stats);
         let Some(root) = self.domains.get(&request.domain) else {
             if let Some(stats) = stats {
                 for _ in &request.descriptors {
                     stats.domain_not_found(&request.domain);
                 }
             }
-            return Ok(RlsResponse {
-                overall_code: Code::Ok,
-                statuses,
-                shadow_over_limit: 0,
-                dynamic_metadata: self.dynamic_metadata(request, &[], &[]),
-                response_headers_to_add: Vec::new(),
-            });
+            return Ok(answer.into_response(&[]));
         };
-        // Per-descriptor working lists, on the stack for up to `INLINE` descriptors: a call on
-        // counters the store holds allocates only its response (`tests/allocations.rs`).
-        let matches: PerDescriptor<Option<RuleMatch<'_>>> = request
-            .descriptors
-            .iter()
-            .map(|d| root.lookup(&d.entries))
-            .collect();
-        let rules: PerDescriptor<Option<&Rule>> =
-            matches.iter().map(|m| m.as_ref().map(|m| m.rule)).collect();
-        // A descriptor's own limit replaces whatever it matches (envoyproxy/ratelimit's rule):
-        // its configured rule is neither checked nor replaces others.
-        // Boxed: an override is rare, and a `Limit` inline is 160 bytes a descriptor in this
-        // call's future, which is built on the stack and copied into its box for every call.
-        let overrides: PerDescriptor<Option<Box<Limit>>> = request
-            .descriptors
-            .iter()
-            .map(|d| {
-                let o = d.limit?;
-                // Cannot fail: a window of at least one request over a whole unit.
-                Limit::per_unit(o.requests_per_unit, o.unit, None)
-                    .ok()
-                    .map(Box::new)
-            })
-            .collect();
-        let replaced: PerDescriptor<&str> = rules
-            .iter()
-            .zip(&overrides)
-            .filter(|(_, o)| o.is_none())
-            .filter_map(|(r, _)| *r)
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        // Counts descriptor `i`'s outcome in the statistics, when they are kept: under its
-        // rule's key, or (carrying its own limit) under the request's.
-        let record = |i: usize, outcome: stats::Outcome| {
-            tracing::debug!(
-                target: "floodgate::decision",
-                domain = %request.domain,
-                descriptor = %crate::rls::Entries(&request.descriptors[i]),
-                hits = outcome.hits,
-                count = outcome.after,
-                limit = outcome.limit,
-                outcome = if outcome.over { "over_limit" } else { "ok" },
-                shadow = outcome.shadow,
-                from_cache = outcome.from_cache,
-                "descriptor decided"
-            );
-            if let Some(stats) = stats {
-                let rule = rules[i].filter(|_| overrides[i].is_none());
-                self.record(stats, request, i, rule, &outcome);
-            }
-        };
-        // Whether each descriptor is over its limit, shadow mode or not.
-        let mut over: PerDescriptor<bool> = smallvec::smallvec![false; request.descriptors.len()];
-
-        // Each limit to decide, its counter's key a range of `keys`: one buffer for them all,
-        // this thread's from the last call (see `KEYS`).
-        let mut checks: PerDescriptor<Check<'_>> = SmallVec::new();
+        let matched = Matched::new(root, request);
+        // The counter keys go in one buffer for them all, this thread's from the last call
+        // (see `KEYS`).
         let mut keys = KEYS.try_with(Cell::take).unwrap_or_default();
         keys.clear();
-        let mut blocked = false;
-        let mut shadow_over_limit = 0;
-        // The Envoy windows counted in upstream's layout: each with its descriptor's index,
-        // limit and shadow mode.
-        let mut counting: Vec<layout::Counting> = Vec::new();
-        let mut counted: Vec<(usize, &Limit, bool)> = Vec::new();
-        for (i, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
-            let start = keys.len();
-            let shared = matches[i].as_ref().map_or(&[][..], |m| m.shared());
-            let upstream = |limit: &Limit| counters.filter(|_| limit.envoy_window);
-            if let Some(c) = overrides[i]
-                .as_deref()
-                .and_then(|l| upstream(l).map(|c| (l, c)))
-            {
-                let (limit, counters) = c;
-                counting.push(layout::envoy_counting(
-                    counters,
-                    request,
-                    descriptor,
-                    &[],
-                    limit,
-                ));
-                counted.push((i, limit, false));
-                continue;
-            }
-            if let (None, Some(rule)) = (&overrides[i], rule) {
-                let replaced_here = rule
-                    .name
-                    .as_deref()
-                    .is_some_and(|name| replaced.contains(&name));
-                if let (false, Some(limit)) = (replaced_here, &rule.limit) {
-                    if let Some(counters) = upstream(limit) {
-                        counting.push(layout::envoy_counting(
-                            counters, request, descriptor, shared, limit,
-                        ));
-                        counted.push((i, limit, rule.shadow_mode));
-                        continue;
-                    }
-                }
-            }
-            let (limit, shadow_mode, all_or_nothing) = match (&overrides[i], rule) {
-                (Some(limit), _) => {
-                    push_override_counter_key(&mut keys, &request.domain, descriptor, limit.unit);
-                    (&**limit, false, false)
-                }
-                (None, None) => continue,
-                (None, Some(rule)) => {
-                    if rule
-                        .name
-                        .as_deref()
-                        .is_some_and(|name| replaced.contains(&name))
-                    {
-                        continue;
-                    }
-                    let Some(limit) = &rule.limit else {
-                        statuses[i].limit_remaining = u32::MAX;
-                        continue;
-                    };
-                    push_counter_key(&mut keys, &request.domain, descriptor, shared);
-                    (limit, rule.shadow_mode, rule.all_or_nothing)
-                }
-            };
-            if limit.requests_per_unit == 0 {
-                record(
-                    i,
-                    stats::Outcome::blocked(request.hits_for(descriptor), shadow_mode),
-                );
-                statuses[i] = RlsStatus {
-                    code: Code::OverLimit,
-                    current_limit: Some(limit.reported.clone()),
-                    limit_remaining: 0,
-                    duration_until_reset: None,
-                };
-                over[i] = true;
-                if shadow_mode {
-                    statuses[i].code = Code::Ok;
-                    shadow_over_limit += 1;
-                } else {
-                    blocked = true;
-                }
-            } else {
-                checks.push(Check {
-                    index: i,
-                    shadow_mode,
-                    all_or_nothing,
-                    limit,
-                    key: start..keys.len(),
-                    hits: request.hits_for(descriptor),
-                });
-            }
-        }
-
-        let decided = decide(store, &checks, &keys, blocked).await;
+        let planned = answer::plan(&matched, request, counters, &mut keys, &mut answer);
+        let decided = decide(store, &planned.checks, &keys, answer.blocked()).await;
         // A buffer grown by an unusually large request is not kept.
         if keys.capacity() <= MAX_KEPT_KEY_BYTES {
             // Not during the thread's teardown, when its thread-locals are going.
@@ -703,75 +547,42 @@ impl RuleSet {
         let counts = match counters {
             // Boxed: the counting's future is large, and would make every call's future as
             // large, upstream's layout or not (`tests/allocations.rs`).
-            Some(counters) if !counting.is_empty() => Box::pin(counters.count(&counting)).await?,
+            Some(counters) if !planned.counting.is_empty() => {
+                Box::pin(counters.count(&planned.counting)).await?
+            }
             _ => Vec::new(),
         };
-
-        let mut overall_code = if blocked { Code::OverLimit } else { Code::Ok };
-        for ((i, limit, shadow_mode), count) in counted.iter().zip(&counts) {
-            over[*i] = count.over;
-            let hits = request.hits_for(&request.descriptors[*i]);
-            record(
-                *i,
-                stats::Outcome::counted(count, limit.requests_per_unit, hits, *shadow_mode),
-            );
-            let code = if !count.over {
-                Code::Ok
-            } else if *shadow_mode {
-                shadow_over_limit += 1;
-                Code::Ok
-            } else {
-                overall_code = Code::OverLimit;
-                Code::OverLimit
-            };
+        for (&(i, limit, shadow_mode), count) in planned.counted.iter().zip(&counts) {
+            let hits = request.hits_for(&request.descriptors[i]);
+            let outcome =
+                stats::Outcome::counted(count, limit.requests_per_unit, hits, shadow_mode);
             let remaining = u64::from(limit.requests_per_unit).saturating_sub(count.after);
-            statuses[*i] = RlsStatus {
-                code,
-                current_limit: Some(limit.reported.clone()),
-                limit_remaining: if count.over {
-                    0
-                } else {
-                    u32::try_from(remaining).unwrap_or(u32::MAX)
-                },
-                duration_until_reset: Some(count.reset),
-            };
-        }
-        for (check, decision) in checks.iter().zip(decisions) {
-            let (i, shadow_mode, limit) = (&check.index, &check.shadow_mode, check.limit);
-            over[*i] = !decision.allowed;
-            record(
-                *i,
-                stats::Outcome::decided(
-                    &decision,
-                    limit.requests_per_unit,
-                    check.hits,
-                    *shadow_mode,
-                ),
-            );
-            let code = if decision.allowed {
-                Code::Ok
-            } else if *shadow_mode {
-                shadow_over_limit += 1;
-                Code::Ok
+            let remaining = if count.over {
+                0
             } else {
-                overall_code = Code::OverLimit;
-                Code::OverLimit
+                u32::try_from(remaining).unwrap_or(u32::MAX)
             };
-            statuses[*i] = RlsStatus {
-                code,
-                current_limit: Some(limit.reported.clone()),
-                limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
-                duration_until_reset: Some(decision.reset_after),
-            };
+            answer.settle(&matched, i, outcome, limit, remaining, Some(count.reset));
         }
-        let dynamic_metadata = self.dynamic_metadata(request, &rules, &over);
-        Ok(RlsResponse {
-            overall_code,
-            statuses,
-            shadow_over_limit,
-            dynamic_metadata,
-            response_headers_to_add: Vec::new(),
-        })
+        for (check, decision) in planned.checks.iter().zip(decisions) {
+            let limit = check.limit;
+            let outcome = stats::Outcome::decided(
+                &decision,
+                limit.requests_per_unit,
+                check.hits,
+                check.shadow_mode,
+            );
+            let remaining = u32::try_from(decision.remaining).unwrap_or(u32::MAX);
+            answer.settle(
+                &matched,
+                check.index,
+                outcome,
+                limit,
+                remaining,
+                Some(decision.reset_after),
+            );
+        }
+        Ok(answer.into_response(matched.rules()))
     }
 
     /// The response's dynamic metadata (see the module's "Deciding"): `None` unless enabled.
