@@ -298,49 +298,9 @@ impl Upstream {
         if !Upstream::present(env, as_ratelimit) {
             return Ok(None);
         }
-        match env.string("CONFIG_TYPE") {
-            None | Some("FILE") => {}
-            Some(other) => {
-                return Err(refused(
-                    "CONFIG_TYPE",
-                    format!("`{other}`: only FILE (a runtime directory) is supported; configuration over xDS is not built"),
-                ))
-            }
-        }
-        match env
-            .string("BACKEND_TYPE")
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            None | Some("") | Some("redis") => {}
-            Some(other) => {
-                return Err(refused(
-                    "BACKEND_TYPE",
-                    format!("`{other}`: only redis is supported (Floodgate has no memcache store)"),
-                ))
-            }
-        }
-        let [http, grpc, debug] = listener_addresses(env, true)?;
-        let listeners = Listeners {
-            http: http.unwrap_or_default(),
-            grpc: grpc.unwrap_or_default(),
-            grpc_uds: env
-                .string("GRPC_UDS")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from),
-            debug: debug.unwrap_or_default(),
-            max_connection_age: env
-                .duration_or("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
-            max_connection_age_grace: env
-                .duration_or("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
-        };
-        let runtime = Runtime {
-            root: PathBuf::from(env.string_or("RUNTIME_ROOT", "/srv/runtime_data/current")),
-            subdirectory: env.string_or("RUNTIME_SUBDIRECTORY", ""),
-            appdirectory: env.string_or("RUNTIME_APPDIRECTORY", "config"),
-            ignore_dotfiles: env.bool_or("RUNTIME_IGNOREDOTFILES", false)?,
-            watch_root: env.bool_or("RUNTIME_WATCH_ROOT", true)?,
-        };
+        check_supported(env)?;
+        let listeners = Listeners::read(env)?;
+        let runtime = Runtime::read(env)?;
         let redis = read_redis(env, "REDIS_", "/var/run/nutcracker/ratelimit.sock")?;
         let per_second = if env.bool_or("REDIS_PERSECOND", false)? {
             Some(read_redis(
@@ -351,126 +311,12 @@ impl Upstream {
         } else {
             None
         };
-        let path = |name: &str| {
-            env.string(name)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        };
-        let redis_tls = RedisTls {
-            ca_file: path("REDIS_TLS_CACERT"),
-            client_cert: path("REDIS_TLS_CLIENT_CERT"),
-            client_key: path("REDIS_TLS_CLIENT_KEY"),
-            skip_hostname_verification: env
-                .bool_or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
-        };
-        // Upstream uses the pair only when both are set; one alone would be dropped silently.
-        match (&redis_tls.client_cert, &redis_tls.client_key) {
-            (Some(_), None) => {
-                return Err(refused(
-                    "REDIS_TLS_CLIENT_CERT",
-                    "needs REDIS_TLS_CLIENT_KEY, its key",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(refused(
-                    "REDIS_TLS_CLIENT_KEY",
-                    "needs REDIS_TLS_CLIENT_CERT, its certificate",
-                ))
-            }
-            _ => {}
-        }
+        let redis_tls = RedisTls::read(env)?;
         let close_connection_on_readonly = env.bool("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR")?;
-        let max_elapsed = env.duration_or("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
-        let startup = Startup {
-            initial_interval: env
-                .duration_or("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
-            max_interval: env.duration_or("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
-            max_elapsed: (!max_elapsed.is_zero()).then_some(max_elapsed),
-        };
-        let ratio = env.float("NEAR_LIMIT_RATIO")?.unwrap_or(0.8);
-        if !(0.0..=1.0).contains(&ratio) {
-            return Err(refused(
-                "NEAR_LIMIT_RATIO",
-                format!("`{ratio}` is not between 0 and 1"),
-            ));
-        }
-        let header = |name: &str, default: &str| env.string_or(name, default);
-        let behaviour = Behaviour {
-            shadow_mode: env.bool_or("SHADOW_MODE", false)?,
-            stop_increment_when_over_limit: env
-                .bool_or("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
-            near_limit_ratio: ratio as f32,
-            cache_key_prefix: env.string_or("CACHE_KEY_PREFIX", ""),
-            expiration_jitter_max_seconds: env.int_or("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
-            local_cache_bytes: env.int_or("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
-            response_dynamic_metadata: env.bool_or("RESPONSE_DYNAMIC_METADATA", false)?,
-            response_headers: env.bool_or("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
-            header_names: [
-                header("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-                header("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-                header("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            ],
-            merge_domains: env.bool_or("MERGE_DOMAIN_CONFIG", false)?,
-            healthy_with_a_domain: env.bool_or("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            start_without_config: env.bool_or("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
-        };
-        let protocol = env.string_or("STATSD_PROTOCOL", "tcp").to_ascii_lowercase();
-        let statsd_udp = match protocol.as_str() {
-            "tcp" | "tcp4" | "tcp6" => false,
-            "udp" | "udp4" | "udp6" => true,
-            other => {
-                return Err(refused(
-                    "STATSD_PROTOCOL",
-                    format!("`{other}` is not tcp or udp"),
-                ))
-            }
-        };
-        let disabled = env.bool_or("DISABLE_STATS", false)?;
-        let use_prometheus = env.bool_or("USE_PROMETHEUS", false)?;
-        let use_statsd = env.bool_or("USE_STATSD", true)?;
-        if use_prometheus && use_statsd && !disabled {
-            return Err(refused(
-                "USE_PROMETHEUS",
-                "needs USE_STATSD=false, as upstream: the two sinks exclude each other",
-            ));
-        }
-        let stats = Stats {
-            statsd: use_statsd && !disabled,
-            statsd_address: join_host_port(
-                &env.string_or("STATSD_HOST", "localhost"),
-                env.int_or("STATSD_PORT", 8125u16)?,
-            ),
-            statsd_udp,
-            flush_interval: env.duration_or("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
-            extra_tags: env.map("EXTRA_TAGS")?,
-            prometheus: (use_prometheus && !disabled).then(|| {
-                (
-                    env.string_or("PROMETHEUS_ADDR", ":9090"),
-                    env.string_or("PROMETHEUS_PATH", "/metrics"),
-                )
-            }),
-        };
-        let grpc_tls = if env.bool_or("GRPC_SERVER_USE_TLS", false)? {
-            let (Some(cert), Some(key)) =
-                (path("GRPC_SERVER_TLS_CERT"), path("GRPC_SERVER_TLS_KEY"))
-            else {
-                return Err(refused(
-                    "GRPC_SERVER_USE_TLS",
-                    "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
-                ));
-            };
-            Some(GrpcTls {
-                cert,
-                key,
-                client_ca: path("GRPC_CLIENT_TLS_CACERT"),
-                client_san: env
-                    .string("GRPC_CLIENT_TLS_SAN")
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string),
-            })
-        } else {
-            None
-        };
+        let startup = Startup::read(env)?;
+        let behaviour = Behaviour::read(env)?;
+        let stats = Stats::read(env)?;
+        let grpc_tls = GrpcTls::read(env)?;
         let unsupported = env
             .names()
             .filter_map(|name| {
@@ -492,6 +338,219 @@ impl Upstream {
             unsupported,
         }))
     }
+}
+
+/// Refuses a configuration source or a backend other than the ones Floodgate has.
+fn check_supported(env: &Environment) -> Result<(), UpstreamError> {
+    match env.string("CONFIG_TYPE") {
+        None | Some("FILE") => {}
+        Some(other) => {
+            return Err(refused(
+                "CONFIG_TYPE",
+                format!("`{other}`: only FILE (a runtime directory) is supported; configuration over xDS is not built"),
+            ))
+        }
+    }
+    match env
+        .string("BACKEND_TYPE")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("") | Some("redis") => {}
+        Some(other) => {
+            return Err(refused(
+                "BACKEND_TYPE",
+                format!("`{other}`: only redis is supported (Floodgate has no memcache store)"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+impl Listeners {
+    /// The listeners' variables.
+    fn read(env: &Environment) -> Result<Listeners, UpstreamError> {
+        let [http, grpc, debug] = listener_addresses(env, true)?;
+        Ok(Listeners {
+            http: http.unwrap_or_default(),
+            grpc: grpc.unwrap_or_default(),
+            grpc_uds: env
+                .string("GRPC_UDS")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            debug: debug.unwrap_or_default(),
+            max_connection_age: env
+                .duration_or("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
+            max_connection_age_grace: env
+                .duration_or("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+        })
+    }
+}
+
+impl Runtime {
+    /// The runtime directory's variables.
+    fn read(env: &Environment) -> Result<Runtime, UpstreamError> {
+        Ok(Runtime {
+            root: PathBuf::from(env.string_or("RUNTIME_ROOT", "/srv/runtime_data/current")),
+            subdirectory: env.string_or("RUNTIME_SUBDIRECTORY", ""),
+            appdirectory: env.string_or("RUNTIME_APPDIRECTORY", "config"),
+            ignore_dotfiles: env.bool_or("RUNTIME_IGNOREDOTFILES", false)?,
+            watch_root: env.bool_or("RUNTIME_WATCH_ROOT", true)?,
+        })
+    }
+}
+
+impl RedisTls {
+    /// The Redis TLS variables: a client certificate needs its key and the other way round.
+    fn read(env: &Environment) -> Result<RedisTls, UpstreamError> {
+        let redis_tls = RedisTls {
+            ca_file: path(env, "REDIS_TLS_CACERT"),
+            client_cert: path(env, "REDIS_TLS_CLIENT_CERT"),
+            client_key: path(env, "REDIS_TLS_CLIENT_KEY"),
+            skip_hostname_verification: env
+                .bool_or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+        };
+        // Upstream uses the pair only when both are set; one alone would be dropped silently.
+        match (&redis_tls.client_cert, &redis_tls.client_key) {
+            (Some(_), None) => {
+                return Err(refused(
+                    "REDIS_TLS_CLIENT_CERT",
+                    "needs REDIS_TLS_CLIENT_KEY, its key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(refused(
+                    "REDIS_TLS_CLIENT_KEY",
+                    "needs REDIS_TLS_CLIENT_CERT, its certificate",
+                ))
+            }
+            _ => {}
+        }
+        Ok(redis_tls)
+    }
+}
+
+impl Startup {
+    /// The Redis start-up retry variables.
+    fn read(env: &Environment) -> Result<Startup, UpstreamError> {
+        let max_elapsed = env.duration_or("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
+        Ok(Startup {
+            initial_interval: env
+                .duration_or("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
+            max_interval: env.duration_or("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
+            max_elapsed: (!max_elapsed.is_zero()).then_some(max_elapsed),
+        })
+    }
+}
+
+impl Behaviour {
+    /// The variables that change how limits are decided and answered.
+    fn read(env: &Environment) -> Result<Behaviour, UpstreamError> {
+        let ratio = env.float("NEAR_LIMIT_RATIO")?.unwrap_or(0.8);
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(refused(
+                "NEAR_LIMIT_RATIO",
+                format!("`{ratio}` is not between 0 and 1"),
+            ));
+        }
+        let header = |name: &str, default: &str| env.string_or(name, default);
+        Ok(Behaviour {
+            shadow_mode: env.bool_or("SHADOW_MODE", false)?,
+            stop_increment_when_over_limit: env
+                .bool_or("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            near_limit_ratio: ratio as f32,
+            cache_key_prefix: env.string_or("CACHE_KEY_PREFIX", ""),
+            expiration_jitter_max_seconds: env.int_or("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
+            local_cache_bytes: env.int_or("LOCAL_CACHE_SIZE_IN_BYTES", 0)?,
+            response_dynamic_metadata: env.bool_or("RESPONSE_DYNAMIC_METADATA", false)?,
+            response_headers: env.bool_or("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
+            header_names: [
+                header("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                header("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                header("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            ],
+            merge_domains: env.bool_or("MERGE_DOMAIN_CONFIG", false)?,
+            healthy_with_a_domain: env.bool_or("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            start_without_config: env.bool_or("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+        })
+    }
+}
+
+impl Stats {
+    /// The statistics sinks' variables: statsd and Prometheus exclude each other.
+    fn read(env: &Environment) -> Result<Stats, UpstreamError> {
+        let protocol = env.string_or("STATSD_PROTOCOL", "tcp").to_ascii_lowercase();
+        let statsd_udp = match protocol.as_str() {
+            "tcp" | "tcp4" | "tcp6" => false,
+            "udp" | "udp4" | "udp6" => true,
+            other => {
+                return Err(refused(
+                    "STATSD_PROTOCOL",
+                    format!("`{other}` is not tcp or udp"),
+                ))
+            }
+        };
+        let disabled = env.bool_or("DISABLE_STATS", false)?;
+        let use_prometheus = env.bool_or("USE_PROMETHEUS", false)?;
+        let use_statsd = env.bool_or("USE_STATSD", true)?;
+        if use_prometheus && use_statsd && !disabled {
+            return Err(refused(
+                "USE_PROMETHEUS",
+                "needs USE_STATSD=false, as upstream: the two sinks exclude each other",
+            ));
+        }
+        Ok(Stats {
+            statsd: use_statsd && !disabled,
+            statsd_address: join_host_port(
+                &env.string_or("STATSD_HOST", "localhost"),
+                env.int_or("STATSD_PORT", 8125u16)?,
+            ),
+            statsd_udp,
+            flush_interval: env.duration_or("STATS_FLUSH_INTERVAL", Duration::from_secs(10))?,
+            extra_tags: env.map("EXTRA_TAGS")?,
+            prometheus: (use_prometheus && !disabled).then(|| {
+                (
+                    env.string_or("PROMETHEUS_ADDR", ":9090"),
+                    env.string_or("PROMETHEUS_PATH", "/metrics"),
+                )
+            }),
+        })
+    }
+}
+
+impl GrpcTls {
+    /// The gRPC listener's TLS variables, when `GRPC_SERVER_USE_TLS` is on.
+    fn read(env: &Environment) -> Result<Option<GrpcTls>, UpstreamError> {
+        Ok(if env.bool_or("GRPC_SERVER_USE_TLS", false)? {
+            let (Some(cert), Some(key)) = (
+                path(env, "GRPC_SERVER_TLS_CERT"),
+                path(env, "GRPC_SERVER_TLS_KEY"),
+            ) else {
+                return Err(refused(
+                    "GRPC_SERVER_USE_TLS",
+                    "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                ));
+            };
+            Some(GrpcTls {
+                cert,
+                key,
+                client_ca: path(env, "GRPC_CLIENT_TLS_CACERT"),
+                client_san: env
+                    .string("GRPC_CLIENT_TLS_SAN")
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            })
+        } else {
+            None
+        })
+    }
+}
+
+/// The path variable `name` holds, when set and not empty.
+fn path(env: &Environment, name: &str) -> Option<PathBuf> {
+    env.string(name)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
 }
 
 /// One Redis's variables, all named `prefix` + the setting (`REDIS_` or `REDIS_PERSECOND_`).
