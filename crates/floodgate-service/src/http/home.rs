@@ -43,8 +43,21 @@ const SCRIPT: &str = include_str!("dashboard.js");
 
 /// The page for `overview`.
 pub fn render(overview: &Overview) -> String {
-    // Writing to a String cannot fail: the `let _ =` below drop an always-Ok result.
     let mut page = String::with_capacity(32 * 1024);
+    write_head(&mut page);
+    write_limiters(&mut page, overview);
+    write_live_sections(&mut page);
+    write_named_limits(&mut page, overview);
+    write_domains(&mut page, overview);
+    write_endpoints(&mut page);
+    let _ = writeln!(page, "<script>{SCRIPT}</script>\n</body>\n</html>");
+    page
+}
+
+// Writing to a String cannot fail: the `let _ =` below drop an always-Ok result.
+
+/// The document's head, the page's header and what shows without JavaScript.
+fn write_head(page: &mut String) {
     page.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     page.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     let _ = writeln!(page, "<title>Floodgate {}</title>", escape(VERSION));
@@ -63,7 +76,11 @@ pub fn render(overview: &Overview) -> String {
          <a href=\"/metrics\">/metrics</a> and <a href=\"/v1/dashboard\">/v1/dashboard</a>.\
          </p></noscript>\n",
     );
+}
 
+/// The pipeline's limiters, a row each, which the script fills with live figures; and the
+/// admin form that switches their modes.
+fn write_limiters(page: &mut String, overview: &Overview) {
     page.push_str("<section id=\"limiters\"><h2>Pipeline limiters</h2>\n");
     let _ = writeln!(
         page,
@@ -113,6 +130,10 @@ pub fn render(overview: &Overview) -> String {
          switched here (enforce, shadow: dark launch, off: kill switch) and the heaviest keys are \
          shown in full. The token stays in this page's memory.</small></form>\n</section>\n",
     );
+}
+
+/// The sections only the script fills (hidden until it has something to show).
+fn write_live_sections(page: &mut String) {
     page.push_str(
         "<section id=\"fleet\" hidden><h2>Fleet</h2></section>\n\
          <section id=\"utilization\" hidden><h2>Utilization</h2></section>\n\
@@ -128,7 +149,10 @@ pub fn render(overview: &Overview) -> String {
          <dd id=\"store-breaker\">–</dd><dt>failed calls</dt><dd id=\"store-errors\">–</dd>\
          </dl><div id=\"store-charts\"></div></section>\n",
     );
+}
 
+/// The named limits `POST /v1/check` decides.
+fn write_named_limits(page: &mut String, overview: &Overview) {
     page.push_str("<h2>Named limits <small>(<code>POST /v1/check</code>)</small></h2>\n");
     if overview.limits.is_empty() {
         page.push_str("<p class=\"none\">None configured.</p>\n");
@@ -144,7 +168,10 @@ pub fn render(overview: &Overview) -> String {
         }
         page.push_str("</table>\n");
     }
+}
 
+/// The Envoy domains configured.
+fn write_domains(page: &mut String, overview: &Overview) {
     page.push_str("<h2>Envoy domains</h2>\n");
     if overview.domains.is_empty() {
         page.push_str("<p class=\"none\">None configured.</p>\n");
@@ -155,7 +182,10 @@ pub fn render(overview: &Overview) -> String {
         }
         page.push_str("</ul>\n");
     }
+}
 
+/// What the service answers, and where.
+fn write_endpoints(page: &mut String) {
     page.push_str("<h2>Endpoints</h2>\n<ul>\n");
     for (method, path, what) in ENDPOINTS {
         // Only GETs are links: a browser following a link to a POST endpoint gets a 405.
@@ -169,8 +199,6 @@ pub fn render(overview: &Overview) -> String {
         };
     }
     page.push_str("</ul>\n");
-    let _ = writeln!(page, "<script>{SCRIPT}</script>\n</body>\n</html>");
-    page
 }
 
 /// `text` with the characters that mean something in HTML (in text and in quoted attribute
