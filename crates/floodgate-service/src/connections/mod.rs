@@ -248,83 +248,112 @@ pub(crate) async fn serve_each<S, T, F, C>(
         let tls = admission.tls.clone();
         let first_bytes = admission.first_bytes;
         let max_age = admission.max_age;
-        let (running, mut stopping) = (running.clone(), stopping.clone());
+        let (running, stopping) = (running.clone(), stopping.clone());
         tokio::spawn(async move {
             // The place goes back when this task ends, even by unwinding; so does `running`.
             let _place = place;
             let _running = running;
-            let conn = match tls {
-                None => conn,
-                // The handshake within the time a client has for its first bytes.
-                Some(tls) => match tokio::time::timeout(first_bytes, tls.accept(conn)).await {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => {
-                        tracing::debug!(api, error = %e, "connection closed: TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tls.handshake_failed();
-                        tracing::debug!(api, "connection closed: no TLS handshake in time");
-                        return;
-                    }
-                },
+            let Some(conn) = handshake(api, conn, tls.as_deref(), first_bytes).await else {
+                return;
             };
-            let seen = Arc::new(AtomicUsize::new(0));
-            let connection = serve_one(Watched::new(conn, seen.clone()));
-            tokio::pin!(connection);
-            let started = tokio::time::Instant::now();
-            let old = async {
-                match max_age {
-                    Some(max) => tokio::time::sleep_until(started + max.drawn()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(old);
-            let mut asked_to_go = false;
-            let mut deadline: Option<tokio::time::Instant> = None;
-            let served = loop {
-                let first_bytes_due = started + first_bytes;
-                tokio::select! {
-                    served = connection.as_mut() => break served,
-                    // Not even a preface's worth of bytes in all that time: not a client.
-                    // Dropping the connection closes it.
-                    () = tokio::time::sleep_until(first_bytes_due),
-                        if seen.load(Ordering::Relaxed) < PREFACE => {
-                        tracing::debug!(api, "connection closed: nothing sent");
-                        return;
-                    }
-                    Ok(_) = stopping.wait_for(|s| *s), if !asked_to_go => {
-                        asked_to_go = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                    () = &mut old, if deadline.is_none() => {
-                        tracing::debug!(api, "connection reached its maximum age: asked to go away");
-                        if !asked_to_go {
-                            asked_to_go = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
-                        deadline = max_age.map(|m| tokio::time::Instant::now() + m.grace);
-                    }
-                    () = async {
-                        match deadline {
-                            Some(at) => tokio::time::sleep_until(at).await,
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        tracing::debug!(api, "connection closed: its grace after its maximum age ran out");
-                        return;
-                    }
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(api, error = %e, "connection closed on an error");
-            }
+            serve_connection(api, conn, first_bytes, max_age, serve_one, stopping).await;
         });
     }
     let _ = stop.send(true);
     drop(running);
     // `None` once every connection's task has ended.
     let _ = all_ended.recv().await;
+}
+
+/// `conn` after its TLS handshake, within `first_bytes`, when the listener has TLS (`tls`);
+/// `None` (logged) when the handshake failed or did not end in time.
+async fn handshake(
+    api: &'static str,
+    conn: Conn,
+    tls: Option<&tls::TlsTerminator>,
+    first_bytes: Duration,
+) -> Option<Conn> {
+    let Some(tls) = tls else {
+        return Some(conn);
+    };
+    match tokio::time::timeout(first_bytes, tls.accept(conn)).await {
+        Ok(Ok(conn)) => Some(conn),
+        Ok(Err(e)) => {
+            tracing::debug!(api, error = %e, "connection closed: TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tls.handshake_failed();
+            tracing::debug!(api, "connection closed: no TLS handshake in time");
+            None
+        }
+    }
+}
+
+/// Serves one connection with `serve_one` until it ends: closed when it sends less than a
+/// preface in `first_bytes`; asked to go away when the server stops (`stopping`) or when it
+/// reaches its maximum age, and then closed when the grace after that age runs out.
+async fn serve_connection<C>(
+    api: &'static str,
+    conn: Conn,
+    first_bytes: Duration,
+    max_age: Option<MaxAge>,
+    serve_one: impl Fn(Watched) -> C,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    let seen = Arc::new(AtomicUsize::new(0));
+    let connection = serve_one(Watched::new(conn, seen.clone()));
+    tokio::pin!(connection);
+    let started = tokio::time::Instant::now();
+    let old = async {
+        match max_age {
+            Some(max) => tokio::time::sleep_until(started + max.drawn()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(old);
+    let mut asked_to_go = false;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let served = loop {
+        let first_bytes_due = started + first_bytes;
+        tokio::select! {
+            served = connection.as_mut() => break served,
+            // Not even a preface's worth of bytes in all that time: not a client.
+            // Dropping the connection closes it.
+            () = tokio::time::sleep_until(first_bytes_due),
+                if seen.load(Ordering::Relaxed) < PREFACE => {
+                tracing::debug!(api, "connection closed: nothing sent");
+                return;
+            }
+            Ok(_) = stopping.wait_for(|s| *s), if !asked_to_go => {
+                asked_to_go = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            () = &mut old, if deadline.is_none() => {
+                tracing::debug!(api, "connection reached its maximum age: asked to go away");
+                if !asked_to_go {
+                    asked_to_go = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                deadline = max_age.map(|m| tokio::time::Instant::now() + m.grace);
+            }
+            () = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::debug!(api, "connection closed: its grace after its maximum age ran out");
+                return;
+            }
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!(api, error = %e, "connection closed on an error");
+    }
 }
 
 #[cfg(test)]
