@@ -522,7 +522,28 @@ fn compile_rule(
             ));
         }
     }
-    let limit = if rate_limit.unlimited {
+    let limit = compile_limit(rate_limit, &path, name.as_deref())?;
+    Ok(Some(
+        Rule::new(
+            full_key.to_string(),
+            name,
+            rate_limit.replaces.clone(),
+            config.shadow_mode,
+            limit,
+        )
+        .with_all_or_nothing(config.all_or_nothing),
+    ))
+}
+
+/// The limit a `rate_limit` (at `path`, named `name`) gives: `None` when it is `unlimited`;
+/// else its `algorithm`, or its `requests_per_unit` per `unit`, envoyproxy's way.
+fn compile_limit(
+    rate_limit: &RateLimitConfig,
+    path: &str,
+    name: Option<&str>,
+) -> Result<Option<Limit>, ConfigFileError> {
+    let name = || name.map(str::to_string);
+    if rate_limit.unlimited {
         // envoyproxy/ratelimit refuses a unit on an unlimited limit and ignores a
         // `requests_per_unit`.
         for (field, present) in [
@@ -539,7 +560,7 @@ fn compile_rule(
                 ));
             }
         }
-        None
+        Ok(None)
     } else if let Some(spec) = &rate_limit.algorithm {
         for (field, present) in [
             ("unit", rate_limit.unit.is_some()),
@@ -557,8 +578,8 @@ fn compile_rule(
         }
         let algorithm = spec
             .build()
-            .map_err(|e| ConfigFileError::from_config_error(&path, e))?;
-        Some(Limit::with_algorithm(algorithm, name.clone()))
+            .map_err(|e| ConfigFileError::from_config_error(path, e))?;
+        Ok(Some(Limit::with_algorithm(algorithm, name())))
     } else {
         let unit_path = format!("{path}.unit");
         let unit = match &rate_limit.unit {
@@ -591,21 +612,10 @@ fn compile_rule(
             // limit, and nothing is counted.
             Some(n) => n,
         };
-        Some(
-            Limit::per_unit(requests_per_unit, unit, name.clone())
-                .map_err(|e| ConfigFileError::from_config_error(&path, e))?,
-        )
-    };
-    Ok(Some(
-        Rule::new(
-            full_key.to_string(),
-            name,
-            rate_limit.replaces.clone(),
-            config.shadow_mode,
-            limit,
-        )
-        .with_all_or_nothing(config.all_or_nothing),
-    ))
+        Limit::per_unit(requests_per_unit, unit, name())
+            .map(Some)
+            .map_err(|e| ConfigFileError::from_config_error(path, e))
+    }
 }
 
 mod shape;

@@ -213,19 +213,11 @@ fn scope(config: &StageConfig, path: &str) -> Result<Scope, ConfigFileError> {
     }))
 }
 
-/// A `limit` stage: one algorithm (`spec`), its own plans, the top-level plans, or levels.
-fn build_limit<S>(
-    config: &StageConfig,
-    path: &str,
-    scope: Scope,
-    cx: &StageContext<'_, S>,
-) -> Result<BuiltStage<S>, ConfigFileError>
-where
-    S: Store<str, AnyAlgorithm> + Clone + 'static,
-{
-    let name = &config.name;
-    let at = |field: &str| format!("{path}.{field}");
-    let conflict = |field: &str, why: &str| Err(ConfigFileError::invalid(at(field), why));
+/// Refuses a `limit` stage (at `path`) whose fields contradict each other: one of `spec`,
+/// `plans` and `keys`; `key` and `default_plan` only where they mean something.
+fn check_limit_fields(config: &StageConfig, path: &str) -> Result<(), ConfigFileError> {
+    let conflict =
+        |field: &str, why: &str| Err(ConfigFileError::invalid(format!("{path}.{field}"), why));
     let written = [
         config.spec.is_some(),
         config.plans.is_some(),
@@ -249,6 +241,23 @@ where
             "a stage with several keys is always all or nothing",
         );
     }
+    Ok(())
+}
+
+/// A `limit` stage: one algorithm (`spec`), its own plans, the top-level plans, or levels.
+fn build_limit<S>(
+    config: &StageConfig,
+    path: &str,
+    scope: Scope,
+    cx: &StageContext<'_, S>,
+) -> Result<BuiltStage<S>, ConfigFileError>
+where
+    S: Store<str, AnyAlgorithm> + Clone + 'static,
+{
+    let name = &config.name;
+    let at = |field: &str| format!("{path}.{field}");
+    let conflict = |field: &str, why: &str| Err(ConfigFileError::invalid(at(field), why));
+    check_limit_fields(config, path)?;
     let build_spec = |spec: &AlgorithmSpec, field: &str| {
         spec.build()
             .map_err(|e| ConfigFileError::from_config_error(&at(field), e))
