@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use floodgate::algorithm::Algorithm;
-use floodgate::limiter::LeaseHandle;
 use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde_json::Value;
 
@@ -19,10 +17,9 @@ use crate::config::ConnectionLimits;
 use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
 use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
-use crate::dashboard::{self, Dashboard, Overview, DEFAULT_HEAVY_KEYS};
-use crate::lease_token::{LeaseTokens, TokenError};
-use crate::metrics::{Endpoint, Live, Metrics, Outcome, StoreLive};
-use crate::prometheus::{Exposition, Kind};
+use crate::dashboard::{Dashboard, DEFAULT_HEAVY_KEYS};
+use crate::lease_token::LeaseTokens;
+use crate::metrics::{Endpoint, Metrics, Outcome};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
 use crate::rls::{
@@ -36,6 +33,8 @@ use crate::store::ServiceStore;
 mod admin;
 mod attributes;
 mod evaluate;
+mod leases;
+mod observe;
 pub mod reload;
 pub mod switches;
 pub use admin::AdminError;
@@ -43,9 +42,6 @@ use evaluate::{has_plan, plan_list};
 pub use evaluate::{EvaluateAnswer, EvaluateError, EvaluateRequest, ReleaseTokenError};
 pub use reload::{ReloadReport, Trigger};
 use switches::Switches;
-
-/// How often, at most, a token this node cannot open makes it read the store's shared secret.
-const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A field of a request that becomes part of a store key (`user`, `key`, `endpoint`) is
 /// longer than `connections.max_key_bytes`: refused before anything is counted.
@@ -196,65 +192,6 @@ impl Server {
         self
     }
 
-    /// Signs lease tokens with `secret` instead of a random one, so that every service sharing
-    /// it accepts the others' tokens (services behind one load balancer over one store).
-    pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
-        self.tokens = LeaseTokens::new(secret);
-        self
-    }
-
-    /// Signs lease tokens with the secret every node sharing this store shares through it
-    /// ([`ServiceStore::shared_lease_secret`]), so that a lease taken on one node is given back
-    /// on any other with no setting; `Ok(false)` for the memory store. When the store cannot
-    /// be read now, the error is returned and the secret is read again when a token asks for
-    /// it.
-    pub async fn share_lease_secret(&self) -> Result<bool, StoreError> {
-        if matches!(self.store.kind(), "memory") {
-            return Ok(false);
-        }
-        self.lease_secret_shared.store(true, Ordering::Relaxed);
-        if let Some(secret) = self.store.shared_lease_secret().await? {
-            self.tokens.adopt(&secret);
-        }
-        Ok(true)
-    }
-
-    /// Signs lease tokens with the secret shared through the store
-    /// ([`Server::share_lease_secret`]), read when the first lease token is issued rather than
-    /// now: a configuration that hands out no leases (envoyproxy/ratelimit's domains alone)
-    /// then writes nothing of Floodgate's into the store. Nothing to do for the memory store.
-    pub fn share_lease_secret_when_needed(self) -> Server {
-        if !matches!(self.store.kind(), "memory") {
-            self.lease_secret_pending.store(true, Ordering::Relaxed);
-        }
-        self
-    }
-
-    /// Whether the running configuration hands out leases (a concurrency, fleet or adaptive
-    /// concurrency stage), which lease tokens carry.
-    pub fn hands_out_leases(&self) -> bool {
-        use floodgate::pipeline::Limiter;
-        self.snapshot.load().pipeline.stages().any(|stage| {
-            matches!(
-                stage.limiter(),
-                Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
-            )
-        })
-    }
-
-    /// Reads the shared secret now if it is still to be read (see
-    /// [`Server::share_lease_secret_when_needed`]); a failure leaves it to the next token.
-    pub(crate) async fn lease_secret_before_issuing(&self) {
-        if self.lease_secret_pending.load(Ordering::Relaxed) {
-            match self.share_lease_secret().await {
-                Ok(_) => self.lease_secret_pending.store(false, Ordering::Relaxed),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store; this token is signed with this node's own")
-                }
-            }
-        }
-    }
-
     /// Serves only what envoyproxy/ratelimit serves on the HTTP listener (`/json`,
     /// `/healthcheck`) with Floodgate's `/metrics`, `/livez`, `/readyz` and admin API: for
     /// the drop-in run with upstream's settings and no Floodgate configuration.
@@ -279,33 +216,6 @@ impl Server {
     /// Whether `GET /v1/dashboard` needs the admin token (see [`Server::with_http_address`]).
     pub fn dashboard_needs_token(&self) -> bool {
         self.dashboard_needs_token
-    }
-
-    /// Opens a lease token; a token signed with a secret this node has not seen, while the
-    /// secret is shared through the store, makes it read the store's secret once more (another
-    /// node made a new one after the store lost it).
-    async fn open_token(&self, token: &str) -> Result<Vec<LeaseHandle>, TokenError> {
-        match self.tokens.open(token) {
-            Err(TokenError::BadSignature) if self.lease_secret_shared.load(Ordering::Relaxed) => {
-                let now = self.clock.now().0;
-                let last = self.secret_read_at.load(Ordering::Relaxed);
-                let due = last == 0 || now.saturating_sub(last) >= SECRET_REREAD.as_nanos() as u64;
-                if due
-                    && self
-                        .secret_read_at
-                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    if let Ok(Some(secret)) = self.store.shared_lease_secret().await {
-                        if self.tokens.adopt(&secret) {
-                            tracing::info!("lease tokens now signed with the store's new secret");
-                        }
-                    }
-                }
-                self.tokens.open(token)
-            }
-            other => other,
-        }
     }
 
     /// Keeps `counters` counters for the dashboard's heaviest keys (0: counts no keys). The
@@ -587,169 +497,6 @@ impl Server {
                 })
             }
         }
-    }
-
-    /// The running configuration's limiters, named limits and domains.
-    pub fn overview(&self) -> Overview {
-        let snapshot = self.snapshot.load();
-        let limiters = snapshot
-            .pipeline
-            .stages()
-            .map(|s| (s.name().to_string(), s.limiter().kind(), s.current_mode()))
-            .collect();
-        let limits: Vec<(String, &'static str)> = snapshot
-            .limits
-            .iter()
-            .map(|(name, limit)| (name.clone(), limit.algorithm().name()))
-            .collect();
-        let mut domains: Vec<String> = snapshot.rules.domains().map(str::to_string).collect();
-        domains.sort();
-        let switched = self
-            .switches()
-            .modes
-            .iter()
-            .map(|(stage, switch)| (stage.clone(), switch.configured))
-            .collect();
-        let scopes = snapshot
-            .pipeline
-            .stages()
-            .filter_map(|s| Some((s.name().to_string(), s.describe_scope()?)))
-            .collect();
-        Overview {
-            limiters,
-            limits,
-            domains,
-            switched,
-            scopes,
-        }
-    }
-
-    /// What `/metrics` and the dashboard read at a given moment: every stage's snapshot, the
-    /// busy workers, the store's counters and breaker.
-    pub async fn live(&self) -> Live {
-        let snapshot = self.snapshot.load_full();
-        Live {
-            stages: snapshot.pipeline.snapshot().await,
-            busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
-            store: Some(StoreLive {
-                memory: self.store.memory_stats(),
-                batches: self.store.redis().map(|r| r.batch_stats()),
-                nodes: self
-                    .store
-                    .redis()
-                    .map(|r| r.node_breakers())
-                    .unwrap_or_default(),
-                ..StoreLive::read(self.store.health(), self.store.breaker_state())
-            }),
-            configured_modes: snapshot.configured_modes.clone(),
-        }
-    }
-
-    /// The running configuration's Envoy rules as the debug listener's `/rlconfig` lists them
-    /// ([`crate::descriptors::RuleSet::listing`]).
-    pub fn rlconfig(&self) -> String {
-        self.snapshot.load().rules.listing()
-    }
-
-    /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
-    pub async fn render_metrics(&self) -> String {
-        let live = self.live().await;
-        let mut text = self.metrics.render(&live);
-        self.store.write_cached_metrics(&mut text);
-        self.descriptor_stats.render(&mut text);
-        if self.response_times.is_some() {
-            self.statsd_pushes.render(&mut text);
-        }
-        let terminators: Vec<&crate::connections::tls::TlsTerminator> =
-            [&self.tls.grpc, &self.tls.http]
-                .into_iter()
-                .flatten()
-                .map(|t| &**t)
-                .collect();
-        crate::connections::tls::render(&terminators, &mut text);
-        let mut page = Exposition::on(&mut text);
-        page.family(
-            "floodgate_calls_in_flight",
-            Kind::Gauge,
-            "Decisions being answered now (at most connections.max_in_flight).",
-        )
-        .sample(&[], self.in_flight.now());
-        page.family(
-            "floodgate_overload_shed_total",
-            Kind::Counter,
-            "Decision calls shed because connections.max_in_flight were being answered.",
-        )
-        .sample(&[], self.in_flight.shed());
-        text
-    }
-
-    /// Takes the dashboard's next point if one is due (see [`crate::dashboard`]); `serve`
-    /// calls it every [`dashboard::INTERVAL`].
-    pub async fn sample_dashboard(&self) {
-        if self.dashboard.due(self.clock.now()) {
-            let live = self.live().await;
-            self.dashboard.record(&live, self.clock.now());
-        }
-        // (`record` takes no second point if a page's request took one meanwhile.)
-    }
-
-    /// `GET /v1/dashboard`: the stages, the store, the points after `since`, and the heaviest
-    /// keys, in full only for a caller with the admin token (`bearer`).
-    pub async fn dashboard(&self, since: Option<u64>, bearer: Option<&str>) -> Value {
-        let live = self.live().await;
-        let now = self.clock.now();
-        if self.dashboard.due(now) {
-            self.dashboard.record(&live, now);
-        }
-        let plain = self.authorize(bearer).is_ok();
-        let (keys, counted) = self.dashboard.heavy_keys(plain);
-        let plan_overrides = self.plan_overrides();
-        let overview = self.overview();
-        serde_json::json!({
-            "version": crate::VERSION,
-            "instance": self.dashboard.instance(),
-            "now": now.as_secs_f64(),
-            "interval_seconds": dashboard::INTERVAL.as_secs_f64(),
-            "history_points": dashboard::HISTORY,
-            "admin": self.admin_token.is_some(),
-            "authorized": plain,
-            "stages": live.stages.iter().map(|stage| {
-                let mut value = dashboard::stage_json(stage);
-                // The mode the configuration gives it: the page marks a stage switched away.
-                let configured = live.configured_modes.get(stage.stats.name.as_str());
-                if let Some(mode) = configured {
-                    value["configured_mode"] = mode.name().into();
-                }
-                value
-            }).collect::<Vec<_>>(),
-            "busy_workers": live.busy_workers,
-            "store": dashboard::store_json(&self.store.status(), live.store.as_ref()),
-            "points": self.dashboard.points_after(since),
-            "heavy_keys": {
-                "counted": self.dashboard.counts_keys(),
-                "plain": plain,
-                "window_seconds": dashboard::KEYS_WINDOW.as_secs_f64() * 2.0,
-                "requests": counted,
-                "keys": keys.iter().map(|c| serde_json::json!({
-                    "key": c.key,
-                    "count": c.count,
-                    "error": c.error,
-                })).collect::<Vec<_>>(),
-            },
-            "limits": overview.limits.iter().map(|(name, algorithm)| {
-                serde_json::json!({"name": name, "algorithm": algorithm})
-            }).collect::<Vec<_>>(),
-            "domains": overview.domains,
-            // Users put on a plan at run time: how many, and who only with the admin token.
-            "plan_overrides": {
-                "count": plan_overrides.len(),
-                "users": plain.then(|| plan_overrides.iter().map(|(user, switch)| serde_json::json!({
-                    "user": user,
-                    "plan": switch.plan,
-                    "configured": switch.configured,
-                })).collect::<Vec<_>>()),
-            },
-        })
     }
 }
 
