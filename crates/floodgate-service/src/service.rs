@@ -18,7 +18,6 @@ use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
 use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{Dashboard, DEFAULT_HEAVY_KEYS};
-use crate::lease_token::LeaseTokens;
 use crate::metrics::{Endpoint, Metrics, Outcome};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
@@ -78,20 +77,15 @@ pub struct Server {
     /// What the command line turns on over every config loaded.
     overrides: Overrides,
     admin_token: Option<String>,
-    tokens: LeaseTokens,
-    /// Whether the tokens' secret is the one shared through the store, which another node may
-    /// have replaced (the store lost it): then a token this node cannot open makes it read the
-    /// store's secret again, at most once per [`SECRET_REREAD`].
-    lease_secret_shared: AtomicBool,
-    /// When the store's secret was last read for a token (ns on the service's clock).
-    secret_read_at: std::sync::atomic::AtomicU64,
+    /// How lease tokens are signed ([`leases`]).
+    leases: leases::Signing,
     metrics: Metrics,
     dashboard: Dashboard,
     /// The connection limits the process started with, and the count of open connections.
     limits: ConnectionLimits,
     gate: Arc<ConnectionGate>,
     in_flight: InFlight,
-    ready: AtomicBool,
+    readiness: Readiness,
     /// The Envoy rules' per-descriptor statistics, kept across reloads (the `stats` the
     /// process started with).
     descriptor_stats: Arc<crate::descriptors::stats::DescriptorStats>,
@@ -101,20 +95,12 @@ pub struct Server {
     statsd_pushes: crate::statsd::PushCounts,
     /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
     tls: ListenersTls,
-    /// No configuration has loaded yet (started without one: envoyproxy/ratelimit's
-    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); the first reload that succeeds clears it.
-    config_missing: AtomicBool,
-    /// The process started without a configuration (the first load failed).
-    started_without_config: AtomicBool,
     /// The HTTP listener serves only what envoyproxy/ratelimit serves
     /// ([`Server::with_upstream_surface`]).
     upstream_surface: bool,
     /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
     /// token ([`Server::with_http_address`]).
     dashboard_needs_token: bool,
-    /// The lease tokens' secret is to be shared through the store, and has not been read yet
-    /// ([`Server::share_lease_secret_when_needed`]).
-    lease_secret_pending: AtomicBool,
     clock: SystemClock,
 }
 
@@ -146,17 +132,12 @@ impl Server {
             }),
             overrides: Overrides::default(),
             admin_token,
-            tokens: LeaseTokens::random(),
-            lease_secret_shared: AtomicBool::new(false),
-            secret_read_at: std::sync::atomic::AtomicU64::new(0),
+            leases: leases::Signing::random(),
             metrics: Metrics::default(),
             dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
-            ready: AtomicBool::new(true),
-            config_missing: AtomicBool::new(false),
-            started_without_config: AtomicBool::new(false),
+            readiness: Readiness::default(),
             upstream_surface: false,
             dashboard_needs_token: false,
-            lease_secret_pending: AtomicBool::new(false),
             descriptor_stats: Arc::new(crate::descriptors::stats::DescriptorStats::new(
                 config.stats.max_series,
                 config.stats.near_limit_ratio,
@@ -262,7 +243,7 @@ impl Server {
 
     /// Whether the service takes traffic (false once shutdown has begun).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        !self.readiness.draining.load(Ordering::Relaxed)
     }
 
     /// The Envoy rules' per-descriptor statistics.
@@ -277,7 +258,9 @@ impl Server {
 
     /// Whether the process started without a configuration (its first load failed).
     pub fn started_without_config(&self) -> bool {
-        self.started_without_config.load(Ordering::Relaxed)
+        self.readiness
+            .started_without_config
+            .load(Ordering::Relaxed)
     }
 
     /// Serves the listeners with `tls`.
@@ -299,8 +282,10 @@ impl Server {
     /// Marks the service as running without a configuration: not ready until a reload
     /// succeeds.
     pub fn set_config_missing(&self) {
-        self.config_missing.store(true, Ordering::Relaxed);
-        self.started_without_config.store(true, Ordering::Relaxed);
+        self.readiness.config_missing.store(true, Ordering::Relaxed);
+        self.readiness
+            .started_without_config
+            .store(true, Ordering::Relaxed);
     }
 
     /// What `/readyz` answers: whether the service takes traffic (not while shutting down,
@@ -313,7 +298,7 @@ impl Server {
         let snapshot = self.snapshot.load();
         let reason = if !self.is_ready() {
             Some("shutting down".to_string())
-        } else if self.config_missing.load(Ordering::Relaxed) {
+        } else if self.readiness.config_missing.load(Ordering::Relaxed) {
             Some("no configuration has loaded yet".to_string())
         } else if snapshot.rls_require_domains && snapshot.rules.domains().next().is_none() {
             Some("no domain is configured (rls.require_domains)".to_string())
@@ -334,7 +319,7 @@ impl Server {
 
     /// Marks the service as draining: `/readyz` answers 503 from now on.
     pub fn set_not_ready(&self) {
-        self.ready.store(false, Ordering::Relaxed);
+        self.readiness.draining.store(true, Ordering::Relaxed);
     }
 
     /// `POST /v1/check`: one decision of the named limit on `key`. `Ok(None)` if no limit has
@@ -513,6 +498,18 @@ fn build_snapshot(
     let served = config.build_after(store.clone(), clock, previous)?;
     store.check(&served).map_err(|e| config.place(e))?;
     Ok(served)
+}
+
+/// What the service's readiness depends on beyond its store and configuration.
+#[derive(Debug, Default)]
+struct Readiness {
+    /// Shutdown has begun: `/readyz` answers 503 from then on.
+    draining: AtomicBool,
+    /// No configuration has loaded yet (started without one: envoyproxy/ratelimit's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); the first reload that succeeds clears it.
+    config_missing: AtomicBool,
+    /// The process started without a configuration (the first load failed).
+    started_without_config: AtomicBool,
 }
 
 /// TLS on the gRPC and HTTP listeners, where it is on.

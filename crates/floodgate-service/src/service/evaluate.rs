@@ -194,7 +194,7 @@ impl Server {
         if !kept.is_empty() {
             self.lease_secret_before_issuing().await;
         }
-        let lease = self.tokens.issue(&kept);
+        let lease = self.leases.tokens().issue(&kept);
         Ok(EvaluateAnswer {
             allowed,
             status,

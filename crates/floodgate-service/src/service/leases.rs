@@ -1,7 +1,7 @@
 //! The lease tokens the service hands out: signed with a secret of the process's, one given,
 //! or one every node sharing the store shares through it, and opened on any of those nodes.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use floodgate::limiter::LeaseHandle;
 use floodgate::{Clock, StoreError};
@@ -12,11 +12,43 @@ use crate::lease_token::{LeaseTokens, TokenError};
 /// How often, at most, a token this node cannot open makes it read the store's shared secret.
 const SECRET_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How the service's lease tokens are signed.
+#[derive(Debug)]
+pub(super) struct Signing {
+    tokens: LeaseTokens,
+    /// Whether the secret is the one shared through the store, which another node may have
+    /// replaced (the store lost it): then a token this node cannot open makes it read the
+    /// store's secret again, at most once per [`SECRET_REREAD`].
+    shared: AtomicBool,
+    /// When the store's secret was last read for a token (ns on the service's clock; 0: never).
+    read_at: AtomicU64,
+    /// The secret is to be shared through the store, and has not been read yet
+    /// ([`Server::share_lease_secret_when_needed`]).
+    pending: AtomicBool,
+}
+
+impl Signing {
+    /// Signing with a random secret of this process's.
+    pub(super) fn random() -> Signing {
+        Signing {
+            tokens: LeaseTokens::random(),
+            shared: AtomicBool::new(false),
+            read_at: AtomicU64::new(0),
+            pending: AtomicBool::new(false),
+        }
+    }
+
+    /// The tokens, which issue and open.
+    pub(super) fn tokens(&self) -> &LeaseTokens {
+        &self.tokens
+    }
+}
+
 impl Server {
     /// Signs lease tokens with `secret` instead of a random one, so that every service sharing
     /// it accepts the others' tokens (services behind one load balancer over one store).
     pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
-        self.tokens = LeaseTokens::new(secret);
+        self.leases.tokens = LeaseTokens::new(secret);
         self
     }
 
@@ -29,9 +61,9 @@ impl Server {
         if matches!(self.store.kind(), "memory") {
             return Ok(false);
         }
-        self.lease_secret_shared.store(true, Ordering::Relaxed);
+        self.leases.shared.store(true, Ordering::Relaxed);
         if let Some(secret) = self.store.shared_lease_secret().await? {
-            self.tokens.adopt(&secret);
+            self.leases.tokens.adopt(&secret);
         }
         Ok(true)
     }
@@ -42,7 +74,7 @@ impl Server {
     /// then writes nothing of Floodgate's into the store. Nothing to do for the memory store.
     pub fn share_lease_secret_when_needed(self) -> Server {
         if !matches!(self.store.kind(), "memory") {
-            self.lease_secret_pending.store(true, Ordering::Relaxed);
+            self.leases.pending.store(true, Ordering::Relaxed);
         }
         self
     }
@@ -62,9 +94,9 @@ impl Server {
     /// Reads the shared secret now if it is still to be read (see
     /// [`Server::share_lease_secret_when_needed`]); a failure leaves it to the next token.
     pub(crate) async fn lease_secret_before_issuing(&self) {
-        if self.lease_secret_pending.load(Ordering::Relaxed) {
+        if self.leases.pending.load(Ordering::Relaxed) {
             match self.share_lease_secret().await {
-                Ok(_) => self.lease_secret_pending.store(false, Ordering::Relaxed),
+                Ok(_) => self.leases.pending.store(false, Ordering::Relaxed),
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store; this token is signed with this node's own")
                 }
@@ -76,24 +108,25 @@ impl Server {
     /// secret is shared through the store, makes it read the store's secret once more (another
     /// node made a new one after the store lost it).
     pub(super) async fn open_token(&self, token: &str) -> Result<Vec<LeaseHandle>, TokenError> {
-        match self.tokens.open(token) {
-            Err(TokenError::BadSignature) if self.lease_secret_shared.load(Ordering::Relaxed) => {
+        match self.leases.tokens.open(token) {
+            Err(TokenError::BadSignature) if self.leases.shared.load(Ordering::Relaxed) => {
                 let now = self.clock.now().0;
-                let last = self.secret_read_at.load(Ordering::Relaxed);
+                let last = self.leases.read_at.load(Ordering::Relaxed);
                 let due = last == 0 || now.saturating_sub(last) >= SECRET_REREAD.as_nanos() as u64;
                 if due
                     && self
-                        .secret_read_at
+                        .leases
+                        .read_at
                         .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                 {
                     if let Ok(Some(secret)) = self.store.shared_lease_secret().await {
-                        if self.tokens.adopt(&secret) {
+                        if self.leases.tokens.adopt(&secret) {
                             tracing::info!("lease tokens now signed with the store's new secret");
                         }
                     }
                 }
-                self.tokens.open(token)
+                self.leases.tokens.open(token)
             }
             other => other,
         }

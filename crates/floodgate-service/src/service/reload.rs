@@ -287,7 +287,8 @@ impl Server {
             tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
         }
         self.snapshot.store(Arc::new(snapshot));
-        self.config_missing
+        self.readiness
+            .config_missing
             .store(false, std::sync::atomic::Ordering::Relaxed);
         self.plan_overrides.store(Arc::new(kept.plans_by_user()));
         *switches = kept;
