@@ -275,7 +275,8 @@ impl Rule {
         self.limit.as_ref().map(|l| (l.requests_per_unit, l.unit))
     }
 
-    /// The limit as [`RlsStatus::current_limit`] reports it; `None` when unlimited.
+    /// The limit as [`RlsStatus::current_limit`](crate::rls::RlsStatus::current_limit)
+    /// reports it; `None` when unlimited.
     pub fn rls_limit(&self) -> Option<&RlsLimit> {
         self.limit.as_ref().map(|l| &l.reported)
     }

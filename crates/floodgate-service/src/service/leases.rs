@@ -53,7 +53,7 @@ impl Server {
     }
 
     /// Signs lease tokens with the secret every node sharing this store shares through it
-    /// ([`ServiceStore::shared_lease_secret`]), so that a lease taken on one node is given back
+    /// ([`crate::store::ServiceStore::shared_lease_secret`]), so that a lease taken on one node is given back
     /// on any other with no setting; `Ok(false)` for the memory store. When the store cannot
     /// be read now, the error is returned and the secret is read again when a token asks for
     /// it.
