@@ -27,6 +27,7 @@ pub mod http;
 pub mod lease_token;
 pub mod metrics;
 pub mod prometheus;
+pub mod proto;
 pub mod rls;
 pub mod runtime;
 pub mod service;

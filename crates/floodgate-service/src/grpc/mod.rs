@@ -76,72 +76,8 @@ use crate::rls::{
     Undecided,
 };
 
-/// Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
-/// the protobuf packages.
-pub mod proto {
-    /// Envoy's API packages.
-    pub mod envoy {
-        /// `envoy.extensions`.
-        pub mod extensions {
-            /// `envoy.extensions.common`.
-            pub mod common {
-                /// `envoy.extensions.common.ratelimit`.
-                pub mod ratelimit {
-                    /// `envoy.extensions.common.ratelimit.v3`: the request descriptor.
-                    pub mod v3 {
-                        include!(concat!(
-                            env!("OUT_DIR"),
-                            "/envoy.extensions.common.ratelimit.v3.rs"
-                        ));
-                    }
-                }
-            }
-        }
-
-        /// `envoy.config`.
-        pub mod config {
-            /// `envoy.config.core`.
-            pub mod core {
-                /// `envoy.config.core.v3`: the header a response asks Envoy to add.
-                pub mod v3 {
-                    include!(concat!(env!("OUT_DIR"), "/envoy.config.core.v3.rs"));
-                }
-            }
-        }
-
-        /// `envoy.type`.
-        pub mod r#type {
-            /// `envoy.type.v3`: the unit of a descriptor's limit override.
-            pub mod v3 {
-                include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.rs"));
-            }
-        }
-
-        /// `envoy.service`.
-        pub mod service {
-            /// `envoy.service.ratelimit`.
-            pub mod ratelimit {
-                /// `envoy.service.ratelimit.v3`: the service's request and response, and the
-                /// generated tonic client.
-                pub mod v3 {
-                    include!(concat!(env!("OUT_DIR"), "/envoy.service.ratelimit.v3.rs"));
-                }
-            }
-        }
-    }
-
-    /// gRPC's own packages.
-    pub mod grpc {
-        /// `grpc.health`.
-        pub mod health {
-            /// `grpc.health.v1`: the health checking protocol's messages and the generated
-            /// tonic client.
-            pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
-            }
-        }
-    }
-}
+/// The generated messages, under the path they had here.
+pub use crate::proto;
 
 use proto::envoy::config::core::v3::HeaderValue;
 use proto::envoy::service::ratelimit::v3 as rls_v3;
