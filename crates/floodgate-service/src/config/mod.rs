@@ -98,6 +98,7 @@ pub mod stats;
 mod store;
 pub mod tls;
 mod validate;
+pub mod xds;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -123,6 +124,7 @@ pub use self::stats::{PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtoco
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
 pub use self::tls::{ListenerTls, TlsConfig};
 pub use self::validate::ConfigFileError;
+pub use self::xds::XdsSource;
 pub use crate::rls::headers::ResponseHeaderNames;
 
 use self::envoy::{DescriptorConfig, DomainConfig, RateLimitConfig};
@@ -139,6 +141,9 @@ pub enum ConfigSource {
     Path(PathBuf),
     /// envoyproxy/ratelimit's runtime directory (its `RUNTIME_*` settings).
     Runtime(RuntimeDir),
+    /// Pushed by a control plane over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`): the last set of
+    /// resources accepted.
+    Xds(XdsSource),
 }
 
 impl From<Option<PathBuf>> for ConfigSource {
@@ -154,6 +159,7 @@ impl ConfigSource {
             ConfigSource::Builtin => Config::load_or_builtin(None, overrides),
             ConfigSource::Path(path) => Config::load_with(path, overrides),
             ConfigSource::Runtime(dir) => dir.load(overrides),
+            ConfigSource::Xds(xds) => xds.load(overrides),
         }
     }
 }
@@ -171,6 +177,9 @@ impl std::fmt::Display for ConfigSource {
                     dir.root.display()
                 ),
             },
+            ConfigSource::Xds(xds) => {
+                write!(f, "xDS from {} (node {})", xds.server_url, xds.node_id)
+            }
         }
     }
 }

@@ -64,6 +64,21 @@ pub enum ConfigFileError {
     /// The files of a configuration directory do not fit together.
     #[error(transparent)]
     Directory(Box<DirectoryError>),
+    /// A value is not allowed in a resource pushed over xDS ([`super::xds`]): the inner
+    /// error's path is inside the resource.
+    #[error("xDS resource \"{resource}\": {error}")]
+    InResource {
+        /// The resource's name.
+        resource: String,
+        /// What is wrong.
+        error: Box<ConfigFileError>,
+    },
+    /// The configuration comes over xDS and none has been received yet.
+    #[error("no configuration has been received over xDS from {server} yet")]
+    NotReceived {
+        /// The control plane's address.
+        server: String,
+    },
 }
 
 impl From<DirectoryError> for ConfigFileError {

@@ -21,6 +21,7 @@
 
 pub mod upstream;
 mod variables;
+pub mod xds;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

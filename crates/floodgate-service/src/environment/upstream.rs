@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::variables::GENERIC;
 pub use super::variables::{Support, Variable, VARIABLES};
+use super::xds::Xds;
 use super::{EnvError, Environment};
 
 /// The name upstream's image runs its binary under (`/bin/ratelimit`).
@@ -211,6 +212,8 @@ pub struct Upstream {
     pub stats: Stats,
     /// TLS on the gRPC listener (`GRPC_SERVER_USE_TLS=true`).
     pub grpc_tls: Option<GrpcTls>,
+    /// Configuration over xDS instead of the runtime directory (`CONFIG_TYPE=GRPC_XDS_SOTW`).
+    pub xds: Option<Xds>,
     /// The variables set that Floodgate does not support, with why (for the start-up warning).
     pub unsupported: Vec<(String, &'static str)>,
 }
@@ -229,6 +232,13 @@ pub enum UpstreamError {
         /// Why.
         why: String,
     },
+}
+
+impl UpstreamError {
+    /// `variable`'s value is read but cannot be honoured, for `why`.
+    pub(super) fn refused(variable: &'static str, why: impl Into<String>) -> UpstreamError {
+        refused(variable, why)
+    }
 }
 
 fn refused(variable: &'static str, why: impl Into<String>) -> UpstreamError {
@@ -317,6 +327,7 @@ impl Upstream {
         let behaviour = Behaviour::read(env)?;
         let stats = Stats::read(env)?;
         let grpc_tls = GrpcTls::read(env)?;
+        let xds = Xds::read(env)?;
         let unsupported = env
             .names()
             .filter_map(|name| {
@@ -335,6 +346,7 @@ impl Upstream {
             behaviour,
             stats,
             grpc_tls,
+            xds,
             unsupported,
         }))
     }
@@ -343,11 +355,11 @@ impl Upstream {
 /// Refuses a configuration source or a backend other than the ones Floodgate has.
 fn check_supported(env: &Environment) -> Result<(), UpstreamError> {
     match env.string("CONFIG_TYPE") {
-        None | Some("FILE") => {}
+        None | Some("FILE") | Some("GRPC_XDS_SOTW") => {}
         Some(other) => {
             return Err(refused(
                 "CONFIG_TYPE",
-                format!("`{other}`: only FILE (a runtime directory) is supported; configuration over xDS is not built"),
+                format!("`{other}`: FILE (a runtime directory) or GRPC_XDS_SOTW (configuration over xDS, state of the world)"),
             ))
         }
     }
@@ -717,7 +729,11 @@ mod tests {
                 "BACKEND_TYPE",
                 "memcache",
             ),
-            (vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")], "CONFIG_TYPE", "xDS"),
+            (
+                vec![("CONFIG_TYPE", "GRPC_XDS_DELTA")],
+                "CONFIG_TYPE",
+                "GRPC_XDS_SOTW",
+            ),
             (vec![("REDIS_TYPE", "ring")], "REDIS_TYPE", "ring"),
             (
                 vec![("REDIS_TYPE", "sentinel"), ("REDIS_URL", "h:1")],

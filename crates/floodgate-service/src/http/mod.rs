@@ -303,8 +303,10 @@ impl From<ConfigFileError> for ApiError {
             ConfigFileError::Io { .. } => "config_unreadable",
             ConfigFileError::Yaml { .. } => "invalid_config_yaml",
             ConfigFileError::NoSettings { .. } => "empty_config",
+            ConfigFileError::NotReceived { .. } => "config_not_received",
             ConfigFileError::Invalid { .. }
             | ConfigFileError::InFile { .. }
+            | ConfigFileError::InResource { .. }
             | ConfigFileError::Directory(_) => "invalid_config_value",
         };
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, kind, e.to_string())

@@ -53,7 +53,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::config::rls::ResponseHeadersConfig;
-use crate::config::{Config, ConfigSource, Defaults, Overrides, RuntimeDir};
+use crate::config::{Config, ConfigSource, Defaults, Overrides, RuntimeDir, XdsSource};
 use crate::environment::upstream::{RedisKind, Upstream, UpstreamError};
 use crate::environment::{EnvError, Environment};
 
@@ -192,6 +192,9 @@ impl Startup {
             .map(PathBuf::from);
         let source = match (args.config.clone(), floodgate_config, &upstream) {
             (Some(path), _, _) | (None, Some(path), _) => ConfigSource::Path(path),
+            (None, None, Some(Upstream { xds: Some(xds), .. })) => {
+                ConfigSource::Xds(XdsSource::new(&xds.server_url, &xds.node_id))
+            }
             (None, None, Some(up)) => ConfigSource::Runtime(RuntimeDir {
                 root: up.runtime.root.clone(),
                 subdirectory: up.runtime.subdirectory.clone(),
@@ -206,7 +209,7 @@ impl Startup {
             (_, true, _) => false,
             (_, _, Some(watch)) => watch,
             _ => match &source {
-                ConfigSource::Builtin => false,
+                ConfigSource::Builtin | ConfigSource::Xds(_) => false,
                 ConfigSource::Runtime(_) => true,
                 ConfigSource::Path(path) => path.is_dir(),
             },

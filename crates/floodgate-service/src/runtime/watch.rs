@@ -267,7 +267,8 @@ fn file_watches(path: &Path) -> Vec<Watch> {
 /// What to watch for `source`.
 fn watched(source: &ConfigSource) -> Vec<Watch> {
     match source {
-        ConfigSource::Builtin => Vec::new(),
+        // Pushed, not read: nothing on disk to follow.
+        ConfigSource::Builtin | ConfigSource::Xds(_) => Vec::new(),
         ConfigSource::Path(path) if path.is_dir() => vec![Watch::tree(path.clone())],
         ConfigSource::Path(path) => file_watches(path),
         ConfigSource::Runtime(dir) => runtime_watches(dir),
@@ -306,7 +307,7 @@ fn parent_of(path: &Path) -> PathBuf {
 /// be listed).
 fn fingerprint(source: &ConfigSource) -> Option<u64> {
     let files = match source {
-        ConfigSource::Builtin => return Some(0),
+        ConfigSource::Builtin | ConfigSource::Xds(_) => return Some(0),
         ConfigSource::Path(path) if path.is_dir() => directory::config_files(path).ok()?,
         ConfigSource::Path(path) => vec![path.clone()],
         ConfigSource::Runtime(dir) => dir.files().ok()?,
