@@ -35,3 +35,4 @@ pub mod snapshot;
 pub mod statsd;
 pub mod store;
 pub mod upstream_metrics;
+pub mod xds;

@@ -101,6 +101,9 @@ pub struct Server {
     /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
     /// token ([`Server::with_http_address`]).
     dashboard_needs_token: bool,
+    /// The xDS client's status, when the configuration comes over xDS
+    /// ([`Server::with_xds`]).
+    xds: Option<Arc<crate::xds::XdsStatus>>,
     clock: SystemClock,
 }
 
@@ -149,6 +152,7 @@ impl Server {
                 .map(|_| crate::statsd::ResponseTimes::default()),
             statsd_pushes: crate::statsd::PushCounts::default(),
             tls: ListenersTls::default(),
+            xds: None,
             clock: SystemClock::new(),
         })
     }
@@ -261,6 +265,12 @@ impl Server {
         self.readiness
             .started_without_config
             .load(Ordering::Relaxed)
+    }
+
+    /// Shows the xDS client's `status` in `/metrics` (the configuration comes over xDS).
+    pub fn with_xds(mut self, status: Arc<crate::xds::XdsStatus>) -> Self {
+        self.xds = Some(status);
+        self
     }
 
     /// Serves the listeners with `tls`.
@@ -573,6 +583,12 @@ impl crate::grpc::RlsBackend for Server {
     }
 }
 /// What statsd pushes read: the service's counters under upstream's names.
+impl crate::xds::Target for Server {
+    fn run(&self, pushed: crate::config::xds::Pushed) -> Result<(), ConfigFileError> {
+        self.reload_pushed(pushed).map(drop)
+    }
+}
+
 impl crate::statsd::Source for Server {
     fn totals(&self) -> crate::statsd::Totals {
         crate::statsd::totals(

@@ -161,7 +161,7 @@ pub fn render(terminators: &[&TlsTerminator], out: &mut String) {
 }
 
 /// The crypto the listeners use: ring, as the rest of the build.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -227,7 +227,7 @@ fn server_config(
 }
 
 /// The certificates of a PEM file (at least one).
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| format!("cannot be read: {e}"))?
         .collect::<Result<Vec<_>, _>>()

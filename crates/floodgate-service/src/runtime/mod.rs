@@ -43,7 +43,7 @@ pub mod watch;
 pub use self::acceptor::{run, GrpcListener, Listeners};
 pub use self::settings::{Addresses, ConfigFlags, GrpcAddress, Logging, SettingsError, Startup};
 
-use crate::config::{Config, ConfigFileError};
+use crate::config::{Config, ConfigFileError, ConfigSource};
 use crate::environment::Environment;
 use crate::service::Server;
 
@@ -340,7 +340,12 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         .map(|p| p.path.clone());
     let tls = crate::service::ListenersTls::load(&loaded.config.tls)?;
     let server = build(&startup, &args, loaded, admin_token, &tls, &store_runtime)?;
+    let xds_status = Arc::new(crate::xds::XdsStatus::default());
     let server = server.with_http_address(addresses.http);
+    let server = match &startup.source {
+        ConfigSource::Xds(_) => server.with_xds(xds_status.clone()),
+        _ => server,
+    };
     let server = Arc::new(with_lease_secret(server, &startup, &store_runtime)?);
     // Spawn: what runs beside the requests, on the store's runtime (off the request path).
     store_runtime.spawn(sample_dashboard(server.clone()));
@@ -354,6 +359,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     if startup.watch {
         store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
     }
+    follow_xds(&server, xds_status, &startup, &store_runtime);
     // Serve: bind the listeners and run the workers until a shutdown signal.
     let workers = args
         .threads
@@ -420,10 +426,13 @@ fn load(startup: &Startup, store_flag: Option<&str>) -> Result<Loaded, ServeErro
         .upstream
         .as_ref()
         .is_some_and(|up| up.behaviour.start_without_config);
+    let pushed = matches!(startup.source, ConfigSource::Xds(_));
     let (file_config, missing) = match startup.source.load(&startup.overrides) {
         Ok(config) => (config, false),
-        Err(error) if start_without_config => {
-            tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
+        Err(error) if start_without_config || pushed => {
+            if start_without_config {
+                tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
+            }
             let mut config = Config {
                 domains: Vec::new(),
                 ..Config::base(&startup.overrides)
@@ -438,6 +447,42 @@ fn load(startup: &Startup, store_flag: Option<&str>) -> Result<Loaded, ServeErro
         file_config,
         missing,
     })
+}
+
+/// Follows the control plane when the configuration comes over xDS: the client runs on
+/// `store_runtime` and hands each set of resources to `server`. Unless upstream's
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG` says otherwise, waits until a first set runs, as
+/// upstream does: nothing is served before.
+fn follow_xds(
+    server: &Arc<Server>,
+    status: Arc<crate::xds::XdsStatus>,
+    startup: &Startup,
+    store_runtime: &tokio::runtime::Runtime,
+) {
+    let (ConfigSource::Xds(source), Some(upstream)) = (&startup.source, &startup.upstream) else {
+        return;
+    };
+    let Some(settings) = upstream.xds.clone() else {
+        return;
+    };
+    let (first, mut running) = tokio::sync::watch::channel(false);
+    let version = {
+        let source = source.clone();
+        move || source.version()
+    };
+    let server_url = settings.server_url.clone();
+    store_runtime.spawn(crate::xds::follow(
+        server.clone(),
+        status,
+        settings,
+        version,
+        first,
+    ));
+    if upstream.behaviour.start_without_config {
+        return;
+    }
+    tracing::info!(server = %server_url, "waiting for a first configuration from the xDS server before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once, not ready until one runs)");
+    let _ = store_runtime.block_on(running.wait_for(|running| *running));
 }
 
 /// `FLOODGATE_ADMIN_TOKEN`, when set: at least [`MIN_ADMIN_TOKEN_BYTES`] long.

@@ -68,9 +68,23 @@ impl Server {
     }
 
     /// The running configuration's Envoy rules as the debug listener's `/rlconfig` lists them
-    /// ([`crate::descriptors::RuleSet::listing`]).
+    /// ([`crate::descriptors::RuleSet::listing`]); a configuration pushed over xDS first says
+    /// which version it is, in a line of its own (`# xDS version v7`).
     pub fn rlconfig(&self) -> String {
-        self.snapshot.load().rules.listing()
+        let listing = self.snapshot.load().rules.listing();
+        match self.xds_version() {
+            Some(version) => format!("# xDS version {version}\n{listing}"),
+            None => listing,
+        }
+    }
+
+    /// The version of the configuration served, when it is pushed over xDS and one has been
+    /// accepted.
+    pub fn xds_version(&self) -> Option<String> {
+        match &self.config_source {
+            crate::config::ConfigSource::Xds(source) => source.version(),
+            _ => None,
+        }
     }
 
     /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
@@ -81,6 +95,12 @@ impl Server {
         self.descriptor_stats.render(&mut text);
         if self.response_times.is_some() {
             self.statsd_pushes.render(&mut text);
+        }
+        if let Some(xds) = &self.xds {
+            xds.write(
+                &mut Exposition::on(&mut text),
+                self.xds_version().as_deref(),
+            );
         }
         let terminators: Vec<&crate::connections::tls::TlsTerminator> =
             [&self.tls.grpc, &self.tls.http]

@@ -1,8 +1,9 @@
 //! Reloading the configuration, and saying what a reload did.
 //!
 //! Every reload, whatever set it off ([`Trigger`]: `SIGHUP`, `POST /admin/reload`, the file
-//! watcher), goes through [`Server::reload`], which logs exactly one line for it, under this
-//! module's target:
+//! watcher, a set of resources pushed over xDS), goes through [`Server::reload`] (or
+//! [`Server::reload_pushed`]), which logs exactly one line for it, under this module's
+//! target:
 //!
 //! - a reload that loads: INFO `configuration reloaded`, with the trigger and what changed
 //!   from the configuration loaded before ([`ReloadReport`]: plans, stages, named limits and
@@ -26,7 +27,8 @@ use serde::Serialize;
 
 use super::switches::Configured;
 use super::{build_snapshot, has_plan, Server};
-use crate::config::{Config, ConfigFileError};
+use crate::config::xds::Pushed;
+use crate::config::{Config, ConfigFileError, ConfigSource, XdsSource};
 
 /// What set a reload off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub enum Trigger {
     Admin,
     /// The configuration's files changed (`--watch`).
     Watcher,
+    /// A control plane pushed a new set of resources over xDS.
+    Xds,
 }
 
 impl Trigger {
@@ -46,6 +50,7 @@ impl Trigger {
             Trigger::Signal => "SIGHUP",
             Trigger::Admin => "admin",
             Trigger::Watcher => "watcher",
+            Trigger::Xds => "xds",
         }
     }
 }
@@ -255,9 +260,47 @@ impl Server {
     /// alone; on any error the running config stays and the error is returned (and counted).
     /// Logs one line either way (see the [module documentation](self)).
     pub fn reload(&self, trigger: Trigger) -> Result<ReloadReport, ConfigFileError> {
+        self.reload_from(
+            trigger,
+            |overrides| self.config_source.load(overrides),
+            || {},
+        )
+    }
+
+    /// Runs the resources a control plane pushed (`pushed`) as a reload does
+    /// ([`Server::reload`], trigger [`Trigger::Xds`]): checked and built as any configuration,
+    /// swapped in keeping counters and switches, and kept in the service's [`XdsSource`] as
+    /// the set it runs (what a later `SIGHUP` or `/admin/reload` reloads). A set that is
+    /// refused leaves the running configuration and the source as they were; so does a
+    /// service whose configuration does not come over xDS.
+    pub fn reload_pushed(&self, pushed: Pushed) -> Result<ReloadReport, ConfigFileError> {
+        let ConfigSource::Xds(source) = &self.config_source else {
+            return Err(ConfigFileError::invalid(
+                "xds",
+                format!(
+                    "the configuration comes from {}, not over xDS",
+                    self.config_source
+                ),
+            ));
+        };
+        self.reload_from(
+            Trigger::Xds,
+            |overrides| XdsSource::candidate(&pushed, overrides),
+            || source.accept(pushed.clone()),
+        )
+    }
+
+    /// A reload of what `load` reads; `accepted` runs once the new configuration is swapped
+    /// in, before another reload can start.
+    fn reload_from(
+        &self,
+        trigger: Trigger,
+        load: impl FnOnce(&crate::config::Overrides) -> Result<Config, ConfigFileError>,
+        accepted: impl FnOnce(),
+    ) -> Result<ReloadReport, ConfigFileError> {
         let mut switches = self.switches();
         let previous = self.snapshot.load_full();
-        let result = self.config_source.load(&self.overrides).and_then(|config| {
+        let result = load(&self.overrides).and_then(|config| {
             let snapshot = build_snapshot(&config, &self.store, Some(&previous))?;
             Ok((config, snapshot))
         });
@@ -287,6 +330,7 @@ impl Server {
             tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
         }
         self.snapshot.store(Arc::new(snapshot));
+        accepted();
         self.readiness
             .config_missing
             .store(false, std::sync::atomic::Ordering::Relaxed);

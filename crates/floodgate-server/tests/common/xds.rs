@@ -1,0 +1,245 @@
+#![allow(dead_code)] // each test binary uses a different part
+//! A control plane of the tests' own: a real xDS server (tonic) serving envoyproxy/ratelimit's
+//! `RateLimitConfig` resources state of the world over the aggregated discovery service, as
+//! Envoy Gateway's does. It serves one snapshot at a time to every node, records every request
+//! a client sends (subscriptions, ACKs and NACKs), and can end every open stream.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use floodgate_redis_harness::Issued;
+use floodgate_server::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use floodgate_server::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use floodgate_server::proto::ratelimit::config::ratelimit::v3::{
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+};
+use prost::Message;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::Stream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The resources' type.
+pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+
+/// Resource `name`: domain `rl`, `limit` requests an hour per `user`.
+pub fn per_user(name: &str, limit: u32) -> RateLimitConfig {
+    RateLimitConfig {
+        name: name.into(),
+        domain: "rl".into(),
+        descriptors: vec![RateLimitDescriptor {
+            key: "user".into(),
+            rate_limit: Some(RateLimitPolicy {
+                unit: RateLimitUnit::Hour as i32,
+                requests_per_unit: limit,
+                ..RateLimitPolicy::default()
+            }),
+            ..RateLimitDescriptor::default()
+        }],
+    }
+}
+
+/// A set of resources and its version.
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    version: String,
+    resources: Vec<RateLimitConfig>,
+}
+
+struct State {
+    snapshot: watch::Sender<Option<Snapshot>>,
+    /// Bumped to end every open stream.
+    drops: watch::Sender<u64>,
+    requests: Mutex<Vec<DiscoveryRequest>>,
+    streams: Mutex<u64>,
+}
+
+/// The running control plane, stopped when dropped.
+pub struct ControlPlane {
+    /// Where it listens.
+    pub address: SocketAddr,
+    state: Arc<State>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// TLS for the control plane: its certificate, and the CA a client's certificate must chain
+/// to (mutual TLS).
+pub struct PlaneTls {
+    pub server: Issued,
+    pub client_ca: PathBuf,
+}
+
+impl ControlPlane {
+    /// A control plane on a loopback port the OS chooses, serving nothing until
+    /// [`ControlPlane::push`]; over TLS with `tls`.
+    pub async fn start(tls: Option<PlaneTls>) -> ControlPlane {
+        let state = Arc::new(State {
+            snapshot: watch::channel(None).0,
+            drops: watch::channel(0).0,
+            requests: Mutex::new(Vec::new()),
+            streams: Mutex::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let mut builder = Server::builder();
+        if let Some(tls) = tls {
+            let identity = Identity::from_pem(
+                std::fs::read(&tls.server.cert).unwrap(),
+                std::fs::read(&tls.server.key).unwrap(),
+            );
+            let config =
+                ServerTlsConfig::new()
+                    .identity(identity)
+                    .client_ca_root(Certificate::from_pem(
+                        std::fs::read(&tls.client_ca).unwrap(),
+                    ));
+            builder = builder.tls_config(config).unwrap();
+        }
+        let service = AggregatedDiscoveryServiceServer::new(Plane(state.clone()));
+        tokio::spawn(async move {
+            let _ = builder
+                .serve_with_incoming_shutdown(service, TcpListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        ControlPlane {
+            address,
+            state,
+            stop: Some(stop),
+        }
+    }
+
+    /// Serves `resources` as version `version` to every stream, open or to come.
+    pub fn push(&self, version: &str, resources: Vec<RateLimitConfig>) {
+        self.state.snapshot.send_replace(Some(Snapshot {
+            version: version.into(),
+            resources,
+        }));
+    }
+
+    /// Ends every open stream with an error, as a control plane restarting does.
+    pub fn drop_streams(&self) {
+        self.state.drops.send_modify(|n| *n += 1);
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<DiscoveryRequest> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Streams opened so far.
+    pub fn streams(&self) -> u64 {
+        *self.state.streams.lock().unwrap()
+    }
+
+    /// Waits (at most 30 s) until the requests received satisfy `done`; returns them.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        done: impl Fn(&[DiscoveryRequest]) -> bool,
+    ) -> Vec<DiscoveryRequest> {
+        for _ in 0..3000 {
+            let requests = self.requests();
+            if done(&requests) {
+                return requests;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the control plane never saw {what}: {:#?}", self.requests());
+    }
+
+    /// Waits until a request ACKs `version`.
+    pub async fn wait_for_ack(&self, version: &str) {
+        self.wait_for(&format!("an ACK of {version}"), |requests| {
+            requests.iter().any(|r| {
+                r.version_info == version
+                    && !r.response_nonce.is_empty()
+                    && r.error_detail.is_none()
+            })
+        })
+        .await;
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct Plane(Arc<State>);
+
+type Responses = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Plane {
+    type StreamAggregatedResourcesStream = Responses;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Responses>, Status> {
+        let mut incoming = request.into_inner();
+        let state = self.0.clone();
+        *state.streams.lock().unwrap() += 1;
+        let (out, responses) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut snapshots = state.snapshot.subscribe();
+            let mut drops = state.drops.subscribe();
+            drops.mark_unchanged();
+            let mut sent: Option<String> = None;
+            let mut nonce = 0u64;
+            let mut subscribed = false;
+            loop {
+                tokio::select! {
+                    request = incoming.message() => match request {
+                        Ok(Some(request)) => {
+                            subscribed = true;
+                            state.requests.lock().unwrap().push(request);
+                        }
+                        _ => return,
+                    },
+                    changed = snapshots.changed() => if changed.is_err() { return },
+                    _ = drops.changed() => {
+                        let _ = out.send(Err(Status::unavailable("the control plane ends every stream"))).await;
+                        return;
+                    }
+                }
+                let current = snapshots.borrow_and_update().clone();
+                if let (true, Some(snapshot)) = (subscribed, current) {
+                    if sent.as_deref() != Some(snapshot.version.as_str()) {
+                        nonce += 1;
+                        let response = DiscoveryResponse {
+                            version_info: snapshot.version.clone(),
+                            resources: snapshot
+                                .resources
+                                .iter()
+                                .map(|r| prost_types::Any {
+                                    type_url: TYPE_URL.into(),
+                                    value: r.encode_to_vec(),
+                                })
+                                .collect(),
+                            type_url: TYPE_URL.into(),
+                            nonce: nonce.to_string(),
+                        };
+                        sent = Some(snapshot.version);
+                        if out.send(Ok(response)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(responses))))
+    }
+}

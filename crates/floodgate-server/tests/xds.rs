@@ -1,0 +1,272 @@
+//! Configuration over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`) against a real control plane of the
+//! tests' own (tonic, `common/xds.rs`): the subscription names the node; decisions follow each
+//! pushed version, counters carried over; an invalid version is NACKed naming the resource and
+//! the field while the last good one keeps serving; a dropped stream reconnects and
+//! resubscribes with the version it runs; nothing is served before a first configuration unless
+//! `FORCE_START_WITHOUT_INITIAL_CONFIG`; mutual TLS to the control plane. Real processes and a
+//! `redis-server` of the test's own.
+
+mod common;
+#[path = "common/xds.rs"]
+mod control_plane;
+
+use common::serve::Service;
+use common::upstream::{serve_with, set};
+use control_plane::{per_user, ControlPlane, PlaneTls};
+use floodgate_redis_harness::{RedisServer, TestCa};
+use floodgate_server::proto::ratelimit::config::ratelimit::v3::RateLimitUnit;
+use serde_json::json;
+
+/// Upstream's variables for configuration over xDS from `plane` (node `test-node`, quick
+/// retries), Redis at `redis`, every listener on a loopback port the OS chooses.
+fn xds_env(plane: &ControlPlane, redis: &RedisServer) -> Vec<(&'static str, String)> {
+    vec![
+        ("USE_STATSD", "false".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+        ("LOG_LEVEL", "info".into()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "test-node".into()),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a".into()),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".into()),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", "0".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", "0".into()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", "0".into()),
+        (
+            "FLOODGATE_STORE_TIMEOUT",
+            common::serve::GENEROUS_STORE_TIMEOUT.into(),
+        ),
+    ]
+}
+
+/// Starts the service off the test's runtime, which serves the control plane meanwhile.
+async fn start(env: Vec<(&'static str, String)>) -> Service {
+    tokio::task::spawn_blocking(move || serve_with(&env))
+        .await
+        .unwrap()
+}
+
+/// How many of `n` hits for `user` in domain `rl` are allowed over `/json`.
+async fn allowed(client: &reqwest::Client, node: &Service, user: &str, n: usize) -> usize {
+    let body =
+        json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": user}]}]});
+    let mut allowed = 0;
+    for _ in 0..n {
+        match node.post(client, "/json", &body).await.0 {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("/json answered {other}"),
+        }
+    }
+    allowed
+}
+
+async fn debug_get(client: &reqwest::Client, node: &Service, path: &str) -> String {
+    let debug = node.debug.as_ref().expect("a debug listener");
+    client
+        .get(format!("{debug}{path}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_follow_the_pushed_configuration_and_a_bad_version_is_nacked() {
+    let redis = RedisServer::start();
+    let plane = ControlPlane::start(None).await;
+    plane.push("v1", vec![per_user("limits", 2)]);
+    let node = start(xds_env(&plane, &redis)).await;
+    let client = reqwest::Client::new();
+
+    // The subscription names the node, its metadata and the type, with no version yet.
+    let requests = plane.requests();
+    let subscribe = &requests[0];
+    let sent_node = subscribe.node.as_ref().unwrap();
+    assert_eq!(sent_node.id, "test-node");
+    assert_eq!(sent_node.user_agent_name, "floodgate");
+    assert!(sent_node
+        .metadata
+        .as_ref()
+        .unwrap()
+        .fields
+        .contains_key("zone"));
+    assert_eq!(subscribe.type_url, control_plane::TYPE_URL);
+    assert_eq!(subscribe.version_info, "");
+    assert!(subscribe.resource_names.is_empty());
+    plane.wait_for_ack("v1").await;
+
+    assert_eq!(allowed(&client, &node, "alice", 2).await, 2);
+    assert_eq!(allowed(&client, &node, "carol", 3).await, 2);
+    let listing = debug_get(&client, &node, "/rlconfig").await;
+    assert!(listing.starts_with("# xDS version v1\n"), "{listing}");
+    let (_, metrics) = node.get(&client, "/metrics").await;
+    assert!(
+        metrics.contains("floodgate_xds_config_version_info{version=\"v1\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("floodgate_xds_connected 1"), "{metrics}");
+
+    // A new version: the new limit applies, and the counters carry on.
+    plane.push("v2", vec![per_user("limits", 4)]);
+    plane.wait_for_ack("v2").await;
+    assert_eq!(allowed(&client, &node, "alice", 5).await, 2);
+    assert_eq!(allowed(&client, &node, "bob", 5).await, 4);
+
+    // An invalid version is NACKed, naming the resource and the field; v2 keeps serving.
+    let mut bad = per_user("broken-limits", 1);
+    bad.descriptors[0].rate_limit.as_mut().unwrap().unit = RateLimitUnit::Unknown as i32;
+    plane.push("v3", vec![bad]);
+    let requests = plane
+        .wait_for("a NACK of v3", |requests| {
+            requests.iter().any(|r| r.error_detail.is_some())
+        })
+        .await;
+    let nack = requests.iter().find(|r| r.error_detail.is_some()).unwrap();
+    assert_eq!(
+        nack.version_info, "v2",
+        "a NACK names the version still served"
+    );
+    assert!(!nack.response_nonce.is_empty());
+    let why = &nack.error_detail.as_ref().unwrap().message;
+    assert!(why.contains("broken-limits"), "{why}");
+    assert!(why.contains("descriptors[0].rate_limit.unit"), "{why}");
+    assert_eq!(allowed(&client, &node, "dave", 5).await, 4);
+    let listing = debug_get(&client, &node, "/rlconfig").await;
+    assert!(listing.starts_with("# xDS version v2\n"), "{listing}");
+    let (_, metrics) = node.get(&client, "/metrics").await;
+    assert!(
+        metrics.contains("floodgate_xds_responses_total{outcome=\"nack\"} 1"),
+        "{metrics}"
+    );
+
+    // A good version again, then the control plane drops its streams: the client connects
+    // again and subscribes with the version it runs.
+    plane.push("v4", vec![per_user("limits", 6)]);
+    plane.wait_for_ack("v4").await;
+    let before = plane.requests().len();
+    plane.drop_streams();
+    plane
+        .wait_for("a new subscription with v4", |requests| {
+            requests[before..]
+                .iter()
+                .any(|r| r.response_nonce.is_empty() && r.version_info == "v4")
+        })
+        .await;
+    assert!(plane.streams() >= 2);
+    assert_eq!(allowed(&client, &node, "erin", 8).await, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_served_before_a_first_configuration_unless_forced() {
+    let redis = RedisServer::start();
+
+    // Forced: serves at once, not ready until a configuration runs.
+    let plane = ControlPlane::start(None).await;
+    let mut env = xds_env(&plane, &redis);
+    set(&mut env, "FORCE_START_WITHOUT_INITIAL_CONFIG", "true");
+    let node = start(env).await;
+    let client = reqwest::Client::new();
+    let (status, body) = node.get(&client, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("no configuration has loaded yet"), "{body}");
+    plane.push("v1", vec![per_user("limits", 1)]);
+    plane.wait_for_ack("v1").await;
+    assert_eq!(node.get(&client, "/readyz").await.0, 200);
+    assert_eq!(allowed(&client, &node, "alice", 2).await, 1);
+
+    // Not forced: the process subscribes and serves nothing until the first version runs.
+    let plane = ControlPlane::start(None).await;
+    let env = xds_env(&plane, &redis);
+    let starting = tokio::task::spawn_blocking(move || serve_with(&env));
+    plane
+        .wait_for("a subscription", |requests| !requests.is_empty())
+        .await;
+    assert!(
+        !starting.is_finished(),
+        "listening before any configuration"
+    );
+    plane.push("v1", vec![per_user("limits", 1)]);
+    let node = starting.await.unwrap();
+    assert!(
+        node.started
+            .contains("waiting for a first configuration from the xDS server"),
+        "{}",
+        node.started
+    );
+    assert_eq!(node.get(&client, "/readyz").await.0, 200);
+    // The same Redis as the first node's: another user.
+    assert_eq!(allowed(&client, &node, "bob", 2).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_is_reached_over_mutual_tls() {
+    let redis = RedisServer::start();
+    let ca = TestCa::new();
+    let server = ca.issue("control-plane", "IP:127.0.0.1,DNS:envoy-gateway");
+    let client_cert = ca.issue("ratelimit", "DNS:envoy-ratelimit");
+    let plane = ControlPlane::start(Some(PlaneTls {
+        server,
+        client_ca: ca.ca_file(),
+    }))
+    .await;
+    plane.push("v1", vec![per_user("limits", 2)]);
+    let mut env = xds_env(&plane, &redis);
+    for (name, value) in [
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_string()),
+        (
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            ca.ca_file().display().to_string(),
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            client_cert.cert.display().to_string(),
+        ),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            client_cert.key.display().to_string(),
+        ),
+        (
+            "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+            "envoy-gateway".to_string(),
+        ),
+    ] {
+        set(&mut env, name, value);
+    }
+    let node = start(env.clone()).await;
+    plane.wait_for_ack("v1").await;
+    let client = reqwest::Client::new();
+    assert_eq!(allowed(&client, &node, "alice", 3).await, 2);
+
+    // Without a client certificate the control plane refuses the handshake: forced to start,
+    // the service never gets a configuration and says why.
+    let mut anonymous: Vec<(&'static str, String)> = env
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("CONFIG_GRPC_XDS_CLIENT_TLS"))
+        .collect();
+    set(&mut anonymous, "FORCE_START_WITHOUT_INITIAL_CONFIG", "true");
+    let streams = plane.streams();
+    let node = start(anonymous).await;
+    assert_eq!(node.get(&client, "/readyz").await.0, 503);
+    let mut log = String::new();
+    for _ in 0..1500 {
+        log = node.log().join("\n");
+        if log.contains("no xDS stream") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(log.contains("no xDS stream"), "{log}");
+    assert_eq!(
+        plane.streams(),
+        streams,
+        "no stream without a client certificate"
+    );
+}
