@@ -1,0 +1,216 @@
+//! Start-up's steps before anything is served: saying where the settings come from, reading
+//! the configuration, building the server over its store, giving it the lease tokens'
+//! secret, and following an xDS control plane (`serve` calls them in that order).
+
+use std::sync::Arc;
+
+use super::{settings, ServeArgs, ServeError, Startup, MIN_ADMIN_TOKEN_BYTES};
+use crate::config::{Config, ConfigSource};
+use crate::service::Server;
+
+/// Says at start-up where the settings and the configuration come from.
+pub(super) fn log_startup(startup: &Startup) {
+    if let Some(upstream) = &startup.upstream {
+        tracing::info!(
+            config = %startup.source,
+            store = %floodgate::store::redis::redacted(&settings::store_url(&upstream.redis)),
+            "envoyproxy/ratelimit's settings are in the environment: read as upstream reads them"
+        );
+    }
+    for warning in startup.warnings() {
+        tracing::warn!("{warning}");
+    }
+    if startup.source == crate::config::ConfigSource::Builtin {
+        tracing::info!(
+            "no configuration given (no --config, FLOODGATE_CONFIG or runtime directory): serving the built-in example (Stripe's four limiters with plans free, standard and pro, the `login` limit, the `example` domain)"
+        );
+    }
+}
+
+/// The configuration read at start.
+pub(super) struct Loaded {
+    /// What is served: the file's, with the command line's and the environment's settings.
+    pub(super) config: Config,
+    /// As the file gave it: reloads name the start-up settings the file changes against this,
+    /// not against what the command line and the environment filled in.
+    pub(super) file_config: Config,
+    /// Whether it could not be read and the service starts without one
+    /// (`FORCE_START_WITHOUT_INITIAL_CONFIG`).
+    pub(super) missing: bool,
+}
+
+/// Reads the configuration `startup` names and applies its settings
+/// ([`Startup::complete`]); without one, starts with none when upstream's
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG` says so.
+pub(super) fn load(startup: &Startup, store_flag: Option<&str>) -> Result<Loaded, ServeError> {
+    let start_without_config = startup
+        .upstream
+        .as_ref()
+        .is_some_and(|up| up.behaviour.start_without_config);
+    let pushed = matches!(startup.source, ConfigSource::Xds(_));
+    let (file_config, missing) = match startup.source.load(&startup.overrides) {
+        Ok(config) => (config, false),
+        Err(error) if start_without_config || pushed => {
+            if start_without_config {
+                tracing::error!(%error, source = %startup.source, "STARTING WITHOUT A CONFIGURATION (FORCE_START_WITHOUT_INITIAL_CONFIG): no domain is limited, and the service is not ready until a configuration loads");
+            }
+            let mut config = Config {
+                domains: Vec::new(),
+                ..Config::base(&startup.overrides)
+            };
+            startup.overrides.apply(&mut config, &|_| false);
+            (config, true)
+        }
+        Err(error) => return Err(error.into()),
+    };
+    Ok(Loaded {
+        config: startup.complete(store_flag, file_config.clone()),
+        file_config,
+        missing,
+    })
+}
+
+/// Follows the control plane when the configuration comes over xDS: the client runs on
+/// `store_runtime` and hands each set of resources to `server`. Unless upstream's
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG` says otherwise, waits until a first set runs, as
+/// upstream does: nothing is served before.
+pub(super) fn follow_xds(
+    server: &Arc<Server>,
+    status: Arc<crate::xds::XdsStatus>,
+    startup: &Startup,
+    store_runtime: &tokio::runtime::Runtime,
+) {
+    let (ConfigSource::Xds(source), Some(upstream)) = (&startup.source, &startup.upstream) else {
+        return;
+    };
+    let Some(settings) = upstream.xds.clone() else {
+        return;
+    };
+    let (first, mut running) = tokio::sync::watch::channel(false);
+    let version = {
+        let source = source.clone();
+        move || source.version()
+    };
+    let server_url = settings.server_url.clone();
+    store_runtime.spawn(crate::xds::follow(
+        server.clone(),
+        status,
+        settings,
+        version,
+        first,
+    ));
+    if upstream.behaviour.start_without_config {
+        return;
+    }
+    tracing::info!(server = %server_url, "waiting for a first configuration from the xDS server before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once, not ready until one runs)");
+    let _ = store_runtime.block_on(running.wait_for(|running| *running));
+}
+
+/// `FLOODGATE_ADMIN_TOKEN`, when set: at least [`MIN_ADMIN_TOKEN_BYTES`] long.
+pub(super) fn admin_token(startup: &Startup) -> Result<Option<String>, ServeError> {
+    let token = startup
+        .env()
+        .string("FLOODGATE_ADMIN_TOKEN")
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    match &token {
+        Some(token) if token.len() < MIN_ADMIN_TOKEN_BYTES => {
+            Err(ServeError::AdminToken { bytes: token.len() })
+        }
+        _ => Ok(token),
+    }
+}
+
+/// The server for `loaded`, its store tried: a store that cannot be used must not look
+/// healthy, so start-up waits for it (`store.startup_timeout`) and refuses to start unless
+/// told to start without it.
+pub(super) fn build(
+    startup: &Startup,
+    args: &ServeArgs,
+    loaded: Loaded,
+    admin_token: Option<String>,
+    tls: &crate::service::ListenersTls,
+    store_runtime: &tokio::runtime::Runtime,
+) -> Result<Server, ServeError> {
+    let store = &loaded.config.store;
+    let startup_budget = match store.startup_timeout {
+        None => Some(crate::store::STARTUP_TIMEOUT),
+        Some(d) if d.0.is_zero() => None,
+        Some(d) => Some(d.0),
+    };
+    let retry = match (store.startup_retry_first, store.startup_retry_max) {
+        (None, None) => None,
+        (first, max) => Some((
+            first.map_or(std::time::Duration::from_millis(50), |d| d.0),
+            max.map_or(std::time::Duration::from_secs(1), |d| d.0),
+        )),
+    };
+    let start_without = store.start_without;
+    let server = {
+        let _context = store_runtime.enter();
+        Server::new(loaded.config, startup.source.clone(), admin_token)?
+    };
+    if loaded.missing {
+        server.set_config_missing();
+    }
+    if let Err(error) =
+        store_runtime.block_on(server.store().wait_until_usable(startup_budget, retry))
+    {
+        let url = server.store().health().url().to_string();
+        if !start_without {
+            return Err(ServeError::Store {
+                url,
+                error,
+                waited: startup_budget.unwrap_or_default(),
+            });
+        }
+        tracing::error!(
+            url,
+            %error,
+            "STARTING WITHOUT A WORKING STORE (store.start_without: true): every stage follows its on_store_error policy (fail_open: nothing is limited) and /readyz answers 503 until the store answers"
+        );
+    }
+    // The drop-in with upstream's settings and nothing of Floodgate's to serve answers as
+    // upstream does.
+    let file_config = loaded.file_config;
+    let upstream_surface = startup.upstream.is_some()
+        && file_config.stage_configs().is_empty()
+        && file_config.limits.is_empty();
+    Ok(server
+        .with_file_config(file_config)
+        .with_upstream_surface(upstream_surface)
+        .with_tls(tls.clone())
+        .with_overrides(startup.overrides.clone())
+        .with_heavy_keys(args.heavy_keys))
+}
+
+/// Gives `server` the secret its lease tokens are signed with. Services behind one load
+/// balancer sign alike, so that any of them accepts the tokens another issued: with
+/// FLOODGATE_LEASE_SECRET, else with the secret the nodes sharing a store share through it,
+/// else (the memory store) a random one of this process.
+pub(super) fn with_lease_secret(
+    server: Server,
+    startup: &Startup,
+    store_runtime: &tokio::runtime::Runtime,
+) -> Result<Server, ServeError> {
+    if let Some(secret) = startup.lease_secret() {
+        if secret.len() < crate::lease_token::MIN_SECRET_BYTES {
+            return Err(ServeError::LeaseSecret {
+                bytes: secret.len(),
+            });
+        }
+        return Ok(server.with_lease_secret(secret));
+    }
+    if !server.hands_out_leases() {
+        // Nothing to sign yet: the secret is read (and, by the first node, written) when a
+        // reload brings a stage that hands out leases and a token is first issued.
+        return Ok(server.share_lease_secret_when_needed());
+    }
+    match store_runtime.block_on(server.share_lease_secret()) {
+        Ok(_) => Ok(server),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store yet; it is read again when a token needs it");
+            Ok(server.share_lease_secret_when_needed())
+        }
+    }
+}
