@@ -270,3 +270,118 @@ async fn the_control_plane_is_reached_over_mutual_tls() {
         "no stream without a client certificate"
     );
 }
+
+/// The environment Envoy Gateway gives its rate limit container
+/// (envoyproxy/gateway, `internal/infrastructure/kubernetes/ratelimit/resource.go`), with the
+/// test's addresses and files: the control plane over mutual TLS, TLS on gRPC, Redis over TLS
+/// with a client certificate, the Prometheus listener. Where the deployment's values cannot be
+/// used here, the test says so: listeners on loopback ports the OS chooses (Envoy Gateway:
+/// `0.0.0.0:8081`, `:19001`), the control plane at `127.0.0.1` (`envoy-gateway:18001`), and
+/// `SSL_CERT_FILE` standing in for the image's trust store, where the cluster's CA would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() {
+    let ca = TestCa::new();
+    let redis_cert = ca.issue("redis", "IP:127.0.0.1,DNS:localhost");
+    let redis = RedisServer::start_tls_with(&redis_cert, &ca.ca_file(), true);
+    let redis_client = ca.issue("redis-client", "DNS:envoy-ratelimit");
+    let certs = ca.issue(
+        "envoy-ratelimit",
+        "DNS:envoy-ratelimit,DNS:localhost,IP:127.0.0.1",
+    );
+    let plane_cert = ca.issue("envoy-gateway", "DNS:envoy-gateway,IP:127.0.0.1");
+    let plane = ControlPlane::start(Some(PlaneTls {
+        server: plane_cert,
+        client_ca: ca.ca_file(),
+    }))
+    .await;
+    let path = |p: &std::path::Path| p.display().to_string();
+    let env: Vec<(&'static str, String)> = vec![
+        ("RUNTIME_ROOT", "/data".into()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("RUNTIME_IGNOREDOTFILES", "true".into()),
+        ("RUNTIME_WATCH_ROOT", "false".into()),
+        ("LOG_LEVEL", "info".into()),
+        ("USE_STATSD", "false".into()),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
+        ("GRPC_SERVER_USE_TLS", "true".into()),
+        ("GRPC_SERVER_TLS_CERT", path(&certs.cert)),
+        ("GRPC_SERVER_TLS_KEY", path(&certs.key)),
+        // Set by Envoy Gateway, read by neither upstream nor Floodgate (upstream's name is
+        // GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates.
+        ("GRPC_SERVER_TLS_CA_CERT", path(&ca.ca_file())),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&certs.cert)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&certs.key)),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", path(&ca.ca_file())),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.tls_port())),
+        ("REDIS_TLS", "true".into()),
+        ("REDIS_TLS_CLIENT_CERT", path(&redis_client.cert)),
+        ("REDIS_TLS_CLIENT_KEY", path(&redis_client.key)),
+        ("USE_PROMETHEUS", "true".into()),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
+        ("SSL_CERT_FILE", path(&ca.ca_file())),
+        ("HOST", "127.0.0.1".into()),
+        ("PORT", "0".into()),
+        ("GRPC_HOST", "127.0.0.1".into()),
+        ("GRPC_PORT", "0".into()),
+        ("DEBUG_HOST", "127.0.0.1".into()),
+        ("DEBUG_PORT", "0".into()),
+        (
+            "FLOODGATE_STORE_TIMEOUT",
+            common::serve::GENEROUS_STORE_TIMEOUT.into(),
+        ),
+    ];
+    let node = start(env).await;
+    assert!(
+        !node.started.contains("does not support"),
+        "every variable Envoy Gateway sets here is supported:\n{}",
+        node.started
+    );
+    let client = reqwest::Client::new();
+    // Forced to start: not ready (upstream's probe path too) until a configuration runs.
+    assert_eq!(node.get(&client, "/healthcheck").await.0, 500);
+
+    plane.push("1", vec![per_user("default/eg/rule-0", 2)]);
+    plane.wait_for_ack("1").await;
+    assert_eq!(
+        node.get(&client, "/healthcheck").await,
+        (200, "OK".to_string())
+    );
+    let mut rls = common::tls::grpc_client(&node.grpc, &ca.ca_file(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        common::tls::grpc_allowed(&mut rls, "alice", 3)
+            .await
+            .unwrap(),
+        2
+    );
+
+    plane.push("2", vec![per_user("default/eg/rule-0", 5)]);
+    plane.wait_for_ack("2").await;
+    // Counted in Redis across the versions: 3 hits so far (one over), 5 allowed in all.
+    assert_eq!(
+        common::tls::grpc_allowed(&mut rls, "alice", 5)
+            .await
+            .unwrap(),
+        2
+    );
+
+    let metrics = node.metrics.as_ref().expect("the Prometheus listener");
+    let text = client
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("ratelimit_service_rate_limit_over_limit"),
+        "{text}"
+    );
+}
