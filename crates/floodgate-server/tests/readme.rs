@@ -48,6 +48,7 @@ fn the_test_command_installs_what_the_tests_need_and_ci_runs_it() {
         ("redis-server", "redis-server"),
         ("redis-cli", "redis-tools"),
         ("openssl", "openssl"),
+        ("promtool", "prometheus"),
     ] {
         assert!(
             needed.contains(&(what, package)),

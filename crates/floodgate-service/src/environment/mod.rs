@@ -23,6 +23,23 @@ pub mod upstream;
 mod variables;
 pub mod xds;
 
+/// Every `FLOODGATE_*` variable the service reads, whatever reads it (each setting's table is
+/// in `runtime/settings.rs`). Deployments are checked against it: a name not here is a typo.
+pub const FLOODGATE_VARIABLES: &[&str] = &[
+    "FLOODGATE_ADMIN_TOKEN",
+    "FLOODGATE_CONFIG",
+    "FLOODGATE_DEBUG",
+    "FLOODGATE_GRPC",
+    "FLOODGATE_HEAVY_KEYS",
+    "FLOODGATE_HTTP",
+    "FLOODGATE_LEASE_SECRET",
+    "FLOODGATE_MERGE_DOMAINS",
+    "FLOODGATE_RESPONSE_HEADERS",
+    "FLOODGATE_STORE",
+    "FLOODGATE_STORE_TIMEOUT",
+    "FLOODGATE_WATCH",
+];
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -111,6 +111,12 @@ impl Server {
         crate::connections::tls::render(&terminators, &mut text);
         let mut page = Exposition::on(&mut text);
         page.family(
+            "floodgate_ready",
+            Kind::Gauge,
+            "Whether /readyz answers 200 (1) or 503 (0): not shutting down, a configuration loaded, and the store's last call succeeded.",
+        )
+        .sample(&[], u64::from(self.readiness().0));
+        page.family(
             "floodgate_calls_in_flight",
             Kind::Gauge,
             "Decisions being answered now (at most connections.max_in_flight).",
