@@ -49,6 +49,7 @@ fn the_test_command_installs_what_the_tests_need_and_ci_runs_it() {
         ("redis-cli", "redis-tools"),
         ("openssl", "openssl"),
         ("promtool", "prometheus"),
+        ("buildah", "buildah"),
     ] {
         assert!(
             needed.contains(&(what, package)),

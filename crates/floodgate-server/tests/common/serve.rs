@@ -235,6 +235,11 @@ impl Service {
         assert!(status.success(), "kill -{signal}");
     }
 
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The process's exit status, if it has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("the child's status")
