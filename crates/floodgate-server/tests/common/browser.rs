@@ -121,12 +121,23 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .expect("a Chromium session");
+        // A page waited for (`until`) may take longer than WebDriver's default 30 s when the
+        // machine is busy (the dashboard samples once a second, rendered by a contended
+        // Chromium): the bound is for a page that never gets there, not a slow one.
+        client
+            .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+                Some(Duration::from_secs(120)),
+                None,
+                None,
+            ))
+            .await
+            .expect("the session's timeouts");
         Browser { client, processes }
     }
 
     /// Runs `script` in the page until it calls its callback (the last argument) with a value,
     /// which is returned; the browser waits for the page, not the test (WebDriver's script
-    /// timeout, 30 s by default, bounds it).
+    /// timeout, set to 120 s, bounds it).
     pub async fn until(&self, script: &str, args: Vec<Value>) -> Value {
         self.client
             .execute_async(script, args)
