@@ -110,6 +110,23 @@ pub(super) struct Definition {
     pub(super) domain: DomainConfig,
 }
 
+/// A configuration whose domains are `definitions`' alone (a runtime directory's files, the
+/// resources pushed over xDS): the other sections are `overrides`' base (the built-in
+/// example's, or none under upstream's settings), and the domains are merged as
+/// `rls.merge_domains` says.
+pub(super) fn domains_only(
+    definitions: Vec<Definition>,
+    overrides: &Overrides,
+) -> Result<Config, ConfigFileError> {
+    let mut config = Config {
+        domains: Vec::new(),
+        ..Config::base(overrides)
+    };
+    overrides.apply(&mut config, &|_| false);
+    config.domains = merge_domains(definitions, config.rls.merge_domains)?;
+    Ok(config)
+}
+
 /// Joins `definitions`, in order, into one list of distinct domains (see the module's "Domains
 /// defined more than once"). Each definition must already be valid on its own.
 pub(super) fn merge_domains(

@@ -35,7 +35,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::directory::{merge_domains, Definition, Place};
+use super::directory::{domains_only, Definition, Place};
 use super::{envoy, Config, ConfigFileError, Overrides, Source};
 
 /// A runtime directory and how it is read (see the [module documentation](self)).
@@ -153,13 +153,7 @@ impl RuntimeDir {
                 domain,
             });
         }
-        let mut config = Config {
-            domains: Vec::new(),
-            ..Config::base(overrides)
-        };
-        overrides.apply(&mut config, &|_| false);
-        config.domains = merge_domains(definitions, config.rls.merge_domains)?;
-        Ok(config)
+        domains_only(definitions, overrides)
     }
 }
 

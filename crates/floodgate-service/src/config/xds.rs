@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
-use super::directory::{merge_domains, Definition, Place};
+use super::directory::{domains_only, Definition, Place};
 use super::envoy::{self, DescriptorConfig, DomainConfig, RateLimitConfig};
 use super::{Config, ConfigFileError, Overrides};
 use crate::proto::ratelimit::config::ratelimit::v3 as pb;
@@ -132,13 +132,7 @@ pub fn config_of(
             domain,
         });
     }
-    let mut config = Config {
-        domains: Vec::new(),
-        ..Config::base(overrides)
-    };
-    overrides.apply(&mut config, &|_| false);
-    config.domains = merge_domains(definitions, config.rls.merge_domains)?;
-    Ok(config)
+    domains_only(definitions, overrides)
 }
 
 /// One resource's domain, checked as a domain file is.
