@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::serve::{config_file, serve};
-use common::upstream::serve_with;
+use common::upstream::{loopback_env, serve_with};
 use control_plane::{per_user, ControlPlane};
 use floodgate_redis_harness::RedisServer;
 use floodgate_server::environment::upstream::{Support, VARIABLES};
@@ -266,17 +266,11 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exported() {
     // Envoy's domains pushed over xDS, with traffic.
     let plane = ControlPlane::start(None).await;
     plane.push("v1", vec![per_user("limits", 1)]);
-    let env: Vec<(&'static str, String)> = vec![
-        ("USE_STATSD", "false".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+    let mut env = loopback_env(Path::new("/data"), &format!("127.0.0.1:{}", redis.port()));
+    env.extend([
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
         ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-    ];
+    ]);
     let pushed = tokio::task::spawn_blocking(move || serve_with(&env))
         .await
         .unwrap();

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::serve::{start, TempDir};
-use control_plane::{per_user, ControlPlane, PlaneTls};
+use control_plane::{envoy_gateway_env, per_user, ControlPlane, GatewayFiles, PlaneTls};
 use floodgate_redis_harness::{RedisServer, TestCa};
 use serde_json::json;
 
@@ -146,6 +146,13 @@ async fn the_image_runs_under_envoy_gateways_environment() {
     ] {
         std::fs::copy(from, &to).unwrap();
     }
+    let statsd_exporter = work.join("statsd-exporter");
+    std::fs::create_dir_all(&statsd_exporter).unwrap();
+    std::fs::write(
+        statsd_exporter.join("conf.yaml"),
+        control_plane::gateway_mapping(),
+    )
+    .unwrap();
     // Readable by the image's user, as a Secret's files are.
     run(Command::new("chmod")
         .args(["-R", "a+rX"])
@@ -170,41 +177,24 @@ async fn the_image_runs_under_envoy_gateways_environment() {
         .arg("--volume")
         .arg(format!("{}:/certs:ro", certs.display()))
         .arg("--volume")
-        .arg(format!("{}:/redis-certs:ro", redis_certs.display()));
-    let env = [
-        ("RUNTIME_ROOT", "/data".to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("RUNTIME_IGNOREDOTFILES", "true".into()),
-        ("RUNTIME_WATCH_ROOT", "false".into()),
-        ("LOG_LEVEL", "info".into()),
-        ("USE_STATSD", "false".into()),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
-        ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
-        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
-        ("GRPC_SERVER_USE_TLS", "true".into()),
-        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt".into()),
-        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key".into()),
-        ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt".into()),
-        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key".into()),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt".into()),
-        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.tls_port())),
-        ("REDIS_TLS", "true".into()),
-        ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt".into()),
-        ("REDIS_TLS_CLIENT_KEY", "/redis-certs/tls.key".into()),
-        // The image's trust store, where the cluster's CA would be.
-        ("SSL_CERT_FILE", "/certs/ca.crt".into()),
-        // Ports the OS chooses: the host's network is shared with the other tests.
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-    ];
+        .arg(format!("{}:/redis-certs:ro", redis_certs.display()))
+        .arg("--volume")
+        .arg(format!(
+            "{}:/etc/statsd-exporter:ro",
+            statsd_exporter.display()
+        ));
+    let env = envoy_gateway_env(
+        plane.address,
+        &format!("127.0.0.1:{}", redis.tls_port()),
+        &GatewayFiles {
+            cert: "/certs/tls.crt".into(),
+            key: "/certs/tls.key".into(),
+            ca: "/certs/ca.crt".into(),
+            redis_cert: "/redis-certs/tls.crt".into(),
+            redis_key: "/redis-certs/tls.key".into(),
+            mapping: "/etc/statsd-exporter/conf.yaml".into(),
+        },
+    );
     for (name, value) in &env {
         command.arg("--env").arg(format!("{name}={value}"));
     }

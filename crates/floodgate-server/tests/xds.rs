@@ -11,8 +11,8 @@ mod common;
 mod control_plane;
 
 use common::serve::Service;
-use common::upstream::{serve_with, set};
-use control_plane::{per_user, ControlPlane, PlaneTls};
+use common::upstream::{loopback_env, serve_with, set};
+use control_plane::{envoy_gateway_env, per_user, ControlPlane, GatewayFiles, PlaneTls};
 use floodgate_redis_harness::{RedisServer, TestCa};
 use floodgate_server::proto::ratelimit::config::ratelimit::v3::RateLimitUnit;
 use serde_json::json;
@@ -20,28 +20,20 @@ use serde_json::json;
 /// Upstream's variables for configuration over xDS from `plane` (node `test-node`, quick
 /// retries), Redis at `redis`, every listener on a loopback port the OS chooses.
 fn xds_env(plane: &ControlPlane, redis: &RedisServer) -> Vec<(&'static str, String)> {
-    vec![
-        ("USE_STATSD", "false".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+    let mut env = loopback_env(
+        std::path::Path::new("/data"),
+        &format!("127.0.0.1:{}", redis.port()),
+    );
+    env.extend([
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
         ("LOG_LEVEL", "info".into()),
         ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
         ("CONFIG_GRPC_XDS_NODE_ID", "test-node".into()),
         ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a".into()),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".into()),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-        (
-            "FLOODGATE_STORE_TIMEOUT",
-            common::serve::GENEROUS_STORE_TIMEOUT.into(),
-        ),
-    ]
+    ]);
+    env
 }
 
 /// Starts the service off the test's runtime, which serves the control plane meanwhile.
@@ -271,13 +263,10 @@ async fn the_control_plane_is_reached_over_mutual_tls() {
     );
 }
 
-/// The environment Envoy Gateway gives its rate limit container
-/// (envoyproxy/gateway, `internal/infrastructure/kubernetes/ratelimit/resource.go`), with the
-/// test's addresses and files: the control plane over mutual TLS, TLS on gRPC, Redis over TLS
-/// with a client certificate, the Prometheus listener. Where the deployment's values cannot be
-/// used here, the test says so: listeners on loopback ports the OS chooses (Envoy Gateway:
-/// `0.0.0.0:8081`, `:19001`), the control plane at `127.0.0.1` (`envoy-gateway:18001`), and
-/// `SSL_CERT_FILE` standing in for the image's trust store, where the cluster's CA would be.
+/// The environment Envoy Gateway gives its rate limit container ([`envoy_gateway_env`]), with
+/// the test's addresses and files: the control plane over mutual TLS (at `127.0.0.1`, not
+/// `envoy-gateway:18001`), TLS on gRPC, Redis over TLS with a client certificate, the
+/// Prometheus listener (on a port the OS chooses, not `:19001`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() {
     let ca = TestCa::new();
@@ -295,46 +284,23 @@ async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() 
     }))
     .await;
     let path = |p: &std::path::Path| p.display().to_string();
-    let env: Vec<(&'static str, String)> = vec![
-        ("RUNTIME_ROOT", "/data".into()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
-        ("RUNTIME_IGNOREDOTFILES", "true".into()),
-        ("RUNTIME_WATCH_ROOT", "false".into()),
-        ("LOG_LEVEL", "info".into()),
-        ("USE_STATSD", "false".into()),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
-        ("CONFIG_GRPC_XDS_SERVER_URL", plane.address.to_string()),
-        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
-        ("GRPC_SERVER_USE_TLS", "true".into()),
-        ("GRPC_SERVER_TLS_CERT", path(&certs.cert)),
-        ("GRPC_SERVER_TLS_KEY", path(&certs.key)),
-        // Set by Envoy Gateway, read by neither upstream nor Floodgate (upstream's name is
-        // GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates.
-        ("GRPC_SERVER_TLS_CA_CERT", path(&ca.ca_file())),
-        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&certs.cert)),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&certs.key)),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", path(&ca.ca_file())),
-        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
-        ("REDIS_URL", format!("127.0.0.1:{}", redis.tls_port())),
-        ("REDIS_TLS", "true".into()),
-        ("REDIS_TLS_CLIENT_CERT", path(&redis_client.cert)),
-        ("REDIS_TLS_CLIENT_KEY", path(&redis_client.key)),
-        ("USE_PROMETHEUS", "true".into()),
-        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
-        ("SSL_CERT_FILE", path(&ca.ca_file())),
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", "0".into()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", "0".into()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", "0".into()),
-        (
-            "FLOODGATE_STORE_TIMEOUT",
-            common::serve::GENEROUS_STORE_TIMEOUT.into(),
-        ),
-    ];
+    let mapping = tempfile_with(control_plane::gateway_mapping());
+    let mut env = envoy_gateway_env(
+        plane.address,
+        &format!("127.0.0.1:{}", redis.tls_port()),
+        &GatewayFiles {
+            cert: path(&certs.cert),
+            key: path(&certs.key),
+            ca: path(&ca.ca_file()),
+            redis_cert: path(&redis_client.cert),
+            redis_key: path(&redis_client.key),
+            mapping: path(&mapping.1),
+        },
+    );
+    env.push((
+        "FLOODGATE_STORE_TIMEOUT",
+        common::serve::GENEROUS_STORE_TIMEOUT.into(),
+    ));
     let node = start(env).await;
     assert!(
         !node.started.contains("does not support"),
@@ -381,7 +347,17 @@ async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() 
         .await
         .unwrap();
     assert!(
-        text.contains("ratelimit_service_rate_limit_over_limit"),
+        text.contains("ratelimit_service_rate_limit_over_limit{domain=\"rl\",key1=\"user\"}"),
         "{text}"
     );
+    // The mapping file applies: its own entry renames within_limit.
+    assert!(
+        text.contains("eg_within_limit{domain=\"rl\",key1=\"user\"}"),
+        "{text}"
+    );
+}
+
+/// A file holding `text`, removed with the directory when the first value is dropped.
+fn tempfile_with(text: &str) -> (common::serve::TempDir, std::path::PathBuf) {
+    common::serve::config_file(text)
 }

@@ -101,6 +101,9 @@ pub struct Server {
     /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
     /// token ([`Server::with_http_address`]).
     dashboard_needs_token: bool,
+    /// How envoyproxy/ratelimit's series are named on the Prometheus listener (read at
+    /// start-up from `stats.prometheus.mapping_file`, else upstream's documented mapping).
+    upstream_mapping: crate::upstream_metrics::mapping::Mapping,
     /// The xDS client's status, when the configuration comes over xDS
     /// ([`Server::with_xds`]).
     xds: Option<Arc<crate::xds::XdsStatus>>,
@@ -152,6 +155,7 @@ impl Server {
                 .map(|_| crate::statsd::ResponseTimes::default()),
             statsd_pushes: crate::statsd::PushCounts::default(),
             tls: ListenersTls::default(),
+            upstream_mapping: upstream_mapping(&config)?,
             xds: None,
             clock: SystemClock::new(),
         })
@@ -265,6 +269,11 @@ impl Server {
         self.readiness
             .started_without_config
             .load(Ordering::Relaxed)
+    }
+
+    /// How envoyproxy/ratelimit's series are named on the Prometheus listener.
+    pub fn upstream_mapping(&self) -> &crate::upstream_metrics::mapping::Mapping {
+        &self.upstream_mapping
     }
 
     /// Shows the xDS client's `status` in `/metrics` (the configuration comes over xDS).
@@ -492,6 +501,28 @@ impl Server {
                 })
             }
         }
+    }
+}
+
+/// The mapping `config`'s Prometheus listener names upstream's series with: its
+/// `mapping_file`, read now (an error names the file, the entry and the field), or upstream's.
+fn upstream_mapping(
+    config: &Config,
+) -> Result<crate::upstream_metrics::mapping::Mapping, ConfigFileError> {
+    use crate::upstream_metrics::mapping::Mapping;
+    match config
+        .stats
+        .prometheus
+        .as_ref()
+        .and_then(|p| p.mapping_file.as_ref())
+    {
+        Some(file) => Mapping::load(file).map_err(|e| {
+            ConfigFileError::invalid(
+                "stats.prometheus.mapping_file (PROMETHEUS_MAPPER_YAML)",
+                e.to_string(),
+            )
+        }),
+        None => Ok(Mapping::upstream_default()),
     }
 }
 

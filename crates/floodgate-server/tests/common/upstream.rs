@@ -35,17 +35,26 @@ pub fn loopback_env(root: &Path, redis: &str) -> Vec<(&'static str, String)> {
         ("REDIS_URL", redis.to_string()),
         ("RUNTIME_ROOT", root.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        // Not a test of a slow store: see `serve::GENEROUS_STORE_TIMEOUT`.
+        (
+            "FLOODGATE_STORE_TIMEOUT",
+            super::serve::GENEROUS_STORE_TIMEOUT.into(),
+        ),
+    ]
+    .into_iter()
+    .chain(loopback_listeners())
+    .collect()
+}
+
+/// Every listener on 127.0.0.1 with a port the OS chooses, in upstream's variables.
+pub fn loopback_listeners() -> Vec<(&'static str, String)> {
+    vec![
         ("HOST", "127.0.0.1".into()),
         ("PORT", "0".into()),
         ("GRPC_HOST", "127.0.0.1".into()),
         ("GRPC_PORT", "0".into()),
         ("DEBUG_HOST", "127.0.0.1".into()),
         ("DEBUG_PORT", "0".into()),
-        // Not a test of a slow store: see `serve::GENEROUS_STORE_TIMEOUT`.
-        (
-            "FLOODGATE_STORE_TIMEOUT",
-            super::serve::GENEROUS_STORE_TIMEOUT.into(),
-        ),
     ]
 }
 

@@ -45,6 +45,107 @@ pub fn per_user(name: &str, limit: u32) -> RateLimitConfig {
     }
 }
 
+/// Where Envoy Gateway's variables point: this service's certificate and key (gRPC's and the
+/// xDS client's), the CA, and the Redis client's certificate and key.
+pub struct GatewayFiles {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
+    pub redis_cert: String,
+    pub redis_key: String,
+    /// The statsd_exporter mapping file (`PROMETHEUS_MAPPER_YAML`), [`gateway_mapping`].
+    pub mapping: String,
+}
+
+/// A statsd_exporter mapping in the form Envoy Gateway ships (globs for one key, expressions
+/// for more, `timer_type`, `match_metric_type`), written for the tests, with one entry of
+/// the tests' own that renames `within_limit` to `eg_within_limit`: a series under that name
+/// shows that the file applies.
+pub fn gateway_mapping() -> &'static str {
+    r#"# statsd_exporter mapping for the rate limit service
+mappings:
+  - match: "ratelimit.service.rate_limit.*.*.within_limit"
+    name: "eg_within_limit"
+    timer_type: "histogram"
+    labels:
+      domain: "$1"
+      key1: "$2"
+  - match: "ratelimit.service.rate_limit.*.*.over_limit"
+    name: "ratelimit_service_rate_limit_over_limit"
+    timer_type: "histogram"
+    labels:
+      domain: "$1"
+      key1: "$2"
+
+  - match: "ratelimit\\.service\\.rate_limit\\.([^\\.]*)\\.([^\\.]*)\\.([^\\.]*)(\\..*)?\\.over_limit"
+    match_type: regex
+    name: "ratelimit_service_rate_limit_over_limit"
+    timer_type: "histogram"
+    labels:
+      domain: "$1"
+      key1: "$2"
+      key2: "$3"
+
+  - match: "ratelimit_server.*.total_requests"
+    name: "ratelimit_service_total_requests"
+    match_metric_type: counter
+    labels:
+      grpc_method: "$1"
+  - match: "ratelimit_server.*.response_time"
+    name: "ratelimit_service_response_time_seconds"
+    timer_type: histogram
+    labels:
+      grpc_method: "$1"
+"#
+}
+
+/// The variables Envoy Gateway gives its rate limit container (envoyproxy/gateway,
+/// `internal/infrastructure/kubernetes/ratelimit/resource.go`), with the control plane at
+/// `plane`, Redis over TLS at `redis` (`host:port`) and the certificates at `files`. Where the
+/// deployment's values cannot be used here: every listener on a loopback port the OS chooses
+/// (Envoy Gateway: `0.0.0.0:8081`, `:19001`), and `SSL_CERT_FILE` standing in for the image's
+/// trust store, where the cluster's CA would be.
+pub fn envoy_gateway_env(
+    plane: SocketAddr,
+    redis: &str,
+    files: &GatewayFiles,
+) -> Vec<(&'static str, String)> {
+    let mut env: Vec<(&'static str, String)> = vec![
+        ("RUNTIME_ROOT", "/data".into()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".into()),
+        ("RUNTIME_IGNOREDOTFILES", "true".into()),
+        ("RUNTIME_WATCH_ROOT", "false".into()),
+        ("LOG_LEVEL", "info".into()),
+        ("USE_STATSD", "false".into()),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", plane.to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
+        ("GRPC_SERVER_USE_TLS", "true".into()),
+        ("GRPC_SERVER_TLS_CERT", files.cert.clone()),
+        ("GRPC_SERVER_TLS_KEY", files.key.clone()),
+        // Set by Envoy Gateway, read by neither upstream nor Floodgate (upstream's name is
+        // GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates.
+        ("GRPC_SERVER_TLS_CA_CERT", files.ca.clone()),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", files.cert.clone()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", files.key.clone()),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", files.ca.clone()),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", redis.to_string()),
+        ("REDIS_TLS", "true".into()),
+        ("REDIS_TLS_CLIENT_CERT", files.redis_cert.clone()),
+        ("REDIS_TLS_CLIENT_KEY", files.redis_key.clone()),
+        ("SSL_CERT_FILE", files.ca.clone()),
+        ("USE_PROMETHEUS", "true".into()),
+        // Envoy Gateway: `:19001`; here a port the OS chooses.
+        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
+        ("PROMETHEUS_MAPPER_YAML", files.mapping.clone()),
+    ];
+    env.extend(crate::common::upstream::loopback_listeners());
+    env
+}
+
 /// A set of resources and its version.
 #[derive(Clone, Debug, Default)]
 struct Snapshot {

@@ -87,6 +87,11 @@ pub struct PrometheusConfig {
     /// The path `/metrics`' text is served at (default `/metrics`).
     #[serde(default = "default_path")]
     pub path: String,
+    /// A statsd_exporter mapping file naming envoyproxy/ratelimit's series on this listener
+    /// (upstream's `PROMETHEUS_MAPPER_YAML`; see `upstream_metrics::mapping`); without one,
+    /// the mapping upstream documents. Read at start-up.
+    #[serde(default)]
+    pub mapping_file: Option<std::path::PathBuf>,
 }
 
 fn default_path() -> String {

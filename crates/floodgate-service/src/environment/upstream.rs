@@ -172,6 +172,8 @@ pub struct Stats {
     pub extra_tags: Vec<(String, String)>,
     /// `USE_PROMETHEUS`: serve Prometheus at `PROMETHEUS_ADDR` + `PROMETHEUS_PATH`.
     pub prometheus: Option<(String, String)>,
+    /// `PROMETHEUS_MAPPER_YAML`: the statsd_exporter mapping file that names upstream's series.
+    pub mapping_file: Option<PathBuf>,
 }
 
 /// TLS on the gRPC listener (`GRPC_SERVER_*`, `GRPC_CLIENT_*`).
@@ -526,6 +528,7 @@ impl Stats {
                     env.string_or("PROMETHEUS_PATH", "/metrics"),
                 )
             }),
+            mapping_file: path(env, "PROMETHEUS_MAPPER_YAML"),
         })
     }
 }

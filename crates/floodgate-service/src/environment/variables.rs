@@ -154,7 +154,7 @@ pub const VARIABLES: &[Variable] = &[
     differs("USE_PROMETHEUS", "PROMETHEUS_ADDR serves upstream's series as its default statsd_exporter mapping names them (the response-time histogram with Floodgate's bucket bounds) after Floodgate's own, which the HTTP port's /metrics always serves"),
     honoured("PROMETHEUS_ADDR"),
     honoured("PROMETHEUS_PATH"),
-    unsupported("PROMETHEUS_MAPPER_YAML", "Floodgate names its Prometheus series itself; there is no statsd_exporter mapping"),
+    differs("PROMETHEUS_MAPPER_YAML", "read at start-up; its globs, expressions, labels, drop actions and match_metric_type apply, while timer_type, buckets, quantiles and ttl are accepted and not used (the response time keeps Floodgate's bucket bounds)"),
     unsupported("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "Floodgate's latency histograms are in seconds"),
     unsupported("TRACING_*", "OpenTelemetry tracing is not built"),
     unsupported("OTEL_*", "OpenTelemetry tracing is not built"),

@@ -95,7 +95,12 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
 async fn prometheus(State(server): State<Arc<Server>>) -> Response {
     let mut body = server.render_metrics().await;
     let totals = crate::statsd::Source::totals(&*server);
-    crate::upstream_metrics::render(&totals, server.metrics(), &mut body);
+    crate::upstream_metrics::render(
+        &totals,
+        server.metrics(),
+        server.upstream_mapping(),
+        &mut body,
+    );
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
