@@ -6,9 +6,10 @@
 //! `floodgate-server`, thin over both.
 //!
 //! Modules import one way, bottom to top: the leaves (`environment`, `rls`, `prometheus`,
-//! `lease_token`), `cli`, `descriptors`, `config` (plain data and its validation), `store`,
-//! `metrics` and `connections`, then `snapshot` (what a configuration serves), `statsd`,
-//! `dashboard` and `upstream_metrics`, then `grpc`, `service`, `http`, and `runtime` on top
+//! `lease_token`, `proto`), `cli`, `descriptors`, `config` (plain data and its validation),
+//! `store`, `metrics` and `connections`, then `snapshot` (what a configuration serves),
+//! `statsd`, `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
+//! `runtime` on top
 //! (ARCHITECTURE.md draws the rows and says where each concern lives).
 #![warn(missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
