@@ -190,7 +190,8 @@ async fn stream<T: Target>(
     }
     let (requests, outgoing) = mpsc::channel::<DiscoveryRequest>(4);
     let node = node(settings);
-    let running = version().unwrap_or_default();
+    // The version running: sent when subscribing, and in a NACK.
+    let mut running = version().unwrap_or_default();
     let subscribe = DiscoveryRequest {
         version_info: running.clone(),
         node: Some(node.clone()),
@@ -221,7 +222,6 @@ async fn stream<T: Target>(
     status.connected.store(true, Ordering::Relaxed);
     status.streams.fetch_add(1, Ordering::Relaxed);
     tracing::info!(server = %settings.server_url, node = %settings.node_id, "xDS stream open");
-    let mut running = running;
     loop {
         let response = match responses.message().await {
             Ok(Some(response)) => response,
@@ -268,19 +268,11 @@ async fn stream<T: Target>(
 /// Decodes `response` and hands its resources to `target`: `Err` with what to tell the
 /// control plane when the set is refused.
 fn answer<T: Target>(target: &T, response: &DiscoveryResponse) -> Result<(), String> {
-    let decoded = decode(response);
-    let refused = match decoded {
-        Ok(pushed) => match target.run(pushed) {
-            Ok(()) => return Ok(()),
-            // The reload logged it already (one line per reload).
-            Err(error) => error.to_string(),
-        },
-        Err(why) => {
-            tracing::error!(version = %response.version_info, error = %why, "xDS response refused: cannot be decoded");
-            why
-        }
-    };
-    Err(refused)
+    let pushed = decode(response).inspect_err(|why| {
+        tracing::error!(version = %response.version_info, error = %why, "xDS response refused: cannot be decoded");
+    })?;
+    // A refused set was logged by its reload already (one line per reload).
+    target.run(pushed).map_err(|error| error.to_string())
 }
 
 /// The resources of `response`, decoded.
