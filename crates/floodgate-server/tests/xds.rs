@@ -361,3 +361,73 @@ async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() 
 fn tempfile_with(text: &str) -> (common::serve::TempDir, std::path::PathBuf) {
     common::serve::config_file(text)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floodgate_file_names_the_control_plane_and_serves_its_own_sections_beside() {
+    let plane = ControlPlane::start(None).await;
+    plane.push("v1", vec![per_user("limits", 2)]);
+    let file = |login: u32| {
+        format!(
+            "xds:\n  server: {}\n  node_id: file-node\n  node_metadata: {{zone: b}}\npipeline: []\nplans: {{}}\nlimits:\n  login: {{algorithm: fixed_window, limit: {login}, window: 1m}}\n",
+            plane.address
+        )
+    };
+    let (_dir, path) = common::serve::config_file(&file(2));
+    let config = path.clone();
+    let node = tokio::task::spawn_blocking(move || common::serve::serve(&config, "memory", &[]))
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let subscribe = &plane.requests()[0];
+    let sent = subscribe.node.as_ref().unwrap();
+    assert_eq!(sent.id, "file-node");
+    assert!(sent.metadata.as_ref().unwrap().fields.contains_key("zone"));
+    plane.wait_for_ack("v1").await;
+
+    // The pushed domain and the file's named limit, side by side.
+    assert_eq!(allowed(&client, &node, "alice", 3).await, 2);
+    let login = json!({"limiter": "login", "key": "carol"});
+    let checks = |n: usize| {
+        let (client, node, login) = (&client, &node, &login);
+        async move {
+            let mut allowed = 0;
+            for _ in 0..n {
+                let (status, answer) = node.post(client, "/v1/check", login).await;
+                assert_eq!(status, 200, "{answer}");
+                allowed += usize::from(answer["allowed"] == true);
+            }
+            allowed
+        }
+    };
+    assert_eq!(checks(3).await, 2);
+
+    // Editing the file and reloading: the file's sections change, the pushed domains stay.
+    std::fs::write(&path, file(4)).unwrap();
+    node.signal("HUP");
+    node.logged("configuration reloaded").await;
+    assert_eq!(
+        allowed(&client, &node, "alice", 1).await,
+        0,
+        "alice's count was kept"
+    );
+    assert_eq!(allowed(&client, &node, "bob", 3).await, 2);
+    assert_eq!(
+        checks(3).await,
+        2,
+        "carol's count was kept, under the new limit of 4"
+    );
+
+    // A file naming a control plane holds no domains of its own.
+    let (_dir, both) = common::serve::config_file(&format!(
+        "{}domains:\n  - domain: rl\n    descriptors: [{{key: user, rate_limit: {{unit: hour, requests_per_unit: 1}}}}]\n",
+        file(2)
+    ));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("check-config")
+        .arg(&both)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("domains") && said.contains("xDS"), "{said}");
+}

@@ -32,6 +32,7 @@
 //!     descriptors:
 //!       - key: remote_address
 //!         rate_limit: { unit: second, requests_per_unit: 10 }
+//! # xds: { server: "host:port" }  # instead of `domains`: pushed by a control plane (see [`xds`])
 //! ```
 //!
 //! Defaults: `mode: enforce`, `on_store_error: fail_open` (or `fail_closed`),
@@ -249,6 +250,10 @@ pub struct Config {
     /// The Envoy rate limit service's settings (see [`rls`]).
     #[serde(default)]
     pub rls: RlsConfig,
+    /// The control plane the Envoy domains come from, over xDS, instead of `domains`
+    /// ([`xds::XdsConfig`]; read at start-up).
+    #[serde(default)]
+    pub xds: Option<xds::XdsConfig>,
     /// The file it was read from, for placing errors found when it is built; not read from
     /// the file.
     #[serde(skip)]
@@ -313,6 +318,22 @@ impl Config {
             }
         } else {
             let mut config = Config::read_native(text, &source)?;
+            if let Some(xds) = &config.xds {
+                if !config.domains.is_empty() {
+                    return Err(source.place(ConfigFileError::invalid(
+                        "domains",
+                        "the domains come from the xDS server `xds` names: remove them here, or `xds`",
+                    )));
+                }
+                if let Some(tls) = &xds.tls {
+                    if tls.cert_file.is_some() != tls.key_file.is_some() {
+                        return Err(source.place(ConfigFileError::invalid(
+                            "xds.tls",
+                            "`cert_file` and `key_file` go together (mutual TLS)",
+                        )));
+                    }
+                }
+            }
             config.fill_absent(&value, true, base);
             config
         };
@@ -354,7 +375,8 @@ impl Config {
         if !has("limits") {
             self.limits = builtin.limits;
         }
-        if domains && !has("domains") {
+        // With `xds`, the domains are the control plane's: none of the example's.
+        if domains && !has("domains") && !has("xds") {
             self.domains = builtin.domains;
         }
     }
@@ -486,6 +508,7 @@ impl Config {
                 ],
             }],
             rls: RlsConfig::default(),
+            xds: None,
             origin: Origin::default(),
         }
     }

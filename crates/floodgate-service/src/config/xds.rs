@@ -29,15 +29,63 @@
 //! with [`XdsSource::candidate`], and keeps it with [`XdsSource::accept`] only once the service
 //! runs it; a refused set leaves the last good one in place.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::directory::{domains_only, Definition, Place};
+use super::directory::{domains_only, merge_domains, Definition, Place};
 use super::envoy::{self, DescriptorConfig, DomainConfig, RateLimitConfig};
 use super::{Config, ConfigFileError, Overrides};
 use crate::proto::ratelimit::config::ratelimit::v3 as pb;
+
+/// `xds:` in a Floodgate file: its Envoy domains come from this control plane, and the rest
+/// of the file (pipeline, plans, named limits, store, …) is served beside them. The file
+/// then holds no `domains`. Read at start-up; the client is the one envoyproxy/ratelimit's
+/// variables start (`crate::xds`), with upstream's backoff (10 s, at most 60 s).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdsConfig {
+    /// The control plane, `host:port`.
+    pub server: String,
+    /// The node id this service subscribes as (default `floodgate`).
+    #[serde(default = "default_node_id")]
+    pub node_id: String,
+    /// The node's metadata, string values.
+    #[serde(default)]
+    pub node_metadata: BTreeMap<String, String>,
+    /// TLS to the control plane: on when given.
+    #[serde(default)]
+    pub tls: Option<XdsTlsConfig>,
+    /// Serve before a first set of resources arrives (not ready until then), as upstream's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`; by default nothing is served before.
+    #[serde(default)]
+    pub start_without: bool,
+}
+
+/// TLS to the control plane (`xds.tls`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdsTlsConfig {
+    /// The CAs its certificate is checked against (PEM); without it, the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// This service's certificate chain, for mutual TLS (PEM); with `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The name its certificate must hold; without it, the host of `server`.
+    #[serde(default)]
+    pub server_name: Option<String>,
+}
+
+fn default_node_id() -> String {
+    "floodgate".to_string()
+}
 
 /// The type URL of the resources (`type.googleapis.com/` and the message's full name).
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
@@ -59,12 +107,17 @@ pub struct XdsSource {
     pub server_url: String,
     /// The node id this service asks for (`CONFIG_GRPC_XDS_NODE_ID`).
     pub node_id: String,
+    /// The Floodgate file that names the control plane (`xds:`), whose other sections are
+    /// served beside the pushed domains; `None` under upstream's variables.
+    pub file: Option<PathBuf>,
     accepted: Arc<Mutex<Option<Pushed>>>,
 }
 
 impl PartialEq for XdsSource {
     fn eq(&self, other: &XdsSource) -> bool {
-        self.server_url == other.server_url && self.node_id == other.node_id
+        self.server_url == other.server_url
+            && self.node_id == other.node_id
+            && self.file == other.file
     }
 }
 
@@ -77,7 +130,17 @@ impl XdsSource {
         XdsSource {
             server_url: server_url.into(),
             node_id: node_id.into(),
+            file: None,
             accepted: Arc::default(),
+        }
+    }
+
+    /// The source of a Floodgate `file` that names a control plane (`xds:`): the file's
+    /// sections with the domains pushed.
+    pub fn over_file(file: PathBuf, xds: &XdsConfig) -> XdsSource {
+        XdsSource {
+            file: Some(file),
+            ..XdsSource::new(&xds.server, &xds.node_id)
         }
     }
 
@@ -89,8 +152,9 @@ impl XdsSource {
     /// The configuration of the last set accepted, with `overrides` applied;
     /// [`ConfigFileError::NotReceived`] before the first.
     pub fn load(&self, overrides: &Overrides) -> Result<Config, ConfigFileError> {
-        match &*self.lock() {
-            Some(pushed) => config_of(&pushed.resources, overrides),
+        let accepted = self.lock().clone();
+        match accepted {
+            Some(pushed) => self.candidate(&pushed, overrides),
             None => Err(ConfigFileError::NotReceived {
                 server: self.server_url.clone(),
             }),
@@ -98,9 +162,21 @@ impl XdsSource {
     }
 
     /// The configuration `pushed` would give, checked, with `overrides` applied: what the
-    /// client tries before it accepts the set.
-    pub fn candidate(pushed: &Pushed, overrides: &Overrides) -> Result<Config, ConfigFileError> {
-        config_of(&pushed.resources, overrides)
+    /// client tries before it accepts the set. With a Floodgate file, the file is read again.
+    pub fn candidate(
+        &self,
+        pushed: &Pushed,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigFileError> {
+        match &self.file {
+            None => config_of(&pushed.resources, overrides),
+            Some(file) => {
+                let mut config = Config::load_with(file, overrides)?;
+                config.domains =
+                    merge_domains(definitions(&pushed.resources)?, config.rls.merge_domains)?;
+                Ok(config)
+            }
+        }
     }
 
     /// Keeps `pushed` as the set the service runs.
@@ -118,6 +194,11 @@ pub fn config_of(
     resources: &[pb::RateLimitConfig],
     overrides: &Overrides,
 ) -> Result<Config, ConfigFileError> {
+    domains_only(definitions(resources)?, overrides)
+}
+
+/// Each resource's domain, checked, and where it comes from.
+fn definitions(resources: &[pb::RateLimitConfig]) -> Result<Vec<Definition>, ConfigFileError> {
     let mut definitions = Vec::with_capacity(resources.len());
     for resource in resources {
         let domain = domain_of(resource).map_err(|error| ConfigFileError::InResource {
@@ -132,7 +213,7 @@ pub fn config_of(
             domain,
         });
     }
-    domains_only(definitions, overrides)
+    Ok(definitions)
 }
 
 /// One resource's domain, checked as a domain file is.
@@ -394,7 +475,7 @@ mod tests {
                 vec![limited("x", pb::RateLimitUnit::Second, 1)],
             )],
         };
-        XdsSource::candidate(&pushed, &overrides()).unwrap();
+        source.candidate(&pushed, &overrides()).unwrap();
         assert_eq!(source.version(), None);
         source.accept(pushed);
         assert_eq!(source.version().as_deref(), Some("v1"));

@@ -43,7 +43,9 @@ pub mod watch;
 
 pub use self::acceptor::{run, GrpcListener, Listeners};
 pub use self::settings::{Addresses, ConfigFlags, GrpcAddress, Logging, SettingsError, Startup};
-use self::start::{admin_token, build, follow_xds, load, log_startup, with_lease_secret};
+use self::start::{
+    admin_token, build, follow_xds, load, log_startup, with_lease_secret, xds_over_file,
+};
 
 use crate::config::{ConfigFileError, ConfigSource};
 use crate::environment::Environment;
@@ -318,11 +320,13 @@ impl ServeError {
 /// calling thread.
 pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<(), ServeError> {
     // Read: the settings, then the configuration with them applied.
-    let startup = Startup::read(&args, env, as_ratelimit)?;
+    let mut startup = Startup::read(&args, env, as_ratelimit)?;
     let json_log =
         Logging::read(startup.env(), startup.upstream.is_some()).is_ok_and(|logging| logging.json);
     log_startup(&startup);
-    let loaded = load(&startup, args.store.url.as_deref())?;
+    let mut loaded = load(&startup, args.store.url.as_deref())?;
+    xds_over_file(&mut startup, &mut loaded);
+    let file_xds = loaded.file_config.xds.clone();
     let addresses = startup.addresses(&args, &loaded.config)?;
     let admin_token = admin_token(&startup)?;
     // Build: the server over its store, inside the runtime the store's connection lives in
@@ -361,7 +365,13 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     if startup.watch {
         store_runtime.spawn(watch::follow(server.clone(), startup.source.clone()));
     }
-    follow_xds(&server, xds_status, &startup, &store_runtime);
+    follow_xds(
+        &server,
+        xds_status,
+        &startup,
+        file_xds.as_ref(),
+        &store_runtime,
+    );
     // Serve: bind the listeners and run the workers until a shutdown signal.
     let workers = args
         .threads

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::{settings, ServeArgs, ServeError, Startup, MIN_ADMIN_TOKEN_BYTES};
-use crate::config::{Config, ConfigSource};
+use crate::config::xds::XdsConfig;
+use crate::config::{Config, ConfigSource, XdsSource};
+use crate::environment::xds::{Backoff, Xds, XdsTls};
 use crate::service::Server;
 
 /// Says at start-up where the settings and the configuration come from.
@@ -70,20 +72,65 @@ pub(super) fn load(startup: &Startup, store_flag: Option<&str>) -> Result<Loaded
     })
 }
 
+/// When the Floodgate file names a control plane (`xds:`), the configuration's source becomes
+/// that control plane over the file: its domains are pushed, the rest is the file's. Until a
+/// first set runs there are no domains (not ready).
+pub(super) fn xds_over_file(startup: &mut Startup, loaded: &mut Loaded) {
+    if let (ConfigSource::Path(path), Some(xds)) = (&startup.source, &loaded.file_config.xds) {
+        startup.source = ConfigSource::Xds(XdsSource::over_file(path.clone(), xds));
+        loaded.missing = true;
+    }
+}
+
+/// The xDS client's settings, and whether to serve before a first set: upstream's variables
+/// (`CONFIG_GRPC_XDS_*`, `FORCE_START_WITHOUT_INITIAL_CONFIG`), or the Floodgate file's `xds:`
+/// with upstream's defaults for the rest.
+fn xds_settings(startup: &Startup, file: Option<&XdsConfig>) -> Option<(Xds, bool)> {
+    if let Some(xds) = file {
+        let settings = Xds {
+            server_url: xds.server.clone(),
+            node_id: xds.node_id.clone(),
+            node_metadata: xds.node_metadata.clone().into_iter().collect(),
+            headers: Vec::new(),
+            connect_timeout: std::time::Duration::from_secs(3),
+            tls: xds.tls.as_ref().map(|tls| XdsTls {
+                client_cert: tls.cert_file.clone(),
+                client_key: tls.key_file.clone(),
+                server_ca: tls.ca_file.clone(),
+                server_san: tls.server_name.clone(),
+            }),
+            backoff: Backoff {
+                initial: std::time::Duration::from_secs(10),
+                max: std::time::Duration::from_secs(60),
+                factor: 0.5,
+                jitter: true,
+            },
+            max_message_bytes: None,
+        };
+        return Some((settings, xds.start_without));
+    }
+    let upstream = startup.upstream.as_ref()?;
+    Some((
+        upstream.xds.clone()?,
+        upstream.behaviour.start_without_config,
+    ))
+}
+
 /// Follows the control plane when the configuration comes over xDS: the client runs on
-/// `store_runtime` and hands each set of resources to `server`. Unless upstream's
-/// `FORCE_START_WITHOUT_INITIAL_CONFIG` says otherwise, waits until a first set runs, as
-/// upstream does: nothing is served before.
+/// `store_runtime` and hands each set of resources to `server`. Unless told to start without
+/// one (`FORCE_START_WITHOUT_INITIAL_CONFIG`, `xds.start_without`), waits until a first set
+/// runs, as upstream does: nothing is served before.
 pub(super) fn follow_xds(
     server: &Arc<Server>,
     status: Arc<crate::xds::XdsStatus>,
     startup: &Startup,
+    file: Option<&XdsConfig>,
     store_runtime: &tokio::runtime::Runtime,
 ) {
-    let (ConfigSource::Xds(source), Some(upstream)) = (&startup.source, &startup.upstream) else {
+    let ConfigSource::Xds(source) = &startup.source else {
         return;
     };
-    let Some(settings) = upstream.xds.clone() else {
+    let Some((settings, start_without)) = xds_settings(startup, file) else {
         return;
     };
     let (first, mut running) = tokio::sync::watch::channel(false);
@@ -99,10 +146,10 @@ pub(super) fn follow_xds(
         version,
         first,
     ));
-    if upstream.behaviour.start_without_config {
+    if start_without {
         return;
     }
-    tracing::info!(server = %server_url, "waiting for a first configuration from the xDS server before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once, not ready until one runs)");
+    tracing::info!(server = %server_url, "waiting for a first configuration from the xDS server before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true, or xds.start_without, serves at once, not ready until one runs)");
     let _ = store_runtime.block_on(running.wait_for(|running| *running));
 }
 

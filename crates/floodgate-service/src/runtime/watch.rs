@@ -267,8 +267,9 @@ fn file_watches(path: &Path) -> Vec<Watch> {
 /// What to watch for `source`.
 fn watched(source: &ConfigSource) -> Vec<Watch> {
     match source {
-        // Pushed, not read: nothing on disk to follow.
-        ConfigSource::Builtin | ConfigSource::Xds(_) => Vec::new(),
+        // Pushed, not read: only a Floodgate file naming the control plane is on disk.
+        ConfigSource::Xds(xds) => xds.file.as_deref().map(file_watches).unwrap_or_default(),
+        ConfigSource::Builtin => Vec::new(),
         ConfigSource::Path(path) if path.is_dir() => vec![Watch::tree(path.clone())],
         ConfigSource::Path(path) => file_watches(path),
         ConfigSource::Runtime(dir) => runtime_watches(dir),
@@ -307,7 +308,8 @@ fn parent_of(path: &Path) -> PathBuf {
 /// be listed).
 fn fingerprint(source: &ConfigSource) -> Option<u64> {
     let files = match source {
-        ConfigSource::Builtin | ConfigSource::Xds(_) => return Some(0),
+        ConfigSource::Xds(xds) => xds.file.iter().cloned().collect(),
+        ConfigSource::Builtin => return Some(0),
         ConfigSource::Path(path) if path.is_dir() => directory::config_files(path).ok()?,
         ConfigSource::Path(path) => vec![path.clone()],
         ConfigSource::Runtime(dir) => dir.files().ok()?,

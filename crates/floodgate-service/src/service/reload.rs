@@ -28,7 +28,7 @@ use serde::Serialize;
 use super::switches::Configured;
 use super::{build_snapshot, has_plan, Server};
 use crate::config::xds::Pushed;
-use crate::config::{Config, ConfigFileError, ConfigSource, XdsSource};
+use crate::config::{Config, ConfigFileError, ConfigSource};
 
 /// What set a reload off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,7 +269,7 @@ impl Server {
 
     /// Runs the resources a control plane pushed (`pushed`) as a reload does
     /// ([`Server::reload`], trigger [`Trigger::Xds`]): checked and built as any configuration,
-    /// swapped in keeping counters and switches, and kept in the service's [`XdsSource`] as
+    /// swapped in keeping counters and switches, and kept in the service's [`crate::config::XdsSource`] as
     /// the set it runs (what a later `SIGHUP` or `/admin/reload` reloads). A set that is
     /// refused leaves the running configuration and the source as they were; so does a
     /// service whose configuration does not come over xDS.
@@ -285,7 +285,7 @@ impl Server {
         };
         self.reload_from(
             Trigger::Xds,
-            |overrides| XdsSource::candidate(&pushed, overrides),
+            |overrides| source.candidate(&pushed, overrides),
             || source.accept(pushed.clone()),
         )
     }
