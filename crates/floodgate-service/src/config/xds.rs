@@ -19,7 +19,8 @@
 //! Domains in several resources are refused, or merged with `rls.merge_domains`
 //! (`MERGE_DOMAIN_CONFIG`), as the files of a runtime directory are. The rest of the
 //! configuration (pipeline, plans, named limits) is the built-in one, as for a runtime
-//! directory.
+//! directory (none under upstream's variables), or, when a Floodgate file names the control
+//! plane ([`XdsConfig`], `xds:`), the file's own sections, read again at every reload.
 //!
 //! # The source
 //!
