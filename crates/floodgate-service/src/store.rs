@@ -31,7 +31,7 @@ pub mod health;
 pub mod url;
 
 pub use self::cached::CachedMetrics;
-pub use self::health::{ErrorKind, StoreHealth, StoreStatus};
+pub use self::health::{Call, ErrorKind, StoreHealth, StoreStatus};
 pub use self::url::StoreUrl;
 
 /// The embedded store.
@@ -173,6 +173,7 @@ impl ServiceStore {
     /// counts in the store's health like a decision's, so a probe that succeeds makes a
     /// failing store ready again.
     pub async fn probe(&self) -> Result<(), StoreError> {
+        let call = self.health.begin();
         let result = match &self.backend {
             Backend::Memory(_) => Ok(()),
             Backend::Redis(r) => r.probe().await,
@@ -185,7 +186,7 @@ impl ServiceStore {
             (Ok(()), Some(per_second)) => per_second.probe().await,
             (result, _) => result,
         };
-        self.health.record(&result);
+        self.health.record(call, &result);
         result
     }
 
@@ -204,8 +205,9 @@ impl ServiceStore {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
+        let call = self.health.begin();
         let stored = redis.get_or_set(LEASE_SECRET_KEY, &candidate).await;
-        self.health.record(&stored);
+        self.health.record(call, &stored);
         let stored = stored?;
         let bytes: Option<Vec<u8>> = (stored.len() % 2 == 0)
             .then(|| {
@@ -364,13 +366,14 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         key: &str,
         op: Op,
     ) -> Result<Decision, StoreError> {
+        let call = self.health.begin();
         let result = match &self.backend {
             Backend::Memory(m) => m.apply(algorithm, key, op).await,
             Backend::Redis(r) => Box::pin(r.apply(algorithm, key, op)).await,
             Backend::Cached(c, _) => Box::pin(c.apply(algorithm, key, op)).await,
         };
         let wrote = matches!(&result, Ok(d) if wrote(op, d));
-        self.health.record_call(&result, wrote);
+        self.health.record_call(call, &result, wrote);
         result
     }
 
@@ -378,6 +381,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         &self,
         requests: &[Request<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
+        let call = self.health.begin();
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_many(requests).await,
             Backend::Redis(r) => Box::pin(r.apply_many(requests)).await,
@@ -385,7 +389,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         };
         let wrote = matches!(&result, Ok(decisions)
             if requests.iter().zip(decisions).any(|(r, d)| wrote(r.op, d)));
-        self.health.record_call(&result, wrote);
+        self.health.record_call(call, &result, wrote);
         result
     }
 
@@ -393,24 +397,26 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
+        let call = self.health.begin();
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_chain(links).await,
             Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
         };
-        self.record_chain(links, result)
+        self.record_chain(call, links, result)
     }
 
     async fn apply_chain_refused(
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
+        let call = self.health.begin();
         let result = match &self.backend {
             Backend::Memory(m) => m.apply_chain_refused(links).await,
             Backend::Redis(r) => Box::pin(r.apply_chain_refused(links)).await,
             Backend::Cached(c, _) => Box::pin(c.apply_chain_refused(links)).await,
         };
-        self.record_chain(links, result)
+        self.record_chain(call, links, result)
     }
 
     fn same_store(&self, other: &Self) -> bool {
@@ -444,13 +450,14 @@ impl ServiceStore {
     /// links did.
     fn record_chain(
         &self,
+        call: Call,
         links: &[Link<'_, str, AnyAlgorithm>],
         result: Result<Vec<Linked>, StoreError>,
     ) -> Result<Vec<Linked>, StoreError> {
         let wrote = matches!(&result, Ok(outcomes) if links.iter().zip(outcomes).any(
             |(l, o)| o.decision().is_some_and(|d| wrote(l.request.op, d))
         ));
-        self.health.record_call(&result, wrote);
+        self.health.record_call(call, &result, wrote);
         result
     }
 }
@@ -587,8 +594,9 @@ impl crate::descriptors::layout::Counters for ServiceStore {
                 "the store does not keep upstream's layout".into(),
             ));
         };
+        let call = self.health.begin();
         let counted = envoy.count_all(counting).await;
-        self.health.record(&counted);
+        self.health.record(call, &counted);
         counted
     }
 }

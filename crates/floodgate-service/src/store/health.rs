@@ -19,7 +19,7 @@
 //! counted, and the next line says how many were suppressed. The first success after a failure
 //! is logged once ("store recovered"). Every line shows the URL with its password redacted.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,7 +195,11 @@ pub struct StoreHealth {
     /// Calls that failed or wrote: those whose outcome says whether the store works.
     telling: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
-    last: AtomicU8,
+    /// The last telling outcome (low 8 bits: `UNKNOWN`, `OK`, `FAILED` + kind) and the number
+    /// of the call it came from (the bits above), in one word so that both change together:
+    /// calls run concurrently and can end out of order, and a success from a call that began
+    /// before the last recorded failure must not call the store recovered.
+    last: AtomicU64,
     log: ErrorLog,
 }
 
@@ -219,7 +223,7 @@ impl StoreHealth {
             calls: AtomicU64::new(0),
             telling: AtomicU64::new(0),
             errors: Default::default(),
-            last: AtomicU8::new(UNKNOWN),
+            last: AtomicU64::new(UNKNOWN as u64),
             log: ErrorLog::new(clock, every),
         }
     }
@@ -239,6 +243,12 @@ impl StoreHealth {
         self.calls.load(Ordering::Relaxed)
     }
 
+    /// Counts a call as it begins; its number, for [`StoreHealth::record_call`] to order its
+    /// outcome among concurrent calls'.
+    pub fn begin(&self) -> Call {
+        Call(self.calls.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Calls whose outcome says whether the store works: those that failed, and those that
     /// wrote. Reads and refusals that changed nothing are not counted (they succeed on a
     /// store that takes no writes).
@@ -255,7 +265,7 @@ impl StoreHealth {
     /// one key or limit ([`ErrorKind::Other`]), and successes that wrote nothing, leave it as
     /// it was.
     pub fn last_call_ok(&self) -> Option<bool> {
-        match self.last.load(Ordering::Relaxed) {
+        match outcome(self.last.load(Ordering::Relaxed)) {
             UNKNOWN => None,
             OK => Some(true),
             _ => Some(false),
@@ -264,8 +274,7 @@ impl StoreHealth {
 
     /// The kind of the last call's failure; `None` unless it failed.
     pub fn last_error(&self) -> Option<ErrorKind> {
-        self.last
-            .load(Ordering::Relaxed)
+        outcome(self.last.load(Ordering::Relaxed))
             .checked_sub(FAILED)
             .and_then(ErrorKind::from_index)
     }
@@ -283,19 +292,20 @@ impl StoreHealth {
         }
     }
 
-    /// Counts one call that writes (a decision that admitted, a probe, a counter), and logs a
-    /// failure (or the recovery) if the bound allows: [`StoreHealth::record_call`] with
-    /// `wrote` true.
-    pub fn record<T>(&self, result: &Result<T, StoreError>) {
-        self.record_call(result, true);
+    /// Counts one call that writes (a decision that admitted, a probe, a counter), begun as
+    /// `call`, and logs a failure (or the recovery) if the bound allows:
+    /// [`StoreHealth::record_call`] with `wrote` true.
+    pub fn record<T>(&self, call: Call, result: &Result<T, StoreError>) {
+        self.record_call(call, result, true);
     }
 
-    /// Counts one call's outcome, and logs a failure (or the recovery) if the bound allows.
-    /// Only a success that `wrote` to the store makes a failing store recovered: a read, or a
-    /// refusal that changed nothing, succeeds on a store that refuses every write (a replica,
-    /// one out of memory), so it leaves the last outcome as it was.
-    pub fn record_call<T>(&self, result: &Result<T, StoreError>, wrote: bool) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+    /// Counts the outcome of `call` ([`StoreHealth::begin`]), and logs a failure (or the
+    /// recovery) if the bound allows. Only a success that `wrote` to the store makes a failing
+    /// store recovered: a read, or a refusal that changed nothing, succeeds on a store that
+    /// refuses every write (a replica, one out of memory), so it leaves the last outcome as it
+    /// was; so does a success of a call that began before the last recorded failure (it may
+    /// have run before the store began to fail).
+    pub fn record_call<T>(&self, call: Call, result: &Result<T, StoreError>, wrote: bool) {
         if wrote || result.is_err() {
             self.telling.fetch_add(1, Ordering::Relaxed);
         }
@@ -303,9 +313,8 @@ impl StoreHealth {
             Ok(_) if !wrote => {}
             Ok(_) => {
                 // A load first: the common path (already OK) writes nothing shared.
-                if self.last.load(Ordering::Relaxed) != OK
-                    && self.last.swap(OK, Ordering::Relaxed) >= FAILED
-                {
+                let last = self.last.load(Ordering::Relaxed);
+                if outcome(last) != OK && self.settle(call, OK) >= FAILED {
                     tracing::info!(store = self.kind, url = %self.url, "store recovered");
                 }
             }
@@ -315,11 +324,10 @@ impl StoreHealth {
                 // A breaker refusing calls says nothing new: the failure that opened it stays
                 // the last one named.
                 let refused_by_breaker = matches!(e, StoreError::BreakerOpen { .. })
-                    && self.last.load(Ordering::Relaxed) >= FAILED;
+                    && outcome(self.last.load(Ordering::Relaxed)) >= FAILED;
                 if kind != ErrorKind::Other && !refused_by_breaker {
                     // Index < 18: fits.
-                    self.last
-                        .store(FAILED + kind.index() as u8, Ordering::Relaxed);
+                    self.settle(call, FAILED + kind.index() as u8);
                 }
                 if let Some(suppressed) = self.log.admit(kind) {
                     tracing::warn!(
@@ -334,6 +342,44 @@ impl StoreHealth {
             }
         }
     }
+}
+
+impl StoreHealth {
+    /// Makes `new` the last outcome, from `call`, unless a call that began later has already
+    /// settled one (a failure) or `new` is a success from a call that began before the last
+    /// failure; the outcome that was there before.
+    fn settle(&self, call: Call, new: u8) -> u8 {
+        let mut current = self.last.load(Ordering::Relaxed);
+        loop {
+            let (from, was) = (current >> 8, outcome(current));
+            let stale = if new == OK {
+                call.0 <= from
+            } else {
+                call.0 < from
+            };
+            if stale {
+                return new;
+            }
+            match self.last.compare_exchange_weak(
+                current,
+                (call.0 << 8) | u64::from(new),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return was,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+}
+
+/// A call's number, from [`StoreHealth::begin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Call(u64);
+
+/// The outcome part of the `last` word.
+fn outcome(last: u64) -> u8 {
+    (last & 0xff) as u8
 }
 
 /// At most one line per interval per kind of error, and a count of those not logged.
@@ -409,10 +455,13 @@ mod tests {
             Duration::from_secs(10),
         );
         assert_eq!(health.last_call_ok(), None);
-        health.record::<()>(&Err(StoreError::Timeout(Duration::from_millis(50))));
-        health.record::<()>(&Err(StoreError::Unavailable("down".into())));
+        health.record::<()>(
+            health.begin(),
+            &Err(StoreError::Timeout(Duration::from_millis(50))),
+        );
+        health.record::<()>(health.begin(), &Err(StoreError::Unavailable("down".into())));
         assert_eq!(health.last_call_ok(), Some(false));
-        health.record::<()>(&Err(StoreError::Refused("refused".into())));
+        health.record::<()>(health.begin(), &Err(StoreError::Refused("refused".into())));
         assert_eq!(health.last_error(), Some(ErrorKind::Refused));
         // A failed call makes the store not ready, whatever its breaker says.
         let status = health.status(Some(BreakerState::Closed));
@@ -423,15 +472,19 @@ mod tests {
             Some("the store failed: its last call failed (refused)")
         );
         // The breaker refusing calls keeps the failure that opened it.
-        health.record::<()>(&Err(StoreError::BreakerOpen { failures: 3 }));
+        health.record::<()>(
+            health.begin(),
+            &Err(StoreError::BreakerOpen { failures: 3 }),
+        );
         assert_eq!(health.last_error(), Some(ErrorKind::Refused));
         assert_eq!(health.errors(ErrorKind::Unavailable), 2);
         // A read that succeeds (as a replica answers it) says nothing: still failed.
         let told = health.telling_calls();
-        health.record_call(&Ok(()), false);
+        health.record_call(health.begin(), &Ok(()), false);
         assert_eq!(health.last_error(), Some(ErrorKind::Refused));
         assert_eq!(health.telling_calls(), told);
         health.record_call::<()>(
+            health.begin(),
             &Err(StoreError::Rejected {
                 refusal: Refusal::ReadOnly,
                 message: "You can't write against a read only replica.".into(),
@@ -444,14 +497,17 @@ mod tests {
         );
         assert_eq!(health.errors(ErrorKind::Rejected(Refusal::ReadOnly)), 1);
         assert_eq!(ErrorKind::Rejected(Refusal::ReadOnly).name(), "readonly");
-        health.record(&Ok(()));
+        health.record(health.begin(), &Ok(()));
         assert_eq!(health.last_error(), None);
         // A refusal for one key says nothing of the store: the last outcome stays.
-        health.record::<()>(&Err(StoreError::NotOnStore {
-            store: "redis",
-            algorithm: "gcra",
-            reason: "test",
-        }));
+        health.record::<()>(
+            health.begin(),
+            &Err(StoreError::NotOnStore {
+                store: "redis",
+                algorithm: "gcra",
+                reason: "test",
+            }),
+        );
         assert_eq!(health.last_call_ok(), Some(true));
         assert_eq!(health.calls(), 8);
         assert_eq!(health.errors(ErrorKind::Timeout), 1);
@@ -463,5 +519,25 @@ mod tests {
         assert!(!status.ready());
         assert_eq!(status.last_call_ok, Some(true));
         assert_eq!(status.breaker, Some("open"));
+    }
+
+    #[test]
+    fn a_success_from_a_call_begun_before_a_failure_does_not_recover_the_store() {
+        let clock = Arc::new(floodgate::ManualClock::new(floodgate::Nanos(0)));
+        let health = StoreHealth::new("redis", "redis://h".into(), clock, Duration::from_secs(10));
+        // Two calls in flight; the later one fails first, the earlier one ends after it.
+        let earlier = health.begin();
+        let later = health.begin();
+        health.record::<()>(later, &Err(StoreError::Unavailable("readonly".into())));
+        health.record(earlier, &Ok(()));
+        assert_eq!(health.last_call_ok(), Some(false));
+        // A failure of a call begun before a success that wrote says nothing newer.
+        let before = health.begin();
+        let after = health.begin();
+        health.record(after, &Ok(()));
+        assert_eq!(health.last_call_ok(), Some(true));
+        health.record::<()>(before, &Err(StoreError::Timeout(Duration::from_millis(50))));
+        assert_eq!(health.last_call_ok(), Some(true));
+        assert_eq!(health.calls(), 4);
     }
 }
