@@ -32,6 +32,10 @@ fn xds_env(plane: &ControlPlane, redis: &RedisServer) -> Vec<(&'static str, Stri
         ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a".into()),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".into()),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "x-team:edge,Authorization:Bearer-t0ken".into(),
+        ),
     ]);
     env
 }
@@ -93,6 +97,16 @@ async fn decisions_follow_the_pushed_configuration_and_a_bad_version_is_nacked()
     assert_eq!(subscribe.type_url, control_plane::TYPE_URL);
     assert_eq!(subscribe.version_info, "");
     assert!(subscribe.resource_names.is_empty());
+    // CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS ride on the stream as gRPC metadata.
+    let metadata = &plane.metadata()[0];
+    assert!(
+        metadata.contains(&("x-team".into(), "edge".into())),
+        "{metadata:?}"
+    );
+    assert!(
+        metadata.contains(&("authorization".into(), "Bearer-t0ken".into())),
+        "{metadata:?}"
+    );
     plane.wait_for_ack("v1").await;
 
     assert_eq!(allowed(&client, &node, "alice", 2).await, 2);

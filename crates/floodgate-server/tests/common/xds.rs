@@ -159,6 +159,8 @@ struct State {
     drops: watch::Sender<u64>,
     requests: Mutex<Vec<DiscoveryRequest>>,
     streams: Mutex<u64>,
+    /// The gRPC metadata each stream opened with, as `(name, value)` pairs.
+    metadata: Mutex<Vec<Vec<(String, String)>>>,
 }
 
 /// The running control plane, stopped when dropped.
@@ -185,6 +187,7 @@ impl ControlPlane {
             drops: watch::channel(0).0,
             requests: Mutex::new(Vec::new()),
             streams: Mutex::new(0),
+            metadata: Mutex::new(Vec::new()),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -234,6 +237,11 @@ impl ControlPlane {
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<DiscoveryRequest> {
         self.state.requests.lock().unwrap().clone()
+    }
+
+    /// The gRPC metadata of each stream opened so far.
+    pub fn metadata(&self) -> Vec<Vec<(String, String)>> {
+        self.state.metadata.lock().unwrap().clone()
     }
 
     /// Streams opened so far.
@@ -290,9 +298,20 @@ impl AggregatedDiscoveryService for Plane {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Responses>, Status> {
+        let metadata = request
+            .metadata()
+            .iter()
+            .filter_map(|entry| match entry {
+                tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                    Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))
+                }
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            })
+            .collect();
         let mut incoming = request.into_inner();
         let state = self.0.clone();
         *state.streams.lock().unwrap() += 1;
+        state.metadata.lock().unwrap().push(metadata);
         let (out, responses) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut snapshots = state.snapshot.subscribe();
