@@ -424,22 +424,10 @@ impl RedisTls {
             skip_hostname_verification: env
                 .bool_or("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
         };
-        // Upstream uses the pair only when both are set; one alone would be dropped silently.
-        match (&redis_tls.client_cert, &redis_tls.client_key) {
-            (Some(_), None) => {
-                return Err(refused(
-                    "REDIS_TLS_CLIENT_CERT",
-                    "needs REDIS_TLS_CLIENT_KEY, its key",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(refused(
-                    "REDIS_TLS_CLIENT_KEY",
-                    "needs REDIS_TLS_CLIENT_CERT, its certificate",
-                ))
-            }
-            _ => {}
-        }
+        key_pair(
+            ("REDIS_TLS_CLIENT_CERT", &redis_tls.client_cert),
+            ("REDIS_TLS_CLIENT_KEY", &redis_tls.client_key),
+        )?;
         Ok(redis_tls)
     }
 }
@@ -562,10 +550,30 @@ impl GrpcTls {
 }
 
 /// The path variable `name` holds, when set and not empty.
-fn path(env: &Environment, name: &str) -> Option<PathBuf> {
+pub(super) fn path(env: &Environment, name: &str) -> Option<PathBuf> {
     env.string(name)
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
+}
+
+/// Refuses a client certificate without its key, or a key without its certificate, naming
+/// the variable set (upstream uses the pair only when both are set; one alone would be
+/// dropped silently).
+pub(super) fn key_pair(
+    (cert_variable, cert): (&'static str, &Option<PathBuf>),
+    (key_variable, key): (&'static str, &Option<PathBuf>),
+) -> Result<(), UpstreamError> {
+    match (cert, key) {
+        (Some(_), None) => Err(refused(
+            cert_variable,
+            format!("needs {key_variable}, its key"),
+        )),
+        (None, Some(_)) => Err(refused(
+            key_variable,
+            format!("needs {cert_variable}, its certificate"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// One Redis's variables, all named `prefix` + the setting (`REDIS_` or `REDIS_PERSECOND_`).

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::upstream::UpstreamError;
+use super::upstream::{key_pair, path, UpstreamError};
 use super::Environment;
 
 /// Configuration over xDS.
@@ -69,7 +69,19 @@ pub struct Backoff {
     pub jitter: bool,
 }
 
+/// Upstream's default bound on one attempt to connect
+/// (`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 impl Backoff {
+    /// Upstream's defaults: 10 s, at most 60 s, factor 0.5, with jitter.
+    pub const UPSTREAM: Backoff = Backoff {
+        initial: Duration::from_secs(10),
+        max: Duration::from_secs(60),
+        factor: 0.5,
+        jitter: true,
+    };
+
     /// The wait before attempt `attempt` (0 for the first retry), with `draw` a uniform
     /// number in `[0, 1)` for the jitter.
     pub fn wait(&self, attempt: u32, draw: f64) -> Duration {
@@ -92,11 +104,7 @@ impl Xds {
         if env.string("CONFIG_TYPE") != Some("GRPC_XDS_SOTW") {
             return Ok(None);
         }
-        let path = |name: &str| {
-            env.string(name)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        };
+        let path = |name: &str| path(env, name);
         let tls = if env.bool_or("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
             let tls = XdsTls {
                 client_cert: path("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
@@ -107,26 +115,16 @@ impl Xds {
                     .filter(|s| !s.is_empty())
                     .map(str::to_string),
             };
-            match (&tls.client_cert, &tls.client_key) {
-                (Some(_), None) => {
-                    return Err(UpstreamError::refused(
-                        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-                        "needs CONFIG_GRPC_XDS_CLIENT_TLS_KEY, its key",
-                    ))
-                }
-                (None, Some(_)) => {
-                    return Err(UpstreamError::refused(
-                        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-                        "needs CONFIG_GRPC_XDS_CLIENT_TLS_CERT, its certificate",
-                    ))
-                }
-                _ => {}
-            }
+            key_pair(
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &tls.client_cert),
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &tls.client_key),
+            )?;
             Some(tls)
         } else {
             None
         };
         let max_message_bytes: Option<usize> = env.int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")?;
+        let default = Backoff::UPSTREAM;
         Ok(Some(Xds {
             server_url: env.string_or("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
             node_id: env.string_or("CONFIG_GRPC_XDS_NODE_ID", "default"),
@@ -134,19 +132,16 @@ impl Xds {
             headers: env.map("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")?,
             connect_timeout: env.duration_or(
                 "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-                Duration::from_secs(3),
+                CONNECT_TIMEOUT,
             )?,
             tls,
             backoff: Backoff {
-                initial: env.duration_or(
-                    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-                    Duration::from_secs(10),
-                )?,
-                max: env.duration_or("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?,
+                initial: env.duration_or("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", default.initial)?,
+                max: env.duration_or("XDS_CLIENT_BACKOFF_MAX_INTERVAL", default.max)?,
                 factor: env
                     .float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")?
-                    .unwrap_or(0.5),
-                jitter: env.bool_or("XDS_CLIENT_BACKOFF_JITTER", true)?,
+                    .unwrap_or(default.factor),
+                jitter: env.bool_or("XDS_CLIENT_BACKOFF_JITTER", default.jitter)?,
             },
             max_message_bytes: max_message_bytes.filter(|n| *n > 0),
         }))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{settings, ServeArgs, ServeError, Startup, MIN_ADMIN_TOKEN_BYTES};
 use crate::config::xds::XdsConfig;
 use crate::config::{Config, ConfigSource, XdsSource};
-use crate::environment::xds::{Backoff, Xds, XdsTls};
+use crate::environment::xds::{Backoff, Xds, XdsTls, CONNECT_TIMEOUT};
 use crate::service::Server;
 
 /// Says at start-up where the settings and the configuration come from.
@@ -92,19 +92,14 @@ fn xds_settings(startup: &Startup, file: Option<&XdsConfig>) -> Option<(Xds, boo
             node_id: xds.node_id.clone(),
             node_metadata: xds.node_metadata.clone().into_iter().collect(),
             headers: Vec::new(),
-            connect_timeout: std::time::Duration::from_secs(3),
+            connect_timeout: CONNECT_TIMEOUT,
             tls: xds.tls.as_ref().map(|tls| XdsTls {
                 client_cert: tls.cert_file.clone(),
                 client_key: tls.key_file.clone(),
                 server_ca: tls.ca_file.clone(),
                 server_san: tls.server_name.clone(),
             }),
-            backoff: Backoff {
-                initial: std::time::Duration::from_secs(10),
-                max: std::time::Duration::from_secs(60),
-                factor: 0.5,
-                jitter: true,
-            },
+            backoff: Backoff::UPSTREAM,
             max_message_bytes: None,
         };
         return Some((settings, xds.start_without));
