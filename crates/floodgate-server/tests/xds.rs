@@ -261,15 +261,7 @@ async fn the_control_plane_is_reached_over_mutual_tls() {
     let streams = plane.streams();
     let node = start(anonymous).await;
     assert_eq!(node.get(&client, "/readyz").await.0, 503);
-    let mut log = String::new();
-    for _ in 0..1500 {
-        log = node.log().join("\n");
-        if log.contains("no xDS stream") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(log.contains("no xDS stream"), "{log}");
+    node.logged("no xDS stream").await;
     assert_eq!(
         plane.streams(),
         streams,

@@ -192,12 +192,16 @@ async fn stream<T: Target>(
     let node = node(settings);
     // The version running: sent when subscribing, and in a NACK.
     let mut running = version().unwrap_or_default();
-    let subscribe = DiscoveryRequest {
-        version_info: running.clone(),
+    // Every request names the node, the type, and the version running; an answer adds the
+    // nonce of the response it answers.
+    let request_for = |version: &str, nonce: &str| DiscoveryRequest {
+        version_info: version.to_string(),
         node: Some(node.clone()),
         type_url: TYPE_URL.to_string(),
+        response_nonce: nonce.to_string(),
         ..DiscoveryRequest::default()
     };
+    let subscribe = request_for(&running, "");
     // Cannot fail: the channel has room and its receiver is below.
     let _ = requests.try_send(subscribe);
     let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
@@ -234,28 +238,18 @@ async fn stream<T: Target>(
                 status.acks.fetch_add(1, Ordering::Relaxed);
                 running = response.version_info.clone();
                 first.send_replace(true);
-                DiscoveryRequest {
-                    version_info: running.clone(),
-                    node: Some(node.clone()),
-                    type_url: TYPE_URL.to_string(),
-                    response_nonce: response.nonce.clone(),
-                    ..DiscoveryRequest::default()
-                }
+                request_for(&running, &response.nonce)
             }
             Err(why) => {
                 status.nacks.fetch_add(1, Ordering::Relaxed);
                 DiscoveryRequest {
-                    version_info: running.clone(),
-                    node: Some(node.clone()),
-                    type_url: TYPE_URL.to_string(),
-                    response_nonce: response.nonce.clone(),
                     error_detail: Some(Status {
                         // INVALID_ARGUMENT.
                         code: 3,
                         message: why,
                         details: Vec::new(),
                     }),
-                    ..DiscoveryRequest::default()
+                    ..request_for(&running, &response.nonce)
                 }
             }
         };
