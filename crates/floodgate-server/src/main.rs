@@ -1,6 +1,6 @@
-//! The `floodgate` command. `main` does five things: parse the command line, start logging,
-//! load the config, run the subcommand, map its error to an exit status. Everything else lives
-//! in the library.
+//! The `floodgate` command. `main` does five things: parse the command line, start logging
+//! (and, for `serve`, traces), run the subcommand, map its error to an exit status. Everything
+//! else lives in the library.
 
 #![forbid(unsafe_code)]
 
@@ -85,24 +85,29 @@ fn main() -> ExitCode {
     if let Err(e) = runtime::settings::store_from_env(&env) {
         return fail(&e, 2);
     }
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&logging.filter)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr);
-    if logging.json {
-        subscriber.json().init();
-    } else {
-        subscriber
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+    // Traces are for `serve` only; their exporter's layer goes into the one subscriber.
+    let traces = match &command {
+        Command::Serve(_) => match runtime::start_traces(&env) {
+            Ok(traces) => traces,
+            Err(e) => return fail(&e.to_string(), e.exit_code()),
+        },
+        _ => None,
+    };
+    logging.install(traces.as_ref());
+    if let Some(traces) = &traces {
+        traces.announce();
     }
     match command {
-        Command::Serve(args) => match runtime::serve(args, env, as_ratelimit) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e.to_string(), e.exit_code()),
-        },
+        Command::Serve(args) => {
+            let served = runtime::serve(args, env, as_ratelimit);
+            if let Some(traces) = traces {
+                traces.shutdown();
+            }
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e.to_string(), e.exit_code()),
+            }
+        }
         Command::Replay(args) => match replay::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), e.exit_code()),

@@ -6,13 +6,17 @@
 //! `FORCE_START_WITHOUT_INITIAL_CONFIG`; mutual TLS to the control plane. Real processes and a
 //! `redis-server` of the test's own.
 
+#[path = "common/otlp.rs"]
+mod collector;
 mod common;
 #[path = "common/xds.rs"]
 mod control_plane;
 
 use common::serve::Service;
 use common::upstream::{loopback_env, serve_with, set};
-use control_plane::{envoy_gateway_env, per_user, ControlPlane, GatewayFiles, PlaneTls};
+use control_plane::{
+    envoy_gateway_env, envoy_gateway_tracing, per_user, ControlPlane, GatewayFiles, PlaneTls,
+};
 use floodgate_redis_harness::{RedisServer, TestCa};
 use floodgate_server::proto::ratelimit::config::ratelimit::v3::RateLimitUnit;
 use serde_json::json;
@@ -303,6 +307,8 @@ async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() 
             mapping: path(&mapping.1),
         },
     );
+    let traces = collector::Collector::http().await;
+    env.extend(envoy_gateway_tracing(&traces.endpoint));
     env.push((
         "FLOODGATE_STORE_TIMEOUT",
         common::serve::GENEROUS_STORE_TIMEOUT.into(),
@@ -361,6 +367,22 @@ async fn envoy_gateways_environment_runs_and_follows_the_pushed_configuration() 
         text.contains("eg_within_limit{domain=\"rl\",key1=\"user\"}"),
         "{text}"
     );
+    // Traced as Envoy Gateway's tracing provider asks: each call and its Redis call.
+    let spans = traces
+        .until("the calls' spans", |spans| {
+            spans.iter().filter(|s| s.name == "ShouldRateLimit").count() == 8
+                && spans.iter().filter(|s| s.name == "store call").count() == 8
+        })
+        .await;
+    let call = spans.iter().find(|s| s.name == "ShouldRateLimit").unwrap();
+    assert_eq!(call.resource("service.name"), Some("envoy-ratelimit"));
+    assert_eq!(
+        call.resource("service.instance.id"),
+        Some("envoy-ratelimit-5d8f7c9b4-x2x7q")
+    );
+    assert_eq!(call.attribute("ratelimit.domain"), Some("rl"));
+    let store = spans.iter().find(|s| s.name == "store call").unwrap();
+    assert_eq!(store.attribute("floodgate.store"), Some("redis"));
 }
 
 /// A file holding `text`, removed with the directory when the first value is dropped.

@@ -35,5 +35,6 @@ pub mod service;
 pub mod snapshot;
 pub mod statsd;
 pub mod store;
+pub mod traces;
 pub mod upstream_metrics;
 pub mod xds;

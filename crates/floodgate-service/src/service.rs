@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::config::ConnectionLimits;
 use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
@@ -433,11 +434,42 @@ impl Server {
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
         let counters = self.store.envoy_counters().map(|_| &self.store);
+        let store_span = crate::traces::store_call(self.store.kind());
         let result = snapshot
             .rules
             .should_rate_limit_in(&self.store, counters, Some(&self.descriptor_stats), request)
+            .instrument(store_span.clone())
             .await;
+        if let Err(e) = &result {
+            crate::traces::store_failed(&store_span, e);
+        }
         let took = self.clock.now().saturating_since(started);
+        let answered = self.settle_rls(result, request, endpoint, &snapshot, took);
+        if crate::traces::on() {
+            crate::traces::record_rls(
+                &request.domain,
+                request.descriptors.len(),
+                match &answered {
+                    Ok(response) if response.overall_code == Code::OverLimit => "OVER_LIMIT",
+                    Ok(_) => "OK",
+                    Err(_) => "UNAVAILABLE",
+                },
+            );
+        }
+        answered
+    }
+
+    /// The answer to an Envoy call the store decided (headers, global shadow mode) or failed
+    /// (as `rls.on_store_error` says), with its times and outcome counted; `took`: the
+    /// store's part.
+    fn settle_rls(
+        &self,
+        result: Result<RlsResponse, StoreError>,
+        request: &RlsRequest,
+        endpoint: Endpoint,
+        snapshot: &Snapshot,
+        took: std::time::Duration,
+    ) -> Result<RlsResponse, Undecided> {
         self.metrics.store_latency(took);
         if let Some(times) = self
             .response_times

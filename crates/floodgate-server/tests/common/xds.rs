@@ -146,6 +146,25 @@ pub fn envoy_gateway_env(
     env
 }
 
+/// The variables Envoy Gateway adds when its rate limit has a tracing provider (same file),
+/// the provider at `endpoint` (`http://host:port`), every trace kept (its `samplingRate` of
+/// 100 is written `1.0`); and a batch sent every 100 ms, so that the test need not wait.
+pub fn envoy_gateway_tracing(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("TRACING_ENABLED", "true".into()),
+        ("TRACING_SERVICE_NAME", "envoy-ratelimit".into()),
+        ("TRACING_SERVICE_NAMESPACE", "envoy-gateway-system".into()),
+        // Envoy Gateway: the pod's name, from the downward API.
+        (
+            "TRACING_SERVICE_INSTANCE_ID",
+            "envoy-ratelimit-5d8f7c9b4-x2x7q".into(),
+        ),
+        ("TRACING_SAMPLING_RATE", "1.0".into()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.into()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+    ]
+}
+
 /// A set of resources and its version.
 #[derive(Clone, Debug, Default)]
 struct Snapshot {

@@ -19,6 +19,7 @@
 //! an error names the variable, its value (never for a secret) and what was expected
 //! ([`EnvError`]).
 
+pub mod traces;
 pub mod upstream;
 mod variables;
 pub mod xds;

@@ -4,7 +4,8 @@
 //! [`Upstream::read`] gives `None` unless upstream's settings are **present**: the binary runs
 //! under upstream's name (`ratelimit`), or one of upstream's variables is set other than the
 //! generic `HOST`, `PORT`, `LOG_LEVEL` and `LOG_FORMAT` (which many platforms set for their own
-//! reasons; they are still honoured when set, see [`Listeners`]). Present, every setting takes
+//! reasons; they are still honoured when set, see [`Listeners`]) and the trace settings
+//! `TRACING_*` and `OTEL_*` (read by any `floodgate serve`, see [`super::traces`]). Present, every setting takes
 //! upstream's default when its variable is unset: the listeners `0.0.0.0:8080` (HTTP),
 //! `0.0.0.0:8081` (gRPC) and `0.0.0.0:6070` (debug), the runtime directory
 //! `/srv/runtime_data/current`, a Redis at `/var/run/nutcracker/ratelimit.sock`, statsd on, and
@@ -14,7 +15,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::variables::GENERIC;
 pub use super::variables::{Support, Variable, VARIABLES};
 use super::xds::Xds;
 use super::{EnvError, Environment};
@@ -302,7 +302,7 @@ impl Upstream {
         as_ratelimit
             || env
                 .names()
-                .any(|name| !GENERIC.contains(&name) && is_upstream_variable(name))
+                .any(|name| !super::variables::is_generic(name) && is_upstream_variable(name))
     }
 
     /// Upstream's settings, if [present](Upstream::present).

@@ -48,7 +48,7 @@ const fn unsupported(name: &'static str, note: &'static str) -> Variable {
 }
 
 /// The variables that only count as upstream's settings being present along with another.
-pub(super) const GENERIC: [&str; 4] = ["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
+const GENERIC: [&str; 4] = ["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
 
 /// Every variable of upstream's `settings.go` (and the few read elsewhere, `STATSD_PROTOCOL`),
 /// with what Floodgate does with it.
@@ -156,6 +156,34 @@ pub const VARIABLES: &[Variable] = &[
     honoured("PROMETHEUS_PATH"),
     differs("PROMETHEUS_MAPPER_YAML", "read at start-up; its globs, expressions, labels, drop actions and match_metric_type apply, while timer_type, buckets, quantiles and ttl are accepted and not used (the response time keeps Floodgate's bucket bounds)"),
     unsupported("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "Floodgate's latency histograms are in seconds"),
-    unsupported("TRACING_*", "OpenTelemetry tracing is not built"),
-    unsupported("OTEL_*", "OpenTelemetry tracing is not built"),
+    differs("TRACING_ENABLED", "spans continue a caller's W3C `traceparent` and `baggage`; B3 headers, which upstream also reads, are not read"),
+    honoured("TRACING_SERVICE_NAME"),
+    honoured("TRACING_SERVICE_NAMESPACE"),
+    honoured("TRACING_SERVICE_INSTANCE_ID"),
+    honoured("TRACING_SAMPLING_RATE"),
+    honoured("TRACING_EXPORTER_PROTOCOL"),
+    differs("OTEL_EXPORTER_OTLP_ENDPOINT", "with TRACING_EXPORTER_PROTOCOL=http, an https:// URL is refused at start-up: this build sends OTLP over HTTP in the clear (grpc sends over TLS)"),
+    differs("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "as OTEL_EXPORTER_OTLP_ENDPOINT"),
+    honoured("OTEL_EXPORTER_OTLP_INSECURE"),
+    honoured("OTEL_EXPORTER_OTLP_TRACES_INSECURE"),
+    differs("OTEL_EXPORTER_OTLP_CERTIFICATE", "for TRACING_EXPORTER_PROTOCOL=grpc; with http it is refused at start-up"),
+    differs("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "as OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    differs("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "as OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    differs("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "as OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    differs("OTEL_EXPORTER_OTLP_CLIENT_KEY", "as OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    differs("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "as OTEL_EXPORTER_OTLP_CERTIFICATE"),
+    honoured("OTEL_EXPORTER_OTLP_HEADERS"),
+    honoured("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+    honoured("OTEL_EXPORTER_OTLP_TIMEOUT"),
+    honoured("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"),
+    honoured("OTEL_EXPORTER_OTLP_COMPRESSION"),
+    honoured("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"),
+    honoured("OTEL_BSP_*"),
+    unsupported("OTEL_*", "not read: the resource, the sampler, the propagators and the protocol come from TRACING_*"),
 ];
+
+/// Whether `name` only counts as upstream's settings being present along with another: the
+/// [`GENERIC`] ones, and the trace settings, which a `floodgate serve` of any kind reads.
+pub(super) fn is_generic(name: &str) -> bool {
+    GENERIC.contains(&name) || name.starts_with("TRACING_") || name.starts_with("OTEL_")
+}

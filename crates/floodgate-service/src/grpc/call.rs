@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio_stream::Stream;
+use tracing::Instrument;
 
 use super::{
     HealthCheckRequest, HealthCheckResponse, RateLimitRequest, RateLimitResponse, RlsBackend,
@@ -113,9 +114,16 @@ async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> R
         return http_refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
     let answered = match request.uri().path() {
-        PATH => call(&*backend, request.into_body())
-            .await
-            .map(|response| message_response(&response)),
+        PATH => {
+            let span = crate::traces::rls_call(true, request.headers());
+            let answered = call(&*backend, request.into_body())
+                .instrument(span.clone())
+                .await;
+            if let Err(refusal) = &answered {
+                crate::traces::refused(&span, refusal.code as i64);
+            }
+            answered.map(|response| message_response(&response))
+        }
         HEALTH_CHECK => check(&*backend, request.into_body()).await,
         HEALTH_WATCH => watch(backend, request.into_body()).await,
         other => Err(Refusal::new(

@@ -44,6 +44,7 @@ use hyper_util::service::TowerToHyperService;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_stream::Stream;
+use tracing::Instrument;
 
 use crate::config::ConfigFileError;
 use crate::connections::Admission;
@@ -526,8 +527,38 @@ fn status_mode(uri: &axum::http::Uri) -> Result<StatusMode, ApiError> {
     Ok(mode)
 }
 
+/// The span of a decision call (see [`crate::traces`]), made from the request's headers
+/// without copying them; a null span when traces are off.
+struct CallSpan<const EVALUATE: bool>(tracing::Span);
+
+impl<S: Send + Sync, const EVALUATE: bool> axum::extract::FromRequestParts<S>
+    for CallSpan<EVALUATE>
+{
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(CallSpan(if EVALUATE {
+            crate::traces::evaluate_call(&parts.headers)
+        } else {
+            crate::traces::rls_call(false, &parts.headers)
+        }))
+    }
+}
+
 async fn evaluate(
     State(server): State<Arc<Server>>,
+    CallSpan(span): CallSpan<true>,
+    uri: axum::http::Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    evaluate_in(server, uri, body).instrument(span).await
+}
+
+async fn evaluate_in(
+    server: Arc<Server>,
     uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -539,7 +570,11 @@ async fn evaluate(
         Ok(r) => r,
         Err(response) => return response,
     };
-    match server.evaluate(&request).await {
+    let answered = server.evaluate(&request).await;
+    if let Ok(answer) = &answered {
+        crate::traces::record_evaluate(answer.status, answer.allowed, answer.limiter.as_deref());
+    }
+    match answered {
         Ok(answer) if mode == StatusMode::Decision => {
             let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
             let mut response = (status, Json(&answer)).into_response();
@@ -604,8 +639,13 @@ async fn release(
 
 async fn envoy_json(
     State(server): State<Arc<Server>>,
+    CallSpan(span): CallSpan<false>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    envoy_json_in(server, body).instrument(span).await
+}
+
+async fn envoy_json_in(server: Arc<Server>, body: Result<Bytes, BytesRejection>) -> Response {
     let value: Value = match parse_counted(&server, Endpoint::Json, body) {
         Ok(r) => r,
         Err(response) => return response,

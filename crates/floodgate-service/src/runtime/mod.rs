@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 
 mod acceptor;
 pub mod check;
+mod logging;
 pub mod settings;
 mod start;
 pub mod watch;
@@ -244,6 +245,12 @@ pub enum ServeError {
     /// A setting in the environment cannot be read or honoured.
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// A `TRACING_*` or `OTEL_*` variable cannot be read or honoured.
+    #[error(transparent)]
+    TraceSettings(crate::environment::EnvError),
+    /// Traces are on and could not start.
+    #[error(transparent)]
+    Traces(#[from] crate::traces::TracesError),
     /// The gRPC unix socket could not be bound.
     #[error("cannot listen on the unix socket {}: {source}", path.display())]
     BindUnix {
@@ -307,10 +314,21 @@ impl ServeError {
     pub fn exit_code(&self) -> u8 {
         match self {
             ServeError::Settings(_)
+            | ServeError::TraceSettings(_)
             | ServeError::AdminToken { .. }
             | ServeError::LeaseSecret { .. } => 2,
             _ => 1,
         }
+    }
+}
+
+/// Starts exporting traces if `env` turns them on (`TRACING_ENABLED`; see
+/// [`crate::environment::traces`]): `None` when off. Called before logging is installed, whose
+/// subscriber takes the exporter's layer.
+pub fn start_traces(env: &Environment) -> Result<Option<crate::traces::Exporting>, ServeError> {
+    match crate::environment::traces::Traces::read(env).map_err(ServeError::TraceSettings)? {
+        Some(traces) => Ok(Some(crate::traces::Exporting::start(&traces)?)),
+        None => Ok(None),
     }
 }
 

@@ -10,6 +10,7 @@ use floodgate::store::Namespace;
 use floodgate::Clock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::{attributes, Server, Snapshot};
 use crate::lease_token::TokenError;
@@ -170,7 +171,16 @@ impl Server {
             k.push_str(&request.user);
         });
         let started = self.clock.now();
-        let verdict = snapshot.pipeline.evaluate(&descriptor).await;
+        let store_span = crate::traces::store_call(self.store.kind());
+        let verdict = snapshot
+            .pipeline
+            .evaluate(&descriptor)
+            .instrument(store_span.clone())
+            .await;
+        if crate::traces::on() && !verdict.fail_opens.is_empty() {
+            let failed = format!("{} stage(s) failed open", verdict.fail_opens.len());
+            crate::traces::store_failed(&store_span, &failed);
+        }
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         let outcome = match (&verdict.refusal, verdict.fail_opens.is_empty()) {
