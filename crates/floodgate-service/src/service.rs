@@ -434,15 +434,24 @@ impl Server {
         let snapshot = self.snapshot.load();
         let started = self.clock.now();
         let counters = self.store.envoy_counters().map(|_| &self.store);
-        let store_span = crate::traces::store_call(self.store.kind());
-        let result = snapshot
-            .rules
-            .should_rate_limit_in(&self.store, counters, Some(&self.descriptor_stats), request)
-            .instrument(store_span.clone())
-            .await;
-        if let Err(e) = &result {
-            crate::traces::store_failed(&store_span, e);
-        }
+        let stats = Some(&*self.descriptor_stats);
+        let rules = &snapshot.rules;
+        // Each branch builds its future where it is awaited: moving a built one costs a copy.
+        let result = if crate::traces::on() {
+            let span = crate::traces::store_call(self.store.kind());
+            let result = rules
+                .should_rate_limit_in(&self.store, counters, stats, request)
+                .instrument(span.clone())
+                .await;
+            if let Err(e) = &result {
+                crate::traces::store_failed(&span, e);
+            }
+            result
+        } else {
+            rules
+                .should_rate_limit_in(&self.store, counters, stats, request)
+                .await
+        };
         let took = self.clock.now().saturating_since(started);
         let answered = self.settle_rls(result, request, endpoint, &snapshot, took);
         if crate::traces::on() {

@@ -3,9 +3,10 @@
 //! `traceparent` (and `baggage`), exported over OTLP ([`Exporting`]). The settings come from
 //! the environment ([`crate::environment::traces`]).
 //!
-//! Off by default, and then free on the decision path: every span here is made only while
-//! [`on`] says so, so a call with traces off builds none (`Span::none()` is a null value), and
-//! no layer is installed to look at them.
+//! Off by default, and then free on the decision path: callers ask [`on`] (one relaxed load)
+//! before making a span or wrapping a future in one, so a call with traces off builds no span
+//! and runs its futures unwrapped (each function here also answers `Span::none()` when off),
+//! and no layer is installed.
 //!
 //! | span | when | attributes |
 //! |---|---|---|

@@ -528,8 +528,8 @@ fn status_mode(uri: &axum::http::Uri) -> Result<StatusMode, ApiError> {
 }
 
 /// The span of a decision call (see [`crate::traces`]), made from the request's headers
-/// without copying them; a null span when traces are off.
-struct CallSpan<const EVALUATE: bool>(tracing::Span);
+/// without copying them; none when traces are off.
+struct CallSpan<const EVALUATE: bool>(Option<tracing::Span>);
 
 impl<S: Send + Sync, const EVALUATE: bool> axum::extract::FromRequestParts<S>
     for CallSpan<EVALUATE>
@@ -540,11 +540,13 @@ impl<S: Send + Sync, const EVALUATE: bool> axum::extract::FromRequestParts<S>
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(CallSpan(if EVALUATE {
-            crate::traces::evaluate_call(&parts.headers)
-        } else {
-            crate::traces::rls_call(false, &parts.headers)
-        }))
+        Ok(CallSpan(crate::traces::on().then(|| {
+            if EVALUATE {
+                crate::traces::evaluate_call(&parts.headers)
+            } else {
+                crate::traces::rls_call(false, &parts.headers)
+            }
+        })))
     }
 }
 
@@ -554,7 +556,11 @@ async fn evaluate(
     uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    evaluate_in(server, uri, body).instrument(span).await
+    let evaluating = evaluate_in(server, uri, body);
+    match span {
+        Some(span) => evaluating.instrument(span).await,
+        None => evaluating.await,
+    }
 }
 
 async fn evaluate_in(
@@ -642,7 +648,11 @@ async fn envoy_json(
     CallSpan(span): CallSpan<false>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    envoy_json_in(server, body).instrument(span).await
+    let answering = envoy_json_in(server, body);
+    match span {
+        Some(span) => answering.instrument(span).await,
+        None => answering.await,
+    }
 }
 
 async fn envoy_json_in(server: Arc<Server>, body: Result<Bytes, BytesRejection>) -> Response {

@@ -171,16 +171,18 @@ impl Server {
             k.push_str(&request.user);
         });
         let started = self.clock.now();
-        let store_span = crate::traces::store_call(self.store.kind());
-        let verdict = snapshot
-            .pipeline
-            .evaluate(&descriptor)
-            .instrument(store_span.clone())
-            .await;
-        if crate::traces::on() && !verdict.fail_opens.is_empty() {
-            let failed = format!("{} stage(s) failed open", verdict.fail_opens.len());
-            crate::traces::store_failed(&store_span, &failed);
-        }
+        let evaluating = snapshot.pipeline.evaluate(&descriptor);
+        let verdict = if crate::traces::on() {
+            let span = crate::traces::store_call(self.store.kind());
+            let verdict = evaluating.instrument(span.clone()).await;
+            if !verdict.fail_opens.is_empty() {
+                let failed = format!("{} stage(s) failed open", verdict.fail_opens.len());
+                crate::traces::store_failed(&span, &failed);
+            }
+            verdict
+        } else {
+            evaluating.await
+        };
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
         let outcome = match (&verdict.refusal, verdict.fail_opens.is_empty()) {
