@@ -20,7 +20,6 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prost::Message;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use floodgate_redis_harness::Issued;
 
@@ -103,21 +102,10 @@ impl Collector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut builder = Server::builder();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        if let Some(tls) = tls {
-            let identity = Identity::from_pem(
-                std::fs::read(&tls.server.cert).unwrap(),
-                std::fs::read(&tls.server.key).unwrap(),
-            );
-            let config =
-                ServerTlsConfig::new()
-                    .identity(identity)
-                    .client_ca_root(Certificate::from_pem(
-                        std::fs::read(&tls.client_ca).unwrap(),
-                    ));
-            builder = builder.tls_config(config).unwrap();
-        }
+        let builder = crate::common::tls::tonic_server(
+            tls.as_ref().map(|t| (&t.server, t.client_ca.as_path())),
+        );
         let service = TraceServiceServer::new(Receiver(spans.clone()));
         tokio::spawn(async move {
             let _ = builder

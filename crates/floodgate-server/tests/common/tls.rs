@@ -11,6 +11,23 @@ use floodgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::rat
 use floodgate_server::grpc::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
+/// A tonic server builder that serves over TLS as `server` and asks clients for a certificate
+/// signed by the CAs in `client_ca` (mutual TLS); plain without `tls`.
+pub fn tonic_server(tls: Option<(&Issued, &Path)>) -> tonic::transport::Server {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some((server, client_ca)) = tls {
+        let identity = Identity::from_pem(
+            std::fs::read(&server.cert).unwrap(),
+            std::fs::read(&server.key).unwrap(),
+        );
+        let config = tonic::transport::ServerTlsConfig::new()
+            .identity(identity)
+            .client_ca_root(Certificate::from_pem(std::fs::read(client_ca).unwrap()));
+        builder = builder.tls_config(config).unwrap();
+    }
+    builder
+}
+
 /// One hit for `user` in domain `rl`.
 pub fn request(user: &str) -> RateLimitRequest {
     RateLimitRequest {

@@ -22,7 +22,6 @@ use prost::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::Stream;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 /// The resources' type.
@@ -211,20 +210,9 @@ impl ControlPlane {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut builder = Server::builder();
-        if let Some(tls) = tls {
-            let identity = Identity::from_pem(
-                std::fs::read(&tls.server.cert).unwrap(),
-                std::fs::read(&tls.server.key).unwrap(),
-            );
-            let config =
-                ServerTlsConfig::new()
-                    .identity(identity)
-                    .client_ca_root(Certificate::from_pem(
-                        std::fs::read(&tls.client_ca).unwrap(),
-                    ));
-            builder = builder.tls_config(config).unwrap();
-        }
+        let builder = crate::common::tls::tonic_server(
+            tls.as_ref().map(|t| (&t.server, t.client_ca.as_path())),
+        );
         let service = AggregatedDiscoveryServiceServer::new(Plane(state.clone()));
         tokio::spawn(async move {
             let _ = builder
