@@ -138,6 +138,18 @@ pub enum Op {
         /// Whether the request is critical (the fleet shedder never refuses those).
         critical: bool,
     },
+    /// Usage-based limits: give back `cost` units taken earlier, because the request cost less
+    /// than was charged (a reservation settled below its estimate, Envoy's
+    /// `is_negative_hits`). Always allowed: it never takes anything. What is given back is
+    /// what still counts: the count never goes below empty (a bucket never above full), and a
+    /// refund that arrives after the units stopped counting (a later window) gives back
+    /// nothing. The decision reports the state after the refund. Supported by the fixed
+    /// window, the token and leaky buckets and GCRA; not by the sliding log, which keeps
+    /// instants rather than a count to lower.
+    Refund {
+        /// Units to give back.
+        cost: u64,
+    },
     /// Concurrency and fleet limiters: give back `lease`'s place. The decision's `allowed`
     /// tells whether the lease was held (an unknown or expired lease is a no-op).
     Release {
@@ -156,17 +168,18 @@ impl Op {
             Op::SetRate { .. } => OpKind::SetRate,
             Op::Acquire { .. } => OpKind::Acquire,
             Op::Release { .. } => OpKind::Release,
+            Op::Refund { .. } => OpKind::Refund,
         }
     }
 
     /// The units the operation asks for: its `cost`, 1 for [`Op::Acquire`], 0 for
-    /// [`Op::SetRate`] and [`Op::Release`]. Algorithms answer operations they do not support as
-    /// a read-only probe of this cost.
+    /// [`Op::SetRate`], [`Op::Release`] and [`Op::Refund`] (which ask for nothing). Algorithms
+    /// answer operations they do not support as a read-only probe of this cost.
     pub fn cost(&self) -> u64 {
         match *self {
             Op::Check { cost } | Op::Reserve { cost } | Op::TryAcquire { cost, .. } => cost,
             Op::Acquire { .. } => 1,
-            Op::SetRate { .. } | Op::Release { .. } => 0,
+            Op::SetRate { .. } | Op::Release { .. } | Op::Refund { .. } => 0,
         }
     }
 }
@@ -186,6 +199,8 @@ pub enum OpKind {
     Acquire,
     /// [`Op::Release`]
     Release,
+    /// [`Op::Refund`]
+    Refund,
 }
 
 impl OpKind {
@@ -198,6 +213,7 @@ impl OpKind {
             OpKind::SetRate => "set_rate",
             OpKind::Acquire => "acquire",
             OpKind::Release => "release",
+            OpKind::Refund => "refund",
         }
     }
 }

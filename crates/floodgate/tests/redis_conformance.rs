@@ -60,3 +60,70 @@ fn sliding_window_modes_share_a_key_as_in_memory() {
         assert_eq!(got.unwrap(), expected.unwrap(), "step {i}");
     }
 }
+
+/// A fixed window takes refunds on Redis as in memory: the count lowered, never below 0, a
+/// refund never refused; the algorithms whose twins take none yet are refused with
+/// `NotOnStore` naming them, and their keys are left as they were.
+#[test]
+fn fixed_window_refunds_run_on_redis_and_the_others_are_refused_by_name() {
+    use floodgate::algorithm::fixed_window::FixedWindow;
+    use floodgate::algorithm::token_bucket::TokenBucket;
+    use floodgate::{Op, StoreError};
+    let server = RedisServer::start();
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &server.url(), &clock);
+    let window: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(60)).unwrap().into();
+    rt.block_on(async {
+        assert!(
+            store
+                .apply(&window, "tokens", check(5))
+                .await
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !store
+                .apply(&window, "tokens", check(1))
+                .await
+                .unwrap()
+                .allowed
+        );
+        let refund = store
+            .apply(&window, "tokens", Op::Refund { cost: 3 })
+            .await
+            .unwrap();
+        assert!(refund.allowed);
+        assert_eq!(refund.remaining, 3);
+        let past_empty = store
+            .apply(&window, "tokens", Op::Refund { cost: 99 })
+            .await
+            .unwrap();
+        assert_eq!(past_empty.remaining, 5);
+        assert!(
+            store
+                .apply(&window, "tokens", check(5))
+                .await
+                .unwrap()
+                .allowed
+        );
+
+        let bucket: AnyAlgorithm = TokenBucket::new(1.0, 5).unwrap().into();
+        assert!(store.apply(&bucket, "b", check(5)).await.unwrap().allowed);
+        let refused = store.apply(&bucket, "b", Op::Refund { cost: 2 }).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::NotOnStore {
+                    algorithm: "token_bucket",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            store.apply(&bucket, "b", check(0)).await.unwrap().remaining,
+            0
+        );
+    });
+}

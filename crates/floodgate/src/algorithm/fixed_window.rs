@@ -43,6 +43,10 @@
 //! - First request: an empty window.
 //! - Long idle: a later window starts empty; nothing carries over.
 //! - Cost 0: a read-only probe, always allowed; the state is not changed.
+//! - Refund ([`Op::Refund`]): lowers the count of the window of `now`, never below 0; always
+//!   allowed. In a later window than the one the units were taken in, nothing comes back (they
+//!   no longer count). So the cost admitted in a window is at most `limit` plus what was
+//!   refunded in it.
 //! - Cost above `limit`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - Clock going backwards: a `now` before the current window's start counts in the current
 //!   window (the window of the latest instant seen); no window is ever reopened. Times in the
@@ -216,6 +220,25 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// [`Op::Refund`]: lowers the count of the window of `now` by `cost`, to 0 at least. A
+    /// refund in a later window than the state's finds a new, empty window: what it would
+    /// give back no longer counts.
+    fn give_back(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) -> Decision {
+        let (start, count) = self.current(state, now);
+        let count = count.saturating_sub(cost);
+        if count != state.count || start != state.start.0 {
+            *state = FixedWindowState {
+                start: Nanos(start),
+                count,
+            };
+        }
+        let to_end = Duration::from_nanos(start.saturating_add(self.window).saturating_sub(now.0));
+        let reset = if count == 0 { Duration::ZERO } else { to_end };
+        Decision::allow(self.limit, self.limit.saturating_sub(count), reset)
+    }
+}
+
 /// One key's window: where the current window starts, and the cost admitted in it. 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FixedWindowState {
@@ -294,9 +317,14 @@ impl Algorithm for FixedWindow {
     fn apply(&self, state: &mut FixedWindowState, now: Nanos, op: Op) -> Decision {
         match op {
             Op::Check { cost } => self.count_in(state, now, cost, true),
+            Op::Refund { cost } => self.give_back(state, now, cost),
             // Not supported: answer as a read-only probe of the same cost.
             other => self.count_in(state, now, other.cost(), false),
         }
+    }
+
+    fn supports(&self, op: crate::OpKind) -> bool {
+        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
     }
 
     /// Nothing counted in the window of `now`, and `now` not before the state's window (whose

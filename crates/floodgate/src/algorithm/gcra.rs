@@ -77,6 +77,8 @@
 //!   full burst `limit` is available.
 //! - Cost 0 is a read-only probe: it reports the numbers above and never changes `tat`. It is
 //!   denied only when `ahead > τ`, which can happen only after the clock went backwards.
+//! - Refund ([`Op::Refund`]): moves `tat` back by `cost × e`, never before `now` (a key with
+//!   nothing outstanding has nothing to give back); always allowed.
 //! - Cost above `limit` (`n·e > τ`): denied with `retry_after: None`, consumes nothing.
 //! - Denied requests consume nothing.
 //! - Clock going backwards: an 8-byte state cannot remember the latest instant seen, so an earlier
@@ -316,6 +318,23 @@ impl Gcra {
         }
     }
 
+    /// [`Op::Refund`]: moves the theoretical arrival time back by `cost` emission intervals,
+    /// never before `now` (a key with nothing outstanding has nothing to give back).
+    fn give_back(&self, state: &mut GcraState, now: u64, cost: u64) -> Step {
+        let ahead = state.tat.saturating_sub(now);
+        let back = u128::from(self.emission) * u128::from(cost);
+        // `ahead − back` when positive: `ahead` fits, so the difference does.
+        let after = u128::from(ahead).saturating_sub(back) as u64;
+        if after < ahead {
+            state.tat = now + after;
+        }
+        Step {
+            allowed: true,
+            ttl: after,
+            retry: None,
+        }
+    }
+
     /// redis-cell's `remaining`: microseconds, float division, truncation (see module docs).
     fn cell_remaining(&self, ttl: u64) -> i64 {
         let next = i128::from(self.tolerance) - i128::from(ttl);
@@ -350,12 +369,12 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn apply(&self, state: &mut GcraState, now: Nanos, op: Op) -> Decision {
-        let cost = match op {
-            Op::Check { cost } => cost,
+        let step = match op {
+            Op::Check { cost } => self.step(state, now.0, cost),
+            Op::Refund { cost } => self.give_back(state, now.0, cost),
             // Unsupported: a read-only probe.
-            _ => 0,
+            _ => self.step(state, now.0, 0),
         };
-        let step = self.step(state, now.0, cost);
         Decision {
             allowed: step.allowed,
             limit: self.limit,
@@ -366,6 +385,10 @@ impl Algorithm for Gcra {
             retry_after: step.retry.map(Duration::from_nanos),
             wait: Duration::ZERO,
         }
+    }
+
+    fn supports(&self, op: crate::OpKind) -> bool {
+        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
     }
 
     /// True when `tat ≤ now`. Sound for every later operation at an instant `≥ now` (an 8-byte

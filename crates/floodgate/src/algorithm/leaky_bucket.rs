@@ -54,6 +54,7 @@
 //! - First request: the bucket is empty.
 //! - Long idle: the level stops at 0.
 //! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
+//! - Refund ([`Op::Refund`]): lowers the level by `cost`, empty at least; always allowed.
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - A denied request adds nothing to the level and changes nothing (the drain up to `now` is
 //!   computed for the decision, not recorded).
@@ -148,6 +149,10 @@ impl Algorithm for LeakyBucket {
     #[inline]
     fn apply(&self, state: &mut LeakyBucketState, now: Nanos, op: Op) -> Decision {
         self.bucket.apply(&mut state.room, now, op)
+    }
+
+    fn supports(&self, op: crate::OpKind) -> bool {
+        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
     }
 
     fn is_fresh(&self, state: &LeakyBucketState, now: Nanos) -> bool {

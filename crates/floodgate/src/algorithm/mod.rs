@@ -8,6 +8,8 @@
 //! Shared conventions, which every algorithm's module documentation makes precise:
 //! - rates are per second, durations are `std::time::Duration`, instants are [`Nanos`];
 //! - cost is a whole number of units; cost 0 is a read-only probe that changes nothing;
+//! - a refund ([`Op::Refund`]) gives back at most what still counts: never past empty, never
+//!   refused; the sliding log, which keeps instants rather than a count, takes none;
 //! - a request whose cost is more than can ever be granted at once is denied with
 //!   `retry_after == None`, and consumes nothing;
 //! - a denied request consumes nothing unless the module says otherwise;
@@ -23,6 +25,8 @@ pub mod gcra;
 pub(crate) mod laws;
 pub mod leaky_bucket;
 pub mod leaky_queue;
+#[cfg(test)]
+mod refunds;
 mod share;
 pub mod sliding_log;
 pub mod sliding_window;

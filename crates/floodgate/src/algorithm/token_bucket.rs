@@ -59,6 +59,8 @@
 //! - First request: the bucket is full.
 //! - Long idle: refill stops at `capacity`; nothing else accumulates.
 //! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
+//! - Refund ([`Op::Refund`]): puts `cost` tokens back after folding in the refill up to `now`,
+//!   the bucket full at most; always allowed.
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - A denied request consumes nothing and changes nothing (the refill up to `now` is computed
 //!   for the decision, not recorded), so every store agrees on the state whether or not it saw
@@ -187,6 +189,10 @@ impl Algorithm for TokenBucket {
         self.bucket.apply(state, now, op)
     }
 
+    fn supports(&self, op: crate::OpKind) -> bool {
+        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+    }
+
     fn is_fresh(&self, state: &TokenBucketState, now: Nanos) -> bool {
         self.bucket.is_full(state, now)
     }
@@ -264,9 +270,25 @@ impl Bucket {
     pub(crate) fn apply(&self, state: &mut TokenBucketState, now: Nanos, op: Op) -> Decision {
         match op {
             Op::Check { cost } => self.take(state, now, cost),
+            Op::Refund { cost } => self.give_back(state, now, cost),
             // Not supported: answer as a read-only probe of the same cost.
             other => self.take(&mut state.clone(), now, other.cost()),
         }
+    }
+
+    /// [`Op::Refund`]: puts `cost` tokens back, the bucket full at most; the refill up to
+    /// `now` is folded in first, as an admission folds it.
+    fn give_back(&self, state: &mut TokenBucketState, now: Nanos, cost: u64) -> Decision {
+        let lag = state.last.0.saturating_sub(now.0);
+        let tokens = self.tokens_at(state, now);
+        let tokens = (tokens + cost as f64).min(self.capacity_f);
+        if cost > 0 {
+            state.tokens = tokens;
+            state.last = state.last.max(now);
+        }
+        let remaining = (tokens as u64).min(self.capacity);
+        let reset_after = nanos(lag, self.time_until(tokens, self.capacity_f));
+        Decision::allow(self.capacity, remaining, reset_after)
     }
 
     #[inline]

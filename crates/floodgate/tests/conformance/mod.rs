@@ -223,6 +223,8 @@ fn op_for(algorithm: &AnyAlgorithm, op: Op) -> Op {
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         ),
         AnyAlgorithm::LeakyQueue(_) => matches!(kind, OpKind::Check | OpKind::Reserve),
+        // The one twin that takes refunds yet.
+        AnyAlgorithm::FixedWindow(_) => matches!(kind, OpKind::Check | OpKind::Refund),
         _ => kind == OpKind::Check,
     };
     match op {
@@ -244,8 +246,8 @@ fn goes_back(algorithm: &AnyAlgorithm) -> bool {
     )
 }
 
-/// An operation: a check of a cost, (for leases) an acquire or release of one of a few ids, or
-/// (for shapers) a reservation, a try_acquire with a timeout, a set_rate (sometimes refused).
+/// An operation: a check of a cost, a refund of one, (for leases) an acquire or release of one
+/// of a few ids, or (for shapers) a reservation, a try_acquire with a timeout, a set_rate (sometimes refused).
 fn op() -> impl Strategy<Value = Op> {
     let lease = (0u64..6).prop_map(|i| LeaseId(u128::from(i) << 100 | 0xabc));
     prop_oneof![
@@ -253,6 +255,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (lease.clone(), any::<bool>())
             .prop_map(|(lease, critical)| Op::Acquire { lease, critical }),
         2 => lease.prop_map(|lease| Op::Release { lease }),
+        2 => prop_oneof![0u64..4, 0u64..60].prop_map(|cost| Op::Refund { cost }),
         2 => prop_oneof![0u64..4, 0u64..2_000].prop_map(|cost| Op::Reserve { cost }),
         2 => (0u64..6, 0u64..5_000_000_000).prop_map(|(cost, timeout)| Op::TryAcquire {
             cost,

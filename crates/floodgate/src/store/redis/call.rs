@@ -245,8 +245,17 @@ impl Scripts {
             }
             _ => {}
         }
-        let Op::Check { cost } = op else {
-            return Err(not_on_redis(algorithm, "only `check` runs on Redis yet"));
+        // The twins that take refunds yet: the fixed window's.
+        let (cost, refund) = match (op, algorithm) {
+            (Op::Check { cost }, _) => (cost, false),
+            (Op::Refund { cost }, AnyAlgorithm::FixedWindow(_)) => (cost, true),
+            (Op::Refund { .. }, _) => {
+                return Err(not_on_redis(
+                    algorithm,
+                    "its refunds do not run on Redis yet",
+                ))
+            }
+            _ => return Err(not_on_redis(algorithm, "only `check` runs on Redis yet")),
         };
         let (script, args) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
@@ -271,14 +280,18 @@ impl Scripts {
                         "its window exceeds 2^50 microseconds (35 years) or its limit 2^50",
                     ));
                 };
-                let cost = cost.min(f.limit() + 1);
-                (
-                    &self.fixed_window,
-                    [w_us, w_sub, f.limit(), cost]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect(),
-                )
+                // A refund is sent as a negative cost.
+                let cost = if refund {
+                    format!("-{}", cost.min(MAX_EXACT))
+                } else {
+                    cost.min(f.limit() + 1).to_string()
+                };
+                let mut args: Vec<String> = [w_us, w_sub, f.limit()]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect();
+                args.push(cost);
+                (&self.fixed_window, args)
             }
             AnyAlgorithm::TokenBucket(t) => self
                 .bucket("T", t.rate(), t.capacity(), cost)

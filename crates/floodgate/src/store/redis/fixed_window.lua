@@ -1,5 +1,6 @@
 -- Fixed window (algorithm/fixed_window.rs). a[1], a[2]: the window w as whole microseconds
--- and the nanoseconds beyond them (0..999), a[3]: limit, a[4]: cost (at most limit + 1).
+-- and the nanoseconds beyond them (0..999), a[3]: limit, a[4]: cost (at most limit + 1), or
+-- minus the cost of a refund (at most 2^50).
 -- State 'F:start_us:start_sub:count'. Needs align.lua.
 local function fixed_window(key, now_us, a)
   local w_us, w_sub = tonumber(a[1]), tonumber(a[2])
@@ -25,6 +26,15 @@ local function fixed_window(key, now_us, a)
 
   -- to_end = start + w - now.
   local eu, es = pair(s_us - now_us + w_us, s_sub + w_sub)
+  if cost < 0 then
+    -- A refund: the window's count lowered, never below 0; written only when it changes.
+    local left = math.max(0, count + cost)
+    if left ~= count then
+      store(key, 'F:' .. int(s_us) .. ':' .. int(s_sub) .. ':' .. int(left), eu, es)
+    end
+    if left == 0 then return reply(true, limit, 0, 0) end
+    return reply(true, math.max(0, limit - left), eu, es)
+  end
   local free = limit - count
   if cost == 0 then
     if count == 0 then return reply(true, free, 0, 0) end

@@ -99,7 +99,9 @@ impl Smooth<'_> {
                 None => ("s", 0, 0, "0".to_owned()),
             },
             // Not supported by the smooth limiters: `ensure_supported` refused them already.
-            Op::Acquire { .. } | Op::Release { .. } => ("c", 0, 0, "0".to_owned()),
+            Op::Acquire { .. } | Op::Release { .. } | Op::Refund { .. } => {
+                ("c", 0, 0, "0".to_owned())
+            }
         };
         let args = vec![
             tag.to_owned(),
