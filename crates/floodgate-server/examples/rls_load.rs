@@ -55,6 +55,7 @@ fn body(domain: &str, n: u64) -> Bytes {
     let message = RateLimitRequest {
         domain: domain.into(),
         descriptors: vec![RateLimitDescriptor {
+            is_negative_hits: false,
             entries: vec![Entry {
                 key: "key".into(),
                 value: format!("user-{n}"),

@@ -40,6 +40,7 @@ fn limit(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<(u32, Ra
 /// The counter a descriptor is counted in (`None` if no rule applies).
 fn counter(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<String> {
     let descriptor = RlsDescriptor {
+        negative_hits: false,
         entries: entries(pairs),
         hits_addend: None,
         limit: None,

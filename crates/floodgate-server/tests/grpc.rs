@@ -129,6 +129,7 @@ async fn start(backend: Arc<TestBackend>) -> (RateLimitServiceClient<Channel>, S
 
 fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
     RateLimitDescriptor {
+        is_negative_hits: false,
         entries: entries
             .iter()
             .map(|&(key, value)| Entry {

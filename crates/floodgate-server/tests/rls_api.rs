@@ -77,6 +77,7 @@ async fn start_with(config: Config) -> Service {
 /// A one-entry descriptor, with a limit override `(requests_per_unit, unit number)`.
 fn descriptor(key: &str, value: &str, limit: Option<(u32, i32)>) -> RateLimitDescriptor {
     RateLimitDescriptor {
+        is_negative_hits: false,
         entries: vec![Entry {
             key: key.into(),
             value: value.into(),

@@ -921,6 +921,7 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
     // The other descriptor rules, several descriptors per call: (code, limit_remaining) of
     // each status, and the overall code (1 OK, 2 OVER_LIMIT).
     let descriptor = |entries: &[(&str, &str)], hits: Option<u64>| RateLimitDescriptor {
+        is_negative_hits: false,
         entries: entries
             .iter()
             .map(|(k, v)| Entry {

@@ -481,6 +481,41 @@ impl RuleSet {
         self.lookup_match(domain, entries).map(|m| m.rule)
     }
 
+    /// Why `request` cannot be answered as it asks, if it cannot: a descriptor that gives its
+    /// hits back (`is_negative_hits`) matched a limit under whose algorithm the store cannot
+    /// give back (`takes_refunds` says no: the sliding log anywhere, the buckets and GCRA on
+    /// Redis yet). Named by its index, entries and the algorithm. Checked before anything is
+    /// counted, so that such a call changes nothing. (A descriptor's own `limit`, and upstream's
+    /// layout, are fixed windows, which every store gives back under.)
+    pub fn refund_refused(
+        &self,
+        request: &RlsRequest,
+        takes_refunds: impl Fn(&AnyAlgorithm) -> bool,
+    ) -> Option<String> {
+        request
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.negative_hits && d.limit.is_none())
+            .find_map(|(i, d)| {
+                let algorithm = &self
+                    .lookup(&request.domain, &d.entries)?
+                    .limit
+                    .as_ref()?
+                    .algorithm;
+                use floodgate::algorithm::Algorithm as _;
+                (!takes_refunds(algorithm)).then(|| {
+                    format!(
+                        "descriptors[{i}] ({}) gives its hits back (is_negative_hits), and its \
+                         limit's algorithm {} cannot give back on this store: nothing was \
+                         counted",
+                        crate::rls::Entries(d),
+                        algorithm.name()
+                    )
+                })
+            })
+    }
+
     /// Like [`RuleSet::lookup`], with the entries whose counter `share_threshold` shares.
     pub fn lookup_match(
         &self,
@@ -555,8 +590,12 @@ impl RuleSet {
         };
         for (&(i, limit, shadow_mode), count) in planned.counted.iter().zip(&counts) {
             let hits = request.hits_for(&request.descriptors[i]);
-            let outcome =
-                stats::Outcome::counted(count, limit.requests_per_unit, hits, shadow_mode);
+            let outcome = if request.descriptors[i].negative_hits {
+                let limit = u64::from(limit.requests_per_unit);
+                stats::Outcome::refunded(hits, limit, count.after, shadow_mode)
+            } else {
+                stats::Outcome::counted(count, limit.requests_per_unit, hits, shadow_mode)
+            };
             let remaining = u64::from(limit.requests_per_unit).saturating_sub(count.after);
             let remaining = if count.over {
                 0
@@ -567,12 +606,18 @@ impl RuleSet {
         }
         for (check, decision) in planned.checks.iter().zip(decisions) {
             let limit = check.limit;
-            let outcome = stats::Outcome::decided(
-                &decision,
-                limit.requests_per_unit,
-                check.hits,
-                check.shadow_mode,
-            );
+            let outcome = if check.refund {
+                let cap = u64::from(limit.requests_per_unit);
+                let after = cap.saturating_sub(decision.remaining);
+                stats::Outcome::refunded(check.hits, cap, after, check.shadow_mode)
+            } else {
+                stats::Outcome::decided(
+                    &decision,
+                    limit.requests_per_unit,
+                    check.hits,
+                    check.shadow_mode,
+                )
+            };
             let remaining = u32::try_from(decision.remaining).unwrap_or(u32::MAX);
             answer.settle(
                 &matched,

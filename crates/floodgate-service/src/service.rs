@@ -432,6 +432,13 @@ impl Server {
             });
         }
         let snapshot = self.snapshot.load();
+        if request.descriptors.iter().any(|d| d.negative_hits) {
+            let takes = |algorithm: &_| self.store.takes_refunds(algorithm);
+            if let Some(why) = snapshot.rules.refund_refused(request, takes) {
+                self.metrics.call(endpoint, Outcome::Invalid);
+                return Err(Undecided::Invalid(why));
+            }
+        }
         let started = self.clock.now();
         let counters = self.store.envoy_counters().map(|_| &self.store);
         let stats = Some(&*self.descriptor_stats);
@@ -517,7 +524,7 @@ impl Server {
                     RlsOnStoreError::OverLimit => Code::OverLimit,
                     RlsOnStoreError::Unavailable => {
                         self.metrics.call(endpoint, Outcome::Unavailable);
-                        return Err(Undecided(e.to_string()));
+                        return Err(Undecided::Unavailable(e.to_string()));
                     }
                 };
                 let outcome = match code {

@@ -341,6 +341,17 @@ impl ServiceStore {
         }
     }
 
+    /// Whether this store gives back units under `algorithm` (Envoy's `is_negative_hits`):
+    /// the algorithm must take refunds, and on Redis its Lua twin too (the fixed window's).
+    pub fn takes_refunds(&self, algorithm: &AnyAlgorithm) -> bool {
+        use floodgate::algorithm::Algorithm as _;
+        algorithm.supports(floodgate::OpKind::Refund)
+            && match &self.backend {
+                Backend::Memory(_) => true,
+                Backend::Redis(_) | Backend::Cached(..) => RedisStore::takes_refunds(algorithm),
+            }
+    }
+
     /// Whether decisions are cached on this node (`store.mode: cached`), each key decided on
     /// its own.
     pub fn is_cached(&self) -> bool {

@@ -37,6 +37,7 @@ pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RlsRequest {
         descriptors: descriptors
             .iter()
             .map(|d| RlsDescriptor {
+                negative_hits: false,
                 entries: entries(d),
                 hits_addend: None,
                 limit: None,

@@ -183,17 +183,26 @@ pub(super) fn plan<'m, C: layout::Counters>(
             push_counter_key(keys, &request.domain, descriptor, shared);
         }
         let hits = request.hits_for(descriptor);
+        let refund = descriptor.negative_hits;
         if limit.requests_per_unit == 0 {
-            let outcome = Outcome::blocked(hits, shadow_mode);
+            // A limit of 0 counts nothing: nothing to give back either.
+            let outcome = if refund {
+                Outcome::refunded(hits, 0, 0, shadow_mode)
+            } else {
+                Outcome::blocked(hits, shadow_mode)
+            };
             answer.settle(matched, i, outcome, limit, 0, None);
         } else {
             planned.checks.push(Check {
                 index: i,
                 shadow_mode,
-                all_or_nothing,
+                // A refund is given back whatever the others decide: never a link of a chain
+                // that would undo it.
+                all_or_nothing: all_or_nothing && !refund,
                 limit,
                 key: start..keys.len(),
                 hits,
+                refund,
             });
         }
     }

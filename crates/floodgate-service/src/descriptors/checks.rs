@@ -21,6 +21,8 @@ pub(super) struct Check<'r> {
     /// Its counter's key in the store: a range of the call's key buffer.
     pub(super) key: std::ops::Range<usize>,
     pub(super) hits: u64,
+    /// The hits are given back ([`Op::Refund`]), not taken.
+    pub(super) refund: bool,
 }
 
 /// Descriptors a request holds in the common case: per-descriptor lists up to this long stay on
@@ -52,6 +54,9 @@ pub(super) async fn decide<S: Store<str, AnyAlgorithm>>(
     blocked: bool,
 ) -> Result<PerDescriptor<Decision>, StoreError> {
     fn op(c: &Check<'_>, blocked: bool) -> Op {
+        if c.refund {
+            return Op::Refund { cost: c.hits };
+        }
         let cost = if blocked && c.all_or_nothing {
             0
         } else {

@@ -88,6 +88,8 @@ pub struct Counting {
     pub limit: u32,
     /// Its hits.
     pub hits: u64,
+    /// The hits are given back (`is_negative_hits`), not added.
+    pub refund: bool,
 }
 
 /// Where a call counts the descriptors of upstream's layout: [`EnvoyCounters`], or the
@@ -178,26 +180,32 @@ impl EnvoyCounters {
                 Duration::from_secs(divider - now % divider)
             })
             .collect();
+        // A refund always reaches Redis: it may bring a key back under its limit.
         let cached: Vec<bool> = keys
             .iter()
-            .map(|k| self.cache.as_ref().is_some_and(|cache| cache.holds(k, now)))
+            .zip(counting)
+            .map(|(k, c)| !c.refund && self.cache.as_ref().is_some_and(|cache| cache.holds(k, now)))
             .collect();
         // What each adds: its hits, or, stopping increments, 0 for all but those that would
-        // go over, when one would.
+        // go over, when one would. A refund always gives its hits back.
         let mut adding: Vec<u64> = counting.iter().map(|c| c.hits).collect();
         if self.stop_increment {
             if cached.iter().any(|&c| c) {
-                adding.iter_mut().for_each(|a| *a = 0);
+                for (a, c) in adding.iter_mut().zip(counting) {
+                    if !c.refund {
+                        *a = 0;
+                    }
+                }
             } else {
                 let current = self.read(&keys, counting).await?;
                 let would: Vec<bool> = counting
                     .iter()
                     .zip(&current)
-                    .map(|(c, n)| n.saturating_add(c.hits) > u64::from(c.limit))
+                    .map(|(c, n)| !c.refund && n.saturating_add(c.hits) > u64::from(c.limit))
                     .collect();
                 if would.iter().any(|&w| w) {
-                    for (a, w) in adding.iter_mut().zip(&would) {
-                        if !w {
+                    for ((a, w), c) in adding.iter_mut().zip(&would).zip(counting) {
+                        if !w && !c.refund {
                             *a = 0;
                         }
                     }
@@ -221,6 +229,21 @@ impl EnvoyCounters {
                 continue;
             }
             let after = next.next().unwrap_or_default();
+            if c.refund {
+                // Never over: what was given back cannot refuse anything. The key may be under
+                // its limit again, so the cache forgets it.
+                if let Some(cache) = &self.cache {
+                    cache.forget(&keys[i]);
+                }
+                out.push(Counted {
+                    before: after.saturating_add(adding[i]),
+                    after,
+                    over: false,
+                    from_cache: false,
+                    reset: reset[i],
+                });
+                continue;
+            }
             let before = after.saturating_sub(adding[i]);
             // As upstream: judged on the count now, whether this call added to it or not.
             let over = after > limit;
@@ -274,6 +297,7 @@ impl EnvoyCounters {
                     CounterIncrement {
                         key: &keys[i],
                         by: adding[i],
+                        refund: counting[i].refund,
                         ttl_seconds: counting[i].unit.duration().as_secs() + self.jitter(),
                     }
                 })
@@ -388,6 +412,13 @@ impl OverLimitCache {
             .is_some_and(|&until| now < until)
     }
 
+    /// Forgets `key` (a refund may have brought it under its limit).
+    fn forget(&self, key: &str) {
+        if let Some(until) = self.shard(key).until.get_mut(key) {
+            *until = 0;
+        }
+    }
+
     fn remember(&self, key: &str, until: u64) {
         let cost = key.len() + Self::ENTRY;
         if cost > self.room {
@@ -432,6 +463,7 @@ pub(super) fn envoy_counting<C: Counters>(
         unit: limit.unit,
         limit: limit.requests_per_unit,
         hits: request.hits_for(descriptor),
+        refund: descriptor.negative_hits,
     }
 }
 

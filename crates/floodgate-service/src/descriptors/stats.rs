@@ -33,6 +33,7 @@
 //! | `within_limit` | within the limit: `hits` |
 //! | `shadow_mode` | a shadow-mode rule over its limit: `hits` when `before ≥ limit` (or from the over-limit cache), else `after − limit` |
 //! | `over_limit_with_local_cache` | answered by the over-limit cache: `hits` (and `over_limit` too) |
+//! | `refunded_hits` | given back (`is_negative_hits`): `hits`, and nothing else (not `total_hits`); Floodgate's own, shown once it is not 0 |
 //!
 //! The counts live in a [`DescriptorStats`] the service keeps across reloads; `/metrics` shows
 //! them as labelled series and statsd receives them under upstream's names. At most
@@ -51,23 +52,29 @@ use crate::rls::{RlsDescriptor, RlsRequest};
 /// The key that counts the hits of keys beyond `max_series`.
 pub const OVERFLOW: &str = "__overflow__";
 
-/// The six counts of one statistics key, in [`STATS`]'s order.
+/// The seven counts of one statistics key, in [`STATS`]'s order.
 #[derive(Debug, Default)]
-pub struct Counts([AtomicU64; 6]);
+pub struct Counts([AtomicU64; 7]);
 
 /// The stats' names, in [`Counts`]' order.
-pub const STATS: [&str; 6] = [
+pub const STATS: [&str; 7] = [
     "total_hits",
     "over_limit",
     "near_limit",
     "within_limit",
     "shadow_mode",
     "over_limit_with_local_cache",
+    REFUNDED,
 ];
+
+/// The stat of the hits given back (`is_negative_hits`), which upstream does not have: shown
+/// only once something counted in it, so that a service without refunds shows upstream's
+/// series and no more.
+pub const REFUNDED: &str = "refunded_hits";
 
 impl Counts {
     /// The counts now, in [`STATS`]' order.
-    pub fn read(&self) -> [u64; 6] {
+    pub fn read(&self) -> [u64; 7] {
         std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
     }
 
@@ -95,6 +102,9 @@ pub struct Outcome {
     pub shadow: bool,
     /// Whether the over-limit cache answered.
     pub from_cache: bool,
+    /// Whether the hits were given back (`is_negative_hits`): they count in
+    /// [`REFUNDED`] alone.
+    pub refunded: bool,
 }
 
 impl Outcome {
@@ -108,6 +118,22 @@ impl Outcome {
             over: true,
             shadow,
             from_cache: false,
+            refunded: false,
+        }
+    }
+
+    /// A descriptor whose `hits` were given back under a limit of `limit`, its count `after`
+    /// them: never over.
+    pub fn refunded(hits: u64, limit: u64, after: u64, shadow: bool) -> Outcome {
+        Outcome {
+            hits,
+            limit,
+            before: after.saturating_add(hits),
+            after,
+            over: false,
+            shadow,
+            from_cache: false,
+            refunded: true,
         }
     }
 
@@ -124,6 +150,7 @@ impl Outcome {
             over: count.over,
             shadow,
             from_cache: count.from_cache,
+            refunded: false,
         }
     }
 
@@ -146,6 +173,7 @@ impl Outcome {
             over: !decision.allowed,
             shadow,
             from_cache: false,
+            refunded: false,
         }
     }
 }
@@ -184,7 +212,12 @@ impl DescriptorStats {
             over,
             shadow,
             from_cache,
+            refunded,
         } = *outcome;
+        if refunded {
+            counts.add(6, hits);
+            return;
+        }
         let near = (limit as f32 * self.near_ratio).floor() as u64;
         counts.add(0, hits);
         if from_cache {
@@ -237,7 +270,7 @@ impl DescriptorStats {
     }
 
     /// Every key's counts now, sorted by key.
-    pub fn snapshot(&self) -> Vec<(Arc<str>, [u64; 6])> {
+    pub fn snapshot(&self) -> Vec<(Arc<str>, [u64; 7])> {
         let map = self.keys.read().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<_> = map.iter().map(|(k, c)| (k.clone(), c.read())).collect();
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -271,6 +304,9 @@ impl DescriptorStats {
         for (key, counts) in self.snapshot() {
             let domain = key.split('.').next().unwrap_or_default();
             for (stat, n) in STATS.iter().zip(counts) {
+                if *stat == REFUNDED && n == 0 {
+                    continue;
+                }
                 hits.sample(&[("domain", domain), ("key", &key), ("stat", stat)], n);
             }
         }
@@ -514,6 +550,7 @@ mod tests {
             over,
             shadow: false,
             from_cache: false,
+            refunded: false,
         };
         // 8 → 9 within, past near (8): near 1, within 1.
         stats.record("a", &outcome(8, 1, false));
@@ -521,10 +558,10 @@ mod tests {
         stats.record("a", &outcome(9, 3, true));
         // Already over: over by all its hits.
         stats.record("a", &outcome(12, 2, true));
-        let [total, over, near, within, shadow, cache] = stats.snapshot()[0].1;
+        let [total, over, near, within, shadow, cache, refunded] = stats.snapshot()[0].1;
         assert_eq!(
-            (total, over, near, within, shadow, cache),
-            (6, 4, 2, 1, 0, 0)
+            (total, over, near, within, shadow, cache, refunded),
+            (6, 4, 2, 1, 0, 0, 0)
         );
         stats.record(
             "b",
@@ -534,7 +571,10 @@ mod tests {
                 ..outcome(10, 1, true)
             },
         );
-        assert_eq!(stats.snapshot()[1].1, [1, 1, 0, 0, 1, 1]);
+        assert_eq!(stats.snapshot()[1].1, [1, 1, 0, 0, 1, 1, 0]);
+        // A refund counts in refunded_hits alone.
+        stats.record("b", &Outcome::refunded(4, 10, 6, false));
+        assert_eq!(stats.snapshot()[1].1, [1, 1, 0, 0, 1, 1, 4]);
         // Beyond two keys: the overflow's.
         stats.record("c", &outcome(0, 1, false));
         let keys: Vec<String> = stats
@@ -565,6 +605,7 @@ mod tests {
                     over: after > limit,
                     shadow,
                     from_cache: false,
+                    refunded: false,
                 });
                 hits += n;
             }
@@ -572,7 +613,7 @@ mod tests {
             proptest::prop_assert!(snapshot.len() <= max + 1);
             let total: u64 = snapshot.iter().map(|(_, c)| c[0]).sum();
             proptest::prop_assert_eq!(total, hits);
-            for (key, [total, over, near, within, shadow, _]) in snapshot {
+            for (key, [total, over, near, within, shadow, _, _]) in snapshot {
                 proptest::prop_assert!(over + within <= total, "{}", key);
                 proptest::prop_assert!(near <= total && shadow <= total, "{}", key);
             }

@@ -26,6 +26,7 @@ fn envoy_quota_picks_the_shortest_unit_with_one_request() {
 #[test]
 fn counter_keys_are_unambiguous() {
     let d = |pairs: &[(&str, &str)]| RlsDescriptor {
+        negative_hits: false,
         entries: entries(pairs),
         hits_addend: None,
         limit: None,

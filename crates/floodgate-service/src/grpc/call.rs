@@ -28,7 +28,7 @@ use super::{
     ServingStatus, HEALTH_SERVICE, MAX_REQUEST_BYTES,
 };
 use crate::connections::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
-use crate::rls::RlsRequest;
+use crate::rls::{RlsRequest, Undecided};
 
 /// The rate limit method.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -259,7 +259,11 @@ async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitRes
     })?;
     match backend.should_rate_limit(request).await {
         Ok(response) => Ok(response.into()),
-        Err(undecided) => Err(Refusal::new(GrpcCode::Unavailable, undecided.to_string())),
+        Err(Undecided::Unavailable(why)) => Err(Refusal::new(
+            GrpcCode::Unavailable,
+            Undecided::Unavailable(why).to_string(),
+        )),
+        Err(Undecided::Invalid(why)) => Err(Refusal::new(GrpcCode::InvalidArgument, why)),
     }
 }
 

@@ -184,6 +184,7 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
                 .map(|d| RlsDescriptor {
                     entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                     hits_addend: d.hits_addend,
+                    negative_hits: d.is_negative_hits,
                     // Every unit was checked by `check_units`.
                     limit: d.limit.and_then(|l| {
                         Some(RlsLimitOverride {
@@ -307,6 +308,7 @@ mod tests {
 
     fn descriptor(entries: &[(&str, &str)], hits_addend: Option<u64>) -> RateLimitDescriptor {
         RateLimitDescriptor {
+            is_negative_hits: false,
             entries: entries
                 .iter()
                 .map(|&(key, value)| Entry {
@@ -336,6 +338,7 @@ mod tests {
                 domain: "edge".into(),
                 descriptors: vec![
                     RlsDescriptor {
+                        negative_hits: false,
                         entries: vec![
                             ("remote_address".into(), "10.0.0.1".into()),
                             ("path".into(), "".into())
@@ -344,6 +347,7 @@ mod tests {
                         limit: None,
                     },
                     RlsDescriptor {
+                        negative_hits: false,
                         entries: vec![("user".into(), "u1".into())],
                         hits_addend: Some(0),
                         limit: None,

@@ -11,6 +11,7 @@
 //! | 413 | `body_too_large` | the body is over `connections.max_body_bytes` (default [`MAX_BODY`]); the message names the limit and that setting |
 //! | 503 | `overloaded` | a decision call while `connections.max_in_flight` are being answered; `Retry-After: 1` |
 //! | 503 | `store_unavailable` | `/json` when the store failed and `rls.on_store_error` is `unavailable` |
+//! | 400 | `refund_not_supported` | `/json`: `isNegativeHits` on a descriptor whose limit's algorithm cannot give back (the sliding log) |
 //! | 404 | `not_found` | no such endpoint (under envoyproxy/ratelimit's settings with no Floodgate configuration, every endpoint but upstream's `/json` and `/healthcheck`, and `/metrics`, `/livez`, `/readyz` and the admin API) |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
@@ -661,12 +662,16 @@ async fn envoy_json_in(server: Arc<Server>, body: Result<Bytes, BytesRejection>)
         Err(response) => return response,
     };
     match server.envoy_json(&value).await {
-        Ok(Err(undecided)) => ApiError::new(
+        Ok(Err(undecided @ crate::rls::Undecided::Unavailable(_))) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
             undecided.to_string(),
         )
         .into_response(),
+        Ok(Err(crate::rls::Undecided::Invalid(why))) => {
+            server.metrics().call(Endpoint::Json, Outcome::Invalid);
+            ApiError::new(StatusCode::BAD_REQUEST, "refund_not_supported", why).into_response()
+        }
         Ok(Ok((over_limit, answer))) => {
             let status = if over_limit {
                 StatusCode::TOO_MANY_REQUESTS

@@ -71,8 +71,9 @@ pub enum RlsJsonError {
 }
 
 /// Reads a `RateLimitRequest` in the protobuf JSON mapping, as envoyproxy/ratelimit's `POST
-/// /json` takes it: `{"domain", "descriptors": [{"entries": [{"key", "value"}], "hitsAddend"?}],
-/// "hitsAddend"?, "limit"?: {"requestsPerUnit", "unit"}}], "hitsAddend"?}`. Field names may
+/// /json` takes it: `{"domain", "descriptors": [{"entries": [{"key", "value"}],
+/// "hitsAddend"?, "isNegativeHits"?, "limit"?: {"requestsPerUnit", "unit"}}], "hitsAddend"?}`.
+/// Field names may
 /// also be written as in the `.proto` (`hits_addend`, `requests_per_unit`); `null` is the
 /// field's default; integers may be JSON numbers or decimal strings; a `limit` override's
 /// `unit` is an enum name (`"MINUTE"`, any case) or Envoy's number, and its absent
@@ -132,6 +133,16 @@ fn descriptor_from_json(json: &Value, i: usize) -> Result<RlsDescriptor, RlsJson
                 descriptor.hits_addend = json_u64(value, &format!("{path}.hitsAddend"))?;
             }
             "limit" => descriptor.limit = limit_from_json(value, &format!("{path}.limit"))?,
+            "isNegativeHits" | "is_negative_hits" => {
+                descriptor.negative_hits = match value {
+                    Value::Null => false,
+                    Value::Bool(b) => *b,
+                    other => {
+                        let path = format!("{path}.isNegativeHits");
+                        return Err(wrong_type(&path, "true or false", other));
+                    }
+                }
+            }
             other => return Err(unknown_field(&path, other)),
         }
     }

@@ -38,11 +38,19 @@ impl OnStoreError {
     }
 }
 
-/// A call left without a decision because the store failed and `rls.on_store_error` is
-/// `unavailable`: the transport answers it as an error (gRPC `UNAVAILABLE`, `/json` 503).
+/// A call left without a decision; the transport answers it as an error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the rate limit store is unavailable: {0}")]
-pub struct Undecided(pub String);
+pub enum Undecided {
+    /// The store failed and `rls.on_store_error` is `unavailable` (gRPC `UNAVAILABLE`,
+    /// `/json` 503).
+    #[error("the rate limit store is unavailable: {0}")]
+    Unavailable(String),
+    /// The call asks what its limits cannot do: a refund (`is_negative_hits`) to a limit
+    /// whose algorithm cannot give back (gRPC `INVALID_ARGUMENT`, `/json` 400). Nothing was
+    /// counted.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// One `ShouldRateLimit` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -137,6 +145,11 @@ pub struct RlsDescriptor {
     pub entries: Vec<(String, String)>,
     /// This descriptor's own hits, overriding the request's.
     pub hits_addend: Option<u64>,
+    /// Envoy's `is_negative_hits`: the hits are given back rather than added (a request that
+    /// cost less than was charged). The count is lowered, never below zero, and the
+    /// descriptor is never over its limit; a limit whose algorithm cannot give back (the
+    /// sliding log) refuses the call as invalid, naming the descriptor.
+    pub negative_hits: bool,
     /// A limit for this request only, replacing the configured one (see [`RlsLimitOverride`]).
     pub limit: Option<RlsLimitOverride>,
 }

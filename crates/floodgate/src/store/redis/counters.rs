@@ -12,8 +12,13 @@ use crate::StoreError;
 pub struct CounterIncrement<'a> {
     /// The Redis key, as written.
     pub key: &'a str,
-    /// What to add (0 reads the count and refreshes the TTL).
+    /// What to add (0 reads the count and refreshes the TTL), or with `refund` what to take
+    /// away.
     pub by: u64,
+    /// Take `by` away instead (Envoy's `is_negative_hits`): the count lowered, never below 0
+    /// (a count that would be is removed), in one script; the key keeps its TTL, and a key
+    /// that does not exist stays absent.
+    pub refund: bool,
     /// The key's time to live after this call, in seconds (at least 1).
     pub ttl_seconds: u64,
 }
@@ -89,10 +94,18 @@ impl RedisStore {
     }
 }
 
-/// `INCRBY` + `EXPIRE` of each, the `EXPIRE` answers ignored.
+/// A refund: `DECRBY`, and the key removed when that leaves nothing (or less) to count.
+const REFUND: &str = "local n = redis.call('DECRBY', KEYS[1], ARGV[1]) \
+if n <= 0 then redis.call('DEL', KEYS[1]) return 0 end return n";
+
+/// `INCRBY` + `EXPIRE` of each, the `EXPIRE` answers ignored; a refund's script.
 fn pipeline(increments: &[CounterIncrement<'_>]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     for i in increments {
+        if i.refund {
+            pipe.cmd("EVAL").arg(REFUND).arg(1).arg(i.key).arg(i.by);
+            continue;
+        }
         pipe.cmd("INCRBY").arg(i.key).arg(i.by);
         pipe.cmd("EXPIRE")
             .arg(i.key)

@@ -402,6 +402,13 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
+    /// Whether this store gives back units ([`Op::Refund`]) under `algorithm`: the Lua twins
+    /// that take refunds yet, the fixed window's. The others' refunds are refused with
+    /// [`StoreError::NotOnStore`].
+    pub fn takes_refunds(algorithm: &AnyAlgorithm) -> bool {
+        matches!(algorithm, AnyAlgorithm::FixedWindow(_))
+    }
+
     /// Whether this store can run `algorithm` with its parameters (its `check`, at least):
     /// `false` when every call with it would be refused with [`StoreError::NotOnStore`] (its
     /// parameters are beyond the exact limits of its Lua twin). For refusing such a
