@@ -2,7 +2,8 @@
 //! Envoy 1.38's `is_negative_hits`), over real gRPC and `/json`, on every store: the memory
 //! store, a Redis and a Redis Cluster of the test's own, and Redis in envoyproxy/ratelimit's
 //! key layout. A check of 0 counts nothing; a refund lowers the count, never below zero, and
-//! is never OVER_LIMIT; a refund to a limit that cannot give back is refused as invalid,
+//! is never OVER_LIMIT, under a fixed window and a token bucket alike; a refund to a limit that
+//! cannot give back (a sliding log) is refused as invalid,
 //! naming the descriptor, and counts nothing; refunds show in `refunded_hits`.
 
 mod common;
@@ -61,7 +62,11 @@ async fn call(
 /// charge when the stream is done, and refunds of what was reserved and not used.
 async fn a_budget_is_charged_and_given_back(node: &Service, user: &str) {
     let at = |hits, refund| call(node, "user", user, hits, refund);
-    assert_eq!(at(0, false).await.unwrap(), (OK, 1000), "a check counts nothing");
+    assert_eq!(
+        at(0, false).await.unwrap(),
+        (OK, 1000),
+        "a check counts nothing"
+    );
     assert_eq!(at(700, false).await.unwrap(), (OK, 300));
     assert_eq!(at(500, true).await.unwrap(), (OK, 800), "500 given back");
     assert_eq!(at(0, false).await.unwrap(), (OK, 800));
@@ -134,7 +139,10 @@ async fn budgets_in_upstreams_key_layout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_a_limit_cannot_take_is_refused_naming_the_descriptor() {
     let (_dir, node) = served("memory", "");
-    assert_eq!(call(&node, "strict", "s", 10, false).await.unwrap(), (OK, 990));
+    assert_eq!(
+        call(&node, "strict", "s", 10, false).await.unwrap(),
+        (OK, 990)
+    );
     let refused = call(&node, "strict", "s", 10, true).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(
@@ -151,13 +159,26 @@ async fn a_refund_a_limit_cannot_take_is_refused_naming_the_descriptor() {
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["type"], "refund_not_supported");
 
-    // On Redis the token bucket's twin takes no refunds yet: refused the same way.
+    // On Redis the token bucket gives back as in memory, and the sliding log is refused.
     let redis = RedisServer::start();
     let (_dir, on_redis) = served(&redis.url(), "");
-    call(&on_redis, "bucket", "b", 10, false).await.unwrap();
-    let refused = call(&on_redis, "bucket", "b", 10, true).await.unwrap_err();
+    assert_eq!(
+        call(&on_redis, "bucket", "b", 600, false).await.unwrap().1,
+        400
+    );
+    assert_eq!(
+        call(&on_redis, "bucket", "b", 200, true).await.unwrap().0,
+        OK
+    );
+    let (_, left) = call(&on_redis, "bucket", "b", 0, false).await.unwrap();
+    assert!((600..=610).contains(&left), "{left}");
+    let refused = call(&on_redis, "strict", "s", 10, true).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    assert!(refused.message().contains("token_bucket"), "{}", refused.message());
+    assert!(
+        refused.message().contains("sliding_log"),
+        "{}",
+        refused.message()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

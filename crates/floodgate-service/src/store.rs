@@ -342,7 +342,7 @@ impl ServiceStore {
     }
 
     /// Whether this store gives back units under `algorithm` (Envoy's `is_negative_hits`):
-    /// the algorithm must take refunds, and on Redis its Lua twin too (the fixed window's).
+    /// the algorithm must take refunds, and on Redis its Lua twin too.
     pub fn takes_refunds(&self, algorithm: &AnyAlgorithm) -> bool {
         use floodgate::algorithm::Algorithm as _;
         algorithm.supports(floodgate::OpKind::Refund)

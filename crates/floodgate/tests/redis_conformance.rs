@@ -61,68 +61,54 @@ fn sliding_window_modes_share_a_key_as_in_memory() {
     }
 }
 
-/// A fixed window takes refunds on Redis as in memory: the count lowered, never below 0, a
-/// refund never refused; the algorithms whose twins take none yet are refused with
-/// `NotOnStore` naming them, and their keys are left as they were.
+/// Refunds on Redis as in memory: a fixed window's and a token bucket's count lowered, never
+/// below empty, a refund never refused; the sliding log, which takes none, is refused with
+/// `Unsupported` naming it, and its key is left as it was.
 #[test]
-fn fixed_window_refunds_run_on_redis_and_the_others_are_refused_by_name() {
+fn refunds_run_on_redis_and_the_sliding_log_refuses_them_by_name() {
     use floodgate::algorithm::fixed_window::FixedWindow;
+    use floodgate::algorithm::sliding_log::SlidingLog;
     use floodgate::algorithm::token_bucket::TokenBucket;
-    use floodgate::{Op, StoreError};
+    use floodgate::{Op, OpKind, StoreError};
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
     let store = store_on_clock(&rt, &server.url(), &clock);
     let window: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(60)).unwrap().into();
+    let bucket: AnyAlgorithm = TokenBucket::new(0.001, 5).unwrap().into();
     rt.block_on(async {
-        assert!(
-            store
-                .apply(&window, "tokens", check(5))
+        for (algorithm, key) in [(&window, "tokens"), (&bucket, "bucket")] {
+            assert!(store.apply(algorithm, key, check(5)).await.unwrap().allowed);
+            assert!(!store.apply(algorithm, key, check(1)).await.unwrap().allowed);
+            let refund = store
+                .apply(algorithm, key, Op::Refund { cost: 3 })
                 .await
-                .unwrap()
-                .allowed
-        );
-        assert!(
-            !store
-                .apply(&window, "tokens", check(1))
+                .unwrap();
+            assert!(refund.allowed);
+            assert_eq!(refund.remaining, 3);
+            let past_empty = store
+                .apply(algorithm, key, Op::Refund { cost: 99 })
                 .await
-                .unwrap()
-                .allowed
-        );
-        let refund = store
-            .apply(&window, "tokens", Op::Refund { cost: 3 })
-            .await
-            .unwrap();
-        assert!(refund.allowed);
-        assert_eq!(refund.remaining, 3);
-        let past_empty = store
-            .apply(&window, "tokens", Op::Refund { cost: 99 })
-            .await
-            .unwrap();
-        assert_eq!(past_empty.remaining, 5);
-        assert!(
-            store
-                .apply(&window, "tokens", check(5))
-                .await
-                .unwrap()
-                .allowed
-        );
+                .unwrap();
+            assert_eq!(past_empty.remaining, 5);
+            assert!(store.apply(algorithm, key, check(5)).await.unwrap().allowed);
+        }
 
-        let bucket: AnyAlgorithm = TokenBucket::new(1.0, 5).unwrap().into();
-        assert!(store.apply(&bucket, "b", check(5)).await.unwrap().allowed);
-        let refused = store.apply(&bucket, "b", Op::Refund { cost: 2 }).await;
+        let log: AnyAlgorithm = SlidingLog::new(5, Duration::from_secs(60)).unwrap().into();
+        assert!(store.apply(&log, "log", check(5)).await.unwrap().allowed);
+        let refused = store.apply(&log, "log", Op::Refund { cost: 2 }).await;
         assert!(
             matches!(
                 refused,
-                Err(StoreError::NotOnStore {
-                    algorithm: "token_bucket",
-                    ..
+                Err(StoreError::Unsupported {
+                    algorithm: "sliding_log",
+                    op: OpKind::Refund
                 })
             ),
             "{refused:?}"
         );
         assert_eq!(
-            store.apply(&bucket, "b", check(0)).await.unwrap().remaining,
+            store.apply(&log, "log", check(0)).await.unwrap().remaining,
             0
         );
     });

@@ -223,8 +223,11 @@ fn op_for(algorithm: &AnyAlgorithm, op: Op) -> Op {
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         ),
         AnyAlgorithm::LeakyQueue(_) => matches!(kind, OpKind::Check | OpKind::Reserve),
-        // The one twin that takes refunds yet.
-        AnyAlgorithm::FixedWindow(_) => matches!(kind, OpKind::Check | OpKind::Refund),
+        // The twins that take refunds.
+        AnyAlgorithm::FixedWindow(_)
+        | AnyAlgorithm::TokenBucket(_)
+        | AnyAlgorithm::LeakyBucket(_)
+        | AnyAlgorithm::Gcra(_) => matches!(kind, OpKind::Check | OpKind::Refund),
         _ => kind == OpKind::Check,
     };
     match op {

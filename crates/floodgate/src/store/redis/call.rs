@@ -245,17 +245,21 @@ impl Scripts {
             }
             _ => {}
         }
-        // The twins that take refunds yet: the fixed window's.
-        let (cost, refund) = match (op, algorithm) {
-            (Op::Check { cost }, _) => (cost, false),
-            (Op::Refund { cost }, AnyAlgorithm::FixedWindow(_)) => (cost, true),
-            (Op::Refund { .. }, _) => {
-                return Err(not_on_redis(
-                    algorithm,
-                    "its refunds do not run on Redis yet",
-                ))
+        // A refund goes to the same twin as a check, as a negative cost.
+        let (cost, refund) = match op {
+            Op::Check { cost } => (cost, false),
+            Op::Refund { cost } if super::RedisStore::takes_refunds(algorithm) => (cost, true),
+            Op::Refund { .. } => {
+                return Err(not_on_redis(algorithm, "its refunds do not run on Redis"))
             }
             _ => return Err(not_on_redis(algorithm, "only `check` runs on Redis yet")),
+        };
+        let signed = |cost: u64| {
+            if refund {
+                format!("-{cost}")
+            } else {
+                cost.to_string()
+            }
         };
         let (script, args) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
@@ -264,14 +268,10 @@ impl Scripts {
                     return Err(too_large());
                 }
                 let e = nanos(g.emission_interval());
-                let cost = cost.min(g.limit() + 1);
-                (
-                    &self.gcra,
-                    [e, tau, g.limit(), cost]
-                        .iter()
-                        .map(u64::to_string)
-                        .collect(),
-                )
+                let mut args: Vec<String> =
+                    [e, tau, g.limit()].iter().map(u64::to_string).collect();
+                args.push(signed(cost.min(g.limit() + 1)));
+                (&self.gcra, args)
             }
             AnyAlgorithm::FixedWindow(f) => {
                 let Some((w_us, w_sub)) = window_pair(f) else {
@@ -280,25 +280,25 @@ impl Scripts {
                         "its window exceeds 2^50 microseconds (35 years) or its limit 2^50",
                     ));
                 };
-                // A refund is sent as a negative cost.
+                // A refund may give back more than the limit (a cached view may count more).
                 let cost = if refund {
-                    format!("-{}", cost.min(MAX_EXACT))
+                    cost.min(MAX_EXACT)
                 } else {
-                    cost.min(f.limit() + 1).to_string()
+                    cost.min(f.limit() + 1)
                 };
                 let mut args: Vec<String> = [w_us, w_sub, f.limit()]
                     .iter()
                     .map(u64::to_string)
                     .collect();
-                args.push(cost);
+                args.push(signed(cost));
                 (&self.fixed_window, args)
             }
             AnyAlgorithm::TokenBucket(t) => self
-                .bucket("T", t.rate(), t.capacity(), cost)
+                .bucket("T", t.rate(), t.capacity(), cost, refund)
                 .ok_or_else(too_large)?,
             // The meter is the token bucket counting the room left: the same script.
             AnyAlgorithm::LeakyBucket(l) => self
-                .bucket("M", l.rate(), l.capacity(), cost)
+                .bucket("M", l.rate(), l.capacity(), cost, refund)
                 .ok_or_else(too_large)?,
             AnyAlgorithm::SlidingLog(l) => return windows::sliding_log(&self.sliding_log, l, cost),
             AnyAlgorithm::SlidingWindow(w) => {
@@ -309,13 +309,15 @@ impl Scripts {
         Ok(Call { script, args })
     }
 
-    /// The token bucket script's arguments, or `None` beyond the exact limits.
+    /// The token bucket script's arguments (a refund's cost negative), or `None` beyond the
+    /// exact limits.
     fn bucket(
         &self,
         tag: &str,
         rate: f64,
         capacity: u64,
         cost: u64,
+        refund: bool,
     ) -> Option<(&Script, Vec<String>)> {
         let refill_ns = capacity as f64 * (1e9 / rate);
         if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
@@ -328,7 +330,11 @@ impl Scripts {
             vec![
                 rate.to_string(),
                 capacity.to_string(),
-                cost.to_string(),
+                if refund {
+                    format!("-{cost}")
+                } else {
+                    cost.to_string()
+                },
                 tag.to_owned(),
             ],
         ))

@@ -1,5 +1,6 @@
 -- GCRA (algorithm/gcra.rs). a[1]: emission interval e (ns), a[2]: tolerance tau (ns),
--- a[3]: limit, a[4]: cost (at most limit + 1). State 'G:tat_us:tat_sub'.
+-- a[3]: limit, a[4]: cost (at most limit + 1), or minus the cost of a refund (at most
+-- limit + 1). State 'G:tat_us:tat_sub'.
 local function gcra(key, now_us, a)
   local e, tau, limit, cost = tonumber(a[1]), tonumber(a[2]), tonumber(a[3]), tonumber(a[4])
   local state, found = load(key, 'G')
@@ -9,6 +10,25 @@ local function gcra(key, now_us, a)
 
   -- ahead = max(tat - now, 0); `far` when it is beyond tau (then nothing passes).
   local du = tat_us - now_us
+  local function remaining(ttl)
+    if ttl >= tau then return 0 end
+    local q = divmod(tau - ttl, e)
+    return q
+  end
+
+  if cost < 0 then
+    -- A refund, as in Rust: tat moved back by the cost's intervals, never before now.
+    local ahead_ns = 0
+    if du >= 0 then ahead_ns = du * 1000 + tat_sub end
+    local after = ahead_ns + cost * e
+    if after < 0 then after = 0 end
+    local au, as = pair(0, after)
+    if after < ahead_ns then
+      store_or_forget(key, 'G:' .. int(now_us + au) .. ':' .. int(as), au, as)
+    end
+    return reply(true, remaining(after), au, as)
+  end
+
   local ahead, far = 0, false
   if du >= 0 then
     if du * 1000 > tau then far = true else ahead = du * 1000 + tat_sub end
@@ -19,12 +39,6 @@ local function gcra(key, now_us, a)
     if cost > limit then return reply(false, 0, du, tat_sub) end
     local ru, rs = pair(du, tat_sub + cost * e - tau)
     return reply(false, 0, du, tat_sub, ru, rs)
-  end
-
-  local function remaining(ttl)
-    if ttl >= tau then return 0 end
-    local q = divmod(tau - ttl, e)
-    return q
   end
 
   if cost > limit then

@@ -402,11 +402,18 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
-    /// Whether this store gives back units ([`Op::Refund`]) under `algorithm`: the Lua twins
-    /// that take refunds yet, the fixed window's. The others' refunds are refused with
-    /// [`StoreError::NotOnStore`].
+    /// Whether this store gives back units ([`Op::Refund`]) under `algorithm`: every
+    /// algorithm that takes refunds (the fixed window, the token and leaky buckets, GCRA),
+    /// each in its Lua twin. The others' refunds are refused with
+    /// [`StoreError::Unsupported`].
     pub fn takes_refunds(algorithm: &AnyAlgorithm) -> bool {
-        matches!(algorithm, AnyAlgorithm::FixedWindow(_))
+        matches!(
+            algorithm,
+            AnyAlgorithm::FixedWindow(_)
+                | AnyAlgorithm::TokenBucket(_)
+                | AnyAlgorithm::LeakyBucket(_)
+                | AnyAlgorithm::Gcra(_)
+        )
     }
 
     /// Whether this store can run `algorithm` with its parameters (its `check`, at least):

@@ -94,6 +94,16 @@ local function store(key, value, us, sub)
   end
 end
 
+-- Stores `value` as `store` does, or, for a zero duration (the state given back to fresh),
+-- removes what the key held: a refund may leave nothing to remember.
+local function store_or_forget(key, value, us, sub)
+  if ttl_ms(us, sub) then
+    store(key, value, us, sub)
+  else
+    redis.call('DEL', key)
+    known[key] = false
+  end
+end
 
 -- An integer-valued number as digits. '%d' formats it as an integer, several times cheaper
 -- than '%.0f' (exact: every integer here is below 2^53).

@@ -1,7 +1,8 @@
 -- Token bucket (algorithm/token_bucket.rs), and the leaky bucket meter, which is the same
 -- bucket counting the room left (algorithm/leaky_bucket.rs). a[1]: rate (tokens per second,
 -- as Rust prints the f64, which reads back exactly), a[2]: capacity, a[3]: cost (at most
--- capacity + 1), a[4]: the tag ('T' token bucket, 'M' leaky bucket).
+-- capacity + 1), or minus the cost of a refund, a[4]: the tag ('T' token bucket, 'M' leaky
+-- bucket).
 -- State 'T:tokens:last_us' (or 'M:room:last_us'), tokens printed with 17 significant digits
 -- (exact round trip).
 local function token_bucket(key, now_us, a)
@@ -33,6 +34,19 @@ local function token_bucket(key, now_us, a)
   local lag_us = 0
   if last_us > now_us then lag_us = last_us - now_us end
 
+  if cost < 0 then
+    -- A refund, as the Rust bucket gives back: the refill folded in, the tokens put back,
+    -- full at most.
+    local back = avail - cost
+    if back > cap then back = cap end
+    local left = math.floor(back)
+    if left > cap then left = cap end
+    local reset_us, reset_sub = pair(lag_us, time_until(back, cap))
+    local kept = last_us
+    if now_us > kept then kept = now_us end
+    store_or_forget(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
+    return reply(true, left, reset_us, reset_sub)
+  end
   local allowed = cost <= cap and avail >= cost
   local left = avail
   if allowed then left = avail - cost end
