@@ -24,7 +24,7 @@ local function gcra(key, now_us, a)
     if after < 0 then after = 0 end
     local au, as = pair(0, after)
     if after < ahead_ns then
-      store_or_forget(key, 'G:' .. int(now_us + au) .. ':' .. int(as), au, as)
+      keep(key, 'G:' .. int(now_us + au) .. ':' .. int(as), au, as)
     end
     return reply(true, remaining(after), au, as)
   end

@@ -94,10 +94,14 @@ local function store(key, value, us, sub)
   end
 end
 
--- Stores `value` as `store` does, or, for a zero duration (the state given back to fresh),
--- removes what the key held: a refund may leave nothing to remember.
-local function store_or_forget(key, value, us, sub)
-  if ttl_ms(us, sub) then
+-- Whether the pair (us, sub) is a positive duration.
+local function positive(us, sub) return us > 0 or (us == 0 and sub > 0) end
+
+-- Stores the value with a TTL of the pair (us, sub) from now, or deletes the key when the
+-- state is already fresh then (a refund, or a merge, may leave nothing to remember; storing
+-- nothing would leave the old state behind).
+local function keep(key, value, us, sub)
+  if positive(us, sub) then
     store(key, value, us, sub)
   else
     redis.call('DEL', key)

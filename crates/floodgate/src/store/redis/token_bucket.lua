@@ -44,7 +44,7 @@ local function token_bucket(key, now_us, a)
     local reset_us, reset_sub = pair(lag_us, time_until(back, cap))
     local kept = last_us
     if now_us > kept then kept = now_us end
-    store_or_forget(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
+    keep(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
     return reply(true, left, reset_us, reset_sub)
   end
   local allowed = cost <= cap and avail >= cost
