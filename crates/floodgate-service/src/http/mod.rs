@@ -27,6 +27,7 @@
 //!
 //! Bad input never changes state.
 
+mod admin;
 pub mod debug;
 pub mod home;
 
@@ -186,12 +187,14 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/readyz", get(readyz))
         // Upstream answers its probe whatever the method.
         .route("/healthcheck", axum::routing::any(healthcheck))
-        .route("/admin/mode", post(admin_mode))
+        .route("/admin/mode", post(admin::admin_mode))
         .route(
             "/admin/plan",
-            post(admin_plan).get(admin_plans).delete(admin_plan_clear),
+            post(admin::admin_plan)
+                .get(admin::admin_plans)
+                .delete(admin::admin_plan_clear),
         )
-        .route("/admin/reload", post(admin_reload))
+        .route("/admin/reload", post(admin::admin_reload))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(server)
@@ -361,26 +364,6 @@ fn parse_counted<T: for<'de> Deserialize<'de>>(
         server.metrics().call(endpoint, Outcome::Invalid);
         e.into_response()
     })
-}
-
-/// An admin call: authorizes it, parses its body, and answers what `act` returns as JSON.
-fn admin_call<T: for<'de> Deserialize<'de>>(
-    server: &Server,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    act: impl FnOnce(&Server, T) -> Result<Value, AdminError>,
-) -> Response {
-    if let Err(e) = server.authorize(bearer(headers)) {
-        return admin_error(e);
-    }
-    let request = match parse(server, body) {
-        Ok(request) => request,
-        Err(e) => return e.into_response(),
-    };
-    match act(server, request) {
-        Ok(answer) => Json(answer).into_response(),
-        Err(e) => admin_error(e),
-    }
 }
 
 #[derive(Deserialize)]
@@ -735,7 +718,7 @@ async fn dashboard(
 ) -> Response {
     // Off loopback, the heaviest keys (user names, client addresses) are for the operator.
     if server.dashboard_needs_token() {
-        if let Err(e) = server.authorize(bearer(&headers)) {
+        if let Err(e) = server.authorize(admin::bearer(&headers)) {
             let why = match e {
                 AdminError::Disabled => "set FLOODGATE_ADMIN_TOKEN to see it",
                 _ => "send `Authorization: Bearer <admin token>`",
@@ -775,7 +758,7 @@ async fn dashboard(
             }
         }
     }
-    let answer = server.dashboard(since, bearer(&headers)).await;
+    let answer = server.dashboard(since, admin::bearer(&headers)).await;
     ([("cache-control", "no-store")], Json(answer)).into_response()
 }
 
@@ -829,101 +812,4 @@ async fn not_served_under_upstream(uri: axum::http::Uri) -> ApiError {
             uri.path()
         ),
     )
-}
-
-fn admin_error(e: AdminError) -> Response {
-    ApiError::from(e).into_response()
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("authorization")?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ModeRequest {
-    limiter: String,
-    mode: String,
-}
-
-async fn admin_mode(
-    State(server): State<Arc<Server>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    admin_call(&server, &headers, body, |server, request: ModeRequest| {
-        server.set_mode(&request.limiter, &request.mode)?;
-        Ok(json!({"limiter": request.limiter, "mode": request.mode}))
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanRequest {
-    user: String,
-    plan: String,
-}
-
-async fn admin_plan(
-    State(server): State<Arc<Server>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    admin_call(&server, &headers, body, |server, request: PlanRequest| {
-        server.set_plan(&request.user, &request.plan)?;
-        Ok(json!({"user": request.user, "plan": request.plan}))
-    })
-}
-
-/// `GET /admin/plan`: the users put on a plan at run time.
-async fn admin_plans(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    if let Err(e) = server.authorize(bearer(&headers)) {
-        return admin_error(e);
-    }
-    let overrides: Vec<Value> = server
-        .plan_overrides()
-        .into_iter()
-        .map(|(user, switch)| {
-            json!({"user": user, "plan": switch.plan, "configured": switch.configured})
-        })
-        .collect();
-    Json(json!({ "overrides": overrides })).into_response()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClearPlanRequest {
-    user: String,
-}
-
-/// `DELETE /admin/plan {"user"}`: back to the configuration's plan for that user.
-async fn admin_plan_clear(
-    State(server): State<Arc<Server>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    admin_call(
-        &server,
-        &headers,
-        body,
-        |server, request: ClearPlanRequest| {
-            let cleared = server.clear_plan(&request.user)?;
-            Ok(json!({"user": request.user, "cleared": cleared}))
-        },
-    )
-}
-
-async fn admin_reload(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    if let Err(e) = server.authorize(bearer(&headers)) {
-        return admin_error(e);
-    }
-    let trigger = crate::service::Trigger::Admin;
-    match server.reload(trigger) {
-        Ok(report) => Json(report.to_json(trigger)).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
 }
