@@ -206,3 +206,21 @@ async fn refunds_count_in_refunded_hits_and_json_takes_them() {
         "a refund is not a hit: {metrics}"
     );
 }
+
+/// The configuration check says up front which descriptors a refund would be refused by.
+#[test]
+fn check_config_names_the_limits_that_cannot_give_back() {
+    let (_dir, path) = config_file(DOMAINS);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("check-config")
+        .arg(&path)
+        .env_remove("FLOODGATE_STORE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("refunds (is_negative_hits) refused by: llm.strict (sliding_log)"),
+        "{text}"
+    );
+}

@@ -85,6 +85,9 @@ pub struct Checked {
     pub limits: Vec<String>,
     /// The Envoy domains, each with its count of descriptors (nested ones included).
     pub domains: Vec<(String, usize)>,
+    /// The Envoy descriptors whose limit cannot give back on this store (a refund,
+    /// `is_negative_hits`, to them is refused): each as `full key (algorithm)`.
+    pub no_refunds: Vec<String>,
 }
 
 impl fmt::Display for Checked {
@@ -118,7 +121,15 @@ impl fmt::Display for Checked {
                 format!("{name} ({n} descriptor{s})")
             })
             .collect();
-        writeln!(f, "  domains: {}", list(&domains))
+        writeln!(f, "  domains: {}", list(&domains))?;
+        if !self.no_refunds.is_empty() {
+            writeln!(
+                f,
+                "  refunds (is_negative_hits) refused by: {}",
+                list(&self.no_refunds)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -177,6 +188,17 @@ pub fn check(args: &CheckArgs, env: Environment) -> Result<Checked, CheckError> 
             .domains
             .iter()
             .map(|d| (d.domain.clone(), count(&d.descriptors)))
+            .collect(),
+        no_refunds: served
+            .rules
+            .rules()
+            .into_iter()
+            .filter_map(|(_, rule)| {
+                use floodgate::algorithm::Algorithm as _;
+                let algorithm = rule.algorithm()?;
+                (!store.takes_refunds(algorithm))
+                    .then(|| format!("{} ({})", rule.full_key(), algorithm.name()))
+            })
             .collect(),
     })
 }
