@@ -182,7 +182,7 @@ pub fn totals(stats: &DescriptorStats, service: RlsTotals, loaded_at_start: bool
     for (key, counts) in stats.snapshot() {
         let key = sanitize(&key);
         for (stat, n) in STATS.iter().zip(counts) {
-            if *stat == crate::descriptors::stats::REFUNDED && n == 0 {
+            if !crate::descriptors::stats::shown(stat, n) {
                 continue;
             }
             totals.insert(format!("ratelimit.service.rate_limit.{key}.{stat}"), n);

@@ -72,6 +72,12 @@ pub const STATS: [&str; 7] = [
 /// series and no more.
 pub const REFUNDED: &str = "refunded_hits";
 
+/// Whether a key's count `n` of `stat` is shown (on `/metrics`, to statsd): every stat of
+/// upstream's always, [`REFUNDED`] once not 0.
+pub fn shown(stat: &str, n: u64) -> bool {
+    stat != REFUNDED || n != 0
+}
+
 impl Counts {
     /// The counts now, in [`STATS`]' order.
     pub fn read(&self) -> [u64; 7] {
@@ -304,7 +310,7 @@ impl DescriptorStats {
         for (key, counts) in self.snapshot() {
             let domain = key.split('.').next().unwrap_or_default();
             for (stat, n) in STATS.iter().zip(counts) {
-                if *stat == REFUNDED && n == 0 {
+                if !shown(stat, n) {
                     continue;
                 }
                 hits.sample(&[("domain", domain), ("key", &key), ("stat", stat)], n);

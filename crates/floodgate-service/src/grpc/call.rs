@@ -259,10 +259,9 @@ async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitRes
     })?;
     match backend.should_rate_limit(request).await {
         Ok(response) => Ok(response.into()),
-        Err(Undecided::Unavailable(why)) => Err(Refusal::new(
-            GrpcCode::Unavailable,
-            Undecided::Unavailable(why).to_string(),
-        )),
+        Err(unavailable @ Undecided::Unavailable(_)) => {
+            Err(Refusal::new(GrpcCode::Unavailable, unavailable.to_string()))
+        }
         Err(Undecided::Invalid(why)) => Err(Refusal::new(GrpcCode::InvalidArgument, why)),
     }
 }
