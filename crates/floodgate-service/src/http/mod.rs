@@ -651,8 +651,8 @@ async fn envoy_json_in(server: Arc<Server>, body: Result<Bytes, BytesRejection>)
             undecided.to_string(),
         )
         .into_response(),
+        // Counted as invalid by `Server::should_rate_limit`, which refused it.
         Ok(Err(crate::rls::Undecided::Invalid(why))) => {
-            server.metrics().call(Endpoint::Json, Outcome::Invalid);
             ApiError::new(StatusCode::BAD_REQUEST, "refund_not_supported", why).into_response()
         }
         Ok(Ok((over_limit, answer))) => {
