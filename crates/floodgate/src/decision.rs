@@ -150,6 +150,18 @@ pub enum Op {
         /// Units to give back.
         cost: u64,
     },
+    /// Usage-based limits: count `cost` units used by a request that already ran, even past
+    /// the limit (a cost known only at the end: Envoy's stream-done `hits_addend`, a
+    /// reservation settled above its estimate). Nothing is refused: the units were spent. The
+    /// decision's `allowed` says whether the state is still within its limit afterwards; once
+    /// a charge has put it past, every check is denied (a check of cost 0 included) until the
+    /// excess has refilled or its window has ended, and `retry_after` says when that is. So a
+    /// budget charged late is overshot by at most what was in flight, and the overshoot is
+    /// paid back rather than forgotten. Supported where [`Op::Refund`] is.
+    Charge {
+        /// Units used.
+        cost: u64,
+    },
     /// Concurrency and fleet limiters: give back `lease`'s place. The decision's `allowed`
     /// tells whether the lease was held (an unknown or expired lease is a no-op).
     Release {
@@ -169,15 +181,19 @@ impl Op {
             Op::Acquire { .. } => OpKind::Acquire,
             Op::Release { .. } => OpKind::Release,
             Op::Refund { .. } => OpKind::Refund,
+            Op::Charge { .. } => OpKind::Charge,
         }
     }
 
-    /// The units the operation asks for: its `cost`, 1 for [`Op::Acquire`], 0 for
+    /// The units the operation asks for: its `cost` ([`Op::Charge`]'s too), 1 for [`Op::Acquire`], 0 for
     /// [`Op::SetRate`], [`Op::Release`] and [`Op::Refund`] (which ask for nothing). Algorithms
     /// answer operations they do not support as a read-only probe of this cost.
     pub fn cost(&self) -> u64 {
         match *self {
-            Op::Check { cost } | Op::Reserve { cost } | Op::TryAcquire { cost, .. } => cost,
+            Op::Check { cost }
+            | Op::Reserve { cost }
+            | Op::TryAcquire { cost, .. }
+            | Op::Charge { cost } => cost,
             Op::Acquire { .. } => 1,
             Op::SetRate { .. } | Op::Release { .. } | Op::Refund { .. } => 0,
         }
@@ -201,6 +217,8 @@ pub enum OpKind {
     Release,
     /// [`Op::Refund`]
     Refund,
+    /// [`Op::Charge`]
+    Charge,
 }
 
 impl OpKind {
@@ -214,6 +232,7 @@ impl OpKind {
             OpKind::Acquire => "acquire",
             OpKind::Release => "release",
             OpKind::Refund => "refund",
+            OpKind::Charge => "charge",
         }
     }
 }

@@ -1,10 +1,17 @@
-//! Usage-based budgets, reserved at their maximum and settled with a refund, never overshoot:
-//! random concurrent requests, each reserving its maximum cost before it runs ([`Op::Check`])
-//! and giving back what it did not use when it ends ([`Op::Refund`]), in any interleaving,
-//! against a fixed window and a token bucket, on the memory store and on a real Redis (a
-//! `redis-server` of the test's own). Checked against a model at every step: what the store
-//! says is left is the budget minus what running requests hold and what ended ones used, and
-//! what ended requests used never exceeds the budget.
+//! The three ways to hold a usage budget (a cost known only when a request ends), and the
+//! overshoot bound of each, proven against a model: random concurrent requests with random
+//! costs, in any interleaving, against a fixed window and a token bucket, on the memory store
+//! and on a real Redis (a `redis-server` of the test's own). At every step the store's answer
+//! is the model's, and the budget is overshot by no more than the way's bound:
+//!
+//! - **reserve the maximum, refund the rest** ([`Op::Check`] of the maximum, [`Op::Refund`]
+//!   of what was not used): never;
+//! - **check, then charge** (Envoy's and AI Gateway's: [`Op::Check`] of 0, then
+//!   [`Op::Charge`] of the cost): at most the costs of the requests in flight at the last
+//!   admission;
+//! - **reserve an estimate, then settle** ([`Op::Check`] of the estimate, then
+//!   [`Op::Charge`] or [`Op::Refund`] of the difference): at most the sum, over the requests
+//!   in flight at the last admission, of what each used beyond its estimate.
 
 #![cfg(feature = "redis")]
 
@@ -24,17 +31,70 @@ use redis_common::{runtime, store_on_clock, START};
 /// The budget: tokens in one window (a year), or a bucket's capacity; the clock stands still.
 const BUDGET: u64 = 1_000;
 
-/// One request: the most it may cost, and what it turns out to cost (at most that).
+/// One request: the most it may cost, an estimate (at most that), and what it turns out to
+/// cost (at most the most).
 #[derive(Clone, Copy, Debug)]
 struct Request {
     max: u64,
+    estimate: u64,
     actual: u64,
 }
 
 fn request() -> impl Strategy<Value = Request> {
     (1u64..=400)
-        .prop_flat_map(|max| (Just(max), 0..=max))
-        .prop_map(|(max, actual)| Request { max, actual })
+        .prop_flat_map(|max| (Just(max), 1..=max, 0..=max))
+        .prop_map(|(max, estimate, actual)| Request {
+            max,
+            estimate,
+            actual,
+        })
+}
+
+/// How a request holds the budget.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Way {
+    /// Reserve the maximum when it starts, refund what it did not use when it ends.
+    ReserveMaximum,
+    /// Check (cost 0) when it starts, charge what it used when it ends.
+    CheckThenCharge,
+    /// Reserve the estimate when it starts; charge or refund the difference when it ends.
+    EstimateThenSettle,
+}
+
+const WAYS: [Way; 3] = [
+    Way::ReserveMaximum,
+    Way::CheckThenCharge,
+    Way::EstimateThenSettle,
+];
+
+impl Way {
+    /// What the request asks for when it starts.
+    fn reserved(self, r: Request) -> u64 {
+        match self {
+            Way::ReserveMaximum => r.max,
+            Way::CheckThenCharge => 0,
+            Way::EstimateThenSettle => r.estimate,
+        }
+    }
+
+    /// What its end sends, from what it reserved and what it used.
+    fn settle(self, r: Request) -> Op {
+        let reserved = self.reserved(r);
+        if r.actual > reserved {
+            Op::Charge {
+                cost: r.actual - reserved,
+            }
+        } else {
+            Op::Refund {
+                cost: reserved - r.actual,
+            }
+        }
+    }
+
+    /// What it may count beyond its reservation: the overshoot it may cause.
+    fn beyond(self, r: Request) -> u64 {
+        r.actual.saturating_sub(self.reserved(r))
+    }
 }
 
 /// Requests and an interleaving: each request's start and end, in a random order in which
@@ -79,56 +139,80 @@ fn algorithms() -> Vec<AnyAlgorithm> {
     ]
 }
 
-/// Runs the schedule on `store` under `algorithm`, checking the model after every event.
+/// Runs the schedule on `store` under `algorithm`, each request holding the budget `way`,
+/// checking the model and the way's bound after every event.
 async fn run<S: Store<str, AnyAlgorithm>>(
     store: &S,
     algorithm: &AnyAlgorithm,
     key: &str,
+    way: Way,
     requests: &[Request],
     events: &[(usize, bool)],
 ) -> Result<(), TestCaseError> {
     let mut admitted = vec![false; requests.len()];
-    let (mut held, mut used) = (0u64, 0u64);
+    let mut running = vec![false; requests.len()];
+    // What the store counts: reservations of running requests, and what ended ones used.
+    let mut count = 0u64;
+    // The bound at the last admission: what the requests then running may add beyond their
+    // reservations. Only they can add to the count from then on.
+    let mut bound = 0u64;
     for &(i, start) in events {
         let r = requests[i];
         if start {
+            let cost = way.reserved(r);
             let d = store
-                .apply(algorithm, key, Op::Check { cost: r.max })
+                .apply(algorithm, key, Op::Check { cost })
                 .await
                 .unwrap();
-            prop_assert_eq!(d.allowed, used + held + r.max <= BUDGET);
+            prop_assert_eq!(d.allowed, count + cost <= BUDGET, "{:?}", way);
             if d.allowed {
                 admitted[i] = true;
-                held += r.max;
+                running[i] = true;
+                count += cost;
+                bound = (0..requests.len())
+                    .filter(|&j| running[j])
+                    .map(|j| way.beyond(requests[j]))
+                    .sum();
             }
         } else if admitted[i] {
-            let d = store
-                .apply(
-                    algorithm,
-                    key,
-                    Op::Refund {
-                        cost: r.max - r.actual,
-                    },
-                )
-                .await
-                .unwrap();
-            prop_assert!(d.allowed, "a refund is never refused");
-            held -= r.max;
-            used += r.actual;
+            let op = way.settle(r);
+            let d = store.apply(algorithm, key, op).await.unwrap();
+            running[i] = false;
+            match op {
+                Op::Refund { cost } => {
+                    prop_assert!(d.allowed, "a refund is never refused");
+                    count -= cost;
+                }
+                Op::Charge { cost } => {
+                    count += cost;
+                    prop_assert_eq!(d.allowed, count <= BUDGET, "{:?}", way);
+                }
+                _ => unreachable!(),
+            }
         }
-        let left = store
+        let probe = store
             .apply(algorithm, key, Op::Check { cost: 0 })
             .await
-            .unwrap()
-            .remaining;
-        prop_assert_eq!(left, BUDGET - used - held);
-        prop_assert!(used <= BUDGET, "no overshoot: {used} used of {BUDGET}");
+            .unwrap();
+        prop_assert_eq!(probe.remaining, BUDGET.saturating_sub(count), "{:?}", way);
+        prop_assert_eq!(probe.allowed, count <= BUDGET, "{:?}", way);
+        prop_assert!(
+            count <= BUDGET + bound,
+            "{:?}: {} counted, over {} by more than {}",
+            way,
+            count,
+            BUDGET,
+            bound
+        );
+        if way == Way::ReserveMaximum {
+            prop_assert_eq!(bound, 0);
+        }
     }
     Ok(())
 }
 
 #[test]
-fn reserving_the_maximum_and_refunding_never_overshoots_in_memory_or_on_redis() {
+fn each_way_keeps_within_its_bound_in_memory_and_on_redis() {
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
@@ -139,9 +223,11 @@ fn reserving_the_maximum_and_refunding_never_overshoots_in_memory_or_on_redis() 
     proptest!(config, |((requests, events) in schedule())| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for (a, algorithm) in algorithms().iter().enumerate() {
-            let key = format!("budget:{n}:{a}");
-            rt.block_on(run(&memory, algorithm, &key, &requests, &events))?;
-            rt.block_on(run(&redis, algorithm, &key, &requests, &events))?;
+            for (w, way) in WAYS.into_iter().enumerate() {
+                let key = format!("budget:{n}:{a}:{w}");
+                rt.block_on(run(&memory, algorithm, &key, way, &requests, &events))?;
+                rt.block_on(run(&redis, algorithm, &key, way, &requests, &events))?;
+            }
         }
     });
 }

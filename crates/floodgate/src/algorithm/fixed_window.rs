@@ -42,17 +42,24 @@
 //!
 //! - First request: an empty window.
 //! - Long idle: a later window starts empty; nothing carries over.
-//! - Cost 0: a read-only probe, always allowed; the state is not changed.
+//! - Cost 0: a read-only probe; the state is not changed. Allowed unless a charge has put the
+//!   count past the limit (then denied until the window ends, as upstream answers
+//!   `hits_addend: 0`).
 //! - Refund ([`Op::Refund`]): lowers the count of the window of `now`, never below 0; always
 //!   allowed. In a later window than the one the units were taken in, nothing comes back (they
 //!   no longer count). So the cost admitted in a window is at most `limit` plus what was
 //!   refunded in it.
+//! - Charge ([`Op::Charge`]): adds `cost` to the window of `now` even past the limit (the
+//!   units were used); allowed while the count stays within `limit`, else denied with
+//!   `retry_after` = the time until the window ends. Checks are denied for the rest of that
+//!   window. So the cost counted in a window is at most `limit` plus what was charged in it
+//!   after a check had admitted the request.
 //! - Cost above `limit`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - Clock going backwards: a `now` before the current window's start counts in the current
 //!   window (the window of the latest instant seen); no window is ever reopened. Times in the
 //!   decision run to the window's end as an instant, so they are longer by the lag.
 //! - Huge values never panic: the window's end saturates at `u64::MAX` nanoseconds (year 2554)
-//!   and counts never overflow (`count ≤ limit`).
+//!   and counts never overflow (`count ≤ limit`, or saturating at `u64::MAX` after charges).
 
 use std::time::Duration;
 
@@ -201,7 +208,13 @@ impl FixedWindow {
         // (what several nodes admitted between two syncs): then nothing is free.
         let free = self.limit.saturating_sub(count);
         if cost == 0 {
-            return Decision::allow(self.limit, free, reset(count));
+            // A probe is denied only past the limit (a charge put it there): as upstream's
+            // `hits_addend: 0`, over only when the count already is.
+            return if count <= self.limit {
+                Decision::allow(self.limit, free, reset(count))
+            } else {
+                Decision::deny(self.limit, 0, to_end, Some(to_end))
+            };
         }
         let allowed = cost <= free;
         let count = if allowed { count + cost } else { count };
@@ -236,6 +249,27 @@ impl FixedWindow {
         let to_end = Duration::from_nanos(start.saturating_add(self.window).saturating_sub(now.0));
         let reset = if count == 0 { Duration::ZERO } else { to_end };
         Decision::allow(self.limit, self.limit.saturating_sub(count), reset)
+    }
+
+    /// [`Op::Charge`]: adds `cost` to the window of `now`, past the limit if need be; allowed
+    /// while the count stays within the limit.
+    fn charge(&self, state: &mut FixedWindowState, now: Nanos, cost: u64) -> Decision {
+        let (start, count) = self.current(state, now);
+        let count = count.saturating_add(cost);
+        if cost > 0 {
+            *state = FixedWindowState {
+                start: Nanos(start),
+                count,
+            };
+        }
+        let to_end = Duration::from_nanos(start.saturating_add(self.window).saturating_sub(now.0));
+        let reset = if count == 0 { Duration::ZERO } else { to_end };
+        let remaining = self.limit.saturating_sub(count);
+        if count <= self.limit {
+            Decision::allow(self.limit, remaining, reset)
+        } else {
+            Decision::deny(self.limit, remaining, reset, Some(to_end))
+        }
     }
 }
 
@@ -318,13 +352,17 @@ impl Algorithm for FixedWindow {
         match op {
             Op::Check { cost } => self.count_in(state, now, cost, true),
             Op::Refund { cost } => self.give_back(state, now, cost),
+            Op::Charge { cost } => self.charge(state, now, cost),
             // Not supported: answer as a read-only probe of the same cost.
             other => self.count_in(state, now, other.cost(), false),
         }
     }
 
     fn supports(&self, op: crate::OpKind) -> bool {
-        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+        matches!(
+            op,
+            crate::OpKind::Check | crate::OpKind::Refund | crate::OpKind::Charge
+        )
     }
 
     /// Nothing counted in the window of `now`, and `now` not before the state's window (whose

@@ -76,7 +76,11 @@
 //! - First request, and any request after an idle time of at least `tat − now`: `ahead = 0`, the
 //!   full burst `limit` is available.
 //! - Cost 0 is a read-only probe: it reports the numbers above and never changes `tat`. It is
-//!   denied only when `ahead > τ`, which can happen only after the clock went backwards.
+//!   denied only when `ahead > τ`, which happens after a charge past the limit or after the
+//!   clock went backwards.
+//! - Charge ([`Op::Charge`]): `tat = max(tat, now) + cost × e` even beyond `now + τ` (the
+//!   units were used); allowed while `ahead ≤ τ`, else denied with `retry_after = ahead − τ`,
+//!   when checks pass again.
 //! - Refund ([`Op::Refund`]): moves `tat` back by `cost × e`, never before `now` (a key with
 //!   nothing outstanding has nothing to give back); always allowed.
 //! - Cost above `limit` (`n·e > τ`): denied with `retry_after: None`, consumes nothing.
@@ -156,7 +160,6 @@ impl Gcra {
     /// cached store merging what several nodes admitted. `tat = max(tat, at) + cost × e`,
     /// saturating at the largest instant; it may run more than `τ` ahead of now, which refuses
     /// everything until the schedule has caught up.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
     pub(crate) fn absorb(&self, state: &mut GcraState, at: Nanos, cost: u64) {
         let tat = u128::from(state.tat.max(at.0)) + u128::from(self.emission) * u128::from(cost);
         state.tat = u64::try_from(tat).unwrap_or(u64::MAX);
@@ -335,6 +338,21 @@ impl Gcra {
         }
     }
 
+    /// [`Op::Charge`]: `tat = max(tat, now) + cost × e` (saturating at the largest instant),
+    /// beyond `now + τ` if need be; allowed while it stays within.
+    fn charge(&self, state: &mut GcraState, now: u64, cost: u64) -> Step {
+        if cost > 0 {
+            self.absorb(state, Nanos(now), cost);
+        }
+        let ahead = state.tat.saturating_sub(now);
+        let allowed = ahead <= self.tolerance;
+        Step {
+            allowed,
+            ttl: ahead,
+            retry: (!allowed).then(|| ahead - self.tolerance),
+        }
+    }
+
     /// redis-cell's `remaining`: microseconds, float division, truncation (see module docs).
     fn cell_remaining(&self, ttl: u64) -> i64 {
         let next = i128::from(self.tolerance) - i128::from(ttl);
@@ -372,6 +390,7 @@ impl Algorithm for Gcra {
         let step = match op {
             Op::Check { cost } => self.step(state, now.0, cost),
             Op::Refund { cost } => self.give_back(state, now.0, cost),
+            Op::Charge { cost } => self.charge(state, now.0, cost),
             // Unsupported: a read-only probe.
             _ => self.step(state, now.0, 0),
         };
@@ -388,7 +407,10 @@ impl Algorithm for Gcra {
     }
 
     fn supports(&self, op: crate::OpKind) -> bool {
-        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+        matches!(
+            op,
+            crate::OpKind::Check | crate::OpKind::Refund | crate::OpKind::Charge
+        )
     }
 
     /// True when `tat ≤ now`. Sound for every later operation at an instant `≥ now` (an 8-byte

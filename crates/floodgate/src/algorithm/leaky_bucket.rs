@@ -53,8 +53,12 @@
 //!
 //! - First request: the bucket is empty.
 //! - Long idle: the level stops at 0.
-//! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
+//! - Cost 0: a read-only probe; the state is not changed at all. Allowed unless a charge has
+//!   filled the bucket past `capacity`.
 //! - Refund ([`Op::Refund`]): lowers the level by `cost`, empty at least; always allowed.
+//! - Charge ([`Op::Charge`]): raises the level by `cost` even past `capacity`; allowed while it
+//!   stays within. Past it, every check is denied until the excess has drained
+//!   (`retry_after`).
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - A denied request adds nothing to the level and changes nothing (the drain up to `now` is
 //!   computed for the decision, not recorded).
@@ -152,7 +156,10 @@ impl Algorithm for LeakyBucket {
     }
 
     fn supports(&self, op: crate::OpKind) -> bool {
-        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+        matches!(
+            op,
+            crate::OpKind::Check | crate::OpKind::Refund | crate::OpKind::Charge
+        )
     }
 
     fn is_fresh(&self, state: &LeakyBucketState, now: Nanos) -> bool {

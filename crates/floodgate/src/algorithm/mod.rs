@@ -7,9 +7,13 @@
 //!
 //! Shared conventions, which every algorithm's module documentation makes precise:
 //! - rates are per second, durations are `std::time::Duration`, instants are [`Nanos`];
-//! - cost is a whole number of units; cost 0 is a read-only probe that changes nothing;
+//! - cost is a whole number of units; cost 0 is a read-only probe that changes nothing (and
+//!   passes unless a charge has put the key past its limit);
 //! - a refund ([`Op::Refund`]) gives back at most what still counts: never past empty, never
 //!   refused; the sliding log, which keeps instants rather than a count, takes none;
+//! - a charge ([`Op::Charge`]) counts its cost even past the limit, and a key charged past it
+//!   refuses every check, one of cost 0 included, until the excess has refilled or its window
+//!   has ended; taken where refunds are;
 //! - a request whose cost is more than can ever be granted at once is denied with
 //!   `retry_after == None`, and consumes nothing;
 //! - a denied request consumes nothing unless the module says otherwise;
@@ -18,6 +22,8 @@
 
 use crate::{Decision, Nanos, Op, OpKind};
 
+#[cfg(test)]
+mod charges;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;

@@ -707,8 +707,8 @@ fn apply_smooth<F: Flavour>(f: &F, st: &mut SmoothState, now: Nanos, op: Op) -> 
             st.seen = at;
             report(st, &new, at, now, true, 0, None)
         }
-        // Not supported (leases, refunds): a read-only probe.
-        Op::Acquire { .. } | Op::Release { .. } | Op::Refund { .. } => {
+        // Not supported (leases, refunds, charges): a read-only probe.
+        Op::Acquire { .. } | Op::Release { .. } | Op::Refund { .. } | Op::Charge { .. } => {
             let wait = st.next_free.saturating_sub(at).max(0);
             report(st, &d, at, now, true, wait, None)
         }

@@ -58,9 +58,14 @@
 //!
 //! - First request: the bucket is full.
 //! - Long idle: refill stops at `capacity`; nothing else accumulates.
-//! - Cost 0: a read-only probe, always allowed; the state is not changed at all.
+//! - Cost 0: a read-only probe; the state is not changed at all. Allowed unless a charge has
+//!   left the bucket below zero.
 //! - Refund ([`Op::Refund`]): puts `cost` tokens back after folding in the refill up to `now`,
 //!   the bucket full at most; always allowed.
+//! - Charge ([`Op::Charge`]): takes `cost` tokens after folding in the refill, below zero if
+//!   need be (a debt); allowed while the bucket stays at zero or above. A bucket in debt denies
+//!   every check until the refill has paid the debt (`retry_after`), so the long-run rate
+//!   stays exact.
 //! - Cost above `capacity`: can never pass; denied with `retry_after: None`, consumes nothing.
 //! - A denied request consumes nothing and changes nothing (the refill up to `now` is computed
 //!   for the decision, not recorded), so every store agrees on the state whether or not it saw
@@ -190,7 +195,10 @@ impl Algorithm for TokenBucket {
     }
 
     fn supports(&self, op: crate::OpKind) -> bool {
-        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+        matches!(
+            op,
+            crate::OpKind::Check | crate::OpKind::Refund | crate::OpKind::Charge
+        )
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: Nanos) -> bool {
@@ -271,6 +279,7 @@ impl Bucket {
         match op {
             Op::Check { cost } => self.take(state, now, cost),
             Op::Refund { cost } => self.give_back(state, now, cost),
+            Op::Charge { cost } => self.charge(state, now, cost),
             // Not supported: answer as a read-only probe of the same cost.
             other => self.take(&mut state.clone(), now, other.cost()),
         }
@@ -289,6 +298,26 @@ impl Bucket {
         let remaining = (tokens as u64).min(self.capacity);
         let reset_after = nanos(lag, self.time_until(tokens, self.capacity_f));
         Decision::allow(self.capacity, remaining, reset_after)
+    }
+
+    /// [`Op::Charge`]: takes `cost` tokens, below zero if need be; the refill up to `now` is
+    /// folded in first.
+    fn charge(&self, state: &mut TokenBucketState, now: Nanos, cost: u64) -> Decision {
+        let lag = state.last.0.saturating_sub(now.0);
+        let left = self.tokens_at(state, now) - cost as f64;
+        if cost > 0 {
+            state.tokens = left;
+            state.last = state.last.max(now);
+        }
+        // Negative when in debt: `as` saturates it at 0.
+        let remaining = (left as u64).min(self.capacity);
+        let reset_after = nanos(lag, self.time_until(left, self.capacity_f));
+        if left >= 0.0 {
+            Decision::allow(self.capacity, remaining, reset_after)
+        } else {
+            let retry_after = nanos(lag, self.time_until(left, 0.0));
+            Decision::deny(self.capacity, 0, reset_after, Some(retry_after))
+        }
     }
 
     #[inline]

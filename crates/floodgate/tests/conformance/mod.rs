@@ -223,11 +223,13 @@ fn op_for(algorithm: &AnyAlgorithm, op: Op) -> Op {
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         ),
         AnyAlgorithm::LeakyQueue(_) => matches!(kind, OpKind::Check | OpKind::Reserve),
-        // The twins that take refunds.
+        // The twins that take refunds and charges.
         AnyAlgorithm::FixedWindow(_)
         | AnyAlgorithm::TokenBucket(_)
         | AnyAlgorithm::LeakyBucket(_)
-        | AnyAlgorithm::Gcra(_) => matches!(kind, OpKind::Check | OpKind::Refund),
+        | AnyAlgorithm::Gcra(_) => {
+            matches!(kind, OpKind::Check | OpKind::Refund | OpKind::Charge)
+        }
         _ => kind == OpKind::Check,
     };
     match op {
@@ -249,7 +251,8 @@ fn goes_back(algorithm: &AnyAlgorithm) -> bool {
     )
 }
 
-/// An operation: a check of a cost, a refund of one, (for leases) an acquire or release of one
+/// An operation: a check of a cost, a refund of one, a charge of one (sometimes far past any
+/// limit here), (for leases) an acquire or release of one
 /// of a few ids, or (for shapers) a reservation, a try_acquire with a timeout, a set_rate (sometimes refused).
 fn op() -> impl Strategy<Value = Op> {
     let lease = (0u64..6).prop_map(|i| LeaseId(u128::from(i) << 100 | 0xabc));
@@ -259,6 +262,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, critical)| Op::Acquire { lease, critical }),
         2 => lease.prop_map(|lease| Op::Release { lease }),
         2 => prop_oneof![0u64..4, 0u64..60].prop_map(|cost| Op::Refund { cost }),
+        2 => prop_oneof![4 => 0u64..4, 2 => 0u64..60, 1 => 0u64..1_000]
+            .prop_map(|cost| Op::Charge { cost }),
         2 => prop_oneof![0u64..4, 0u64..2_000].prop_map(|cost| Op::Reserve { cost }),
         2 => (0u64..6, 0u64..5_000_000_000).prop_map(|(cost, timeout)| Op::TryAcquire {
             cost,

@@ -245,21 +245,23 @@ impl Scripts {
             }
             _ => {}
         }
-        // A refund goes to the same twin as a check, as a negative cost.
-        let (cost, refund) = match op {
-            Op::Check { cost } => (cost, false),
-            Op::Refund { cost } if super::RedisStore::takes_refunds(algorithm) => (cost, true),
-            Op::Refund { .. } => {
-                return Err(not_on_redis(algorithm, "its refunds do not run on Redis"))
+        // A refund or a charge goes to the same twin as a check, with a last argument saying
+        // which (a refund's cost negated).
+        let (cost, usage) = match op {
+            Op::Check { cost } => (cost, Usage::Take),
+            Op::Refund { cost } if super::RedisStore::takes_refunds(algorithm) => {
+                (cost, Usage::Refund)
+            }
+            Op::Charge { cost } if super::RedisStore::takes_refunds(algorithm) => {
+                (cost, Usage::Charge)
+            }
+            Op::Refund { .. } | Op::Charge { .. } => {
+                return Err(not_on_redis(
+                    algorithm,
+                    "its refunds and charges do not run on Redis",
+                ))
             }
             _ => return Err(not_on_redis(algorithm, "only `check` runs on Redis yet")),
-        };
-        let signed = |cost: u64| {
-            if refund {
-                format!("-{cost}")
-            } else {
-                cost.to_string()
-            }
         };
         let (script, args) = match algorithm {
             AnyAlgorithm::Gcra(g) => {
@@ -270,7 +272,13 @@ impl Scripts {
                 let e = nanos(g.emission_interval());
                 let mut args: Vec<String> =
                     [e, tau, g.limit()].iter().map(u64::to_string).collect();
-                args.push(signed(cost.min(g.limit() + 1)));
+                // A charge may schedule past the limit, and a refund give back a charge: up
+                // to 2^50 ns, where the twin's arithmetic is exact.
+                let most = match usage {
+                    Usage::Take => g.limit() + 1,
+                    Usage::Refund | Usage::Charge => MAX_EXACT / e.max(1),
+                };
+                usage.push(&mut args, cost.min(most));
                 (&self.gcra, args)
             }
             AnyAlgorithm::FixedWindow(f) => {
@@ -280,25 +288,25 @@ impl Scripts {
                         "its window exceeds 2^50 microseconds (35 years) or its limit 2^50",
                     ));
                 };
-                // A refund may give back more than the limit (a cached view may count more).
-                let cost = if refund {
-                    cost.min(MAX_EXACT)
-                } else {
-                    cost.min(f.limit() + 1)
+                // A refund may give back more than the limit (a cached view may count more),
+                // and a charge count past it.
+                let most = match usage {
+                    Usage::Take => f.limit() + 1,
+                    Usage::Refund | Usage::Charge => MAX_EXACT,
                 };
                 let mut args: Vec<String> = [w_us, w_sub, f.limit()]
                     .iter()
                     .map(u64::to_string)
                     .collect();
-                args.push(signed(cost));
+                usage.push(&mut args, cost.min(most));
                 (&self.fixed_window, args)
             }
             AnyAlgorithm::TokenBucket(t) => self
-                .bucket("T", t.rate(), t.capacity(), cost, refund)
+                .bucket("T", t.rate(), t.capacity(), cost, usage)
                 .ok_or_else(too_large)?,
             // The meter is the token bucket counting the room left: the same script.
             AnyAlgorithm::LeakyBucket(l) => self
-                .bucket("M", l.rate(), l.capacity(), cost, refund)
+                .bucket("M", l.rate(), l.capacity(), cost, usage)
                 .ok_or_else(too_large)?,
             AnyAlgorithm::SlidingLog(l) => return windows::sliding_log(&self.sliding_log, l, cost),
             AnyAlgorithm::SlidingWindow(w) => {
@@ -309,35 +317,70 @@ impl Scripts {
         Ok(Call { script, args })
     }
 
-    /// The token bucket script's arguments (a refund's cost negative), or `None` beyond the
-    /// exact limits.
+    /// The token bucket script's arguments, or `None` beyond the exact limits.
     fn bucket(
         &self,
         tag: &str,
         rate: f64,
         capacity: u64,
         cost: u64,
-        refund: bool,
+        usage: Usage,
     ) -> Option<(&Script, Vec<String>)> {
         let refill_ns = capacity as f64 * (1e9 / rate);
         if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
             return None;
         }
-        let cost = cost.min(capacity + 1);
+        // A charge may put the bucket in debt, and a refund pay one back: up to 2^50 tokens.
+        let most = match usage {
+            Usage::Take => capacity + 1,
+            Usage::Refund | Usage::Charge => MAX_EXACT,
+        };
         // Rust prints the shortest decimal that reads back as the same f64.
-        Some((
-            &self.token_bucket,
-            vec![
-                rate.to_string(),
-                capacity.to_string(),
-                if refund {
-                    format!("-{cost}")
-                } else {
-                    cost.to_string()
-                },
-                tag.to_owned(),
-            ],
-        ))
+        let mut args = vec![
+            rate.to_string(),
+            capacity.to_string(),
+            usage.cost(cost.min(most)),
+            tag.to_owned(),
+        ];
+        args.extend(usage.flag());
+        Some((&self.token_bucket, args))
+    }
+}
+
+/// What a check, refund or charge does with its cost, as the twins take it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Usage {
+    /// Takes the cost if it fits ([`Op::Check`]): the cost as it is.
+    Take,
+    /// Gives the cost back ([`Op::Refund`]): the cost negated, and a last argument -1.
+    Refund,
+    /// Counts the cost even past the limit ([`Op::Charge`]): the cost, and a last argument 1.
+    Charge,
+}
+
+impl Usage {
+    /// The cost's argument: negative for a refund.
+    fn cost(self, cost: u64) -> String {
+        match self {
+            Usage::Refund => format!("-{cost}"),
+            Usage::Take | Usage::Charge => cost.to_string(),
+        }
+    }
+
+    /// The twin's last argument: 1 for a charge, -1 for a refund (whose cost, negated, may be
+    /// -0: the sign alone cannot tell).
+    fn flag(self) -> Option<String> {
+        match self {
+            Usage::Take => None,
+            Usage::Refund => Some("-1".to_owned()),
+            Usage::Charge => Some("1".to_owned()),
+        }
+    }
+
+    /// Appends the cost's arguments to `args`.
+    fn push(self, args: &mut Vec<String>, cost: u64) {
+        args.push(self.cost(cost));
+        args.extend(self.flag());
     }
 }
 

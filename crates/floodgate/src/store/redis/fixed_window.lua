@@ -1,6 +1,7 @@
 -- Fixed window (algorithm/fixed_window.rs). a[1], a[2]: the window w as whole microseconds
 -- and the nanoseconds beyond them (0..999), a[3]: limit, a[4]: cost (at most limit + 1), or
--- minus the cost of a refund (at most 2^50).
+-- minus the cost of a refund (at most 2^50); a[5]: -1 for a refund, 1 for a charge, counted
+-- even past the limit (its cost at most 2^50; the count stops at 2^52, where Rust's goes on).
 -- State 'F:start_us:start_sub:count'. Needs align.lua.
 local function fixed_window(key, now_us, a)
   local w_us, w_sub = tonumber(a[1]), tonumber(a[2])
@@ -26,7 +27,7 @@ local function fixed_window(key, now_us, a)
 
   -- to_end = start + w - now.
   local eu, es = pair(s_us - now_us + w_us, s_sub + w_sub)
-  if cost < 0 then
+  if tonumber(a[5]) == -1 then
     -- A refund: the window's count lowered, never below 0; written only when it changes.
     local left = math.max(0, count + cost)
     if left ~= count then
@@ -35,9 +36,21 @@ local function fixed_window(key, now_us, a)
     if left == 0 then return reply(true, limit, 0, 0) end
     return reply(true, math.max(0, limit - left), eu, es)
   end
-  local free = limit - count
+  if tonumber(a[5]) == 1 then
+    -- A charge: counted in full, past the limit if need be; over once past it.
+    local after = math.min(count + cost, 4503599627370496)
+    if cost > 0 then
+      store(key, 'F:' .. int(s_us) .. ':' .. int(s_sub) .. ':' .. int(after), eu, es)
+    end
+    if after == 0 then return reply(true, limit, 0, 0) end
+    if after <= limit then return reply(true, limit - after, eu, es) end
+    return reply(false, 0, eu, es, eu, es)
+  end
+  -- Nothing is free once a charge has counted past the limit.
+  local free = math.max(0, limit - count)
   if cost == 0 then
     if count == 0 then return reply(true, free, 0, 0) end
+    if count > limit then return reply(false, 0, eu, es, eu, es) end
     return reply(true, free, eu, es)
   end
   if cost <= free then

@@ -1,6 +1,7 @@
 -- GCRA (algorithm/gcra.rs). a[1]: emission interval e (ns), a[2]: tolerance tau (ns),
--- a[3]: limit, a[4]: cost (at most limit + 1), or minus the cost of a refund (at most
--- limit + 1). State 'G:tat_us:tat_sub'.
+-- a[3]: limit, a[4]: cost (at most limit + 1), or minus the cost of a refund; a[5]: -1 for a
+-- refund, 1 for a charge, scheduled even beyond tau (their costs times e at most 2^50).
+-- State 'G:tat_us:tat_sub'.
 local function gcra(key, now_us, a)
   local e, tau, limit, cost = tonumber(a[1]), tonumber(a[2]), tonumber(a[3]), tonumber(a[4])
   local state, found = load(key, 'G')
@@ -16,7 +17,7 @@ local function gcra(key, now_us, a)
     return q
   end
 
-  if cost < 0 then
+  if tonumber(a[5]) == -1 then
     -- A refund, as in Rust: tat moved back by the cost's intervals, never before now.
     local ahead_ns = 0
     if du >= 0 then ahead_ns = du * 1000 + tat_sub end
@@ -27,6 +28,20 @@ local function gcra(key, now_us, a)
       keep(key, 'G:' .. int(now_us + au) .. ':' .. int(as), au, as)
     end
     return reply(true, remaining(after), au, as)
+  end
+
+  if tonumber(a[5]) == 1 then
+    -- A charge, as in Rust: tat = max(tat, now) + cost * e, beyond tau if need be.
+    local ahead_ns = 0
+    if du >= 0 then ahead_ns = du * 1000 + tat_sub end
+    local after = ahead_ns + cost * e
+    local au, as = pair(0, after)
+    if cost > 0 then
+      store(key, 'G:' .. int(now_us + au) .. ':' .. int(as), au, as)
+    end
+    if after <= tau then return reply(true, remaining(after), au, as) end
+    local ru, rs = pair(0, after - tau)
+    return reply(false, 0, au, as, ru, rs)
   end
 
   local ahead, far = 0, false

@@ -402,10 +402,10 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
-    /// Whether this store gives back units ([`Op::Refund`]) under `algorithm`: every
-    /// algorithm that takes refunds (the fixed window, the token and leaky buckets, GCRA),
-    /// each in its Lua twin. The others' refunds are refused with
-    /// [`StoreError::Unsupported`].
+    /// Whether this store gives back units ([`Op::Refund`]) and charges them past the limit
+    /// ([`Op::Charge`]) under `algorithm`: every algorithm that takes both (the fixed window,
+    /// the token and leaky buckets, GCRA), each in its Lua twin. The others' refunds and
+    /// charges are refused with [`StoreError::Unsupported`].
     pub fn takes_refunds(algorithm: &AnyAlgorithm) -> bool {
         matches!(
             algorithm,

@@ -2,7 +2,8 @@
 -- bucket counting the room left (algorithm/leaky_bucket.rs). a[1]: rate (tokens per second,
 -- as Rust prints the f64, which reads back exactly), a[2]: capacity, a[3]: cost (at most
 -- capacity + 1), or minus the cost of a refund, a[4]: the tag ('T' token bucket, 'M' leaky
--- bucket).
+-- bucket), a[5]: -1 for a refund, 1 for a charge, taken even below zero (a debt); their costs
+-- at most 2^50.
 -- State 'T:tokens:last_us' (or 'M:room:last_us'), tokens printed with 17 significant digits
 -- (exact round trip).
 local function token_bucket(key, now_us, a)
@@ -34,24 +35,46 @@ local function token_bucket(key, now_us, a)
   local lag_us = 0
   if last_us > now_us then lag_us = last_us - now_us end
 
-  if cost < 0 then
+  if tonumber(a[5]) == -1 then
     -- A refund, as the Rust bucket gives back: the refill folded in, the tokens put back,
     -- full at most.
     local back = avail - cost
     if back > cap then back = cap end
     local left = math.floor(back)
     if left > cap then left = cap end
+    -- Still in debt after a charge: nothing left.
+    if left < 0 then left = 0 end
     local reset_us, reset_sub = pair(lag_us, time_until(back, cap))
     local kept = last_us
     if now_us > kept then kept = now_us end
     keep(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
     return reply(true, left, reset_us, reset_sub)
   end
+  if tonumber(a[5]) == 1 then
+    -- A charge, as the Rust bucket takes it: the refill folded in, the cost taken even into
+    -- debt; over while in debt.
+    local left = avail - cost
+    local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
+    if cost > 0 then
+      local kept = last_us
+      if now_us > kept then kept = now_us end
+      store(key, tag .. ':' .. digits17(left) .. ':' .. int(kept), reset_us, reset_sub)
+    end
+    if left < 0 then
+      local ru, rs = pair(lag_us, time_until(left, 0))
+      return reply(false, 0, reset_us, reset_sub, ru, rs)
+    end
+    local remaining = math.floor(left)
+    if remaining > cap then remaining = cap end
+    return reply(true, remaining, reset_us, reset_sub)
+  end
   local allowed = cost <= cap and avail >= cost
   local left = avail
   if allowed then left = avail - cost end
   local remaining = math.floor(left)
   if remaining > cap then remaining = cap end
+  -- A bucket in debt (after a charge) has nothing left.
+  if remaining < 0 then remaining = 0 end
   local reset_us, reset_sub = pair(lag_us, time_until(left, cap))
   -- Only an admission is recorded, as in Rust: a denial changes nothing.
   if cost > 0 and allowed then

@@ -99,7 +99,7 @@ impl Smooth<'_> {
                 None => ("s", 0, 0, "0".to_owned()),
             },
             // Not supported by the smooth limiters: `ensure_supported` refused them already.
-            Op::Acquire { .. } | Op::Release { .. } | Op::Refund { .. } => {
+            Op::Acquire { .. } | Op::Release { .. } | Op::Refund { .. } | Op::Charge { .. } => {
                 ("c", 0, 0, "0".to_owned())
             }
         };
