@@ -1,8 +1,10 @@
 //! Token budgets charged and given back as Envoy sends them (`hits_addend` per descriptor, and
 //! Envoy 1.38's `is_negative_hits`), over real gRPC and `/json`, on every store: the memory
 //! store, a Redis and a Redis Cluster of the test's own, and Redis in envoyproxy/ratelimit's
-//! key layout. A check of 0 counts nothing; a refund lowers the count, never below zero, and
-//! is never OVER_LIMIT, under a fixed window and a token bucket alike; a refund to a limit that
+//! key layout. A check of 0 counts nothing and is over only past the budget; a descriptor's
+//! own hits (the stream-done charge) count even past the budget, as upstream counts them; a
+//! refund lowers the count, never below zero, and is never OVER_LIMIT, under a fixed window
+//! and a token bucket alike; a refund to a limit that
 //! cannot give back (a sliding log) is refused as invalid,
 //! naming the descriptor, and counts nothing; refunds show in `refunded_hits`.
 
@@ -76,15 +78,25 @@ async fn a_budget_is_charged_and_given_back(node: &Service, user: &str) {
         "never below zero"
     );
     assert_eq!(at(1000, false).await.unwrap(), (OK, 0));
+    // A stream's tokens are charged even past the budget (as upstream counts every hit).
     assert_eq!(at(1, false).await.unwrap().0, OVER_LIMIT);
     // A refund is never over the limit, even of a key that is.
     assert_eq!(at(1, true).await.unwrap().0, OK);
-    assert_eq!(at(400, true).await.unwrap().0, OK);
-    // 401 where the refused hit counted nothing (Floodgate's layout), 400 where it counted
-    // (upstream's, which always adds).
-    let (code, remaining) = at(0, false).await.unwrap();
-    assert_eq!(code, OK);
-    assert!((400..=401).contains(&remaining), "{remaining}");
+    assert_eq!(at(400, true).await.unwrap(), (OK, 400));
+    // Streams admitted by the same check, charged when done: the second lands past the
+    // budget, counts in full, and the next request-time check is over until it is paid back.
+    assert_eq!(at(350, false).await.unwrap(), (OK, 50));
+    assert_eq!(at(250, false).await.unwrap(), (OVER_LIMIT, 0));
+    assert_eq!(at(0, false).await.unwrap().0, OVER_LIMIT, "200 over");
+    assert_eq!(at(150, true).await.unwrap().0, OK);
+    assert_eq!(at(0, false).await.unwrap().0, OVER_LIMIT, "50 over");
+    assert_eq!(at(50, true).await.unwrap(), (OK, 0));
+    assert_eq!(
+        at(0, false).await.unwrap(),
+        (OK, 0),
+        "at the budget, not over it"
+    );
+    assert_eq!(at(1000, true).await.unwrap(), (OK, 1000));
 }
 
 fn served(store: &str, extra: &str) -> (common::serve::TempDir, Service) {
@@ -102,6 +114,24 @@ async fn budgets_on_the_memory_store() {
     assert_eq!(call(&node, "bucket", "b", 200, true).await.unwrap().0, OK);
     let (_, left) = call(&node, "bucket", "b", 0, false).await.unwrap();
     assert!((600..=610).contains(&left), "{left}");
+    // A charge past the bucket leaves it in debt: over until 10 tokens a second refill it.
+    assert_eq!(
+        call(&node, "bucket", "b", 900, false).await.unwrap(),
+        (OVER_LIMIT, 0)
+    );
+    assert_eq!(
+        call(&node, "bucket", "b", 0, false).await.unwrap().0,
+        OVER_LIMIT
+    );
+    // The sliding log takes no charge: its hits are checked, and refused ones count nothing.
+    assert_eq!(
+        call(&node, "strict", "s", 900, false).await.unwrap(),
+        (OK, 100)
+    );
+    assert_eq!(
+        call(&node, "strict", "s", 200, false).await.unwrap(),
+        (OVER_LIMIT, 100)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,9 +158,9 @@ async fn budgets_in_upstreams_key_layout() {
     // Given back in upstream's own key: DECRBY, the key removed at zero.
     let mut redis_cli = std::process::Command::new("redis-cli");
     redis_cli.args(["-p", &redis.port().to_string(), "--scan"]);
-    let keys = String::from_utf8(redis_cli.output().unwrap().stdout).unwrap();
-    assert!(keys.contains("llm_user_alice_"), "{keys}");
     call(&node, "user", "dave", 10, false).await.unwrap();
+    let keys = String::from_utf8(redis_cli.output().unwrap().stdout).unwrap();
+    assert!(keys.contains("llm_user_dave_"), "{keys}");
     call(&node, "user", "dave", 10, true).await.unwrap();
     let keys = String::from_utf8(redis_cli.output().unwrap().stdout).unwrap();
     assert!(!keys.contains("llm_user_dave_"), "{keys}");

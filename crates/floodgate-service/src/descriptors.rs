@@ -26,7 +26,15 @@
 //!   wildcard (at that place, with the same other entries) share one counter. An entry matched
 //!   exactly, or by a key-only descriptor, keeps its own value.
 //! - A descriptor adds its hits ([`RlsRequest::hits_for`]: its own `hits_addend`, else the
-//!   request's, else 1; 0 reads the limit without counting).
+//!   request's, else 1; 0 reads the limit without counting, and is over only when a charge
+//!   has put the count past the limit).
+//! - A descriptor's own `hits_addend` of 1 or more is a usage charge (Envoy's stream-done call
+//!   carrying a response's tokens): under a limit whose algorithm takes charges (the fixed
+//!   window, the buckets, GCRA) it is counted in full even past the limit, OVER_LIMIT when it
+//!   lands there, and the limit refuses every request until the excess has drained or the
+//!   window ended. So check-then-charge overshoots a budget by at most the costs in flight.
+//!   Under the other algorithms it is checked like any hits. A charge is never a link of an
+//!   all-or-nothing chain.
 //! - `replaces`: a matched limit whose `name` is listed in the `replaces` of any limit matched by
 //!   the same request (the replacing limit may be `unlimited`) is not checked or counted; its
 //!   status is OK with no limit.
@@ -34,7 +42,7 @@
 //! - no match, or an unknown domain: OK with no limit, nothing counted.
 //! - a limit: the store decides; the status carries the limit, what remains (rounded down;
 //!   when over the limit, what a smaller request could still take) and the time until the
-//!   limit resets. An over-limit request consumes nothing (unlike envoyproxy/ratelimit's
+//!   limit resets. An over-limit request (not a charge) consumes nothing (unlike envoyproxy/ratelimit's
 //!   `INCRBY`, which keeps counting refused hits in the window; with one hit per request the
 //!   answers are the same).
 //! - `requests_per_unit: 0` blocks the descriptor outright: every request is over the limit and

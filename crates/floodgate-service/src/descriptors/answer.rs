@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use floodgate::algorithm::Algorithm as _;
 use serde_json::{Map, Value};
 
 use super::checks::{Check, PerDescriptor};
@@ -184,6 +185,12 @@ pub(super) fn plan<'m, C: layout::Counters>(
         }
         let hits = request.hits_for(descriptor);
         let refund = descriptor.negative_hits;
+        // A descriptor's own hits (Envoy's usage: the tokens of a finished stream) are a
+        // charge where the algorithm takes one: counted even past the limit, as upstream
+        // counts every hit. Elsewhere they are checked like any hits.
+        let charge = !refund
+            && descriptor.hits_addend.is_some_and(|own| own > 0)
+            && limit.algorithm.supports(floodgate::OpKind::Charge);
         if limit.requests_per_unit == 0 {
             // A limit of 0 counts nothing: nothing to give back either.
             let outcome = if refund {
@@ -196,13 +203,14 @@ pub(super) fn plan<'m, C: layout::Counters>(
             planned.checks.push(Check {
                 index: i,
                 shadow_mode,
-                // A refund is given back whatever the others decide: never a link of a chain
-                // that would undo it.
-                all_or_nothing: all_or_nothing && !refund,
+                // A refund is given back, and a charge counted, whatever the others decide:
+                // never a link of a chain that would undo it.
+                all_or_nothing: all_or_nothing && !refund && !charge,
                 limit,
                 key: start..keys.len(),
                 hits,
                 refund,
+                charge,
             });
         }
     }

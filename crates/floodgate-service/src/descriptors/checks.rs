@@ -23,6 +23,8 @@ pub(super) struct Check<'r> {
     pub(super) hits: u64,
     /// The hits are given back ([`Op::Refund`]), not taken.
     pub(super) refund: bool,
+    /// The hits are a usage charge ([`Op::Charge`]): counted even past the limit.
+    pub(super) charge: bool,
 }
 
 /// Descriptors a request holds in the common case: per-descriptor lists up to this long stay on
@@ -56,6 +58,9 @@ pub(super) async fn decide<S: Store<str, AnyAlgorithm>>(
     fn op(c: &Check<'_>, blocked: bool) -> Op {
         if c.refund {
             return Op::Refund { cost: c.hits };
+        }
+        if c.charge {
+            return Op::Charge { cost: c.hits };
         }
         let cost = if blocked && c.all_or_nothing {
             0
