@@ -1,6 +1,8 @@
 //! Limiters: algorithms put to work on a store, each in its own [`Namespace`] of that store.
 //!
-//! - [`KeyedLimit`]: one algorithm on any key (the named limits of `/v1/check`).
+//! - [`KeyedLimit`]: one algorithm on any key (the named limits of `/v1/check`); its
+//!   [`KeyedLimit::reserve`] and [`KeyedLimit::settle`] hold a budget for a request whose cost
+//!   is known only when it ends ([`reservation`]).
 //!
 //! Stripe's four, which [`crate::pipeline::Pipeline::stripe`] assembles:
 //! - [`request_rate::RequestRateLimiter`]: one bucket per user, sized by the user's plan; 429.
@@ -34,10 +36,12 @@ pub mod fleet;
 pub(crate) mod in_flight;
 mod keyed;
 pub mod request_rate;
+pub mod reservation;
 pub mod utilization;
 
 pub use in_flight::Acquired;
 pub use keyed::KeyedLimit;
+pub use reservation::Reservation;
 pub use utilization::Priority;
 
 /// Which kind of limiter a stage runs; its name is the default namespace and stage name.
