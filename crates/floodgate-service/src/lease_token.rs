@@ -119,44 +119,12 @@ impl LeaseTokens {
             .iter()
             .map(|l| format!("{}{FIELD}{}{FIELD}{}", l.limiter(), l.key(), l.id()))
             .collect();
-        let payload = URL_SAFE_NO_PAD.encode(payload.join(&LEASE.to_string()));
-        let signed = format!("{VERSION}.{payload}");
-        let tag = URL_SAFE_NO_PAD.encode(Self::tag(&self.secrets.load().current, &signed));
-        Some(format!("{signed}.{tag}"))
+        Some(self.seal(VERSION, &payload.join(&LEASE.to_string())))
     }
 
     /// The leases of a token this service issued.
     pub fn open(&self, token: &str) -> Result<Vec<LeaseHandle>, TokenError> {
-        let mut parts = token.split('.');
-        let (Some(version), Some(payload), Some(tag), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(TokenError::Malformed);
-        };
-        if version != VERSION {
-            let known_shape = version.len() <= 8
-                && version.starts_with('v')
-                && version[1..].bytes().all(|b| b.is_ascii_digit());
-            return Err(if known_shape {
-                TokenError::UnknownVersion(version.to_string())
-            } else {
-                TokenError::Malformed
-            });
-        }
-        let tag = URL_SAFE_NO_PAD
-            .decode(tag)
-            .map_err(|_| TokenError::Malformed)?;
-        let signed = format!("{VERSION}.{payload}");
-        let secrets = self.secrets.load();
-        let signed_by = |secret: &[u8]| constant_time_eq(&tag, &Self::tag(secret, &signed));
-        if !signed_by(&secrets.current) && !secrets.previous.as_deref().is_some_and(signed_by) {
-            return Err(TokenError::BadSignature);
-        }
-        // Signed by us: from here on a failure would be our own bug, but it is still a 400.
-        let payload = URL_SAFE_NO_PAD
-            .decode(payload)
-            .map_err(|_| TokenError::Malformed)?;
-        let payload = String::from_utf8(payload).map_err(|_| TokenError::Malformed)?;
+        let payload = self.unseal(VERSION, token)?;
         payload
             .split(LEASE)
             .map(|lease| {
@@ -171,6 +139,50 @@ impl LeaseTokens {
                 Ok(LeaseHandle::new(stage, key, id))
             })
             .collect()
+    }
+
+    /// `version.payload.tag`: `payload` in base64url (no padding), signed with the current
+    /// secret. Any format of signed token the service hands out (leases, reservations).
+    pub(crate) fn seal(&self, version: &str, payload: &str) -> String {
+        let signed = format!("{version}.{}", URL_SAFE_NO_PAD.encode(payload));
+        let tag = URL_SAFE_NO_PAD.encode(Self::tag(&self.secrets.load().current, &signed));
+        format!("{signed}.{tag}")
+    }
+
+    /// The payload of a token [`LeaseTokens::seal`] made under `version` with the current
+    /// secret or the one before. Another version of the same letter is refused by name.
+    pub(crate) fn unseal(&self, version: &str, token: &str) -> Result<String, TokenError> {
+        let mut parts = token.split('.');
+        let (Some(found), Some(payload), Some(tag), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(TokenError::Malformed);
+        };
+        if found != version {
+            let letter = &version[..1];
+            let known_shape = found.len() <= 8
+                && found.starts_with(letter)
+                && found[1..].bytes().all(|b| b.is_ascii_digit());
+            return Err(if known_shape {
+                TokenError::UnknownVersion(found.to_string())
+            } else {
+                TokenError::Malformed
+            });
+        }
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| TokenError::Malformed)?;
+        let signed = format!("{version}.{payload}");
+        let secrets = self.secrets.load();
+        let signed_by = |secret: &[u8]| constant_time_eq(&tag, &Self::tag(secret, &signed));
+        if !signed_by(&secrets.current) && !secrets.previous.as_deref().is_some_and(signed_by) {
+            return Err(TokenError::BadSignature);
+        }
+        // Signed by us: from here on a failure would be our own bug, but it is still a 400.
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| TokenError::Malformed)?;
+        String::from_utf8(payload).map_err(|_| TokenError::Malformed)
     }
 }
 

@@ -6,7 +6,7 @@
 //! `floodgate-server`, thin over both.
 //!
 //! Modules import one way, bottom to top: the leaves (`environment`, `rls`, `prometheus`,
-//! `lease_token`, `proto`), `cli`, `descriptors`, `config` (plain data and its validation),
+//! `lease_token` and `reservation_token`, `proto`), `cli`, `descriptors`, `config` (plain data and its validation),
 //! `store`, `metrics` and `connections`, then `snapshot` (what a configuration serves),
 //! `statsd`, `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
 //! `runtime` on top
@@ -29,6 +29,7 @@ pub mod lease_token;
 pub mod metrics;
 pub mod prometheus;
 pub mod proto;
+pub mod reservation_token;
 pub mod rls;
 pub mod runtime;
 pub mod service;

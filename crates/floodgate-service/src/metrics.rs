@@ -23,16 +23,22 @@ pub enum Endpoint {
     Evaluate,
     /// `POST /v1/release`
     Release,
+    /// `POST /v1/reserve`
+    Reserve,
+    /// `POST /v1/settle`
+    Settle,
     /// `POST /json` (envoyproxy/ratelimit's JSON API)
     Json,
     /// gRPC `ShouldRateLimit`
     Grpc,
 }
 
-const ENDPOINTS: [(Endpoint, &str); 5] = [
+const ENDPOINTS: [(Endpoint, &str); 7] = [
     (Endpoint::Check, "check"),
     (Endpoint::Evaluate, "evaluate"),
     (Endpoint::Release, "release"),
+    (Endpoint::Reserve, "reserve"),
+    (Endpoint::Settle, "settle"),
     (Endpoint::Json, "json"),
     (Endpoint::Grpc, "grpc"),
 ];

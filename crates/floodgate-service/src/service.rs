@@ -36,6 +36,7 @@ mod evaluate;
 mod leases;
 mod observe;
 pub mod reload;
+pub mod reservations;
 pub mod switches;
 pub use admin::AdminError;
 use evaluate::{has_plan, plan_list};

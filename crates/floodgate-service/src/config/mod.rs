@@ -26,6 +26,7 @@
 //!   utilization: { workers: 64, sample_interval: 1s, seed: 0, mode: shadow }
 //! limits:                       # named limits for POST /v1/check {"limiter": NAME, …}
 //!   login: { algorithm: sliding_log, limit: 5, window: 1m }
+//! reservation_ttl: 1h           # how long a /v1/reserve reservation can be settled
 //! response_dynamic_metadata: false   # Envoy RLS answers carry dynamic metadata (default off)
 //! domains:                      # Envoy RLS domains, envoyproxy/ratelimit's format
 //!   - domain: example
@@ -238,6 +239,11 @@ pub struct Config {
     /// Named limits for `POST /v1/check`: name → algorithm.
     #[serde(default)]
     pub limits: BTreeMap<String, AlgorithmSpec>,
+    /// How long a reservation of `POST /v1/reserve` can be settled (`POST /v1/settle`);
+    /// after it, one never settled stands at its estimate. 1 s to 7 days; `None`: 1 h
+    /// ([`Config::reservation_ttl`]).
+    #[serde(default)]
+    pub reservation_ttl: Option<SpecDuration>,
     /// Whether Envoy RLS answers carry dynamic metadata (the request's domain and descriptors,
     /// and the matched descriptors' `metadata`; see [`crate::descriptors`]), as
     /// envoyproxy/ratelimit's `RESPONSE_DYNAMIC_METADATA` setting; off by default, and off for
@@ -381,6 +387,13 @@ impl Config {
         }
     }
 
+    /// How long a reservation can be settled: `reservation_ttl`, by default an hour (longer
+    /// than any LLM response streams).
+    pub fn reservation_ttl(&self) -> Duration {
+        self.reservation_ttl
+            .map_or(Duration::from_secs(3_600), |ttl| ttl.0)
+    }
+
     /// What the sections a configuration leaves out are: [`Config::builtin`]'s, or, under
     /// envoyproxy/ratelimit's settings ([`Overrides::without_example`]), none (no plans,
     /// limiters, named limits or domains), so that the drop-in serves only what upstream
@@ -484,6 +497,7 @@ impl Config {
                 },
             )]),
             response_dynamic_metadata: false,
+            reservation_ttl: None,
             domains: vec![DomainConfig {
                 domain: "example".to_string(),
                 descriptors: vec![

@@ -4,6 +4,7 @@
 //! `domains[0].descriptors[2].rate_limit.unit`) and says what is wrong with the value.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use floodgate::limiter::request_rate::Plan;
 use floodgate::ConfigError;
@@ -191,6 +192,13 @@ impl Config {
                     format!("{addr} is also the {other} address"),
                 ));
             }
+        }
+        let ttl = self.reservation_ttl();
+        if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400)).contains(&ttl) {
+            return Err(ConfigFileError::invalid(
+                "reservation_ttl",
+                format!("invalid value {ttl:?} (must be 1s to 7 days)"),
+            ));
         }
         if self.store.max_keys == 0 {
             return Err(ConfigFileError::invalid(

@@ -19,6 +19,12 @@
 //! | 400 | `empty_key`, `too_long` | `/v1/check`: an empty `key`, or one longer than `connections.max_key_bytes` |
 //! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
+//! | 400 | `empty_key`, `too_long`, `key_not_carried` | `/v1/reserve`: an empty `key`, one longer than `connections.max_key_bytes`, or one holding the byte 0x1F |
+//! | 400 | `cannot_settle` | `/v1/reserve`: the limit's algorithm takes no charges and refunds (the sliding log and window, the smooth limiters, the leaky queue); nothing is taken |
+//! | 404 | `unknown_limiter` | `/v1/reserve`, and `/v1/settle` with a genuine token whose limit a reload removed |
+//! | 400 | `malformed_reservation`, `unsupported_reservation_version`, `altered_reservation` | `/v1/settle`: not a reservation this service issued |
+//! | 409 | `reservation_expired` | `/v1/settle` after `reservation_ttl`: the reservation stands at its estimate |
+//! | 503 | `store_unavailable` | `/v1/settle` when the store failed: nothing settled, the call may be repeated |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
 //! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong; `/v1/dashboard` on a listener that is not on a loopback address, without the admin token |
@@ -30,6 +36,7 @@
 mod admin;
 pub mod debug;
 pub mod home;
+mod reservations;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,7 +169,8 @@ pub fn router(server: Arc<Server>) -> Router {
     if !upstream {
         decisions = decisions
             .route("/v1/check", post(check))
-            .route("/v1/evaluate", post(evaluate));
+            .route("/v1/evaluate", post(evaluate))
+            .route("/v1/reserve", post(reservations::reserve));
     }
     let decisions = decisions.route_layer(axum::middleware::from_fn_with_state(
         server.clone(),
@@ -174,6 +182,8 @@ pub fn router(server: Arc<Server>) -> Router {
             .route("/", get(home_page))
             // Giving leases back relieves an overload: never shed.
             .route("/v1/release", post(release))
+            // So does settling (it may give budget back): never shed either.
+            .route("/v1/settle", post(reservations::settle))
             .route("/v1/dashboard", get(dashboard));
     }
     let routes = if upstream {
@@ -447,23 +457,7 @@ async fn check(
         }
         Ok(None) => {
             server.metrics().call(Endpoint::Check, Outcome::Invalid);
-            let names: Vec<String> = server
-                .overview()
-                .limits
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect();
-            let configured = if names.is_empty() {
-                "none is configured: add named limits under `limits:` in the config".to_string()
-            } else {
-                format!("configured: {}", names.join(", "))
-            };
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_limiter",
-                format!("no limit named `{}` ({configured})", request.limiter),
-            )
-            .into_response()
+            unknown_limit(&server, &request.limiter).into_response()
         }
         Err(e) => {
             // Fail open: the caller gets an answer that lets the request through.
@@ -477,6 +471,26 @@ async fn check(
             .into_response()
         }
     }
+}
+
+/// The 404 of a call naming no configured limit, naming those there are.
+fn unknown_limit(server: &Server, name: &str) -> ApiError {
+    let names: Vec<String> = server
+        .overview()
+        .limits
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let configured = if names.is_empty() {
+        "none is configured: add named limits under `limits:` in the config".to_string()
+    } else {
+        format!("configured: {}", names.join(", "))
+    };
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_limiter",
+        format!("no limit named `{name}` ({configured})"),
+    )
 }
 
 /// How a decision call's HTTP status is chosen, by its query: `http_status=body` (the

@@ -108,7 +108,16 @@ impl Server {
     /// secret is shared through the store, makes it read the store's secret once more (another
     /// node made a new one after the store lost it).
     pub(super) async fn open_token(&self, token: &str) -> Result<Vec<LeaseHandle>, TokenError> {
-        match self.leases.tokens.open(token) {
+        self.opened(|tokens| tokens.open(token)).await
+    }
+
+    /// Opens a token of any kind with `open`, reading the store's secret once more as
+    /// [`Server::open_token`] says.
+    pub(super) async fn opened<T>(
+        &self,
+        open: impl Fn(&LeaseTokens) -> Result<T, TokenError>,
+    ) -> Result<T, TokenError> {
+        match open(&self.leases.tokens) {
             Err(TokenError::BadSignature) if self.leases.shared.load(Ordering::Relaxed) => {
                 let now = self.clock.now().0;
                 let last = self.leases.read_at.load(Ordering::Relaxed);
@@ -126,7 +135,7 @@ impl Server {
                         }
                     }
                 }
-                self.leases.tokens.open(token)
+                open(&self.leases.tokens)
             }
             other => other,
         }

@@ -61,6 +61,8 @@ pub struct Served<S> {
     pub stage_paths: BTreeMap<String, String>,
     /// What requests may carry in `attributes`.
     pub attributes: AttributesConfig,
+    /// How long a reservation can be settled (`reservation_ttl`).
+    pub reservation_ttl: std::time::Duration,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -155,6 +157,7 @@ impl Config {
                 written: envoy::written_by_key(&self.domains),
                 stage_paths,
                 attributes: self.attributes.clone(),
+                reservation_ttl: self.reservation_ttl(),
             })
         };
         build().map_err(|e| self.origin.place(e))

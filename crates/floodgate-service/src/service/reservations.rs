@@ -1,0 +1,175 @@
+//! Reservations of the named limits (`POST /v1/reserve`, `POST /v1/settle`): a budget held for
+//! a request whose cost is known only when it ends, settled once at its actual cost, on any
+//! node sharing the store.
+//!
+//! Reserving checks the estimate against the named limit
+//! ([`floodgate::limiter::KeyedLimit::reserve`]) and hands out a signed token
+//! ([`crate::reservation_token`]) when it was admitted. Settling opens the token and applies
+//! the difference to the limit ([`floodgate::limiter::KeyedLimit::settle`]): a charge, counted
+//! even past the limit, or a refund. "Once" is remembered in the store, by the reservation's
+//! id: a settle first charges a marker of its own (`floodgate.settled:<id>`, a GCRA of one per
+//! the reservation's remaining life), which only the first settle finds empty; the charge goes
+//! to Redis itself in cached mode too, so two nodes never both settle one reservation. When the
+//! settlement then fails, the marker is given back, so that the caller may retry.
+//!
+//! A reservation not settled within `reservation_ttl` can no longer be: it stands at its
+//! estimate.
+
+use std::time::Duration;
+
+use floodgate::algorithm::gcra::Gcra;
+use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::limiter::Reservation;
+use floodgate::store::{Namespace, ScopedKey, Store};
+use floodgate::{Clock, Decision, LeaseId, Nanos, Op, StoreError};
+
+use super::Server;
+use crate::lease_token::TokenError;
+use crate::reservation_token::Held;
+
+/// The namespace of the markers that remember settled reservations: Floodgate's own.
+const SETTLED: &str = "floodgate.settled";
+
+/// What `POST /v1/reserve` answers.
+#[derive(Debug)]
+pub enum Reserved {
+    /// No named limit of that name.
+    UnknownLimit,
+    /// The limit's algorithm cannot settle (it takes no charges or refunds): nothing taken.
+    CannotSettle {
+        /// The algorithm's name.
+        algorithm: &'static str,
+    },
+    /// The key holds the token's separator byte: nothing taken.
+    KeyNotCarried,
+    /// The limit's decision, and the reservation's token when it was admitted.
+    Decided {
+        /// The check of the estimate.
+        decision: Decision,
+        /// The token to settle with; `None` when refused.
+        token: Option<String>,
+        /// How long the reservation can be settled.
+        ttl: Duration,
+    },
+}
+
+/// What `POST /v1/settle` answers.
+#[derive(Debug)]
+pub enum Settled {
+    /// Not a reservation token this service (or a node signing alike) issued.
+    BadToken(TokenError),
+    /// Its `reservation_ttl` has passed: it stands at its estimate.
+    Expired,
+    /// The named limit is gone (a reload removed it): nothing settled.
+    UnknownLimit(String),
+    /// Settled before: nothing done this time.
+    AlreadySettled,
+    /// Settled now: what was applied, and the key's state afterwards.
+    Done {
+        /// The charge or refund of the difference.
+        op: Op,
+        /// The key's state after it.
+        decision: Decision,
+    },
+}
+
+impl Server {
+    /// Holds `estimate` units of `key` in the named limit `limit` (see the module
+    /// documentation). `Err` when the store failed: nothing is held.
+    pub async fn reserve(
+        &self,
+        limit: &str,
+        key: &str,
+        estimate: u64,
+    ) -> Result<Reserved, StoreError> {
+        let snapshot = self.snapshot.load();
+        let Some(named) = snapshot.limits.get(limit) else {
+            return Ok(Reserved::UnknownLimit);
+        };
+        if !Held::fits(key) {
+            return Ok(Reserved::KeyNotCarried);
+        }
+        let (decision, reservation) = match named.reserve(key, estimate).await {
+            Err(StoreError::Unsupported { algorithm, .. }) => {
+                return Ok(Reserved::CannotSettle { algorithm })
+            }
+            other => other?,
+        };
+        let ttl = snapshot.reservation_ttl;
+        let token = match reservation {
+            Some(reservation) => {
+                self.lease_secret_before_issuing().await;
+                let held = Held {
+                    limit: limit.to_string(),
+                    key: reservation.key().to_string(),
+                    estimate: reservation.estimate(),
+                    id: LeaseId::random(),
+                    expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
+                };
+                Some(held.seal(self.leases.tokens()))
+            }
+            None => None,
+        };
+        Ok(Reserved::Decided {
+            decision,
+            token,
+            ttl,
+        })
+    }
+
+    /// Settles the reservation `token` at `actual` units (see the module documentation).
+    /// `Err` when the store failed: nothing is settled, and the call may be repeated.
+    pub async fn settle(&self, token: &str, actual: u64) -> Result<Settled, StoreError> {
+        let held = match self.opened(|tokens| Held::open(tokens, token)).await {
+            Ok(held) => held,
+            Err(error) => return Ok(Settled::BadToken(error)),
+        };
+        let now = self.clock.now();
+        if now > held.expires {
+            return Ok(Settled::Expired);
+        }
+        let snapshot = self.snapshot.load();
+        let Some(named) = snapshot.limits.get(&held.limit) else {
+            return Ok(Settled::UnknownLimit(held.limit));
+        };
+        let (marker, key) = settled_marker(&held, now)?;
+        if !self
+            .store
+            .apply(&marker, &key, Op::Charge { cost: 1 })
+            .await?
+            .allowed
+        {
+            return Ok(Settled::AlreadySettled);
+        }
+        let op = floodgate::limiter::reservation::settlement(held.estimate, actual);
+        match named
+            .settle(Reservation::new(held.key, held.estimate), actual)
+            .await
+        {
+            Ok(decision) => Ok(Settled::Done { op, decision }),
+            Err(error) => {
+                // Not settled: forget the marker, so that a retry settles.
+                if let Err(undo) = self
+                    .store
+                    .apply(&marker, &key, Op::Refund { cost: 1 })
+                    .await
+                {
+                    tracing::warn!(%undo, "a failed settlement's marker could not be given back: retrying it will answer already settled");
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// The marker of `held`'s settlement and its key: a GCRA of one per the reservation's
+/// remaining life (and a second more), so that a second charge before the reservation expires
+/// is refused.
+fn settled_marker(held: &Held, now: Nanos) -> Result<(AnyAlgorithm, ScopedKey), StoreError> {
+    let life = Duration::from_nanos(held.expires.0.saturating_sub(now.0)) + Duration::from_secs(1);
+    let marker = Gcra::new(0, 1, life)
+        .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
+    let namespace = Namespace::new(SETTLED)
+        .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
+    Ok((marker.into(), namespace.key(&held.id.to_string())))
+}
