@@ -45,9 +45,13 @@ local function token_bucket(key, now_us, a)
     -- Still in debt after a charge: nothing left.
     if left < 0 then left = 0 end
     local reset_us, reset_sub = pair(lag_us, time_until(back, cap))
-    local kept = last_us
-    if now_us > kept then kept = now_us end
-    keep(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
+    -- A refund of nothing writes nothing, as in Rust (folding the refill in at another
+    -- instant would round differently later).
+    if cost < 0 then
+      local kept = last_us
+      if now_us > kept then kept = now_us end
+      keep(key, tag .. ':' .. digits17(back) .. ':' .. int(kept), reset_us, reset_sub)
+    end
     return reply(true, left, reset_us, reset_sub)
   end
   if tonumber(a[5]) == 1 then
