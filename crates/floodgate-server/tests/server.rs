@@ -967,11 +967,12 @@ async fn envoy_grpc_should_rate_limit_through_the_binary() {
         call("edge", vec![api(), nested(), free(), dark()]).await,
         (2, vec![(2, 0), (1, 1), (1, u32::MAX), (1, 0)])
     );
-    // A descriptor's own hits_addend: the nested limit's last hit, then one too many.
+    // A descriptor's own hits_addend is a usage charge: counted even past the limit (as
+    // upstream counts every hit), so the nested limit is then over for one hit too.
     let two = descriptor(&[("tenant", "acme"), ("user", "ann")], Some(2));
-    assert_eq!(call("edge", vec![two.clone()]).await, (2, vec![(2, 1)]));
+    assert_eq!(call("edge", vec![two.clone()]).await, (2, vec![(2, 0)]));
     let one = descriptor(&[("tenant", "acme"), ("user", "ann")], Some(1));
-    assert_eq!(call("edge", vec![one]).await, (1, vec![(1, 0)]));
+    assert_eq!(call("edge", vec![one]).await, (2, vec![(2, 0)]));
     // requests_per_unit 0 blocks; a key the config does not know and an unknown domain pass.
     assert_eq!(
         call("edge", vec![descriptor(&[("blocked", "x")], None)]).await,
