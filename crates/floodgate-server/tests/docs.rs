@@ -201,3 +201,52 @@ fn every_upstream_variable_has_its_row() {
         }
     }
 }
+
+/// docs/usage-based-limits.md's `simulate --usage` run prints the table the guide shows and
+/// draws the charts the guide embeds, byte for byte.
+#[test]
+fn the_usage_charts_are_what_simulate_draws_today() {
+    let doc = read("docs/usage-based-limits.md");
+    let command = commands(&doc)
+        .into_iter()
+        .find(|c| c.starts_with("floodgate simulate") && c.contains("--usage"))
+        .expect("the documented simulate --usage command");
+    let mut args = words(&command);
+    assert_eq!(args.remove(0), "floodgate");
+    let charts_at = args.iter().position(|w| w == "--charts").expect("--charts");
+    let committed = root().join(&args[charts_at + 1]);
+    let drawn = std::env::temp_dir().join(format!("floodgate-usage-{}", std::process::id()));
+    args[charts_at + 1] = drawn.display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(&args)
+        .output()
+        .expect("the floodgate binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let sample: Vec<&str> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("It prints:"))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim_start_matches("    ").trim_end())
+        .collect();
+    let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
+    assert_eq!(sample, printed, "the guide's table is out of date");
+    for chart in ["usage-counted.svg", "usage-refused.svg"] {
+        let now = std::fs::read(drawn.join(chart)).expect("the chart is drawn");
+        let then = std::fs::read(committed.join(chart)).expect("the chart is committed");
+        assert!(
+            now == then,
+            "{chart} is out of date: run the guide's command"
+        );
+        assert!(
+            doc.contains(&format!("(usage-based-limits/{chart})")),
+            "{chart}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&drawn);
+}

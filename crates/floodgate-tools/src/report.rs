@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-mod chart;
+pub(crate) mod chart;
 mod tally;
 
 pub use chart::{line_chart, ChartError, Series, OFFERED};
@@ -332,7 +332,9 @@ impl Report {
     }
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:62rem;margin:2rem auto;\
+/// The reports' style sheet.
+pub(crate) const STYLE: &str =
+    "body{font-family:system-ui,sans-serif;max-width:62rem;margin:2rem auto;\
 padding:0 1rem;color:#222;line-height:1.45}table{border-collapse:collapse}\
 th,td{padding:.25rem .8rem;border-bottom:1px solid #ddd;text-align:right}\
 th:first-child,td:first-child{text-align:left}.details{display:grid;\

@@ -37,6 +37,7 @@ use crate::report::{LimiterRun, Report, Sample, Tally, WriteError};
 
 mod pipeline;
 pub mod traffic;
+pub mod usage;
 
 use traffic::{Generator, Merged, Request, Traffic, TrafficError};
 
@@ -48,9 +49,18 @@ pub struct Args {
     #[arg(
         long = "limiter",
         value_name = "SPEC",
-        required_unless_present = "pipeline"
+        required_unless_present_any = ["pipeline", "usage"]
     )]
     limiters: Vec<String>,
+    /// LLM-like traffic whose cost is known only when each response ends, through the three
+    /// ways to hold a token budget side by side (reserve the maximum and refund, check then
+    /// charge, reserve an estimate and settle), e.g. '{"budget":20000,"window":"1m","rate":4,
+    /// "prompt":[100,800],"completion":{"median":300,"max":4000}}' (see docs/usage-based-limits.md).
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["limiters", "pipeline", "traffic", "trace"])]
+    usage: Option<String>,
+    /// With `--usage`: also write each chart as an SVG file into this directory.
+    #[arg(long, value_name = "DIR", requires = "usage")]
+    charts: Option<PathBuf>,
     /// A configuration file (or directory), as `serve --config` takes: its whole pipeline runs
     /// as one more subject of the report, a row for it and one per stage. The traffic's
     /// `plan`, `endpoint` and `attributes` reach its stages (docs/building-your-pipeline.md).
@@ -112,6 +122,15 @@ pub enum SimulateError {
         /// Why.
         source: SpecError,
     },
+    /// The `--usage` spec was refused.
+    #[error("--usage: {0}")]
+    Usage(#[source] usage::UsageError),
+    /// The `--usage` spec could not be read.
+    #[error("--usage: {0}")]
+    UsageFile(#[source] SpecError),
+    /// `--charts` could not be written.
+    #[error("--charts: {0}")]
+    Charts(#[source] usage::WriteChartsError),
     /// Neither `--traffic` nor `--trace` was given.
     #[error("give the traffic: --traffic SPEC (one or more) or --trace FILE.jsonl")]
     NoTraffic,
@@ -139,7 +158,10 @@ impl SimulateError {
     pub fn exit_code(&self) -> u8 {
         match self {
             SimulateError::Replay(e) => e.exit_code(),
-            SimulateError::Write(_) | SimulateError::Io { .. } | SimulateError::Pipeline(_) => 1,
+            SimulateError::Write(_)
+            | SimulateError::Io { .. }
+            | SimulateError::Pipeline(_)
+            | SimulateError::Charts(_) => 1,
             _ => 2,
         }
     }
@@ -147,11 +169,42 @@ impl SimulateError {
 
 /// Runs the simulation: the summary table on stdout, the report in `--out`.
 pub fn run(args: &Args) -> Result<(), SimulateError> {
+    if let Some(spec) = &args.usage {
+        return run_usage(args, spec);
+    }
     let report = simulate(args)?;
     print!("{}", report.table());
     if let Some(out) = &args.out {
         report.write(out)?;
         eprintln!("floodgate: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// `--usage`: the three ways' table on stdout, the report in `--out`, the charts in
+/// `--charts`.
+fn run_usage(args: &Args, spec: &str) -> Result<(), SimulateError> {
+    let value = crate::replay::load_value(spec).map_err(SimulateError::UsageFile)?;
+    let usage = usage::UsageSpec::from_value(value.clone()).map_err(SimulateError::Usage)?;
+    let duration = args.duration.ok_or_else(|| {
+        SimulateError::Duration("required with --usage (e.g. --duration 10m)".into())
+    })?;
+    let report = usage::simulate(value, &usage, duration, args.seed);
+    print!("{}", report.table());
+    if let Some(out) = &args.out {
+        let html = report
+            .html()
+            .map_err(|e| SimulateError::Write(WriteError::Chart(e)))?;
+        std::fs::write(out, html).map_err(|source| SimulateError::Io {
+            path: out.display().to_string(),
+            source,
+        })?;
+        eprintln!("floodgate: wrote {}", out.display());
+    }
+    if let Some(dir) = &args.charts {
+        for path in report.write_charts(dir).map_err(SimulateError::Charts)? {
+            eprintln!("floodgate: wrote {}", path.display());
+        }
     }
     Ok(())
 }

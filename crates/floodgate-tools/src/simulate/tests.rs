@@ -6,6 +6,8 @@ fn args(limiters: &[&str], traffic: &[&str], duration: &str) -> Args {
         traffic: traffic.iter().map(|s| s.to_string()).collect(),
         trace: None,
         pipeline: None,
+        usage: None,
+        charts: None,
         duration: floodgate_service::cli::positive_duration(duration).ok(),
         out: None,
         seed: 1,
