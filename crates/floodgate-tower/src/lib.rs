@@ -38,6 +38,9 @@
 //!   [`FloodgateBody`] ([`body`]) hold the request's concurrency and fleet leases and its busy
 //!   worker until the response body has been sent, and give them back when dropped (client
 //!   gone, timeout, cancellation).
+//! - [`TokenBudgetLayer`] ([`budget`]): a usage budget (an LLM API's tokens): each request
+//!   reserves an estimate and its response settles it at the cost it reports (a header, a
+//!   trailer or [`UsageTokens`]) when its body ends or is dropped.
 //! - [`Extractor`] and [`RequestInfo`] ([`extract`]): who is asking ([`KeyBy`], any
 //!   [`KeyExtractor`]), on which plan, and how important the request is; [`address`]: where
 //!   the client's address comes from, proxies included ([`ClientAddress`]).
@@ -176,6 +179,7 @@
 pub mod address;
 pub mod admitted;
 pub mod body;
+pub mod budget;
 pub mod credential;
 pub mod extract;
 pub mod future;
@@ -187,6 +191,7 @@ pub mod service;
 pub use address::{connection_address, ClientAddress, TrustedProxies, Unidentified};
 pub use admitted::Admitted;
 pub use body::FloodgateBody;
+pub use budget::{TokenBudgetLayer, UsageTokens};
 pub use credential::{shown_user, CredentialKey};
 pub use extract::{
     AttributeSource, Extractor, KeyBy, KeyExtractor, RequestInfo, TestMode, ANONYMOUS,

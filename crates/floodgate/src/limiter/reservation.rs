@@ -13,6 +13,31 @@
 //! refunds (the fixed window, the token and leaky buckets, GCRA); the others refuse the
 //! settlement with [`crate::StoreError::Unsupported`], and [`KeyedLimit::reserve`] refuses
 //! such a limit up front in the same way, before anything is taken.
+//!
+//! ```
+//! use floodgate::algorithm::fixed_window::FixedWindow;
+//! use floodgate::limiter::KeyedLimit;
+//! use floodgate::store::MemoryStore;
+//! use std::time::Duration;
+//!
+//! // 100,000 tokens a user a minute.
+//! let tokens = KeyedLimit::new(
+//!     "tokens",
+//!     FixedWindow::new(100_000, Duration::from_secs(60))?,
+//!     MemoryStore::new(),
+//! )?;
+//! # floodgate::blocking::block_on(async {
+//! let (decision, reservation) = tokens.reserve("u-42", 1_500).await?;
+//! assert_eq!(decision.remaining, 98_500);
+//! if let Some(reservation) = reservation {
+//!     // The response turned out to cost 3,211 tokens: 1,711 more are charged.
+//!     let after = tokens.settle(reservation, 3_211).await?;
+//!     assert_eq!(after.remaining, 96_789);
+//! }
+//! # Ok::<(), floodgate::StoreError>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use crate::algorithm::Algorithm;
 use crate::store::Store;
@@ -103,6 +128,14 @@ impl<S: Store<str, A>, A: Algorithm> KeyedLimit<S, A> {
     ) -> Result<Decision, StoreError> {
         self.apply(&reservation.key, settlement(reservation.estimate, actual))
             .await
+    }
+
+    /// [`KeyedLimit::settle`] from code that cannot wait (a response body's `Drop`): sent in
+    /// the background ([`Store::apply_detached`]); its answer, and a failure, are not seen.
+    pub fn settle_detached(&self, reservation: Reservation, actual: u64) {
+        let key = self.namespace().key(&reservation.key);
+        let op = settlement(reservation.estimate, actual);
+        self.store().apply_detached(self.algorithm(), &key, op);
     }
 }
 
