@@ -26,6 +26,8 @@ const DOMAINS: &str = "domains:
         rate_limit: {algorithm: sliding_log, limit: 1000, window: 1m}
       - key: bucket
         rate_limit: {algorithm: token_bucket, rate: 10, capacity: 1000}
+      - key: window
+        rate_limit: {algorithm: sliding_window, limit: 1000, window: 1h, buckets: 60}
 ";
 
 const OK: i32 = 1;
@@ -123,6 +125,9 @@ async fn budgets_on_the_memory_store() {
         call(&node, "bucket", "b", 0, false).await.unwrap().0,
         OVER_LIMIT
     );
+    // The sliding window counter gives back too (its newest units first).
+    assert_eq!(call(&node, "window", "w", 600, false).await.unwrap(), (OK, 400));
+    assert_eq!(call(&node, "window", "w", 250, true).await.unwrap(), (OK, 650));
     // The sliding log takes no charge: its hits are checked, and refused ones count nothing.
     assert_eq!(
         call(&node, "strict", "s", 900, false).await.unwrap(),
@@ -139,6 +144,8 @@ async fn budgets_on_redis() {
     let redis = RedisServer::start();
     let (_dir, node) = served(&redis.url(), "");
     a_budget_is_charged_and_given_back(&node, "alice").await;
+    assert_eq!(call(&node, "window", "w", 600, false).await.unwrap(), (OK, 400));
+    assert_eq!(call(&node, "window", "w", 250, true).await.unwrap(), (OK, 650));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

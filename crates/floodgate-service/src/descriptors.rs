@@ -491,8 +491,7 @@ impl RuleSet {
 
     /// Why `request` cannot be answered as it asks, if it cannot: a descriptor that gives its
     /// hits back (`is_negative_hits`) matched a limit under whose algorithm the store cannot
-    /// give back (`takes_refunds` says no: the sliding log, the sliding window, the smooth
-    /// limiters). Named by its index, entries and the algorithm. Checked before anything is
+    /// give back (`takes_refunds` says no: the sliding log, the smooth limiters). Named by its index, entries and the algorithm. Checked before anything is
     /// counted, so that such a call changes nothing. (A descriptor's own `limit`, and upstream's
     /// layout, are fixed windows, which every store gives back under.)
     pub fn refund_refused(

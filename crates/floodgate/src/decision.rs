@@ -144,8 +144,8 @@ pub enum Op {
     /// what still counts: the count never goes below empty (a bucket never above full), and a
     /// refund that arrives after the units stopped counting (a later window) gives back
     /// nothing. The decision reports the state after the refund. Supported by the fixed
-    /// window, the token and leaky buckets and GCRA; not by the sliding log, which keeps
-    /// instants rather than a count to lower.
+    /// window, the token and leaky buckets, GCRA and the sliding window counter (newest units
+    /// first); not by the sliding log, which keeps instants rather than a count to lower.
     Refund {
         /// Units to give back.
         cost: u64,
@@ -157,7 +157,8 @@ pub enum Op {
     /// a charge has put it past, every check is denied (a check of cost 0 included) until the
     /// excess has refilled or its window has ended, and `retry_after` says when that is. So a
     /// budget charged late is overshot by at most what was in flight, and the overshoot is
-    /// paid back rather than forgotten. Supported where [`Op::Refund`] is.
+    /// paid back rather than forgotten. Supported by the fixed window, the token and leaky buckets
+    /// and GCRA.
     Charge {
         /// Units used.
         cost: u64,

@@ -13,7 +13,7 @@
 //!   refused; the sliding log, which keeps instants rather than a count, takes none;
 //! - a charge ([`Op::Charge`]) counts its cost even past the limit, and a key charged past it
 //!   refuses every check, one of cost 0 included, until the excess has refilled or its window
-//!   has ended; taken where refunds are;
+//!   has ended; taken by the fixed window, the buckets and GCRA;
 //! - a request whose cost is more than can ever be granted at once is denied with
 //!   `retry_after == None`, and consumes nothing;
 //! - a denied request consumes nothing unless the module says otherwise;

@@ -1,5 +1,5 @@
 //! [`Op::Refund`] across the algorithms that take it (fixed window, token and leaky buckets,
-//! GCRA), written once for all of them through [`AnyAlgorithm`]: a refund never refuses and
+//! GCRA, the sliding window counter in both modes), written once for all of them through [`AnyAlgorithm`]: a refund never refuses and
 //! never takes anything; what it gives back is at most what still counts (never past empty,
 //! never past full); a check of `c` followed at once by a refund of `c` leaves a key that
 //! answers every later check as if neither had happened; and with refunds, what a key admits
@@ -15,6 +15,7 @@ use super::gcra::Gcra;
 use super::laws::{assert_well_formed, step, timeline};
 use super::leaky_bucket::LeakyBucket;
 use super::sliding_log::SlidingLog;
+use super::sliding_window::SlidingWindow;
 use super::spec::AnyAlgorithm;
 use super::token_bucket::TokenBucket;
 use super::Algorithm;
@@ -29,6 +30,12 @@ fn refundable(limit: u64) -> Vec<AnyAlgorithm> {
         TokenBucket::new(limit as f64, limit).unwrap().into(),
         LeakyBucket::new(limit as f64, limit).unwrap().into(),
         Gcra::new(limit - 1, limit, Duration::from_secs(1))
+            .unwrap()
+            .into(),
+        SlidingWindow::new(limit, Duration::from_secs(1), None)
+            .unwrap()
+            .into(),
+        SlidingWindow::new(limit, Duration::from_secs(1), Some(4))
             .unwrap()
             .into(),
     ]

@@ -100,6 +100,12 @@
 //!   passes.
 //! - Cost 0: a read-only probe, changes nothing. Cost above `L`: denied, `retry_after: None`,
 //!   consumes nothing.
+//! - Refund ([`Op::Refund`]): gives back the newest units still counted first (the current
+//!   window's, then the previous one's; the head bucket's, then older ones'), never past
+//!   empty; always allowed. Units that stopped counting give nothing back. A refund that gives
+//!   something back moves the state to `now` as an admission does. Charges ([`Op::Charge`])
+//!   are not taken: a count past the limit has no place in an estimate that already
+//!   approximates.
 //! - Time: probes and denials change nothing, so the latest instant a state knows is its latest
 //!   admission; an earlier instant (a clock going backwards) counts as that one: no time passed.
 //!   Admissions are counted at that effective instant, so the bounds hold over effective
@@ -439,7 +445,104 @@ impl SlidingWindow {
         )
     }
 
+    /// [`Op::Refund`], two-window estimate: the newest units first, from `current`, then
+    /// from `previous`; written (with `now_eff` as the latest instant) when anything comes back.
+    fn give_back_weighted(&self, p: &mut Pair, now: u64, cost: u64) -> Decision {
+        let w = u128::from(self.window_ns);
+        let now_eff = now.max(p.last);
+        let v = self.roll(p, now_eff);
+        let from_current = cost.min(v.current);
+        let from_previous = (cost - from_current).min(v.previous);
+        let (previous, current) = (v.previous - from_previous, v.current - from_current);
+        if from_current + from_previous > 0 {
+            *p = if previous == 0 && current == 0 {
+                // Nothing counts: the key is fresh again (as the script deletes it).
+                Pair::default()
+            } else {
+                Pair {
+                    previous,
+                    current,
+                    last: now_eff,
+                    ..v
+                }
+            };
+        }
+        let start = u128::from(v.start);
+        let reset_at = if current > 0 {
+            start + 2 * w
+        } else if previous > 0 {
+            start + w
+        } else {
+            0
+        };
+        let elapsed = now_eff.saturating_sub(v.start);
+        let remaining = self.weighted_remaining(previous, current, elapsed);
+        Decision::allow(self.limit, remaining, until(reset_at, now))
+    }
+
     // ----- sub-buckets -----
+
+    /// Moves the head `v.shift` buckets on, to the bucket holding `now_eff`: the buckets that
+    /// left are emptied.
+    fn advance(&self, r: &mut Ring, v: &RingView, slots: usize, grid: Grid) {
+        if v.shift >= slots as u64 {
+            if r.total > 0 {
+                r.counts.fill(0);
+            }
+            r.total = 0;
+        } else {
+            for _ in 0..v.shift {
+                r.head = next_slot(r.head, slots);
+                r.total = r.total.saturating_sub(r.counts[r.head]);
+                r.counts[r.head] = 0;
+            }
+        }
+        if v.shift > 0 {
+            // The start of the bucket holding `now_eff`: at most `now_eff`, so it fits.
+            r.head_start = grid.after(r.head_start, v.shift) as u64;
+        }
+    }
+
+    /// [`Op::Refund`], sub-buckets: the newest units first, from the head bucket back, once
+    /// the head is at `now_eff`'s bucket (as an admission would move it).
+    fn give_back_buckets(
+        &self,
+        r: &mut Ring,
+        now: u64,
+        cost: u64,
+        slots: usize,
+        grid: Grid,
+    ) -> Decision {
+        let now_eff = now.max(r.head_start);
+        let v = self.ring_view(r, now_eff, slots, grid);
+        let back = cost.min(v.live);
+        if back > 0 {
+            self.advance(r, &v, slots, grid);
+            let mut left = back;
+            let mut slot = r.head;
+            while left > 0 {
+                let take = left.min(r.counts[slot]);
+                r.counts[slot] -= take;
+                left -= take;
+                slot = if slot == 0 { slots - 1 } else { slot - 1 };
+            }
+            r.total -= back;
+        }
+        let live = v.live - back;
+        if live == 0 && back > 0 {
+            // Nothing counts: the key is fresh again (as the script deletes it).
+            r.counts.fill(0);
+            (r.head, r.head_start, r.total) = (0, 0, 0);
+        }
+        let remaining = self.limit - live.min(self.limit);
+        // The newest bucket still holding cost stops counting N + 1 buckets after its start.
+        let reset_after = match (0..slots).find(|age| r.counts[(r.head + slots - age) % slots] > 0)
+        {
+            Some(age) if live > 0 => until(grid.after(r.head_start, (slots - age) as u64), now),
+            _ => Duration::ZERO,
+        };
+        Decision::allow(self.limit, remaining, reset_after)
+    }
 
     fn ring_view(&self, r: &Ring, now_eff: u64, slots: usize, grid: Grid) -> RingView {
         let delta = now_eff - r.head_start;
@@ -482,22 +585,7 @@ impl SlidingWindow {
         let v = self.ring_view(r, now_eff, slots, grid);
         let fits = u128::from(v.live) + u128::from(cost) <= u128::from(self.limit);
         if fits && cost > 0 {
-            if v.shift >= slots as u64 {
-                if r.total > 0 {
-                    r.counts.fill(0);
-                }
-                r.total = 0;
-            } else {
-                for _ in 0..v.shift {
-                    r.head = next_slot(r.head, slots);
-                    r.total = r.total.saturating_sub(r.counts[r.head]);
-                    r.counts[r.head] = 0;
-                }
-            }
-            if v.shift > 0 {
-                // The start of the bucket holding `now_eff`: at most `now_eff`, so it fits.
-                r.head_start = grid.after(r.head_start, v.shift) as u64;
-            }
+            self.advance(r, &v, slots, grid);
             r.counts[r.head] = r.counts[r.head].saturating_add(cost);
             r.total = r.total.saturating_add(cost);
         }
@@ -564,6 +652,10 @@ impl Algorithm for SlidingWindow {
         "sliding_window"
     }
 
+    fn supports(&self, op: crate::OpKind) -> bool {
+        matches!(op, crate::OpKind::Check | crate::OpKind::Refund)
+    }
+
     fn fresh(&self, _now: Nanos) -> SlidingWindowState {
         let repr = match self.mode {
             Mode::Weighted { .. } => Repr::Weighted(Pair::default()),
@@ -581,6 +673,21 @@ impl Algorithm for SlidingWindow {
     fn apply(&self, state: &mut SlidingWindowState, now: Nanos, op: Op) -> Decision {
         let cost = match op {
             Op::Check { cost } => cost,
+            Op::Refund { cost } => {
+                if !self.matches(state) {
+                    // Built with other parameters: nothing of this limit's to give back.
+                    return self.apply(&mut self.fresh(now), now, Op::Check { cost: 0 });
+                }
+                return match (&mut state.repr, self.mode) {
+                    (Repr::Weighted(p), Mode::Weighted { .. }) => {
+                        self.give_back_weighted(p, now.0, cost)
+                    }
+                    (Repr::Buckets(r), Mode::Buckets { slots, grid }) => {
+                        self.give_back_buckets(r, now.0, cost, slots, grid)
+                    }
+                    _ => Decision::deny(self.limit, 0, Duration::ZERO, None),
+                };
+            }
             // Unsupported: a read-only probe.
             _ => 0,
         };

@@ -223,6 +223,7 @@ fn op_for(algorithm: &AnyAlgorithm, op: Op) -> Op {
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         ),
         AnyAlgorithm::LeakyQueue(_) => matches!(kind, OpKind::Check | OpKind::Reserve),
+        AnyAlgorithm::SlidingWindow(_) => matches!(kind, OpKind::Check | OpKind::Refund),
         // The twins that take refunds and charges.
         AnyAlgorithm::FixedWindow(_)
         | AnyAlgorithm::TokenBucket(_)

@@ -252,7 +252,7 @@ impl Scripts {
             Op::Refund { cost } if super::RedisStore::takes_refunds(algorithm) => {
                 (cost, Usage::Refund)
             }
-            Op::Charge { cost } if super::RedisStore::takes_refunds(algorithm) => {
+            Op::Charge { cost } if super::RedisStore::takes_charges(algorithm) => {
                 (cost, Usage::Charge)
             }
             Op::Refund { .. } | Op::Charge { .. } => {
@@ -310,7 +310,7 @@ impl Scripts {
                 .ok_or_else(too_large)?,
             AnyAlgorithm::SlidingLog(l) => return windows::sliding_log(&self.sliding_log, l, cost),
             AnyAlgorithm::SlidingWindow(w) => {
-                return windows::sliding_window(&self.sliding_window, w, cost)
+                return windows::sliding_window(&self.sliding_window, w, cost, usage)
             }
             _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
         };
@@ -349,7 +349,7 @@ impl Scripts {
 
 /// What a check, refund or charge does with its cost, as the twins take it.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Usage {
+pub(super) enum Usage {
     /// Takes the cost if it fits ([`Op::Check`]): the cost as it is.
     Take,
     /// Gives the cost back ([`Op::Refund`]): the cost negated, and a last argument -1.
@@ -360,7 +360,7 @@ enum Usage {
 
 impl Usage {
     /// The cost's argument: negative for a refund.
-    fn cost(self, cost: u64) -> String {
+    pub(super) fn cost(self, cost: u64) -> String {
         match self {
             Usage::Refund => format!("-{cost}"),
             Usage::Take | Usage::Charge => cost.to_string(),
@@ -369,7 +369,7 @@ impl Usage {
 
     /// The twin's last argument: 1 for a charge, -1 for a refund (whose cost, negated, may be
     /// -0: the sign alone cannot tell).
-    fn flag(self) -> Option<String> {
+    pub(super) fn flag(self) -> Option<String> {
         match self {
             Usage::Take => None,
             Usage::Refund => Some("-1".to_owned()),

@@ -402,11 +402,17 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
-    /// Whether this store gives back units ([`Op::Refund`]) and charges them past the limit
-    /// ([`Op::Charge`]) under `algorithm`: every algorithm that takes both (the fixed window,
-    /// the token and leaky buckets, GCRA), each in its Lua twin. The others' refunds and
-    /// charges are refused with [`StoreError::Unsupported`].
+    /// Whether this store gives back units ([`Op::Refund`]) under `algorithm`: every
+    /// algorithm that takes refunds (the fixed window, the token and leaky buckets, GCRA, the
+    /// sliding window counter), each in its Lua twin. The others' refunds are refused with
+    /// [`StoreError::Unsupported`].
     pub fn takes_refunds(algorithm: &AnyAlgorithm) -> bool {
+        Self::takes_charges(algorithm) || matches!(algorithm, AnyAlgorithm::SlidingWindow(_))
+    }
+
+    /// Whether this store counts units past the limit ([`Op::Charge`]) under `algorithm`: the
+    /// fixed window, the token and leaky buckets and GCRA, each in its Lua twin.
+    pub fn takes_charges(algorithm: &AnyAlgorithm) -> bool {
         matches!(
             algorithm,
             AnyAlgorithm::FixedWindow(_)

@@ -1,12 +1,15 @@
 -- Sliding window counters (algorithm/sliding_window.rs), both modes. a[1]: 'w' for the
 -- two-window weighted estimate, 'b' for sub-buckets; a[2]: window W (ns), a[3]: limit L,
--- a[4]: cost (at most L + 1), a[5]: the number of sub-buckets N ('b' only).
+-- a[4]: cost (at most L + 1), or minus the cost of a refund (at most 2^50), a[5]: the number
+-- of sub-buckets N ('b' only), a[6]: -1 for a refund (which gives the newest units back
+-- first, as algorithm/sliding_window.rs does).
 -- States: 'W:start_us:start_sub:previous:current:last_us' (weighted), and
 -- 'B:N:head_us:head_sub' followed by 'age:count' for each sub-bucket still holding cost
 -- (age 0 is the head, the newest bucket; ages run to N). A state of the other mode, or with
 -- another N, is one the algorithm treats as fresh.
 local function sliding_window(key, now_us, a)
   local mode, w, limit, cost = a[1], tonumber(a[2]), tonumber(a[3]), tonumber(a[4])
+  local refund = tonumber(a[6]) == -1
   local tag = 'W'
   if mode == 'b' then tag = 'B' end
   local state, found = load(key, tag)
@@ -55,6 +58,26 @@ local function sliding_window(key, now_us, a)
     end
     local elapsed = (now_eff - s_us) * 1000 - s_sub
     if elapsed < 0 then elapsed = 0 end
+    if refund then
+      -- The newest units first: the current window's, then the previous one's.
+      local from_cur = math.min(-cost, cur)
+      local from_prev = math.min(-cost - from_cur, prev)
+      cur, prev = cur - from_cur, prev - from_prev
+      local k = 0
+      if cur > 0 then k = 2 elseif prev > 0 then k = 1 end
+      local reset_us, reset_sub = 0, 0
+      if k > 0 then reset_us, reset_sub = since(pair(s_us, s_sub + k * w)) end
+      local faded = 0
+      if prev > 0 and elapsed > 0 then faded = muldiv(elapsed, prev, w) end
+      local left = limit - (prev - faded) - cur
+      if left < 0 then left = 0 end
+      if from_cur + from_prev > 0 then
+        local value = 'W:' .. int(s_us) .. ':' .. int(s_sub) .. ':' .. int(prev) .. ':'
+          .. int(cur) .. ':' .. int(now_eff)
+        keep(key, value, reset_us, reset_sub)
+      end
+      return reply(true, left, reset_us, reset_sub)
+    end
     local allowed = cost <= limit and cur + cost <= limit
       and mul_le(prev, w - elapsed, limit - cur - cost, w)
     local current = cur
@@ -153,8 +176,8 @@ local function sliding_window(key, now_us, a)
       end
     end
   end
-  local fits = live + cost <= limit
-  if fits and cost > 0 then
+  -- Moves the head to the bucket holding now_eff; the buckets that left are dropped.
+  local function advance()
     if shift > 0 then
       local moved = {}
       if shift < slots then
@@ -172,6 +195,49 @@ local function sliding_window(key, now_us, a)
         hs_us, hs_sub = pair(ne_us, ne_sub - m + muldiv(bucket_in(m), w, n))
       end
     end
+  end
+  local function encoded()
+    local parts = {'B', int(n), int(hs_us), int(hs_sub)}
+    for age = 0, n do
+      if counts[age] and counts[age] > 0 then
+        parts[#parts + 1] = int(age)
+        parts[#parts + 1] = int(counts[age])
+      end
+    end
+    return table.concat(parts, ':')
+  end
+  if refund then
+    -- The newest units first, from the head bucket back, once the head is at now_eff.
+    local back = math.min(-cost, live)
+    if back > 0 then
+      advance()
+      local owed = back
+      for age = 0, n do
+        if owed == 0 then break end
+        local c = counts[age] or 0
+        local take = math.min(owed, c)
+        counts[age] = c - take
+        owed = owed - take
+      end
+    end
+    local counted = live - back
+    local left = limit - counted
+    if left < 0 then left = 0 end
+    -- The newest bucket still holding cost stops counting N + 1 buckets after its start.
+    local reset_us, reset_sub = 0, 0
+    if counted > 0 then
+      local newest = slots
+      for age, c in pairs(counts) do
+        if c > 0 and age < newest then newest = age end
+      end
+      reset_us, reset_sub = since(after(slots - newest))
+    end
+    if back > 0 then keep(key, encoded(), reset_us, reset_sub) end
+    return reply(true, left, reset_us, reset_sub)
+  end
+  local fits = live + cost <= limit
+  if fits and cost > 0 then
+    advance()
     counts[0] = (counts[0] or 0) + cost
   end
   local counted = live
@@ -181,16 +247,7 @@ local function sliding_window(key, now_us, a)
   local reset_us, reset_sub = 0, 0
   if counted > 0 then reset_us, reset_sub = since(after(slots)) end
   if fits then
-    if cost > 0 then
-      local parts = {'B', int(n), int(hs_us), int(hs_sub)}
-      for age = 0, n do
-        if counts[age] and counts[age] > 0 then
-          parts[#parts + 1] = int(age)
-          parts[#parts + 1] = int(counts[age])
-        end
-      end
-      store(key, table.concat(parts, ':'), reset_us, reset_sub)
-    end
+    if cost > 0 then store(key, encoded(), reset_us, reset_sub) end
     return reply(true, left, reset_us, reset_sub)
   end
   if cost > limit then return fresh_result(reply(false, left, reset_us, reset_sub)) end

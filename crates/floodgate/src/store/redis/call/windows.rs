@@ -1,7 +1,7 @@
 //! Calls for the window counters that keep more than one number: the sliding log and both
 //! modes of the sliding window.
 
-use super::{beyond_exact, nanos, Call, Script, MAX_EXACT};
+use super::{beyond_exact, nanos, Call, Script, Usage, MAX_EXACT};
 use crate::algorithm::sliding_log::SlidingLog;
 use crate::algorithm::sliding_window::SlidingWindow;
 use crate::StoreError;
@@ -29,17 +29,26 @@ pub(super) fn sliding_window<'a>(
     script: &'a Script,
     window: &SlidingWindow,
     cost: u64,
+    usage: Usage,
 ) -> Result<Call<'a>, StoreError> {
     let w = nanos(window.window());
     if w > MAX_EXACT || window.limit() > MAX_EXACT {
         return Err(beyond_exact("sliding_window"));
     }
-    let cost = cost.min(window.limit() + 1);
+    // A refund gives back at most what counts (two windows' worth at most), a check takes at
+    // most the limit.
+    let cost = match usage {
+        Usage::Take => cost.min(window.limit() + 1),
+        _ => cost.min(MAX_EXACT),
+    };
     let (mode, buckets) = match window.buckets() {
         None => ("w", 0),
         Some(n) => ("b", n),
     };
     let mut args = vec![mode.to_owned()];
-    args.extend([w, window.limit(), cost, u64::from(buckets)].map(|n| n.to_string()));
+    args.extend([w, window.limit()].map(|n| n.to_string()));
+    args.push(usage.cost(cost));
+    args.push(u64::from(buckets).to_string());
+    args.extend(usage.flag());
     Ok(Call { script, args })
 }
