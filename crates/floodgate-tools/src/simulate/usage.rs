@@ -610,7 +610,10 @@ mod tests {
         // less than the check.
         let charged = most(Way::CheckThenCharge);
         let settled = most(Way::EstimateThenSettle);
-        assert!(spec.budget < settled && settled < charged, "{settled} {charged}");
+        assert!(
+            spec.budget < settled && settled < charged,
+            "{settled} {charged}"
+        );
         // By what is in flight, which this traffic keeps well under a budget: a ceiling that
         // still catches a charge counted twice or a refusal that lets a request through.
         assert!(charged < spec.budget * 2, "{charged}");
