@@ -138,6 +138,36 @@ fn the_readme_replay_example_runs() {
         .contains("-- replay --limiter examples/token_bucket.yaml < examples/burst.jsonl"));
 }
 
+/// Runs a documented `floodgate …` command, its `option`'s value replaced by `to` (a file or
+/// directory of the test's own); what it printed on stdout.
+fn run_documented(command: &str, option: &str, to: &Path) -> String {
+    let mut args = words(command);
+    assert_eq!(args.remove(0), "floodgate");
+    let at = args.iter().position(|w| w == option).expect(option);
+    args[at + 1] = to.display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(&args)
+        .output()
+        .expect("the floodgate binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The indented sample after the line of `doc` starting with `marker` (and its blank line),
+/// line by line.
+fn sample_after<'a>(doc: &'a str, marker: &str) -> Vec<&'a str> {
+    doc.lines()
+        .skip_while(|l| !l.trim_start().starts_with(marker))
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim_start_matches("    ").trim_end())
+        .collect()
+}
+
 #[test]
 fn the_simulate_sample_is_what_it_prints_today() {
     let doc = read("docs/seeing-limiters.md");
@@ -145,32 +175,13 @@ fn the_simulate_sample_is_what_it_prints_today() {
         .into_iter()
         .find(|c| c.starts_with("floodgate simulate") && c.contains("--out report.html"))
         .expect("the documented simulate command");
-    let mut args = words(&command);
-    assert_eq!(args.remove(0), "floodgate");
-    let out_at = args.iter().position(|w| w == "--out").expect("--out");
     let report = std::env::temp_dir().join(format!("floodgate-doc-{}.html", std::process::id()));
-    args[out_at + 1] = report.display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .args(&args)
-        .output()
-        .expect("the floodgate binary runs");
+    let printed = run_documented(&command, "--out", &report);
     let _ = std::fs::remove_file(&report);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed = String::from_utf8_lossy(&out.stdout);
-    let sample: Vec<&str> = doc
-        .lines()
-        .skip_while(|l| !l.contains("It prints the summary"))
-        .skip(2)
-        .take_while(|l| l.starts_with("    "))
-        .map(|l| l.trim_start_matches("    ").trim_end())
-        .collect();
     let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
     assert_eq!(
-        sample, printed,
+        sample_after(&doc, "It prints the summary"),
+        printed,
         "docs/seeing-limiters.md's sample is out of date"
     );
 }
@@ -211,31 +222,19 @@ fn the_usage_charts_are_what_simulate_draws_today() {
         .into_iter()
         .find(|c| c.starts_with("floodgate simulate") && c.contains("--usage"))
         .expect("the documented simulate --usage command");
-    let mut args = words(&command);
-    assert_eq!(args.remove(0), "floodgate");
-    let charts_at = args.iter().position(|w| w == "--charts").expect("--charts");
-    let committed = root().join(&args[charts_at + 1]);
-    let drawn = std::env::temp_dir().join(format!("floodgate-usage-{}", std::process::id()));
-    args[charts_at + 1] = drawn.display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .args(&args)
-        .output()
-        .expect("the floodgate binary runs");
+    let committed = root().join("docs/usage-based-limits");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        command.contains("--charts docs/usage-based-limits "),
+        "{command}"
     );
-    let printed = String::from_utf8_lossy(&out.stdout);
-    let sample: Vec<&str> = doc
-        .lines()
-        .skip_while(|l| !l.starts_with("It prints:"))
-        .skip(2)
-        .take_while(|l| l.starts_with("    "))
-        .map(|l| l.trim_start_matches("    ").trim_end())
-        .collect();
+    let drawn = std::env::temp_dir().join(format!("floodgate-usage-{}", std::process::id()));
+    let printed = run_documented(&command, "--charts", &drawn);
     let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
-    assert_eq!(sample, printed, "the guide's table is out of date");
+    assert_eq!(
+        sample_after(&doc, "It prints:"),
+        printed,
+        "the guide's table is out of date"
+    );
     for chart in ["usage-counted.svg", "usage-refused.svg"] {
         let now = std::fs::read(drawn.join(chart)).expect("the chart is drawn");
         let then = std::fs::read(committed.join(chart)).expect("the chart is committed");

@@ -126,8 +126,14 @@ async fn budgets_on_the_memory_store() {
         OVER_LIMIT
     );
     // The sliding window counter gives back too (its newest units first).
-    assert_eq!(call(&node, "window", "w", 600, false).await.unwrap(), (OK, 400));
-    assert_eq!(call(&node, "window", "w", 250, true).await.unwrap(), (OK, 650));
+    assert_eq!(
+        call(&node, "window", "w", 600, false).await.unwrap(),
+        (OK, 400)
+    );
+    assert_eq!(
+        call(&node, "window", "w", 250, true).await.unwrap(),
+        (OK, 650)
+    );
     // The sliding log takes no charge: its hits are checked, and refused ones count nothing.
     assert_eq!(
         call(&node, "strict", "s", 900, false).await.unwrap(),
@@ -144,8 +150,14 @@ async fn budgets_on_redis() {
     let redis = RedisServer::start();
     let (_dir, node) = served(&redis.url(), "");
     a_budget_is_charged_and_given_back(&node, "alice").await;
-    assert_eq!(call(&node, "window", "w", 600, false).await.unwrap(), (OK, 400));
-    assert_eq!(call(&node, "window", "w", 250, true).await.unwrap(), (OK, 650));
+    assert_eq!(
+        call(&node, "window", "w", 600, false).await.unwrap(),
+        (OK, 400)
+    );
+    assert_eq!(
+        call(&node, "window", "w", 250, true).await.unwrap(),
+        (OK, 650)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -301,19 +301,8 @@ impl Report {
                 escape(&l.spec)
             );
         }
-        page.push_str("</dl>\n<h2>Summary</h2>\n<table id=\"summary\">\n<tr>");
-        for c in COLUMNS {
-            let _ = write!(page, "<th>{}</th>", escape(c));
-        }
-        page.push_str("</tr>\n");
-        for row in self.rows() {
-            page.push_str("<tr>");
-            for cell in row {
-                let _ = write!(page, "<td>{}</td>", escape(&cell));
-            }
-            page.push_str("</tr>\n");
-        }
-        page.push_str("</table>\n");
+        page.push_str("</dl>\n<h2>Summary</h2>\n");
+        summary_table(&mut page, &COLUMNS, &self.rows());
         let _ = writeln!(
             page,
             "<p class=\"note\">The longest refusal streak counts refusals in a row in decision \
@@ -330,6 +319,23 @@ impl Report {
         page.push_str("</body>\n</html>\n");
         Ok(page)
     }
+}
+
+/// Writes the summary `<table>` of `columns` and `rows` into `page`.
+pub(crate) fn summary_table<R: AsRef<[String]>>(page: &mut String, columns: &[&str], rows: &[R]) {
+    page.push_str("<table id=\"summary\">\n<tr>");
+    for c in columns {
+        let _ = write!(page, "<th>{}</th>", escape(c));
+    }
+    page.push_str("</tr>\n");
+    for row in rows {
+        page.push_str("<tr>");
+        for cell in row.as_ref() {
+            let _ = write!(page, "<td>{}</td>", escape(cell));
+        }
+        page.push_str("</tr>\n");
+    }
+    page.push_str("</table>\n");
 }
 
 /// The reports' style sheet.

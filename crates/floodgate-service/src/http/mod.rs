@@ -428,13 +428,7 @@ async fn check(
                 Outcome::Refused
             };
             server.metrics().call(Endpoint::Check, outcome);
-            let mut answer = json!({
-                "allowed": d.allowed,
-                "limit": d.limit,
-                "remaining": d.remaining,
-                "reset_after": d.reset_after.as_secs_f64(),
-                "retry_after": d.retry_after.map(|r| r.as_secs_f64()),
-            });
+            let mut answer = decision_fields(&d);
             // A refusal no wait can lift says why, rather than a bare `retry_after: null`.
             if !d.allowed && d.retry_after.is_none() && request.cost > d.limit {
                 answer["message"] = format!(
@@ -443,17 +437,7 @@ async fn check(
                 )
                 .into();
             }
-            if mode == StatusMode::Decision && !d.allowed {
-                let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response();
-                if let Some(retry) = d.retry_after {
-                    let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
-                    response
-                        .headers_mut()
-                        .insert("retry-after", seconds.max(1).into());
-                }
-                return response;
-            }
-            Json(answer).into_response()
+            decision_response(&d, answer, mode)
         }
         Ok(None) => {
             server.metrics().call(Endpoint::Check, Outcome::Invalid);
@@ -471,6 +455,37 @@ async fn check(
             .into_response()
         }
     }
+}
+
+/// A decision's fields, as `/v1/check` and `/v1/reserve` answer them.
+fn decision_fields(d: &floodgate::Decision) -> serde_json::Value {
+    json!({
+        "allowed": d.allowed,
+        "limit": d.limit,
+        "remaining": d.remaining,
+        "reset_after": d.reset_after.as_secs_f64(),
+        "retry_after": d.retry_after.map(|r| r.as_secs_f64()),
+    })
+}
+
+/// `answer` as the response to a decision `d`: 200, or with `?http_status=decision` a refusal's
+/// 429 and `Retry-After` (whole seconds, rounded up, at least 1).
+fn decision_response(
+    d: &floodgate::Decision,
+    answer: serde_json::Value,
+    mode: StatusMode,
+) -> Response {
+    if mode == StatusMode::Decision && !d.allowed {
+        let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response();
+        if let Some(retry) = d.retry_after {
+            let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert("retry-after", seconds.max(1).into());
+        }
+        return response;
+    }
+    Json(answer).into_response()
 }
 
 /// The 404 of a call naming no configured limit, naming those there are.

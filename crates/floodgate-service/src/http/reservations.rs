@@ -24,11 +24,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use floodgate::{Decision, Op};
+use floodgate::Op;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{parse_counted, status_mode, unknown_limit, ApiError, StatusMode};
+use super::{
+    decision_fields, decision_response, parse_counted, status_mode, unknown_limit, ApiError,
+};
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::service::reservations::{Reserved, Settled};
@@ -47,17 +49,6 @@ struct ReserveRequest {
 struct SettleRequest {
     reservation: String,
     actual: u64,
-}
-
-/// The decision's fields, as `/v1/check` answers them.
-fn decision_fields(d: &Decision) -> Value {
-    json!({
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "reset_after": d.reset_after.as_secs_f64(),
-        "retry_after": d.retry_after.map(|r| r.as_secs_f64()),
-    })
 }
 
 pub(super) async fn reserve(
@@ -118,17 +109,7 @@ pub(super) async fn reserve(
             let mut answer = decision_fields(&decision);
             answer["reservation"] = token.into();
             answer["expires_after"] = ttl.as_secs_f64().into();
-            if mode == StatusMode::Decision && !decision.allowed {
-                let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(answer)).into_response();
-                if let Some(retry) = decision.retry_after {
-                    let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
-                    response
-                        .headers_mut()
-                        .insert("retry-after", seconds.max(1).into());
-                }
-                return response;
-            }
-            Json(answer).into_response()
+            decision_response(&decision, answer, mode)
         }
         Err(e) => {
             // Fail open, as /v1/check: the request goes ahead, holding nothing to settle.

@@ -47,7 +47,7 @@ use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 
 use crate::report::chart::{line_chart, ChartError, Series, OFFERED};
-use crate::report::{seconds, STYLE};
+use crate::report::{seconds, summary_table, STYLE};
 
 /// The traffic and the budget of `--usage` (see the [module documentation](self)).
 #[derive(Debug, Clone, Deserialize)]
@@ -516,19 +516,9 @@ impl UsageReport {
                 escape(&value)
             );
         }
-        page.push_str("</dl>\n<h2>Summary</h2>\n<table id=\"summary\">\n<tr>");
-        for c in COLUMNS {
-            let _ = write!(page, "<th>{}</th>", escape(c));
-        }
-        page.push_str("</tr>\n");
-        for row in self.rows() {
-            page.push_str("<tr>");
-            for cell in row {
-                let _ = write!(page, "<td>{}</td>", escape(&cell));
-            }
-            page.push_str("</tr>\n");
-        }
-        page.push_str("</table>\n<h2>Charts</h2>\n");
+        page.push_str("</dl>\n<h2>Summary</h2>\n");
+        summary_table(&mut page, &COLUMNS, &self.rows());
+        page.push_str("<h2>Charts</h2>\n");
         for (_, chart) in self.charts()? {
             let _ = writeln!(page, "<figure class=\"chart\">{chart}</figure>");
         }
