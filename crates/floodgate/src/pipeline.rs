@@ -43,10 +43,12 @@ use crate::{Clock, ConfigError, Decision, StoreError, SystemClock};
 
 mod chain;
 mod local;
+pub mod reservation;
 pub mod scope;
 mod snapshot;
 mod stage;
 
+pub use reservation::{Hold, PipelineReservation};
 pub use scope::{MissingField, Scope};
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
 use stage::{bump, check_scopes, Counters};
@@ -123,6 +125,9 @@ pub struct Verdict {
     pub shadow_refusals: Vec<Namespace>,
     /// Stages whose store failed, and that let the request through.
     pub fail_opens: Vec<Namespace>,
+    /// Stages whose store failed, and that decided on this node's share instead
+    /// ([`OnStoreError::Local`]).
+    pub decided_locally: Vec<Namespace>,
     /// Places taken for this request (concurrency, fleet). Keep them until the request ends;
     /// dropping them gives the places back. Empty when refused.
     pub leases: Vec<Lease>,

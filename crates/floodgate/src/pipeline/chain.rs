@@ -49,12 +49,12 @@ pub(super) struct Decided {
 }
 
 /// A store stage's operation for one request, waiting for the chain's answer.
-struct Pending<'s> {
+pub(super) struct Pending<'s> {
     /// The stage's index in its segment.
     stage: usize,
-    algorithm: &'s AnyAlgorithm,
-    key: ScopedKey,
-    op: Op,
+    pub(super) algorithm: &'s AnyAlgorithm,
+    pub(super) key: ScopedKey,
+    pub(super) op: Op,
     /// The lease an acquire takes, armed before the store is asked: if the request's future
     /// is dropped meanwhile, the lease is given back.
     lease: Option<Lease>,
@@ -78,7 +78,12 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     /// The store operations this stage makes for `request` (a store stage): one, or one per
     /// level of a hierarchical limit. None when a field the scope needs is absent (a request
     /// [`Pipeline::evaluate`] has already refused, or one the stage skips).
-    fn pending<'s>(&'s self, index: usize, request: &Descriptor<'_>, out: &mut Vec<Pending<'s>>) {
+    pub(super) fn pending<'s>(
+        &'s self,
+        index: usize,
+        request: &Descriptor<'_>,
+        out: &mut Vec<Pending<'s>>,
+    ) {
         fn acquire<'s, S: Store<str, AnyAlgorithm> + 'static>(
             index: usize,
             leases: &'s InFlight<S>,
@@ -272,6 +277,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
                     match local.decide(plan, &p.key, p.op, &mut p.lease) {
                         Ok(d) => {
                             super::bump(&self.counters.decided_locally);
+                            verdict.decided_locally.push(self.name.clone());
                             self.conclude(request, p, d, false, verdict)
                         }
                         Err(_) => Step::Failed(e),

@@ -1,0 +1,165 @@
+//! Reservations through a pipeline: a request whose cost is known only when it ends (an LLM
+//! call's tokens) runs the stages with its estimate as its cost ([`Pipeline::reserve`]), and is
+//! settled at its actual cost on every stage that took the estimate ([`Pipeline::settle`]).
+//!
+//! - **Which stages hold it**: the request rate stages that applied to the request, counting
+//!   the request's own cost (a [`Cost::Request`] scope; a stage of constant cost, or of a
+//!   cost read from a field, charged what it charges whatever the estimate), in enforce or
+//!   shadow mode, whose store decided and admitted it: not a shadow stage that would have
+//!   refused, not one that failed open or decided on this node's share after its store
+//!   failed. A hierarchical stage holds the estimate at each of its levels.
+//! - **All or nothing.** Reserving is [`Pipeline::evaluate`] itself: with all-or-nothing stages
+//!   a refused estimate takes nothing from any of them, atomically in the store. Settling
+//!   charges or refunds the difference on every hold; neither is ever refused, so every hold
+//!   settles, each key atomically, the holds of one store in one call.
+//! - **Once**: [`Pipeline::settle`] takes the [`PipelineReservation`] by value.
+//!
+//! The bound of [`crate::limiter::reservation`] holds stage by stage: each budget is overshot
+//! by at most what the requests in flight at its last admission used beyond their estimates.
+
+use crate::algorithm::spec::AnyAlgorithm;
+use crate::limiter::reservation::settlement;
+use crate::limiter::Mode;
+use crate::store::{Namespace, Request, ScopedKey, Store};
+use crate::{Decision, Op, StoreError};
+
+use super::scope::Cost;
+use super::{Descriptor, Limiter, Pipeline, Verdict};
+
+/// Where one stage (or one level of a hierarchical stage) took a reservation's estimate.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    stage: Namespace,
+    algorithm: AnyAlgorithm,
+    key: ScopedKey,
+    estimate: u64,
+}
+
+impl Hold {
+    /// The stage that took it.
+    pub fn stage(&self) -> &Namespace {
+        &self.stage
+    }
+
+    /// The key it was taken on, with the limiter's namespace.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The estimate taken there.
+    pub fn estimate(&self) -> u64 {
+        self.estimate
+    }
+}
+
+/// The estimate a request holds in a pipeline's stages, to settle with [`Pipeline::settle`].
+#[derive(Debug)]
+#[must_use = "a reservation holds its estimate until it is settled"]
+pub struct PipelineReservation {
+    holds: Vec<Hold>,
+}
+
+impl PipelineReservation {
+    /// Where the estimate was taken, stage by stage (level by level), in pipeline order.
+    pub fn holds(&self) -> &[Hold] {
+        &self.holds
+    }
+}
+
+impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
+    /// Runs the stages for `request` with `estimate` as its cost, and when it is admitted, the
+    /// reservation to settle when it ends (`None` when refused: with all-or-nothing stages,
+    /// nothing is held). See the [module documentation](self).
+    pub async fn reserve(
+        &self,
+        request: &Descriptor<'_>,
+        estimate: u64,
+    ) -> (Verdict, Option<PipelineReservation>) {
+        let request = Descriptor {
+            cost: Some(estimate),
+            ..*request
+        };
+        let verdict = self.evaluate(&request).await;
+        if !verdict.allowed() {
+            return (verdict, None);
+        }
+        let mut holds = Vec::new();
+        let mut pending = Vec::new();
+        for (index, stage) in self.stages.iter().enumerate() {
+            if !matches!(stage.limiter, Limiter::RequestRate(_))
+                || !matches!(stage.scope.cost, Cost::Request)
+                || stage.mode_for(&request) == Mode::Off
+                || [
+                    &verdict.shadow_refusals,
+                    &verdict.fail_opens,
+                    &verdict.decided_locally,
+                ]
+                .iter()
+                .any(|names| names.contains(&stage.name))
+            {
+                continue;
+            }
+            pending.clear();
+            stage.pending(index, &request, &mut pending);
+            for p in pending.drain(..) {
+                if let Op::Check { cost } = p.op {
+                    holds.push(Hold {
+                        stage: stage.name.clone(),
+                        algorithm: p.algorithm.clone(),
+                        key: p.key,
+                        estimate: cost,
+                    });
+                }
+            }
+        }
+        (verdict, Some(PipelineReservation { holds }))
+    }
+
+    /// Settles `reservation` at `actual`: on every hold, a charge of what the request used
+    /// beyond its estimate (counted even past the limit) or a refund of what it did not use.
+    /// The decisions, one per hold, in order: `allowed == false` where a charge put a key past
+    /// its limit. A hold whose stage this pipeline no longer has (a reload removed it) is
+    /// skipped. `Err` when a store failed: the holds of the stores that answered are settled.
+    pub async fn settle(
+        &self,
+        reservation: PipelineReservation,
+        actual: u64,
+    ) -> Result<Vec<(Namespace, Decision)>, StoreError> {
+        let mut settled = Vec::with_capacity(reservation.holds.len());
+        // One call per store: the holds are grouped by stage's store, in order.
+        let mut groups: Vec<(&S, Vec<&Hold>)> = Vec::new();
+        for hold in &reservation.holds {
+            let Some(store) = self
+                .stage(hold.stage.as_str())
+                .and_then(|s| s.limiter.store())
+            else {
+                continue;
+            };
+            match groups.iter_mut().find(|(s, _)| s.same_store(store)) {
+                Some((_, holds)) => holds.push(hold),
+                None => groups.push((store, vec![hold])),
+            }
+        }
+        let mut failure = None;
+        for (store, holds) in groups {
+            let requests: Vec<Request<'_, str, AnyAlgorithm>> = holds
+                .iter()
+                .map(|h| Request {
+                    algorithm: &h.algorithm,
+                    key: &*h.key,
+                    op: settlement(h.estimate, actual),
+                })
+                .collect();
+            match store.apply_many(&requests).await {
+                Ok(decisions) => {
+                    settled.extend(holds.iter().map(|h| h.stage.clone()).zip(decisions))
+                }
+                Err(error) => failure = Some(error),
+            }
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(settled),
+        }
+    }
+}
