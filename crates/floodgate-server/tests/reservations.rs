@@ -188,3 +188,115 @@ async fn reservations_on_a_redis_cluster() {
     }
     bad_calls_are_refused_and_change_nothing(&b).await;
 }
+
+/// A pipeline of two usage budgets, all or nothing: a user's (1,000 a day) and their
+/// organisation's (1,500 a day, a level of 1,200 per user), and a requests limit of constant
+/// cost that a reservation does not hold.
+const PIPELINE: &str = r#"
+pipeline:
+  - name: users
+    kind: limit
+    key: "{user}"
+    all_or_nothing: true
+    spec: { algorithm: fixed_window, limit: 1000, window: 1d }
+  - name: orgs
+    kind: limit
+    all_or_nothing: true
+    keys:
+      - name: org
+        key: "{{{attributes.org}}}"
+        spec: { algorithm: fixed_window, limit: 1500, window: 1d }
+      - name: share
+        key: "{{{attributes.org}}}/{user}"
+        spec: { algorithm: fixed_window, limit: 1200, window: 1d }
+  - name: requests
+    kind: limit
+    key: "{user}"
+    cost: 1
+    spec: { algorithm: fixed_window, limit: 100, window: 1d }
+"#;
+
+async fn reserve_as(node: &Service, user: &str, estimate: u64) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let body = json!({"user": user, "attributes": {"org": "acme"}, "estimate": estimate});
+    node.post(&client, "/v1/reserve", &body).await
+}
+
+/// Reserved through one node's pipeline, settled on another's: every budget or none.
+async fn a_pipeline_reservation_holds_every_budget_or_none(a: &Service, b: &Service, user: &str) {
+    let (status, held) = reserve_as(a, user, 600).await;
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["allowed"], json!(true));
+    assert!(held["reservation"].as_str().unwrap().starts_with("p1."));
+    let (_, settled) = settle(b, &held["reservation"], 250).await;
+    assert_eq!(settled["settled"], json!(true), "{settled}");
+    assert_eq!(settled["refunded"], json!(350));
+    let remaining: Vec<u64> = settled["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["remaining"].as_u64().unwrap())
+        .collect();
+    // The user's 1,000, the org's 1,500 and the share's 1,200, 250 used of each.
+    assert_eq!(remaining, [750, 1_250, 950], "{settled}");
+    let (_, again) = settle(a, &held["reservation"], 0).await;
+    assert_eq!(again["settled"], json!(false), "once");
+
+    // Charged past the user's budget: refused next, and the refused estimate takes nothing
+    // from the organisation's.
+    let (_, held) = reserve_as(a, user, 700).await;
+    let (_, settled) = settle(b, &held["reservation"], 900).await;
+    assert_eq!(settled["charged"], json!(200));
+    assert_eq!(
+        settled["allowed"],
+        json!(false),
+        "past the user's budget: {settled}"
+    );
+    let (status, refused) = reserve_as(b, user, 10).await;
+    assert_eq!(status, 200);
+    assert_eq!(refused["allowed"], json!(false));
+    assert_eq!(refused["limiter"], json!("users"));
+    assert_eq!(refused["reservation"], Value::Null);
+    let other = format!("{user}-colleague");
+    let (_, held) = reserve_as(a, &other, 350).await;
+    assert_eq!(
+        held["allowed"],
+        json!(true),
+        "1,150 + 350 fit in the org's 1,500: {held}"
+    );
+    let (_, settled) = settle(a, &held["reservation"], 350).await;
+    let remaining: Vec<u64> = settled["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["remaining"].as_u64().unwrap())
+        .collect();
+    assert_eq!(remaining, [650, 0, 850], "{settled}");
+}
+
+fn pipeline_node(store: &str) -> (common::serve::TempDir, Service) {
+    let (dir, path) = config_file(&format!("{CONFIG}{PIPELINE}"));
+    let node = serve(&path, store, &[("FLOODGATE_LEASE_SECRET", SECRET)]);
+    (dir, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_reservations_in_memory_on_redis_and_on_a_cluster() {
+    let (_dir, node) = pipeline_node("memory");
+    a_pipeline_reservation_holds_every_budget_or_none(&node, &node, "ann").await;
+    let (status, body) = reserve_as(&node, "a\u{1e}b", 1).await;
+    assert_eq!(
+        (status, body["error"]["type"].clone()),
+        (400, json!("key_not_carried"))
+    );
+
+    let redis = RedisServer::start();
+    let (_a_dir, a) = pipeline_node(&redis.url());
+    let (_b_dir, b) = pipeline_node(&redis.url());
+    a_pipeline_reservation_holds_every_budget_or_none(&a, &b, "ann").await;
+
+    let cluster = RedisCluster::start(3, 0);
+    let (_c_dir, c) = pipeline_node(&cluster.url());
+    let (_d_dir, d) = pipeline_node(&cluster.url());
+    a_pipeline_reservation_holds_every_budget_or_none(&c, &d, "ann").await;
+}

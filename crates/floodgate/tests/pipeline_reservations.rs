@@ -14,7 +14,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::{Mode, Priority};
 use floodgate::pipeline::scope::{Cost, KeyTemplate};
-use floodgate::pipeline::{Descriptor, Pipeline, Scope, Stage};
+use floodgate::pipeline::{Descriptor, Pipeline, PipelineReservation, Scope, Stage};
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
 use floodgate_redis_harness::RedisServer;
@@ -122,8 +122,28 @@ where
     assert_eq!(counts().await, (600, 600, 600, 1));
     assert_eq!(verdict.shadow_refusals.len(), 1);
 
-    // Used 250: 350 comes back everywhere it was held.
-    let settled = pipeline.settle(held, 250).await.unwrap();
+    // Used 250: 350 comes back everywhere it was held; settled from the holds as a service
+    // rebuilds them from a token.
+    let rebuilt = held
+        .holds()
+        .iter()
+        .map(|h| {
+            let stage = h.stage().as_str();
+            pipeline
+                .rebuild_hold(stage, h.level(), h.plan(), h.key(), h.estimate())
+                .expect("the same pipeline rebuilds its holds")
+        })
+        .collect();
+    assert!(pipeline
+        .rebuild_hold("nope", 0, "tokens", &user, 1)
+        .is_none());
+    assert!(pipeline
+        .rebuild_hold(&format!("{prefix}user"), 0, "tokens", "x:ann", 1)
+        .is_none());
+    let settled = pipeline
+        .settle(PipelineReservation::from_holds(rebuilt), 250)
+        .await
+        .unwrap();
     assert!(settled.iter().all(|(_, d)| d.allowed), "{settled:?}");
     assert_eq!(counts().await, (250, 250, 250, 1));
 

@@ -30,10 +30,12 @@ use serde_json::json;
 
 use super::{
     decision_fields, decision_response, parse_counted, status_mode, unknown_limit, ApiError,
+    StatusMode,
 };
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
-use crate::service::reservations::{Reserved, Settled};
+use crate::service::reservations::{PipelineReserved, Reserved, Settled};
+use crate::service::EvaluateRequest;
 use crate::service::Server;
 
 #[derive(Deserialize)]
@@ -41,6 +43,22 @@ use crate::service::Server;
 struct ReserveRequest {
     limiter: String,
     key: String,
+    estimate: u64,
+}
+
+/// A reservation through the pipeline: `/v1/evaluate`'s fields (but `cost`) and the estimate.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PipelineReserveRequest {
+    user: String,
+    #[serde(default)]
+    plan: Option<String>,
+    #[serde(default)]
+    priority: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    attributes: std::collections::BTreeMap<String, serde_json::Value>,
     estimate: u64,
 }
 
@@ -60,6 +78,15 @@ pub(super) async fn reserve(
         Ok(mode) => mode,
         Err(e) => return e.into_response(),
     };
+    // A named limit's reservation names its limit; one through the pipeline names its user.
+    let named = body
+        .as_ref()
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .is_some_and(|v| v.get("limiter").is_some() || v.get("user").is_none());
+    if !named {
+        return reserve_through_pipeline(server, mode, body).await;
+    }
     let request: ReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
         Ok(r) => r,
         Err(response) => return response,
@@ -126,6 +153,57 @@ pub(super) async fn reserve(
     }
 }
 
+/// `/v1/reserve` through the pipeline: `/v1/evaluate`'s answer, and the reservation.
+async fn reserve_through_pipeline(
+    server: Arc<Server>,
+    mode: StatusMode,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: PipelineReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let estimate = request.estimate;
+    let request = EvaluateRequest {
+        user: request.user,
+        plan: request.plan,
+        priority: request.priority,
+        cost: None,
+        endpoint: request.endpoint,
+        attributes: request.attributes,
+    };
+    match server.reserve_through_pipeline(&request, estimate).await {
+        PipelineReserved::Invalid(error) => {
+            server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
+            ApiError::from(error).into_response()
+        }
+        PipelineReserved::NotCarried(field) => {
+            server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
+            let message = format!(
+                "field `{field}`: must not hold the bytes 0x1D to 0x1F, which separate a \
+                 reservation's fields"
+            );
+            ApiError::new(StatusCode::BAD_REQUEST, "key_not_carried", message).into_response()
+        }
+        PipelineReserved::Decided { answer, token, ttl } => {
+            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+            let mut json = serde_json::to_value(&answer).unwrap_or_default();
+            json["reservation"] = token.into();
+            json["expires_after"] = ttl.as_secs_f64().into();
+            if mode == StatusMode::Decision {
+                let mut response = (status, Json(json)).into_response();
+                for (name, value) in &answer.headers {
+                    if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+                        response.headers_mut().insert(*name, value);
+                    }
+                }
+                return response;
+            }
+            Json(json).into_response()
+        }
+    }
+}
+
 pub(super) async fn settle(
     State(server): State<Arc<Server>>,
     body: Result<Bytes, BytesRejection>,
@@ -170,6 +248,30 @@ pub(super) async fn settle(
             Json(json!({
                 "settled": false,
                 "message": "already settled: a reservation is settled once; nothing was done",
+            }))
+            .into_response()
+        }
+        Ok(Settled::DoneStages { op, decisions }) => {
+            server.metrics().call(Endpoint::Settle, Outcome::Allowed);
+            let (charged, refunded) = match op {
+                Some(Op::Charge { cost }) => (cost, 0),
+                Some(Op::Refund { cost }) => (0, cost),
+                _ => (0, 0),
+            };
+            let stages: Vec<_> = decisions
+                .iter()
+                .map(|(stage, d)| {
+                    let mut fields = decision_fields(d);
+                    fields["stage"] = stage.as_str().into();
+                    fields
+                })
+                .collect();
+            Json(json!({
+                "settled": true,
+                "charged": charged,
+                "refunded": refunded,
+                "allowed": decisions.iter().all(|(_, d)| d.allowed),
+                "stages": stages,
             }))
             .into_response()
         }

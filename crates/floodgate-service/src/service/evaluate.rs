@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use floodgate::limiter::Priority;
-use floodgate::pipeline::{Descriptor, Limiter, ReleaseError};
+use floodgate::pipeline::{Descriptor, Limiter, PipelineReservation, ReleaseError};
 use floodgate::store::Namespace;
 use floodgate::Clock;
 use serde::{Deserialize, Serialize};
@@ -121,6 +121,18 @@ impl Server {
         &self,
         request: &EvaluateRequest,
     ) -> Result<EvaluateAnswer, EvaluateError> {
+        let (answer, _) = self.run_pipeline(request, None).await?;
+        Ok(answer)
+    }
+
+    /// The pipeline for one request: [`Server::evaluate`], or with an `estimate`, a
+    /// reservation of it ([`floodgate::pipeline::Pipeline::reserve`]) for
+    /// [`Server::reserve_through_pipeline`].
+    pub(super) async fn run_pipeline(
+        &self,
+        request: &EvaluateRequest,
+        estimate: Option<u64>,
+    ) -> Result<(EvaluateAnswer, Option<PipelineReservation>), EvaluateError> {
         let priority = match &request.priority {
             None => Priority::Get,
             Some(name) => {
@@ -171,17 +183,23 @@ impl Server {
             k.push_str(&request.user);
         });
         let started = self.clock.now();
-        let evaluating = snapshot.pipeline.evaluate(&descriptor);
-        let verdict = if crate::traces::on() {
+        let pipeline = &snapshot.pipeline;
+        let deciding = async {
+            match estimate {
+                None => (pipeline.evaluate(&descriptor).await, None),
+                Some(estimate) => pipeline.reserve(&descriptor, estimate).await,
+            }
+        };
+        let (verdict, reservation) = if crate::traces::on() {
             let span = crate::traces::store_call(self.store.kind());
-            let verdict = evaluating.instrument(span.clone()).await;
-            if !verdict.fail_opens.is_empty() {
-                let failed = format!("{} stage(s) failed open", verdict.fail_opens.len());
+            let decided = deciding.instrument(span.clone()).await;
+            if !decided.0.fail_opens.is_empty() {
+                let failed = format!("{} stage(s) failed open", decided.0.fail_opens.len());
                 crate::traces::store_failed(&span, &failed);
             }
-            verdict
+            decided
         } else {
-            evaluating.await
+            deciding.await
         };
         self.metrics
             .store_latency(self.clock.now().saturating_since(started));
@@ -190,7 +208,8 @@ impl Server {
             (None, false) => Outcome::FailedOpen,
             (None, true) => Outcome::Allowed,
         };
-        self.metrics.call(Endpoint::Evaluate, outcome);
+        let endpoint = estimate.map_or(Endpoint::Evaluate, |_| Endpoint::Reserve);
+        self.metrics.call(endpoint, outcome);
         let headers = verdict.headers().into_iter().collect();
         let shadow_refusals = verdict
             .shadow_refusals
@@ -207,7 +226,7 @@ impl Server {
             self.lease_secret_before_issuing().await;
         }
         let lease = self.leases.tokens().issue(&kept);
-        Ok(EvaluateAnswer {
+        let answer = EvaluateAnswer {
             allowed,
             status,
             limiter,
@@ -215,7 +234,8 @@ impl Server {
             lease,
             headers,
             shadow_refusals,
-        })
+        };
+        Ok((answer, reservation))
     }
 
     /// `POST /v1/release`: gives back the leases of a token from [`Server::evaluate`].

@@ -23,9 +23,10 @@ use floodgate::limiter::Reservation;
 use floodgate::store::{Namespace, ScopedKey, Store};
 use floodgate::{Clock, Decision, LeaseId, Nanos, Op, StoreError};
 
+use super::evaluate::{EvaluateAnswer, EvaluateError, EvaluateRequest};
 use super::Server;
 use crate::lease_token::TokenError;
-use crate::reservation_token::Held;
+use crate::reservation_token::{Held, HeldStages, StageHold};
 
 /// The namespace of the markers that remember settled reservations: Floodgate's own.
 const SETTLED: &str = "floodgate.settled";
@@ -53,6 +54,25 @@ pub enum Reserved {
     },
 }
 
+/// What `POST /v1/reserve` answers for a reservation through the pipeline.
+#[derive(Debug)]
+pub enum PipelineReserved {
+    /// The request's fields were refused, as `/v1/evaluate` refuses them.
+    Invalid(EvaluateError),
+    /// The user, the plan or an attribute holds a byte a reservation cannot carry (0x1D to
+    /// 0x1F): nothing was taken.
+    NotCarried(String),
+    /// The pipeline's answer, and the reservation's token when it was admitted.
+    Decided {
+        /// What `/v1/evaluate` would answer.
+        answer: EvaluateAnswer,
+        /// The token to settle with; `None` when refused.
+        token: Option<String>,
+        /// How long the reservation can be settled.
+        ttl: Duration,
+    },
+}
+
 /// What `POST /v1/settle` answers.
 #[derive(Debug)]
 pub enum Settled {
@@ -64,6 +84,15 @@ pub enum Settled {
     UnknownLimit(String),
     /// Settled before: nothing done this time.
     AlreadySettled,
+    /// A pipeline reservation settled now: what was applied to each stage's hold, and each
+    /// key's state afterwards, in pipeline order. Holds whose stage a reload removed are left
+    /// out.
+    DoneStages {
+        /// The charge or refund of the difference (the same on every hold).
+        op: Option<Op>,
+        /// Each hold's stage and its key's state.
+        decisions: Vec<(floodgate::store::Namespace, Decision)>,
+    },
     /// Settled now: what was applied, and the key's state afterwards.
     Done {
         /// The charge or refund of the difference.
@@ -117,9 +146,73 @@ impl Server {
         })
     }
 
+    /// Holds `estimate` through the pipeline for the request `request` (as `/v1/evaluate`
+    /// reads it): every usage budget that applies takes it, or none does (all-or-nothing
+    /// stages). The token settles it with [`Server::settle`].
+    pub async fn reserve_through_pipeline(
+        &self,
+        request: &EvaluateRequest,
+        estimate: u64,
+    ) -> PipelineReserved {
+        let carried = [("user", request.user.as_str())]
+            .into_iter()
+            .chain(request.plan.as_deref().map(|p| ("plan", p)))
+            .chain(request.endpoint.as_deref().map(|e| ("endpoint", e)))
+            .chain(request.attributes.iter().filter_map(|(name, value)| {
+                value
+                    .as_str()
+                    .map(|v| ("attributes", v))
+                    .filter(|_| !name.is_empty())
+            }));
+        for (field, value) in carried {
+            if !Held::fits(value) {
+                return PipelineReserved::NotCarried(field.to_string());
+            }
+        }
+        let (answer, reservation) = match self.run_pipeline(request, Some(estimate)).await {
+            Ok(decided) => decided,
+            Err(error) => return PipelineReserved::Invalid(error),
+        };
+        let ttl = self.snapshot.load().reservation_ttl;
+        let token = match reservation {
+            Some(reservation) => {
+                self.lease_secret_before_issuing().await;
+                let held = HeldStages {
+                    id: LeaseId::random(),
+                    expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
+                    holds: reservation
+                        .holds()
+                        .iter()
+                        .map(|h| StageHold {
+                            stage: h.stage().as_str().to_string(),
+                            level: h.level(),
+                            plan: h.plan().to_string(),
+                            key: h.key().to_string(),
+                            estimate: h.estimate(),
+                        })
+                        .collect(),
+                };
+                match held.seal(self.leases.tokens()) {
+                    Some(token) => Some(token),
+                    None => {
+                        // A key rendered from something else than the fields checked above:
+                        // give the estimate back rather than hold it with no way to settle.
+                        let _ = self.snapshot.load().pipeline.settle(reservation, 0).await;
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        PipelineReserved::Decided { answer, token, ttl }
+    }
+
     /// Settles the reservation `token` at `actual` units (see the module documentation).
     /// `Err` when the store failed: nothing is settled, and the call may be repeated.
     pub async fn settle(&self, token: &str, actual: u64) -> Result<Settled, StoreError> {
+        if token.starts_with("p1.") {
+            return self.settle_stages(token, actual).await;
+        }
         let held = match self.opened(|tokens| Held::open(tokens, token)).await {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
@@ -132,7 +225,7 @@ impl Server {
         let Some(named) = snapshot.limits.get(&held.limit) else {
             return Ok(Settled::UnknownLimit(held.limit));
         };
-        let (marker, key) = settled_marker(&held, now)?;
+        let (marker, key) = settled_marker(held.id, held.expires, now)?;
         if !self
             .store
             .apply(&marker, &key, Op::Charge { cost: 1 })
@@ -162,14 +255,69 @@ impl Server {
     }
 }
 
-/// The marker of `held`'s settlement and its key: a GCRA of one per the reservation's
-/// remaining life (and a second more), so that a second charge before the reservation expires
-/// is refused.
-fn settled_marker(held: &Held, now: Nanos) -> Result<(AnyAlgorithm, ScopedKey), StoreError> {
-    let life = Duration::from_nanos(held.expires.0.saturating_sub(now.0)) + Duration::from_secs(1);
+impl Server {
+    /// [`Server::settle`] for a reservation through the pipeline.
+    async fn settle_stages(&self, token: &str, actual: u64) -> Result<Settled, StoreError> {
+        let held = match self.opened(|tokens| HeldStages::open(tokens, token)).await {
+            Ok(held) => held,
+            Err(error) => return Ok(Settled::BadToken(error)),
+        };
+        let now = self.clock.now();
+        if now > held.expires {
+            return Ok(Settled::Expired);
+        }
+        let snapshot = self.snapshot.load();
+        let (marker, key) = settled_marker(held.id, held.expires, now)?;
+        if !self
+            .store
+            .apply(&marker, &key, Op::Charge { cost: 1 })
+            .await?
+            .allowed
+        {
+            return Ok(Settled::AlreadySettled);
+        }
+        let op = held
+            .holds
+            .first()
+            .map(|h| floodgate::limiter::reservation::settlement(h.estimate, actual));
+        let holds = held
+            .holds
+            .iter()
+            .filter_map(|h| {
+                let rebuilt = snapshot
+                    .pipeline
+                    .rebuild_hold(&h.stage, h.level, &h.plan, &h.key, h.estimate);
+                if rebuilt.is_none() {
+                    tracing::info!(stage = %h.stage, "a reservation's stage is not configured any more: that hold is not settled");
+                }
+                rebuilt
+            })
+            .collect();
+        let reservation = floodgate::pipeline::PipelineReservation::from_holds(holds);
+        match snapshot.pipeline.settle(reservation, actual).await {
+            Ok(decisions) => Ok(Settled::DoneStages { op, decisions }),
+            Err(error) => {
+                // Part may be settled (the stores that answered): the marker stays, so that a
+                // retry does not settle those twice.
+                tracing::warn!(%error, "a pipeline reservation was settled in part: a store failed");
+                Err(error)
+            }
+        }
+    }
+}
+
+/// The marker of the settlement of reservation `id`, which can be settled until `expires`, and
+/// its key: a GCRA of one per the reservation's remaining life (and a second more), so that a
+/// second charge before the reservation expires is refused.
+fn settled_marker(
+    id: LeaseId,
+    expires: Nanos,
+    now: Nanos,
+) -> Result<(AnyAlgorithm, ScopedKey), StoreError> {
+    let life = Duration::from_nanos(expires.0.saturating_sub(now.0)) + Duration::from_secs(1);
     let marker = Gcra::new(0, 1, life)
         .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
     let namespace = Namespace::new(SETTLED)
         .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
-    Ok((marker.into(), namespace.key(&held.id.to_string())))
+    Ok((marker.into(), namespace.key(&id.to_string())))
 }

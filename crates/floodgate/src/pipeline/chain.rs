@@ -59,7 +59,7 @@ pub(super) struct Pending<'s> {
     /// is dropped meanwhile, the lease is given back.
     lease: Option<Lease>,
     /// The request rate stage's plan and cost.
-    plan: Option<(&'s Plan, u64)>,
+    pub(super) plan: Option<(&'s Plan, u64)>,
 }
 
 impl<S: Store<str, AnyAlgorithm> + 'static> Limiter<S> {

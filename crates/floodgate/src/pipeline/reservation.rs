@@ -30,6 +30,9 @@ use super::{Descriptor, Limiter, Pipeline, Verdict};
 #[derive(Debug, Clone)]
 pub struct Hold {
     stage: Namespace,
+    /// 0 for the stage's own limit, `i` for its `i`-th level.
+    level: usize,
+    plan: String,
     algorithm: AnyAlgorithm,
     key: ScopedKey,
     estimate: u64,
@@ -39,6 +42,16 @@ impl Hold {
     /// The stage that took it.
     pub fn stage(&self) -> &Namespace {
         &self.stage
+    }
+
+    /// Where in the stage: 0 for its own limit, `i` for its `i`-th level.
+    pub fn level(&self) -> usize {
+        self.level
+    }
+
+    /// The plan whose algorithm counted it.
+    pub fn plan(&self) -> &str {
+        &self.plan
     }
 
     /// The key it was taken on, with the limiter's namespace.
@@ -63,6 +76,12 @@ impl PipelineReservation {
     /// Where the estimate was taken, stage by stage (level by level), in pipeline order.
     pub fn holds(&self) -> &[Hold] {
         &self.holds
+    }
+
+    /// A reservation of `holds`, as a service rebuilds one it handed out
+    /// ([`Pipeline::rebuild_hold`]).
+    pub fn from_holds(holds: Vec<Hold>) -> PipelineReservation {
+        PipelineReservation { holds }
     }
 }
 
@@ -101,10 +120,13 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             }
             pending.clear();
             stage.pending(index, &request, &mut pending);
-            for p in pending.drain(..) {
-                if let Op::Check { cost } = p.op {
+            // The stage's own limit first, then its levels in order.
+            for (level, p) in pending.drain(..).enumerate() {
+                if let (Op::Check { cost }, Some((plan, _))) = (p.op, p.plan) {
                     holds.push(Hold {
                         stage: stage.name.clone(),
+                        level,
+                        plan: plan.name().to_string(),
                         algorithm: p.algorithm.clone(),
                         key: p.key,
                         estimate: cost,
@@ -113,6 +135,39 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             }
         }
         (verdict, Some(PipelineReservation { holds }))
+    }
+
+    /// The hold of `estimate` on `key` (with its limiter's namespace) at `level` of `stage`
+    /// under `plan`, as a service rebuilds it from a reservation it handed out; `None` when
+    /// this pipeline has no such stage, level or plan, or the key is not of that limiter.
+    pub fn rebuild_hold(
+        &self,
+        stage: &str,
+        level: usize,
+        plan: &str,
+        key: &str,
+        estimate: u64,
+    ) -> Option<Hold> {
+        let found = self.stage(stage)?;
+        let Limiter::RequestRate(own) = &found.limiter else {
+            return None;
+        };
+        let limiter = match level {
+            0 => own,
+            i => found.levels().get(i - 1)?.limiter(),
+        };
+        let raw = key
+            .strip_prefix(limiter.namespace().as_str())?
+            .strip_prefix(':')?;
+        let plan = limiter.plans().find(|p| p.name() == plan)?;
+        Some(Hold {
+            stage: found.name.clone(),
+            level,
+            plan: plan.name().to_string(),
+            algorithm: plan.algorithm().clone(),
+            key: limiter.namespace().key(raw),
+            estimate,
+        })
     }
 
     /// Settles `reservation` at `actual`: on every hold, a charge of what the request used
