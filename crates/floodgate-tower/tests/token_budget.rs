@@ -1,5 +1,5 @@
-//! The usage budget layer ([`TokenBudgetLayer`]) in front of a service, on the memory store and
-//! on a real Redis (a `redis-server` of the test's own): each request reserves its estimate
+//! The usage budget layer ([`TokenBudgetLayer`]) in front of a service, on the memory store, on
+//! a real Redis and on a Redis Cluster (of the test's own): each request reserves its estimate
 //! (here from an `x-estimate` header), and its response settles it at the cost it reports, in
 //! its head (`x-usage-tokens`), in its body's trailers (a streamed response), or in a
 //! [`UsageTokens`] extension; when the body ends or is dropped. A refused reservation is a 429
@@ -18,7 +18,7 @@ use floodgate::algorithm::sliding_log::SlidingLog;
 use floodgate::limiter::KeyedLimit;
 use floodgate::store::{AnyStore, Store};
 use floodgate::Op;
-use floodgate_redis_harness::RedisServer;
+use floodgate_redis_harness::{RedisCluster, RedisServer};
 use floodgate_tower::extract::{Extractor, KeyBy};
 use floodgate_tower::{TokenBudgetLayer, UsageTokens};
 use http::{HeaderMap, Request, Response};
@@ -206,6 +206,15 @@ async fn responses_settle_their_reservations_on_redis() {
     let server = RedisServer::start();
     let store = AnyStore::from_url(&server.url()).unwrap();
     a_budget_is_reserved_and_settled_by_the_responses(store, "bob").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_settle_their_reservations_on_a_redis_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = AnyStore::from_url(&cluster.url()).unwrap();
+    for user in ["carol", "dave", "erin"] {
+        a_budget_is_reserved_and_settled_by_the_responses(store.clone(), user).await;
+    }
 }
 
 #[test]
