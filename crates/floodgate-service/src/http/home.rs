@@ -13,7 +13,7 @@ use crate::dashboard::Overview;
 use crate::VERSION;
 
 /// The endpoints the page links to: method, path and what each does.
-const ENDPOINTS: [(&str, &str, &str); 8] = [
+const ENDPOINTS: [(&str, &str, &str); 10] = [
     ("POST", "/v1/check", "one decision of a named limit"),
     (
         "POST",
@@ -24,6 +24,16 @@ const ENDPOINTS: [(&str, &str, &str); 8] = [
         "POST",
         "/v1/release",
         "gives back the leases of an evaluation",
+    ),
+    (
+        "POST",
+        "/v1/reserve",
+        "holds a usage estimate (a named limit's, or the pipeline's)",
+    ),
+    (
+        "POST",
+        "/v1/settle",
+        "settles a reservation at its actual cost, once",
     ),
     ("POST", "/json", "envoyproxy/ratelimit's JSON API"),
     ("GET", "/metrics", "Prometheus metrics"),
