@@ -1,7 +1,7 @@
 //! The three ways to hold a usage budget (a cost known only when a request ends), and the
 //! overshoot bound of each, proven against a model: random concurrent requests with random
-//! costs, in any interleaving, against a fixed window and a token bucket, on the memory store
-//! and on a real Redis (a `redis-server` of the test's own). At every step the store's answer
+//! costs, in any interleaving, against a fixed window and a token bucket, on the memory store,
+//! on a real Redis and on a Redis Cluster (of the test's own). At every step the store's answer
 //! is the model's, and the budget is overshot by no more than the way's bound:
 //!
 //! - **reserve the maximum, refund the rest** ([`Op::Check`] of the maximum, [`Op::Refund`]
@@ -22,7 +22,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
-use floodgate_redis_harness::RedisServer;
+use floodgate_redis_harness::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 
 mod redis_common;
@@ -212,11 +212,13 @@ async fn run<S: Store<str, AnyAlgorithm>>(
 }
 
 #[test]
-fn each_way_keeps_within_its_bound_in_memory_and_on_redis() {
+fn each_way_keeps_within_its_bound_in_memory_on_redis_and_on_a_cluster() {
     let server = RedisServer::start();
+    let cluster = RedisCluster::start(3, 0);
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
     let redis = store_on_clock(&rt, &server.url(), &clock);
+    let clustered = store_on_clock(&rt, &cluster.url(), &clock);
     let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
     let case = std::sync::atomic::AtomicU64::new(0);
     let config = ProptestConfig::with_cases(64);
@@ -227,6 +229,7 @@ fn each_way_keeps_within_its_bound_in_memory_and_on_redis() {
                 let key = format!("budget:{n}:{a}:{w}");
                 rt.block_on(run(&memory, algorithm, &key, way, &requests, &events))?;
                 rt.block_on(run(&redis, algorithm, &key, way, &requests, &events))?;
+                rt.block_on(run(&clustered, algorithm, &key, way, &requests, &events))?;
             }
         }
     });
