@@ -217,23 +217,14 @@ impl Server {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let now = self.clock.now();
-        if now > held.expires {
-            return Ok(Settled::Expired);
-        }
         let snapshot = self.snapshot.load();
         let Some(named) = snapshot.limits.get(&held.limit) else {
             return Ok(Settled::UnknownLimit(held.limit));
         };
-        let (marker, key) = settled_marker(held.id, held.expires, now)?;
-        if !self
-            .store
-            .apply(&marker, &key, Op::Charge { cost: 1 })
-            .await?
-            .allowed
-        {
-            return Ok(Settled::AlreadySettled);
-        }
+        let (marker, key) = match self.mark_settled(held.id, held.expires).await? {
+            Ok(marker) => marker,
+            Err(answer) => return Ok(answer),
+        };
         let op = floodgate::limiter::reservation::settlement(held.estimate, actual);
         match named
             .settle(Reservation::new(held.key, held.estimate), actual)
@@ -256,25 +247,38 @@ impl Server {
 }
 
 impl Server {
+    /// Marks reservation `id` settled, unless it has expired or was settled before (the
+    /// answer then, in `Err`); the marker and its key, to give back if the settlement fails.
+    async fn mark_settled(
+        &self,
+        id: LeaseId,
+        expires: Nanos,
+    ) -> Result<Result<(AnyAlgorithm, ScopedKey), Settled>, StoreError> {
+        let now = self.clock.now();
+        if now > expires {
+            return Ok(Err(Settled::Expired));
+        }
+        let (marker, key) = settled_marker(id, expires, now)?;
+        let first = self
+            .store
+            .apply(&marker, &key, Op::Charge { cost: 1 })
+            .await?;
+        Ok(if first.allowed {
+            Ok((marker, key))
+        } else {
+            Err(Settled::AlreadySettled)
+        })
+    }
+
     /// [`Server::settle`] for a reservation through the pipeline.
     async fn settle_stages(&self, token: &str, actual: u64) -> Result<Settled, StoreError> {
         let held = match self.opened(|tokens| HeldStages::open(tokens, token)).await {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let now = self.clock.now();
-        if now > held.expires {
-            return Ok(Settled::Expired);
-        }
         let snapshot = self.snapshot.load();
-        let (marker, key) = settled_marker(held.id, held.expires, now)?;
-        if !self
-            .store
-            .apply(&marker, &key, Op::Charge { cost: 1 })
-            .await?
-            .allowed
-        {
-            return Ok(Settled::AlreadySettled);
+        if let Err(answer) = self.mark_settled(held.id, held.expires).await? {
+            return Ok(answer);
         }
         let op = held
             .holds
