@@ -258,6 +258,23 @@ async fn a_pipeline_reservation_holds_every_budget_or_none(a: &Service, b: &Serv
     assert_eq!(refused["limiter"], json!("users"));
     assert_eq!(refused["reservation"], Value::Null);
     let other = format!("{user}-colleague");
+    // One stage alone, on a key given as it is: settled as the pipeline's reservations are.
+    let client = reqwest::Client::new();
+    let body = json!({"stage": "users", "key": format!("{user}-solo"), "estimate": 100});
+    let (status, held) = a.post(&client, "/v1/reserve", &body).await;
+    assert_eq!(
+        (status, held["remaining"].clone()),
+        (200, json!(900)),
+        "{held}"
+    );
+    let (_, settled) = settle(b, &held["reservation"], 40).await;
+    assert_eq!(settled["stages"][0]["remaining"], json!(960), "{settled}");
+    let body = json!({"stage": "nope", "key": "k", "estimate": 1});
+    let (status, body) = a.post(&client, "/v1/reserve", &body).await;
+    assert_eq!(
+        (status, body["error"]["type"].clone()),
+        (404, json!("unknown_stage"))
+    );
     let (_, held) = reserve_as(a, &other, 350).await;
     assert_eq!(
         held["allowed"],

@@ -21,6 +21,7 @@
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `empty_key`, `too_long`, `key_not_carried` | `/v1/reserve`: an empty `key`, one longer than `connections.max_key_bytes`, or one holding a byte 0x1D to 0x1F (through the pipeline: a user, plan, endpoint or attribute holding one) |
 //! | 400 | as `/v1/evaluate` | `/v1/reserve` through the pipeline (a body naming a `user`): [`EvaluateError`] |
+//! | 404 | `unknown_stage` | `/v1/reserve` on a stage (a body naming a `stage`): no request rate stage by that name |
 //! | 400 | `cannot_settle` | `/v1/reserve`: the limit's algorithm takes no charges and refunds (the sliding log and window, the smooth limiters, the leaky queue); nothing is taken |
 //! | 404 | `unknown_limiter` | `/v1/reserve`, and `/v1/settle` with a genuine token whose limit a reload removed |
 //! | 400 | `malformed_reservation`, `unsupported_reservation_version`, `altered_reservation` | `/v1/settle`: not a reservation this service issued |

@@ -78,14 +78,23 @@ pub(super) async fn reserve(
         Ok(mode) => mode,
         Err(e) => return e.into_response(),
     };
-    // A named limit's reservation names its limit; one through the pipeline names its user.
-    let named = body
+    // A named limit's reservation names its limit, one on a stage its stage, one through the
+    // pipeline its user (anything else is read as the first, whose errors name its fields).
+    let shape = body
         .as_ref()
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
-        .is_some_and(|v| v.get("limiter").is_some() || v.get("user").is_none());
-    if !named {
-        return reserve_through_pipeline(server, mode, body).await;
+        .map(|v| {
+            (
+                v.get("limiter").is_some(),
+                v.get("stage").is_some(),
+                v.get("user").is_some(),
+            )
+        });
+    match shape {
+        Some((false, true, _)) => return reserve_on_stage(server, mode, body).await,
+        Some((false, false, true)) => return reserve_through_pipeline(server, mode, body).await,
+        _ => {}
     }
     let request: ReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
         Ok(r) => r,
@@ -144,11 +153,97 @@ pub(super) async fn reserve(
                 .metrics()
                 .call(Endpoint::Reserve, Outcome::FailedOpen);
             tracing::debug!(error = %e, "store failed; /v1/reserve fails open");
-            Json(
-                json!({"allowed": true, "limit": 0, "remaining": 0, "reset_after": 0.0,
-                "retry_after": null, "reservation": null, "failed_open": true}),
-            )
-            .into_response()
+            failed_open()
+        }
+    }
+}
+
+/// A reservation on one request rate stage of the pipeline.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StageReserveRequest {
+    stage: String,
+    key: String,
+    #[serde(default)]
+    plan: Option<String>,
+    estimate: u64,
+}
+
+/// `/v1/reserve` on one stage: as on a named limit, the stage's key given as it is.
+async fn reserve_on_stage(
+    server: Arc<Server>,
+    mode: StatusMode,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: StageReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let invalid = |error: ApiError| {
+        server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
+        error.into_response()
+    };
+    if request.key.is_empty() {
+        let message = "field `key`: must not be empty (it names what is counted)";
+        return invalid(ApiError::new(StatusCode::BAD_REQUEST, "empty_key", message));
+    }
+    if let Err(too_long) = server.bounded("key", &request.key) {
+        return invalid(ApiError::invalid("too_long", too_long));
+    }
+    let reserved = server
+        .reserve_on_stage(
+            &request.stage,
+            &request.key,
+            request.plan.as_deref(),
+            request.estimate,
+        )
+        .await;
+    match reserved {
+        Ok(Reserved::UnknownLimit) => invalid(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_stage",
+            format!(
+                "no request rate stage named `{}` in the pipeline",
+                request.stage
+            ),
+        )),
+        Ok(Reserved::KeyNotCarried) => invalid(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "key_not_carried",
+            "fields `key` and `plan`: must not hold the bytes 0x1D to 0x1F, which separate a \
+             reservation's fields",
+        )),
+        Ok(Reserved::CannotSettle { algorithm }) => invalid(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "cannot_settle",
+            format!(
+                "stage `{}` counts with the {algorithm} algorithm, which takes no charges or \
+                 refunds: a reservation on it could not be settled; nothing was taken",
+                request.stage
+            ),
+        )),
+        Ok(Reserved::Decided {
+            decision,
+            token,
+            ttl,
+        }) => {
+            let outcome = if decision.allowed {
+                Outcome::Allowed
+            } else {
+                Outcome::Refused
+            };
+            server.metrics().call(Endpoint::Reserve, outcome);
+            let mut answer = decision_fields(&decision);
+            answer["reservation"] = token.into();
+            answer["expires_after"] = ttl.as_secs_f64().into();
+            decision_response(&decision, answer, mode)
+        }
+        Err(e) => {
+            server
+                .metrics()
+                .call(Endpoint::Reserve, Outcome::FailedOpen);
+            tracing::debug!(error = %e, "store failed; /v1/reserve fails open");
+            failed_open()
         }
     }
 }
@@ -202,6 +297,16 @@ async fn reserve_through_pipeline(
             Json(json).into_response()
         }
     }
+}
+
+/// A reservation's answer when the store failed: the request goes ahead, holding nothing to
+/// settle, as `/v1/check` fails open.
+fn failed_open() -> Response {
+    Json(
+        json!({"allowed": true, "limit": 0, "remaining": 0, "reset_after": 0.0,
+        "retry_after": null, "reservation": null, "failed_open": true}),
+    )
+    .into_response()
 }
 
 pub(super) async fn settle(

@@ -20,6 +20,7 @@ use std::time::Duration;
 use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::Reservation;
+use floodgate::pipeline::PipelineReservation;
 use floodgate::store::{Namespace, ScopedKey, Store};
 use floodgate::{Clock, Decision, LeaseId, Nanos, Op, StoreError};
 
@@ -146,6 +147,68 @@ impl Server {
         })
     }
 
+    /// Holds `estimate` on one request rate stage of the pipeline, on `key` (as the stage
+    /// writes it, without its namespace) under `plan` (the stage's default plan if absent or
+    /// unknown). `UnknownLimit` when no request rate stage has that name. The token settles
+    /// it with [`Server::settle`], as a reservation through the pipeline.
+    pub async fn reserve_on_stage(
+        &self,
+        stage: &str,
+        key: &str,
+        plan: Option<&str>,
+        estimate: u64,
+    ) -> Result<Reserved, StoreError> {
+        if !Held::fits(key) || plan.is_some_and(|p| !Held::fits(p)) {
+            return Ok(Reserved::KeyNotCarried);
+        }
+        let snapshot = self.snapshot.load();
+        let reserving =
+            snapshot
+                .pipeline
+                .reserve_on_stage(stage, key, plan.unwrap_or(""), estimate);
+        let (decision, reservation) = match reserving.await {
+            None => return Ok(Reserved::UnknownLimit),
+            Some(Err(StoreError::Unsupported { algorithm, .. })) => {
+                return Ok(Reserved::CannotSettle { algorithm })
+            }
+            Some(decided) => decided?,
+        };
+        let ttl = snapshot.reservation_ttl;
+        let token = match reservation {
+            Some(reservation) => {
+                self.lease_secret_before_issuing().await;
+                self.stages_token(&reservation, ttl)
+            }
+            None => None,
+        };
+        Ok(Reserved::Decided {
+            decision,
+            token,
+            ttl,
+        })
+    }
+
+    /// The token of a reservation through the pipeline, or `None` when a key or plan cannot
+    /// travel in one.
+    fn stages_token(&self, reservation: &PipelineReservation, ttl: Duration) -> Option<String> {
+        let held = HeldStages {
+            id: LeaseId::random(),
+            expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
+            holds: reservation
+                .holds()
+                .iter()
+                .map(|h| StageHold {
+                    stage: h.stage().as_str().to_string(),
+                    level: h.level(),
+                    plan: h.plan().to_string(),
+                    key: h.key().to_string(),
+                    estimate: h.estimate(),
+                })
+                .collect(),
+        };
+        held.seal(self.leases.tokens())
+    }
+
     /// Holds `estimate` through the pipeline for the request `request` (as `/v1/evaluate`
     /// reads it): every usage budget that applies takes it, or none does (all-or-nothing
     /// stages). The token settles it with [`Server::settle`].
@@ -177,22 +240,7 @@ impl Server {
         let token = match reservation {
             Some(reservation) => {
                 self.lease_secret_before_issuing().await;
-                let held = HeldStages {
-                    id: LeaseId::random(),
-                    expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
-                    holds: reservation
-                        .holds()
-                        .iter()
-                        .map(|h| StageHold {
-                            stage: h.stage().as_str().to_string(),
-                            level: h.level(),
-                            plan: h.plan().to_string(),
-                            key: h.key().to_string(),
-                            estimate: h.estimate(),
-                        })
-                        .collect(),
-                };
-                match held.seal(self.leases.tokens()) {
+                match self.stages_token(&reservation, ttl) {
                     Some(token) => Some(token),
                     None => {
                         // A key rendered from something else than the fields checked above:

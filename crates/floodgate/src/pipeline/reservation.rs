@@ -137,6 +137,54 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
         (verdict, Some(PipelineReservation { holds }))
     }
 
+    /// Holds `estimate` on one request rate stage alone, on `key` (without the stage's
+    /// namespace) under `plan` (the stage's default plan for an unknown one): the decision,
+    /// and the reservation when admitted. `None` when the pipeline has no request rate stage
+    /// of that name; [`StoreError::Unsupported`] (nothing taken) when the plan's algorithm
+    /// cannot settle. The stage's mode and scope are not consulted: the caller names the key.
+    pub async fn reserve_on_stage(
+        &self,
+        stage: &str,
+        key: &str,
+        plan: &str,
+        estimate: u64,
+    ) -> Option<Result<(Decision, Option<PipelineReservation>), StoreError>> {
+        let found = self.stage(stage)?;
+        let Limiter::RequestRate(limiter) = &found.limiter else {
+            return None;
+        };
+        let plan = limiter.plan(plan);
+        let algorithm = plan.algorithm();
+        use crate::algorithm::Algorithm as _;
+        for op in [crate::OpKind::Charge, crate::OpKind::Refund] {
+            if !algorithm.supports(op) {
+                let name = algorithm.name();
+                return Some(Err(StoreError::Unsupported {
+                    algorithm: name,
+                    op,
+                }));
+            }
+        }
+        let scoped = limiter.namespace().key(key);
+        let decided = limiter
+            .store()
+            .apply(algorithm, &scoped, Op::Check { cost: estimate })
+            .await;
+        Some(decided.map(|decision| {
+            let held = decision.allowed.then(|| PipelineReservation {
+                holds: vec![Hold {
+                    stage: found.name.clone(),
+                    level: 0,
+                    plan: plan.name().to_string(),
+                    algorithm: algorithm.clone(),
+                    key: scoped,
+                    estimate,
+                }],
+            });
+            (decision, held)
+        }))
+    }
+
     /// The hold of `estimate` on `key` (with its limiter's namespace) at `level` of `stage`
     /// under `plan`, as a service rebuilds it from a reservation it handed out; `None` when
     /// this pipeline has no such stage, level or plan, or the key is not of that limiter.
