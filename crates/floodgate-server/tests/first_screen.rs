@@ -104,13 +104,20 @@ async fn leases_hold_until_released_and_refusals_answer_as_documented() {
         .unwrap();
     assert_eq!(answer.status().as_u16(), 429);
     assert!(answer.headers().get("retry-after").is_some());
-    // /json: 429, upstream's contract.
+    // /json: 429, upstream's contract. The limit is 10 a second in windows of the wall clock,
+    // so 11 calls may straddle a second's start and all pass; 21 calls put 11 in one window
+    // unless they take over a second.
     let hit = json!({"domain": "example", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]});
     let mut statuses = Vec::new();
-    for _ in 0..11 {
-        statuses.push(node.post(&client, "/json", &hit).await.0);
+    for _ in 0..21 {
+        let status = node.post(&client, "/json", &hit).await.0;
+        statuses.push(status);
+        if status == 429 {
+            break;
+        }
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert!(statuses.len() >= 11, "{statuses:?}");
 }
 
 #[tokio::test]
