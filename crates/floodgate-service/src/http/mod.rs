@@ -404,20 +404,9 @@ async fn check(
         Ok(r) => r,
         Err(response) => return response,
     };
-    // The key names what is counted: every request without one would share one count.
-    if request.key.is_empty() {
+    if let Err(refused) = counted_key(&server, &request.key) {
         server.metrics().call(Endpoint::Check, Outcome::Invalid);
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "empty_key",
-            "field `key`: must not be empty (it names what is counted)",
-        )
-        .into_response();
-    }
-    if let Err(too_long) = server.bounded("key", &request.key) {
-        server.metrics().call(Endpoint::Check, Outcome::Invalid);
-        return ApiError::new(StatusCode::BAD_REQUEST, "too_long", too_long.to_string())
-            .into_response();
+        return refused.into_response();
     }
     match server
         .check(&request.limiter, &request.key, request.cost)
@@ -488,6 +477,21 @@ fn decision_response(
         return response;
     }
     Json(answer).into_response()
+}
+
+/// Why `key` cannot be counted under, if it cannot: empty (every request without one would
+/// share one count), or longer than `connections.max_key_bytes`.
+fn counted_key(server: &Server, key: &str) -> Result<(), ApiError> {
+    if key.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "empty_key",
+            "field `key`: must not be empty (it names what is counted)",
+        ));
+    }
+    server
+        .bounded("key", key)
+        .map_err(|too_long| ApiError::invalid("too_long", too_long))
 }
 
 /// The 404 of a call naming no configured limit, naming those there are.

@@ -24,13 +24,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use floodgate::Op;
+use floodgate::{Decision, Op, StoreError};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    decision_fields, decision_response, parse_counted, status_mode, unknown_limit, ApiError,
-    StatusMode,
+    counted_key, decision_fields, decision_response, parse_counted, status_mode, unknown_limit,
+    ApiError, StatusMode,
 };
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
@@ -104,12 +104,8 @@ pub(super) async fn reserve(
         server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
         error.into_response()
     };
-    if request.key.is_empty() {
-        let message = "field `key`: must not be empty (it names what is counted)";
-        return invalid(ApiError::new(StatusCode::BAD_REQUEST, "empty_key", message));
-    }
-    if let Err(too_long) = server.bounded("key", &request.key) {
-        return invalid(ApiError::invalid("too_long", too_long));
+    if let Err(refused) = counted_key(&server, &request.key) {
+        return invalid(refused);
     }
     match server
         .reserve(&request.limiter, &request.key, request.estimate)
@@ -135,26 +131,8 @@ pub(super) async fn reserve(
             decision,
             token,
             ttl,
-        }) => {
-            let outcome = if decision.allowed {
-                Outcome::Allowed
-            } else {
-                Outcome::Refused
-            };
-            server.metrics().call(Endpoint::Reserve, outcome);
-            let mut answer = decision_fields(&decision);
-            answer["reservation"] = token.into();
-            answer["expires_after"] = ttl.as_secs_f64().into();
-            decision_response(&decision, answer, mode)
-        }
-        Err(e) => {
-            // Fail open, as /v1/check: the request goes ahead, holding nothing to settle.
-            server
-                .metrics()
-                .call(Endpoint::Reserve, Outcome::FailedOpen);
-            tracing::debug!(error = %e, "store failed; /v1/reserve fails open");
-            failed_open()
-        }
+        }) => reserved(&server, &decision, token, ttl, mode),
+        Err(e) => failed_open(&server, &e),
     }
 }
 
@@ -183,14 +161,10 @@ async fn reserve_on_stage(
         server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
         error.into_response()
     };
-    if request.key.is_empty() {
-        let message = "field `key`: must not be empty (it names what is counted)";
-        return invalid(ApiError::new(StatusCode::BAD_REQUEST, "empty_key", message));
+    if let Err(refused) = counted_key(&server, &request.key) {
+        return invalid(refused);
     }
-    if let Err(too_long) = server.bounded("key", &request.key) {
-        return invalid(ApiError::invalid("too_long", too_long));
-    }
-    let reserved = server
+    let decided = server
         .reserve_on_stage(
             &request.stage,
             &request.key,
@@ -198,7 +172,7 @@ async fn reserve_on_stage(
             request.estimate,
         )
         .await;
-    match reserved {
+    match decided {
         Ok(Reserved::UnknownLimit) => invalid(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_stage",
@@ -226,25 +200,8 @@ async fn reserve_on_stage(
             decision,
             token,
             ttl,
-        }) => {
-            let outcome = if decision.allowed {
-                Outcome::Allowed
-            } else {
-                Outcome::Refused
-            };
-            server.metrics().call(Endpoint::Reserve, outcome);
-            let mut answer = decision_fields(&decision);
-            answer["reservation"] = token.into();
-            answer["expires_after"] = ttl.as_secs_f64().into();
-            decision_response(&decision, answer, mode)
-        }
-        Err(e) => {
-            server
-                .metrics()
-                .call(Endpoint::Reserve, Outcome::FailedOpen);
-            tracing::debug!(error = %e, "store failed; /v1/reserve fails open");
-            failed_open()
-        }
+        }) => reserved(&server, &decision, token, ttl, mode),
+        Err(e) => failed_open(&server, &e),
     }
 }
 
@@ -299,9 +256,34 @@ async fn reserve_through_pipeline(
     }
 }
 
+/// The answer to a reservation the store decided: its decision, and the token to settle with
+/// (`null` when refused).
+fn reserved(
+    server: &Server,
+    decision: &Decision,
+    token: Option<String>,
+    ttl: std::time::Duration,
+    mode: StatusMode,
+) -> Response {
+    let outcome = if decision.allowed {
+        Outcome::Allowed
+    } else {
+        Outcome::Refused
+    };
+    server.metrics().call(Endpoint::Reserve, outcome);
+    let mut answer = decision_fields(decision);
+    answer["reservation"] = token.into();
+    answer["expires_after"] = ttl.as_secs_f64().into();
+    decision_response(decision, answer, mode)
+}
+
 /// A reservation's answer when the store failed: the request goes ahead, holding nothing to
 /// settle, as `/v1/check` fails open.
-fn failed_open() -> Response {
+fn failed_open(server: &Server, error: &StoreError) -> Response {
+    server
+        .metrics()
+        .call(Endpoint::Reserve, Outcome::FailedOpen);
+    tracing::debug!(%error, "store failed; /v1/reserve fails open");
     Json(
         json!({"allowed": true, "limit": 0, "remaining": 0, "reset_after": 0.0,
         "retry_after": null, "reservation": null, "failed_open": true}),
