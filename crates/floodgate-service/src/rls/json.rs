@@ -80,8 +80,8 @@ pub enum RlsJsonError {
 /// `requestsPerUnit` is 0. Refused ([`RlsJsonError`], naming the field): another type, an
 /// unknown field, a count above its field's range (`requestsPerUnit` above `u32::MAX`), a
 /// `limit` without a unit or with an unknown one, and what Envoy's API refuses over gRPC too
-/// ([`RlsRequest::validate`]: an empty `domain`, no descriptors, a descriptor without entries,
-/// an empty key).
+/// ([`RlsRequest::validate`]: an empty `domain`, no descriptors, an empty key). A descriptor
+/// without `entries`, or with none, is taken (it matches nothing).
 pub fn rls_request_from_json(json: &Value) -> Result<RlsRequest, RlsJsonError> {
     let object = as_object(json, "the request")?;
     let mut request = RlsRequest::default();
@@ -413,10 +413,6 @@ mod tests {
             (
                 json!({"domain": "d"}),
                 "descriptors: must hold at least one descriptor",
-            ),
-            (
-                json!({"domain": "d", "descriptors": [{"entries": []}]}),
-                "descriptors[0].entries: must hold at least one entry",
             ),
             (
                 json!({"descriptors": [{"entries": []}]}),

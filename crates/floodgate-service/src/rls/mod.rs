@@ -74,12 +74,6 @@ pub enum InvalidRequest {
     /// `descriptors` is empty.
     #[error("descriptors: must hold at least one descriptor")]
     NoDescriptors,
-    /// A descriptor has no entries.
-    #[error("descriptors[{descriptor}].entries: must hold at least one entry")]
-    NoEntries {
-        /// The descriptor's index in the request.
-        descriptor: usize,
-    },
     /// An entry's key is empty.
     #[error("descriptors[{descriptor}].entries[{entry}].key: must not be empty")]
     EmptyKey {
@@ -101,7 +95,8 @@ pub enum InvalidRequest {
 
 impl RlsRequest {
     /// Checks what Envoy's API requires of every request, whatever its transport: a domain,
-    /// at least one descriptor, each with at least one entry, every key non-empty.
+    /// at least one descriptor, every key non-empty. A descriptor without entries is
+    /// accepted, as upstream accepts it: it matches nothing, so it is OK with no limit.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
         if self.domain.is_empty() {
             return Err(InvalidRequest::EmptyDomain);
@@ -110,9 +105,6 @@ impl RlsRequest {
             return Err(InvalidRequest::NoDescriptors);
         }
         for (descriptor, d) in self.descriptors.iter().enumerate() {
-            if d.entries.is_empty() {
-                return Err(InvalidRequest::NoEntries { descriptor });
-            }
             if let Some(entry) = d.entries.iter().position(|(key, _)| key.is_empty()) {
                 return Err(InvalidRequest::EmptyKey { descriptor, entry });
             }
