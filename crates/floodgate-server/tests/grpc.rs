@@ -92,6 +92,7 @@ impl RlsBackend for TestBackend {
                     }),
                     limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
                     duration_until_reset: Some(decision.reset_after),
+                    quota_mode: false,
                 }
             })
             .collect();

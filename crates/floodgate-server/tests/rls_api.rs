@@ -144,7 +144,7 @@ const OK: i32 = 1;
 const OVER: i32 = 2;
 
 #[tokio::test]
-async fn a_limit_override_replaces_the_configured_limit_with_its_own_counter() {
+async fn a_limit_override_counts_in_the_window_of_its_unit() {
     let s = start(CONFIG).await;
     let two_per_hour = Some((2, HOUR));
     assert_eq!(
@@ -159,18 +159,20 @@ async fn a_limit_override_replaces_the_configured_limit_with_its_own_counter() {
         s.one("edge", "user", "a", two_per_hour).await,
         (OVER, 2, HOUR, 0)
     );
-    // The configured limit's counter was not touched.
+    // The configured limit is a day's window: another unit, so its counter was not touched.
     assert_eq!(s.one("edge", "user", "a", None).await, (OK, 100, DAY, 99));
-    // Overrides of one descriptor and unit share a count, whatever their requests_per_unit;
-    // another unit counts apart.
+    // Overrides of one descriptor and unit share a count, whatever their requests_per_unit.
     assert_eq!(
         s.one("edge", "user", "a", Some((5, HOUR))).await,
         (OK, 5, HOUR, 2)
     );
+    // An override of the configured limit's unit counts in its counter, as upstream's keys
+    // (descriptor and window start) make it: 1 counted by the configured limit, 1 now.
     assert_eq!(
         s.one("edge", "user", "a", Some((5, DAY))).await,
-        (OK, 5, DAY, 4)
+        (OK, 5, DAY, 3)
     );
+    assert_eq!(s.one("edge", "user", "a", None).await, (OK, 100, DAY, 97));
 
     // Over one of Floodgate's algorithms, a descriptor no rule matches, and an unlimited one.
     for (key, value) in [("tenant", "t"), ("nobody", "n"), ("free", "f")] {

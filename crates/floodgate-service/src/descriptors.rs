@@ -52,8 +52,9 @@
 //!   [`RlsResponse::shadow_over_limit`] (the service's `floodgate_rls_shadow_over_limit_total`).
 //! - A descriptor's own `limit` ([`RlsDescriptor::limit`], in a known domain) replaces the
 //!   rule it matches, or applies where none does: a fixed window of its `requests_per_unit`
-//!   per `unit`, never in shadow mode, with no name; the matched rule's `replaces` do not
-//!   apply. `requests_per_unit: 0` blocks, as above.
+//!   per `unit`, never in shadow mode nor (but under the global `QUOTA_MODE`) in quota mode,
+//!   with no name and no metadata; the matched rule's `replaces` do not apply.
+//!   `requests_per_unit: 0` blocks, as above. Where it is counted: see "Counter keys".
 //! - `all_or_nothing` (a Floodgate extension on a descriptor): when the request is over the
 //!   limit (its overall code is `OVER_LIMIT`), this descriptor's limit counts nothing for it,
 //!   atomically with the others (envoyproxy/ratelimit counts every descriptor's hits even when
@@ -62,27 +63,50 @@
 //!   `requests_per_unit: 0` descriptor already blocks the request, its all-or-nothing
 //!   descriptors are only probed (nothing taken), their status saying whether the hits would
 //!   have fit.
-//! - The overall code is `OVER_LIMIT` iff some status is, else `OK`.
+//! - The overall code is `OVER_LIMIT` iff a status not in quota mode is, or every status in
+//!   quota mode is (there being one); else `OK` (see "Quota mode").
 //! - Dynamic metadata, only when the rule set has it enabled
 //!   ([`RuleSet::set_response_dynamic_metadata`]; off by default, as envoyproxy/ratelimit's
 //!   `RESPONSE_DYNAMIC_METADATA`): [`RlsResponse::dynamic_metadata`] holds `domain`,
-//!   `descriptors` (`[{"entries": ["key=value", …]}]`, in request order), `hitsAddend` when the
-//!   request's is not 0, and `metadata`: the `metadata` of the first descriptor, in request
-//!   order, whose rule has metadata and whose status is `OK` without being over its limit (a
-//!   shadow-mode descriptor over its limit does not count). When disabled it is `None`.
+//!   `descriptors` (each one's entries, own `limit` and own `hitsAddend`), `hitsAddend` when
+//!   the request's is not 0, and `metadata`, merged from every descriptor that passed, as
+//!   upstream builds it (`metadata.rs` has the exact rules). When disabled it is `None`.
+//!
+//! # Quota mode
+//!
+//! A descriptor is in quota mode when its rule says `quota_mode: true`, or when every
+//! descriptor is ([`RuleSet::set_quota_mode`], upstream's `QUOTA_MODE`): then also those that
+//! match nothing, whose rule is replaced, or that carry their own `limit`, but never an
+//! `unlimited` one. Such a descriptor is decided, counted and reported like any other — over
+//! its limit, its status says `OVER_LIMIT` — but it does not refuse the request on its own:
+//! the request is `OVER_LIMIT` when a descriptor *not* in quota mode is, or when *every*
+//! quota-mode descriptor of the request is ([`crate::rls::RlsStatus::quota_mode`] marks them). So a
+//! request checked against several quotas (an AI gateway's per-model buckets) goes through
+//! while any one of them has room. A quota-mode descriptor in shadow mode that is over its
+//! limit is `OK`, so it never counts as over; the global `SHADOW_MODE` answers `OK` whatever
+//! the quota rule decided. Counting is unchanged (in upstream's layout, a refused hit is
+//! counted as upstream counts it), and so are the statistics. A domain holding a quota-mode
+//! descriptor takes no `all_or_nothing` one (the config refuses it): which descriptors keep
+//! their hits would depend on answers the store has not all seen when it decides.
+//! Floodgate's pipeline and `/v1/check` have no quota mode and need none: a pipeline stage
+//! that should not refuse runs in `shadow` mode, and several budgets a request may draw from
+//! are one limit each that the caller picks between.
 //!
 //! # Counter keys
 //!
 //! Counters live in the store's [`RLS_NAMESPACE`] namespace (`rls:`), under the domain and each
 //! key and value, each as its byte length, `:` and its bytes; a value shared by `share_threshold`
 //! is written as its pattern's length, `*` and the pattern, so it never collides with a value
-//! sent as is (unambiguous whatever the strings hold). A limit override counts under the same
-//! parts plus one, its unit's name: its own counter per descriptor and unit, apart from the
-//! configured limit's. envoyproxy/ratelimit keys its counters by descriptor and window start
-//! only, so there an override shares its count with a configured limit of the same unit; here
-//! it never does (a configured limit may be one of Floodgate's algorithms, whose state a fixed
-//! window cannot share). Overrides of one descriptor and unit share one count, whatever their
-//! `requests_per_unit`, as in envoyproxy/ratelimit.
+//! sent as is (unambiguous whatever the strings hold). A limit override counts as upstream
+//! counts it, in the descriptor's window of its unit: when the descriptor matches a rule that
+//! is a window of the same unit (`requests_per_unit` per `unit`) counted under the values as
+//! sent, in that rule's counter, so that the override and the configured limit share one
+//! count, as upstream's keys (descriptor and window start) make them share it. Otherwise —
+//! no rule, a rule of another unit, one of Floodgate's algorithms (whose state a fixed window
+//! cannot share), or a rule whose `share_threshold` counts under a pattern — under the same
+//! parts plus one, its unit's name: a counter per descriptor and unit of its own. Overrides of
+//! one descriptor and unit share one count, whatever their `requests_per_unit`, as in
+//! envoyproxy/ratelimit.
 //!
 //! With `store.layout: envoyproxy`, the Envoy windows (not Floodgate's algorithms) count in
 //! envoyproxy/ratelimit's keys instead, with its commands and answers ([`layout`]), through
@@ -93,6 +117,7 @@ mod checks;
 mod counter_key;
 pub mod layout;
 mod listing;
+mod metadata;
 pub mod stats;
 mod wildcard;
 
@@ -122,6 +147,7 @@ pub struct Rule {
     name: Option<String>,
     replaces: Vec<String>,
     shadow_mode: bool,
+    quota_mode: bool,
     all_or_nothing: bool,
     limit: Option<Limit>,
     metadata: Option<Arc<Map<String, Value>>>,
@@ -207,6 +233,7 @@ impl Rule {
             name,
             replaces,
             shadow_mode,
+            quota_mode: false,
             all_or_nothing: false,
             limit,
             metadata: None,
@@ -224,6 +251,19 @@ impl Rule {
     /// Whether the rule counts nothing for requests that are over the limit.
     pub fn all_or_nothing(&self) -> bool {
         self.all_or_nothing
+    }
+
+    /// The same rule in quota mode, or not: over its limit, its status says `OVER_LIMIT`,
+    /// but it refuses the request only when every quota-mode descriptor of the request is
+    /// over (see the module's "Quota mode").
+    pub fn with_quota_mode(mut self, quota_mode: bool) -> Rule {
+        self.quota_mode = quota_mode;
+        self
+    }
+
+    /// Whether the descriptor is in quota mode (`quota_mode: true`).
+    pub fn quota_mode(&self) -> bool {
+        self.quota_mode
     }
 
     /// The same rule carrying the descriptor's `metadata`, which responses with dynamic
@@ -436,6 +476,8 @@ impl DescriptorTree {
 pub struct RuleSet {
     domains: Names<DescriptorTree>,
     response_dynamic_metadata: bool,
+    /// Every descriptor in quota mode (upstream's `QUOTA_MODE`), whatever its rule says.
+    quota_mode: bool,
     /// Whether some descriptor has `value_to_metric` or `detailed_metric`: then statistics
     /// keys are worked out per request, else they are the rules' keys ([`stats`]).
     named_by_values: bool,
@@ -542,6 +584,17 @@ impl RuleSet {
         self.response_dynamic_metadata
     }
 
+    /// Puts every descriptor in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`), or only
+    /// those whose rule says `quota_mode: true` (the default); see the module's "Quota mode".
+    pub fn set_quota_mode(&mut self, every_descriptor: bool) {
+        self.quota_mode = every_descriptor;
+    }
+
+    /// Whether every descriptor is in quota mode.
+    pub fn quota_mode(&self) -> bool {
+        self.quota_mode
+    }
+
     /// Decides a `ShouldRateLimit` request: one status per request descriptor, in order, and
     /// the overall code (see the module's "Deciding"). The limited descriptors are decided in
     /// one [`Store::apply`] (one of them) or one [`Store::apply_many`] call; a store failure is
@@ -572,7 +625,7 @@ impl RuleSet {
                     stats.domain_not_found(&request.domain);
                 }
             }
-            return Ok(answer.into_response(&[]));
+            return Ok(answer.into_response(None));
         };
         let matched = Matched::new(root, request);
         // The counter keys go in one buffer for them all, this thread's from the last call
@@ -635,49 +688,7 @@ impl RuleSet {
                 Some(decision.reset_after),
             );
         }
-        Ok(answer.into_response(matched.rules()))
-    }
-
-    /// The response's dynamic metadata (see the module's "Deciding"): `None` unless enabled.
-    /// `rules` and `over` are per request descriptor (empty for an unknown domain).
-    fn dynamic_metadata(
-        &self,
-        request: &RlsRequest,
-        rules: &[Option<&Rule>],
-        over: &[bool],
-    ) -> Option<Map<String, Value>> {
-        if !self.response_dynamic_metadata {
-            return None;
-        }
-        let mut out = Map::new();
-        out.insert("domain".into(), request.domain.clone().into());
-        let descriptors = request
-            .descriptors
-            .iter()
-            .map(|d| {
-                let entries = d
-                    .entries
-                    .iter()
-                    .map(|(k, v)| Value::String(format!("{k}={v}")))
-                    .collect();
-                Value::Object(Map::from_iter([(
-                    "entries".to_string(),
-                    Value::Array(entries),
-                )]))
-            })
-            .collect();
-        out.insert("descriptors".into(), Value::Array(descriptors));
-        if request.hits_addend != 0 {
-            out.insert("hitsAddend".into(), request.hits_addend.into());
-        }
-        let first = rules
-            .iter()
-            .zip(over)
-            .find_map(|(rule, over)| rule.filter(|_| !over).and_then(Rule::metadata));
-        if let Some(metadata) = first {
-            out.insert("metadata".into(), Value::Object(metadata.clone()));
-        }
-        Some(out)
+        Ok(answer.into_response(Some(&matched)))
     }
 }
 

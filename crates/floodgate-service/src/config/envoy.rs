@@ -19,12 +19,13 @@
 //! in which each `*` matches any run of characters, see
 //! [`crate::descriptors::Wildcard`]; an empty value is the same as none), an optional
 //! `rate_limit` (`unit` and `requests_per_unit`, or `unlimited: true`; optional `name` and
-//! `replaces: [{name}]`), optional `shadow_mode: true`, optional `share_threshold: true` (only
+//! `replaces: [{name}]`), optional `shadow_mode: true`, optional `quota_mode: true` (over its
+//! limit, the descriptor refuses the request only together with every other quota-mode
+//! descriptor of it; with any algorithm), optional `share_threshold: true` (only
 //! on a wildcard value: all values it matches share one counter), optional `metadata` (any
 //! mapping, returned as the response's dynamic metadata when that is enabled), optional nested
-//! `descriptors`, and `detailed_metric` and `value_to_metric`, which are accepted and ignored
-//! (they only change envoyproxy's per-descriptor statistics names, which Floodgate does not
-//! have).
+//! `descriptors`, and `detailed_metric` and `value_to_metric`, which only change the names of
+//! upstream's per-descriptor statistics ([`crate::descriptors::stats`]).
 //! Floodgate adds three things: `unlimited: true` may also be written on the descriptor itself
 //! (same meaning as `rate_limit: {unlimited: true}`); a `rate_limit` may name one of
 //! Floodgate's algorithms instead of a unit (`{algorithm: token_bucket, rate: 10, capacity: 20}`,
@@ -52,7 +53,8 @@
 //! Floodgate asks for it to be written, `0` included), `unlimited` together with a unit, an
 //! algorithm or (on the descriptor) a `rate_limit`, a `replaces` entry with an empty name or
 //! naming its own limit, `share_threshold` on a value without `*`, a unit together with an
-//! algorithm, and invalid algorithm parameters. As in envoyproxy/ratelimit, an `unlimited`
+//! algorithm, invalid algorithm parameters, and a domain holding both an `all_or_nothing` and
+//! a `quota_mode` descriptor. As in envoyproxy/ratelimit, an `unlimited`
 //! limit may carry a `requests_per_unit`, which is ignored.
 
 use std::collections::HashMap;
@@ -117,8 +119,14 @@ pub struct DescriptorConfig {
     /// [`RlsResponse::shadow_over_limit`](crate::rls::RlsResponse::shadow_over_limit).
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Over its limit, this descriptor refuses the request only when every other quota-mode
+    /// descriptor of the request is over its own too (envoyproxy/ratelimit's `quota_mode`;
+    /// see [`crate::descriptors`]); its status still says `OVER_LIMIT`.
+    #[serde(default)]
+    pub quota_mode: bool,
     /// Floodgate's extension: when the request is over the limit, this descriptor's limit
-    /// counts nothing for it (see [`crate::descriptors`]).
+    /// counts nothing for it (see [`crate::descriptors`]). A domain holding one takes no
+    /// `quota_mode` descriptor.
     #[serde(default)]
     pub all_or_nothing: bool,
     /// Accepted for compatibility and ignored (envoyproxy/ratelimit's per-value statistics).
@@ -388,6 +396,7 @@ fn compile(domains: &[DomainConfig], indexed: bool) -> Result<RuleSet, ConfigFil
             ));
         }
         let tree = compile_level(&config.descriptors, &prefix, &config.domain)?;
+        refuse_quota_beside_all_or_nothing(&config.descriptors, &prefix)?;
         set.insert_domain(config.domain.clone(), tree);
     }
     Ok(set)
@@ -453,6 +462,41 @@ fn compile_level(
         );
     }
     Ok(level)
+}
+
+/// Refuses a domain (its top-level `descriptors`, below `prefix`) holding both a
+/// `quota_mode` and an `all_or_nothing` descriptor, naming the latter's field: whether a
+/// request is over the limit then depends on every quota-mode descriptor's answer, which the
+/// store does not know when it decides what an all-or-nothing one keeps.
+fn refuse_quota_beside_all_or_nothing(
+    descriptors: &[DescriptorConfig],
+    prefix: &str,
+) -> Result<(), ConfigFileError> {
+    fn first(
+        descriptors: &[DescriptorConfig],
+        prefix: &str,
+        flag: fn(&DescriptorConfig) -> bool,
+    ) -> Option<String> {
+        descriptors.iter().enumerate().find_map(|(j, d)| {
+            let path = format!("{prefix}descriptors[{j}]");
+            if flag(d) {
+                Some(path)
+            } else {
+                first(&d.descriptors, &format!("{path}."), flag)
+            }
+        })
+    }
+    let quota = first(descriptors, prefix, |d| d.quota_mode);
+    let all_or_nothing = first(descriptors, prefix, |d| d.all_or_nothing);
+    if let (Some(quota), Some(all_or_nothing)) = (quota, all_or_nothing) {
+        return Err(ConfigFileError::invalid(
+            format!("{all_or_nothing}.all_or_nothing"),
+            format!(
+                "an all-or-nothing descriptor cannot share a domain with a quota-mode one                  ({quota}.quota_mode): whether a request is refused then depends on every                  quota-mode descriptor of it; keep one of the two"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The statistics key of a descriptor of `key` and `value` (empty: none) below `parent`'s
@@ -531,7 +575,8 @@ fn compile_rule(
             config.shadow_mode,
             limit,
         )
-        .with_all_or_nothing(config.all_or_nothing),
+        .with_all_or_nothing(config.all_or_nothing)
+        .with_quota_mode(config.quota_mode),
     ))
 }
 

@@ -546,10 +546,26 @@ impl Config {
     }
 
     /// The Envoy RLS domains, compiled (errors at `domains[i]…`), with
-    /// `response_dynamic_metadata` as configured.
+    /// `response_dynamic_metadata` and `rls.quota_mode` as configured; `rls.quota_mode` is
+    /// refused beside an `all_or_nothing` descriptor, which it would put in quota mode.
     pub fn rule_set(&self) -> Result<RuleSet, ConfigFileError> {
         let mut rules = envoy::compile_domains(&self.domains)?;
         rules.set_response_dynamic_metadata(self.response_dynamic_metadata);
+        if self.rls.quota_mode {
+            if let Some((domain, rule)) =
+                rules.rules().into_iter().find(|(_, r)| r.all_or_nothing())
+            {
+                return Err(ConfigFileError::invalid(
+                    "rls.quota_mode",
+                    format!(
+                        "every descriptor in quota mode (QUOTA_MODE) cannot go with an \
+                         all-or-nothing descriptor ({domain}: {}): keep one of the two",
+                        rule.full_key()
+                    ),
+                ));
+            }
+            rules.set_quota_mode(true);
+        }
         Ok(rules)
     }
 

@@ -11,6 +11,7 @@
 //!     reset: RateLimit-Reset      # LIMIT_RESET_HEADER
 //!   on_store_error: ok            # ok (default) | over_limit | unavailable
 //!   shadow_mode: false            # envoyproxy's SHADOW_MODE (default false)
+//!   quota_mode: false             # envoyproxy's QUOTA_MODE (default false)
 //!   require_domains: false        # envoyproxy's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 //! ```
 //!
@@ -26,8 +27,9 @@
 //!   an error, naming both places. Off: a domain defined twice is an error naming both places.
 //! - `response_headers`: every `ShouldRateLimit` answer (gRPC `response_headers_to_add`, and
 //!   `responseHeadersToAdd` in `POST /json`) carries three headers describing one descriptor's
-//!   limit: of the statuses that report a limit, the one with the fewest requests remaining
-//!   (the first such in request order on a tie). `limit` is its `requests_per_unit`,
+//!   limit, picked as upstream picks it: the last status that refuses the request on its own
+//!   (`OVER_LIMIT` and not in quota mode), else, of the statuses that report a limit, the one
+//!   with the fewest requests remaining (the first such in request order on a tie). `limit` is its `requests_per_unit`,
 //!   `remaining` its `limit_remaining`, `reset` the whole seconds (rounded up) until its limit
 //!   resets: its `duration_until_reset`, or, when it has none (a `requests_per_unit: 0` block),
 //!   the time left in the current epoch-aligned window of its unit. No status reports a limit
@@ -40,6 +42,10 @@
 //! - `shadow_mode`: every answer that would be `OVER_LIMIT` is answered `OK` (each descriptor's
 //!   status still says `OVER_LIMIT`, and the headers are those of the decision); counted in
 //!   `floodgate_rls_global_shadow_mode_total`. For trying limits out on live traffic.
+//! - `quota_mode`: every descriptor (but the `unlimited` ones) is in quota mode, as if each
+//!   said `quota_mode: true`: an answer is `OVER_LIMIT` only when every descriptor of the
+//!   request is over its limit (see [`crate::descriptors`]'s "Quota mode"). Refused with
+//!   `all_or_nothing` descriptors.
 //! - `require_domains`: the service is not ready (`/readyz`, `/healthcheck`, gRPC health)
 //!   while the running configuration has no domain.
 
@@ -67,6 +73,9 @@ pub struct RlsConfig {
     /// Answer `OK` where the answer would be `OVER_LIMIT` (default false).
     #[serde(default)]
     pub shadow_mode: bool,
+    /// Every descriptor in quota mode (default false).
+    #[serde(default)]
+    pub quota_mode: bool,
     /// Not ready while no domain is configured (default false).
     #[serde(default)]
     pub require_domains: bool,
@@ -186,6 +195,8 @@ pub struct Defaults {
     pub on_store_error: Option<crate::rls::OnStoreError>,
     /// `rls.shadow_mode`.
     pub shadow_mode: Option<bool>,
+    /// `rls.quota_mode`.
+    pub quota_mode: Option<bool>,
     /// `rls.require_domains`.
     pub require_domains: Option<bool>,
     /// `response_dynamic_metadata`.
@@ -232,6 +243,12 @@ impl Overrides {
             &mut rls.shadow_mode,
             &d.shadow_mode,
             "rls.shadow_mode",
+            written,
+        );
+        fill(
+            &mut rls.quota_mode,
+            &d.quota_mode,
+            "rls.quota_mode",
             written,
         );
         fill(

@@ -14,7 +14,6 @@
 //! - `requests_per_unit` 0 is 0 (every request over the limit, upstream's way to block a
 //!   descriptor) unless the limit is `unlimited`, where upstream ignores it;
 //! - `metadata` is the JSON object the `Struct` holds;
-//! - `quota_mode: true` is refused, naming the field: Floodgate has no quota mode.
 //!
 //! Domains in several resources are refused, or merged with `rls.merge_domains`
 //! (`MERGE_DOMAIN_CONFIG`), as the files of a runtime directory are. The rest of the
@@ -219,15 +218,9 @@ fn definitions(resources: &[pb::RateLimitConfig]) -> Result<Vec<Definition>, Con
 
 /// One resource's domain, checked as a domain file is.
 fn domain_of(resource: &pb::RateLimitConfig) -> Result<DomainConfig, ConfigFileError> {
-    let descriptors = resource
-        .descriptors
-        .iter()
-        .enumerate()
-        .map(|(i, d)| descriptor_of(d, &format!("descriptors[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
     let domain = DomainConfig {
         domain: resource.domain.clone(),
-        descriptors,
+        descriptors: resource.descriptors.iter().map(descriptor_of).collect(),
     };
     envoy::compile_domains(std::slice::from_ref(&domain)).map_err(strip_domain_index)?;
     Ok(domain)
@@ -248,34 +241,19 @@ fn strip_domain_index(error: ConfigFileError) -> ConfigFileError {
     }
 }
 
-/// One descriptor, at `path` in its resource.
-fn descriptor_of(
-    d: &pb::RateLimitDescriptor,
-    path: &str,
-) -> Result<DescriptorConfig, ConfigFileError> {
-    if d.quota_mode {
-        return Err(ConfigFileError::invalid(
-            format!("{path}.quota_mode"),
-            "Floodgate has no quota mode (envoyproxy/ratelimit's QUOTA_MODE): remove it, or \
-             use shadow_mode to count without refusing",
-        ));
-    }
-    let descriptors = d
-        .descriptors
-        .iter()
-        .enumerate()
-        .map(|(i, child)| descriptor_of(child, &format!("{path}.descriptors[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(DescriptorConfig {
+/// One descriptor, as a domain file would write it.
+fn descriptor_of(d: &pb::RateLimitDescriptor) -> DescriptorConfig {
+    DescriptorConfig {
         key: d.key.clone(),
         value: non_empty(&d.value),
         rate_limit: d.rate_limit.as_ref().map(rate_limit_of),
         shadow_mode: d.shadow_mode,
+        quota_mode: d.quota_mode,
         detailed_metric: d.detailed_metric,
         metadata: d.metadata.as_ref().map(object_of),
-        descriptors,
+        descriptors: d.descriptors.iter().map(descriptor_of).collect(),
         ..DescriptorConfig::default()
-    })
+    }
 }
 
 /// A descriptor's limit.
@@ -398,7 +376,10 @@ mod tests {
         .to_string();
         assert!(error.contains("api-limits"), "{error}");
         assert!(error.contains("descriptors[0].rate_limit.unit"), "{error}");
+    }
 
+    #[test]
+    fn quota_mode_is_read_at_any_depth() {
         let mut quota = limited("user", pb::RateLimitUnit::Second, 5);
         quota.quota_mode = true;
         let nested = pb::RateLimitDescriptor {
@@ -406,13 +387,14 @@ mod tests {
             descriptors: vec![quota],
             ..Default::default()
         };
-        let error = config_of(&[resource("q", "api", vec![nested])], &overrides())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("descriptors[0].descriptors[0].quota_mode"),
-            "{error}"
-        );
+        let config = config_of(&[resource("q", "api", vec![nested])], &overrides()).unwrap();
+        assert!(config.domains[0].descriptors[0].descriptors[0].quota_mode);
+        let rules = config.rule_set().unwrap();
+        let entries = [
+            ("org".to_string(), "o".to_string()),
+            ("user".to_string(), "u".to_string()),
+        ];
+        assert!(rules.lookup("api", &entries).unwrap().quota_mode());
     }
 
     #[test]

@@ -36,11 +36,12 @@ pub(super) enum Held<'m> {
     Free,
     /// Its rule is `unlimited`: OK, with everything remaining.
     Unlimited,
-    /// `limit`, in shadow mode or not, all or nothing or not; `own`: the descriptor carries
-    /// it, rather than its rule.
+    /// `limit`, in shadow mode or not, in quota mode by its rule or not, all or nothing or
+    /// not; `own`: the descriptor carries it, rather than its rule.
     Limited {
         limit: &'m Limit,
         shadow_mode: bool,
+        quota_mode: bool,
         all_or_nothing: bool,
         own: bool,
     },
@@ -88,6 +89,7 @@ impl<'a> Matched<'a> {
             return Held::Limited {
                 limit,
                 shadow_mode: false,
+                quota_mode: false,
                 all_or_nothing: false,
                 own: true,
             };
@@ -107,6 +109,7 @@ impl<'a> Matched<'a> {
             Some(limit) => Held::Limited {
                 limit,
                 shadow_mode: rule.shadow_mode,
+                quota_mode: rule.quota_mode,
                 all_or_nothing: rule.all_or_nothing,
                 own: false,
             },
@@ -118,15 +121,30 @@ impl<'a> Matched<'a> {
         self.matches[i].as_ref().map_or(&[][..], |m| m.shared())
     }
 
+    /// Whether descriptor `i` matched a rule that is an Envoy window (`requests_per_unit` per
+    /// `unit`) of `unit`, counted under the descriptor's values as sent (no `share_threshold`
+    /// pattern): its counter is then the one an override of `unit` counts in, as upstream
+    /// keys both by descriptor and window start.
+    fn window_of_unit(&self, i: usize, unit: crate::rls::RateUnit) -> bool {
+        self.rules[i]
+            .and_then(|rule| rule.limit.as_ref())
+            .is_some_and(|l| l.envoy_window && l.unit == unit)
+            && self.shared(i).is_empty()
+    }
+
     /// The rule descriptor `i` is counted under in the statistics: the one it matched, unless
     /// it carries its own limit.
     fn counted_rule(&self, i: usize) -> Option<&'a Rule> {
         self.rules[i].filter(|_| self.overrides[i].is_none())
     }
 
-    /// The rule each descriptor matched.
-    pub(super) fn rules(&self) -> &[Option<&'a Rule>] {
-        &self.rules
+    /// The `metadata` of the rule limiting descriptor `i`: none when it is unlimited, carries
+    /// its own limit, matches nothing or matched a replaced rule.
+    pub(super) fn metadata_of(&self, i: usize) -> Option<&'a Map<String, Value>> {
+        match self.held(i) {
+            Held::Limited { own: false, .. } => self.rules[i].and_then(Rule::metadata),
+            _ => None,
+        }
     }
 }
 
@@ -165,9 +183,13 @@ pub(super) fn plan<'m, C: layout::Counters>(
             Held::Limited {
                 limit,
                 shadow_mode,
+                quota_mode,
                 all_or_nothing,
                 own,
-            } => (limit, shadow_mode, all_or_nothing, own),
+            } => {
+                answer.quota_mode(i, quota_mode);
+                (limit, shadow_mode, all_or_nothing, own)
+            }
         };
         let shared = if own { &[][..] } else { matched.shared(i) };
         if let Some(counters) = counters.filter(|_| limit.envoy_window) {
@@ -178,9 +200,10 @@ pub(super) fn plan<'m, C: layout::Counters>(
             continue;
         }
         let start = keys.len();
-        if own {
+        if own && !matched.window_of_unit(i, limit.unit) {
             push_override_counter_key(keys, &request.domain, descriptor, limit.unit);
         } else {
+            // A rule's own counter, or the one an override shares with a window of its unit.
             push_counter_key(keys, &request.domain, descriptor, shared);
         }
         let hits = request.hits_for(descriptor);
@@ -224,14 +247,15 @@ pub(super) struct Answer<'r> {
     request: &'r RlsRequest,
     stats: Option<&'r DescriptorStats>,
     statuses: Vec<RlsStatus>,
-    /// Whether each descriptor is over its limit, shadow mode or not.
-    over: PerDescriptor<bool>,
-    overall_code: Code,
+    /// Whether a descriptor not in quota mode is over its (enforcing) limit, which alone
+    /// refuses the request.
+    refused: bool,
     shadow_over_limit: u32,
 }
 
 impl<'r> Answer<'r> {
-    /// Every descriptor of `request` OK until settled otherwise.
+    /// Every descriptor of `request` OK until settled otherwise; in quota mode when the rule
+    /// set puts every descriptor there.
     pub(super) fn new(
         rule_set: &'r RuleSet,
         request: &'r RlsRequest,
@@ -245,30 +269,38 @@ impl<'r> Answer<'r> {
             statuses: vec![
                 RlsStatus {
                     code: Code::Ok,
+                    quota_mode: rule_set.quota_mode,
                     ..RlsStatus::default()
                 };
                 n
             ],
-            over: smallvec::smallvec![false; n],
-            overall_code: Code::Ok,
+            refused: false,
             shadow_over_limit: 0,
         }
     }
 
-    /// Whether an enforcing limit has already refused the request.
+    /// Whether a limit not in quota mode has already refused the request.
     pub(super) fn blocked(&self) -> bool {
-        self.overall_code == Code::OverLimit
+        self.refused
     }
 
-    /// Descriptor `i` is unlimited: OK, with everything remaining.
+    /// Descriptor `i` is unlimited: OK, with everything remaining, and never in quota mode
+    /// (upstream leaves an unlimited descriptor out of the quota count).
     pub(super) fn unlimited(&mut self, i: usize) {
         self.statuses[i].limit_remaining = u32::MAX;
+        self.statuses[i].quota_mode = false;
+    }
+
+    /// Descriptor `i` is held to a limit whose rule puts it in quota mode, or not (it is
+    /// anyway when every descriptor is).
+    pub(super) fn quota_mode(&mut self, i: usize, by_rule: bool) {
+        self.statuses[i].quota_mode |= by_rule;
     }
 
     /// Settles descriptor `i` of the rules `matched` from its `outcome` under `limit`, with
     /// `remaining` and the time until its window resets (`reset`): over its limit, it is
-    /// OVER_LIMIT and so is the request, unless in shadow mode, where it is OK and counted in
-    /// `shadow_over_limit`.
+    /// OVER_LIMIT, and refuses the request unless it is in quota mode; in shadow mode it is OK
+    /// instead, counted in `shadow_over_limit`.
     pub(super) fn settle(
         &mut self,
         matched: &Matched<'_>,
@@ -279,14 +311,14 @@ impl<'r> Answer<'r> {
         reset: Option<Duration>,
     ) {
         self.record(matched, i, &outcome);
-        self.over[i] = outcome.over;
+        let quota_mode = self.statuses[i].quota_mode;
         let code = if !outcome.over {
             Code::Ok
         } else if outcome.shadow {
             self.shadow_over_limit += 1;
             Code::Ok
         } else {
-            self.overall_code = Code::OverLimit;
+            self.refused |= !quota_mode;
             Code::OverLimit
         };
         self.statuses[i] = RlsStatus {
@@ -294,6 +326,7 @@ impl<'r> Answer<'r> {
             current_limit: Some(limit.reported.clone()),
             limit_remaining: remaining,
             duration_until_reset: reset,
+            quota_mode,
         };
     }
 
@@ -318,14 +351,25 @@ impl<'r> Answer<'r> {
         }
     }
 
-    /// The response, with the dynamic metadata of `rules` (per descriptor; empty for an
-    /// unknown domain) when enabled.
-    pub(super) fn into_response(self, rules: &[Option<&Rule>]) -> RlsResponse {
-        let dynamic_metadata: Option<Map<String, Value>> =
-            self.rule_set
-                .dynamic_metadata(self.request, rules, &self.over);
+    /// The response, with the dynamic metadata (when enabled) of the rules `matched` (`None`
+    /// for an unknown domain). The overall code is `OVER_LIMIT` when a descriptor not in quota
+    /// mode is, or when every quota-mode descriptor is (there being one), as upstream decides
+    /// it.
+    pub(super) fn into_response(self, matched: Option<&Matched<'_>>) -> RlsResponse {
+        let refused = self.refused || {
+            let (mut quota, mut over) = (0usize, 0usize);
+            for status in self.statuses.iter().filter(|s| s.quota_mode) {
+                quota += 1;
+                over += usize::from(status.code == Code::OverLimit);
+            }
+            quota > 0 && over == quota
+        };
+        let dynamic_metadata = self
+            .rule_set
+            .response_dynamic_metadata()
+            .then(|| super::metadata::response_metadata(self.request, &self.statuses, matched));
         RlsResponse {
-            overall_code: self.overall_code,
+            overall_code: if refused { Code::OverLimit } else { Code::Ok },
             statuses: self.statuses,
             shadow_over_limit: self.shadow_over_limit,
             dynamic_metadata,

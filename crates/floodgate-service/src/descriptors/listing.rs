@@ -13,7 +13,8 @@ impl RuleSet {
     ///
     /// The unit and count are what a status reports as the current limit (a Floodgate
     /// algorithm's quota in Envoy's terms); an `unlimited` rule lists `unit=UNKNOWN
-    /// requests_per_unit=0`, as upstream does. Floodgate has no quota mode: always `false`.
+    /// requests_per_unit=0`, as upstream does. `quota_mode` is the rule's own (the global
+    /// `QUOTA_MODE` is not listed, as upstream does not list it).
     pub fn listing(&self) -> String {
         let mut lines: Vec<(&str, String)> = self
             .rules()
@@ -25,8 +26,9 @@ impl RuleSet {
                 };
                 let key = rule.full_key();
                 let line = format!(
-                    "{key}: unit={unit} requests_per_unit={requests}, shadow_mode: {}, quota_mode: false\n",
-                    rule.shadow_mode()
+                    "{key}: unit={unit} requests_per_unit={requests}, shadow_mode: {}, quota_mode: {}\n",
+                    rule.shadow_mode(),
+                    rule.quota_mode()
                 );
                 (key, line)
             })
@@ -45,7 +47,7 @@ mod tests {
     #[test]
     fn rules_are_listed_as_upstream_lists_them() {
         let rules = compile_file(
-            "domain: rl\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 2}\n    descriptors:\n      - key: bar\n        value: banned\n        rate_limit: {unit: minute, requests_per_unit: 0}\n      - key: baz\n        value: shady\n        shadow_mode: true\n        rate_limit: {unit: second, requests_per_unit: 3}\n  - key: qux\n    rate_limit: {unlimited: true}\n  - key: source_cluster\n    value: proxy\n    descriptors:\n      - key: destination_cluster\n        rate_limit: {unit: hour, requests_per_unit: 7}\n",
+            "domain: rl\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 2}\n    descriptors:\n      - key: bar\n        value: banned\n        rate_limit: {unit: minute, requests_per_unit: 0}\n      - key: baz\n        value: shady\n        shadow_mode: true\n        rate_limit: {unit: second, requests_per_unit: 3}\n      - key: quota\n        quota_mode: true\n        rate_limit: {unit: hour, requests_per_unit: 9}\n  - key: qux\n    rate_limit: {unlimited: true}\n  - key: source_cluster\n    value: proxy\n    descriptors:\n      - key: destination_cluster\n        rate_limit: {unit: hour, requests_per_unit: 7}\n",
         )
         .unwrap();
         assert_eq!(
@@ -53,6 +55,7 @@ mod tests {
             "rl.foo: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n\
              rl.foo.bar_banned: unit=MINUTE requests_per_unit=0, shadow_mode: false, quota_mode: false\n\
              rl.foo.baz_shady: unit=SECOND requests_per_unit=3, shadow_mode: true, quota_mode: false\n\
+             rl.foo.quota: unit=HOUR requests_per_unit=9, shadow_mode: false, quota_mode: true\n\
              rl.qux: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n\
              rl.source_cluster_proxy.destination_cluster: unit=HOUR requests_per_unit=7, shadow_mode: false, quota_mode: false\n"
         );

@@ -133,6 +133,9 @@ pub struct Startup {
 pub struct Behaviour {
     /// `SHADOW_MODE`: an over-limit answer is turned into `OK` (its statuses keep `OVER_LIMIT`).
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor in quota mode (an answer is `OVER_LIMIT` only when each
+    /// of its descriptors is).
+    pub quota_mode: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`.
     pub stop_increment_when_over_limit: bool,
     /// `NEAR_LIMIT_RATIO` (default 0.8), read as upstream reads it (a 32-bit float).
@@ -458,6 +461,7 @@ impl Behaviour {
         let header = |name: &str, default: &str| env.string_or(name, default);
         Ok(Behaviour {
             shadow_mode: env.bool_or("SHADOW_MODE", false)?,
+            quota_mode: env.bool_or("QUOTA_MODE", false)?,
             stop_increment_when_over_limit: env
                 .bool_or("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
             near_limit_ratio: ratio as f32,

@@ -95,7 +95,7 @@ pub const VARIABLES: &[Variable] = &[
     honoured("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
     unsupported("BACKEND_TYPE", "only `redis`; `memcache` refuses to start"),
     honoured("SHADOW_MODE"),
-    unsupported("QUOTA_MODE", "Floodgate has no quota mode"),
+    honoured("QUOTA_MODE"),
     honoured("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
     honoured("NEAR_LIMIT_RATIO"),
     honoured("CACHE_KEY_PREFIX"),

@@ -2,9 +2,10 @@
 //! `LIMIT_RESPONSE_HEADERS_ENABLED`), turned on by the config's `rls.response_headers` or the
 //! command line, which also name them ([`ResponseHeaderNames`]).
 //!
-//! They describe one descriptor: of the statuses that report a limit, the one with the fewest
-//! requests remaining (the first in request order on a tie), as envoyproxy/ratelimit picks it.
-//! Three headers, in this order, each value a decimal integer:
+//! They describe one descriptor, picked as envoyproxy/ratelimit picks it: the last status that
+//! refuses the request on its own (`OVER_LIMIT`, not in quota mode), if any; else, of the
+//! statuses that report a limit, the one with the fewest requests remaining (the first in
+//! request order on a tie). Three headers, in this order, each value a decimal integer:
 //!
 //! - the limit header (`RateLimit-Limit` by default): its `requests_per_unit`;
 //! - the remaining header (`RateLimit-Remaining`): its `limit_remaining`;
@@ -39,11 +40,16 @@ pub fn rate_limit_headers(
     now: Nanos,
 ) -> Vec<(String, String)> {
     let mut closest: Option<&RlsStatus> = None;
+    let mut refusing: Option<&RlsStatus> = None;
     for status in statuses.iter().filter(|s| s.current_limit.is_some()) {
         if closest.is_none_or(|c| status.limit_remaining < c.limit_remaining) {
             closest = Some(status);
         }
+        if status.code == super::Code::OverLimit && !status.quota_mode {
+            refusing = Some(status);
+        }
     }
+    let closest = refusing.or(closest);
     let Some(status) = closest else {
         return Vec::new();
     };
@@ -90,6 +96,7 @@ mod tests {
             }),
             limit_remaining: remaining,
             duration_until_reset: reset.map(Duration::from_secs_f64),
+            quota_mode: false,
         }
     }
 
@@ -115,6 +122,34 @@ mod tests {
         ];
         assert_eq!(headers(&statuses, 0), expect("3", "2", "100"));
         assert_eq!(headers(&statuses[..2], 0), expect("10", "7", "45"));
+    }
+
+    #[test]
+    fn the_last_status_refusing_on_its_own_is_described() {
+        let over = |limit: u32, quota_mode: bool| RlsStatus {
+            code: Code::OverLimit,
+            quota_mode,
+            ..status(Some((limit, RateUnit::Minute)), 0, Some(30.0))
+        };
+        // Exactly at its limit, a status is as close as one over it: the one over is told.
+        let statuses = [
+            status(Some((7, RateUnit::Minute)), 0, Some(30.0)),
+            over(8, false),
+            over(9, false),
+            over(10, true),
+        ];
+        assert_eq!(headers(&statuses, 0), expect("9", "0", "30"));
+        // Quota mode: over its limit, it is only the closest to it, the first on a tie.
+        assert_eq!(
+            headers(
+                &[
+                    status(Some((7, RateUnit::Minute)), 0, Some(30.0)),
+                    over(10, true)
+                ],
+                0
+            ),
+            expect("7", "0", "30")
+        );
     }
 
     #[test]

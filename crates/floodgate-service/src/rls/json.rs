@@ -511,6 +511,7 @@ mod tests {
                     }),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::from_secs(60)),
+                    quota_mode: false,
                 },
                 RlsStatus {
                     code: Code::Ok,
@@ -521,6 +522,7 @@ mod tests {
                     }),
                     limit_remaining: 1,
                     duration_until_reset: Some(Duration::from_millis(1500)),
+                    quota_mode: false,
                 },
                 RlsStatus {
                     code: Code::Ok,

@@ -3,7 +3,8 @@
 //!
 //! Field meanings follow Envoy's `envoy.service.ratelimit.v3` API: a request names a `domain`
 //! and one or more descriptors (ordered key/value entries); each descriptor gets a status; the
-//! overall code is `OverLimit` if any status is.
+//! overall code is `OverLimit` if any status is, but for the descriptors in quota mode, which
+//! refuse the request only all together.
 
 use std::time::Duration;
 
@@ -207,12 +208,19 @@ pub struct RlsStatus {
     pub limit_remaining: u32,
     /// Time until the limit's window resets.
     pub duration_until_reset: Option<Duration>,
+    /// Whether the descriptor is in quota mode (its rule's `quota_mode`, or every descriptor
+    /// but the `unlimited` ones under the global `QUOTA_MODE`): over its limit, it refuses
+    /// the request only when every quota-mode descriptor of the request is over (see
+    /// [`crate::descriptors`]'s "Quota mode"). Not sent on the wire; the rate limit headers'
+    /// choice of descriptor reads it ([`headers`]).
+    pub quota_mode: bool,
 }
 
 /// The answer to one `ShouldRateLimit` call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RlsResponse {
-    /// `OverLimit` if any descriptor is over its (non-shadow) limit, else `Ok`.
+    /// `OverLimit` if a descriptor not in quota mode is over its (non-shadow) limit, or every
+    /// quota-mode descriptor is (there being at least one), else `Ok`.
     pub overall_code: Code,
     /// One status per request descriptor, in order.
     pub statuses: Vec<RlsStatus>,

@@ -34,6 +34,7 @@
 //! | rate limit headers | `--response-headers` | `rls.response_headers` | `FLOODGATE_RESPONSE_HEADERS` | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_*_HEADER` | off |
 //! | a store failure's answer | — | `rls.on_store_error` | — | (upstream's behaviour: `unavailable`) | `ok` |
 //! | global shadow mode | — | `rls.shadow_mode` | — | `SHADOW_MODE` | off |
+//! | every descriptor in quota mode | — | `rls.quota_mode` | — | `QUOTA_MODE` | off |
 //! | ready only with a domain | — | `rls.require_domains` | — | `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` | off |
 //! | dynamic metadata | — | `response_dynamic_metadata` | — | `RESPONSE_DYNAMIC_METADATA` | off |
 //! | `near_limit` statistic | — | `stats.near_limit_ratio` | — | `NEAR_LIMIT_RATIO` | 0.8 |
@@ -562,6 +563,7 @@ fn defaults(env: &Environment, upstream: Option<&Upstream>) -> Result<Defaults, 
         // Upstream answers a store failure with an error, for Envoy's own failure mode.
         defaults.on_store_error = Some(crate::rls::OnStoreError::Unavailable);
         defaults.shadow_mode = Some(b.shadow_mode);
+        defaults.quota_mode = Some(b.quota_mode);
         defaults.require_domains = Some(b.healthy_with_a_domain);
         defaults.response_dynamic_metadata = Some(b.response_dynamic_metadata);
     }
