@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use floodgate_server::environment::upstream::ENTRY_POINT;
 use floodgate_server::{bench, replay, runtime, simulate};
 
 // A decision allocates a few small, short-lived blocks (the decoded request, the response);
@@ -50,14 +51,12 @@ enum Command {
     CheckConfig(runtime::check::CheckArgs),
 }
 
-/// `floodgate serve` under envoyproxy/ratelimit's entry point name: the command line is only
-/// `serve`'s arguments (upstream's image runs `/bin/ratelimit` with none).
+/// `floodgate serve` under envoyproxy/ratelimit's entry point name, its settings all from
+/// upstream's environment variables: as upstream's binary, it reads no command-line argument
+/// (deployments pass some: Envoy AI Gateway's `--quotaRateLimitServiceAddr=…`), and one
+/// start-up line names those it ignores.
 #[derive(Parser, Debug)]
-#[command(
-    name = "ratelimit",
-    version,
-    about = "Floodgate serving as envoyproxy/ratelimit: settings from upstream's environment variables"
-)]
+#[command(name = "ratelimit")]
 struct AsRatelimit {
     #[command(flatten)]
     serve: runtime::ServeArgs,
@@ -70,11 +69,13 @@ fn main() -> ExitCode {
         .next()
         .map(PathBuf::from)
         .and_then(|p| p.file_name().map(|n| n.to_owned()))
-        .is_some_and(|n| n == floodgate_server::environment::upstream::ENTRY_POINT);
-    let command = if as_ratelimit {
-        Command::Serve(AsRatelimit::parse().serve)
+        .is_some_and(|n| n == ENTRY_POINT);
+    let (command, ignored) = if as_ratelimit {
+        let ignored: Vec<_> = std::env::args_os().skip(1).collect();
+        let serve = AsRatelimit::parse_from([ENTRY_POINT]).serve;
+        (Command::Serve(serve), ignored)
     } else {
-        Cli::parse().command
+        (Cli::parse().command, Vec::new())
     };
     let present =
         as_ratelimit || floodgate_server::environment::upstream::Upstream::present(&env, false);
@@ -94,6 +95,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     logging.install(traces.as_ref());
+    runtime::announce_ignored_arguments(&ignored);
     if let Some(traces) = &traces {
         traces.announce();
     }

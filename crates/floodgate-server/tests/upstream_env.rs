@@ -67,7 +67,23 @@ async fn an_upstream_environment_alone_runs_the_service() {
     swap_link(&base.0, "current", "v1");
     let env = upstream_env(&redis, &base.0.join("current"));
     let serve = launch(Path::new(env!("CARGO_BIN_EXE_floodgate")), &["serve"], &env);
-    let ratelimit = launch(&as_ratelimit(&base.0), &[], &env);
+    // Upstream's binary reads no arguments: these (AI Gateway's, and a `--help` that would
+    // stop any other program) are named in the log, without values, and ignored.
+    let ratelimit = launch(
+        &as_ratelimit(&base.0),
+        &[
+            "--quotaRateLimitServiceAddr=envoy-ai-gateway-ratelimit.envoy-gateway-system",
+            "--help",
+        ],
+        &env,
+    );
+    assert!(
+        ratelimit.started.contains("command-line arguments ignored")
+            && ratelimit.started.contains("--quotaRateLimitServiceAddr=…")
+            && !ratelimit.started.contains("envoy-gateway-system"),
+        "{}",
+        ratelimit.started
+    );
     let nodes = [&serve, &ratelimit];
     let client = reqwest::Client::new();
     for node in nodes {

@@ -22,6 +22,24 @@ use super::{EnvError, Environment};
 /// The name upstream's image runs its binary under (`/bin/ratelimit`).
 pub const ENTRY_POINT: &str = "ratelimit";
 
+/// The command-line arguments `args` (the program's name left out) as the start-up line that
+/// says they are ignored shows them: upstream's binary reads no arguments, so deployments that
+/// pass some (Envoy AI Gateway's `--quotaRateLimitServiceAddr=…`) run it unchanged. A value may
+/// be a secret, so only names are shown: an argument starting with `-` up to its `=` (then
+/// `=…`), any other argument as `…`. An argument that is not UTF-8 is shown lossily.
+pub fn ignored_argument_names(args: &[std::ffi::OsString]) -> Vec<String> {
+    args.iter()
+        .map(|arg| {
+            let arg = arg.to_string_lossy();
+            match arg.split_once('=') {
+                _ if !arg.starts_with('-') => "…".to_string(),
+                Some((name, _)) => format!("{name}=…"),
+                None => arg.into_owned(),
+            }
+        })
+        .collect()
+}
+
 /// Where upstream's settings put the listeners. Each address is `host:port` as written (a name
 /// is resolved at start).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -801,5 +819,22 @@ mod tests {
                 v.name
             );
         }
+    }
+
+    #[test]
+    fn ignored_arguments_are_named_without_their_values() {
+        let args: Vec<std::ffi::OsString> = [
+            "--quotaRateLimitServiceAddr=rl.ns",
+            "-v",
+            "--password",
+            "hunter2",
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        assert_eq!(
+            ignored_argument_names(&args),
+            ["--quotaRateLimitServiceAddr=…", "-v", "--password", "…"]
+        );
     }
 }

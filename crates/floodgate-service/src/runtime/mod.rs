@@ -332,6 +332,19 @@ pub fn start_traces(env: &Environment) -> Result<Option<crate::traces::Exporting
     }
 }
 
+/// Logs, once logging is installed, that the command-line arguments `args` are ignored (the
+/// binary runs under envoyproxy/ratelimit's entry point name, and upstream's binary reads no
+/// argument), naming them without their values
+/// ([`crate::environment::upstream::ignored_argument_names`]). Nothing when there are none.
+pub fn announce_ignored_arguments(args: &[std::ffi::OsString]) {
+    if !args.is_empty() {
+        tracing::info!(
+            arguments = ?crate::environment::upstream::ignored_argument_names(args),
+            "command-line arguments ignored, as envoyproxy/ratelimit ignores them"
+        );
+    }
+}
+
 /// Loads the config, binds the listeners, starts the workers and serves until a shutdown
 /// signal, with the settings the command line, the config and `env` give (see [`settings`]);
 /// `as_ratelimit`: the binary runs under envoyproxy/ratelimit's entry point name. Blocks the
