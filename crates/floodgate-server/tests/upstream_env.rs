@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::serve::{bare_command, eventually, Service, TempDir};
-use common::upstream::{domain, launch, loopback_env, ratelimit_health, set};
+use common::upstream::{as_ratelimit, domain, launch, loopback_env, ratelimit_health, set};
 use floodgate_redis_harness::RedisServer;
 use floodgate_server::grpc::ServingStatus;
 use serde_json::{json, Value};
@@ -44,13 +44,6 @@ fn upstream_env(redis: &RedisServer, root: &Path) -> Vec<(&'static str, String)>
     set(&mut env, "LOG_LEVEL", "debug");
     set(&mut env, "MEMCACHE_HOST_PORT", "memcached:11211");
     env
-}
-
-/// The floodgate binary, also linked as `ratelimit` in `dir`.
-fn as_ratelimit(dir: &Path) -> PathBuf {
-    let link = dir.join("ratelimit");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_floodgate"), &link).unwrap();
-    link
 }
 
 async fn decide(client: &reqwest::Client, node: &Service, user: &str) -> (u16, Value) {

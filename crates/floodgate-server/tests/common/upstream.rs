@@ -72,6 +72,13 @@ pub fn launch(program: &Path, args: &[&str], env: &[(&'static str, String)]) -> 
     start(command)
 }
 
+/// The floodgate binary, also linked as `ratelimit` (upstream's entry point) in `dir`.
+pub fn as_ratelimit(dir: &Path) -> std::path::PathBuf {
+    let link = dir.join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_floodgate"), &link).unwrap();
+    link
+}
+
 /// `floodgate serve` with nothing but `env`.
 pub fn serve_with(env: &[(&'static str, String)]) -> Service {
     launch(Path::new(env!("CARGO_BIN_EXE_floodgate")), &["serve"], env)
