@@ -262,6 +262,44 @@ fn basic_limits_follow_the_match_rules() {
     );
 }
 
+/// Upstream's `TestBasicConfig`, `TestDomainMerge` and `TestMetadata` ask for the limit of a
+/// descriptor without entries, in a known domain and an unknown one: none. The same request
+/// through a whole decision (gRPC's validation, `/json`'s reading) is OK with no limit, and
+/// counts `domain_not_found` only for the unknown domain, as upstream's statistics do.
+#[test]
+fn a_descriptor_without_entries_has_no_limit_in_any_domain() {
+    use floodgate_server::descriptors::stats::DescriptorStats;
+    use floodgate_server::rls::json::rls_request_from_json;
+    let set = rules("basic.yaml");
+    let store = store();
+    for domain in ["shop", "elsewhere"] {
+        let request =
+            rls_request_from_json(&json!({"domain": domain, "descriptors": [{"entries": []}, {}]}))
+                .expect("a descriptor without entries is taken");
+        request.validate().expect("and valid");
+        let stats = DescriptorStats::new(100, 0.8);
+        let counters = None::<&floodgate_server::descriptors::layout::EnvoyCounters>;
+        let response = floodgate::blocking::block_on(set.should_rate_limit_in(
+            &store,
+            counters,
+            Some(&stats),
+            &request,
+        ))
+        .unwrap();
+        assert_eq!(response.overall_code, Code::Ok, "{domain}");
+        assert!(response
+            .statuses
+            .iter()
+            .all(|s| s.code == Code::Ok && s.current_limit.is_none()));
+        let not_found: u64 = stats
+            .domains_not_found_snapshot()
+            .iter()
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(not_found, if domain == "shop" { 0 } else { 2 }, "{domain}");
+    }
+}
+
 #[test]
 fn unlimited_is_ok_and_uncounted() {
     let set = rules("basic.yaml");
