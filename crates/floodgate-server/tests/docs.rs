@@ -201,6 +201,7 @@ fn every_upstream_variable_has_its_row() {
             Support::Honoured => "supported",
             Support::Differs => "**differs**",
             Support::Unsupported => "**not supported**",
+            Support::NoEffect => "**no effect**",
         };
         assert!(status.starts_with(expected), "{}: {status}", variable.name);
         if variable.support != Support::Honoured {

@@ -599,6 +599,52 @@ pub(super) fn key_pair(
 }
 
 /// One Redis's variables, all named `prefix` + the setting (`REDIS_` or `REDIS_PERSECOND_`).
+/// Reads and checks the settings of upstream's Redis client that tune its connection pool and
+/// pipelines (`prefix` is `REDIS_` or `REDIS_PERSECOND_`), refusing what upstream refuses:
+/// `PIPELINE_WINDOW` a duration, `PIPELINE_LIMIT` a whole number (a no-op upstream too),
+/// `CLUSTER_PIPELINE_PARALLELISM` a whole number not below 0, `POOL_ON_EMPTY_BEHAVIOR` not
+/// `CREATE` nor `ERROR` (upstream's client panics on them: its pool can only wait). Floodgate
+/// has no pool and no flush window, so none of them changes what it does (the README's
+/// table says how it behaves instead).
+fn check_redis_tuning(env: &Environment, prefix: &str) -> Result<(), UpstreamError> {
+    let main = prefix == "REDIS_";
+    let pick = |main_name: &'static str, per_second: &'static str| {
+        if main {
+            main_name
+        } else {
+            per_second
+        }
+    };
+    env.duration(&format!("{prefix}PIPELINE_WINDOW"))?;
+    env.int::<i64>(&format!("{prefix}PIPELINE_LIMIT"))?;
+    let parallelism = env.int_or::<i64>(&format!("{prefix}CLUSTER_PIPELINE_PARALLELISM"), 1)?;
+    if parallelism < 0 {
+        return Err(refused(
+            pick(
+                "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+                "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+            ),
+            format!("{parallelism} is below 0"),
+        ));
+    }
+    let on_empty = env
+        .string_or(&format!("{prefix}POOL_ON_EMPTY_BEHAVIOR"), "WAIT")
+        .to_ascii_uppercase();
+    if on_empty == "CREATE" || on_empty == "ERROR" {
+        return Err(refused(
+            pick(
+                "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+                "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+            ),
+            format!(
+                "{on_empty} is not supported (as upstream, whose pool only waits): remove it or \
+                 set WAIT"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn read_redis(env: &Environment, prefix: &str, default_url: &str) -> Result<Redis, UpstreamError> {
     let name = |setting: &str| format!("{prefix}{setting}");
     let socket = env
@@ -641,6 +687,7 @@ fn read_redis(env: &Environment, prefix: &str, default_url: &str) -> Result<Redi
             .filter(|s| !s.is_empty())
             .map(str::to_string)
     };
+    check_redis_tuning(env, prefix)?;
     let pool_size: i64 = env.int_or(&name("POOL_SIZE"), 10)?;
     if pool_size < 1 {
         return Err(refused(
@@ -794,6 +841,35 @@ mod tests {
                 "REDIS_POOL_SIZE",
                 "at least 1",
             ),
+            // Upstream's client panics on these at start-up.
+            (
+                vec![("REDIS_POOL_ON_EMPTY_BEHAVIOR", "create")],
+                "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+                "CREATE is not supported",
+            ),
+            (
+                vec![
+                    ("REDIS_PERSECOND", "true"),
+                    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "ERROR"),
+                ],
+                "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+                "ERROR is not supported",
+            ),
+            (
+                vec![("REDIS_CLUSTER_PIPELINE_PARALLELISM", "-1")],
+                "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+                "below 0",
+            ),
+            (
+                vec![("REDIS_PIPELINE_WINDOW", "150")],
+                "REDIS_PIPELINE_WINDOW",
+                "duration",
+            ),
+            (
+                vec![("REDIS_PIPELINE_LIMIT", "many")],
+                "REDIS_PIPELINE_LIMIT",
+                "many",
+            ),
         ] {
             let env = Environment::from_pairs(pairs.clone());
             let e = Upstream::read(&env, true).unwrap_err().to_string();
@@ -802,6 +878,18 @@ mod tests {
                 "{pairs:?}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn the_pools_tuning_is_read_and_named_nowhere_as_unsupported() {
+        let env = Environment::from_pairs([
+            ("REDIS_PIPELINE_WINDOW", "150us"),
+            ("REDIS_PIPELINE_LIMIT", "8"),
+            ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "0"),
+            ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "wait"),
+        ]);
+        let up = Upstream::read(&env, true).unwrap().unwrap();
+        assert!(up.unsupported.is_empty(), "{:?}", up.unsupported);
     }
 
     #[test]

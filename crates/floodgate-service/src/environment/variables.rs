@@ -10,6 +10,9 @@ pub enum Support {
     Differs,
     /// Not supported: named in a warning at start-up when set.
     Unsupported,
+    /// Read and checked as upstream reads it, where it has no effect either (the note says
+    /// why).
+    NoEffect,
 }
 
 /// One of upstream's variables (see [`VARIABLES`]).
@@ -35,6 +38,14 @@ const fn differs(name: &'static str, note: &'static str) -> Variable {
     Variable {
         name,
         support: Support::Differs,
+        note,
+    }
+}
+
+const fn no_effect(name: &'static str, note: &'static str) -> Variable {
+    Variable {
+        name,
+        support: Support::NoEffect,
         note,
     }
 }
@@ -116,9 +127,9 @@ pub const VARIABLES: &[Variable] = &[
     honoured("REDIS_TLS_CLIENT_KEY"),
     honoured("REDIS_TLS_CACERT"),
     honoured("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
-    unsupported("REDIS_PIPELINE_WINDOW", "calls are pipelined as they come on the multiplexed connection; there is no flush window to set"),
-    unsupported("REDIS_PIPELINE_LIMIT", "a no-op upstream too"),
-    unsupported("REDIS_CLUSTER_PIPELINE_PARALLELISM", "a call's pipelines to a cluster's nodes always go out at once"),
+    differs("REDIS_PIPELINE_WINDOW", "read and checked (a duration); there is no flush window to wait for: calls that queue while two are in flight go to Redis together in one script call (group commit), so writes are batched under load without a wait"),
+    no_effect("REDIS_PIPELINE_LIMIT", "read and checked (a whole number), as upstream, where it does nothing either"),
+    differs("REDIS_CLUSTER_PIPELINE_PARALLELISM", "read and checked (below 0 stops start-up, as upstream); a call's pipelines to a cluster's masters always go out at once, unbounded"),
     honoured("REDIS_PERSECOND"),
     honoured("REDIS_PERSECOND_SOCKET_TYPE"),
     honoured("REDIS_PERSECOND_TYPE"),
@@ -128,15 +139,15 @@ pub const VARIABLES: &[Variable] = &[
     honoured("REDIS_PERSECOND_TLS"),
     honoured("REDIS_SENTINEL_AUTH"),
     honoured("REDIS_PERSECOND_SENTINEL_AUTH"),
-    unsupported("REDIS_PERSECOND_PIPELINE_WINDOW", "as REDIS_PIPELINE_WINDOW"),
-    unsupported("REDIS_PERSECOND_PIPELINE_LIMIT", "as REDIS_PIPELINE_LIMIT"),
-    unsupported("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "as REDIS_CLUSTER_PIPELINE_PARALLELISM"),
+    differs("REDIS_PERSECOND_PIPELINE_WINDOW", "as REDIS_PIPELINE_WINDOW"),
+    no_effect("REDIS_PERSECOND_PIPELINE_LIMIT", "as REDIS_PIPELINE_LIMIT"),
+    differs("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "as REDIS_CLUSTER_PIPELINE_PARALLELISM"),
     differs("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "health follows the decisions: the last call that wrote or failed, and a probe on the write path every second while it fails and no call tells"),
     differs("REDIS_TIMEOUT", "bounds connecting (store.connect_timeout), as upstream; each call is also bounded by store.timeout (50 ms by default), which upstream does not have"),
     differs("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "true and false as upstream; unset, a READONLY answer drops the connection (upstream keeps it, and fails until restarted after a failover behind a DNS name)"),
     differs("REDIS_PERSECOND_TIMEOUT", "as REDIS_TIMEOUT"),
-    unsupported("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool to run empty"),
-    unsupported("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "there is no pool to run empty"),
+    differs("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT, upstream's one working value, is taken; CREATE and ERROR stop start-up naming it, as upstream panics on them; with no pool, a call never waits for a connection, only for its answer (store.timeout)"),
+    differs("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "as REDIS_POOL_ON_EMPTY_BEHAVIOR"),
     differs("REDIS_STARTUP_INITIAL_INTERVAL", "the first retry's wait; later waits double up to REDIS_STARTUP_MAX_INTERVAL, without jitter"),
     honoured("REDIS_STARTUP_MAX_INTERVAL"),
     differs("REDIS_STARTUP_MAX_ELAPSED_TIME", "past it, start-up stops with an error naming the store (upstream panics); 0 retries for ever, as upstream"),
