@@ -211,22 +211,28 @@ fn overlapping_metadata_keeps_the_first_value() {
     assert_eq!(passed_metadata(&r), json!({"name": "service_1"}));
 }
 
-/// The per-descriptor cases: the regular limit (5 a minute) and the quota-mode one (3 a
-/// minute, `quota_mode: true`) of upstream's tests, filled to `(regular, quota)` hits before
-/// the request; the answer's statuses and overall code.
-fn per_descriptor(fill_to: (u32, u32)) -> RlsResponse {
+/// Two descriptors `key=limit`, each `(key, requests a minute, quota_mode)`, filled to
+/// `fill_to` hits before the request of both: the answer to that request.
+fn after_filling(descriptors: [(&str, u32, bool); 2], fill_to: (u32, u32)) -> RlsResponse {
+    let [(a, a_limit, a_quota), (b, b_limit, b_quota)] = descriptors;
     let set = rules(
         &domain(&[
-            ("regular", "limit", 5, false, None),
-            ("quota", "limit", 3, true, None),
+            (a, "limit", a_limit, a_quota, None),
+            (b, "limit", b_limit, b_quota, None),
         ]),
         false,
         false,
     );
     let (store, _clock) = store_at(60_000);
-    fill(&set, &store, ("regular", "limit"), fill_to.0);
-    fill(&set, &store, ("quota", "limit"), fill_to.1);
-    decide(&set, &store, &two(("regular", "limit"), ("quota", "limit")))
+    fill(&set, &store, (a, "limit"), fill_to.0);
+    fill(&set, &store, (b, "limit"), fill_to.1);
+    decide(&set, &store, &two((a, "limit"), (b, "limit")))
+}
+
+/// The per-descriptor cases: upstream's regular limit (5 a minute) and quota-mode one (3 a
+/// minute), filled to `(regular, quota)`.
+fn per_descriptor(fill_to: (u32, u32)) -> RlsResponse {
+    after_filling([("regular", 5, false), ("quota", 3, true)], fill_to)
 }
 
 /// Ports `TestServicePerDescriptorQuotaMode`: a regular limit over refuses, whatever the
@@ -261,18 +267,7 @@ fn nothing_over_is_ok() {
 
 /// The quota-only cases: two quota-mode limits (5 and 3 a minute), filled to `fill_to`.
 fn quota_only(fill_to: (u32, u32)) -> RlsResponse {
-    let set = rules(
-        &domain(&[
-            ("quota1", "limit", 5, true, None),
-            ("quota2", "limit", 3, true, None),
-        ]),
-        false,
-        false,
-    );
-    let (store, _clock) = store_at(60_000);
-    fill(&set, &store, ("quota1", "limit"), fill_to.0);
-    fill(&set, &store, ("quota2", "limit"), fill_to.1);
-    decide(&set, &store, &two(("quota1", "limit"), ("quota2", "limit")))
+    after_filling([("quota1", 5, true), ("quota2", 3, true)], fill_to)
 }
 
 /// Ports `TestServiceQuotaModeOnlyAllOverTheLimit`.
@@ -358,11 +353,7 @@ fn the_whole_dynamic_metadata_is_as_upstream_writes_it() {
     let (store, _clock) = store_at(60_000);
 
     // "Single descriptor with single entry, no quota violations": nothing matched.
-    let set = rules(
-        &named_domain("quota-domain", &[]).replace("descriptors:\n", "descriptors: []\n"),
-        false,
-        true,
-    );
+    let set = rules(&named_domain("quota-domain", &[]), false, true);
     let r = decide(
         &set,
         &store,
