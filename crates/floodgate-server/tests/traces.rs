@@ -1,8 +1,8 @@
 //! OpenTelemetry traces (`TRACING_ENABLED`) received by a real OTLP receiver of the tests' own
 //! (`common/otlp.rs`: tonic serving the collector's trace service, or hyper serving
 //! `/v1/traces`): a span per `ShouldRateLimit`, `/json` and `/v1/evaluate` call, child of the
-//! caller's `traceparent`, with a child span per store call; the resource says which service
-//! sent them; sampling follows the caller and `TRACING_SAMPLING_RATE`; OTLP over gRPC (plain
+//! caller's `traceparent` or B3 headers (a B3 context wins over a `traceparent`), with a child
+//! span per store call; the resource says which service sent them; sampling follows the caller and `TRACING_SAMPLING_RATE`; OTLP over gRPC (plain
 //! and mutual TLS) and HTTP; no descriptor value ever leaves in a span. Real processes.
 
 #[path = "common/otlp.rs"]
@@ -68,6 +68,15 @@ fn tracing_env<'a>(protocol: &'a str, endpoint: &'a str) -> Vec<(&'a str, &'a st
 
 /// One `ShouldRateLimit` for the secret API key, with `traceparent` as gRPC metadata.
 async fn should_rate_limit(node: &Service, traceparent: Option<String>) -> i32 {
+    let metadata: Vec<_> = traceparent
+        .map(|t| ("traceparent", t))
+        .into_iter()
+        .collect();
+    should_rate_limit_with(node, &metadata).await
+}
+
+/// One `ShouldRateLimit` for the secret API key, with `metadata`.
+async fn should_rate_limit_with(node: &Service, metadata: &[(&'static str, String)]) -> i32 {
     let mut client = RateLimitServiceClient::connect(node.grpc.clone())
         .await
         .unwrap();
@@ -82,10 +91,8 @@ async fn should_rate_limit(node: &Service, traceparent: Option<String>) -> i32 {
         }],
         hits_addend: 1,
     });
-    if let Some(traceparent) = traceparent {
-        request
-            .metadata_mut()
-            .insert("traceparent", traceparent.parse().unwrap());
+    for (name, value) in metadata {
+        request.metadata_mut().insert(*name, value.parse().unwrap());
     }
     client
         .should_rate_limit(request)
@@ -97,11 +104,20 @@ async fn should_rate_limit(node: &Service, traceparent: Option<String>) -> i32 {
 
 /// `POST path` with `body` and `traceparent` as a header: the status.
 async fn post(node: &Service, path: &str, body: Value, traceparent: Option<String>) -> u16 {
+    let headers: Vec<_> = traceparent
+        .map(|t| ("traceparent", t))
+        .into_iter()
+        .collect();
+    post_with(node, path, body, &headers).await
+}
+
+/// `POST path` with `body` and `headers`: the status.
+async fn post_with(node: &Service, path: &str, body: Value, headers: &[(&str, String)]) -> u16 {
     let mut request = reqwest::Client::new()
         .post(format!("{}{path}", node.http))
         .json(&body);
-    if let Some(traceparent) = traceparent {
-        request = request.header("traceparent", traceparent);
+    for (name, value) in headers {
+        request = request.header(*name, value);
     }
     request.send().await.unwrap().status().as_u16()
 }
@@ -251,6 +267,62 @@ async fn json_and_evaluate_are_traced_over_otlp_http_as_envoy_gateway_sets_it() 
     assert!(own.parent_span_id.is_empty(), "a root: {own:#?}");
     assert_eq!(children(&spans, own).len(), 1);
     assert_no_secret(&spans);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b3_headers_are_continued_and_win_over_a_traceparent() {
+    let collector = Collector::grpc(None).await;
+    let (_dir, path) = config_file(CONFIG);
+    let node = serve(&path, "memory", &tracing_env("grpc", &collector.endpoint));
+    // The single header, as gRPC metadata.
+    let single = Caller::new(6);
+    let b3 = format!("{}-{}-1", single.trace_id, single.span_id);
+    should_rate_limit_with(&node, &[("b3", b3)]).await;
+    // The multiple headers with a 64-bit trace id, as HTTP headers.
+    let multiple = Caller {
+        trace_id: "0000000000000000a3ce929d0e0e4707".into(),
+        span_id: "00f067aa0ba90207".into(),
+    };
+    let hit = json!({"domain": "edge", "descriptors": [{"entries": [{"key": "api_key", "value": SECRET}]}]});
+    let headers = [
+        ("x-b3-traceid", multiple.trace_id[16..].to_string()),
+        ("x-b3-spanid", multiple.span_id.clone()),
+        ("x-b3-parentspanid", "05e3ac9a4f6e3b90".to_string()),
+        ("x-b3-sampled", "1".to_string()),
+    ];
+    // Over the limit by now (one a minute): traced all the same.
+    assert_eq!(post_with(&node, "/json", hit, &headers).await, 429);
+    // Both a traceparent and a B3 context: B3's, as upstream's propagators read them.
+    let (w3c, both) = (Caller::new(8), Caller::new(9));
+    let headers = [
+        ("traceparent", w3c.traceparent(true)),
+        ("b3", format!("{}-{}-1", both.trace_id, both.span_id)),
+    ];
+    let evaluate = json!({"user": SECRET});
+    assert_eq!(
+        post_with(&node, "/v1/evaluate", evaluate, &headers).await,
+        200
+    );
+    let spans = collector
+        .until("the three calls", |spans| {
+            of_trace(spans, &single.trace_id, "ShouldRateLimit").len() == 1
+                && of_trace(spans, &multiple.trace_id, "POST /json").len() == 1
+                && of_trace(spans, &both.trace_id, "POST /v1/evaluate").len() == 1
+        })
+        .await;
+    for (caller, name) in [
+        (&single, "ShouldRateLimit"),
+        (&multiple, "POST /json"),
+        (&both, "POST /v1/evaluate"),
+    ] {
+        let call = of_trace(&spans, &caller.trace_id, name)[0];
+        assert_eq!(call.parent_span_id, caller.span_id, "{call:#?}");
+        assert_eq!(children(&spans, call).len(), 1, "its store call");
+    }
+    assert!(
+        spans.iter().all(|s| s.trace_id != w3c.trace_id),
+        "the traceparent lost to B3: {spans:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

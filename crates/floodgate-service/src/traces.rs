@@ -1,7 +1,11 @@
 //! OpenTelemetry traces of decisions: a span per `ShouldRateLimit`, `POST /json` and
-//! `POST /v1/evaluate` call, a child span per store call, continuing the caller's W3C
-//! `traceparent` (and `baggage`), exported over OTLP ([`Exporting`]). The settings come from
-//! the environment ([`crate::environment::traces`]).
+//! `POST /v1/evaluate` call, a child span per store call, continuing the caller's trace,
+//! exported over OTLP ([`Exporting`]). The settings come from the environment
+//! ([`crate::environment::traces`]).
+//!
+//! The caller's trace is read as envoyproxy/ratelimit reads it ([`propagator`]): W3C
+//! `traceparent`, then Zipkin's B3 headers ([`b3`]; a valid B3 context replaces a
+//! `traceparent` sent with it), then W3C `baggage`; from HTTP headers and gRPC metadata alike.
 //!
 //! Off by default, and then free on the decision path: callers ask [`on`] (one relaxed load)
 //! before making a span or wrapping a future in one, so a call with traces off builds no span
@@ -29,6 +33,8 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::environment::traces::{TraceProtocol, Traces};
+
+pub mod b3;
 
 /// The target every span here has: the exporting layer takes these and nothing else.
 pub const TARGET: &str = "floodgate::traces";
@@ -79,7 +85,7 @@ impl Exporting {
     /// HTTP with protobuf bodies), a batch processor on a runtime of its own, a sampler that
     /// follows the caller's decision and keeps `sampling_rate` of the traces begun here, and
     /// the resource (`service.name`, `service.namespace`, `service.instance.id`); installs
-    /// the W3C trace context and baggage propagator, and turns [`on`] on.
+    /// [`propagator`] as the process's, and turns [`on`] on.
     pub fn start(traces: &Traces) -> Result<Exporting, TracesError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -119,12 +125,7 @@ impl Exporting {
             .build();
         drop(entered);
         let tracer = provider.tracer("floodgate");
-        opentelemetry::global::set_text_map_propagator(
-            opentelemetry::propagation::TextMapCompositePropagator::new(vec![
-                Box::new(TraceContextPropagator::new()),
-                Box::new(BaggagePropagator::new()),
-            ]),
-        );
+        opentelemetry::global::set_text_map_propagator(propagator());
         ON.store(true, Ordering::Relaxed);
         Ok(Exporting {
             provider,
@@ -175,6 +176,17 @@ impl Exporting {
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
         }
     }
+}
+
+/// How a caller's context is read, in upstream's order (its `CompositeTextMapPropagator`
+/// of trace context, B3 and baggage): each reader in turn, a later one replacing what an
+/// earlier one found only when it finds a valid context itself.
+pub fn propagator() -> opentelemetry::propagation::TextMapCompositePropagator {
+    opentelemetry::propagation::TextMapCompositePropagator::new(vec![
+        Box::new(TraceContextPropagator::new()),
+        Box::new(b3::B3Propagator),
+        Box::new(BaggagePropagator::new()),
+    ])
 }
 
 /// The OTLP exporter `traces` describes.

@@ -8,7 +8,7 @@
 //! | `TRACING_SERVICE_NAME` | the resource's `service.name` | `RateLimit` |
 //! | `TRACING_SERVICE_NAMESPACE` | `service.namespace` | empty |
 //! | `TRACING_SERVICE_INSTANCE_ID` | `service.instance.id` | a random UUID |
-//! | `TRACING_SAMPLING_RATE` | the share of traces begun here that are kept, 0 to 1 (1 or more keeps all, 0 or less none); a caller's sampled or unsampled `traceparent` is followed | `1` |
+//! | `TRACING_SAMPLING_RATE` | the share of traces begun here that are kept, 0 to 1 (1 or more keeps all, 0 or less none); a caller's sampling decision (`traceparent` or B3) is followed | `1` |
 //! | `TRACING_EXPORTER_PROTOCOL` | `http` (OTLP/HTTP, protobuf) or `grpc` | `http` |
 //! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | the URL spans are sent to, as written | |
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT` | the collector's base URL: `/v1/traces` is added for `http` | `http://localhost:4318` (`http`), `http://localhost:4317` (`grpc`) |

@@ -167,7 +167,7 @@ pub const VARIABLES: &[Variable] = &[
     honoured("PROMETHEUS_PATH"),
     differs("PROMETHEUS_MAPPER_YAML", "read at start-up; its globs, expressions, labels, drop actions and match_metric_type apply, while timer_type, buckets, quantiles and ttl are accepted and not used (the response time keeps Floodgate's bucket bounds)"),
     unsupported("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "Floodgate's latency histograms are in seconds"),
-    differs("TRACING_ENABLED", "spans continue a caller's W3C `traceparent` and `baggage`; B3 headers, which upstream also reads, are not read"),
+    honoured("TRACING_ENABLED"),
     honoured("TRACING_SERVICE_NAME"),
     honoured("TRACING_SERVICE_NAMESPACE"),
     honoured("TRACING_SERVICE_INSTANCE_ID"),
