@@ -380,6 +380,74 @@ async fn otlp_over_grpc_with_mutual_tls() {
         .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_over_https_checks_the_collector_and_presents_a_certificate() {
+    let ca = TestCa::new();
+    let server = ca.issue("collector", "IP:127.0.0.1,DNS:otel-collector");
+    let client = ca.issue("ratelimit", "DNS:envoy-ratelimit");
+    let (ca_file, cert, key) = (
+        ca.ca_file().display().to_string(),
+        client.cert.display().to_string(),
+        client.key.display().to_string(),
+    );
+    let (_dir, path) = config_file(CONFIG);
+    // TLS, the collector's certificate checked against the CA file; the protocol is upstream's
+    // default (http), the endpoint the general one, as Envoy Gateway sets them.
+    let collector = Collector::https(&server, None).await;
+    assert!(collector.endpoint.starts_with("https://"));
+    let mut env = tracing_env("http", &collector.endpoint);
+    env.retain(|(name, _)| *name != "TRACING_EXPORTER_PROTOCOL");
+    env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", ca_file.as_str()));
+    let node = serve(&path, "memory", &env);
+    let caller = Caller::new(10);
+    should_rate_limit(&node, Some(caller.traceparent(true))).await;
+    collector
+        .until("the call, over HTTPS", |spans| {
+            !of_trace(spans, &caller.trace_id, "ShouldRateLimit").is_empty()
+        })
+        .await;
+    drop(node);
+
+    // Mutual TLS, to the signal's own endpoint with its own variables.
+    let collector = Collector::https(&server, Some(&ca.ca_file())).await;
+    let endpoint = format!("{}/v1/traces", collector.endpoint);
+    let mut env = tracing_env("http", &endpoint);
+    env.retain(|(name, _)| *name != "OTEL_EXPORTER_OTLP_ENDPOINT");
+    env.extend([
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca_file.as_str()),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+            cert.as_str(),
+        ),
+        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", key.as_str()),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "authorization=Bearer%20s3cr3t",
+        ),
+    ]);
+    let node = serve(&path, "memory", &env);
+    assert!(
+        !node.started.contains("s3cr3t"),
+        "a header's value is never logged: {}",
+        node.started
+    );
+    let caller = Caller::new(11);
+    should_rate_limit(&node, Some(caller.traceparent(true))).await;
+    collector
+        .until("the call, over mutual TLS", |spans| {
+            !of_trace(spans, &caller.trace_id, "ShouldRateLimit").is_empty()
+        })
+        .await;
+    assert!(
+        collector
+            .headers()
+            .iter()
+            .all(|h| h.get("authorization").is_some_and(|v| v == "Bearer s3cr3t")),
+        "the exporter's headers go with each export"
+    );
+}
+
 #[test]
 fn unusable_trace_settings_refuse_to_start_naming_the_variable() {
     let (_dir, path) = config_file(CONFIG);
@@ -403,10 +471,23 @@ fn unusable_trace_settings_refuse_to_start_naming_the_variable() {
         (
             vec![
                 ("TRACING_ENABLED", "true"),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
             ],
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             2,
+        ),
+        (
+            vec![
+                ("TRACING_ENABLED", "true"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                (
+                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                    "/nonexistent/client.pem",
+                ),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/nonexistent/client.key"),
+            ],
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            1,
         ),
         (
             vec![

@@ -35,6 +35,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::environment::traces::{TraceProtocol, Traces};
 
 pub mod b3;
+mod tls;
 
 /// The target every span here has: the exporting layer takes these and nothing else.
 pub const TARGET: &str = "floodgate::traces";
@@ -61,6 +62,16 @@ pub enum TracesError {
         /// Why.
         source: std::io::Error,
     },
+    /// A certificate or key file named by the environment holds no usable PEM.
+    #[error("{variable}: {path}: {why}")]
+    Pem {
+        /// The variable naming the file.
+        variable: &'static str,
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The exporter refused its settings (the message names the setting).
     #[error("OTLP trace exporter: {0}")]
     Exporter(String),
@@ -82,7 +93,8 @@ pub struct Exporting {
 
 impl Exporting {
     /// Starts exporting as `traces` says: builds the OTLP exporter (gRPC through tonic, or
-    /// HTTP with protobuf bodies), a batch processor on a runtime of its own, a sampler that
+    /// HTTP with protobuf bodies; either over TLS to an `https://` endpoint), a batch
+    /// processor on a runtime of its own, a sampler that
     /// follows the caller's decision and keeps `sampling_rate` of the traces begun here, and
     /// the resource (`service.name`, `service.namespace`, `service.instance.id`); installs
     /// [`propagator`] as the process's, and turns [`on`] on.
@@ -192,53 +204,29 @@ pub fn propagator() -> opentelemetry::propagation::TextMapCompositePropagator {
 /// The OTLP exporter `traces` describes.
 fn exporter(traces: &Traces) -> Result<opentelemetry_otlp::SpanExporter, TracesError> {
     let built = match traces.protocol {
-        TraceProtocol::Http => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(traces.endpoint.clone())
-            .build(),
+        TraceProtocol::Http => {
+            use opentelemetry_otlp::WithHttpConfig;
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(traces.endpoint.clone());
+            if traces.endpoint.starts_with("https://") {
+                builder = builder.with_http_client(tls::https_client(traces)?);
+            }
+            builder.build()
+        }
         TraceProtocol::Grpc => {
             let mut builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_protocol(opentelemetry_otlp::Protocol::Grpc)
                 .with_endpoint(traces.endpoint.clone());
             if traces.endpoint.starts_with("https://") {
-                builder = builder.with_tls_config(tls_config(traces)?);
+                builder = builder.with_tls_config(tls::grpc_config(traces)?);
             }
             builder.build()
         }
     };
     built.map_err(|e| TracesError::Exporter(e.to_string()))
-}
-
-/// TLS to the collector: its CAs (else the system's roots) and, for mutual TLS, this
-/// service's certificate.
-fn tls_config(
-    traces: &Traces,
-) -> Result<opentelemetry_otlp::tonic_types::transport::ClientTlsConfig, TracesError> {
-    use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
-    let read = |variable: &'static str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| TracesError::File {
-            variable,
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let mut config = ClientTlsConfig::new();
-    config = match &traces.tls.ca {
-        Some(ca) => config.ca_certificate(Certificate::from_pem(read(
-            "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ca,
-        )?)),
-        None => config.with_native_roots(),
-    };
-    if let (Some(cert), Some(key)) = (&traces.tls.client_cert, &traces.tls.client_key) {
-        config = config.identity(Identity::from_pem(
-            read("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert)?,
-            read("OTEL_EXPORTER_OTLP_CLIENT_KEY", key)?,
-        ));
-    }
-    Ok(config)
 }
 
 /// The span of one `ShouldRateLimit` (`grpc`) or `POST /json` call, child of the trace

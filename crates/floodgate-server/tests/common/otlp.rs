@@ -1,6 +1,7 @@
 //! A real OTLP trace receiver for the trace tests: the collector's `TraceService` served by
 //! tonic (plain or TLS with client certificates), or OTLP/HTTP's `POST /v1/traces` with
-//! protobuf bodies served by hyper; every span it is sent, kept in order.
+//! protobuf bodies served by hyper (plain, or over rustls with or without client
+//! certificates); every span it is sent, kept in order.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::convert::Infallible;
@@ -18,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prost::Message;
+use rustls::pki_types::pem::PemObject;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
 
@@ -65,6 +67,8 @@ pub struct Collector {
     /// `https://…` over TLS.
     pub endpoint: String,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    /// The headers of each OTLP/HTTP export received.
+    headers: Arc<Mutex<Vec<http::HeaderMap>>>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -117,17 +121,56 @@ impl Collector {
         Collector {
             endpoint: format!("{scheme}://{address}"),
             spans,
+            headers: Arc::default(),
             stop: Some(stop),
         }
     }
 
     /// OTLP over HTTP (protobuf) on a loopback port: `POST /v1/traces`; anything else is 404.
     pub async fn http() -> Collector {
+        Collector::serve_http(None).await
+    }
+
+    /// OTLP over HTTPS: as [`Collector::http`], over TLS as `server`, asking for a client
+    /// certificate signed by the CAs in `client_ca` when given (mutual TLS).
+    pub async fn https(server: &Issued, client_ca: Option<&std::path::Path>) -> Collector {
+        let chain = rustls::pki_types::CertificateDer::pem_file_iter(&server.cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&server.key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+                    roots.add(cert.unwrap()).unwrap();
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder.with_single_cert(chain, key).unwrap();
+        Collector::serve_http(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn serve_http(tls: Option<tokio_rustls::TlsAcceptor>) -> Collector {
         let spans = Arc::new(Mutex::new(Vec::new()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, mut stopped) = oneshot::channel::<()>();
-        let kept = spans.clone();
+        let headers: Arc<Mutex<Vec<http::HeaderMap>>> = Arc::default();
+        let kept = (spans.clone(), headers.clone());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
             loop {
                 let (stream, _) = tokio::select! {
@@ -137,23 +180,46 @@ impl Collector {
                     },
                     _ = &mut stopped => return,
                 };
-                let kept = kept.clone();
+                let (kept, tls) = (kept.clone(), tls.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         let kept = kept.clone();
-                        async move { Ok::<_, Infallible>(http_export(&kept, request).await) }
+                        async move {
+                            kept.1.lock().unwrap().push(request.headers().clone());
+                            Ok::<_, Infallible>(http_export(&kept.0, request).await)
+                        }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let http1 = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => {
+                            http1
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                        Some(acceptor) => {
+                            // A refused handshake (no client certificate) serves nothing.
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            http1
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                    };
                 });
             }
         });
         Collector {
-            endpoint: format!("http://{address}"),
+            endpoint: format!("{scheme}://{address}"),
             spans,
+            headers,
             stop: Some(stop),
         }
+    }
+
+    /// The headers of each OTLP/HTTP export received so far.
+    pub fn headers(&self) -> Vec<http::HeaderMap> {
+        self.headers.lock().unwrap().clone()
     }
 
     /// Every span received so far.

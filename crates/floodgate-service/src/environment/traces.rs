@@ -13,15 +13,18 @@
 //! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | the URL spans are sent to, as written | |
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT` | the collector's base URL: `/v1/traces` is added for `http` | `http://localhost:4318` (`http`), `http://localhost:4317` (`grpc`) |
 //! | `OTEL_EXPORTER_OTLP_[TRACES_]INSECURE` | `grpc`: an endpoint without a scheme is plain `http://` (else `https://`) | `false` |
-//! | `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE` | `grpc` over TLS: the collector's CAs (PEM; unset, the system's roots) | |
-//! | `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE`, `…_CLIENT_KEY` | `grpc` over TLS: this service's certificate and key (PEM), for mutual TLS | |
+//! | `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE` | over TLS (an `https://` endpoint, either protocol): the collector's CAs (PEM; unset, the system's roots) | |
+//! | `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE`, `…_CLIENT_KEY` | over TLS: this service's certificate and key (PEM), for mutual TLS | |
+//! | `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` | how long one export may take, in milliseconds; read here for the HTTPS client as the exporter reads it (a value that is not a whole number is ignored) | `10000` |
 //!
-//! A `TRACES_` variable is preferred to its general form. The exporter itself (the
-//! `opentelemetry-otlp` crate) also reads `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`,
+//! A `TRACES_` variable is preferred to its general form. With `http`, the endpoint is an
+//! `http://` URL (sent in the clear) or an `https://` one (sent over TLS). The exporter itself
+//! (the `opentelemetry-otlp` crate) also reads `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`,
 //! `…_TIMEOUT` and `…_COMPRESSION`, and the batch processor `OTEL_BSP_*`, as the
 //! OpenTelemetry specification defines them.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::{EnvError, Environment};
 
@@ -44,7 +47,7 @@ impl TraceProtocol {
     }
 }
 
-/// The certificates of OTLP over gRPC with TLS (each a PEM file).
+/// The certificates of OTLP over TLS, gRPC or HTTP (each a PEM file).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TraceTls {
     /// The CAs the collector's certificate is checked against; unset, the system's roots.
@@ -72,15 +75,17 @@ pub struct Traces {
     pub service_instance_id: String,
     /// The share of root traces kept: 1 or more keeps every one, 0 or less none.
     pub sampling_rate: f64,
-    /// gRPC over TLS: the certificates (all unset: the system's roots, no client certificate).
+    /// Over TLS: the certificates (all unset: the system's roots, no client certificate).
     pub tls: TraceTls,
+    /// How long one export may take (the HTTPS client's bound on a request).
+    pub timeout: Duration,
 }
 
 impl Traces {
     /// The trace settings `env` gives: `None` unless `TRACING_ENABLED` is true. An error names
     /// the variable and its value: a protocol other than `http` and `grpc`, a rate that is not
-    /// a number, an `https://` endpoint for OTLP over HTTP (this build sends it in the clear:
-    /// use `grpc` for TLS), certificates for OTLP over HTTP, or half of a client key pair.
+    /// a number, an endpoint for OTLP over HTTP that is not an `http://` or `https://` URL, or
+    /// half of a client key pair.
     pub fn read(env: &Environment) -> Result<Option<Traces>, EnvError> {
         if !env.bool_or("TRACING_ENABLED", false)? {
             return Ok(None);
@@ -102,17 +107,6 @@ impl Traces {
             client_cert: file(env, "CLIENT_CERTIFICATE"),
             client_key: file(env, "CLIENT_KEY"),
         };
-        if protocol == TraceProtocol::Http && tls != TraceTls::default() {
-            let variable = ["CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"]
-                .into_iter()
-                .find_map(|name| set_name(env, name))
-                .unwrap_or("OTEL_EXPORTER_OTLP_CERTIFICATE");
-            return Err(EnvError::new(
-                variable,
-                env.string(variable).unwrap_or_default(),
-                "unset: certificates apply to TRACING_EXPORTER_PROTOCOL=grpc only",
-            ));
-        }
         if tls.client_cert.is_some() != tls.client_key.is_some() {
             let missing = if tls.client_cert.is_some() {
                 "OTEL_EXPORTER_OTLP_CLIENT_KEY"
@@ -139,6 +133,7 @@ impl Traces {
             },
             sampling_rate: env.float("TRACING_SAMPLING_RATE")?.unwrap_or(1.0),
             tls,
+            timeout: timeout(env),
         }))
     }
 
@@ -190,15 +185,29 @@ fn endpoint(
         }
         _ => url,
     };
-    if protocol == TraceProtocol::Http && !url.starts_with("http://") {
+    if protocol == TraceProtocol::Http
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
         return Err(EnvError::new(
             variable.unwrap_or(GENERAL),
             &url,
-            "an http:// URL: OTLP over HTTP is sent in the clear by this build \
-             (TRACING_EXPORTER_PROTOCOL=grpc sends over TLS)",
+            "an http:// or https:// URL (OTLP over HTTP)",
         ));
     }
     Ok((url, variable))
+}
+
+/// How long one export may take, as the exporter resolves it: the `TRACES_` variable, else
+/// the general one, each a whole number of milliseconds (any other value is passed over,
+/// as the exporter passes it over), else 10 s.
+fn timeout(env: &Environment) -> Duration {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .into_iter()
+    .find_map(|name| env.string(name).and_then(|v| v.parse::<u64>().ok()))
+    .map_or(Duration::from_secs(10), Duration::from_millis)
 }
 
 /// `OTEL_EXPORTER_OTLP_TRACES_{name}`, else `OTEL_EXPORTER_OTLP_{name}`, as a path.
@@ -364,17 +373,14 @@ mod tests {
         assert_eq!(e.variable, "TRACING_SAMPLING_RATE");
         let e = read(&[
             ("TRACING_ENABLED", "true"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "collector:4318/v1/traces",
+            ),
         ])
         .unwrap_err();
-        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_ENDPOINT");
-        assert!(e.expected.contains("grpc"), "{e}");
-        let e = read(&[
-            ("TRACING_ENABLED", "true"),
-            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem"),
-        ])
-        .unwrap_err();
-        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        assert!(e.expected.contains("https://"), "{e}");
         let e = read(&[
             ("TRACING_ENABLED", "true"),
             ("TRACING_EXPORTER_PROTOCOL", "grpc"),
@@ -382,6 +388,47 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.variable, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+    }
+
+    #[test]
+    fn otlp_over_https_takes_the_certificates_and_the_timeout() {
+        let traces = read(&[
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem"),
+            ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "/c.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/c.key"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(traces.protocol, TraceProtocol::Http);
+        assert_eq!(traces.endpoint, "https://collector:4318/v1/traces");
+        assert_eq!(traces.tls.ca, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(traces.tls.client_cert, Some(PathBuf::from("/c.pem")));
+        assert_eq!(traces.tls.client_key, Some(PathBuf::from("/c.key")));
+        assert_eq!(traces.timeout, Duration::from_millis(2500));
+        let timeout = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("TRACING_ENABLED", "true")];
+            all.extend_from_slice(pairs);
+            read(&all).unwrap().unwrap().timeout
+        };
+        assert_eq!(timeout(&[]), Duration::from_secs(10));
+        assert_eq!(
+            timeout(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700")
+            ]),
+            Duration::from_millis(700)
+        );
+        assert_eq!(
+            timeout(&[
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "soon"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")
+            ]),
+            Duration::from_millis(2500),
+            "as the exporter: a value that is not a number is passed over"
+        );
     }
 
     #[test]
