@@ -1,6 +1,7 @@
 //! Statistics under envoyproxy/ratelimit's names, as its users' dashboards read them: pushed
 //! to a statsd server of the test's own (UDP and TCP sockets the test binds and reads), and
-//! served on the Prometheus listener. Real `floodgate serve` processes.
+//! served on the Prometheus listener (the response time in seconds, or in upstream's legacy
+//! milliseconds). Real `floodgate serve` processes.
 
 mod common;
 
@@ -162,4 +163,94 @@ stats:
     assert!(metrics.contains(
         "floodgate_rls_descriptor_hits_total{domain=\"rl\",key=\"rl.user\",stat=\"over_limit\"} 1"
     ));
+}
+
+/// The lines of `ratelimit_service_response_time_seconds` that a process started with
+/// upstream's `USE_PROMETHEUS` and `extra` serves on its Prometheus listener after two
+/// `/json` calls.
+async fn response_time_series(
+    redis: &RedisServer,
+    name: &str,
+    extra: &[(&'static str, &str)],
+) -> Vec<String> {
+    let root = runtime_dir(name, 4);
+    let mut env = loopback_env(&root.0, &format!("127.0.0.1:{}", redis.port()));
+    set(&mut env, "USE_PROMETHEUS", "true");
+    set(&mut env, "PROMETHEUS_ADDR", "127.0.0.1:0");
+    for (variable, value) in extra {
+        set(&mut env, variable, *value);
+    }
+    let service = serve_with(&env);
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        // A user of each process's own: they share one Redis.
+        let body =
+            json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": name}]}]});
+        let r = client
+            .post(format!("{}/json", service.http))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let prometheus = service.metrics.as_deref().expect("a Prometheus listener");
+    let page = client
+        .get(format!("{prometheus}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    page.text()
+        .await
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_service_response_time_seconds"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_response_time_is_in_seconds_unless_upstreams_legacy_milliseconds_are_asked_for() {
+    let redis = RedisServer::start();
+    let bucket = |le: &str, n: u32| {
+        format!("ratelimit_service_response_time_seconds_bucket{{grpc_method=\"ShouldRateLimit\",le=\"{le}\"}} {n}")
+    };
+    let count = "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 2";
+    let seconds = response_time_series(&redis, "rt-seconds", &[]).await;
+    for line in [bucket("0.00001", 0), bucket("1", 2), count.to_string()] {
+        assert!(seconds.contains(&line), "{line} in {seconds:#?}");
+    }
+    let millis = response_time_series(
+        &redis,
+        "rt-millis",
+        &[("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true")],
+    )
+    .await;
+    for line in [bucket("0.01", 0), bucket("1000", 2), count.to_string()] {
+        assert!(millis.contains(&line), "{line} in {millis:#?}");
+    }
+    assert!(
+        !millis.iter().any(|l| l.contains("le=\"0.00001\"")),
+        "{millis:#?}"
+    );
+    // A mapping file decides for itself: the variable is ignored.
+    let dir = std::env::temp_dir().join(format!("floodgate-rt-map-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mapper.yaml");
+    std::fs::write(
+        &file,
+        "mappings:\n  - match: ratelimit_server.*.response_time\n    name: ratelimit_service_response_time_seconds\n    scale: 0.001\n    labels: {grpc_method: \"$1\"}\n",
+    )
+    .unwrap();
+    let mapped = response_time_series(
+        &redis,
+        "rt-file",
+        &[
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+            ("PROMETHEUS_MAPPER_YAML", file.to_str().unwrap()),
+        ],
+    )
+    .await;
+    assert!(mapped.contains(&bucket("1", 2)), "{mapped:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

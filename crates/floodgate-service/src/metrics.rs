@@ -88,10 +88,21 @@ pub struct RlsTotals {
     pub global_shadow_mode: u64,
 }
 
-/// Upper bounds of the latency histogram's buckets, in seconds.
-const BUCKETS: [f64; 12] = [
-    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.1,
-    1.0,
+/// Upper bounds of the latency histogram's buckets, in nanoseconds (10 µs to 1 s): whole
+/// numbers, so that each shows exactly in any unit it is rendered in.
+const BUCKETS: [u64; 12] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
 ];
 
 /// The service's counters.
@@ -136,12 +147,11 @@ impl Metrics {
 
     /// Records how long a decision spent in the store.
     pub fn store_latency(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(i) = BUCKETS.iter().position(|b| nanos <= *b) {
             self.store_seconds_buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.store_seconds_count.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.store_nanos_sum.fetch_add(nanos, Ordering::Relaxed);
     }
 
@@ -158,17 +168,25 @@ impl Metrics {
     /// The store-time histogram: each bucket's upper bound (seconds) with its cumulative
     /// count, the sum of the times (seconds) and the count.
     pub fn store_histogram(&self) -> (Vec<(f64, u64)>, f64, u64) {
+        self.store_histogram_in(1e9)
+    }
+
+    /// The store-time histogram in a unit of `nanos_per_unit` nanoseconds (1e9: seconds, 1e6:
+    /// milliseconds): each bucket's upper bound with its cumulative count, the sum of the
+    /// times and the count. Bounds and sum are divided, not multiplied, so that a bound
+    /// written in decimals shows as written.
+    pub fn store_histogram_in(&self, nanos_per_unit: f64) -> (Vec<(f64, u64)>, f64, u64) {
         let mut cumulative = 0;
         let buckets = BUCKETS
             .iter()
             .enumerate()
             .map(|(i, bound)| {
                 cumulative += self.store_seconds_buckets[i].load(Ordering::Relaxed);
-                (*bound, cumulative)
+                (*bound as f64 / nanos_per_unit, cumulative)
             })
             .collect();
         let count = self.store_seconds_count.load(Ordering::Relaxed);
-        let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum = self.store_nanos_sum.load(Ordering::Relaxed) as f64 / nanos_per_unit;
         (buckets, sum, count)
     }
 

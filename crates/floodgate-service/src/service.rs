@@ -554,24 +554,23 @@ impl Server {
 }
 
 /// The mapping `config`'s Prometheus listener names upstream's series with: its
-/// `mapping_file`, read now (an error names the file, the entry and the field), or upstream's.
+/// `mapping_file`, read now (an error names the file, the entry and the field), or upstream's
+/// built-in one, its response time in seconds or, when asked, milliseconds.
 fn upstream_mapping(
     config: &Config,
 ) -> Result<crate::upstream_metrics::mapping::Mapping, ConfigFileError> {
     use crate::upstream_metrics::mapping::Mapping;
-    match config
-        .stats
-        .prometheus
-        .as_ref()
-        .and_then(|p| p.mapping_file.as_ref())
-    {
+    let prometheus = config.stats.prometheus.as_ref();
+    match prometheus.and_then(|p| p.mapping_file.as_ref()) {
         Some(file) => Mapping::load(file).map_err(|e| {
             ConfigFileError::invalid(
                 "stats.prometheus.mapping_file (PROMETHEUS_MAPPER_YAML)",
                 e.to_string(),
             )
         }),
-        None => Ok(Mapping::upstream_default()),
+        None => Ok(Mapping::upstream_default(
+            prometheus.is_some_and(|p| p.response_time_as_milliseconds),
+        )),
     }
 }
 

@@ -13,6 +13,8 @@
 //!   prometheus:                 # envoyproxy's USE_PROMETHEUS (off unless given)
 //!     address: 0.0.0.0:9090     # PROMETHEUS_ADDR
 //!     path: /metrics            # PROMETHEUS_PATH
+//!     mapping_file: map.yaml    # PROMETHEUS_MAPPER_YAML
+//!     response_time_as_milliseconds: false  # PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
 //! ```
 
 use std::collections::BTreeMap;
@@ -89,9 +91,14 @@ pub struct PrometheusConfig {
     pub path: String,
     /// A statsd_exporter mapping file naming envoyproxy/ratelimit's series on this listener
     /// (upstream's `PROMETHEUS_MAPPER_YAML`; see `upstream_metrics::mapping`); without one,
-    /// the mapping upstream documents. Read at start-up.
+    /// the mapping upstream builds in. Read at start-up.
     #[serde(default)]
     pub mapping_file: Option<std::path::PathBuf>,
+    /// Upstream's built-in mapping observes the response time in milliseconds, its legacy
+    /// unit, rather than in seconds (upstream's `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`;
+    /// default false). Ignored with a `mapping_file`, whose own `scale` decides.
+    #[serde(default)]
+    pub response_time_as_milliseconds: bool,
 }
 
 fn default_path() -> String {

@@ -195,6 +195,9 @@ pub struct Stats {
     pub prometheus: Option<(String, String)>,
     /// `PROMETHEUS_MAPPER_YAML`: the statsd_exporter mapping file that names upstream's series.
     pub mapping_file: Option<PathBuf>,
+    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: the built-in mapping's response time in
+    /// milliseconds rather than seconds.
+    pub response_time_as_milliseconds: bool,
 }
 
 /// TLS on the gRPC listener (`GRPC_SERVER_*`, `GRPC_CLIENT_*`).
@@ -539,6 +542,8 @@ impl Stats {
                 )
             }),
             mapping_file: path(env, "PROMETHEUS_MAPPER_YAML"),
+            response_time_as_milliseconds: env
+                .bool_or("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
         })
     }
 }

@@ -39,7 +39,7 @@
 //! | dynamic metadata | — | `response_dynamic_metadata` | — | `RESPONSE_DYNAMIC_METADATA` | off |
 //! | `near_limit` statistic | — | `stats.near_limit_ratio` | — | `NEAR_LIMIT_RATIO` | 0.8 |
 //! | statsd | — | `stats.statsd` | — | `USE_STATSD`, `DISABLE_STATS`, `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS` | off (on, TCP to `localhost:8125`) |
-//! | Prometheus listener | — | `stats.prometheus` | — | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`, `PROMETHEUS_MAPPER_YAML` | off |
+//! | Prometheus listener | — | `stats.prometheus` | — | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`, `PROMETHEUS_MAPPER_YAML`, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | off |
 //! | TLS on the gRPC listener | — | `tls.grpc` | — | `GRPC_SERVER_USE_TLS`, `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY`, `GRPC_CLIENT_TLS_CACERT`, `GRPC_CLIENT_TLS_SAN` | off |
 //! | TLS on the HTTP listener | — | `tls.http` | — | — | off |
 //! | gRPC connection age | — | `connections.grpc_max_age`, `…_grace` | — | `GRPC_MAX_CONNECTION_AGE`, `…_GRACE` | none (24 h, 1 h) |
@@ -371,6 +371,7 @@ impl Startup {
                         address: address.clone(),
                         path: path.clone(),
                         mapping_file: stats.mapping_file.clone(),
+                        response_time_as_milliseconds: stats.response_time_as_milliseconds,
                     });
         }
     }

@@ -14,6 +14,9 @@
 //! - `action: drop`: the names it matches are not exported.
 //! - `match_metric_type` (`counter`, `gauge`, `observer`): the entry applies only to statsd
 //!   metrics of that type (every statistic is a counter but the response time, an observer).
+//! - `scale`: a number every value the entry maps is multiplied by, as statsd_exporter
+//!   multiplies it: a counter's count, and the response time, which statsd has in
+//!   milliseconds (`scale: 0.001` makes it seconds; without `scale` it stays milliseconds).
 //! - `timer_type`, `buckets`, `quantiles`, `ttl`, `help`: accepted and not used (the response
 //!   time is always a histogram with Floodgate's bucket bounds; no series expires).
 //!
@@ -23,8 +26,11 @@
 //! `defaults:` and any other key are refused, naming it, as are an unknown `match_type` or
 //! `action`, a `$n` beyond the pattern's captures and an expression that does not compile.
 //!
-//! [`Mapping::upstream_default`] is the mapping envoyproxy/ratelimit documents, which Envoy
-//! Gateway's file repeats: what is served when no file is given.
+//! [`Mapping::upstream_default`] is the mapping envoyproxy/ratelimit builds in, which Envoy
+//! Gateway's file repeats: what is served when no file is given. Its response time is in
+//! seconds (`scale: 0.001`), unless upstream's `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`
+//! asks for the milliseconds it observed before upstream scaled it (the entry without its
+//! `scale`, as upstream removes that line).
 
 use std::path::Path;
 
@@ -54,15 +60,19 @@ struct Rule {
     labels: Vec<(String, String)>,
     drop: bool,
     only: Option<StatsdType>,
+    scale: Option<f64>,
 }
 
-/// A series a statsd name maps to: its name and labels, in the file's order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A series a statsd name maps to: its name and labels, in the file's order, and the scale
+/// its values take.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Series {
     /// The series' name.
     pub name: String,
     /// Its labels.
     pub labels: Vec<(String, String)>,
+    /// What each value is multiplied by (`None`: 1, the value as statsd has it).
+    pub scale: Option<f64>,
 }
 
 /// Why a mapping file cannot be used.
@@ -108,6 +118,8 @@ struct Entry {
     action: Option<String>,
     #[serde(default)]
     match_metric_type: Option<String>,
+    #[serde(default)]
+    scale: Option<f64>,
     // Accepted and not used (see the module documentation).
     #[serde(default, rename = "timer_type")]
     _timer_type: Option<serde_norway::Value>,
@@ -172,6 +184,7 @@ mappings:
   - match: "ratelimit_server.*.response_time"
     name: "ratelimit_service_response_time_seconds"
     labels: {grpc_method: "$1"}
+    scale: 0.001
   - match: "ratelimit.service.config_load_success"
     name: "ratelimit_service_config_load_success"
     match_metric_type: counter
@@ -180,10 +193,20 @@ mappings:
     match_metric_type: counter
 "#;
 
+/// The response time's scale line in [`UPSTREAM_DEFAULT`], which the milliseconds of
+/// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` take away.
+const SECONDS: &str = "    scale: 0.001\n";
+
 impl Mapping {
-    /// envoyproxy/ratelimit's documented mapping (see the [module documentation](self)).
-    pub fn upstream_default() -> Mapping {
-        Mapping::parse(UPSTREAM_DEFAULT, "the built-in mapping")
+    /// envoyproxy/ratelimit's built-in mapping (see the [module documentation](self)): the
+    /// response time in seconds, or in milliseconds when `response_time_as_milliseconds`.
+    pub fn upstream_default(response_time_as_milliseconds: bool) -> Mapping {
+        let text = if response_time_as_milliseconds {
+            UPSTREAM_DEFAULT.replacen(SECONDS, "", 1)
+        } else {
+            UPSTREAM_DEFAULT.to_string()
+        };
+        Mapping::parse(&text, "the built-in mapping")
             .expect("the built-in mapping is valid (tested)")
     }
 
@@ -286,6 +309,7 @@ impl Mapping {
                 labels,
                 drop,
                 only,
+                scale: entry.scale,
             };
             if regex {
                 mapping.regexes.push(rule);
@@ -318,11 +342,13 @@ impl Mapping {
                     .iter()
                     .map(|(k, v)| (k.clone(), expand(v)))
                     .collect(),
+                scale: rule.scale,
             });
         }
         Some(Series {
             name: escaped(name),
             labels: Vec::new(),
+            scale: None,
         })
     }
 }
@@ -408,12 +434,13 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            scale: None,
         })
     }
 
     #[test]
     fn the_default_maps_as_upstream_documents() {
-        let m = Mapping::upstream_default();
+        let m = Mapping::upstream_default(false);
         let counter = StatsdType::Counter;
         assert_eq!(
             m.map(
@@ -454,6 +481,22 @@ mod tests {
                 "ratelimit_service_response_time_seconds",
                 &[("grpc_method", "ShouldRateLimit")]
             )
+            .map(|s| Series {
+                scale: Some(0.001),
+                ..s
+            }),
+            "milliseconds scaled to seconds"
+        );
+        assert_eq!(
+            Mapping::upstream_default(true)
+                .map(
+                    "ratelimit_server.ShouldRateLimit.response_time",
+                    StatsdType::Observer
+                )
+                .unwrap()
+                .scale,
+            None,
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: as statsd has it"
         );
         // A counter-only entry does not take an observer.
         assert_eq!(
@@ -503,8 +546,9 @@ mappings:
 
     #[test]
     fn a_file_in_envoy_gateways_form_maps_as_the_default() {
+        // Its response time has no `scale`: milliseconds, as the built-in one's used to be.
         let theirs = Mapping::parse(GATEWAY_FORM, "conf.yaml").unwrap();
-        let ours = Mapping::upstream_default();
+        let ours = Mapping::upstream_default(true);
         for (name, kind) in [
             (
                 "ratelimit.service.rate_limit.rl.user.total_hits",
@@ -527,6 +571,24 @@ mappings:
         ] {
             assert_eq!(theirs.map(name, kind), ours.map(name, kind), "{name}");
         }
+    }
+
+    #[test]
+    fn a_files_scale_is_read() {
+        let m = Mapping::parse(
+            "mappings:\n  - match: a.*\n    name: x\n    scale: 1e-6\n  - match: b.*\n    name: y\n    scale: 1024\n",
+            "f.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            m.map("a.q", StatsdType::Observer).unwrap().scale,
+            Some(1e-6)
+        );
+        assert_eq!(
+            m.map("b.q", StatsdType::Counter).unwrap().scale,
+            Some(1024.0)
+        );
+        assert_eq!(m.map("c.q", StatsdType::Counter).unwrap().scale, None);
     }
 
     #[test]
