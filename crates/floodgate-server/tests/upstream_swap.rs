@@ -87,7 +87,8 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
     assert!(key.starts_with("swap:rl_user_alice_"), "{keys}");
     assert_eq!(redis.cli(&["GET", key]).unwrap().trim(), "4");
 
-    // Upstream's statistics, with the extra tag, in statsd.
+    // Upstream's statistics, with the extra tag (the server's too, as upstream scopes them),
+    // in statsd.
     let want = [
         (
             "ratelimit.service.rate_limit.rl.user.total_hits.__cluster=edge",
@@ -97,7 +98,10 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
             "ratelimit.service.rate_limit.rl.user.over_limit.__cluster=edge",
             1,
         ),
-        ("ratelimit_server.ShouldRateLimit.total_requests", 4),
+        (
+            "ratelimit_server.ShouldRateLimit.total_requests.__cluster=edge",
+            4,
+        ),
     ];
     let want: Vec<(String, u64)> = want.iter().map(|(n, c)| (n.to_string(), *c)).collect();
     let received = Received::from_udp(&statsd, usize::MAX, |r| {
@@ -111,7 +115,7 @@ async fn an_upstream_deployment_runs_unchanged_under_the_ratelimit_name() {
     assert_eq!(received.timer_lines.len(), 4, "{:?}", received.timer_lines);
     for line in &received.timer_lines {
         assert!(
-            line.starts_with("ratelimit_server.ShouldRateLimit.response_time:")
+            line.starts_with("ratelimit_server.ShouldRateLimit.response_time.__cluster=edge:")
                 && line.ends_with("|ms"),
             "{line}"
         );

@@ -20,8 +20,10 @@
 //!
 //! `<key>` and `<domain>` are written as upstream writes them: `:` and `|` become `_`, and
 //! so do the dots inside anything shaped like an IPv4 address. `extra_tags` are appended to
-//! the `ratelimit.` names (not the `ratelimit_server.` ones, as upstream) as
-//! `.__key=value`, sorted by key, with `.`, `:` and `|` in values written `_`.
+//! every name, the `ratelimit_server.` ones included (upstream's server statistics are
+//! scoped with them too), as `.__key=value`, sorted by key, with `.`, `:` and `|` in values
+//! written `_`; a tag with an empty key or value is left out, as upstream's statsd library
+//! leaves it out.
 //!
 //! The response-time timer keeps a uniform sample of at most [`TIMER_SAMPLES`] calls per
 //! interval and sends it with statsd's sample rate (`|@0.25` when one call in four was kept),
@@ -32,7 +34,7 @@
 //! Lines are made and sent by cadence, a statsd client: over TCP (upstream's default) through
 //! a sink of ours that keeps one connection, writes each flush at once and connects again at
 //! the next flush when it broke; over UDP through cadence's buffered sink, in datagrams of at
-//! //! most [`DATAGRAM_BYTES`]. The sockets' blocking calls run on tokio's blocking pool. A push
+//! most [`DATAGRAM_BYTES`]. The sockets' blocking calls run on tokio's blocking pool. A push
 //! that fails is dropped (its changes are not sent again), logged at most once until a push
 //! succeeds, and counted in `floodgate_statsd_pushes_total{result="failed"}`; the next push
 //! resolves the address and connects anew.
@@ -149,11 +151,14 @@ fn ipv4_at(s: &[u8]) -> Option<usize> {
     Some(at)
 }
 
-/// The suffix `extra_tags` add to the `ratelimit.` names: `.__key=value` for each, sorted by
-/// key, the value's `.`, `:` and `|` written `_`.
+/// The suffix `extra_tags` add to every name: `.__key=value` for each, sorted by key, the
+/// value's `.`, `:` and `|` written `_`; a tag whose key or value is empty is left out.
 pub fn tag_suffix(tags: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
     for (key, value) in tags {
+        if key.is_empty() || value.is_empty() {
+            continue;
+        }
         let value: String = value
             .chars()
             .map(|c| if matches!(c, '.' | ':' | '|') { '_' } else { c })
@@ -230,19 +235,12 @@ pub fn totals(stats: &DescriptorStats, service: RlsTotals, loaded_at_start: bool
 }
 
 /// The counters that changed from `before` to `now` (a counter absent from `before` changed
-/// from 0), by their statsd names: the `ratelimit.` ones with `tags` appended.
+/// from 0), by their statsd names, `tags` appended.
 pub fn changes(before: &Totals, now: &Totals, tags: &str) -> Vec<(String, u64)> {
     now.iter()
         .filter_map(|(name, &n)| {
             let delta = n.saturating_sub(before.get(name).copied().unwrap_or(0));
-            (delta > 0).then(|| {
-                let name = if name.starts_with("ratelimit.") {
-                    format!("{name}{tags}")
-                } else {
-                    name.clone()
-                };
-                (name, delta)
-            })
+            (delta > 0).then(|| (format!("{name}{tags}"), delta))
         })
         .collect()
 }
@@ -359,49 +357,72 @@ fn client(config: &StatsdConfig) -> std::io::Result<cadence::StatsdClient> {
     })
 }
 
-/// Sends `counters` and the response-time sample (`seen` calls, `millis` kept) with `client`
-/// (made first when there is none), then flushes it. On failure the client is dropped, so
-/// that the next push resolves and connects anew.
-fn send(
-    client_slot: &mut Option<cadence::StatsdClient>,
-    config: &StatsdConfig,
-    counters: &[(String, u64)],
-    seen: u64,
-    millis: &[u64],
-) -> Result<(), String> {
-    if client_slot.is_none() {
-        *client_slot = Some(client(config).map_err(|e| e.to_string())?);
-    }
-    let Some(client) = client_slot.as_ref() else {
-        return Ok(());
-    };
-    let result = emit(client, counters, seen, millis);
-    if result.is_err() {
-        *client_slot = None;
-    }
-    result
+/// One flush interval's statistics, named as statsd names them (`extra_tags` appended).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flush {
+    /// The counters that changed, each with its change.
+    pub counters: Vec<(String, u64)>,
+    /// The response-time timer's name.
+    pub timer: String,
+    /// How many calls were timed in the interval.
+    pub seen: u64,
+    /// The sample of their times kept, in whole milliseconds.
+    pub millis: Vec<u64>,
 }
 
-/// Sends `counters` as statsd counters and each of `millis` as the response-time timer (with
-/// the sample rate `millis.len() / seen` when not every call was kept) through `client`, then
-/// flushes it.
-fn emit(
-    client: &cadence::StatsdClient,
-    counters: &[(String, u64)],
-    seen: u64,
-    millis: &[u64],
-) -> Result<(), String> {
+impl Flush {
+    /// The timer's sample rate, `millis.len() / seen`, when not every call was kept.
+    pub fn rate(&self) -> Option<f64> {
+        let kept = self.millis.len() as u64;
+        (self.seen > kept).then(|| kept as f64 / self.seen as f64)
+    }
+}
+
+/// Where pushes send each interval's statistics: statsd's lines (this module) or DogStatsD's
+/// ([`crate::dogstatsd`]). Called on tokio's blocking pool, one push at a time; a sink that
+/// fails drops what it holds, so that the next push resolves and connects anew.
+pub trait Sink: Send + 'static {
+    /// Sends `flush`; an error says why it was not all sent (it is not sent again).
+    fn send(&mut self, flush: &Flush) -> Result<(), String>;
+}
+
+/// statsd through cadence (see the [module documentation](self)).
+struct Cadence {
+    config: StatsdConfig,
+    client: Option<cadence::StatsdClient>,
+}
+
+impl Sink for Cadence {
+    fn send(&mut self, flush: &Flush) -> Result<(), String> {
+        if self.client.is_none() {
+            self.client = Some(client(&self.config).map_err(|e| e.to_string())?);
+        }
+        let Some(client) = self.client.as_ref() else {
+            return Ok(());
+        };
+        let result = emit(client, flush);
+        if result.is_err() {
+            self.client = None;
+        }
+        result
+    }
+}
+
+/// Sends `flush`'s counters as statsd counters and each of its times as the response-time
+/// timer (with its sample rate when not every call was kept) through `client`, then flushes
+/// it.
+fn emit(client: &cadence::StatsdClient, flush: &Flush) -> Result<(), String> {
     use cadence::prelude::*;
-    let rate = (seen > millis.len() as u64).then(|| millis.len() as f64 / seen as f64);
+    let rate = flush.rate();
     let mut result: Result<(), String> = Ok(());
-    for (name, n) in counters {
+    for (name, n) in &flush.counters {
         let count = i64::try_from(*n).unwrap_or(i64::MAX);
         if let Err(e) = client.count_with_tags(name, count).try_send() {
             result = Err(e.to_string());
         }
     }
-    for &ms in millis {
-        let mut timer = client.time_with_tags(RESPONSE_TIME, ms);
+    for &ms in &flush.millis {
+        let mut timer = client.time_with_tags(&flush.timer, ms);
         if let Some(rate) = rate {
             timer = timer.with_sampling_rate(rate);
         }
@@ -416,57 +437,93 @@ fn emit(
 }
 
 /// Pushes `source`'s statistics to statsd as `config` says, for ever (the task is dropped at
-/// shut-down). The sockets' blocking calls run on tokio's blocking pool, off the runtime's
-/// threads.
+/// shut-down).
 pub async fn push(source: Arc<impl Source>, config: StatsdConfig) {
-    let tags = tag_suffix(&config.extra_tags);
-    let mut client_slot: Option<cadence::StatsdClient> = None;
-    let mut before = Totals::new();
-    let mut failing = false;
-    let mut ticks = tokio::time::interval(config.flush_interval());
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await; // the first tick is now: the first push is one interval in
-    loop {
-        ticks.tick().await;
-        let now = source.totals();
-        let counters = changes(&before, &now, &tags);
-        before = now;
-        let (seen, millis) = source
-            .response_times()
-            .map(ResponseTimes::take)
-            .unwrap_or_default();
-        if counters.is_empty() && millis.is_empty() {
-            continue;
-        }
-        let config_for_send = config.clone();
-        let mut slot = client_slot.take();
-        let sent = tokio::task::spawn_blocking(move || {
-            let result = send(&mut slot, &config_for_send, &counters, seen, &millis);
-            (slot, result)
-        })
-        .await;
-        let result = match sent {
-            Ok((slot, result)) => {
-                client_slot = slot;
-                result
+    let pushes = Pushes {
+        what: "statsd",
+        address: config.address.clone(),
+        interval: config.flush_interval(),
+        tags: tag_suffix(&config.extra_tags),
+    };
+    let sink = Cadence {
+        config,
+        client: None,
+    };
+    pushes.run(source, sink).await;
+}
+
+/// How statistics are pushed: where (for logs), how often, with which tags.
+#[derive(Debug)]
+pub struct Pushes {
+    /// What is pushed, for logs (`statsd`, `DogStatsD`).
+    pub what: &'static str,
+    /// Where, for logs.
+    pub address: String,
+    /// The flush interval.
+    pub interval: Duration,
+    /// The tag suffix appended to every name ([`tag_suffix`]).
+    pub tags: String,
+}
+
+impl Pushes {
+    /// Every `interval`, sends the counters that changed and the response times kept through
+    /// `sink`, for ever (the task is dropped at shut-down). The sink's blocking calls run on
+    /// tokio's blocking pool, off the runtime's threads. A push that fails is dropped, logged
+    /// once until one succeeds, and counted in [`PushCounts`].
+    pub async fn run(self, source: Arc<impl Source>, sink: impl Sink) {
+        let sink = Arc::new(Mutex::new(sink));
+        let timer = format!("{RESPONSE_TIME}{}", self.tags);
+        let mut before = Totals::new();
+        let mut failing = false;
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is now: the first push is one interval in
+        loop {
+            ticks.tick().await;
+            let now = source.totals();
+            let counters = changes(&before, &now, &self.tags);
+            before = now;
+            let (seen, millis) = source
+                .response_times()
+                .map(ResponseTimes::take)
+                .unwrap_or_default();
+            if counters.is_empty() && millis.is_empty() {
+                continue;
             }
-            Err(e) => Err(e.to_string()),
-        };
-        let counts = source.pushes();
+            let flush = Flush {
+                counters,
+                timer: timer.clone(),
+                seen,
+                millis,
+            };
+            let sink = sink.clone();
+            let sent = tokio::task::spawn_blocking(move || {
+                sink.lock().unwrap_or_else(|e| e.into_inner()).send(&flush)
+            })
+            .await;
+            let result = sent.unwrap_or_else(|e| Err(e.to_string()));
+            failing = self.count(source.pushes(), result, failing);
+        }
+    }
+
+    /// Counts a push's `result` and logs a change from working to `failing` or back; whether
+    /// pushes fail now.
+    fn count(&self, counts: &PushCounts, result: Result<(), String>, failing: bool) -> bool {
+        let address = &self.address;
         match result {
             Ok(()) => {
                 counts.ok.fetch_add(1, Ordering::Relaxed);
                 if failing {
-                    tracing::info!(address = %config.address, "statsd pushes work again");
-                    failing = false;
+                    tracing::info!(%address, "{} pushes work again", self.what);
                 }
+                false
             }
             Err(error) => {
                 counts.failed.fetch_add(1, Ordering::Relaxed);
                 if !failing {
-                    tracing::warn!(address = %config.address, %error, "statsd push failed; its changes are dropped");
-                    failing = true;
+                    tracing::warn!(%address, %error, "{} push failed; its changes are dropped", self.what);
                 }
+                true
             }
         }
     }
@@ -507,11 +564,18 @@ mod tests {
             ("app".to_string(), "edge|rl".to_string()),
         ]);
         assert_eq!(tag_suffix(&tags), ".__app=edge_rl.__zone=us_east_1");
+        // As gostats: a tag with an empty key or value is left out.
+        let empty = BTreeMap::from([
+            (String::new(), "v".to_string()),
+            ("k".to_string(), String::new()),
+            ("team".to_string(), "edge".to_string()),
+        ]);
+        assert_eq!(tag_suffix(&empty), ".__team=edge");
         assert_eq!(tag_suffix(&BTreeMap::new()), "");
     }
 
     #[test]
-    fn only_changes_are_sent_and_tags_only_on_ratelimit_names() {
+    fn only_changes_are_sent_and_every_name_carries_the_tags() {
         let before = Totals::from([
             ("ratelimit.service.a.total_hits".to_string(), 5),
             ("ratelimit.service.a.over_limit".to_string(), 2),
@@ -529,7 +593,7 @@ mod tests {
             [
                 ("ratelimit.service.a.total_hits.__t=1".to_string(), 4),
                 (
-                    "ratelimit_server.ShouldRateLimit.total_requests".to_string(),
+                    "ratelimit_server.ShouldRateLimit.total_requests.__t=1".to_string(),
                     3
                 ),
             ]
@@ -540,7 +604,13 @@ mod tests {
     fn emitted(counters: &[(String, u64)], seen: u64, millis: &[u64]) -> Vec<String> {
         let (lines, sink) = cadence::SpyMetricSink::new();
         let client = cadence::StatsdClient::from_sink("", sink);
-        emit(&client, counters, seen, millis).unwrap();
+        let flush = Flush {
+            counters: counters.to_vec(),
+            timer: RESPONSE_TIME.to_string(),
+            seen,
+            millis: millis.to_vec(),
+        };
+        emit(&client, &flush).unwrap();
         lines
             .try_iter()
             .map(|l| String::from_utf8(l).unwrap())

@@ -64,7 +64,7 @@ pub struct StatsdConfig {
     #[serde(default)]
     pub flush_interval: Option<SpecDuration>,
     /// Tags added to every name as upstream adds them: `.__key=value`, sorted by key, the
-    /// value's `.`, `:` and `|` written `_`.
+    /// value's `.`, `:` and `|` written `_`; a tag with an empty key or value is left out.
     #[serde(default)]
     pub extra_tags: BTreeMap<String, String>,
 }
