@@ -8,7 +8,7 @@
 //! Modules import one way, bottom to top: the leaves (`environment`, `rls`, `prometheus`,
 //! `lease_token` and `reservation_token`, `proto`), `cli`, `descriptors`, `config` (plain data and its validation),
 //! `store`, `metrics` and `connections`, then `snapshot` (what a configuration serves),
-//! `statsd`, `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
+//! `statsd` (and `dogstatsd` over it), `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
 //! `runtime` on top
 //! (ARCHITECTURE.md draws the rows and says where each concern lives).
 #![warn(missing_docs, missing_debug_implementations)]
@@ -22,6 +22,7 @@ pub mod config;
 pub mod connections;
 pub mod dashboard;
 pub mod descriptors;
+pub mod dogstatsd;
 pub mod environment;
 pub mod grpc;
 pub mod http;

@@ -91,8 +91,8 @@ pub struct Server {
     /// The Envoy rules' per-descriptor statistics, kept across reloads (the `stats` the
     /// process started with).
     descriptor_stats: Arc<crate::descriptors::stats::DescriptorStats>,
-    /// A sample of the gRPC `ShouldRateLimit` calls' times for statsd's timer, when statsd is
-    /// on.
+    /// A sample of the gRPC `ShouldRateLimit` calls' times for statsd's timer, when statsd or
+    /// DogStatsD is on.
     response_times: Option<crate::statsd::ResponseTimes>,
     statsd_pushes: crate::statsd::PushCounts,
     /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
@@ -150,11 +150,8 @@ impl Server {
                 config.stats.max_series,
                 config.stats.near_limit_ratio,
             )),
-            response_times: config
-                .stats
-                .statsd
-                .as_ref()
-                .map(|_| crate::statsd::ResponseTimes::default()),
+            response_times: (config.stats.statsd.is_some() || config.stats.dogstatsd.is_some())
+                .then(crate::statsd::ResponseTimes::default),
             statsd_pushes: crate::statsd::PushCounts::default(),
             tls: ListenersTls::default(),
             upstream_mapping: upstream_mapping(&config)?,

@@ -330,24 +330,30 @@ impl cadence::MetricSink for TcpSink {
     }
 }
 
+/// A UDP socket to send to `address` (`host:port`, resolved now: its first address) from a
+/// port the OS chooses, and that address.
+pub fn udp_socket(address: &str) -> std::io::Result<(std::net::UdpSocket, std::net::SocketAddr)> {
+    let target = address.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the address resolves to nothing",
+        )
+    })?;
+    let local = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    Ok((std::net::UdpSocket::bind(local)?, target))
+}
+
 /// The statsd client of `config`: cadence over a buffered UDP socket (datagrams of at most
 /// [`DATAGRAM_BYTES`]), or over [`TcpSink`].
 fn client(config: &StatsdConfig) -> std::io::Result<cadence::StatsdClient> {
     Ok(match config.protocol {
         StatsdProtocol::Tcp => cadence::StatsdClient::from_sink("", TcpSink::new(&config.address)),
         StatsdProtocol::Udp => {
-            let target = config.address.to_socket_addrs()?.next().ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the address resolves to nothing",
-                )
-            })?;
-            let local = if target.is_ipv4() {
-                "0.0.0.0:0"
-            } else {
-                "[::]:0"
-            };
-            let socket = std::net::UdpSocket::bind(local)?;
+            let (socket, target) = udp_socket(&config.address)?;
             let sink = cadence::BufferedUdpMetricSink::builder()
                 .with_capacity(DATAGRAM_BYTES)
                 .build(target, socket)

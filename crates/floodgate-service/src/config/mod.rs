@@ -122,7 +122,9 @@ pub use self::pipeline::{AttributesConfig, StageConfig, StageKind};
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
-pub use self::stats::{PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol};
+pub use self::stats::{
+    DogStatsdConfig, MogrifierConfig, PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol,
+};
 pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
 pub use self::tls::{ListenerTls, TlsConfig};
 pub use self::validate::ConfigFileError;

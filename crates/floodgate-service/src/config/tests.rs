@@ -496,3 +496,30 @@ fn the_store_section_reads_its_settings_and_defaults() {
         );
     }
 }
+
+#[test]
+fn dogstatsd_in_a_file_and_its_mogrifiers_checked_by_field() {
+    let config = Config::from_yaml_str(
+        "stats:\n  dogstatsd:\n    address: agent:8125\n    extra_tags: {team: edge}\n    mogrifiers:\n      - {pattern: '^ratelimit\\.(.*)$', name: 'rl.$1', tags: {kind: '$1'}}\n",
+    )
+    .unwrap();
+    let dog = config.stats.dogstatsd.as_ref().unwrap();
+    assert_eq!(dog.mogrifiers[0].name, "rl.$1");
+    assert!(dog.datadog_tags.is_empty(), "not a file setting");
+    for (mogrifier, path) in [
+        ("{pattern: '(', name: x}", "mogrifiers[0].pattern"),
+        ("{pattern: '', name: x}", "mogrifiers[0].pattern"),
+        ("{pattern: 'a', name: ''}", "mogrifiers[0].name"),
+        (
+            "{pattern: 'a', name: x, tags: {k: ''}}",
+            "mogrifiers[0].tags",
+        ),
+    ] {
+        let (at, _) = invalid(&format!(
+            "stats:\n  dogstatsd:\n    address: agent:8125\n    mogrifiers:\n      - {mogrifier}\n"
+        ));
+        assert_eq!(at, format!("stats.dogstatsd.{path}"), "{mogrifier}");
+    }
+    let (at, _) = invalid("stats:\n  dogstatsd: {address: agent}\n");
+    assert_eq!(at, "stats.dogstatsd.address");
+}

@@ -19,6 +19,7 @@
 //! an error names the variable, its value (never for a secret) and what was expected
 //! ([`EnvError`]).
 
+pub mod dogstatsd;
 pub mod traces;
 pub mod upstream;
 mod variables;
@@ -172,20 +173,10 @@ impl Environment {
 
     /// `name` as a map `k1:v1,k2:v2`, in written order; empty when unset or empty.
     pub fn map(&self, name: &str) -> Result<Vec<(String, String)>, EnvError> {
-        let Some(value) = self.string(name).filter(|v| !v.is_empty()) else {
-            return Ok(Vec::new());
-        };
-        value
-            .split(',')
-            .map(|item| match item.split(':').collect::<Vec<_>>()[..] {
-                [k, v] => Ok((k.to_string(), v.to_string())),
-                _ => Err(EnvError::new(
-                    name,
-                    value,
-                    "a map k1:v1,k2:v2 (each item one key and one value)",
-                )),
-            })
-            .collect()
+        match self.string(name) {
+            Some(value) => map_items(name, value),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn read<T>(
@@ -200,6 +191,25 @@ impl Environment {
                 .map_err(|expected| EnvError::new(name, value, expected)),
         }
     }
+}
+
+/// The items of `value`, a map `k1:v1,k2:v2` in variable `name`, as upstream's settings
+/// library reads one: nothing when it is blank; each item exactly one key and one value.
+fn map_items(name: &str, value: &str) -> Result<Vec<(String, String)>, EnvError> {
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|item| match item.split(':').collect::<Vec<_>>()[..] {
+            [k, v] => Ok((k.to_string(), v.to_string())),
+            _ => Err(EnvError::new(
+                name,
+                value,
+                "a map k1:v1,k2:v2 (each item one key and one value)",
+            )),
+        })
+        .collect()
 }
 
 /// Go's `strconv.ParseBool`.

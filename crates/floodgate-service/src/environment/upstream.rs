@@ -198,6 +198,9 @@ pub struct Stats {
     /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`: the built-in mapping's response time in
     /// milliseconds rather than seconds.
     pub response_time_as_milliseconds: bool,
+    /// `USE_DOG_STATSD` (and not `DISABLE_STATS`): push DogStatsD over UDP to
+    /// `statsd_address`, with these mogrifiers ([`super::dogstatsd`]).
+    pub dogstatsd: Option<Vec<super::dogstatsd::Mogrifier>>,
 }
 
 /// TLS on the gRPC listener (`GRPC_SERVER_*`, `GRPC_CLIENT_*`).
@@ -504,7 +507,8 @@ impl Behaviour {
 }
 
 impl Stats {
-    /// The statistics sinks' variables: statsd and Prometheus exclude each other.
+    /// The statistics sinks' variables: statsd, DogStatsD and Prometheus exclude each other,
+    /// unless `DISABLE_STATS` turns them all off (upstream's runner checks it first).
     fn read(env: &Environment) -> Result<Stats, UpstreamError> {
         let protocol = env.string_or("STATSD_PROTOCOL", "tcp").to_ascii_lowercase();
         let statsd_udp = match protocol.as_str() {
@@ -520,6 +524,14 @@ impl Stats {
         let disabled = env.bool_or("DISABLE_STATS", false)?;
         let use_prometheus = env.bool_or("USE_PROMETHEUS", false)?;
         let use_statsd = env.bool_or("USE_STATSD", true)?;
+        let use_dogstatsd = env.bool_or("USE_DOG_STATSD", false)? && !disabled;
+        if use_dogstatsd && (use_statsd || use_prometheus) {
+            return Err(refused(
+                "USE_DOG_STATSD",
+                "needs USE_STATSD=false (its default is true) and USE_PROMETHEUS unset or false, \
+                 as upstream: one statistics sink at a time",
+            ));
+        }
         if use_prometheus && use_statsd && !disabled {
             return Err(refused(
                 "USE_PROMETHEUS",
@@ -544,6 +556,11 @@ impl Stats {
             mapping_file: path(env, "PROMETHEUS_MAPPER_YAML"),
             response_time_as_milliseconds: env
                 .bool_or("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?,
+            dogstatsd: if use_dogstatsd {
+                Some(super::dogstatsd::mogrifiers(env)?)
+            } else {
+                None
+            },
         })
     }
 }

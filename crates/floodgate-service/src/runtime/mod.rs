@@ -322,6 +322,20 @@ impl ServeError {
     }
 }
 
+/// Spawns on `runtime` the pushes of statistics `stats` asks for: statsd, DogStatsD.
+fn spawn_pushes(
+    server: &Arc<Server>,
+    stats: crate::config::StatsConfig,
+    runtime: &tokio::runtime::Runtime,
+) {
+    if let Some(statsd) = stats.statsd {
+        runtime.spawn(crate::statsd::push(server.clone(), statsd));
+    }
+    if let Some(dogstatsd) = stats.dogstatsd {
+        runtime.spawn(crate::dogstatsd::push(server.clone(), dogstatsd));
+    }
+}
+
 /// Starts exporting traces if `env` turns them on (`TRACING_ENABLED`; see
 /// [`crate::environment::traces`]): `None` when off. Called before logging is installed, whose
 /// subscriber takes the exporter's layer.
@@ -368,7 +382,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let statsd = loaded.config.stats.statsd.clone();
+    let stats = loaded.config.stats.clone();
     let metrics_path = loaded
         .config
         .stats
@@ -387,9 +401,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
     // Spawn: what runs beside the requests, on the store's runtime (off the request path).
     store_runtime.spawn(sample_dashboard(server.clone()));
     store_runtime.spawn(watch_store(server.clone()));
-    if let Some(statsd) = statsd {
-        store_runtime.spawn(crate::statsd::push(server.clone(), statsd));
-    }
+    spawn_pushes(&server, stats, &store_runtime);
     for terminator in [tls.grpc, tls.http].into_iter().flatten() {
         store_runtime.spawn(watch::follow_tls(terminator));
     }

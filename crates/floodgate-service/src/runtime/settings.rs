@@ -39,6 +39,7 @@
 //! | dynamic metadata | — | `response_dynamic_metadata` | — | `RESPONSE_DYNAMIC_METADATA` | off |
 //! | `near_limit` statistic | — | `stats.near_limit_ratio` | — | `NEAR_LIMIT_RATIO` | 0.8 |
 //! | statsd | — | `stats.statsd` | — | `USE_STATSD`, `DISABLE_STATS`, `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS` | off (on, TCP to `localhost:8125`) |
+//! | DogStatsD | — | `stats.dogstatsd` | — | `USE_DOG_STATSD`, `USE_DOG_STATSD_MOGRIFIERS`, `DOG_STATSD_MOGRIFIER_*`, `DISABLE_STATS`, `STATSD_HOST`, `STATSD_PORT`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS` (and the client's `DD_ENTITY_ID`, `DD_ENV`, `DD_SERVICE`, `DD_VERSION`, for any `stats.dogstatsd`) | off |
 //! | Prometheus listener | — | `stats.prometheus` | — | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`, `PROMETHEUS_MAPPER_YAML`, `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` | off |
 //! | TLS on the gRPC listener | — | `tls.grpc` | — | `GRPC_SERVER_USE_TLS`, `GRPC_SERVER_TLS_CERT`, `GRPC_SERVER_TLS_KEY`, `GRPC_CLIENT_TLS_CACERT`, `GRPC_CLIENT_TLS_SAN` | off |
 //! | TLS on the HTTP listener | — | `tls.http` | — | — | off |
@@ -338,8 +339,16 @@ impl Startup {
     }
 
     /// Fills the `stats` settings `config` leaves unwritten from upstream's variables
-    /// (`NEAR_LIMIT_RATIO`, `USE_STATSD` and the rest), when upstream's settings are present.
+    /// (`NEAR_LIMIT_RATIO`, `USE_STATSD` and the rest), when upstream's settings are present,
+    /// and DogStatsD's client tags (`DD_ENV` and the rest) from the environment.
     pub fn apply_stats(&self, config: &mut Config) {
+        self.apply_upstream_stats(config);
+        if let Some(dog) = &mut config.stats.dogstatsd {
+            dog.datadog_tags = crate::environment::dogstatsd::datadog_tags(&self.env);
+        }
+    }
+
+    fn apply_upstream_stats(&self, config: &mut Config) {
         let Some(up) = &self.upstream else {
             return;
         };
@@ -361,6 +370,28 @@ impl Startup {
                 )),
                 extra_tags: stats.extra_tags.iter().cloned().collect(),
             });
+        }
+        if !writes("stats.dogstatsd") {
+            config.stats.dogstatsd =
+                stats
+                    .dogstatsd
+                    .as_ref()
+                    .map(|mogrifiers| crate::config::DogStatsdConfig {
+                        address: stats.statsd_address.clone(),
+                        flush_interval: Some(floodgate::algorithm::spec::SpecDuration(
+                            stats.flush_interval,
+                        )),
+                        extra_tags: stats.extra_tags.iter().cloned().collect(),
+                        mogrifiers: mogrifiers
+                            .iter()
+                            .map(|m| crate::config::MogrifierConfig {
+                                pattern: m.pattern.clone(),
+                                name: m.name.clone(),
+                                tags: m.tags.clone(),
+                            })
+                            .collect(),
+                        datadog_tags: Vec::new(),
+                    });
         }
         if !writes("stats.prometheus") {
             config.stats.prometheus =

@@ -117,6 +117,29 @@ fn what_cannot_be_honoured_is_refused_naming_the_variable() {
             "USE_STATSD=false",
         ),
         (
+            vec![("USE_DOG_STATSD", "true")],
+            "USE_DOG_STATSD",
+            "USE_STATSD=false",
+        ),
+        (
+            vec![
+                ("USE_DOG_STATSD", "true"),
+                ("USE_STATSD", "false"),
+                ("USE_PROMETHEUS", "true"),
+            ],
+            "USE_DOG_STATSD",
+            "USE_PROMETHEUS",
+        ),
+        (
+            vec![
+                ("USE_DOG_STATSD", "true"),
+                ("USE_STATSD", "false"),
+                ("USE_DOG_STATSD_MOGRIFIERS", "x"),
+            ],
+            "DOG_STATSD_MOGRIFIER_X_PATTERN",
+            "PATTERN",
+        ),
+        (
             vec![("GRPC_SERVER_USE_TLS", "true")],
             "GRPC_SERVER_USE_TLS",
             "GRPC_SERVER_TLS_CERT",
@@ -215,4 +238,28 @@ fn ignored_arguments_are_named_without_their_values() {
         ignored_argument_names(&args),
         ["--quotaRateLimitServiceAddr=…", "-v", "--password", "…"]
     );
+}
+
+#[test]
+fn dogstatsd_alone_or_under_disable_stats() {
+    let env = Environment::from_pairs([
+        ("USE_DOG_STATSD", "true"),
+        ("USE_STATSD", "false"),
+        ("STATSD_HOST", "datadog-agent"),
+        ("USE_DOG_STATSD_MOGRIFIERS", "m"),
+        ("DOG_STATSD_MOGRIFIER_M_PATTERN", "^ratelimit"),
+        ("DOG_STATSD_MOGRIFIER_M_NAME", "rl"),
+    ]);
+    let up = Upstream::read(&env, false).unwrap().unwrap();
+    assert!(!up.stats.statsd && up.stats.prometheus.is_none());
+    assert_eq!(up.stats.statsd_address, "datadog-agent:8125");
+    assert_eq!(up.stats.dogstatsd.as_ref().map(Vec::len), Some(1));
+    // DISABLE_STATS wins before the sinks are compared, as in upstream's runner.
+    let env = Environment::from_pairs([
+        ("USE_DOG_STATSD", "true"),
+        ("DISABLE_STATS", "true"),
+        ("USE_DOG_STATSD_MOGRIFIERS", "broken"),
+    ]);
+    let up = Upstream::read(&env, false).unwrap().unwrap();
+    assert!(up.stats.dogstatsd.is_none() && !up.stats.statsd);
 }
