@@ -325,6 +325,45 @@ async fn b3_headers_are_continued_and_win_over_a_traceparent() {
     );
 }
 
+/// The SDK's own variables, as upstream's SDK reads them: `OTEL_RESOURCE_ATTRIBUTES` adds to
+/// the resource (`TRACING_SERVICE_*` winning, `OTEL_SERVICE_NAME` no match for them), the
+/// value length limit cuts string attributes to that many characters, and the count limit
+/// keeps a span's first attributes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_resource_and_span_limits_apply() {
+    let collector = Collector::http().await;
+    let (_dir, path) = config_file(CONFIG);
+    let mut env = tracing_env("http", &collector.endpoint);
+    env.extend([
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=prod,team=edge%20team,service.name=ignored",
+        ),
+        ("OTEL_SERVICE_NAME", "also-ignored"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "3"),
+        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "4"),
+    ]);
+    let node = serve(&path, "memory", &env);
+    assert_eq!(should_rate_limit(&node, None).await, 1);
+    let spans = collector
+        .until("the call's span", |spans| {
+            spans.iter().any(|s| s.name == "ShouldRateLimit")
+        })
+        .await;
+    let call = spans.iter().find(|s| s.name == "ShouldRateLimit").unwrap();
+    // The resource is not a span's attributes: kept whole.
+    assert_eq!(call.resource("deployment.environment"), Some("prod"));
+    assert_eq!(call.resource("team"), Some("edge team"));
+    assert_eq!(call.resource("service.name"), Some("ratelimit-under-test"));
+    // The span's first four attributes, each cut to three characters.
+    assert_eq!(call.attributes.len(), 4, "{call:#?}");
+    assert!(
+        call.attributes.iter().all(|(_, v)| v.chars().count() <= 3),
+        "{call:#?}"
+    );
+    assert_eq!(call.attribute("rpc.system"), Some("grp"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_follows_the_caller_then_the_rate() {
     let collector = Collector::grpc(None).await;

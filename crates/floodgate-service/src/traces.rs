@@ -25,7 +25,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
@@ -35,6 +34,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::environment::traces::{TraceProtocol, Traces};
 
 pub mod b3;
+mod limits;
 mod tls;
 
 /// The target every span here has: the exporting layer takes these and nothing else.
@@ -96,7 +96,8 @@ impl Exporting {
     /// HTTP with protobuf bodies; either over TLS to an `https://` endpoint), a batch
     /// processor on a runtime of its own, a sampler that
     /// follows the caller's decision and keeps `sampling_rate` of the traces begun here, and
-    /// the resource (`service.name`, `service.namespace`, `service.instance.id`); installs
+    /// the resource (`service.name`, `service.namespace`, `service.instance.id`, beside
+    /// `OTEL_RESOURCE_ATTRIBUTES`') and the span limits (`OTEL_SPAN_*_LIMIT`); installs
     /// [`propagator`] as the process's, and turns [`on`] on.
     pub fn start(traces: &Traces) -> Result<Exporting, TracesError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -114,26 +115,18 @@ impl Exporting {
                 opentelemetry_sdk::runtime::Tokio,
             )
             .build();
-        let mut resource = vec![
-            KeyValue::new("service.name", traces.service_name.clone()),
-            KeyValue::new("service.instance.id", traces.service_instance_id.clone()),
-        ];
-        if !traces.service_namespace.is_empty() {
-            resource.push(KeyValue::new(
-                "service.namespace",
-                traces.service_namespace.clone(),
-            ));
-        }
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
+        let builder = SdkTracerProvider::builder();
+        let builder = match traces.sdk.limits.value_length {
+            Some(max_chars) => {
+                builder.with_span_processor(limits::Truncating::new(processor, max_chars))
+            }
+            None => builder.with_span_processor(processor),
+        };
+        let provider = limits::with_counts(builder, &traces.sdk.limits)
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 traces.sampling_rate.clamp(0.0, 1.0),
             ))))
-            .with_resource(
-                opentelemetry_sdk::Resource::builder_empty()
-                    .with_attributes(resource)
-                    .build(),
-            )
+            .with_resource(limits::resource(traces))
             .build();
         drop(entered);
         let tracer = provider.tracer("floodgate");

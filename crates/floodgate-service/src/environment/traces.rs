@@ -17,6 +17,9 @@
 //! | `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE`, `…_CLIENT_KEY` | over TLS: this service's certificate and key (PEM), for mutual TLS | |
 //! | `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` | how long one export may take, in milliseconds; read here for the HTTPS client as the exporter reads it (a value that is not a whole number is ignored) | `10000` |
 //!
+//! The SDK's own variables that change what spans carry (`OTEL_RESOURCE_ATTRIBUTES`, the span
+//! limits) are read by [`sdk`].
+//!
 //! A `TRACES_` variable is preferred to its general form. With `http`, the endpoint is an
 //! `http://` URL (sent in the clear) or an `https://` one (sent over TLS). The exporter itself
 //! (the `opentelemetry-otlp` crate) also reads `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`,
@@ -27,6 +30,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{EnvError, Environment};
+
+pub mod sdk;
+
+pub use self::sdk::{SdkSettings, SpanLimits};
 
 /// How spans are sent to the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +86,8 @@ pub struct Traces {
     pub tls: TraceTls,
     /// How long one export may take (the HTTPS client's bound on a request).
     pub timeout: Duration,
+    /// The SDK's own variables: the resource's other attributes and the span limits.
+    pub sdk: SdkSettings,
 }
 
 impl Traces {
@@ -134,6 +143,7 @@ impl Traces {
             sampling_rate: env.float("TRACING_SAMPLING_RATE")?.unwrap_or(1.0),
             tls,
             timeout: timeout(env),
+            sdk: SdkSettings::read(env)?,
         }))
     }
 

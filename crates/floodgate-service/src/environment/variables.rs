@@ -190,7 +190,20 @@ pub const VARIABLES: &[Variable] = &[
     honoured("OTEL_EXPORTER_OTLP_COMPRESSION"),
     honoured("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"),
     honoured("OTEL_BSP_*"),
-    unsupported("OTEL_*", "not read: the resource, the sampler, the propagators and the protocol come from TRACING_*"),
+    differs("OTEL_RESOURCE_ATTRIBUTES", "a pair without `=` stops start-up naming it, where upstream logs it and keeps the others"),
+    no_effect("OTEL_SERVICE_NAME", "as upstream, where TRACING_SERVICE_NAME (default RateLimit) always names the service"),
+    differs("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "a value that is not a whole number stops start-up naming it, where upstream ignores it"),
+    differs("OTEL_ATTRIBUTE_COUNT_LIMIT", "as OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
+    differs("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "as OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
+    differs("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "as OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
+    differs("OTEL_SPAN_EVENT_COUNT_LIMIT", "Floodgate's spans carry no events or links (upstream's gRPC instrumentation adds an event per message), so there is nothing to limit"),
+    differs("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "as OTEL_SPAN_EVENT_COUNT_LIMIT"),
+    differs("OTEL_SPAN_LINK_COUNT_LIMIT", "as OTEL_SPAN_EVENT_COUNT_LIMIT"),
+    differs("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "as OTEL_SPAN_EVENT_COUNT_LIMIT"),
+    no_effect("OTEL_TRACES_SAMPLER", "as upstream, whose sampler follows the caller and keeps TRACING_SAMPLING_RATE of its own traces"),
+    no_effect("OTEL_TRACES_SAMPLER_ARG", "as OTEL_TRACES_SAMPLER"),
+    no_effect("OTEL_PROPAGATORS", "as upstream: W3C trace context, B3 and baggage, always"),
+    no_effect("OTEL_*", "as upstream, which exports traces alone and reads no other OTEL_ variable (the protocol is TRACING_EXPORTER_PROTOCOL's)"),
 ];
 
 /// Whether `name` only counts as upstream's settings being present along with another: the
