@@ -523,3 +523,29 @@ fn dogstatsd_in_a_file_and_its_mogrifiers_checked_by_field() {
     let (at, _) = invalid("stats:\n  dogstatsd: {address: agent}\n");
     assert_eq!(at, "stats.dogstatsd.address");
 }
+
+#[test]
+fn quota_mode_for_every_descriptor_is_refused_beside_all_or_nothing() {
+    let config = |quota: bool| {
+        Config::from_yaml_str(&format!(
+            "rls: {{quota_mode: {quota}}}\ndomains:\n  - domain: d\n    descriptors:\n      - key: user\n        all_or_nothing: true\n        rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
+        ))
+    };
+    assert!(config(false).unwrap().rule_set().is_ok());
+    let error = config(true)
+        .and_then(|c| c.rule_set())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("rls.quota_mode") && error.contains("d.user"),
+        "{error}"
+    );
+    // Without all_or_nothing, every descriptor is put in quota mode.
+    let rules = Config::from_yaml_str(
+        "rls: {quota_mode: true}\ndomains:\n  - domain: d\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .unwrap()
+    .rule_set()
+    .unwrap();
+    assert!(rules.quota_mode());
+}

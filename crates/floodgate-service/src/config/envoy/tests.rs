@@ -169,3 +169,22 @@ fn the_envoy_example_file_loads() {
     let set = compile_file(text).expect("loads");
     assert!(set.has_domain("edge_proxy"));
 }
+
+#[test]
+fn quota_mode_goes_with_any_algorithm_but_not_beside_all_or_nothing() {
+    let rules = compile_file(
+        "domain: d\ndescriptors:\n  - key: tokens\n    quota_mode: true\n    rate_limit: {algorithm: token_bucket, rate: 10, capacity: 20}\n  - key: user\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    for key in ["tokens", "user"] {
+        assert!(rules
+            .lookup("d", &entries(&[(key, "x")]))
+            .unwrap()
+            .quota_mode());
+    }
+    let (path, message) = invalid_at(
+        "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n  - key: b\n    descriptors:\n      - key: c\n        all_or_nothing: true\n        rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    );
+    assert_eq!(path, "descriptors[1].descriptors[0].all_or_nothing");
+    assert!(message.contains("descriptors[0].quota_mode"), "{message}");
+}
