@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use crate::{free_port, Issued, RedisServer, TestCa};
 
+mod shape;
+
 /// A Redis Cluster of `masters` masters with `replicas` replicas each, killed when dropped.
 #[derive(Debug)]
 pub struct RedisCluster {
@@ -80,48 +82,7 @@ impl RedisCluster {
             dir,
         };
         for _ in 0..masters * (1 + replicas) {
-            let port = free_port();
-            let config = cluster.dir.join(format!("nodes-{port}.conf"));
-            let extra = [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                config.to_str().expect("a UTF-8 temporary directory"),
-                "--cluster-node-timeout",
-                "1000",
-                "--dir",
-                cluster.dir.to_str().expect("a UTF-8 temporary directory"),
-            ];
-            let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-            let node = match tls {
-                None => RedisServer::start_with(port, extra),
-                Some((issued, ca_file, auth_clients)) => {
-                    let tls_port = free_port();
-                    extra.extend(crate::tls_arguments(
-                        tls_port,
-                        issued,
-                        ca_file,
-                        auth_clients,
-                    ));
-                    extra.extend(
-                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from),
-                    );
-                    let mut node = RedisServer {
-                        port,
-                        child: None,
-                        extra,
-                        tls: Some(crate::Tls {
-                            port: tls_port,
-                            ca_file: ca_file.to_path_buf(),
-                            _own_ca: None,
-                        }),
-                        password: None,
-                        config_file: None,
-                    };
-                    node.restart();
-                    node
-                }
-            };
+            let node = cluster.new_node(tls);
             cluster.nodes.push(node);
         }
         let mut create = Command::new("redis-cli");
@@ -138,6 +99,52 @@ impl RedisCluster {
         assert!(status.success(), "redis-cli --cluster create failed");
         cluster.wait_until_ok();
         cluster
+    }
+
+    /// A new cluster node, started (not yet joined): `redis-server --cluster-enabled yes` on a
+    /// free port, its cluster config file in the cluster's directory, TLS as `tls` says.
+    fn new_node(&self, tls: Option<(&Issued, &std::path::Path, bool)>) -> RedisServer {
+        let port = free_port();
+        let config = self.dir.join(format!("nodes-{port}.conf"));
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            config.to_str().expect("a UTF-8 temporary directory"),
+            "--cluster-node-timeout",
+            "1000",
+            "--dir",
+            self.dir.to_str().expect("a UTF-8 temporary directory"),
+        ];
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        match tls {
+            None => RedisServer::start_with(port, extra),
+            Some((issued, ca_file, auth_clients)) => {
+                let tls_port = free_port();
+                extra.extend(crate::tls_arguments(
+                    tls_port,
+                    issued,
+                    ca_file,
+                    auth_clients,
+                ));
+                extra
+                    .extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+                let mut node = RedisServer {
+                    port,
+                    child: None,
+                    extra,
+                    tls: Some(crate::Tls {
+                        port: tls_port,
+                        ca_file: ca_file.to_path_buf(),
+                        _own_ca: None,
+                    }),
+                    password: None,
+                    config_file: None,
+                };
+                node.restart();
+                node
+            }
+        }
     }
 
     /// Its URL, `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,…` (every node).

@@ -6,8 +6,9 @@
 -- KEYS: every link's key, the links of all groups in order (a key may appear more than once).
 -- On a cluster (the script's variant allowed keys of several slots of one node) only the
 -- first is declared, which routes the call: all links' keys then follow the groups in ARGV,
--- then the keys of each slot (its key count, then its keys), then the number of links' keys
--- and the length of that per-slot part (`batch_keys`, defined before this file).
+-- then the keys of each slot (its key count, a key of the slot that never exists, then its
+-- keys), then the number of links' keys and the length of that per-slot part (`batch_keys`,
+-- defined before this file).
 -- ARGV[1]: the batch's instant, as the prelude reads it ('' for Redis TIME); ARGV[2]: the
 -- least TTL; ARGV[3]: the number of specs. Then each spec, an operation that links share: its
 -- twin's name, its argument count n and its n arguments. Then the groups, each either
@@ -47,7 +48,20 @@ for s = 1, tonumber(ARGV[3]) do
   at = at + 2 + n
 end
 
-local keys, last, fetches = batch_keys()
+local keys, last, fetches, probes = batch_keys()
+
+-- On a cluster, every slot the batch touches must be served here and not be moving: a key of
+-- another node's slot, or a key missing from a slot being moved, would stop the script part
+-- way, after earlier groups had been written. A key of the slot that never exists tells, one
+-- per slot: EXISTS on it fails on such a slot (MOVED, ASK) before anything is written. The
+-- batch then answers 'unstable', and its requests are sent one by one, each where its slot
+-- lives (store/redis/batching.rs).
+if probes then
+  for _, probe in ipairs(probes) do
+    local found = redis.pcall('EXISTS', probe)
+    if type(found) == 'table' and found.err then return {'unstable'} end
+  end
+end
 
 -- `fetches`: the keys to read together (all of them on a single Redis; on a cluster one list
 -- per slot, since one command may touch one slot only). A lone key is read by its twin.

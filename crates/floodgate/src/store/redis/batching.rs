@@ -41,8 +41,9 @@ use tokio::sync::oneshot;
 
 use super::breaker::Breaker;
 use super::call::Call;
-use super::keys::{group_by_slot, Tagged};
+use super::keys::{group_by_slot, probe_key, Tagged};
 use super::link::Failed;
+use super::redirect::Redirect;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
@@ -95,6 +96,7 @@ struct Job {
 pub(super) type Submitted = (Vec<JobLink>, String, bool);
 
 /// A job as the script takes it.
+#[derive(Clone, Copy)]
 struct Group<'a> {
     links: &'a [JobLink],
     now: &'a str,
@@ -548,20 +550,65 @@ impl Inner {
     async fn answer(&self, batch: Vec<Job>) {
         let sent = {
             let groups: Vec<Group<'_>> = batch.iter().map(Job::group).collect();
-            tokio::time::timeout(self.timeout, self.send_batch(&groups))
+            tokio::time::timeout(self.timeout, self.run_batch(&groups))
                 .await
                 .unwrap_or_else(|_| Err(Failed::link(StoreError::Timeout(self.timeout))))
         };
         match sent {
             Ok(groups) => {
                 for (job, group) in batch.into_iter().zip(groups) {
-                    let _ = job.answer.send(Ok(group));
+                    let _ = job.answer.send(group);
                 }
             }
             Err(failed) => {
                 for job in batch {
                     let _ = job.answer.send(Err(failed.clone()));
                 }
+            }
+        }
+    }
+
+    /// Runs `batch` in one call; on a cluster whose slots it touches are not all served by
+    /// one node, or are moving (the script answered `unstable` and wrote nothing), each job
+    /// on its own: those of one slot in order, the slots concurrently, each call following
+    /// the cluster's redirections. Each job's replies, or the one failure of the call.
+    async fn run_batch(
+        &self,
+        batch: &[Group<'_>],
+    ) -> Result<Vec<Result<Vec<Value>, Failed>>, Failed> {
+        match self.send_batch(batch).await? {
+            Sent::Ran(groups) => Ok(groups.into_iter().map(Ok).collect()),
+            Sent::Unstable => {
+                self.redirects.split();
+                if let Some(nodes) = &self.nodes {
+                    nodes.failed();
+                }
+                let by_slot = group_by_slot(
+                    batch.iter().map(|job| Tagged(&job.links[0].key).slot()),
+                    usize::MAX,
+                );
+                let slots = by_slot.iter().map(|(_, members)| async move {
+                    let mut replies = Vec::with_capacity(members.len());
+                    for &i in members {
+                        let reply = match self.send_batch(&batch[i..=i]).await {
+                            Ok(Sent::Ran(mut groups)) => groups.pop().ok_or_else(bad_batch),
+                            Ok(Sent::Unstable) => Err(bad_batch()),
+                            Err(e) => Err(e),
+                        };
+                        replies.push((i, reply));
+                    }
+                    replies
+                });
+                let mut answers: Vec<Option<Result<Vec<Value>, Failed>>> = vec![None; batch.len()];
+                for replies in futures_util::future::join_all(slots).await {
+                    for (i, reply) in replies {
+                        answers[i] = Some(reply);
+                    }
+                }
+                Ok(answers
+                    .into_iter()
+                    .map(|a| a.unwrap_or_else(|| Err(lost())))
+                    .collect())
             }
         }
     }
@@ -579,15 +626,23 @@ impl Inner {
             now,
             refused,
         };
-        let mut replies = self.send_batch(&[group]).await?;
-        replies
-            .pop()
-            .ok_or_else(|| StoreError::Protocol("a batch left a chain out".into()).into())
+        match self.send_batch(&[group]).await? {
+            Sent::Ran(mut replies) => replies
+                .pop()
+                .ok_or_else(|| StoreError::Protocol("a batch left a chain out".into()).into()),
+            Sent::Unstable => Err(bad_batch()),
+        }
     }
 
     /// One script call for `batch`: the batch script, or a lone plain link's own twin. The
-    /// replies, per group.
-    async fn send_batch(&self, batch: &[Group<'_>]) -> Result<Vec<Vec<Value>>, Failed> {
+    /// replies, per group; or, on a cluster, the batch script's word that a slot it touches is
+    /// not served by the node it ran on, or is being moved (nothing written).
+    ///
+    /// On a cluster, one job (one slot) goes as the batch script with every key declared, so
+    /// that Redis itself checks them all before the script runs and answers a redirection
+    /// that is followed ([`Inner::send_script`]); several go as the cluster variant, which
+    /// declares one key and checks every slot itself.
+    async fn send_batch(&self, batch: &[Group<'_>]) -> Result<Sent, Failed> {
         let mut handle = self.connection.handle();
         if let [job] = batch {
             if let ([link], false) = (job.links, job.refused) {
@@ -602,11 +657,12 @@ impl Inner {
                         cmd
                     };
                     let value = self.send_script(&mut handle, command).await?;
-                    return Ok(vec![vec![value]]);
+                    return Ok(Sent::Ran(vec![vec![value]]));
                 }
             }
         }
-        let cluster = self.connection.is_cluster();
+        // One job's keys share a slot: declared, Redis checks them all before the script runs.
+        let cluster = self.connection.is_cluster() && batch.len() > 1;
         let script = if cluster {
             &self.scripts.batch_cluster
         } else {
@@ -676,12 +732,12 @@ impl Inner {
                     cmd.arg(Tagged(&link.key));
                 }
                 let mut size = 0;
-                for (_, members) in &by_slot {
-                    cmd.arg(members.len());
+                for (slot, members) in &by_slot {
+                    cmd.arg(members.len()).arg(probe_key(*slot));
                     for &i in members {
                         cmd.arg(Tagged(&links[i].key));
                     }
-                    size += 1 + members.len();
+                    size += 2 + members.len();
                 }
                 cmd.arg(links.len()).arg(size);
             }
@@ -692,11 +748,39 @@ impl Inner {
                 "unexpected reply from the batch script".into(),
             ))
         };
-        let Value::Array(flat) = self.send_script(&mut handle, command).await? else {
+        // A batch over several slots is never sent on where a redirection names: there (a
+        // slot being moved in, reached by `ASKING`) its other slots' keys may not be served.
+        // It goes request by request instead, each request following the redirection.
+        let sent = self.send_following(&mut handle, command, !cluster).await;
+        let sent = match sent {
+            Err(e) if cluster && Redirect::of(&e).is_some() => return Ok(Sent::Unstable),
+            other => other?,
+        };
+        let Value::Array(flat) = sent else {
             return Err(bad());
         };
-        unflatten(flat, batch).ok_or_else(bad)
+        if let [Value::BulkString(word)] = flat.as_slice() {
+            if word == b"unstable" {
+                return Ok(Sent::Unstable);
+            }
+        }
+        unflatten(flat, batch).map(Sent::Ran).ok_or_else(bad)
     }
+}
+
+/// What one batch call came back with.
+enum Sent {
+    /// The replies, per group.
+    Ran(Vec<Vec<Value>>),
+    /// Nothing ran: a slot of the batch is served elsewhere or is being moved.
+    Unstable,
+}
+
+/// A batch whose reply left a job out.
+fn bad_batch() -> Failed {
+    Failed::from(StoreError::Protocol(
+        "a batch left a job out, or answered 'unstable' for one slot".into(),
+    ))
 }
 
 /// The batch script's flat reply, per group: its links' twin replies, each checked against the

@@ -241,6 +241,7 @@ impl RedisStoreBuilder {
                 secrets: secrets(&self.url),
                 lanes,
                 namespaces: super::super::Namespaces::new(),
+                redirects: super::redirect::RedirectCounts::default(),
             }),
         })
     }

@@ -119,22 +119,24 @@ impl Script {
     /// slots, as long as one node serves them all, so that one call carries a master's batch.
     /// Redis refuses declared keys of several slots whatever the flags, and any one command
     /// spanning slots, so only the first key is declared (it routes the call), all of them
-    /// follow the groups in `ARGV`, and the keys to read together come per slot.
+    /// follow the groups in `ARGV`, and the keys to read together come per slot, each slot's
+    /// after a key of that slot that never exists (its probe, [`super::keys::probe_key`]).
     fn batch_cluster() -> Script {
         Script::batch_with(
             "local function batch_keys()\n\
              \x20 local size, n = tonumber(ARGV[#ARGV]), tonumber(ARGV[#ARGV - 1])\n\
              \x20 local from = #ARGV - 1 - size\n\
-             \x20 local keys, fetches = {}, {}\n\
+             \x20 local keys, fetches, probes = {}, {}, {}\n\
              \x20 for i = 1, n do keys[i] = ARGV[from - n - 1 + i] end\n\
              \x20 local at = from\n\
              \x20 while at < #ARGV - 1 do\n\
              \x20   local count, fetch = tonumber(ARGV[at]), {}\n\
-             \x20   for i = 1, count do fetch[i] = ARGV[at + i] end\n\
+             \x20   probes[#probes + 1] = ARGV[at + 1]\n\
+             \x20   for i = 1, count do fetch[i] = ARGV[at + 1 + i] end\n\
              \x20   fetches[#fetches + 1] = fetch\n\
-             \x20   at = at + 1 + count\n\
+             \x20   at = at + 2 + count\n\
              \x20 end\n\
-             \x20 return keys, from - n - 1, fetches\n\
+             \x20 return keys, from - n - 1, fetches, probes\n\
              end\n",
             "#!lua flags=allow-cross-slot-keys\n",
         )
@@ -189,6 +191,10 @@ pub(super) struct Scripts {
     pub(super) batch_cluster: Script,
     pub(super) cached: Script,
     pub(super) probe: Script,
+    /// envoyproxy/ratelimit's `INCRBY` and `EXPIRE` of a counter, as one script (on a cluster).
+    pub(super) increment: Script,
+    /// A counter's refund (`DECRBY`, removed at zero), as one script.
+    pub(super) refund: Script,
 }
 
 impl Scripts {
@@ -206,6 +212,8 @@ impl Scripts {
             batch_cluster: Script::batch_cluster(),
             cached: Script::cached(),
             probe: Script::probe(),
+            increment: Script::from_source(super::counters::INCREMENT.to_owned(), "increment"),
+            refund: Script::from_source(super::counters::REFUND.to_owned(), "refund"),
         }
     }
 

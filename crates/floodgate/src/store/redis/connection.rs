@@ -11,6 +11,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::redacted;
+use super::redirect::NodeConnections;
 use super::sentinel::Sentinel;
 use super::tls::TlsFiles;
 use crate::ConfigError;
@@ -29,9 +30,10 @@ pub(super) enum Connection {
     /// One Redis. The manager sits behind a lock only so that a `READONLY` answer (the server
     /// was demoted to a replica) can replace it with a fresh one; calls clone it out.
     Single(Box<Single>),
-    /// A Redis Cluster: the client routes each command by its key's slot, follows `MOVED` and
-    /// `ASK`, and refreshes its slot map after `MOVED`, `READONLY` and lost nodes.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster: the client routes each command by its key's slot and refreshes its
+    /// slot map after `MOVED`, `READONLY` and lost nodes; the store follows redirections over
+    /// connections of its own to the nodes they name ([`super::redirect`]).
+    Cluster(ClusterConnection, Box<NodeConnections>),
     /// The master the sentinels name, asked again after a failure.
     Sentinel(Arc<Sentinel>),
 }
@@ -40,7 +42,7 @@ impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Connection::Single(_) => "Connection::Single",
-            Connection::Cluster(_) => "Connection::Cluster",
+            Connection::Cluster(..) => "Connection::Cluster",
             Connection::Sentinel(_) => "Connection::Sentinel",
         })
     }
@@ -127,7 +129,7 @@ impl Connection {
                 let guard = single.current.read().unwrap_or_else(|e| e.into_inner());
                 Handle::Single(guard.0, guard.1.clone())
             }
-            Connection::Cluster(cluster) => Handle::Cluster(cluster.clone()),
+            Connection::Cluster(cluster, _) => Handle::Cluster(cluster.clone()),
             Connection::Sentinel(sentinel) => Handle::Sentinel(sentinel.clone()),
         }
     }
@@ -148,7 +150,15 @@ impl Connection {
 
     /// Whether this is a cluster.
     pub(super) fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
+        matches!(self, Connection::Cluster(..))
+    }
+
+    /// On a cluster, the store's own connections to the nodes redirections name.
+    pub(super) fn nodes(&self) -> Option<&NodeConnections> {
+        match self {
+            Connection::Cluster(_, nodes) => Some(nodes),
+            _ => None,
+        }
     }
 
     /// After `handle` got `READONLY` from a single Redis (it was demoted to a replica, and the
@@ -261,6 +271,7 @@ fn cluster(
         .set_response_timeout(timeout);
     Ok(Connection::Cluster(
         client.get_pending_async_connection_with_config(config),
+        Box::new(NodeConnections::new(user_info, tls, connect_timeout)),
     ))
 }
 

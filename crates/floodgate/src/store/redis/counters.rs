@@ -25,9 +25,10 @@ pub struct CounterIncrement<'a> {
 
 impl RedisStore {
     /// For each increment, in order, `INCRBY` then `EXPIRE` (the TTL set on every call, as
-    /// envoyproxy/ratelimit sets it): one pipeline on a single Redis, and on a cluster one per
-    /// key, all sent at once (one key's two commands always go together). Under the store's
-    /// timeout and circuit breaker. The counts after each `INCRBY`, in order.
+    /// envoyproxy/ratelimit sets it): one pipeline on a single Redis, and on a cluster one
+    /// script call per key doing both, all sent at once, each following the cluster's
+    /// redirections while slots move (see [`super::redirect`]). Under the store's timeout and
+    /// circuit breaker. The counts after each `INCRBY`, in order.
     ///
     /// A pipeline is not a transaction: each key's count is exact (`INCRBY` is atomic), but a
     /// failure part-way may leave some keys counted. A key that holds something other than an
@@ -42,15 +43,26 @@ impl RedisStore {
         let inner = &self.inner;
         inner
             .guarded(async {
-                let pipelines: Vec<redis::Pipeline> = if inner.connection.is_cluster() {
-                    increments
-                        .iter()
-                        .map(|i| pipeline(std::slice::from_ref(i)))
-                        .collect()
+                let answers = if inner.connection.is_cluster() {
+                    per_key(
+                        inner,
+                        increments.iter().map(|i| {
+                            let script = if i.refund {
+                                &inner.scripts.refund
+                            } else {
+                                &inner.scripts.increment
+                            };
+                            move |by_source: bool| {
+                                let mut cmd = script.command(by_source);
+                                cmd.arg(1).arg(i.key).arg(i.by).arg(i.ttl_seconds.max(1));
+                                cmd
+                            }
+                        }),
+                    )
+                    .await?
                 } else {
-                    vec![pipeline(increments)]
+                    run(inner, vec![pipeline(increments)]).await?
                 };
-                let answers = run(inner, pipelines).await?;
                 answers
                     .into_iter()
                     .map(|answer| count(&answer).map_err(Into::into))
@@ -60,8 +72,8 @@ impl RedisStore {
     }
 
     /// The counts under `keys` (0 for a key that holds nothing), read with `GET` in one
-    /// pipeline (on a cluster, one per key, all at once), under the store's timeout and
-    /// circuit breaker.
+    /// pipeline (on a cluster, one `GET` per key, all at once, following redirections), under
+    /// the store's timeout and circuit breaker.
     pub async fn read_counters(&self, keys: &[&str]) -> Result<Vec<u64>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -76,12 +88,21 @@ impl RedisStore {
                     }
                     pipe
                 };
-                let pipelines: Vec<redis::Pipeline> = if inner.connection.is_cluster() {
-                    keys.iter().map(|k| get(std::slice::from_ref(k))).collect()
+                let answers = if inner.connection.is_cluster() {
+                    per_key(
+                        inner,
+                        keys.iter().map(|key| {
+                            move |_: bool| {
+                                let mut cmd = redis::cmd("GET");
+                                cmd.arg(*key);
+                                cmd
+                            }
+                        }),
+                    )
+                    .await?
                 } else {
-                    vec![get(keys)]
+                    run(inner, vec![get(keys)]).await?
                 };
-                let answers = run(inner, pipelines).await?;
                 answers
                     .into_iter()
                     .map(|answer| match answer {
@@ -95,8 +116,12 @@ impl RedisStore {
 }
 
 /// A refund: `DECRBY`, and the key removed when that leaves nothing (or less) to count.
-const REFUND: &str = "local n = redis.call('DECRBY', KEYS[1], ARGV[1]) \
+pub(super) const REFUND: &str = "local n = redis.call('DECRBY', KEYS[1], ARGV[1]) \
 if n <= 0 then redis.call('DEL', KEYS[1]) return 0 end return n";
+
+/// An increment as one script, for a cluster: `INCRBY`, then `EXPIRE` (`ARGV[2]` seconds).
+pub(super) const INCREMENT: &str = "local n = redis.call('INCRBY', KEYS[1], ARGV[1]) \
+redis.call('EXPIRE', KEYS[1], ARGV[2]) return n";
 
 /// `INCRBY` + `EXPIRE` of each, the `EXPIRE` answers ignored; a refund's script.
 fn pipeline(increments: &[CounterIncrement<'_>]) -> redis::Pipeline {
@@ -113,6 +138,26 @@ fn pipeline(increments: &[CounterIncrement<'_>]) -> redis::Pipeline {
             .ignore();
     }
     pipe
+}
+
+/// Sends each call (one key's, built by `command` from whether to send a script's source) at
+/// once, each following the cluster's redirections; their answers, in order.
+async fn per_key<F: Fn(bool) -> redis::Cmd>(
+    inner: &Inner,
+    commands: impl Iterator<Item = F>,
+) -> Result<Vec<redis::Value>, super::link::Failed> {
+    let sent = commands.map(|command| {
+        let mut handle = inner.connection.handle();
+        async move { inner.send_script(&mut handle, command).await }
+    });
+    futures_util::future::join_all(sent)
+        .await
+        .into_iter()
+        .map(|answer| match answer {
+            Err(e) if holds_no_count(&e) => Err(not_a_counter().into()),
+            other => other.map_err(Into::into),
+        })
+        .collect()
 }
 
 /// Sends every pipeline at once; their answers, concatenated in order.

@@ -76,6 +76,28 @@ impl ToRedisArgs for Tagged<'_> {
 
 impl ToSingleRedisArg for Tagged<'_> {}
 
+/// A Redis key of `slot` that never holds anything (`floodgate!slot:{N}`: no namespace holds
+/// `!`), which the cluster batch script asks about to learn whether the slot is served where
+/// the script runs and is not being moved (see `batch.lua`). Found once for every slot, by
+/// counting `N` up until each slot has one.
+pub(super) fn probe_key(slot: Slot) -> &'static str {
+    static PROBES: std::sync::OnceLock<HashMap<Slot, String>> = std::sync::OnceLock::new();
+    let probes = PROBES.get_or_init(|| {
+        let mut probes = HashMap::with_capacity(16384);
+        let mut n: u32 = 0;
+        while probes.len() < 16384 {
+            let key = format!("floodgate!slot:{{{n}}}");
+            probes.entry(Slot::for_key(&key)).or_insert(key);
+            n += 1;
+        }
+        probes
+    });
+    probes
+        .get(&slot)
+        .map(String::as_str)
+        .expect("every slot has a probe")
+}
+
 /// The indices `0..` of `slots`, grouped by slot in order of first appearance, each group cut
 /// into runs of at most `max` (at least 1): what one script call or pipeline may carry on a
 /// cluster, where everything one call touches must live in one slot. Linear in the number of
@@ -117,6 +139,16 @@ mod tests {
                 cmd.args_iter().nth(1),
                 Some(redis::Arg::Simple(redis_key(key).as_bytes()))
             );
+        }
+    }
+
+    #[test]
+    fn every_slot_has_a_probe_of_its_own() {
+        for key in ["api:alice", "rls:3:rl", "x"] {
+            let slot = Tagged(key).slot();
+            let probe = probe_key(slot);
+            assert_eq!(Slot::for_key(probe), slot, "{probe}");
+            assert!(probe.starts_with("floodgate!slot:{"), "{probe}");
         }
     }
 

@@ -17,12 +17,12 @@ local function leases(key, now_us, a)
   local op, lease, critical, cost = a[7], a[8], a[9] == '1', tonumber(a[10])
 
   local kind = redis.call('TYPE', key).ok
-  local seen = 0
+  local seen, marker = 0, ''
   if kind == 'string' then
     local raw = redis.call('GET', key)
     return {-1, string.match(raw, '^[^:]*')}
   elseif kind == 'zset' then
-    local marker = redis.call('ZRANGEBYSCORE', key, 0, 0)[1] or ''
+    marker = redis.call('ZRANGEBYSCORE', key, 0, 0)[1] or ''
     local found, s = string.match(marker, '^([^:]*):(%d+)$')
     if found ~= tag then return {-1, found or ''} end
     seen = tonumber(s)
@@ -91,11 +91,13 @@ local function leases(key, now_us, a)
     return (decide(false, cost <= room, nil))
   end
 
-  -- A mutating operation: `seen` becomes `at`, expired leases go.
+  -- A mutating operation: `seen` becomes `at`, expired leases go. The marker stays until its
+  -- successor is written, so that the set never empties (Redis would delete it) before the
+  -- operation writes to it again: on a Redis Cluster slot being moved, a key that is gone
+  -- may not be written again by the same script.
   seen = at
   redis.call('ZREMRANGEBYSCORE', key, 1, pb)
   redis.call('ZREMRANGEBYSCORE', key, nb, -1)
-  redis.call('ZREMRANGEBYSCORE', key, 0, 0)
 
   -- Writes the marker and the TTL (until the state is fresh), or drops a fresh state.
   local function finish(r, reset_us, reset_sub)
@@ -103,7 +105,11 @@ local function leases(key, now_us, a)
       redis.call('DEL', key)
       return r
     end
-    redis.call('ZADD', key, 0, tag .. ':' .. int(seen))
+    local successor = tag .. ':' .. int(seen)
+    if successor ~= marker then
+      redis.call('ZADD', key, 0, successor)
+      if marker ~= '' then redis.call('ZREM', key, marker) end
+    end
     local ms, rest = divmod(reset_us, 1000)
     if rest > 0 or reset_sub > 0 then ms = ms + 1 end
     if ms < min_ttl_ms then ms = min_ttl_ms end

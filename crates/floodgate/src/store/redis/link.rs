@@ -12,6 +12,7 @@ use super::breaker::Breaker;
 use super::call::{Call, Script};
 use super::connection::Handle;
 use super::keys::{group_by_slot, Tagged};
+use super::redirect::{Redirect, Route};
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
@@ -174,8 +175,10 @@ fn did_not_run(reply: &RedisResult<Value>, cluster: bool) -> bool {
             .any(|kind| is(e, kind))
 }
 
-/// The most times one call is sent on a cluster (see [`Inner::send_script`]).
-const SENDS: u32 = 4;
+/// The most times one call is sent on a cluster (see [`Inner::send_script`]): enough for a
+/// `MOVED` and an `ASK` in a row, and for `TRYAGAIN` through the whole of a slot's move (the
+/// pauses add up to about half a second), the call's timeout bounding it first.
+const SENDS: u32 = 20;
 
 /// One call of a batch: its key, instant argument and script call.
 struct Item<'r> {
@@ -215,41 +218,99 @@ impl Inner {
     /// Sends `command(false)` (an `EVALSHA`), and `command(true)` (the same call as `EVAL` of
     /// the source) after `NOSCRIPT`; a `READONLY` answer replaces a single Redis's connection.
     ///
-    /// On a cluster, a call answered with a redirect, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`
-    /// or `LOADING` did not run, and is sent again (up to [`SENDS`] times in all, after a short
-    /// pause for the ones that say to wait; the client has refreshed its slot map after a
-    /// `MOVED`). Nothing else is ever sent twice: the cluster client's own retries are off,
-    /// since after a lost connection or a timeout it would send again a call that may have run.
+    /// On a cluster, a call answered with a redirection (`MOVED`, `ASK`, `TRYAGAIN`,
+    /// `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`) did not run, and is sent where it says (see
+    /// [`super::redirect`]), at most [`SENDS`] times in all, within the call's timeout; each
+    /// redirection followed is counted, and a `MOVED` marks the store's slot map stale. Nothing
+    /// else is ever sent twice: the cluster client's own retries are off, since after a lost
+    /// connection or a timeout it would send again a call that may have run.
     pub(super) async fn send_script(
         &self,
         handle: &mut Handle,
         command: impl Fn(bool) -> redis::Cmd,
     ) -> RedisResult<Value> {
-        let cluster = self.connection.is_cluster();
+        self.send_following(handle, command, true).await
+    }
+
+    /// [`Inner::send_script`], following `MOVED` and `ASK` only when `follow` says so (else a
+    /// call answered with them comes back as it was answered; `TRYAGAIN` and the like are
+    /// still waited out).
+    pub(super) async fn send_following(
+        &self,
+        handle: &mut Handle,
+        command: impl Fn(bool) -> redis::Cmd,
+        follow: bool,
+    ) -> RedisResult<Value> {
+        let mut route = Route::BySlot;
         let mut sends = 1;
-        let result = loop {
-            let result = match command(false).query_async(handle).await {
-                Err(e) if is(&e, ServerErrorKind::NoScript) => {
-                    command(true).query_async(handle).await
-                }
-                other => other,
+        loop {
+            let result = self.send_routed(handle, &route, &command).await;
+            let redirect = match &result {
+                Err(e) if self.connection.is_cluster() && sends < SENDS => Redirect::of(e)
+                    .filter(|r| follow || matches!(r, Redirect::TryAgain | Redirect::Down)),
+                _ => None,
             };
-            if sends >= SENDS || !did_not_run(&result, cluster) {
-                break result;
+            let Some(redirect) = redirect else {
+                if let Err(e) = &result {
+                    if is(e, ServerErrorKind::ReadOnly) {
+                        self.read_only_answered(handle);
+                    }
+                }
+                return result;
+            };
+            self.redirects.count(&redirect);
+            if matches!(redirect, Redirect::Moved(_)) {
+                if let Some(nodes) = &self.nodes {
+                    nodes.failed();
+                }
             }
             sends += 1;
-            if let Err(e) = &result {
-                if matches!(e.retry_method(), RetryMethod::WaitAndRetry) {
-                    tokio::time::sleep(Duration::from_millis(5 << sends)).await;
-                }
+            let pause = redirect.pause(sends);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
             }
-        };
-        if let Err(e) = &result {
-            if is(e, ServerErrorKind::ReadOnly) {
-                self.read_only_answered(handle);
-            }
+            route = redirect.route();
         }
-        result
+    }
+
+    /// One send of `command` (and of its source after `NOSCRIPT`) along `route`: by slot through
+    /// the cluster client (or the one connection), or to a node by address, `ASKING` first.
+    async fn send_routed(
+        &self,
+        handle: &mut Handle,
+        route: &Route,
+        command: &impl Fn(bool) -> redis::Cmd,
+    ) -> RedisResult<Value> {
+        let (address, asking) = match route {
+            Route::BySlot => {
+                return match command(false).query_async(handle).await {
+                    Err(e) if is(&e, ServerErrorKind::NoScript) => {
+                        command(true).query_async(handle).await
+                    }
+                    other => other,
+                };
+            }
+            Route::Node(address) => (address, false),
+            Route::Asking(address) => (address, true),
+        };
+        let Some(nodes) = self.connection.nodes() else {
+            return command(false).query_async(handle).await;
+        };
+        let mut node = nodes.to(address).await?;
+        let send = |by_source: bool| {
+            let mut pipe = redis::pipe();
+            if asking {
+                pipe.cmd("ASKING").ignore();
+            }
+            pipe.add_command(command(by_source));
+            pipe
+        };
+        let sent: RedisResult<(Value,)> = send(false).query_async(&mut node).await;
+        let sent = match sent {
+            Err(e) if is(&e, ServerErrorKind::NoScript) => send(true).query_async(&mut node).await,
+            other => other,
+        };
+        sent.map(|(value,)| value)
     }
 
     /// [`super::RedisStore::probe`].

@@ -219,12 +219,20 @@
 //! - **Routing.** Each call goes to the master serving its key's slot. The [hash-tagged
 //!   keys](#keys-and-state) put every namespace's state of one user in one slot, so one user's
 //!   keys live on one node.
-//! - **Redirects and failover.** The client refreshes its slot map after `MOVED`, `READONLY`
-//!   (a demoted master) or a lost node, and reconnects to nodes by itself. A call answered with
-//!   a redirect, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` did not run, and the store
-//!   sends it again (up to four sends, within the timeout); nothing else is sent twice (the
-//!   client's own retries are off: after a lost connection or a timeout it would resend a call
-//!   that may have run). While a master is down and until its replica has taken over (the
+//! - **Slots moving, and failover.** Slot migration (a master added and filled, a slot moved,
+//!   a master drained) is a redirection to follow, never a failure (`redirect.rs`): a call
+//!   answered `MOVED` goes to the node named, `ASK` to the target as `ASKING` and the call in
+//!   one write, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN` and `LOADING` again after a short
+//!   pause, up to twenty sends within the call's timeout; each followed is counted
+//!   ([`RedisStore::redirect_stats`]) and none counts for the breaker. Such an answer means
+//!   the call did not run; nothing else is sent twice (the client's own retries are off:
+//!   after a lost connection or a timeout it would resend a call that may have run). The
+//!   client refreshes its slot map after `MOVED`, `READONLY` (a demoted master) or a lost node,
+//!   and the store its own (below) once per burst. Every call's keys share a slot (the hash
+//!   tags), so that Redis checks them all before a call runs; the batches of several slots
+//!   check theirs first and run nothing when one is moving (see **Batches**). The scripts
+//!   never empty a key and write it again in one call (Redis refuses the write on a slot being
+//!   moved). While a master is down and until its replica has taken over (the
 //!   cluster's `cluster-node-timeout` plus an election), calls on its slots fail or time out
 //!   within the store's timeout, and count towards that master's breaker; afterwards they
 //!   succeed again without rebuilding the store. Calls on other masters' slots are unaffected:
@@ -233,7 +241,12 @@
 //!   `EVAL` of the source, routed by the same key, so the script is loaded on exactly the node
 //!   that runs it (`SCRIPT LOAD` has no key, and would have to reach every node).
 //! - **Batches.** With group commit (the default), decisions go in one script call per
-//!   master (see [Group commit](#group-commit)), the masters' calls concurrently. Without it,
+//!   master (see [Group commit](#group-commit)), the masters' calls concurrently. Such a call
+//!   declares one key, so before it writes anything the script asks, for each slot it
+//!   touches, about a key of that slot that never exists: on a slot served elsewhere or being
+//!   moved that fails (`MOVED`, `ASK`), and the batch answers that it ran nothing; a batch
+//!   answered with a redirection is not followed either. Its requests then go one by one,
+//!   each with its keys declared and following its redirections (counted as `split`). Without it,
 //!   redis-rs sends a pipeline to one node and refuses one spanning slots, so
 //!   [`Store::apply_many`] sends one pipeline per slot, all at once (concurrently), under the
 //!   one timeout: a batch for one user is one round trip; a batch over many users costs the
@@ -298,6 +311,7 @@ mod keys;
 mod link;
 mod nodes;
 mod passwords;
+mod redirect;
 mod reply;
 mod sentinel;
 mod server_stats;
@@ -316,6 +330,7 @@ pub use keys::redis_key;
 use nodes::Nodes;
 pub use passwords::redacted;
 use passwords::secrets;
+pub use redirect::RedirectStats;
 pub use server_stats::ScriptTime;
 
 /// The store key [`RedisStore::probe`] writes and deletes (`floodgate:{probe}` in Redis).
@@ -369,6 +384,8 @@ struct Inner {
     lanes: Option<Lanes>,
     /// The namespaces of the limiters on this store (and on cached stores over it).
     namespaces: super::Namespaces,
+    /// The cluster's redirections followed so far.
+    redirects: redirect::RedirectCounts,
 }
 
 impl RedisStore {
@@ -390,6 +407,12 @@ impl RedisStore {
             batch_max_keys: 128,
             batch_in_flight: 2,
         }
+    }
+
+    /// The Redis Cluster's redirections this store has followed so far, by kind (all zero on
+    /// one Redis): calls sent on to where a slot now lives, never failures.
+    pub fn redirect_stats(&self) -> RedirectStats {
+        self.inner.redirects.stats()
     }
 
     /// What the group commit has sent so far: script calls made for decisions, the decisions

@@ -91,12 +91,14 @@ local function sliding_log(key, now_us, a)
   -- same instant), and keep the list until the new entry leaves the window.
   total = total - expired_cost + cost
   if kind == 'list' then
-    redis.call('LTRIM', key, 2 + 2 * expired, -1)
+    -- The new entry first, then the trim: the list never empties (Redis would delete it)
+    -- before it is written again, which a Redis Cluster slot being moved would refuse.
     if n - expired > 0 and at(n) == v_now then
       redis.call('LSET', key, -1, int(cost_of(n) + cost))
     else
       redis.call('RPUSH', key, int(v_now), int(cost))
     end
+    redis.call('LTRIM', key, 2 + 2 * expired, -1)
     redis.call('LPUSH', key, int(total), 'S')
   else
     redis.call('RPUSH', key, 'S', int(total), int(v_now), int(cost))
