@@ -498,6 +498,8 @@ pub struct StoreLive {
     pub batches: Option<floodgate::store::redis::BatchStats>,
     /// On a Redis Cluster, each master (`host:port`) and its own breaker's state.
     pub nodes: Vec<(String, BreakerState)>,
+    /// On a Redis Cluster, the redirections followed while slots move (`None` otherwise).
+    pub redirects: Option<floodgate::store::redis::RedirectStats>,
 }
 
 impl StoreLive {
@@ -512,6 +514,7 @@ impl StoreLive {
             memory: None,
             batches: None,
             nodes: Vec::new(),
+            redirects: None,
         }
     }
 
@@ -569,6 +572,22 @@ impl StoreLive {
                 "The store's circuit breaker: 0 closed, 1 open (calls fail at once), 2 half-open (one call probes).",
             )
             .sample(&store, breaker_gauge(state));
+        }
+        if let Some(r) = &self.redirects {
+            let mut redirects = text.family(
+                "floodgate_store_redirects_total",
+                Kind::Counter,
+                "Redis Cluster redirections followed while slots move, never failures: moved (a slot found on another master), ask (a key of a slot being moved, found on its new master), tryagain (a call waiting out a slot's move), clusterdown (a failover or a loading node waited out), split (a batch of several slots sent request by request, one of them moving).",
+            );
+            for (kind, n) in [
+                ("moved", r.moved),
+                ("ask", r.ask),
+                ("tryagain", r.try_again),
+                ("clusterdown", r.cluster_down),
+                ("split", r.split),
+            ] {
+                redirects.sample(&[("store", self.kind), ("kind", kind)], n);
+            }
         }
         if !self.nodes.is_empty() {
             let mut nodes = text.family(
@@ -650,11 +669,18 @@ mod tests {
                     ("10.0.0.1:7000".into(), BreakerState::Open),
                     ("10.0.0.2:7001".into(), BreakerState::Closed),
                 ],
+                redirects: Some(floodgate::store::redis::RedirectStats {
+                    moved: 3,
+                    ask: 5,
+                    ..Default::default()
+                }),
             }),
             ..Live::default()
         };
         let text = Metrics::default().render(&live);
         for line in [
+            "floodgate_store_redirects_total{store=\"redis\",kind=\"ask\"} 5",
+            "floodgate_store_redirects_total{store=\"redis\",kind=\"split\"} 0",
             "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"1\"} 1",
             "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"4\"} 3",
             "floodgate_store_batch_decisions_bucket{store=\"redis\",le=\"1024\"} 4",

@@ -56,6 +56,11 @@ impl Server {
             store: Some(StoreLive {
                 memory: self.store.memory_stats(),
                 batches: self.store.redis().map(|r| r.batch_stats()),
+                redirects: self
+                    .store
+                    .redis()
+                    .filter(|_| self.store.kind() == "redis-cluster")
+                    .map(|r| r.redirect_stats()),
                 nodes: self
                     .store
                     .redis()

@@ -32,7 +32,7 @@ pub(super) enum Connection {
     Single(Box<Single>),
     /// A Redis Cluster: the client routes each command by its key's slot and refreshes its
     /// slot map after `MOVED`, `READONLY` and lost nodes; the store follows redirections over
-    /// connections of its own to the nodes they name ([`super::redirect`]).
+    /// connections of its own to the nodes they name (module `redirect`).
     Cluster(ClusterConnection, Box<NodeConnections>),
     /// The master the sentinels name, asked again after a failure.
     Sentinel(Arc<Sentinel>),

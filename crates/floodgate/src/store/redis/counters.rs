@@ -27,7 +27,7 @@ impl RedisStore {
     /// For each increment, in order, `INCRBY` then `EXPIRE` (the TTL set on every call, as
     /// envoyproxy/ratelimit sets it): one pipeline on a single Redis, and on a cluster one
     /// script call per key doing both, all sent at once, each following the cluster's
-    /// redirections while slots move (see [`super::redirect`]). Under the store's timeout and
+    /// redirections while slots move (see module `redirect`). Under the store's timeout and
     /// circuit breaker. The counts after each `INCRBY`, in order.
     ///
     /// A pipeline is not a transaction: each key's count is exact (`INCRBY` is atomic), but a

@@ -12,7 +12,6 @@ use super::breaker::Breaker;
 use super::call::{Call, Script};
 use super::connection::Handle;
 use super::keys::{group_by_slot, Tagged};
-use super::redirect::{Redirect, Route};
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
@@ -151,7 +150,7 @@ fn io_error(e: &RedisError) -> Option<&std::io::Error> {
     })
 }
 
-fn is(e: &RedisError, kind: ServerErrorKind) -> bool {
+pub(super) fn is(e: &RedisError, kind: ServerErrorKind) -> bool {
     e.kind() == ErrorKind::Server(kind)
 }
 
@@ -174,11 +173,6 @@ fn did_not_run(reply: &RedisResult<Value>, cluster: bool) -> bool {
             .into_iter()
             .any(|kind| is(e, kind))
 }
-
-/// The most times one call is sent on a cluster (see [`Inner::send_script`]): enough for a
-/// `MOVED` and an `ASK` in a row, and for `TRYAGAIN` through the whole of a slot's move (the
-/// pauses add up to about half a second), the call's timeout bounding it first.
-const SENDS: u32 = 20;
 
 /// One call of a batch: its key, instant argument and script call.
 struct Item<'r> {
@@ -220,7 +214,7 @@ impl Inner {
     ///
     /// On a cluster, a call answered with a redirection (`MOVED`, `ASK`, `TRYAGAIN`,
     /// `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`) did not run, and is sent where it says (see
-    /// [`super::redirect`]), at most [`SENDS`] times in all, within the call's timeout; each
+    /// module `redirect`), at most [`SENDS`] times in all, within the call's timeout; each
     /// redirection followed is counted, and a `MOVED` marks the store's slot map stale. Nothing
     /// else is ever sent twice: the cluster client's own retries are off, since after a lost
     /// connection or a timeout it would send again a call that may have run.
@@ -230,87 +224,6 @@ impl Inner {
         command: impl Fn(bool) -> redis::Cmd,
     ) -> RedisResult<Value> {
         self.send_following(handle, command, true).await
-    }
-
-    /// [`Inner::send_script`], following `MOVED` and `ASK` only when `follow` says so (else a
-    /// call answered with them comes back as it was answered; `TRYAGAIN` and the like are
-    /// still waited out).
-    pub(super) async fn send_following(
-        &self,
-        handle: &mut Handle,
-        command: impl Fn(bool) -> redis::Cmd,
-        follow: bool,
-    ) -> RedisResult<Value> {
-        let mut route = Route::BySlot;
-        let mut sends = 1;
-        loop {
-            let result = self.send_routed(handle, &route, &command).await;
-            let redirect = match &result {
-                Err(e) if self.connection.is_cluster() && sends < SENDS => Redirect::of(e)
-                    .filter(|r| follow || matches!(r, Redirect::TryAgain | Redirect::Down)),
-                _ => None,
-            };
-            let Some(redirect) = redirect else {
-                if let Err(e) = &result {
-                    if is(e, ServerErrorKind::ReadOnly) {
-                        self.read_only_answered(handle);
-                    }
-                }
-                return result;
-            };
-            self.redirects.count(&redirect);
-            if matches!(redirect, Redirect::Moved(_)) {
-                if let Some(nodes) = &self.nodes {
-                    nodes.failed();
-                }
-            }
-            sends += 1;
-            let pause = redirect.pause(sends);
-            if !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
-            route = redirect.route();
-        }
-    }
-
-    /// One send of `command` (and of its source after `NOSCRIPT`) along `route`: by slot through
-    /// the cluster client (or the one connection), or to a node by address, `ASKING` first.
-    async fn send_routed(
-        &self,
-        handle: &mut Handle,
-        route: &Route,
-        command: &impl Fn(bool) -> redis::Cmd,
-    ) -> RedisResult<Value> {
-        let (address, asking) = match route {
-            Route::BySlot => {
-                return match command(false).query_async(handle).await {
-                    Err(e) if is(&e, ServerErrorKind::NoScript) => {
-                        command(true).query_async(handle).await
-                    }
-                    other => other,
-                };
-            }
-            Route::Node(address) => (address, false),
-            Route::Asking(address) => (address, true),
-        };
-        let Some(nodes) = self.connection.nodes() else {
-            return command(false).query_async(handle).await;
-        };
-        let mut node = nodes.to(address).await?;
-        let send = |by_source: bool| {
-            let mut pipe = redis::pipe();
-            if asking {
-                pipe.cmd("ASKING").ignore();
-            }
-            pipe.add_command(command(by_source));
-            pipe
-        };
-        let sent: RedisResult<(Value,)> = send(false).query_async(&mut node).await;
-        let sent = match sent {
-            Err(e) if is(&e, ServerErrorKind::NoScript) => send(true).query_async(&mut node).await,
-            other => other,
-        };
-        sent.map(|(value,)| value)
     }
 
     /// [`super::RedisStore::probe`].
@@ -450,7 +363,21 @@ impl Inner {
             let item = &items[i];
             pipe.add_command(self.script(false, item.key, item.now, item.call));
         }
-        let mut replies: Vec<RedisResult<Value>> = pipe.query_async(&mut handle).await?;
+        // On a cluster, the group's slot's master in the store's map, as for one call.
+        let mut node = match group
+            .first()
+            .map(|&i| self.slot_master(items[i].key.slot()))
+        {
+            Some(Some(address)) if cluster => match self.connection.nodes() {
+                Some(nodes) => Some(nodes.to(&address).await?),
+                None => None,
+            },
+            _ => None,
+        };
+        let mut replies: Vec<RedisResult<Value>> = match &mut node {
+            Some(node) => pipe.query_async(node).await?,
+            None => pipe.query_async(&mut handle).await?,
+        };
         if replies.len() != group.len() {
             return Err(wrong_length());
         }
@@ -481,7 +408,10 @@ impl Inner {
                 }
                 again.add_command(self.script(first, item.key, item.now, item.call));
             }
-            let answers: Vec<RedisResult<Value>> = again.query_async(&mut handle).await?;
+            let answers: Vec<RedisResult<Value>> = match &mut node {
+                Some(node) => again.query_async(node).await?,
+                None => again.query_async(&mut handle).await?,
+            };
             if answers.len() != missing.len() {
                 return Err(wrong_length());
             }

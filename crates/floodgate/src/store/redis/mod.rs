@@ -506,12 +506,12 @@ impl RedisStore {
         inner
             .guarded(async {
                 let mut handle = inner.connection.handle();
-                let answer: redis::Value = redis::cmd("EVAL")
-                    .arg(SCRIPT)
-                    .arg(1)
-                    .arg(key)
-                    .arg(value)
-                    .query_async(&mut handle)
+                let answer = inner
+                    .send_script(&mut handle, |_| {
+                        let mut eval = redis::cmd("EVAL");
+                        eval.arg(SCRIPT).arg(1).arg(key).arg(value);
+                        eval
+                    })
                     .await?;
                 match answer {
                     redis::Value::BulkString(bytes) => String::from_utf8(bytes).map_err(|_| {

@@ -3,8 +3,12 @@
 //!
 //! Which master serves which slot comes from `CLUSTER SLOTS`, asked in the background (never
 //! on a call's path): first when the store is first used, then after a call failed on the link
-//! (a master may have died or moved), at most once per [`REFRESH_EVERY`]. Until the first
-//! answer, every call uses the store's one breaker. A master keeps its breaker across refreshes
+//! or met a `MOVED` (a master may have died, slots moved), at most once per [`REFRESH_EVERY`];
+//! again after every ask whose map differed from the one before, until two in a row agree (a
+//! rebalance moves slots one after another, most of them with no call on them to meet a
+//! `MOVED`: without this the map would keep naming a master that was drained and stopped); and
+//! at least once per [`REFRESH_AT_LEAST_EVERY`] while calls come. Until the first answer, every
+//! call uses the store's one breaker. A master keeps its breaker across refreshes
 //! that still list it; a replica promoted in its place is a new master with a closed breaker,
 //! so its slots are used again as soon as the map shows it. The breakers' states are shown per
 //! master ([`crate::store::RedisStore::node_breakers`]).
@@ -25,6 +29,10 @@ use super::Inner;
 
 /// The shortest time between two asks of the slot map.
 const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest time between two asks of the slot map while calls come, whatever happens: a
+/// bound on how long a move no call noticed leaves the map out of date.
+const REFRESH_AT_LEAST_EVERY: Duration = Duration::from_secs(5);
 
 /// The masters' breakers and the slot map pointing at them.
 #[derive(Debug)]
@@ -70,6 +78,16 @@ impl Nodes {
     fn master(&self, slot: Slot) -> Option<(u32, Arc<Breaker>)> {
         let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
         slots.get(&slot).cloned()
+    }
+
+    /// The address (`host:port`) of `slot`'s master in the last map, when it is known.
+    pub(super) fn address(&self, slot: Slot) -> Option<String> {
+        let (number, _) = self.master(slot)?;
+        let masters = self.masters.read().unwrap_or_else(|e| e.into_inner());
+        masters
+            .iter()
+            .find(|(_, n, _)| *n == number)
+            .map(|(address, _, _)| address.clone())
     }
 
     /// Every master of the last map, with its breaker's state on `clock`.
@@ -119,8 +137,8 @@ impl Nodes {
     }
 
     /// Installs the map `ranges` (first slot, last slot, master's address): known masters keep
-    /// their breakers, new ones get closed breakers.
-    fn install(&self, ranges: &[(u16, u16, String)]) {
+    /// their breakers, new ones get closed breakers. Whether any slot changed master.
+    fn install(&self, ranges: &[(u16, u16, String)]) -> bool {
         let old = self
             .masters
             .read()
@@ -151,8 +169,15 @@ impl Nodes {
             }
         }
         masters.sort_by(|a, b| a.0.cmp(&b.0));
-        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots;
+        let mut old_slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let changed = old_slots.len() != slots.len()
+            || slots
+                .iter()
+                .any(|(slot, (number, _))| old_slots.get(slot).map(|(n, _)| n) != Some(number));
+        *old_slots = slots;
+        drop(old_slots);
         *self.masters.write().unwrap_or_else(|e| e.into_inner()) = masters;
+        changed
     }
 }
 
@@ -166,10 +191,11 @@ impl Inner {
             return (Lane::Single, self.breaker.clone());
         };
         let slot = Tagged(key).slot();
-        if nodes.stale.load(Ordering::Relaxed) {
-            let now = self.breaker_clock.0.now().0;
-            let due = now.saturating_sub(nodes.asked_at.load(Ordering::Relaxed))
-                >= REFRESH_EVERY.as_nanos() as u64;
+        let now = self.breaker_clock.0.now().0;
+        let since = now.saturating_sub(nodes.asked_at.load(Ordering::Relaxed));
+        let stale = nodes.stale.load(Ordering::Relaxed);
+        if stale || since >= REFRESH_AT_LEAST_EVERY.as_nanos() as u64 {
+            let due = since >= REFRESH_EVERY.as_nanos() as u64;
             if due
                 && tokio::runtime::Handle::try_current().is_ok()
                 && nodes
@@ -204,7 +230,15 @@ impl Inner {
             }
         }
         match ranges {
-            Some(ranges) => nodes.install(&ranges),
+            Some(ranges) => {
+                if nodes.install(&ranges) {
+                    // The map changed: it may be changing still (a rebalance under way).
+                    nodes.stale.store(true, Ordering::Relaxed);
+                }
+                if let Some(connections) = self.connection.nodes() {
+                    connections.keep_only(ranges.iter().map(|(_, _, address)| address.as_str()));
+                }
+            }
             None => nodes.stale.store(true, Ordering::Relaxed),
         }
         nodes.refreshing.store(false, Ordering::Release);
@@ -283,7 +317,7 @@ mod tests {
 
         let clock = ManualClock::new(Nanos(1));
         let nodes = Nodes::new(1, Duration::from_secs(1));
-        nodes.install(&ranges);
+        assert!(nodes.install(&ranges), "a first map is a change");
         let (_, first) = nodes.master(Slot::new(0).unwrap()).unwrap();
         first.admit(&clock).unwrap().record(true, &clock);
         let open = [
@@ -292,12 +326,12 @@ mod tests {
         ];
         assert_eq!(nodes.states(&clock), open);
         // The same master keeps its (open) breaker; a promoted replica starts closed.
-        nodes.install(&ranges);
+        assert!(!nodes.install(&ranges), "the same map again is no change");
         assert_eq!(nodes.states(&clock), open);
-        nodes.install(&[
+        assert!(nodes.install(&[
             (0, 5460, "10.0.0.4:7003".to_string()),
             (5461, 16383, "10.0.0.2:7001".to_string()),
-        ]);
+        ]));
         let (number, breaker) = nodes.master(Slot::new(5460).unwrap()).unwrap();
         assert_eq!(breaker.state(&clock), BreakerState::Closed);
         // The promoted replica is a new master with a number of its own.

@@ -13,10 +13,16 @@
 //!   `LOADING` (a failover under way, a node loading its data) the same.
 //!
 //! Every one of them says the call did not run, so sending it again never counts it twice.
-//! Redirected calls go over connections of the store's own to the named nodes
-//! ([`NodeConnections`]), made on first use, with the cluster's TLS and credentials: a node
-//! that just joined may not be in the cluster client's map yet. Each redirection followed is
-//! counted by kind ([`RedirectStats`]), apart from failures.
+//! Nothing else is sent twice: a lost connection or a timeout may come after the call ran.
+//!
+//! A call goes first to the master the store's own slot map names (`nodes.rs`), over a
+//! connection of the store's own to it ([`NodeConnections`], made on first use with the
+//! cluster's TLS and credentials), and redirected calls go the same way to the node named: a
+//! node that just joined may not be in the cluster client's map yet, and the cluster client,
+//! while its connection to a master is being made again, sends calls to a replica or to any
+//! node it holds a connection to, which may be a node just removed and stopped. The cluster
+//! client carries calls only until the store's map is first known. Each redirection followed
+//! is counted by kind ([`RedirectStats`]), apart from failures.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +30,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
+use super::connection::Handle;
+use super::link::is;
 use super::tls::TlsFiles;
+use super::Inner;
 
 /// Where the next send of a call goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,15 +87,18 @@ impl Redirect {
         }
     }
 
-    /// The pause before the `attempt`-th send (2 and up): none after a redirection to a
-    /// node, else 1 ms doubling up to 32 ms, so that a move or an election has time to end
-    /// while the call's timeout bounds the whole.
+    /// The pause before the `attempt`-th send (2 and up): after a `TRYAGAIN` or a cluster
+    /// down, 1 ms doubling up to 32 ms, so that a move or an election has time to end while
+    /// the call's timeout bounds the whole; after a redirection to a node, none for the first
+    /// three sends (a `MOVED` then an `ASK` is the common worst case), then the same as after
+    /// a `TRYAGAIN`: redirections that keep coming mean a move under way (source and target
+    /// pointing at each other for a moment, or `ASK` and `TRYAGAIN` in turn while a call's
+    /// keys are split between them), not a route to hurry along.
     pub(super) fn pause(&self, attempt: u32) -> Duration {
+        let backoff = Duration::from_millis(1 << attempt.saturating_sub(2).min(5));
         match self {
-            Redirect::Moved(_) | Redirect::Ask(_) => Duration::ZERO,
-            Redirect::TryAgain | Redirect::Down => {
-                Duration::from_millis(1 << attempt.saturating_sub(2).min(5))
-            }
+            Redirect::Moved(_) | Redirect::Ask(_) if attempt <= 4 => Duration::ZERO,
+            _ => backoff,
         }
     }
 }
@@ -211,9 +223,153 @@ impl NodeConnections {
             .clone())
     }
 
+    /// Closes the connections to nodes other than `masters` (the masters of a new slot map):
+    /// a node that left the map is drained, demoted or stopped, and a redirection naming it
+    /// again connects anew.
+    pub(super) fn keep_only<'a>(&self, masters: impl Iterator<Item = &'a str>) {
+        let masters: std::collections::HashSet<&str> = masters.collect();
+        self.lock()
+            .retain(|address, _| masters.contains(address.as_str()));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConnectionManager>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The most times one call is sent on a cluster (see [`Inner::send_script`]): a bound against
+/// a loop of redirections only. A call on several keys of a slot being moved key by key meets
+/// `ASK` and `TRYAGAIN` in turn until its last key has moved, which may take the whole move;
+/// the pauses between sends (see [`super::redirect::Redirect::pause`]) add up to over 3 s
+/// before this bound is reached, so the call's timeout bounds it first.
+const SENDS: u32 = 100;
+
+impl Inner {
+    /// [`Inner::send_script`], following `MOVED` and `ASK` only when `follow` says so (else a
+    /// call answered with them comes back as it was answered; `TRYAGAIN` and the like are
+    /// still waited out).
+    pub(super) async fn send_following(
+        &self,
+        handle: &mut Handle,
+        command: impl Fn(bool) -> redis::Cmd,
+        follow: bool,
+    ) -> RedisResult<Value> {
+        let mut route = Route::BySlot;
+        let mut sends = 1;
+        loop {
+            let result = self.send_routed(handle, &route, &command).await;
+            let redirect = match &result {
+                Err(e) if self.connection.is_cluster() && sends < SENDS => Redirect::of(e)
+                    .filter(|r| follow || matches!(r, Redirect::TryAgain | Redirect::Down)),
+                _ => None,
+            };
+            let Some(redirect) = redirect else {
+                if let Err(e) = &result {
+                    if is(e, ServerErrorKind::ReadOnly) {
+                        self.read_only_answered(handle);
+                    }
+                }
+                return result;
+            };
+            self.redirects.count(&redirect);
+            if matches!(redirect, Redirect::Moved(_)) {
+                if let Some(nodes) = &self.nodes {
+                    nodes.failed();
+                }
+            }
+            sends += 1;
+            let pause = redirect.pause(sends);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            route = redirect.route();
+        }
+    }
+
+    /// One send of `command` (and of its source after `NOSCRIPT`) along `route`: to a node by
+    /// address (`ASKING` first after an `ASK`), or by slot: to the master the store's own slot
+    /// map names when it is known, else through the cluster client (or the one connection).
+    /// See the module's documentation for why the store's map comes first.
+    async fn send_routed(
+        &self,
+        handle: &mut Handle,
+        route: &Route,
+        command: &impl Fn(bool) -> redis::Cmd,
+    ) -> RedisResult<Value> {
+        let (address, asking) = match route {
+            Route::Node(address) => (address.clone(), false),
+            Route::Asking(address) => (address.clone(), true),
+            Route::BySlot => match self.mapped_master(&command(false)) {
+                Some(address) => (address, false),
+                None => {
+                    return match command(false).query_async(handle).await {
+                        Err(e) if is(&e, ServerErrorKind::NoScript) => {
+                            command(true).query_async(handle).await
+                        }
+                        other => other,
+                    };
+                }
+            },
+        };
+        let Some(nodes) = self.connection.nodes() else {
+            return command(false).query_async(handle).await;
+        };
+        let mut node = nodes.to(&address).await?;
+        match send_to(&mut node, command(false), asking).await {
+            Err(e) if is(&e, ServerErrorKind::NoScript) => {
+                send_to(&mut node, command(true), asking).await
+            }
+            other => other,
+        }
+    }
+
+    /// The address of the master serving the first key of `command` in the store's slot map,
+    /// on a cluster whose map is known: the key after the key count of an `EVALSHA` or `EVAL`,
+    /// the first argument of any other command the store sends by slot (`GET`, `SET`).
+    fn mapped_master(&self, command: &redis::Cmd) -> Option<String> {
+        let mut args = command.args_iter().map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        let name = args.next()??;
+        if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+            let _script = args.next()??;
+            let keys: usize = std::str::from_utf8(args.next()??).ok()?.parse().ok()?;
+            if keys == 0 {
+                return None;
+            }
+        }
+        self.slot_master(redis::cluster_routing::Slot::for_key(args.next()??))
+    }
+
+    /// The address of the master serving `slot` in the store's slot map, on a cluster whose
+    /// map is known.
+    pub(super) fn slot_master(&self, slot: redis::cluster_routing::Slot) -> Option<String> {
+        let nodes = self.nodes.as_ref()?;
+        self.connection.nodes()?;
+        nodes.address(slot)
+    }
+}
+
+/// Sends `command` on `node`, preceded by `ASKING` in the same write when `asking`: Redis's
+/// answer to `command` (its error as Redis gave it, for the caller to read a redirection).
+async fn send_to(
+    node: &mut redis::aio::ConnectionManager,
+    command: redis::Cmd,
+    asking: bool,
+) -> RedisResult<Value> {
+    if !asking {
+        return command.query_async(node).await;
+    }
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").ignore().add_command(command);
+    let replies: Vec<RedisResult<Value>> = pipe.query_async(node).await?;
+    replies.into_iter().next().unwrap_or_else(|| {
+        Err(RedisError::from((
+            ErrorKind::Parse,
+            "no answer to the call",
+        )))
+    })
 }
 
 #[cfg(test)]
@@ -249,6 +405,10 @@ mod tests {
         assert_eq!(Redirect::of(&answered("ERR", "anything")), None);
         assert_eq!(Redirect::TryAgain.pause(2), Duration::from_millis(1));
         assert_eq!(Redirect::TryAgain.pause(9), Duration::from_millis(32));
-        assert_eq!(Redirect::Ask("a:1".into()).pause(5), Duration::ZERO);
+        assert_eq!(Redirect::Ask("a:1".into()).pause(4), Duration::ZERO);
+        assert_eq!(
+            Redirect::Moved("a:1".into()).pause(5),
+            Duration::from_millis(8)
+        );
     }
 }
