@@ -1,7 +1,8 @@
 //! All or nothing means all or nothing: a request refused by any stage — a store stage, or one
 //! deciding on this node (the utilization shedder, the adaptive concurrency limit) — leaves
 //! every all-or-nothing stage and every level of a hierarchical stage as it was, whatever the
-//! pipeline's kinds, order and modes. A property test over random pipelines, on the memory
+//! pipeline's kinds, order and modes; so does a refusal by a limit stage that fails closed
+//! because its key cannot be decided (it holds another algorithm's state). A property test over random pipelines, on the memory
 //! store and on a real Redis (a `redis-server` of the test's own), against a model of what
 //! each stage takes.
 
@@ -11,16 +12,17 @@ use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
+use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter, Gradient2};
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
-use floodgate::limiter::{Lease, Mode, Priority};
+use floodgate::limiter::{Lease, Mode, OnStoreError, Priority};
 use floodgate::pipeline::scope::KeyTemplate;
 use floodgate::pipeline::{Descriptor, Pipeline, Scope, Stage};
 use floodgate::store::{Key, MemoryStore, Store};
-use floodgate::{ManualClock, Nanos, Op};
+use floodgate::{ManualClock, Nanos, Op, StoreError};
 use proptest::prelude::*;
 
 /// Each limit stage's quota (and its level's): requests per hour.
@@ -47,6 +49,9 @@ struct Case {
     refusing: Option<usize>,
     /// For a refusing limit stage with a level: whether the level is the full one.
     full_level: bool,
+    /// For a refusing limit stage: it fails closed, and refuses because its key (or its
+    /// level's, with `full_level`) holds another algorithm's state rather than a full window.
+    failing: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -70,12 +75,14 @@ fn case() -> impl Strategy<Value = Case> {
                 Just(stages),
                 prop::option::weighted(0.8, 0..n),
                 any::<bool>(),
+                any::<bool>(),
             )
         })
-        .prop_map(|(stages, refusing, full_level)| Case {
+        .prop_map(|(stages, refusing, full_level, failing)| Case {
             stages,
             refusing,
             full_level,
+            failing,
         })
 }
 
@@ -128,8 +135,9 @@ where
                         (Some(level_key), true) => level_key.clone(),
                         _ => key.clone(),
                     };
+                    let filler = if case.failing { other() } else { window() };
                     let d = store
-                        .apply(&window(), &full, Op::Check { cost: QUOTA })
+                        .apply(&filler, &full, Op::Check { cost: QUOTA })
                         .await
                         .unwrap();
                     assert!(d.allowed);
@@ -138,6 +146,9 @@ where
                 let mut stage = Stage::new(limit(&name, store.clone()))
                     .scope(Scope::all().key(template("{user}")))
                     .all_or_nothing(aon);
+                if refuses && case.failing {
+                    stage = stage.on_store_error(OnStoreError::FailClosed);
+                }
                 if level {
                     stage = stage.level(
                         template("{user}/l"),
@@ -224,13 +235,19 @@ where
     }
 }
 
-/// What is left under `key` of its quota (a read-only probe).
-async fn left<S: Store<str, AnyAlgorithm>>(store: &S, key: &str) -> u64 {
-    store
-        .apply(&window(), key, Op::Check { cost: 0 })
-        .await
-        .unwrap()
-        .remaining
+/// Another algorithm than the stages': its state on a stage's key makes that key fail.
+fn other() -> AnyAlgorithm {
+    TokenBucket::new(1.0, QUOTA).unwrap().into()
+}
+
+/// What is left under `key` of its quota (a read-only probe); `None` when the key holds
+/// [`other`]'s state.
+async fn left<S: Store<str, AnyAlgorithm>>(store: &S, key: &str) -> Option<u64> {
+    match store.apply(&window(), key, Op::Check { cost: 0 }).await {
+        Ok(d) => Some(d.remaining),
+        Err(StoreError::StateConflict { .. }) => None,
+        Err(e) => panic!("probing {key}: {e}"),
+    }
 }
 
 /// Runs `case` on `store`: one request, then every limit stage's keys against the model.
@@ -292,7 +309,7 @@ where
         let now = left(&store, key).await;
         prop_assert_eq!(
             now,
-            was.saturating_sub(took(refusing && !level_full)),
+            was.map(|was| was.saturating_sub(took(refusing && !level_full))),
             "stage {} ({:?}) key {}",
             i,
             kind,
@@ -302,7 +319,7 @@ where
             let now = left(&store, level).await;
             prop_assert_eq!(
                 now,
-                level_was.saturating_sub(took(level_full)),
+                level_was.map(|was| was.saturating_sub(took(level_full))),
                 "stage {} level {}",
                 i,
                 level

@@ -139,6 +139,7 @@ fn links<'a>(
                 refuses: spec.3,
                 stops: spec.4,
                 all_or_nothing: spec.5,
+                fails_closed: false,
             }
         })
         .collect()

@@ -142,6 +142,7 @@ fn link<'a>(algorithm: &'a AnyAlgorithm, key: &'a str) -> Link<'a, str, AnyAlgor
         refuses: true,
         stops: false,
         all_or_nothing: true,
+        fails_closed: false,
     }
 }
 

@@ -103,6 +103,8 @@ pub(super) async fn decide<S: Store<str, AnyAlgorithm>>(
                     refuses: !c.shadow_mode,
                     stops: false,
                     all_or_nothing: c.all_or_nothing,
+                    // A failed counter fails the whole call (`Err`), and FAIL_OPEN decides.
+                    fails_closed: false,
                 })
                 .collect();
             let outcomes = store.apply_chain(&links).await?;

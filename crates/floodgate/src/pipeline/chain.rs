@@ -17,6 +17,11 @@
 //! the refusal still decide (an earlier refusal wins), and the all-or-nothing ones are undone
 //! in the same call, so a request that a node-local stage refuses consumes nothing from them.
 //!
+//! A link of an enforcing stage that fails closed ([`OnStoreError::FailClosed`]) and fails on
+//! its own (a key holding another algorithm's state, a full store) refuses the request as a
+//! denial would: the chain ends there and its all-or-nothing links are undone. A failure of
+//! the whole call leaves nothing to undo that the pipeline could know of.
+//!
 //! Segments: when every store stage shares one store ([`Store::same_store`]) the whole
 //! pipeline is one segment, one call. Otherwise a new segment starts at each store stage on a
 //! different store than the segment's first; undoing never crosses segments.
@@ -25,7 +30,7 @@ use std::ops::Range;
 
 use super::{settle, Limiter, Pipeline, Refusal, Stage, Step, SHED_RETRY_AFTER};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::limiter::{Lease, Mode, Priority, RateLimitHeaders};
+use crate::limiter::{Lease, Mode, OnStoreError, Priority, RateLimitHeaders};
 use crate::store::{Link, Linked, Request, ScopedKey, Store};
 use crate::{Decision, LeaseId, Op, StoreError};
 
@@ -424,10 +429,16 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             }
         }
         let outcomes = Self::run_chain(stages, &modes, &pending, refused).await;
+        // As the store decided: an enforcing denial, or a failure of a stage failing closed,
+        // refuses the request and undid the all-or-nothing links.
         let undone = refused
             || outcomes.iter().zip(&pending).any(|(outcome, p)| {
                 modes[p.stage] == Mode::Enforce
-                    && matches!(outcome, Linked::Decided(d) if !d.allowed)
+                    && match outcome {
+                        Linked::Decided(d) => !d.allowed,
+                        Linked::Failed(_) => stages[p.stage].on_error == OnStoreError::FailClosed,
+                        _ => false,
+                    }
             });
         // Settle in stage order.
         let mut early = early.into_iter().peekable();
@@ -504,6 +515,8 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 refuses: modes[p.stage] == Mode::Enforce,
                 stops: modes[p.stage] == Mode::Enforce,
                 all_or_nothing: stages[p.stage].all_or_nothing,
+                fails_closed: modes[p.stage] == Mode::Enforce
+                    && stages[p.stage].on_error == OnStoreError::FailClosed,
             })
             .collect();
         let answered = if refused {

@@ -14,7 +14,9 @@
 //!   effects. The trait's default runs the links one call at a time and cannot undo, so it
 //!   refuses chains that ask for it.
 //! - a link that fails on its own ([`Linked::Failed`], e.g. a key holding another algorithm's
-//!   state) neither passes nor stops the chain: its caller's failure policy decides.
+//!   state) neither passes nor stops the chain: its caller's failure policy decides; unless it
+//!   is marked [`Link::fails_closed`], when its failure refuses the request and ends the chain
+//!   as a denial would (so the all-or-nothing links are undone).
 //!
 //! [`Store::apply_chain_refused`] runs a chain whose request is already refused after its last
 //! link (a stage deciding without the store refused it): the same, and the all-or-nothing
@@ -40,6 +42,11 @@ pub struct Link<'a, K: ?Sized, A> {
     pub stops: bool,
     /// Undo this link if the chain ends in a denial.
     pub all_or_nothing: bool,
+    /// A failure of this link on its own ([`Linked::Failed`]) refuses the request and ends the
+    /// chain, as a denial of a link with [`Link::refuses`] and [`Link::stops`] does: the
+    /// all-or-nothing links are undone (an enforcing stage that fails closed, whose failure
+    /// answers the request with a refusal).
+    pub fails_closed: bool,
 }
 
 impl<K: ?Sized, A> Clone for Link<'_, K, A> {
@@ -76,6 +83,22 @@ impl Linked {
 /// Whether `outcome` is a denial.
 pub(crate) fn denied(outcome: &Linked) -> bool {
     matches!(outcome, Linked::Decided(d) if !d.allowed)
+}
+
+/// Whether `link`'s `outcome` refuses the request: an enforcing denial, or the failure of a
+/// link that fails closed.
+pub(crate) fn refuses(link: &Link<'_, impl ?Sized, impl Sized>, outcome: &Linked) -> bool {
+    (link.refuses && denied(outcome)) || fails_closed(link, outcome)
+}
+
+/// Whether `link`'s `outcome` ends the chain: a stopping denial, or the failure of a link that
+/// fails closed.
+pub(crate) fn ends(link: &Link<'_, impl ?Sized, impl Sized>, outcome: &Linked) -> bool {
+    (link.stops && denied(outcome)) || fails_closed(link, outcome)
+}
+
+fn fails_closed(link: &Link<'_, impl ?Sized, impl Sized>, outcome: &Linked) -> bool {
+    link.fails_closed && matches!(outcome, Linked::Failed(_))
 }
 
 /// Checks every link's operation before anything is applied.
@@ -130,7 +153,7 @@ where
             }
             Err(e) => return Err(e),
         };
-        ended = link.stops && denied(&outcome);
+        ended = ends(link, &outcome);
         outcomes.push(outcome);
     }
     Ok(outcomes)

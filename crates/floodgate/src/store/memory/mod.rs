@@ -409,9 +409,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
                 Ok(d) => Linked::Decided(d),
                 Err(e) => Linked::Failed(e),
             };
-            let denied = chain::denied(&outcome);
-            refused |= link.refuses && denied;
-            ended = link.stops && denied;
+            refused |= chain::refuses(link, &outcome);
+            ended = chain::ends(link, &outcome);
             outcomes.push(outcome);
         }
         if refused {

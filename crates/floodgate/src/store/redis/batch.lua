@@ -16,7 +16,8 @@
 --   * 'g', its instant in whole microseconds ('' for the batch's), '1' if the request was
 --     already refused (by an earlier part of its chain, on another cluster slot), its link
 --     count, then per link its spec number and flags ('r': a denial refuses the request; 's': a
---     denial ends the chain; 'a': undone if the request is refused; '-': none).
+--     denial ends the chain; 'a': undone if the request is refused; 'f': a state conflict
+--     refuses the request and ends the chain, the link's stage failing closed; '-': none).
 --
 -- The reply is one flat array (Redis converts a table per decision at a cost several times
 -- that of its numbers): per group, the number of links run, then per link run its twin's reply
@@ -132,9 +133,11 @@ while at <= last do
       local r = run(s, key, t)
       replies[ran] = i
       put(r)
-      if r[1] == 0 and flags ~= '-' then
-        if string.find(flags, 'r', 1, true) then refused = true end
-        if string.find(flags, 's', 1, true) then
+      local failed = r[1] == -1 and flags ~= '-' and string.find(flags, 'f', 1, true)
+      if failed then refused = true end
+      if (r[1] == 0 or failed) and flags ~= '-' then
+        if r[1] == 0 and string.find(flags, 'r', 1, true) then refused = true end
+        if failed or string.find(flags, 's', 1, true) then
           -- The links left are not run: skip their arguments and keys.
           at = at + 2 * (count - i)
           k = k + (count - i)

@@ -62,23 +62,24 @@ pub(super) struct JobLink {
     pub(super) key: String,
     pub(super) twin: &'static str,
     /// `-`, or some of `r` (a denial refuses the request), `s` (a denial ends the chain), `a`
-    /// (undone if the request is refused), in that order.
+    /// (undone if the request is refused), `f` (a state conflict refuses the request and ends
+    /// the chain), in that order.
     pub(super) flags: &'static str,
     pub(super) args: Vec<String>,
 }
 
 /// The flags of a link, as `batch.lua` takes them.
-pub(super) fn flags(refuses: bool, stops: bool, all_or_nothing: bool) -> &'static str {
-    match (refuses, stops, all_or_nothing) {
-        (false, false, false) => "-",
-        (true, false, false) => "r",
-        (false, true, false) => "s",
-        (false, false, true) => "a",
-        (true, true, false) => "rs",
-        (true, false, true) => "ra",
-        (false, true, true) => "sa",
-        (true, true, true) => "rsa",
-    }
+pub(super) fn flags<K: ?Sized, A>(link: &crate::store::Link<'_, K, A>) -> &'static str {
+    // Every combination, indexed by the flags' bits in their order (`r` the highest).
+    const FLAGS: [&str; 16] = [
+        "-", "f", "a", "af", "s", "sf", "sa", "saf", "r", "rf", "ra", "raf", "rs", "rsf", "rsa",
+        "rsaf",
+    ];
+    let bits = usize::from(link.refuses) << 3
+        | usize::from(link.stops) << 2
+        | usize::from(link.all_or_nothing) << 1
+        | usize::from(link.fails_closed);
+    FLAGS[bits]
 }
 
 /// One request's work in a batch, and where its replies go.

@@ -18,7 +18,7 @@ use super::link::Failed;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::store::chain::denied;
+use crate::store::chain;
 use crate::store::{Link, Linked};
 use crate::StoreError;
 
@@ -76,8 +76,8 @@ impl Inner {
                     .run_links(&links[start..end], now, &calls[start..end], refused)
                     .await?;
                 for (link, outcome) in links[start..end].iter().zip(&run) {
-                    refused |= link.refuses && denied(outcome);
-                    ended |= link.stops && denied(outcome);
+                    refused |= chain::refuses(link, outcome);
+                    ended |= chain::ends(link, outcome);
                 }
                 outcomes.extend(run);
             }
@@ -101,7 +101,7 @@ impl Inner {
             .map(|(link, call)| JobLink {
                 key: link.request.key.to_owned(),
                 twin: call.script.twin,
-                flags: flags(link.refuses, link.stops, link.all_or_nothing),
+                flags: flags(link),
                 args: call.args.clone(),
             })
             .collect();
