@@ -2,7 +2,8 @@
 //! deciding on this node (the utilization shedder, the adaptive concurrency limit) — leaves
 //! every all-or-nothing stage and every level of a hierarchical stage as it was, whatever the
 //! pipeline's kinds, order and modes; so does a refusal by a limit stage that fails closed
-//! because its key cannot be decided (it holds another algorithm's state). A property test over random pipelines, on the memory
+//! because its key cannot be decided (it holds another algorithm's state). A shadow
+//! hierarchical stage's levels count together, as they would enforcing. A property test over random pipelines, on the memory
 //! store and on a real Redis (a `redis-server` of the test's own), against a model of what
 //! each stage takes.
 
@@ -298,13 +299,15 @@ where
         // What the request takes from one of this stage's keys, `full` when the case filled
         // it: an off stage is not run, a denial takes nothing, and a refused request takes
         // nothing from the stages at and after the refusal, nor from all-or-nothing ones.
-        // (A shadow stage that refuses lets the request on, so its other level still takes:
-        // each of its keys decides as if alone.)
+        // A shadow stage that refuses lets the request on, but its levels decide together,
+        // as enforcing: a full level leaves the other as it was. (A level that fails lets
+        // the other take, as failing open would.)
+        let refusing = case.refusing == Some(*i);
+        let shadow_refused = refusing && has_level && mode == Mode::Shadow && !case.failing;
         let took = |full: bool| -> u64 {
             let refused_here = refused_at.is_some_and(|k| *i >= k || aon);
-            u64::from(mode != Mode::Off && !full && !refused_here)
+            u64::from(mode != Mode::Off && !full && !refused_here && !shadow_refused)
         };
-        let refusing = case.refusing == Some(*i);
         let level_full = refusing && has_level && case.full_level;
         let now = left(&store, key).await;
         prop_assert_eq!(
@@ -353,7 +356,46 @@ fn a_refused_request_leaves_every_all_or_nothing_stage_as_it_was_on_redis() {
     let clock = ManualClock::new(Nanos(redis_common::START));
     let store = redis_common::store_on_clock(&rt, &server.url(), &clock);
     let cases = AtomicUsize::new(0);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
+    // The cases each part of the script's undoing was written for, then random ones.
+    let limit = |aon, level, mode| (Kind::Limit { aon, level }, mode);
+    let fixed = [
+        // A failing fail-closed stage after an all-or-nothing one.
+        Case {
+            stages: vec![
+                limit(true, false, Mode::Enforce),
+                limit(false, false, Mode::Enforce),
+            ],
+            refusing: Some(1),
+            full_level: false,
+            failing: true,
+        },
+        // A shadow hierarchical stage whose first, then second level is full.
+        Case {
+            stages: vec![
+                limit(false, false, Mode::Enforce),
+                limit(false, true, Mode::Shadow),
+            ],
+            refusing: Some(1),
+            full_level: false,
+            failing: false,
+        },
+        Case {
+            stages: vec![
+                limit(false, true, Mode::Shadow),
+                limit(true, false, Mode::Enforce),
+            ],
+            refusing: Some(0),
+            full_level: true,
+            failing: false,
+        },
+    ];
+    for case in &fixed {
+        let prefix = format!("c{}", cases.fetch_add(1, Ordering::Relaxed));
+        if let Err(e) = rt.block_on(run_case(case, store.clone(), &prefix, &clock)) {
+            panic!("{case:?}: {e}");
+        }
+    }
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(128));
     runner
         .run(&case(), |case| {
             // Each case in namespaces of its own.

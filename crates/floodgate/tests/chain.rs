@@ -140,6 +140,7 @@ fn links<'a>(
                 stops: spec.4,
                 all_or_nothing: spec.5,
                 fails_closed: false,
+                joins_previous: false,
             }
         })
         .collect()
@@ -283,6 +284,98 @@ fn refused_chains_undo_all_or_nothing_links() {
     assert!(
         undone_seen > 10,
         "the cases exercise undoing ({undone_seen} keys)"
+    );
+}
+
+/// Links joined into groups (a limit's levels, [`Link::joins_previous`]; the sixth field of a
+/// spec joins the link to the one before): memory and Redis agree, and a group with a denied
+/// link leaves every key that only its links touched as it was, refused request or not.
+#[test]
+fn a_denied_link_undoes_its_group() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let algorithms = algorithms();
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let undone_seen = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&chains(true), |chains| {
+            let clock = ManualClock::new(Nanos(START));
+            let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+            let redis = store_on_clock(&rt, &server.url(), &clock);
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (step, specs) in chains {
+                clock.advance(Duration::from_micros(step));
+                let keys: Vec<String> = specs
+                    .iter()
+                    .map(|s| format!("g{n}:{}", key_of(s)))
+                    .collect();
+                let mut links = links(&algorithms, &specs, &keys);
+                for (i, (link, spec)) in links.iter_mut().zip(&specs).enumerate() {
+                    link.all_or_nothing = false;
+                    link.joins_previous = i > 0 && spec.5;
+                }
+                // The groups, as ranges of links.
+                let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+                for (i, link) in links.iter().enumerate() {
+                    match groups.last_mut() {
+                        Some(group) if link.joins_previous => group.end = i + 1,
+                        _ => groups.push(i..i + 1),
+                    }
+                }
+                groups.retain(|g| g.len() > 1);
+                // Per group, the keys only its links touch, and their probes before.
+                let alone = |g: &std::ops::Range<usize>| -> Vec<usize> {
+                    g.clone()
+                        .filter(|&i| {
+                            links.iter().enumerate().all(|(j, l)| {
+                                l.request.key != links[i].request.key || g.contains(&j)
+                            })
+                        })
+                        .collect()
+                };
+                let before: Vec<Vec<(usize, Decision, Decision)>> = groups
+                    .iter()
+                    .map(|g| {
+                        alone(g)
+                            .into_iter()
+                            .map(|i| {
+                                let l = links[i].request;
+                                let on_memory = probe(&rt, &memory, l.algorithm, l.key);
+                                (i, on_memory, probe(&rt, &redis, l.algorithm, l.key))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
+                let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
+                prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
+                for (g, before) in groups.iter().zip(&before) {
+                    let denied = on_memory[g.clone()]
+                        .iter()
+                        .any(|d| d.as_ref().is_some_and(|d| !d.allowed));
+                    if !denied {
+                        continue;
+                    }
+                    for (i, mem_before, redis_before) in before {
+                        let l = links[*i].request;
+                        prop_assert_eq!(&probe(&rt, &memory, l.algorithm, l.key), mem_before);
+                        prop_assert_eq!(&probe(&rt, &redis, l.algorithm, l.key), redis_before);
+                        undone_seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let undone_seen = undone_seen.into_inner();
+    assert!(
+        undone_seen > 10,
+        "the cases exercise undoing groups ({undone_seen} keys)"
     );
 }
 

@@ -143,6 +143,7 @@ fn link<'a>(algorithm: &'a AnyAlgorithm, key: &'a str) -> Link<'a, str, AnyAlgor
         stops: false,
         all_or_nothing: true,
         fails_closed: false,
+        joins_previous: false,
     }
 }
 

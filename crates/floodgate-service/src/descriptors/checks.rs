@@ -105,6 +105,7 @@ pub(super) async fn decide<S: Store<str, AnyAlgorithm>>(
                     all_or_nothing: c.all_or_nothing,
                     // A failed counter fails the whole call (`Err`), and FAIL_OPEN decides.
                     fails_closed: false,
+                    joins_previous: false,
                 })
                 .collect();
             let outcomes = store.apply_chain(&links).await?;

@@ -17,6 +17,10 @@
 //! the refusal still decide (an earlier refusal wins), and the all-or-nothing ones are undone
 //! in the same call, so a request that a node-local stage refuses consumes nothing from them.
 //!
+//! A shadow stage decides its levels (a hierarchical limit's keys) together, as it would
+//! enforcing: when one level denies, every level is undone ([`Link::joins_previous`]), so the
+//! shadow counts are the ones enforcement would keep.
+//!
 //! A link of an enforcing stage that fails closed ([`OnStoreError::FailClosed`]) and fails on
 //! its own (a key holding another algorithm's state, a full store) refuses the request as a
 //! denial would: the chain ends there and its all-or-nothing links are undone. A failure of
@@ -506,7 +510,8 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             .expect("a pending operation is a store stage's");
         let links: Vec<Link<'_, str, AnyAlgorithm>> = pending
             .iter()
-            .map(|p| Link {
+            .enumerate()
+            .map(|(i, p)| Link {
                 request: Request {
                     algorithm: p.algorithm,
                     key: &*p.key,
@@ -517,6 +522,12 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
                 all_or_nothing: stages[p.stage].all_or_nothing,
                 fails_closed: modes[p.stage] == Mode::Enforce
                     && stages[p.stage].on_error == OnStoreError::FailClosed,
+                // A shadow stage's levels count together, as the stage enforcing would (a
+                // refusal undoes them all); an enforcing one's denial refuses the request,
+                // which undoes them anyway.
+                joins_previous: modes[p.stage] == Mode::Shadow
+                    && i > 0
+                    && pending[i - 1].stage == p.stage,
             })
             .collect();
         let answered = if refused {

@@ -18,6 +18,11 @@
 //!   is marked [`Link::fails_closed`], when its failure refuses the request and ends the chain
 //!   as a denial would (so the all-or-nothing links are undone).
 //!
+//! - links marked [`Link::joins_previous`] form one group with the link before them (a
+//!   hierarchical limit's levels): when any link of a group is denied, every link of the group
+//!   is undone at the group's end, whether or not the request is refused, so a shadow limit's
+//!   levels count together as an enforcing one's would.
+//!
 //! [`Store::apply_chain_refused`] runs a chain whose request is already refused after its last
 //! link (a stage deciding without the store refused it): the same, and the all-or-nothing
 //! links are undone at the end whatever the links decided.
@@ -47,6 +52,10 @@ pub struct Link<'a, K: ?Sized, A> {
     /// all-or-nothing links are undone (an enforcing stage that fails closed, whose failure
     /// answers the request with a refusal).
     pub fails_closed: bool,
+    /// This link is one more level of the previous link's limit: the links so joined form a
+    /// group, and a denial of any of them undoes all of them at the group's end (see the
+    /// [module documentation](self)).
+    pub joins_previous: bool,
 }
 
 impl<K: ?Sized, A> Clone for Link<'_, K, A> {
@@ -114,11 +123,11 @@ pub(crate) fn ensure_chain_supported<K: ?Sized, A: Algorithm>(
 pub(crate) fn refuse_undoing<K: ?Sized, A: Algorithm>(
     links: &[Link<'_, K, A>],
 ) -> Result<(), StoreError> {
-    match links.iter().find(|l| l.all_or_nothing) {
+    match links.iter().find(|l| l.all_or_nothing || l.joins_previous) {
         Some(link) => Err(StoreError::NotOnStore {
             store: "this store",
             algorithm: link.request.algorithm.name(),
-            reason: "it cannot undo a refused chain (all_or_nothing)",
+            reason: "it cannot undo links (all_or_nothing, or a limit's levels)",
         }),
         None => Ok(()),
     }

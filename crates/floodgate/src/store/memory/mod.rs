@@ -389,6 +389,10 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         let mut outcomes = Vec::with_capacity(links.len());
         // Each all-or-nothing link's key and state before it ran (`None`: no key).
         let mut undo: Vec<(usize, Option<S>)> = Vec::new();
+        // The same for the links of the open group (a limit's levels), and whether one of
+        // them was denied.
+        let mut group: Vec<(usize, Option<S>)> = Vec::new();
+        let mut group_denied = false;
         let mut ended = false;
         let mut refused = refused;
         for (i, link) in links.iter().enumerate() {
@@ -398,40 +402,70 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             }
             let r = link.request;
             let map = &mut guards[guard_of[i]];
-            if link.all_or_nothing {
+            let grouped = link.joins_previous || links.get(i + 1).is_some_and(|l| l.joins_previous);
+            if link.all_or_nothing || grouped {
                 let before = map
                     .table
                     .find(hashes[i], |(k, _)| k.borrow() == r.key)
                     .map(|(_, s)| s.clone());
-                undo.push((i, before));
+                if grouped {
+                    group.push((i, before.clone()));
+                }
+                if link.all_or_nothing {
+                    undo.push((i, before));
+                }
             }
             let outcome = match self.apply_in(map, hashes[i], r.algorithm, r.key, r.op, now) {
                 Ok(d) => Linked::Decided(d),
                 Err(e) => Linked::Failed(e),
             };
+            group_denied |= grouped && chain::denied(&outcome);
             refused |= chain::refuses(link, &outcome);
             ended = chain::ends(link, &outcome);
             outcomes.push(outcome);
-        }
-        if refused {
-            // Newest first, so a key touched twice gets its state from before the chain.
-            for (i, before) in undo.into_iter().rev() {
-                let key = links[i].request.key;
-                let map = &mut guards[guard_of[i]];
-                let found = map.table.find_entry(hashes[i], |(k, _)| k.borrow() == key);
-                match (found, before) {
-                    (Ok(mut entry), Some(state)) => entry.get_mut().1 = state,
-                    (Ok(entry), None) => {
-                        entry.remove();
-                    }
-                    (Err(_), Some(state)) => {
-                        self.insert_new(&mut map.table, hashes[i], key, state);
-                    }
-                    (Err(_), None) => {}
+            let group_ends = ended || !links.get(i + 1).is_some_and(|l| l.joins_previous);
+            if group_ends {
+                if std::mem::take(&mut group_denied) {
+                    self.restore(&mut guards, &guard_of, &hashes, links, group.drain(..));
                 }
+                group.clear();
             }
         }
+        if refused {
+            self.restore(&mut guards, &guard_of, &hashes, links, undo.into_iter());
+        }
         Ok(outcomes)
+    }
+
+    /// Puts back the states kept in `kept` (link index, state before it; `None`: no key),
+    /// newest first, so a key touched twice gets its state from before the first.
+    fn restore<Q, A, G>(
+        &self,
+        guards: &mut [G],
+        guard_of: &[usize],
+        hashes: &[u64],
+        links: &[Link<'_, Q, A>],
+        kept: impl DoubleEndedIterator<Item = (usize, Option<S>)>,
+    ) where
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+        G: std::ops::DerefMut<Target = ShardMap<K, S>>,
+    {
+        for (i, before) in kept.rev() {
+            let key = links[i].request.key;
+            let map = &mut guards[guard_of[i]];
+            let found = map.table.find_entry(hashes[i], |(k, _)| k.borrow() == key);
+            match (found, before) {
+                (Ok(mut entry), Some(state)) => entry.get_mut().1 = state,
+                (Ok(entry), None) => {
+                    entry.remove();
+                }
+                (Err(_), Some(state)) => {
+                    self.insert_new(&mut map.table, hashes[i], key, state);
+                }
+                (Err(_), None) => {}
+            }
+        }
     }
 
     /// Frees one place in a full shard; false if the overflow policy refuses the new key.

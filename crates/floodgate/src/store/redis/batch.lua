@@ -32,7 +32,9 @@
 --
 -- Undoing: before an all-or-nothing link first touches its key, the key's value is kept
 -- (DUMP, and its PTTL); when its request is refused, each kept key gets that value and TTL
--- back at the end of the group (RESTORE … REPLACE), or is deleted if it did not exist.
+-- back at the end of the group (RESTORE … REPLACE), or is deleted if it did not exist. Links
+-- joined by 'j' (a limit's levels) keep their keys the same way, and are put back as soon as
+-- the last of them has run if one of them was denied.
 local specs = {}
 local at = 4
 for s = 1, tonumber(ARGV[3]) do
@@ -90,6 +92,30 @@ end
 
 local replies, k = {}, 0
 
+-- What `key` holds now, to put back later: its DUMP and PTTL, or false if it does not exist.
+local function keep(key)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 then return false end
+  return {redis.call('DUMP', key), ttl}
+end
+
+-- Puts back every key of `order` as `kept` holds it (see `keep`).
+local function put_back(kept, order)
+  for _, key in ipairs(order) do
+    local value = kept[key]
+    if value then
+      -- PTTL -1 (no expiry) restores as 0 (none); a key about to expire keeps 1 ms.
+      local ttl = value[2]
+      if ttl == -1 then ttl = 0 elseif ttl < 1 then ttl = 1 end
+      redis.call('RESTORE', key, ttl, value[1], 'REPLACE')
+      known[key] = nil
+    else
+      redis.call('DEL', key)
+      known[key] = false
+    end
+  end
+end
+
 -- Appends the twin reply `r` to the flat reply.
 local function put(r)
   local n = #replies
@@ -113,53 +139,55 @@ while at <= last do
     local ran = #replies + 1
     replies[ran] = 0
     local kept, order = nil, nil
+    -- The open group's kept keys (links joined with 'j'), and whether one of its links was
+    -- denied.
+    local group, group_order, group_denied = nil, nil, false
     for i = 1, count do
       local s, flags = tonumber(ARGV[at]), ARGV[at + 1]
+      local next_joins = i < count and string.find(ARGV[at + 3], 'j', 1, true) ~= nil
       at = at + 2
       k = k + 1
       local key = keys[k]
+      local joins = flags ~= '-' and string.find(flags, 'j', 1, true) ~= nil
       if flags ~= '-' and string.find(flags, 'a', 1, true) then
         if not kept then kept, order = {}, {} end
         if kept[key] == nil then
-          local ttl = redis.call('PTTL', key)
-          if ttl == -2 then
-            kept[key] = false
-          else
-            kept[key] = {redis.call('DUMP', key), ttl}
-          end
+          kept[key] = keep(key)
           order[#order + 1] = key
         end
+      end
+      -- A group opens at its first link (or at a joined link whose group began in an earlier
+      -- call: a cluster chain split between slots, whose parts each decide alone).
+      if (next_joins and not joins) or (joins and not group) then
+        group, group_order, group_denied = {}, {}, false
+      end
+      if group and group[key] == nil then
+        group[key] = keep(key)
+        group_order[#group_order + 1] = key
       end
       local r = run(s, key, t)
       replies[ran] = i
       put(r)
-      local failed = r[1] == -1 and flags ~= '-' and string.find(flags, 'f', 1, true)
+      local failed = r[1] == -1 and flags ~= '-' and string.find(flags, 'f', 1, true) ~= nil
+      local stop = failed
       if failed then refused = true end
-      if (r[1] == 0 or failed) and flags ~= '-' then
-        if r[1] == 0 and string.find(flags, 'r', 1, true) then refused = true end
-        if failed or string.find(flags, 's', 1, true) then
-          -- The links left are not run: skip their arguments and keys.
-          at = at + 2 * (count - i)
-          k = k + (count - i)
-          break
-        end
+      if r[1] == 0 and group then group_denied = true end
+      if r[1] == 0 and flags ~= '-' then
+        if string.find(flags, 'r', 1, true) then refused = true end
+        if string.find(flags, 's', 1, true) then stop = true end
+      end
+      if group and (stop or not next_joins) then
+        if group_denied then put_back(group, group_order) end
+        group = nil
+      end
+      if stop then
+        -- The links left are not run: skip their arguments and keys.
+        at = at + 2 * (count - i)
+        k = k + (count - i)
+        break
       end
     end
-    if refused and order then
-      for _, key in ipairs(order) do
-        local value = kept[key]
-        if value then
-          -- PTTL -1 (no expiry) restores as 0 (none); a key about to expire keeps 1 ms.
-          local ttl = value[2]
-          if ttl == -1 then ttl = 0 elseif ttl < 1 then ttl = 1 end
-          redis.call('RESTORE', key, ttl, value[1], 'REPLACE')
-          known[key] = nil
-        else
-          redis.call('DEL', key)
-          known[key] = false
-        end
-      end
-    end
+    if refused and order then put_back(kept, order) end
   end
 end
 return replies

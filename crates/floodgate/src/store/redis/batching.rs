@@ -27,6 +27,7 @@
 //! refused before they queue): at most `threshold` times the calls in flight, plus those of
 //! each half-open probe, can run late per lane.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -63,13 +64,14 @@ pub(super) struct JobLink {
     pub(super) twin: &'static str,
     /// `-`, or some of `r` (a denial refuses the request), `s` (a denial ends the chain), `a`
     /// (undone if the request is refused), `f` (a state conflict refuses the request and ends
-    /// the chain), in that order.
-    pub(super) flags: &'static str,
+    /// the chain), `j` (one group with the link before: a denial undoes the group), in that
+    /// order.
+    pub(super) flags: Cow<'static, str>,
     pub(super) args: Vec<String>,
 }
 
 /// The flags of a link, as `batch.lua` takes them.
-pub(super) fn flags<K: ?Sized, A>(link: &crate::store::Link<'_, K, A>) -> &'static str {
+pub(super) fn flags<K: ?Sized, A>(link: &crate::store::Link<'_, K, A>) -> Cow<'static, str> {
     // Every combination, indexed by the flags' bits in their order (`r` the highest).
     const FLAGS: [&str; 16] = [
         "-", "f", "a", "af", "s", "sf", "sa", "saf", "r", "rf", "ra", "raf", "rs", "rsf", "rsa",
@@ -79,7 +81,12 @@ pub(super) fn flags<K: ?Sized, A>(link: &crate::store::Link<'_, K, A>) -> &'stat
         | usize::from(link.stops) << 2
         | usize::from(link.all_or_nothing) << 1
         | usize::from(link.fails_closed);
-    FLAGS[bits]
+    match (link.joins_previous, bits) {
+        (false, _) => Cow::Borrowed(FLAGS[bits]),
+        // Only a shadow limit's levels join: rare enough to spell out.
+        (true, 0) => Cow::Borrowed("j"),
+        (true, _) => Cow::Owned(format!("{}j", FLAGS[bits])),
+    }
 }
 
 /// One request's work in a batch, and where its replies go.
@@ -457,7 +464,7 @@ impl Inner {
             let link = JobLink {
                 key: request.key.to_owned(),
                 twin: call.script.twin,
-                flags: "-",
+                flags: Cow::Borrowed("-"),
                 args: call.args,
             };
             let at = match lanes.iter().position(|(l, _, _, _)| *l == lane) {
@@ -647,7 +654,7 @@ impl Inner {
         let mut handle = self.connection.handle();
         if let [job] = batch {
             if let ([link], false) = (job.links, job.refused) {
-                if let (Some(script), "-") = (self.scripts.twin(link.twin), link.flags) {
+                if let (Some(script), "-") = (self.scripts.twin(link.twin), &*link.flags) {
                     let command = |by_source: bool| {
                         let mut cmd = script.command(by_source);
                         cmd.arg(1)
@@ -725,7 +732,7 @@ impl Inner {
                     .arg(u8::from(job.refused))
                     .arg(job.links.len());
                 for link in job.links {
-                    cmd.arg(spec_of.next()).arg(link.flags);
+                    cmd.arg(spec_of.next()).arg(&*link.flags);
                 }
             }
             if cluster {

@@ -7,7 +7,8 @@
 //! as one call per run of consecutive links sharing a slot, in order, each told whether the
 //! request was already refused (so that its all-or-nothing links are undone too). Undoing
 //! then covers every run from the refusing one on, but not the runs before it: those have
-//! returned.
+//! returned. Likewise a group of joined links ([`crate::store::Link::joins_previous`]) split
+//! between two runs is undone one run at a time.
 
 use std::sync::Arc;
 

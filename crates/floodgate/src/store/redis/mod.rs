@@ -606,7 +606,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
         let link = JobLink {
             key: key.to_owned(),
             twin: call.script.twin,
-            flags: "-",
+            flags: std::borrow::Cow::Borrowed("-"),
             args: call.args,
         };
         inner

@@ -398,6 +398,7 @@ fn chains_go_link_by_link_and_refuse_all_or_nothing() {
         stops: true,
         all_or_nothing,
         fails_closed: false,
+        joins_previous: false,
     };
     let links = [link(&1u64, false), link(&2u64, false)];
     let outcome = poll_ready(store.apply_chain(&links)).unwrap();
