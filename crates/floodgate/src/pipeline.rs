@@ -48,7 +48,7 @@ pub mod scope;
 mod snapshot;
 mod stage;
 
-pub use reservation::{Hold, PipelineReservation};
+pub use reservation::{Hold, PipelineReservation, SettleError};
 pub use scope::{MissingField, Scope};
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
 use stage::{bump, check_scopes, Counters};

@@ -85,6 +85,15 @@ async fn counted<S: Store<str, AnyAlgorithm>>(store: &S, key: &str, limit: u64) 
             .remaining
 }
 
+/// A read-only probe of `key`, as the store answers it.
+async fn counted_on<S: Store<str, AnyAlgorithm>>(
+    store: &S,
+    key: &str,
+) -> Result<floodgate::Decision, floodgate::StoreError> {
+    let algorithm: AnyAlgorithm = FixedWindow::new(1, YEAR).unwrap().into();
+    store.apply(&algorithm, key, Op::Check { cost: 0 }).await
+}
+
 async fn a_reservation_is_held_on_every_budget_or_none<S>(store: S, prefix: &str)
 where
     S: Store<str, AnyAlgorithm> + Clone + 'static,
@@ -199,4 +208,85 @@ fn reservations_hold_every_budget_or_none_in_memory_and_on_redis() {
     let server = RedisServer::start();
     let redis = store_on_clock(&rt, &server.url(), &clock);
     rt.block_on(a_reservation_is_held_on_every_budget_or_none(redis, "r"));
+}
+
+/// A reservation held on two stores (two `redis-server`s of the test's own), one of which
+/// fails while it is settled (paused with SIGSTOP until its breaker opens, so that the
+/// settlement is refused before anything is sent): what the other holds is settled, the error
+/// holds the rest, and settling that once the store answers again finishes the reservation,
+/// each hold exactly once.
+#[test]
+fn a_settlement_a_store_failure_interrupts_is_finished_by_a_retry_once() {
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let (first, second) = (RedisServer::start(), RedisServer::start());
+    let user_store = store_on_clock(&rt, &first.url(), &clock);
+    let tenant_store = {
+        let _guard = rt.enter();
+        floodgate::store::RedisStore::builder(second.url())
+            .clock(clock.clone())
+            .timeout(Duration::from_millis(300))
+            .breaker(1, Duration::from_secs(10))
+            .min_ttl(Duration::from_secs(3600))
+            .build()
+            .unwrap()
+    };
+    let pipeline = Pipeline::builder()
+        .stage(
+            Stage::new(budget("user", 1_000, user_store.clone()))
+                .scope(Scope::all().key(template("{user}"))),
+        )
+        .stage(
+            Stage::new(budget("tenant", 1_500, tenant_store.clone()))
+                .scope(Scope::all().key(template("{attributes.tenant}"))),
+        )
+        .build()
+        .unwrap();
+    let attributes = [("tenant", "acme")];
+    let request = Descriptor {
+        user: "ann",
+        plan: "",
+        priority: Priority::Post,
+        cost: None,
+        endpoint: None,
+        attributes: &attributes,
+    };
+    rt.block_on(async {
+        let counts = || async {
+            (
+                counted(&user_store, "user:ann", 1_000).await,
+                counted(&tenant_store, "tenant:acme", 1_500).await,
+            )
+        };
+        let (verdict, held) = pipeline.reserve(&request, 600).await;
+        assert!(verdict.allowed(), "{verdict:?}");
+        assert_eq!(counts().await, (600, 600));
+
+        second.signal("STOP");
+        let probe = counted_on(&tenant_store, "tenant:probe").await;
+        assert!(
+            probe.is_err(),
+            "a paused Redis times out, which opens the breaker"
+        );
+        let failed = pipeline
+            .settle(held.expect("admitted"), 250)
+            .await
+            .expect_err("the tenant's store does not answer");
+        second.signal("CONT");
+        // The breaker lets a call through again after its cool-down.
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(failed.unsettled_at, [1], "{failed}");
+        let settled: Vec<(usize, &str)> = failed
+            .settled
+            .iter()
+            .map(|(at, stage, _)| (*at, stage.as_str()))
+            .collect();
+        assert_eq!(settled, [(0, "user")]);
+        assert_eq!(counts().await, (250, 600), "half settled, and said so");
+
+        let rest = pipeline.settle(failed.unsettled, 250).await.unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].0.as_str(), "tenant");
+        assert_eq!(counts().await, (250, 250), "each hold settled once");
+    });
 }

@@ -12,6 +12,12 @@
 //! to Redis itself in cached mode too, so two nodes never both settle one reservation. When the
 //! settlement then fails, the marker is given back, so that the caller may retry.
 //!
+//! A reservation through the pipeline holds its estimate in several places, and a store may
+//! fail after some were settled: it has a marker per hold
+//! (`floodgate.settled:<id>}/<position>`, all hash-tagged by the id, so that one atomic call
+//! charges them together), and when a settlement fails part way only the markers of the holds
+//! left are given back. A retry settles those, and only those.
+//!
 //! A reservation not settled within `reservation_ttl` can no longer be: it stands at its
 //! estimate.
 
@@ -21,7 +27,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::Reservation;
 use floodgate::pipeline::PipelineReservation;
-use floodgate::store::{Namespace, ScopedKey, Store};
+use floodgate::store::{Link, Linked, Namespace, Request, ScopedKey, Store};
 use floodgate::{Clock, Decision, LeaseId, Nanos, Op, StoreError};
 
 use super::evaluate::{EvaluateAnswer, EvaluateError, EvaluateRequest};
@@ -325,22 +331,29 @@ impl Server {
             Err(error) => return Ok(Settled::BadToken(error)),
         };
         let snapshot = self.snapshot.load();
-        if let Err(answer) = self.mark_settled(held.id, held.expires).await? {
-            return Ok(answer);
-        }
+        let fresh = match self
+            .mark_holds_settled(held.id, held.expires, held.holds.len())
+            .await?
+        {
+            Ok(fresh) => fresh,
+            Err(answer) => return Ok(answer),
+        };
         let op = held
             .holds
             .first()
             .map(|h| floodgate::limiter::reservation::settlement(h.estimate, actual));
-        let holds = held
-            .holds
-            .iter()
-            .filter_map(|h| {
+        // The holds not settled before, rebuilt, and where each stood in the token.
+        let mut positions = Vec::new();
+        let holds = fresh
+            .into_iter()
+            .filter_map(|at| {
+                let h = held.holds.get(at)?;
                 let rebuilt = snapshot
                     .pipeline
                     .rebuild_hold(&h.stage, h.level, &h.plan, &h.key, h.estimate);
-                if rebuilt.is_none() {
-                    tracing::info!(stage = %h.stage, "a reservation's stage is not configured any more: that hold is not settled");
+                match rebuilt {
+                    Some(_) => positions.push(at),
+                    None => tracing::info!(stage = %h.stage, "a reservation's stage is not configured any more: that hold is not settled"),
                 }
                 rebuilt
             })
@@ -348,14 +361,99 @@ impl Server {
         let reservation = floodgate::pipeline::PipelineReservation::from_holds(holds);
         match snapshot.pipeline.settle(reservation, actual).await {
             Ok(decisions) => Ok(Settled::DoneStages { op, decisions }),
-            Err(error) => {
-                // Part may be settled (the stores that answered): the marker stays, so that a
-                // retry does not settle those twice.
-                tracing::warn!(%error, "a pipeline reservation was settled in part: a store failed");
-                Err(error)
+            Err(failed) => {
+                // Give back the markers of the holds left, so that a retry settles them (and
+                // only them).
+                let left: Vec<usize> = failed.unsettled_at.iter().map(|&j| positions[j]).collect();
+                tracing::warn!(error = %failed.error, settled = failed.settled.len(), left = left.len(), "a pipeline reservation was settled in part: a store failed; a retry settles the rest");
+                let (marker, keys) =
+                    settled_markers(held.id, held.expires, self.clock.now(), &left)?;
+                let refunds: Vec<Request<'_, str, AnyAlgorithm>> = keys
+                    .iter()
+                    .map(|key| Request {
+                        algorithm: &marker,
+                        key: &**key,
+                        op: Op::Refund { cost: 1 },
+                    })
+                    .collect();
+                if let Err(undo) = self.store.apply_many(&refunds).await {
+                    tracing::warn!(%undo, "the markers of a reservation's unsettled holds could not be given back: retrying it will answer already settled");
+                }
+                Err(failed.error)
             }
         }
     }
+
+    /// Marks the `holds` holds of reservation `id` settled, in one atomic call: the positions
+    /// of those not settled before; in `Err` the answer when none is left (expired, or every
+    /// hold settled before). A reservation with no hold has one marker, for "once".
+    async fn mark_holds_settled(
+        &self,
+        id: LeaseId,
+        expires: Nanos,
+        holds: usize,
+    ) -> Result<Result<Vec<usize>, Settled>, StoreError> {
+        let now = self.clock.now();
+        if now > expires {
+            return Ok(Err(Settled::Expired));
+        }
+        let positions: Vec<usize> = (0..holds.max(1)).collect();
+        let (marker, keys) = settled_markers(id, expires, now, &positions)?;
+        let links: Vec<Link<'_, str, AnyAlgorithm>> = keys
+            .iter()
+            .map(|key| Link {
+                request: Request {
+                    algorithm: &marker,
+                    key: &**key,
+                    op: Op::Charge { cost: 1 },
+                },
+                refuses: false,
+                stops: false,
+                all_or_nothing: false,
+                fails_closed: false,
+                joins_previous: false,
+            })
+            .collect();
+        // Atomic: one call of the memory store or of Redis (in cached mode too, whose own
+        // chains go one link at a time).
+        let outcomes = match self.store.redis() {
+            Some(redis) => redis.apply_chain(&links).await?,
+            None => self.store.apply_chain(&links).await?,
+        };
+        let mut fresh = Vec::new();
+        for (at, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Linked::Decided(d) if d.allowed => fresh.push(at),
+                Linked::Decided(_) => {}
+                Linked::Failed(e) => return Err(e),
+                _ => return Err(StoreError::Protocol("a marker chain ended early".into())),
+            }
+        }
+        Ok(if fresh.is_empty() {
+            Err(Settled::AlreadySettled)
+        } else {
+            Ok(fresh)
+        })
+    }
+}
+
+/// The markers of the settlement of the holds at `positions` of reservation `id` (see the
+/// module documentation) and their keys: [`settled_marker`]'s algorithm, on keys that share
+/// the id's hash tag (a key's tag ends at its first `}`).
+fn settled_markers(
+    id: LeaseId,
+    expires: Nanos,
+    now: Nanos,
+    positions: &[usize],
+) -> Result<(AnyAlgorithm, Vec<ScopedKey>), StoreError> {
+    let (marker, _) = settled_marker(id, expires, now)?;
+    let namespace = Namespace::new(SETTLED)
+        .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
+    let keys = positions
+        .iter()
+        .map(|at| namespace.key(&format!("{id}}}/{at}")))
+        .collect();
+    Ok((marker, keys))
 }
 
 /// The marker of the settlement of reservation `id`, which can be settled until `expires`, and

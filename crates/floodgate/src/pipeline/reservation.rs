@@ -11,8 +11,13 @@
 //! - **All or nothing.** Reserving is [`Pipeline::evaluate`] itself: with all-or-nothing stages
 //!   a refused estimate takes nothing from any of them, atomically in the store. Settling
 //!   charges or refunds the difference on every hold; neither is ever refused, so every hold
-//!   settles, each key atomically, the holds of one store in one call.
-//! - **Once**: [`Pipeline::settle`] takes the [`PipelineReservation`] by value.
+//!   settles, each key atomically.
+//! - **Once**: [`Pipeline::settle`] takes the [`PipelineReservation`] by value. Each hold is
+//!   settled by a call of its own (the calls run concurrently; a store that batches, as Redis
+//!   does, sends them together), so when a store fails the caller learns exactly which holds
+//!   were settled: [`SettleError::unsettled`] is the rest, and settling it finishes the
+//!   reservation, each hold once. (A call that timed out may have been applied without an
+//!   answer; retrying it then counts it twice, as any write retried after a timeout would.)
 //!
 //! The bound of [`crate::limiter::reservation`] holds stage by stage: each budget is overshot
 //! by at most what the requests in flight at its last admission used beyond their estimates.
@@ -20,7 +25,7 @@
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::limiter::reservation::settlement;
 use crate::limiter::Mode;
-use crate::store::{Namespace, Request, ScopedKey, Store};
+use crate::store::{Namespace, ScopedKey, Store};
 use crate::{Decision, Op, StoreError};
 
 use super::scope::Cost;
@@ -63,6 +68,24 @@ impl Hold {
     pub fn estimate(&self) -> u64 {
         self.estimate
     }
+}
+
+/// A settlement that a store failure left unfinished ([`Pipeline::settle`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{} of a reservation's holds could not be settled: {error}", unsettled_at.len())]
+pub struct SettleError {
+    /// The first store failure.
+    #[source]
+    pub error: StoreError,
+    /// The holds that were settled, by position in the reservation, with their stage and
+    /// decision.
+    pub settled: Vec<(usize, Namespace, Decision)>,
+    /// The holds left to settle, in order: settle them (with the same actual cost) to finish
+    /// the reservation; none of them was applied, unless its call timed out after the store
+    /// had run it.
+    pub unsettled: PipelineReservation,
+    /// Where each of [`SettleError::unsettled`]'s holds stood in the reservation settled.
+    pub unsettled_at: Vec<usize>,
 }
 
 /// The estimate a request holds in a pipeline's stages, to settle with [`Pipeline::settle`].
@@ -222,47 +245,81 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// beyond its estimate (counted even past the limit) or a refund of what it did not use.
     /// The decisions, one per hold, in order: `allowed == false` where a charge put a key past
     /// its limit. A hold whose stage this pipeline no longer has (a reload removed it) is
-    /// skipped. `Err` when a store failed: the holds of the stores that answered are settled.
+    /// skipped. [`SettleError`] when a store failed: it names what was settled and holds the
+    /// rest, to settle again.
     pub async fn settle(
         &self,
         reservation: PipelineReservation,
         actual: u64,
-    ) -> Result<Vec<(Namespace, Decision)>, StoreError> {
-        let mut settled = Vec::with_capacity(reservation.holds.len());
-        // One call per store: the holds are grouped by stage's store, in order.
-        let mut groups: Vec<(&S, Vec<&Hold>)> = Vec::new();
-        for hold in &reservation.holds {
+    ) -> Result<Vec<(Namespace, Decision)>, SettleError> {
+        let mut calls = Vec::with_capacity(reservation.holds.len());
+        for (at, hold) in reservation.holds.iter().enumerate() {
             let Some(store) = self
                 .stage(hold.stage.as_str())
                 .and_then(|s| s.limiter.store())
             else {
                 continue;
             };
-            match groups.iter_mut().find(|(s, _)| s.same_store(store)) {
-                Some((_, holds)) => holds.push(hold),
-                None => groups.push((store, vec![hold])),
-            }
+            let op = settlement(hold.estimate, actual);
+            calls.push((at, Box::pin(store.apply(&hold.algorithm, &hold.key, op))));
         }
+        let answers = all(calls.iter_mut().map(|(_, call)| call.as_mut())).await;
+        let positions: Vec<usize> = calls.iter().map(|(at, _)| *at).collect();
+        drop(calls);
+        let mut settled = Vec::with_capacity(answers.len());
         let mut failure = None;
-        for (store, holds) in groups {
-            let requests: Vec<Request<'_, str, AnyAlgorithm>> = holds
-                .iter()
-                .map(|h| Request {
-                    algorithm: &h.algorithm,
-                    key: &*h.key,
-                    op: settlement(h.estimate, actual),
-                })
-                .collect();
-            match store.apply_many(&requests).await {
-                Ok(decisions) => {
-                    settled.extend(holds.iter().map(|h| h.stage.clone()).zip(decisions))
+        let mut unsettled_at = Vec::new();
+        for (at, answer) in positions.into_iter().zip(answers) {
+            match answer {
+                Ok(decision) => settled.push((at, reservation.holds[at].stage.clone(), decision)),
+                Err(error) => {
+                    failure.get_or_insert(error);
+                    unsettled_at.push(at);
                 }
-                Err(error) => failure = Some(error),
             }
         }
         match failure {
-            Some(error) => Err(error),
-            None => Ok(settled),
+            None => Ok(settled.into_iter().map(|(_, s, d)| (s, d)).collect()),
+            Some(error) => {
+                let mut holds: Vec<Option<Hold>> =
+                    reservation.holds.into_iter().map(Some).collect();
+                let unsettled = unsettled_at
+                    .iter()
+                    .filter_map(|&at| holds[at].take())
+                    .collect();
+                Err(SettleError {
+                    error,
+                    settled,
+                    unsettled: PipelineReservation { holds: unsettled },
+                    unsettled_at,
+                })
+            }
         }
     }
+}
+
+/// Polls every future of `futures` until all are ready: their outputs, in order.
+async fn all<F: std::future::Future + Unpin>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut futures: Vec<(F, Option<F::Output>)> = futures.map(|f| (f, None)).collect();
+    std::future::poll_fn(|cx| {
+        let mut ready = true;
+        for (future, output) in futures.iter_mut() {
+            if output.is_none() {
+                match std::pin::Pin::new(future).poll(cx) {
+                    std::task::Poll::Ready(out) => *output = Some(out),
+                    std::task::Poll::Pending => ready = false,
+                }
+            }
+        }
+        if ready {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    futures
+        .into_iter()
+        .map(|(_, output)| output.expect("every future is ready"))
+        .collect()
 }
