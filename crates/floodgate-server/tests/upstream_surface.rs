@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::serve::{config_file, serve, TempDir};
+use common::serve::{config_file, eventually, serve, TempDir};
 use common::upstream::{domain, launch, loopback_env};
 use floodgate_redis_harness::RedisServer;
 use serde_json::json;
@@ -67,6 +67,68 @@ async fn as_ratelimit_it_serves_and_writes_only_what_upstream_does() {
         keys.iter().all(|k| k.starts_with("rl_user_alice_")),
         "{keys:?}"
     );
+}
+
+/// Whether the drop-in serves upstream's surface alone follows the running configuration: a
+/// reload that adds a named limit to the Floodgate file serves `/v1/check` (and the rest), one
+/// that takes it out again serves upstream's surface alone.
+#[tokio::test]
+async fn a_reload_changes_what_the_drop_in_serves() {
+    let redis = RedisServer::start();
+    let domains = "domains:\n  - domain: rl\n    descriptors:\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 3}\n";
+    let (dir, path) = config_file(domains);
+    let entry = dir.0.join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_floodgate"), &entry).unwrap();
+    let mut env = loopback_env(&dir.0, &format!("127.0.0.1:{}", redis.port()));
+    env.push(("FLOODGATE_CONFIG", path.display().to_string()));
+    // Upstream's default level is `warn`; the reloads say what they did at `info`.
+    env.push(("LOG_LEVEL", "info".into()));
+    let node = launch(&entry, &[], &env);
+    let client = reqwest::Client::new();
+    let check = json!({"limiter": "login", "key": "alice"});
+    let hit =
+        json!({"domain": "rl", "descriptors": [{"entries": [{"key": "user", "value": "alice"}]}]});
+    assert_eq!(node.post(&client, "/json", &hit).await.0, 200);
+    let (status, body) = node.post(&client, "/v1/check", &check).await;
+    assert_eq!(status, 404, "upstream's surface alone at first: {body}");
+
+    let reload = |text: String| {
+        let before = node.log().len();
+        std::fs::write(&path, text).unwrap();
+        node.signal("HUP");
+        let node = &node;
+        async move {
+            eventually("the reload", || {
+                let done = node.log()[before..]
+                    .iter()
+                    .any(|l| l.contains("configuration reloaded"));
+                async move { done }
+            })
+            .await;
+        }
+    };
+    reload(format!(
+        "{domains}limits: {{login: {{algorithm: fixed_window, limit: 2, window: 1m}}}}\n"
+    ))
+    .await;
+    let (status, body) = node.post(&client, "/v1/check", &check).await;
+    assert_eq!(
+        status, 200,
+        "the named limit is served after the reload: {body}"
+    );
+    assert_eq!(node.get(&client, "/").await.0, 200);
+    assert_eq!(node.post(&client, "/json", &hit).await.0, 200);
+
+    reload(domains.to_string()).await;
+    let (status, body) = node.post(&client, "/v1/check", &check).await;
+    assert_eq!(status, 404, "upstream's surface alone again: {body}");
+    let (status, body) = node.get(&client, "/v1/nothing").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("envoyproxy/ratelimit's settings"), "{body}");
+    assert!(node
+        .log()
+        .iter()
+        .any(|l| l.contains("serves only upstream's endpoints")));
 }
 
 #[tokio::test]

@@ -97,7 +97,8 @@ pub struct Server {
     statsd_pushes: crate::statsd::PushCounts,
     /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
     tls: ListenersTls,
-    /// The HTTP listener serves only what envoyproxy/ratelimit serves
+    /// Started as the drop-in, with envoyproxy/ratelimit's settings: the HTTP listener serves
+    /// only what upstream serves while the configuration has nothing of Floodgate's
     /// ([`Server::with_upstream_surface`]).
     upstream_surface: bool,
     /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
@@ -180,18 +181,23 @@ impl Server {
         self
     }
 
-    /// Serves only what envoyproxy/ratelimit serves on the HTTP listener (`/json`,
-    /// `/healthcheck`) with Floodgate's `/metrics`, `/livez`, `/readyz` and admin API: for
-    /// the drop-in run with upstream's settings and no Floodgate configuration.
+    /// The drop-in, run with upstream's settings: while the running configuration has no
+    /// stage and no named limit, the HTTP listener serves only what envoyproxy/ratelimit
+    /// serves (`/json`, `/healthcheck`) with Floodgate's `/metrics`, `/livez`, `/readyz` and
+    /// admin API. Decided per request, so a reload that adds or removes Floodgate's
+    /// configuration changes it.
     pub fn with_upstream_surface(mut self, upstream: bool) -> Server {
         self.upstream_surface = upstream;
         self
     }
 
-    /// Whether the HTTP listener serves only upstream's surface
+    /// Whether the HTTP listener serves only upstream's surface now
     /// ([`Server::with_upstream_surface`]).
     pub fn serves_upstream_surface(&self) -> bool {
-        self.upstream_surface
+        self.upstream_surface && {
+            let snapshot = self.snapshot.load();
+            snapshot.stage_paths.is_empty() && snapshot.limits.is_empty()
+        }
     }
 
     /// The HTTP listener's address: on one that is not loopback, the dashboard's data (the

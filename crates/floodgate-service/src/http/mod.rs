@@ -164,35 +164,36 @@ pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
     // Under envoyproxy/ratelimit's settings with no Floodgate configuration, only what
     // upstream serves (and Floodgate's health and metrics): no pipeline, limits or dashboard.
-    let upstream = server.serves_upstream_surface();
+    // Decided per request, since a reload may add or remove Floodgate's configuration.
+    let floodgate_only = axum::middleware::from_fn_with_state(server.clone(), not_under_upstream);
     // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the
     // dashboard, the admin API and `/v1/release` always answer.
-    let mut decisions = Router::new().route("/json", post(envoy_json));
-    if !upstream {
-        decisions = decisions
-            .route("/v1/check", post(check))
-            .route("/v1/evaluate", post(evaluate))
-            .route("/v1/reserve", post(reservations::reserve));
-    }
-    let decisions = decisions.route_layer(axum::middleware::from_fn_with_state(
-        server.clone(),
-        shed_overload,
-    ));
-    let mut routes = Router::new().merge(decisions);
-    if !upstream {
-        routes = routes
-            .route("/", get(home_page))
-            // Giving leases back relieves an overload: never shed.
-            .route("/v1/release", post(release))
-            // So does settling (it may give budget back): never shed either.
-            .route("/v1/settle", post(reservations::settle))
-            .route("/v1/dashboard", get(dashboard));
-    }
-    let routes = if upstream {
-        routes.fallback(not_served_under_upstream)
-    } else {
-        routes.fallback(not_found)
-    };
+    let decisions = Router::new()
+        .route("/json", post(envoy_json))
+        .merge(
+            Router::new()
+                .route("/v1/check", post(check))
+                .route("/v1/evaluate", post(evaluate))
+                .route("/v1/reserve", post(reservations::reserve))
+                .route_layer(floodgate_only.clone()),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            shed_overload,
+        ));
+    let routes = Router::new()
+        .merge(decisions)
+        .merge(
+            Router::new()
+                .route("/", get(home_page))
+                // Giving leases back relieves an overload: never shed.
+                .route("/v1/release", post(release))
+                // So does settling (it may give budget back): never shed either.
+                .route("/v1/settle", post(reservations::settle))
+                .route("/v1/dashboard", get(dashboard))
+                .route_layer(floodgate_only),
+        )
+        .fallback(not_found);
     routes
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
@@ -832,8 +833,26 @@ async fn healthcheck(State(server): State<Arc<Server>>) -> Response {
     }
 }
 
-async fn not_found() -> ApiError {
+async fn not_found(State(server): State<Arc<Server>>, uri: axum::http::Uri) -> ApiError {
+    if server.serves_upstream_surface() {
+        return not_served_under_upstream(uri).await;
+    }
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// Lets a request through to one of Floodgate's own endpoints unless the listener serves only
+/// upstream's surface now ([`Server::serves_upstream_surface`]).
+async fn not_under_upstream(
+    State(server): State<Arc<Server>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if server.serves_upstream_surface() {
+        return not_served_under_upstream(request.uri().clone())
+            .await
+            .into_response();
+    }
+    next.run(request).await
 }
 
 /// Any endpoint but upstream's (and health, metrics and the admin API), under
@@ -843,7 +862,10 @@ async fn not_served_under_upstream(uri: axum::http::Uri) -> ApiError {
         StatusCode::NOT_FOUND,
         "not_found",
         format!(
-            "no such endpoint: {} (under envoyproxy/ratelimit's settings this listener serves              what upstream serves, /json and /healthcheck, and /metrics, /livez, /readyz and the              admin API; a Floodgate configuration file with a pipeline or limits, --config or              FLOODGATE_CONFIG, serves the rest)",
+            "no such endpoint: {} (under envoyproxy/ratelimit's settings this listener serves \
+             what upstream serves, /json and /healthcheck, and /metrics, /livez, /readyz and \
+             the admin API; a Floodgate configuration file with a pipeline or limits, \
+             --config or FLOODGATE_CONFIG, serves the rest)",
             uri.path()
         ),
     )

@@ -212,15 +212,11 @@ pub(super) fn build(
             "STARTING WITHOUT A WORKING STORE (store.start_without: true): every stage follows its on_store_error policy (fail_open: nothing is limited) and /readyz answers 503 until the store answers"
         );
     }
-    // The drop-in with upstream's settings and nothing of Floodgate's to serve answers as
-    // upstream does.
-    let file_config = loaded.file_config;
-    let upstream_surface = startup.upstream.is_some()
-        && file_config.stage_configs().is_empty()
-        && file_config.limits.is_empty();
+    // The drop-in with upstream's settings answers as upstream does while it has nothing of
+    // Floodgate's to serve.
     Ok(server
-        .with_file_config(file_config)
-        .with_upstream_surface(upstream_surface)
+        .with_file_config(loaded.file_config)
+        .with_upstream_surface(startup.upstream.is_some())
         .with_tls(tls.clone())
         .with_overrides(startup.overrides.clone())
         .with_heavy_keys(args.heavy_keys))

@@ -329,8 +329,18 @@ impl Server {
         for d in &dropped {
             tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
         }
+        let upstream_surface = self.serves_upstream_surface();
         self.snapshot.store(Arc::new(snapshot));
         accepted();
+        match (upstream_surface, self.serves_upstream_surface()) {
+            (true, false) => tracing::info!(
+                "the configuration now has stages or named limits: the HTTP listener serves Floodgate's endpoints beside upstream's"
+            ),
+            (false, true) => tracing::info!(
+                "the configuration has no stage or named limit any more: the HTTP listener serves only upstream's endpoints (with health, metrics and the admin API)"
+            ),
+            _ => {}
+        }
         self.readiness
             .config_missing
             .store(false, std::sync::atomic::Ordering::Relaxed);
