@@ -141,3 +141,33 @@ async fn a_lease_secret_given_by_hand_is_checked_and_wins() {
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("FLOODGATE_LEASE_SECRET"), "{message}");
 }
+
+/// The stages that measure the process they run in (the utilization shedder, the adaptive
+/// concurrency limit) decide on each node alone, also on a shared store: `serve` says so at
+/// start-up, once per such stage, and says nothing of the kind on the memory store.
+#[tokio::test]
+async fn a_shared_store_names_the_stages_that_stay_on_each_node() {
+    let redis = RedisServer::start();
+    let (_dir, path) = config_file(
+        "pipeline:\n  - {name: per_user, kind: limit, spec: {algorithm: fixed_window, limit: 5, window: 1m}}\n  - {name: workers, kind: utilization, workers: 8}\n  - {name: learned, kind: adaptive_concurrency}\n",
+    );
+    let node = serve(&path, &redis.url(), &[]);
+    for (stage, kind) in [
+        ("workers", "utilization"),
+        ("learned", "adaptive_concurrency"),
+    ] {
+        let line = node.logged(&format!("stage={stage}")).await;
+        assert!(
+            line.contains(&format!("kind=\"{kind}\""))
+                && line.contains("decides on this node alone"),
+            "{line}"
+        );
+    }
+    assert!(!node.log().iter().any(|l| l.contains("stage=per_user")));
+    let alone = serve(&path, "memory", &[]);
+    let _ = alone.logged("floodgate serving").await;
+    assert!(!alone
+        .log()
+        .iter()
+        .any(|l| l.contains("decides on this node alone")));
+}

@@ -191,6 +191,31 @@ impl Server {
         self
     }
 
+    /// Says, one line per stage, which stages decide on this node alone while the store is
+    /// shared (Redis): the adaptive concurrency limit and the utilization shedder measure the
+    /// process they run in, so their limits and their leases are this node's, not the fleet's.
+    /// `serve` calls it at start-up.
+    pub fn announce_node_local_stages(&self) {
+        if self.store.redis().is_none() {
+            return;
+        }
+        let snapshot = self.snapshot.load();
+        for stage in snapshot.pipeline.stages() {
+            let kind = stage.limiter().kind();
+            if matches!(
+                kind,
+                floodgate::limiter::LimiterKind::Utilization
+                    | floodgate::limiter::LimiterKind::AdaptiveConcurrency
+            ) {
+                tracing::info!(
+                    stage = %stage.name(),
+                    kind = kind.name(),
+                    "this stage decides on this node alone, though the store is shared: it measures this process, so its limit and its leases are this node's (release a lease on the node that issued it)"
+                );
+            }
+        }
+    }
+
     /// Whether the HTTP listener serves only upstream's surface now
     /// ([`Server::with_upstream_surface`]).
     pub fn serves_upstream_surface(&self) -> bool {

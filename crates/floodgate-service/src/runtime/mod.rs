@@ -438,6 +438,7 @@ pub fn serve(args: ServeArgs, env: Environment, as_ratelimit: bool) -> Result<()
         }
         announce(&listening, json_log);
         tracing::info!(threads = workers, config = %startup.source, watch = startup.watch, "floodgate serving");
+        server.announce_node_local_stages();
         run(server, listeners, workers, stopped).await
     })
 }
