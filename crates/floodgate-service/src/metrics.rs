@@ -574,20 +574,7 @@ impl StoreLive {
             .sample(&store, breaker_gauge(state));
         }
         if let Some(r) = &self.redirects {
-            let mut redirects = text.family(
-                "floodgate_store_redirects_total",
-                Kind::Counter,
-                "Redis Cluster redirections followed while slots move, never failures: moved (a slot found on another master), ask (a key of a slot being moved, found on its new master), tryagain (a call waiting out a slot's move), clusterdown (a failover or a loading node waited out), split (a batch of several slots sent request by request, one of them moving).",
-            );
-            for (kind, n) in [
-                ("moved", r.moved),
-                ("ask", r.ask),
-                ("tryagain", r.try_again),
-                ("clusterdown", r.cluster_down),
-                ("split", r.split),
-            ] {
-                redirects.sample(&[("store", self.kind), ("kind", kind)], n);
-            }
+            write_redirects(text, self.kind, r);
         }
         if !self.nodes.is_empty() {
             let mut nodes = text.family(
@@ -602,6 +589,28 @@ impl StoreLive {
                 );
             }
         }
+    }
+}
+
+/// The Redis Cluster redirections the store followed, by kind.
+fn write_redirects(
+    text: &mut Exposition<'_>,
+    kind: &str,
+    r: &floodgate::store::redis::RedirectStats,
+) {
+    let mut redirects = text.family(
+        "floodgate_store_redirects_total",
+        Kind::Counter,
+        "Redis Cluster redirections followed while slots move, never failures: moved (a slot found on another master), ask (a key of a slot being moved, found on its new master), tryagain (a call waiting out a slot's move), clusterdown (a failover or a loading node waited out), split (a batch of several slots sent request by request, one of them moving).",
+    );
+    for (redirect, n) in [
+        ("moved", r.moved),
+        ("ask", r.ask),
+        ("tryagain", r.try_again),
+        ("clusterdown", r.cluster_down),
+        ("split", r.split),
+    ] {
+        redirects.sample(&[("store", kind), ("kind", redirect)], n);
     }
 }
 

@@ -68,14 +68,33 @@ fn every_limiter_starts_again_and_leases_are_exact_one_ttl_later() {
     rt.block_on(async {
         // Full everywhere: the window's 3, the user's 2 places, the fleet's 2 non-critical.
         for _ in 0..3 {
-            assert!(store.apply(&window, "w:ann", Op::Check { cost: 1 }).await.unwrap().allowed);
+            assert!(
+                store
+                    .apply(&window, "w:ann", Op::Check { cost: 1 })
+                    .await
+                    .unwrap()
+                    .allowed
+            );
         }
         let mut running = Vec::new();
         for _ in 0..2 {
-            running.push(concurrency.acquire("ann").await.unwrap().lease.expect("a place"));
+            running.push(
+                concurrency
+                    .acquire("ann")
+                    .await
+                    .unwrap()
+                    .lease
+                    .expect("a place"),
+            );
             running.push(fleet.acquire(false).await.unwrap().lease.expect("a place"));
         }
-        assert!(!store.apply(&window, "w:ann", Op::Check { cost: 1 }).await.unwrap().allowed);
+        assert!(
+            !store
+                .apply(&window, "w:ann", Op::Check { cost: 1 })
+                .await
+                .unwrap()
+                .allowed
+        );
         assert!(concurrency.acquire("ann").await.unwrap().lease.is_none());
         assert!(fleet.acquire(false).await.unwrap().lease.is_none());
 
@@ -84,13 +103,34 @@ fn every_limiter_starts_again_and_leases_are_exact_one_ttl_later() {
         until_answered(&store, &window, "w:probe").await;
 
         // Windows start again.
-        let d = store.apply(&window, "w:ann", Op::Check { cost: 1 }).await.unwrap();
-        assert_eq!((d.allowed, d.remaining), (true, 2), "the window starts again");
+        let d = store
+            .apply(&window, "w:ann", Op::Check { cost: 1 })
+            .await
+            .unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining),
+            (true, 2),
+            "the window starts again"
+        );
         // The running requests' leases are forgotten: as many again are admitted, no more.
         let mut since = Vec::new();
         for _ in 0..2 {
-            since.push(concurrency.acquire("ann").await.unwrap().lease.expect("forgotten"));
-            since.push(fleet.acquire(false).await.unwrap().lease.expect("forgotten"));
+            since.push(
+                concurrency
+                    .acquire("ann")
+                    .await
+                    .unwrap()
+                    .lease
+                    .expect("forgotten"),
+            );
+            since.push(
+                fleet
+                    .acquire(false)
+                    .await
+                    .unwrap()
+                    .lease
+                    .expect("forgotten"),
+            );
         }
         assert!(concurrency.acquire("ann").await.unwrap().lease.is_none());
         assert!(fleet.acquire(false).await.unwrap().lease.is_none());

@@ -433,17 +433,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             }
         }
         let outcomes = Self::run_chain(stages, &modes, &pending, refused).await;
-        // As the store decided: an enforcing denial, or a failure of a stage failing closed,
-        // refuses the request and undid the all-or-nothing links.
-        let undone = refused
-            || outcomes.iter().zip(&pending).any(|(outcome, p)| {
-                modes[p.stage] == Mode::Enforce
-                    && match outcome {
-                        Linked::Decided(d) => !d.allowed,
-                        Linked::Failed(_) => stages[p.stage].on_error == OnStoreError::FailClosed,
-                        _ => false,
-                    }
-            });
+        let undone = refused || undid(stages, &modes, &pending, &outcomes);
         // Settle in stage order.
         let mut early = early.into_iter().peekable();
         let mut chained = pending.into_iter().zip(outcomes).peekable();
@@ -564,6 +554,24 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
         }
         false
     }
+}
+
+/// Whether the chain undid its all-or-nothing links, as the store decides it: an enforcing
+/// denial, or a failure of a stage failing closed, refuses the request.
+fn undid<S: Store<str, AnyAlgorithm> + 'static>(
+    stages: &[Stage<S>],
+    modes: &[Mode],
+    pending: &[Pending<'_>],
+    outcomes: &[Linked],
+) -> bool {
+    outcomes.iter().zip(pending).any(|(outcome, p)| {
+        modes[p.stage] == Mode::Enforce
+            && match outcome {
+                Linked::Decided(d) => !d.allowed,
+                Linked::Failed(_) => stages[p.stage].on_error == OnStoreError::FailClosed,
+                _ => false,
+            }
+    })
 }
 
 fn failed_chain(error: StoreError, links: usize) -> Vec<Linked> {
