@@ -740,8 +740,9 @@ impl Inner {
                     cmd.arg(Tagged(&link.key));
                 }
                 let mut size = 0;
-                for (slot, members) in &by_slot {
-                    cmd.arg(members.len()).arg(probe_key(*slot));
+                for (_, members) in &by_slot {
+                    cmd.arg(members.len())
+                        .arg(&*probe_key(&links[members[0]].key));
                     for &i in members {
                         cmd.arg(Tagged(&links[i].key));
                     }

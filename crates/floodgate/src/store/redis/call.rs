@@ -120,7 +120,7 @@ impl Script {
     /// Redis refuses declared keys of several slots whatever the flags, and any one command
     /// spanning slots, so only the first key is declared (it routes the call), all of them
     /// follow the groups in `ARGV`, and the keys to read together come per slot, each slot's
-    /// after a key of that slot that never exists (its probe, [`super::keys::probe_key`]).
+    /// after a key of that slot that never exists (its probe, made from one of its keys: [`super::keys::probe_key`]).
     fn batch_cluster() -> Script {
         Script::batch_with(
             "local function batch_keys()\n\

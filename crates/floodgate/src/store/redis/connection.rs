@@ -33,7 +33,7 @@ pub(super) enum Connection {
     /// A Redis Cluster: the client routes each command by its key's slot and refreshes its
     /// slot map after `MOVED`, `READONLY` and lost nodes; the store follows redirections over
     /// connections of its own to the nodes they name (module `redirect`).
-    Cluster(ClusterConnection, Box<NodeConnections>),
+    Cluster(ClusterConnection, std::sync::Arc<NodeConnections>),
     /// The master the sentinels name, asked again after a failure.
     Sentinel(Arc<Sentinel>),
 }
@@ -154,7 +154,7 @@ impl Connection {
     }
 
     /// On a cluster, the store's own connections to the nodes redirections name.
-    pub(super) fn nodes(&self) -> Option<&NodeConnections> {
+    pub(super) fn nodes(&self) -> Option<&std::sync::Arc<NodeConnections>> {
         match self {
             Connection::Cluster(_, nodes) => Some(nodes),
             _ => None,
@@ -271,7 +271,7 @@ fn cluster(
         .set_response_timeout(timeout);
     Ok(Connection::Cluster(
         client.get_pending_async_connection_with_config(config),
-        Box::new(NodeConnections::new(user_info, tls, connect_timeout)),
+        std::sync::Arc::new(NodeConnections::new(user_info, tls, connect_timeout)),
     ))
 }
 

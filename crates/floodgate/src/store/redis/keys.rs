@@ -76,11 +76,26 @@ impl ToRedisArgs for Tagged<'_> {
 
 impl ToSingleRedisArg for Tagged<'_> {}
 
-/// A Redis key of `slot` that never holds anything (`floodgate!slot:{N}`: no namespace holds
+/// A Redis key of the same slot as the store key `key` that never holds anything
+/// (`floodgate!probe:{TAG}`, `TAG` the hash tag `key` is written with: no namespace holds
 /// `!`), which the cluster batch script asks about to learn whether the slot is served where
-/// the script runs and is not being moved (see `batch.lua`). Found once for every slot, by
-/// counting `N` up until each slot has one.
-pub(super) fn probe_key(slot: Slot) -> &'static str {
+/// the script runs and is not being moved (see `batch.lua`). Made from the key at once; only
+/// a key whose tag is empty (a store key ending in its namespace's `:`, which Redis hashes
+/// whole) takes a probe from [`probe_of_slot`]'s table.
+pub(super) fn probe_key(key: &str) -> std::borrow::Cow<'static, str> {
+    let (_, rest) = Tagged(key).parts();
+    // Redis hashes what lies between the first `{` (the one the store writes) and the next `}`.
+    let tag = rest.split('}').next().unwrap_or_default();
+    if tag.is_empty() {
+        return std::borrow::Cow::Borrowed(probe_of_slot(Tagged(key).slot()));
+    }
+    std::borrow::Cow::Owned(format!("floodgate!probe:{{{tag}}}"))
+}
+
+/// A Redis key of `slot` that never holds anything (`floodgate!slot:{N}`), found once for
+/// every slot by counting `N` up until each slot has one: some 160,000 keys hashed, so only
+/// for the rare key [`probe_key`] cannot make a probe from.
+fn probe_of_slot(slot: Slot) -> &'static str {
     static PROBES: std::sync::OnceLock<HashMap<Slot, String>> = std::sync::OnceLock::new();
     let probes = PROBES.get_or_init(|| {
         let mut probes = HashMap::with_capacity(16384);
@@ -143,13 +158,25 @@ mod tests {
     }
 
     #[test]
-    fn every_slot_has_a_probe_of_its_own() {
-        for key in ["api:alice", "rls:3:rl", "x"] {
+    fn every_key_has_a_probe_of_its_slot() {
+        for key in [
+            "api:alice",
+            "rls:3:rl",
+            "x",
+            "ns:a}b",
+            "ns:{a}",
+            "ns:}x",
+            "api:",
+        ] {
             let slot = Tagged(key).slot();
-            let probe = probe_key(slot);
-            assert_eq!(Slot::for_key(probe), slot, "{probe}");
-            assert!(probe.starts_with("floodgate!slot:{"), "{probe}");
+            let probe = probe_key(key);
+            assert_eq!(Slot::for_key(&*probe), slot, "{key}: {probe}");
+            assert!(probe.starts_with("floodgate!"), "{probe}");
+            assert!(!probe.starts_with(&*redis_key(key)), "{probe}");
         }
+        // Made from the key's tag, with no table, but for an empty tag.
+        assert_eq!(probe_key("api:alice"), "floodgate!probe:{alice}");
+        assert!(probe_key("api:").starts_with("floodgate!slot:{"));
     }
 
     #[test]

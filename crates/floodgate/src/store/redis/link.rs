@@ -368,10 +368,14 @@ impl Inner {
             .first()
             .map(|&i| self.slot_master(items[i].key.slot()))
         {
-            Some(Some(address)) if cluster => match self.connection.nodes() {
-                Some(nodes) => Some(nodes.to(&address).await?),
-                None => None,
-            },
+            // Not open yet: made in the background, the group goes through the cluster client.
+            Some(Some(address)) if cluster => self.connection.nodes().and_then(|nodes| {
+                let node = nodes.opened(&address);
+                if node.is_none() {
+                    nodes.open_in_background(std::iter::once(address.as_str()));
+                }
+                node
+            }),
             _ => None,
         };
         let mut replies: Vec<RedisResult<Value>> = match &mut node {

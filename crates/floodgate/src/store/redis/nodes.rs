@@ -236,7 +236,9 @@ impl Inner {
                     nodes.stale.store(true, Ordering::Relaxed);
                 }
                 if let Some(connections) = self.connection.nodes() {
-                    connections.keep_only(ranges.iter().map(|(_, _, address)| address.as_str()));
+                    let masters = || ranges.iter().map(|(_, _, address)| address.as_str());
+                    connections.keep_only(masters());
+                    connections.open_in_background(masters());
                 }
             }
             None => nodes.stale.store(true, Ordering::Relaxed),

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -202,6 +202,35 @@ impl NodeConnections {
         }
     }
 
+    /// The connection to the node at `address`, if one is open: a call routed by the store's
+    /// slot map never waits for a connection to be made (see
+    /// [`NodeConnections::open_in_background`]).
+    pub(super) fn opened(&self, address: &str) -> Option<ConnectionManager> {
+        self.lock().get(address).cloned()
+    }
+
+    /// Opens a connection, in the background, to each of `addresses` (a slot map's masters)
+    /// that has none, so that calls find them open.
+    pub(super) fn open_in_background<'a>(
+        self: &Arc<Self>,
+        addresses: impl Iterator<Item = &'a str>,
+    ) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        for address in addresses {
+            if self.lock().contains_key(address) {
+                continue;
+            }
+            let (nodes, address) = (self.clone(), address.to_string());
+            tokio::spawn(async move {
+                if let Err(error) = nodes.to(&address).await {
+                    tracing::debug!(%error, node = %address, "cannot connect to a cluster master yet; calls on its slots go through the cluster client meanwhile");
+                }
+            });
+        }
+    }
+
     /// The connection to the node at `address` (`host:port`), made now if there is none.
     pub(super) async fn to(&self, address: &str) -> RedisResult<ConnectionManager> {
         if let Some(open) = self.lock().get(address) {
@@ -299,28 +328,30 @@ impl Inner {
         let (address, asking) = match route {
             Route::Node(address) => (address.clone(), false),
             Route::Asking(address) => (address.clone(), true),
-            Route::BySlot => match self.mapped_master(&command(false)) {
-                Some(address) => (address, false),
-                None => {
-                    return match command(false).query_async(handle).await {
-                        Err(e) if is(&e, ServerErrorKind::NoScript) => {
-                            command(true).query_async(handle).await
-                        }
-                        other => other,
-                    };
+            Route::BySlot => {
+                let mapped = self.mapped_master(&command(false));
+                let nodes = self.connection.nodes();
+                if let Some((address, nodes)) = mapped.zip(nodes) {
+                    match nodes.opened(&address) {
+                        Some(node) => return send_script_to(node, command, false).await,
+                        // Not open yet: made in the background, this call goes through the
+                        // cluster client.
+                        None => nodes.open_in_background(std::iter::once(address.as_str())),
+                    }
                 }
-            },
+                return match command(false).query_async(handle).await {
+                    Err(e) if is(&e, ServerErrorKind::NoScript) => {
+                        command(true).query_async(handle).await
+                    }
+                    other => other,
+                };
+            }
         };
         let Some(nodes) = self.connection.nodes() else {
             return command(false).query_async(handle).await;
         };
-        let mut node = nodes.to(&address).await?;
-        match send_to(&mut node, command(false), asking).await {
-            Err(e) if is(&e, ServerErrorKind::NoScript) => {
-                send_to(&mut node, command(true), asking).await
-            }
-            other => other,
-        }
+        let node = nodes.to(&address).await?;
+        send_script_to(node, command, asking).await
     }
 
     /// The address of the master serving the first key of `command` in the store's slot map,
@@ -348,6 +379,20 @@ impl Inner {
         let nodes = self.nodes.as_ref()?;
         self.connection.nodes()?;
         nodes.address(slot)
+    }
+}
+
+/// Sends `command` (and its source after `NOSCRIPT`) on `node` (see [`send_to`]).
+async fn send_script_to(
+    mut node: ConnectionManager,
+    command: &impl Fn(bool) -> redis::Cmd,
+    asking: bool,
+) -> RedisResult<Value> {
+    match send_to(&mut node, command(false), asking).await {
+        Err(e) if is(&e, ServerErrorKind::NoScript) => {
+            send_to(&mut node, command(true), asking).await
+        }
+        other => other,
     }
 }
 
