@@ -29,13 +29,11 @@ use std::time::Duration;
 
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use floodgate::limiter::concurrency::ConcurrencyLimiter;
-use floodgate::limiter::fleet::FleetShedder;
-use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
-use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
-use floodgate::pipeline::Pipeline;
-use floodgate::store::MemoryStore;
-use floodgate::CoarseClock;
+use floodgate::limiter::utilization::WorkerGauge;
+use floodgate::{
+    CoarseClock, ConcurrencyLimiter, FleetShedder, MemoryStore, Pipeline, Plan, RequestRateLimiter,
+    UtilizationShedder,
+};
 use floodgate_tower::{CredentialKey, Extractor, FloodgateLayer};
 use serde_json::{json, Value};
 

@@ -14,10 +14,12 @@
 //! - [`clock`]: every instant comes from an injected [`Clock`]; tests use [`ManualClock`].
 //! - [`blocking`]: the same calls from synchronous code.
 //!
+//! What a first program needs is at the crate's root (the front door): the algorithms
+//! ([`TokenBucket`], [`Gcra`], …), the limiters ([`KeyedLimit`], Stripe's four), the stores
+//! ([`MemoryStore`], [`AnyStore`]) and the [`Pipeline`]; the modules hold the rest.
+//!
 //! ```
-//! use floodgate::algorithm::token_bucket::TokenBucket;
-//! use floodgate::limiter::KeyedLimit;
-//! use floodgate::store::MemoryStore;
+//! use floodgate::{KeyedLimit, MemoryStore, TokenBucket};
 //!
 //! // 10 requests per second per user, bursts of 20.
 //! let limit = KeyedLimit::new("api", TokenBucket::new(10.0, 20)?, MemoryStore::new())?;
@@ -48,3 +50,24 @@ mod sync;
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use decision::{Decision, LeaseId, Op, OpKind};
 pub use error::{ConfigError, Refusal, StoreError};
+
+// The front door: what a first program names, without the module paths.
+pub use algorithm::fixed_window::FixedWindow;
+pub use algorithm::gcra::Gcra;
+pub use algorithm::leaky_bucket::LeakyBucket;
+pub use algorithm::leaky_queue::LeakyQueue;
+pub use algorithm::sliding_log::SlidingLog;
+pub use algorithm::sliding_window::SlidingWindow;
+pub use algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
+pub use algorithm::spec::AnyAlgorithm;
+pub use algorithm::token_bucket::TokenBucket;
+pub use limiter::adaptive::AdaptiveConcurrencyLimiter;
+pub use limiter::concurrency::ConcurrencyLimiter;
+pub use limiter::fleet::FleetShedder;
+pub use limiter::request_rate::{Plan, RequestRateLimiter};
+pub use limiter::utilization::UtilizationShedder;
+pub use limiter::{KeyedLimit, Lease, Mode, OnStoreError, Priority};
+pub use pipeline::{Pipeline, Scope, Stage, Verdict};
+pub use store::{AnyStore, MemoryStore, Namespace, Store};
+#[cfg(feature = "redis")]
+pub use store::{CachedStore, RedisStore};

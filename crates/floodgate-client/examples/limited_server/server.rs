@@ -22,11 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate::algorithm::fixed_window::{FixedWindow, FixedWindowState};
-use floodgate::algorithm::token_bucket::{TokenBucket, TokenBucketState};
+use floodgate::algorithm::fixed_window::FixedWindowState;
+use floodgate::algorithm::token_bucket::TokenBucketState;
 use floodgate::algorithm::Algorithm;
 use floodgate::limiter::{whole_seconds_up, RateLimitHeaders};
-use floodgate::{Clock, Decision, Op};
+use floodgate::{Clock, Decision, FixedWindow, Op, TokenBucket};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
