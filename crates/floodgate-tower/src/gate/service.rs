@@ -27,11 +27,11 @@ use floodgate::limiter::utilization::WorkerGauge;
 use floodgate::store::Store;
 use http::{Request, Response};
 use http_body::Body;
-use tower::Service;
+use tower::{Layer, Service};
 
-use crate::body::{FloodgateBody, Held, Timer};
-use crate::future::{poll_verdict, settle, Answer, ResponseFuture, Settled, VerdictFuture};
-use crate::layer::FloodgateLayer;
+use super::body::{FloodgateBody, Held, Timer};
+use super::future::{poll_verdict, settle, Answer, ResponseFuture, Settled, VerdictFuture};
+use super::layer::FloodgateLayer;
 use crate::response::{is_grpc, unidentified_response};
 
 /// Runs a Floodgate pipeline before `Inner`. Build it with [`FloodgateLayer`]; clones share
@@ -39,6 +39,14 @@ use crate::response::{is_grpc, unidentified_response};
 pub struct Floodgate<Inner, S> {
     inner: Inner,
     layer: FloodgateLayer<S>,
+}
+
+impl<Inner, S> Layer<Inner> for FloodgateLayer<S> {
+    type Service = Floodgate<Inner, S>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        Floodgate::new(inner, self.clone())
+    }
 }
 
 impl<Inner, S> Floodgate<Inner, S> {
@@ -101,7 +109,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let layer = &self.layer;
+        let layer = self.layer.shared();
         let mut held = Held {
             leases: Vec::new(),
             busy: layer.gauge.as_ref().map(WorkerGauge::enter),
@@ -124,14 +132,13 @@ where
                 return ResponseFuture::refused(unidentified_response(&why, grpc));
             }
             Err(_) => {
-                layer.fail_opens.fetch_add(1, Ordering::Relaxed);
+                layer.answers.fail_opens.fetch_add(1, Ordering::Relaxed);
                 return ResponseFuture::calling(self.inner.call(request), Vec::new(), held);
             }
         };
         let answer = Answer {
             grpc,
-            fail_opens: Arc::clone(&layer.fail_opens),
-            on_refusal: layer.on_refusal.clone(),
+            answers: Arc::clone(&layer.answers),
             user: info.user.clone(),
         };
 

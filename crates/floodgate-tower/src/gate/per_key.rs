@@ -35,10 +35,10 @@ use floodgate::store::AnyStore;
 use floodgate::ConfigError;
 use http::header::HeaderName;
 
+use super::layer::FloodgateLayer;
 use crate::address::ClientAddress;
 use crate::credential::CredentialKey;
 use crate::extract::{Extractor, KeyBy};
-use crate::layer::FloodgateLayer;
 
 /// One limit per client. See the [module documentation](self).
 #[derive(Debug)]

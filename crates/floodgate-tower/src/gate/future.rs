@@ -29,9 +29,10 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::Service;
 
+use super::body::{FloodgateBody, Held};
+use super::layer::Answers;
 use crate::admitted::Admitted;
-use crate::body::{FloodgateBody, Held};
-use crate::response::{add_headers, refusal_response, RefusalFn};
+use crate::response::{add_headers, refusal_response};
 
 /// The pipeline's evaluation of one request, owning what it borrows.
 pub(crate) type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
@@ -219,10 +220,9 @@ pub(crate) fn poll_verdict(
 pub(crate) struct Answer {
     /// Whether the request speaks gRPC (refusals are then gRPC statuses).
     pub(crate) grpc: bool,
-    /// The layer's count of requests let through because the middleware failed.
-    pub(crate) fail_opens: Arc<AtomicU64>,
-    /// The layer's hook that shapes refusals.
-    pub(crate) on_refusal: Option<Arc<RefusalFn>>,
+    /// The layer's refusal hook and its count of requests let through because the
+    /// middleware failed.
+    pub(crate) answers: Arc<Answers>,
     /// The request's user, for [`Admitted`].
     pub(crate) user: String,
 }
@@ -256,7 +256,7 @@ impl Settled {
 /// lets the request through and counts a fail-open; so does a refusal hook that panics.
 pub(crate) fn settle(outcome: Option<Verdict>, answer: &Answer) -> Settled {
     let Some(verdict) = outcome else {
-        return Settled::failed_open(&answer.fail_opens);
+        return Settled::failed_open(&answer.answers.fail_opens);
     };
     let fields = verdict.headers();
     let Some(refusal) = &verdict.refusal else {
@@ -268,20 +268,21 @@ pub(crate) fn settle(outcome: Option<Verdict>, answer: &Answer) -> Settled {
         };
     };
     let Some(response) = refusal_response(refusal, &fields, answer.grpc) else {
-        return Settled::failed_open(&answer.fail_opens);
+        return Settled::failed_open(&answer.answers.fail_opens);
     };
-    let Some(hook) = &answer.on_refusal else {
+    let Some(hook) = &answer.answers.on_refusal else {
         return Settled::Refuse(response);
     };
     match catch_unwind(AssertUnwindSafe(|| hook(refusal, response))) {
         Ok(shaped) => Settled::Refuse(shaped),
-        Err(_) => Settled::failed_open(&answer.fail_opens),
+        Err(_) => Settled::failed_open(&answer.answers.fail_opens),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::response::RefusalFn;
     use floodgate::limiter::LimiterKind;
     use floodgate::pipeline::Refusal;
 
@@ -302,8 +303,10 @@ mod tests {
     fn answer(on_refusal: Option<Arc<RefusalFn>>) -> Answer {
         Answer {
             grpc: false,
-            fail_opens: Arc::new(AtomicU64::new(0)),
-            on_refusal,
+            answers: Arc::new(Answers {
+                on_refusal,
+                ..Answers::new()
+            }),
             user: "ip:192.0.2.1".into(),
         }
     }
@@ -315,7 +318,7 @@ mod tests {
             settle(Some(refused(503)), &answer),
             Settled::Refuse(r) if r.status() == 503
         ));
-        assert_eq!(answer.fail_opens.load(Ordering::Relaxed), 0);
+        assert_eq!(answer.answers.fail_opens.load(Ordering::Relaxed), 0);
         // An evaluation that panicked, and a status HTTP cannot carry.
         assert!(matches!(
             settle(None, &answer),
@@ -325,7 +328,7 @@ mod tests {
             settle(Some(refused(1_000)), &answer),
             Settled::Admit { .. }
         ));
-        assert_eq!(answer.fail_opens.load(Ordering::Relaxed), 2);
+        assert_eq!(answer.answers.fail_opens.load(Ordering::Relaxed), 2);
         let Settled::Admit {
             fields, admitted, ..
         } = settle(Some(Verdict::default()), &answer)
@@ -354,7 +357,7 @@ mod tests {
             settle(Some(refused(503)), &broken),
             Settled::Admit { .. }
         ));
-        assert_eq!(broken.fail_opens.load(Ordering::Relaxed), 1);
+        assert_eq!(broken.answers.fail_opens.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -1,9 +1,14 @@
 //! [`FloodgateLayer`]: what every wrapped service shares.
 //!
-//! The layer holds the pipeline, the extractor, the optional worker gauge and the fail-open
-//! counter, each behind an `Arc`. [`Layer::layer`] and every clone of the resulting
-//! [`Floodgate`] service point at the same ones, so limits hold across clones, across routes
-//! and across threads (unlike tower's `RateLimit`, whose state is per clone).
+//! The layer is one `Arc` to one state: the pipeline, the extractor, the
+//! optional worker gauge, the clock, the counters and the refusal hook. [`Layer::layer`] and
+//! every clone of the resulting [`Floodgate`] service point at it, so limits hold across
+//! clones, across routes and across threads (unlike tower's `RateLimit`, whose state is per
+//! clone). The builder methods change a layer not yet shared in place; on a clone, they give
+//! it a state of its own (its counters start from the clone's).
+//!
+//! [`Layer::layer`]: tower::Layer::layer
+//! [`Floodgate`]: super::service::Floodgate
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,13 +21,11 @@ use floodgate::pipeline::scope::{Field, KeyTemplate};
 use floodgate::pipeline::Pipeline;
 use floodgate::store::Store;
 use floodgate::{Clock, SystemClock};
-use tower::Layer;
 
 use crate::extract::Extractor;
 use crate::response::RefusalFn;
-use crate::service::Floodgate;
 
-/// Applies [`Floodgate`] to services. Cheap to clone; clones share everything.
+/// Applies [`Floodgate`](super::service::Floodgate) to services. Cheap to clone; clones share everything.
 ///
 /// ```
 /// use floodgate_tower::FloodgateLayer;
@@ -54,15 +57,61 @@ use crate::service::Floodgate;
 /// # Ok(()) }
 /// ```
 pub struct FloodgateLayer<S> {
+    shared: Arc<Shared<S>>,
+}
+
+/// The state a layer and every service it makes share (see the [module documentation](self)).
+pub(crate) struct Shared<S> {
     pub(crate) pipeline: Arc<Pipeline<S>>,
     pub(crate) extractor: Arc<Extractor>,
     pub(crate) gauge: Option<Arc<WorkerGauge>>,
-    pub(crate) fail_opens: Arc<AtomicU64>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) on_refusal: Option<Arc<RefusalFn>>,
-    pub(crate) unidentified: Arc<AtomicU64>,
+    /// What each request's answer needs, shared with its response future.
+    pub(crate) answers: Arc<Answers>,
+    /// Requests the extractor could not place.
+    pub(crate) unidentified: AtomicU64,
     /// Whether a stage counts by the request's user (see [`counts_by_user`]).
     pub(crate) needs_user: bool,
+}
+
+/// What answering a request needs once its verdict is known: the refusal hook, and the count
+/// of requests let through because the middleware itself failed.
+pub(crate) struct Answers {
+    pub(crate) fail_opens: AtomicU64,
+    pub(crate) on_refusal: Option<Arc<RefusalFn>>,
+}
+
+impl Answers {
+    /// No hook, nothing counted.
+    pub(crate) fn new() -> Answers {
+        Answers {
+            fail_opens: AtomicU64::new(0),
+            on_refusal: None,
+        }
+    }
+}
+
+impl Clone for Answers {
+    fn clone(&self) -> Self {
+        Answers {
+            fail_opens: AtomicU64::new(self.fail_opens.load(Ordering::Relaxed)),
+            on_refusal: self.on_refusal.clone(),
+        }
+    }
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Shared {
+            pipeline: Arc::clone(&self.pipeline),
+            extractor: Arc::clone(&self.extractor),
+            gauge: self.gauge.clone(),
+            clock: Arc::clone(&self.clock),
+            answers: Arc::clone(&self.answers),
+            unidentified: AtomicU64::new(self.unidentified.load(Ordering::Relaxed)),
+            needs_user: self.needs_user,
+        }
+    }
 }
 
 impl<S> FloodgateLayer<S> {
@@ -78,15 +127,28 @@ impl<S> FloodgateLayer<S> {
     {
         let pipeline = pipeline.into();
         FloodgateLayer {
-            needs_user: counts_by_user(&pipeline),
-            pipeline,
-            extractor: Arc::new(Extractor::new()),
-            gauge: None,
-            fail_opens: Arc::new(AtomicU64::new(0)),
-            clock: Arc::new(SystemClock::new()),
-            on_refusal: None,
-            unidentified: Arc::new(AtomicU64::new(0)),
+            shared: Arc::new(Shared {
+                needs_user: counts_by_user(&pipeline),
+                pipeline,
+                extractor: Arc::new(Extractor::new()),
+                gauge: None,
+                clock: Arc::new(SystemClock::new()),
+                answers: Arc::new(Answers::new()),
+                unidentified: AtomicU64::new(0),
+            }),
         }
+    }
+
+    /// The state this layer's services share.
+    pub(crate) fn shared(&self) -> &Arc<Shared<S>> {
+        &self.shared
+    }
+
+    /// Changes this layer's state: in place when no service or clone shares it yet, else in a
+    /// copy of its own.
+    fn with(mut self, change: impl FnOnce(&mut Shared<S>)) -> Self {
+        change(Arc::make_mut(&mut self.shared));
+        self
     }
 
     /// Shapes every refusal: `hook` gets the refusal and the response the middleware would
@@ -106,7 +168,7 @@ impl<S> FloodgateLayer<S> {
     /// # let _ = layer; Ok(())
     /// # }
     /// ```
-    pub fn on_refusal<F>(mut self, hook: F) -> Self
+    pub fn on_refusal<F>(self, hook: F) -> Self
     where
         F: Fn(
                 &floodgate::pipeline::Refusal,
@@ -116,52 +178,50 @@ impl<S> FloodgateLayer<S> {
             + Sync
             + 'static,
     {
-        self.on_refusal = Some(Arc::new(hook));
-        self
+        self.with(|shared| Arc::make_mut(&mut shared.answers).on_refusal = Some(Arc::new(hook)))
     }
 
     /// Times requests on `clock` (default the system clock): a request's latency, from the
     /// middleware's call to the end of its response, is the sample an adaptive concurrency
     /// stage learns from. Requests are timed only when the pipeline has such a stage.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
+    pub fn clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.with(|shared| shared.clock = clock)
     }
 
     /// Builds descriptors with `extractor` instead of the default rules.
-    pub fn extractor(mut self, extractor: Extractor) -> Self {
-        self.extractor = Arc::new(extractor);
-        self
+    pub fn extractor(self, extractor: Extractor) -> Self {
+        self.with(|shared| shared.extractor = Arc::new(extractor))
     }
 
     /// Marks one worker of `gauge` busy from the moment a request reaches the middleware until
     /// its response ends (refused requests included, until refused). Give the same gauge to
     /// the pipeline's [`UtilizationShedder`](floodgate::limiter::utilization::UtilizationShedder)
     /// as its source, so that it sheds by this service's own in-flight count.
-    pub fn worker_gauge(mut self, gauge: Arc<WorkerGauge>) -> Self {
-        self.gauge = Some(gauge);
-        self
+    pub fn worker_gauge(self, gauge: Arc<WorkerGauge>) -> Self {
+        self.with(|shared| shared.gauge = Some(gauge))
     }
 
     /// The pipeline, for its stats and modes (`set_mode` works while serving).
     pub fn pipeline(&self) -> &Arc<Pipeline<S>> {
-        &self.pipeline
+        &self.shared.pipeline
     }
 
     /// Requests let through because the middleware itself failed (the extractor or the
     /// pipeline panicked, or a refusal could not be built). Store errors are counted by the
     /// pipeline ([`Pipeline::stats`]), not here.
     pub fn fail_opens(&self) -> u64 {
-        self.fail_opens.load(Ordering::Relaxed)
+        self.shared.answers.fail_opens.load(Ordering::Relaxed)
     }
 
     /// Requests answered 500 because the extractor could not place them
     /// ([`Unidentified`](crate::Unidentified): no client address, no key): a set-up mistake,
     /// also logged (`WARN`, target `floodgate_tower`) the first time.
     pub fn unidentified(&self) -> u64 {
-        self.unidentified.load(Ordering::Relaxed)
+        self.shared.unidentified.load(Ordering::Relaxed)
     }
+}
 
+impl<S> Shared<S> {
     /// Counts a request the extractor could not place, and says why the first time.
     pub(crate) fn note_unidentified(&self, why: &crate::Unidentified) {
         if self.unidentified.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -173,14 +233,7 @@ impl<S> FloodgateLayer<S> {
 impl<S> Clone for FloodgateLayer<S> {
     fn clone(&self) -> Self {
         FloodgateLayer {
-            pipeline: Arc::clone(&self.pipeline),
-            extractor: Arc::clone(&self.extractor),
-            gauge: self.gauge.clone(),
-            fail_opens: Arc::clone(&self.fail_opens),
-            clock: Arc::clone(&self.clock),
-            on_refusal: self.on_refusal.clone(),
-            unidentified: Arc::clone(&self.unidentified),
-            needs_user: self.needs_user,
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -188,19 +241,11 @@ impl<S> Clone for FloodgateLayer<S> {
 impl<S> fmt::Debug for FloodgateLayer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FloodgateLayer")
-            .field("extractor", &self.extractor)
-            .field("gauge", &self.gauge)
+            .field("extractor", &self.shared.extractor)
+            .field("gauge", &self.shared.gauge)
             .field("fail_opens", &self.fail_opens())
-            .field("on_refusal", &self.on_refusal.is_some())
+            .field("on_refusal", &self.shared.answers.on_refusal.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-impl<Inner, S> Layer<Inner> for FloodgateLayer<S> {
-    type Service = Floodgate<Inner, S>;
-
-    fn layer(&self, inner: Inner) -> Self::Service {
-        Floodgate::new(inner, self.clone())
     }
 }
 
