@@ -3,11 +3,12 @@
 //! Redis Cluster, `redis-cluster://host:port,host:port`), chosen by `serve --store URL` or the
 //! config's `store: { url: … }`, with its `timeout`, `breaker` and `password_env` ([`url`]).
 //!
-//! [`ServiceStore`] wraps the store in one concrete type rather than making it a type
-//! parameter of the whole service: the HTTP, gRPC and admin faces, the snapshot and the runtime
-//! stay one concrete type, and a call costs one match on the kind of store before the store's
-//! own work (a shard lock, or a network round trip), plus a few relaxed atomic additions for
-//! its [`health`] (calls, errors by kind, the last outcome; failures logged at a bounded rate).
+//! [`ServiceStore`] is the library's [`AnyStore`] (which one store, chosen at run time) with
+//! what the service adds around it: its [`health`] (calls, errors by kind, the last outcome;
+//! failures logged at a bounded rate, a few relaxed atomic additions a call), cached mode's
+//! metrics and upstream's counters. One concrete type rather than a type parameter of the
+//! whole service: the HTTP, gRPC and admin faces, the snapshot and the runtime stay one type,
+//! and a call costs one match on the kind of store before the store's own work.
 //!
 //! A Redis store cannot run every algorithm yet; [`ServiceStore::check`] refuses a built
 //! configuration that uses one, naming the plan, limit, limiter or Envoy rule, so that
@@ -19,7 +20,8 @@ use std::time::Duration;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::store::redis::BreakerState;
 use floodgate::store::{
-    CachedStore, Key, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request, Store,
+    AnyStore, CachedStore, Key, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request,
+    Store,
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
@@ -42,21 +44,12 @@ pub type Mem = MemoryStore<Key, AnyState>;
 /// cheap: clones share the store and its health.
 #[derive(Clone, Debug)]
 pub struct ServiceStore {
-    backend: Backend,
+    store: AnyStore,
+    /// Cached mode's metrics, fed by its sync loop (`None` in other modes).
+    cached_metrics: Option<Arc<CachedMetrics>>,
     health: Arc<StoreHealth>,
     /// With `store.layout: envoyproxy`: the Envoy windows' counters in upstream's layout.
     envoy: Option<EnvoyCounters>,
-}
-
-#[derive(Clone, Debug)]
-enum Backend {
-    /// The embedded memory store: limits count on this process alone.
-    Memory(Arc<Mem>),
-    /// A Redis shared by every process pointing at it: limits count across all of them.
-    Redis(RedisStore),
-    /// Cached mode: decisions on this process's views, synced with the Redis every
-    /// `sync_interval`; the sync loop's reports feed the metrics.
-    Cached(CachedStore, Arc<CachedMetrics>),
 }
 
 /// What `store.url` (or `--store`) holds when it names the memory store.
@@ -98,22 +91,25 @@ impl ServiceStore {
         // environment.
         let env = crate::environment::Environment::from_process();
         let url = StoreUrl::from_config(config, |name| env.string(name).map(str::to_string))?;
-        let backend = match &url {
+        let (store, cached_metrics) = match &url {
             StoreUrl::Memory => {
                 let store = MemoryStore::builder()
                     .max_keys(config.max_keys)
                     .overflow(config.overflow.into())
                     .build()
                     .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-                Backend::Memory(Arc::new(store))
+                (AnyStore::from(store), None)
             }
             StoreUrl::Redis { url, .. } => {
                 let redis = tune(redis_builder(url, config)?)
                     .build()
                     .map_err(|e| ConfigFileError::from_config_error("store", e))?;
                 match config.mode {
-                    StoreMode::Exact => Backend::Redis(redis),
-                    StoreMode::Cached => cached(redis, config)?,
+                    StoreMode::Exact => (AnyStore::from(redis), None),
+                    StoreMode::Cached => {
+                        let (store, metrics) = cached(redis, config)?;
+                        (AnyStore::from(store), Some(metrics))
+                    }
                 }
             }
         };
@@ -147,10 +143,11 @@ impl ServiceStore {
                 "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
             ));
         }
-        let envoy = envoy_counters(config, &backend, clock.clone())?;
+        let envoy = envoy_counters(config, &store, clock.clone())?;
         let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
         Ok(ServiceStore {
-            backend,
+            store,
+            cached_metrics,
             health: Arc::new(health),
             envoy,
         })
@@ -174,10 +171,9 @@ impl ServiceStore {
     /// failing store ready again.
     pub async fn probe(&self) -> Result<(), StoreError> {
         let call = self.health.begin();
-        let result = match &self.backend {
-            Backend::Memory(_) => Ok(()),
-            Backend::Redis(r) => r.probe().await,
-            Backend::Cached(c, _) => c.redis().probe().await,
+        let result = match self.store.redis() {
+            None => Ok(()),
+            Some(redis) => redis.probe().await,
         };
         let result = match (
             result,
@@ -196,10 +192,8 @@ impl ServiceStore {
     /// others. `None` for the memory store, which no other process shares. Anyone who can
     /// write to the Redis can read it; such a one can change every counter anyway.
     pub async fn shared_lease_secret(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        let redis = match &self.backend {
-            Backend::Memory(_) => return Ok(None),
-            Backend::Redis(r) => r,
-            Backend::Cached(c, _) => c.redis(),
+        let Some(redis) = self.store.redis() else {
+            return Ok(None);
         };
         let candidate: String = rand::random::<[u8; 32]>()
             .iter()
@@ -271,35 +265,24 @@ impl ServiceStore {
     /// The memory store's bookkeeping (keys held, evictions, refusals of new keys); `None`
     /// for a Redis store.
     pub fn memory_stats(&self) -> Option<floodgate::store::StoreStats> {
-        match &self.backend {
-            Backend::Memory(m) => Some(m.stats()),
-            Backend::Redis(_) | Backend::Cached(..) => None,
-        }
+        self.store.as_memory().map(|m| m.stats())
     }
 
     /// The Redis store under this one (exact mode's, or the one cached mode syncs with);
     /// `None` for the memory store.
     pub fn redis(&self) -> Option<&RedisStore> {
-        match &self.backend {
-            Backend::Memory(_) => None,
-            Backend::Redis(r) => Some(r),
-            Backend::Cached(c, _) => Some(c.redis()),
-        }
+        self.store.redis()
     }
 
     /// The circuit breaker's state (a Redis store's; the memory store has none).
     pub fn breaker_state(&self) -> Option<BreakerState> {
-        match &self.backend {
-            Backend::Memory(_) => None,
-            Backend::Redis(r) => Some(r.breaker_state()),
-            Backend::Cached(c, _) => Some(c.redis().breaker_state()),
-        }
+        self.store.redis().map(RedisStore::breaker_state)
     }
 
     /// What `/readyz` shows of the store.
     pub fn status(&self) -> StoreStatus {
         let mut status = self.health.status(self.breaker_state());
-        if let Backend::Cached(c, _) = &self.backend {
+        if let Some(c) = self.store.as_cached() {
             status.mode = StoreMode::Cached.name();
             status.sync_lag_seconds = Some(c.view_age().as_secs_f64());
         }
@@ -308,15 +291,12 @@ impl ServiceStore {
 
     /// Cached mode's counters (`None` in other modes).
     pub fn cached_stats(&self) -> Option<floodgate::store::CachedStats> {
-        match &self.backend {
-            Backend::Cached(c, _) => Some(c.stats()),
-            _ => None,
-        }
+        self.store.as_cached().map(CachedStore::stats)
     }
 
     /// Cached mode's metrics, as Prometheus text (nothing in other modes).
     pub fn write_cached_metrics(&self, out: &mut String) {
-        if let Backend::Cached(store, metrics) = &self.backend {
+        if let (Some(store), Some(metrics)) = (self.store.as_cached(), &self.cached_metrics) {
             metrics.write(out, store);
         }
     }
@@ -333,11 +313,12 @@ impl ServiceStore {
 
     /// [`ServiceStore::supports`], with the refusal that says why not.
     pub fn runs(&self, algorithm: &AnyAlgorithm) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Memory(_) => Ok(()),
-            Backend::Redis(r) => r.runs(algorithm),
-            Backend::Cached(..) if CachedStore::decides_locally(algorithm) => Ok(()),
-            Backend::Cached(c, _) => c.redis().runs(algorithm),
+        if self.is_cached() && CachedStore::decides_locally(algorithm) {
+            return Ok(());
+        }
+        match self.store.redis() {
+            None => Ok(()),
+            Some(redis) => redis.runs(algorithm),
         }
     }
 
@@ -346,16 +327,13 @@ impl ServiceStore {
     pub fn takes_refunds(&self, algorithm: &AnyAlgorithm) -> bool {
         use floodgate::algorithm::Algorithm as _;
         algorithm.supports(floodgate::OpKind::Refund)
-            && match &self.backend {
-                Backend::Memory(_) => true,
-                Backend::Redis(_) | Backend::Cached(..) => RedisStore::takes_refunds(algorithm),
-            }
+            && (self.store.redis().is_none() || RedisStore::takes_refunds(algorithm))
     }
 
     /// Whether decisions are cached on this node (`store.mode: cached`), each key decided on
     /// its own.
     pub fn is_cached(&self) -> bool {
-        matches!(self.backend, Backend::Cached(..))
+        self.store.as_cached().is_some()
     }
 
     /// Whether the Envoy rules count with envoyproxy/ratelimit's commands
@@ -365,11 +343,8 @@ impl ServiceStore {
     }
 }
 
-// The Redis and cached stores' futures are boxed: an async fn's future is as big as its
-// biggest branch, and every call of the service carries this one inline, so unboxed they made
-// each call's future kilobytes long, copied at every spawn, for the memory store too (where a
-// decision is ready at once). A Redis call costs a round trip; one allocation more is nothing
-// beside it.
+// The library's store boxes the Redis and cached stores' futures, so that a call's future
+// stays small on the memory store (see `AnyStore`'s implementation).
 impl Store<str, AnyAlgorithm> for ServiceStore {
     async fn apply(
         &self,
@@ -378,11 +353,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         op: Op,
     ) -> Result<Decision, StoreError> {
         let call = self.health.begin();
-        let result = match &self.backend {
-            Backend::Memory(m) => m.apply(algorithm, key, op).await,
-            Backend::Redis(r) => Box::pin(r.apply(algorithm, key, op)).await,
-            Backend::Cached(c, _) => Box::pin(c.apply(algorithm, key, op)).await,
-        };
+        let result = self.store.apply(algorithm, key, op).await;
         let wrote = matches!(&result, Ok(d) if wrote(op, d));
         self.health.record_call(call, &result, wrote);
         result
@@ -393,11 +364,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         requests: &[Request<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         let call = self.health.begin();
-        let result = match &self.backend {
-            Backend::Memory(m) => m.apply_many(requests).await,
-            Backend::Redis(r) => Box::pin(r.apply_many(requests)).await,
-            Backend::Cached(c, _) => Box::pin(c.apply_many(requests)).await,
-        };
+        let result = self.store.apply_many(requests).await;
         let wrote = matches!(&result, Ok(decisions)
             if requests.iter().zip(decisions).any(|(r, d)| wrote(r.op, d)));
         self.health.record_call(call, &result, wrote);
@@ -409,11 +376,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
         let call = self.health.begin();
-        let result = match &self.backend {
-            Backend::Memory(m) => m.apply_chain(links).await,
-            Backend::Redis(r) => Box::pin(r.apply_chain(links)).await,
-            Backend::Cached(c, _) => Box::pin(c.apply_chain(links)).await,
-        };
+        let result = self.store.apply_chain(links).await;
         self.record_chain(call, links, result)
     }
 
@@ -422,29 +385,16 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
         let call = self.health.begin();
-        let result = match &self.backend {
-            Backend::Memory(m) => m.apply_chain_refused(links).await,
-            Backend::Redis(r) => Box::pin(r.apply_chain_refused(links)).await,
-            Backend::Cached(c, _) => Box::pin(c.apply_chain_refused(links)).await,
-        };
+        let result = self.store.apply_chain_refused(links).await;
         self.record_chain(call, links, result)
     }
 
     fn same_store(&self, other: &Self) -> bool {
-        match (&self.backend, &other.backend) {
-            (Backend::Memory(a), Backend::Memory(b)) => Arc::ptr_eq(a, b),
-            (Backend::Redis(a), Backend::Redis(b)) => a.same_store(b),
-            (Backend::Cached(a, _), Backend::Cached(b, _)) => a.same_store(b),
-            _ => false,
-        }
+        self.store.same_store(&other.store)
     }
 
     fn apply_detached(&self, algorithm: &AnyAlgorithm, key: &str, op: Op) {
-        match &self.backend {
-            Backend::Memory(m) => m.apply_detached(algorithm, key, op),
-            Backend::Redis(r) => r.apply_detached(algorithm, key, op),
-            Backend::Cached(c, _) => c.apply_detached(algorithm, key, op),
-        }
+        self.store.apply_detached(algorithm, key, op)
     }
 }
 
@@ -475,7 +425,10 @@ impl ServiceStore {
 
 /// Cached mode over `redis` with `config`'s settings, its sync loop started on the current
 /// Tokio runtime (when there is one; `check-config` builds the store without running it).
-fn cached(redis: RedisStore, config: &StoreConfig) -> Result<Backend, ConfigFileError> {
+fn cached(
+    redis: RedisStore,
+    config: &StoreConfig,
+) -> Result<(CachedStore, Arc<CachedMetrics>), ConfigFileError> {
     let mut builder = CachedStore::builder(redis)
         .nodes(config.nodes)
         .max_keys(config.max_keys);
@@ -496,7 +449,7 @@ fn cached(redis: RedisStore, config: &StoreConfig) -> Result<Backend, ConfigFile
         let recorder = metrics.clone();
         store.start_syncing(move |report| recorder.record(report));
     }
-    Ok(Backend::Cached(store, metrics))
+    Ok((store, metrics))
 }
 
 /// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
@@ -505,7 +458,7 @@ fn cached(redis: RedisStore, config: &StoreConfig) -> Result<Backend, ConfigFile
 /// `store.per_second_url`'s, or why the layout's settings cannot be used.
 fn envoy_counters(
     config: &StoreConfig,
-    backend: &Backend,
+    store: &AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Option<EnvoyCounters>, ConfigFileError> {
     if config.layout == StoreLayout::Floodgate {
@@ -534,20 +487,17 @@ fn envoy_counters(
         }
         return Ok(None);
     }
-    let main = match backend {
-        Backend::Redis(redis) => redis.clone(),
-        Backend::Memory(_) => {
-            return Err(ConfigFileError::invalid(
-                "store.layout",
-                "invalid value envoyproxy: upstream's layout is in Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
-            ))
-        }
-        Backend::Cached(..) => {
-            return Err(ConfigFileError::invalid(
-                "store.layout",
-                "invalid value envoyproxy: upstream's layout counts every hit in Redis; set store.mode: exact",
-            ))
-        }
+    if store.as_cached().is_some() {
+        return Err(ConfigFileError::invalid(
+            "store.layout",
+            "invalid value envoyproxy: upstream's layout counts every hit in Redis; set store.mode: exact",
+        ));
+    }
+    let Some(main) = store.redis().cloned() else {
+        return Err(ConfigFileError::invalid(
+            "store.layout",
+            "invalid value envoyproxy: upstream's layout is in Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+        ));
     };
     let per_second = match &config.per_second_url {
         None => None,

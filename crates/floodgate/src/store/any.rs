@@ -87,6 +87,37 @@ impl AnyStore {
              redis-sentinel://, unix://)",
         ))
     }
+
+    /// The memory store, if this is one.
+    pub fn as_memory(&self) -> Option<&Arc<MemoryStore>> {
+        match self {
+            AnyStore::Memory(store) => Some(store),
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
+    /// The Redis store this one calls: the store itself, or the one a cached store syncs
+    /// with; `None` for the memory store.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn redis(&self) -> Option<&RedisStore> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store),
+            AnyStore::Cached(store) => Some(store.redis()),
+        }
+    }
+
+    /// The cached store, if this is one.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn as_cached(&self) -> Option<&CachedStore> {
+        match self {
+            AnyStore::Cached(store) => Some(store),
+            _ => None,
+        }
+    }
 }
 
 /// `url` with the password of its user information, if any, replaced by `***`.
@@ -142,6 +173,23 @@ macro_rules! each {
     };
 }
 
+/// `$call`, a future, awaited on whichever store `$self` holds: the Redis and cached stores'
+/// boxed. An async fn's future is as big as its biggest branch, and a caller carries it
+/// inline: unboxed, the Redis branch made every call's future kilobytes long, copied at
+/// every spawn, for the memory store too (where a decision is ready at once). A Redis call
+/// costs a round trip; one allocation more is nothing beside it.
+macro_rules! each_boxed {
+    ($self:expr, $store:ident => $call:expr) => {
+        match $self {
+            AnyStore::Memory($store) => $call.await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis($store) => Box::pin($call).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Cached($store) => Box::pin($call).await,
+        }
+    };
+}
+
 impl Store<str, AnyAlgorithm> for AnyStore {
     async fn apply(
         &self,
@@ -149,28 +197,28 @@ impl Store<str, AnyAlgorithm> for AnyStore {
         key: &str,
         op: Op,
     ) -> Result<Decision, StoreError> {
-        each!(self, s => s.apply(algorithm, key, op).await)
+        each_boxed!(self, s => s.apply(algorithm, key, op))
     }
 
     async fn apply_many(
         &self,
         requests: &[Request<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
-        each!(self, s => s.apply_many(requests).await)
+        each_boxed!(self, s => s.apply_many(requests))
     }
 
     async fn apply_chain(
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
-        each!(self, s => s.apply_chain(links).await)
+        each_boxed!(self, s => s.apply_chain(links))
     }
 
     async fn apply_chain_refused(
         &self,
         links: &[Link<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Linked>, StoreError> {
-        each!(self, s => s.apply_chain_refused(links).await)
+        each_boxed!(self, s => s.apply_chain_refused(links))
     }
 
     fn same_store(&self, other: &Self) -> bool {
