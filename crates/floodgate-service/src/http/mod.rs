@@ -20,23 +20,23 @@
 //! | 404 | `not_found` | no such endpoint (under envoyproxy/ratelimit's settings with no Floodgate configuration, every endpoint but upstream's `/json` and `/healthcheck`, and `/metrics`, `/livez`, `/readyz` and the admin API) |
 //! | 405 | `method_not_allowed` | a known endpoint asked with another method (`GET /v1/check`); the body names the method it takes |
 //! | 404 | `unknown_limiter` | `/v1/check`: no limit by that name (the message lists the configured ones) |
-//! | 400 | `unknown_priority`, `empty_user`, `too_long`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`]) |
+//! | 400 | `unknown_priority`, `empty_user`, `too_long`, `unknown_plan`, `bad_attribute`, `missing_field` | `/v1/evaluate` ([`EvaluateError`](crate::service::EvaluateError)) |
 //! | 400 | `empty_key`, `too_long` | `/v1/check`: an empty `key`, or one longer than `connections.max_key_bytes` |
-//! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`]): not a token this service issued |
+//! | 400 | `malformed_lease_token`, `unsupported_lease_token_version`, `altered_lease_token` | `/v1/release` ([`ReleaseTokenError`](crate::service::ReleaseTokenError)): not a token this service issued |
 //! | 404 | `unknown_lease_limiter` | `/v1/release`: a genuine token whose limiter a reload removed |
 //! | 400 | `empty_key`, `too_long`, `key_not_carried` | `/v1/reserve`: an empty `key`, one longer than `connections.max_key_bytes`, or one holding a byte 0x1D to 0x1F (through the pipeline: a user, plan, endpoint or attribute holding one) |
-//! | 400 | as `/v1/evaluate` | `/v1/reserve` through the pipeline (a body naming a `user`): [`EvaluateError`] |
+//! | 400 | as `/v1/evaluate` | `/v1/reserve` through the pipeline (a body naming a `user`): [`EvaluateError`](crate::service::EvaluateError) |
 //! | 404 | `unknown_stage` | `/v1/reserve` on a stage (a body naming a `stage`): no request rate stage by that name |
 //! | 400 | `cannot_settle` | `/v1/reserve`: the limit's algorithm takes no charges and refunds (the sliding log and window, the smooth limiters, the leaky queue); nothing is taken |
 //! | 404 | `unknown_limiter` | `/v1/reserve`, and `/v1/settle` with a genuine token whose limit a reload removed |
 //! | 400 | `malformed_reservation`, `unsupported_reservation_version`, `altered_reservation` | `/v1/settle`: not a reservation this service issued |
 //! | 409 | `reservation_expired` | `/v1/settle` after `reservation_ttl`: the reservation stands at its estimate |
 //! | 503 | `store_unavailable` | `/v1/settle` when the store failed: nothing settled, the call may be repeated |
-//! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`]) |
+//! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`](crate::rls::json::RlsJsonError)) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
 //! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong; `/v1/dashboard` on a listener that is not on a loopback address, without the admin token |
-//! | 400 | `unknown_limiter`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`]) |
-//! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`]); the running config stays |
+//! | 400 | `unknown_limiter`, `unknown_mode`, `unknown_plan`, `empty_user` | admin API ([`AdminError`](crate::service::AdminError)) |
+//! | 422 | `config_unreadable`, `invalid_config_yaml`, `invalid_config_value` | `/admin/reload` ([`ConfigFileError`](crate::config::ConfigFileError)); the running config stays |
 //!
 //! Bad input never changes state.
 
