@@ -452,8 +452,34 @@ fn cached(
     Ok((store, metrics))
 }
 
-/// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
-/// and breaker, checked.
+/// Refuses, with Floodgate's key layout, a setting only `store.layout: envoyproxy` takes.
+fn refuse_envoyproxy_settings(config: &StoreConfig) -> Result<(), ConfigFileError> {
+    for (field, set) in [
+        ("store.key_prefix", !config.key_prefix.is_empty()),
+        (
+            "store.expiration_jitter",
+            config.expiration_jitter.is_some(),
+        ),
+        (
+            "store.stop_increment_when_over_limit",
+            config.stop_increment_when_over_limit,
+        ),
+        (
+            "store.over_limit_cache_bytes",
+            config.over_limit_cache_bytes > 0,
+        ),
+        ("store.per_second_url", config.per_second_url.is_some()),
+    ] {
+        if set {
+            return Err(ConfigFileError::invalid(
+                field,
+                "only store.layout: envoyproxy takes it",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The counters of the `envoyproxy` layout (`None` with Floodgate's), over the main Redis and
 /// `store.per_second_url`'s, or why the layout's settings cannot be used.
 fn envoy_counters(
@@ -462,29 +488,7 @@ fn envoy_counters(
     clock: Arc<dyn Clock>,
 ) -> Result<Option<EnvoyCounters>, ConfigFileError> {
     if config.layout == StoreLayout::Floodgate {
-        for (field, set) in [
-            ("store.key_prefix", !config.key_prefix.is_empty()),
-            (
-                "store.expiration_jitter",
-                config.expiration_jitter.is_some(),
-            ),
-            (
-                "store.stop_increment_when_over_limit",
-                config.stop_increment_when_over_limit,
-            ),
-            (
-                "store.over_limit_cache_bytes",
-                config.over_limit_cache_bytes > 0,
-            ),
-            ("store.per_second_url", config.per_second_url.is_some()),
-        ] {
-            if set {
-                return Err(ConfigFileError::invalid(
-                    field,
-                    "only store.layout: envoyproxy takes it",
-                ));
-            }
-        }
+        refuse_envoyproxy_settings(config)?;
         return Ok(None);
     }
     if store.as_cached().is_some() {
@@ -562,6 +566,8 @@ impl crate::descriptors::layout::Counters for ServiceStore {
     }
 }
 
+/// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
+/// and breaker, checked.
 fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, ConfigFileError> {
     let mut builder = RedisStore::builder(url);
     if let Some(timeout) = config.timeout {
