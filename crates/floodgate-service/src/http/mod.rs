@@ -31,7 +31,7 @@
 //! | 404 | `unknown_limiter` | `/v1/reserve`, and `/v1/settle` with a genuine token whose limit a reload removed |
 //! | 400 | `malformed_reservation`, `unsupported_reservation_version`, `altered_reservation` | `/v1/settle`: not a reservation this service issued |
 //! | 409 | `reservation_expired` | `/v1/settle` after `reservation_ttl`: the reservation stands at its estimate |
-//! | 503 | `store_unavailable` | `/v1/settle` when the store failed: nothing settled, the call may be repeated |
+//! | 503 | `store_unavailable` | `/v1/settle` when the store failed: repeating the call settles what was not (each hold once) |
 //! | 400 | `wrong_type`, `not_an_integer`, `too_large`, `unknown_field`, `missing_field`, `unknown_unit`, `empty_field` | `/json` ([`RlsJsonError`](crate::rls::json::RlsJsonError)) |
 //! | 403 | `admin_disabled` | admin API: no admin token is configured |
 //! | 401 | `unauthorized` | admin API: the bearer token is missing or wrong; `/v1/dashboard` on a listener that is not on a loopback address, without the admin token |

@@ -12,7 +12,7 @@
 //!
 //! A refused reservation holds nothing (`"reservation": null`; with `?http_status=decision`,
 //! 429 and `Retry-After`). When the store fails, `/v1/reserve` fails open as `/v1/check` does
-//! (`"failed_open": true`, no reservation); `/v1/settle` answers 503, nothing settled. A
+//! (`"failed_open": true`, no reservation); `/v1/settle` answers 503, and repeating it settles what was not (each hold once). A
 //! second settle of one reservation answers `{"settled": false, "message": …}` and changes
 //! nothing. After settling, `allowed` is false when a charge put the key past its limit.
 
@@ -304,26 +304,7 @@ pub(super) async fn settle(
         error.into_response()
     };
     match server.settle(&request.reservation, request.actual).await {
-        Ok(Settled::BadToken(error)) => {
-            let (kind, message) = match error {
-                TokenError::UnknownVersion(version) => (
-                    "unsupported_reservation_version",
-                    format!("reservations of version `{version}` are not supported (this service issues r1)"),
-                ),
-                TokenError::BadSignature => (
-                    "altered_reservation",
-                    "the reservation was altered, or issued by a node that signs with another \
-                     secret (nodes behind one load balancer sign alike when they share a Redis \
-                     store, or when every one has the same FLOODGATE_LEASE_SECRET)"
-                        .to_string(),
-                ),
-                _ => (
-                    "malformed_reservation",
-                    "not a reservation from /v1/reserve".to_string(),
-                ),
-            };
-            invalid(ApiError::new(StatusCode::BAD_REQUEST, kind, message))
-        }
+        Ok(Settled::BadToken(error)) => invalid(bad_reservation(error)),
         Ok(Settled::Expired) => invalid(ApiError::new(
             StatusCode::CONFLICT,
             "reservation_expired",
@@ -340,11 +321,7 @@ pub(super) async fn settle(
         }
         Ok(Settled::DoneStages { op, decisions }) => {
             server.metrics().call(Endpoint::Settle, Outcome::Allowed);
-            let (charged, refunded) = match op {
-                Some(Op::Charge { cost }) => (cost, 0),
-                Some(Op::Refund { cost }) => (0, cost),
-                _ => (0, 0),
-            };
+            let (charged, refunded) = charged_and_refunded(op);
             let stages: Vec<_> = decisions
                 .iter()
                 .map(|(stage, d)| {
@@ -364,11 +341,7 @@ pub(super) async fn settle(
         }
         Ok(Settled::Done { op, decision }) => {
             server.metrics().call(Endpoint::Settle, Outcome::Allowed);
-            let (charged, refunded) = match op {
-                Op::Charge { cost } => (cost, 0),
-                Op::Refund { cost } => (0, cost),
-                _ => (0, 0),
-            };
+            let (charged, refunded) = charged_and_refunded(Some(op));
             let mut answer = decision_fields(&decision);
             answer["settled"] = true.into();
             answer["charged"] = charged.into();
@@ -381,9 +354,42 @@ pub(super) async fn settle(
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                "the store failed: nothing was settled; the call may be repeated",
+                "the store failed: what it did not settle is settled by repeating the call (each hold once)",
             )
             .into_response()
         }
+    }
+}
+
+/// The 400 of a settlement whose token is not a reservation this service issued.
+fn bad_reservation(error: TokenError) -> ApiError {
+    let (kind, message) = match error {
+        TokenError::UnknownVersion(version) => (
+            "unsupported_reservation_version",
+            format!(
+                "reservations of version `{version}` are not supported (this service issues r1)"
+            ),
+        ),
+        TokenError::BadSignature => (
+            "altered_reservation",
+            "the reservation was altered, or issued by a node that signs with another \
+             secret (nodes behind one load balancer sign alike when they share a Redis \
+             store, or when every one has the same FLOODGATE_LEASE_SECRET)"
+                .to_string(),
+        ),
+        _ => (
+            "malformed_reservation",
+            "not a reservation from /v1/reserve".to_string(),
+        ),
+    };
+    ApiError::new(StatusCode::BAD_REQUEST, kind, message)
+}
+
+/// What a settlement's operation charged and refunded.
+fn charged_and_refunded(op: Option<Op>) -> (u64, u64) {
+    match op {
+        Some(Op::Charge { cost }) => (cost, 0),
+        Some(Op::Refund { cost }) => (0, cost),
+        _ => (0, 0),
     }
 }
