@@ -51,20 +51,8 @@ impl StoreUrl {
             invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db], unix:///path or redis-cluster://host:port,host:port")
         })?;
         if matches!(scheme, "unix" | "redis+unix") {
-            // A socket path; credentials (if any) ride in the query (`?user=…&pass=…`).
-            if !rest.starts_with('/') {
-                return Err(invalid("names no socket: unix:///path/to/redis.sock"));
-            }
-            if config.password_env.is_some() {
-                return Err(ConfigFileError::invalid(
-                    "store.password_env",
-                    "a unix socket URL takes its password in its query: unix:///path?pass=…",
-                ));
-            }
-            return Ok(StoreUrl::Redis {
-                url: url.to_string(),
-                cluster: false,
-            });
+            return unix_socket(url, rest, config)
+                .map_err(|e| e.unwrap_or_else(|why| invalid(why)));
         }
         let (cluster, sentinel) = match scheme {
             "redis" | "rediss" => (false, false),
@@ -79,35 +67,7 @@ impl StoreUrl {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
         };
-        if hosts.is_empty() {
-            return Err(invalid("names no host"));
-        }
-        if sentinel {
-            let master = path.trim_start_matches('/');
-            let master = master.split(['/', '?']).next().unwrap_or_default();
-            if master.is_empty() {
-                return Err(invalid(
-                    "names no master: redis-sentinel://host:port,host:port/master_name[/db]",
-                ));
-            }
-        }
-        if cluster || sentinel {
-            if cluster && !path.is_empty() && path != "/" {
-                return Err(invalid("a Redis Cluster has only database 0: no /db"));
-            }
-            for node in hosts.split(',') {
-                let port = node.rsplit_once(':').map(|(_, p)| p);
-                if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)) {
-                    return Err(invalid(&format!(
-                        "`{node}` needs a port (host:port, separated by commas)"
-                    )));
-                }
-            }
-        } else if hosts.contains(',') {
-            return Err(invalid(
-                "redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster, redis-sentinel://s1:p1,s2:p2/master behind Sentinel",
-            ));
-        }
+        check_hosts(hosts, path, cluster, sentinel).map_err(|why| invalid(&why))?;
         let Some(name) = &config.password_env else {
             return Ok(StoreUrl::Redis {
                 url: url.to_string(),
@@ -159,6 +119,62 @@ impl StoreUrl {
             StoreUrl::Redis { url, .. } => redacted(url),
         }
     }
+}
+
+/// A unix socket URL (`unix:///path`), whose credentials, if any, ride in its query
+/// (`?user=…&pass=…`): the store, or why not (`Err(Err(why))`: the URL's fault).
+fn unix_socket(
+    url: &str,
+    rest: &str,
+    config: &StoreConfig,
+) -> Result<StoreUrl, Result<ConfigFileError, &'static str>> {
+    if !rest.starts_with('/') {
+        return Err(Err("names no socket: unix:///path/to/redis.sock"));
+    }
+    if config.password_env.is_some() {
+        return Err(Ok(ConfigFileError::invalid(
+            "store.password_env",
+            "a unix socket URL takes its password in its query: unix:///path?pass=…",
+        )));
+    }
+    Ok(StoreUrl::Redis {
+        url: url.to_string(),
+        cluster: false,
+    })
+}
+
+/// Checks a Redis URL's hosts and path for its kind: one host (plain Redis), or several with
+/// their ports (a cluster's nodes, the sentinels), a master's name behind Sentinel, no
+/// database but 0 on a cluster. Why not, for the error naming the URL.
+fn check_hosts(hosts: &str, path: &str, cluster: bool, sentinel: bool) -> Result<(), String> {
+    if hosts.is_empty() {
+        return Err("names no host".into());
+    }
+    if sentinel {
+        let master = path.trim_start_matches('/');
+        let master = master.split(['/', '?']).next().unwrap_or_default();
+        if master.is_empty() {
+            return Err(
+                "names no master: redis-sentinel://host:port,host:port/master_name[/db]".into(),
+            );
+        }
+    }
+    if cluster || sentinel {
+        if cluster && !path.is_empty() && path != "/" {
+            return Err("a Redis Cluster has only database 0: no /db".into());
+        }
+        for node in hosts.split(',') {
+            let port = node.rsplit_once(':').map(|(_, p)| p);
+            if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)) {
+                return Err(format!(
+                    "`{node}` needs a port (host:port, separated by commas)"
+                ));
+            }
+        }
+    } else if hosts.contains(',') {
+        return Err("redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster, redis-sentinel://s1:p1,s2:p2/master behind Sentinel".into());
+    }
+    Ok(())
 }
 
 /// `text` with every byte but RFC 3986's unreserved characters percent-encoded, as user
