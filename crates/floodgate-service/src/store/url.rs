@@ -51,8 +51,7 @@ impl StoreUrl {
             invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db], unix:///path or redis-cluster://host:port,host:port")
         })?;
         if matches!(scheme, "unix" | "redis+unix") {
-            return unix_socket(url, rest, config)
-                .map_err(|e| e.unwrap_or_else(|why| invalid(why)));
+            return unix_socket(url, rest, config).map_err(|e| e.unwrap_or_else(&invalid));
         }
         let (cluster, sentinel) = match scheme {
             "redis" | "rediss" => (false, false),
