@@ -206,14 +206,7 @@ impl Dashboard {
         {
             return false;
         }
-        let since = history.keys_since.get_or_insert(now);
-        if now.saturating_since(*since) >= KEYS_WINDOW {
-            *since = now;
-            let old = self.current.load(std::sync::atomic::Ordering::Relaxed) & 1;
-            self.keys[1 - old].clear();
-            self.current
-                .store(1 - old, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.turn_keys_window(&mut history.keys_since, now);
         let previous = &history.previous;
         let elapsed = previous.at.map(|at| now.saturating_since(at).as_secs_f64());
         // A reload's stages go on counting where the same stages of the previous configuration
@@ -237,34 +230,7 @@ impl Dashboard {
                 decided_locally: rate(s.decided_locally, before.map(|b| b.decided_locally)),
                 ..StagePoint::default()
             };
-            match &stage.state {
-                LimiterState::Fleet { in_flight, .. } => point.in_flight = *in_flight,
-                LimiterState::AdaptiveConcurrency {
-                    limit,
-                    in_flight,
-                    baseline_rtt,
-                    last_rtt,
-                    samples,
-                    ..
-                } => {
-                    point.in_flight = Some(*in_flight);
-                    point.limit = Some(*limit);
-                    if *samples > 0 {
-                        point.baseline_rtt_ms = Some(baseline_rtt.as_secs_f64() * 1e3);
-                        point.last_rtt_ms = Some(last_rtt.as_secs_f64() * 1e3);
-                    }
-                }
-                LimiterState::Utilization {
-                    utilization,
-                    shed_amount,
-                    drop_probability,
-                } => {
-                    point.utilization = *utilization;
-                    point.shed_amount = Some(*shed_amount);
-                    point.drop_probability = Some(drop_probability.map(|(_, p)| p));
-                }
-                _ => {}
-            }
+            point.add_state(&stage.state);
             stages.insert(s.name.as_str().to_string(), point);
         }
         let (store_calls, store_errors) = match &live.store {
@@ -304,6 +270,19 @@ impl Dashboard {
             store_errors,
         });
         true
+    }
+
+    /// Starts a new heavy-keys window when the current one (begun at `since`) is
+    /// [`KEYS_WINDOW`] old at `now`: the older of the two is cleared and takes the counts.
+    fn turn_keys_window(&self, since: &mut Option<Nanos>, now: Nanos) {
+        let since = since.get_or_insert(now);
+        if now.saturating_since(*since) >= KEYS_WINDOW {
+            *since = now;
+            let old = self.current.load(std::sync::atomic::Ordering::Relaxed) & 1;
+            self.keys[1 - old].clear();
+            self.current
+                .store(1 - old, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The points after `since` (all kept points when `None`).
@@ -454,6 +433,41 @@ pub fn store_json(status: &crate::store::health::StoreStatus, live: Option<&Stor
         value["errors"] = errors.into();
     }
     value
+}
+
+impl StagePoint {
+    /// What the stage's limiter shows of itself now: requests in flight, a learned limit and
+    /// its latencies, a shedder's utilization.
+    fn add_state(&mut self, state: &LimiterState) {
+        match state {
+            LimiterState::Fleet { in_flight, .. } => self.in_flight = *in_flight,
+            LimiterState::AdaptiveConcurrency {
+                limit,
+                in_flight,
+                baseline_rtt,
+                last_rtt,
+                samples,
+                ..
+            } => {
+                self.in_flight = Some(*in_flight);
+                self.limit = Some(*limit);
+                if *samples > 0 {
+                    self.baseline_rtt_ms = Some(baseline_rtt.as_secs_f64() * 1e3);
+                    self.last_rtt_ms = Some(last_rtt.as_secs_f64() * 1e3);
+                }
+            }
+            LimiterState::Utilization {
+                utilization,
+                shed_amount,
+                drop_probability,
+            } => {
+                self.utilization = *utilization;
+                self.shed_amount = Some(*shed_amount);
+                self.drop_probability = Some(drop_probability.map(|(_, p)| p));
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
