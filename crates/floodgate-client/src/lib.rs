@@ -42,6 +42,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+// The guide's Rust snippets compile as this crate's doctests. Absent from the published
+// package.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/polite-client.md")]
+struct PoliteClientGuide;
+
 pub mod adaptive;
 pub mod backoff;
 pub mod budget;

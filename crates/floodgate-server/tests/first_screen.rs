@@ -1,5 +1,5 @@
 //! The first screen tells the truth: the README's `/v1/evaluate` example holds places until
-//! `/v1/release` gives them back; every endpoint answers a refusal as the README's table says,
+//! `/v1/release` gives them back; every endpoint answers a refusal as docs/http-api.md's table says,
 //! and `?http_status=decision` makes the HTTP status carry it; the operator can list and clear
 //! the plans set at run time, and the dashboard and the log show them. The real binary on the
 //! built-in configuration, as the README's first command serves it.

@@ -184,6 +184,18 @@ pub mod extract;
 pub mod gate;
 pub mod response;
 
+// The repository's own pages: their Rust snippets compile (and run) as this crate's doctests,
+// where the middleware and axum are at hand. Absent from the published package.
+#[cfg(doctest)]
+mod pages {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../../../docs/usage-based-limits.md")]
+    struct UsageBasedLimits;
+}
+
 // The pipeline middleware's modules, where they were before it had a folder of its own.
 pub use gate::{body, future, layer, per_key, service};
 

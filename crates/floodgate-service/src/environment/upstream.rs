@@ -9,8 +9,8 @@
 //! upstream's default when its variable is unset: the listeners `0.0.0.0:8080` (HTTP),
 //! `0.0.0.0:8081` (gRPC) and `0.0.0.0:6070` (debug), the runtime directory
 //! `/srv/runtime_data/current`, a Redis at `/var/run/nutcracker/ratelimit.sock`, statsd on, and
-//! so on. [`VARIABLES`] lists every variable with what Floodgate does with it; the README's
-//! "Replacing envoyproxy/ratelimit" is the same table for people.
+//! so on. [`VARIABLES`] lists every variable with what Floodgate does with it;
+//! docs/envoyproxy-ratelimit.md has the same table for people.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -626,8 +626,8 @@ pub(super) fn key_pair(
 /// `PIPELINE_WINDOW` a duration, `PIPELINE_LIMIT` a whole number (a no-op upstream too),
 /// `CLUSTER_PIPELINE_PARALLELISM` a whole number not below 0, `POOL_ON_EMPTY_BEHAVIOR` not
 /// `CREATE` nor `ERROR` (upstream's client panics on them: its pool can only wait). Floodgate
-/// has no pool and no flush window, so none of them changes what it does (the README's
-/// table says how it behaves instead).
+/// has no pool and no flush window, so none of them changes what it does
+/// (docs/envoyproxy-ratelimit.md's table says how it behaves instead).
 fn check_redis_tuning(env: &Environment, prefix: &str) -> Result<(), UpstreamError> {
     let main = prefix == "REDIS_";
     let pick = |main_name: &'static str, per_second: &'static str| {

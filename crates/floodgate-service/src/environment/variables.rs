@@ -1,5 +1,5 @@
 //! Every one of envoyproxy/ratelimit's variables, with what Floodgate does with it: the list
-//! start-up's warnings and the README's table come from.
+//! start-up's warnings and the table in docs/envoyproxy-ratelimit.md come from.
 
 /// What Floodgate does with one of upstream's variables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
