@@ -361,95 +361,123 @@ impl LimitersConfig {
     /// section for errors: `request_rate` is a `limit` stage keyed by user on the top-level
     /// plans, `concurrency` one keyed by user, then the two shedders.
     pub fn stages(&self) -> Vec<(String, StageConfig)> {
-        let mut stages = Vec::new();
-        let base = |name: &str, kind| StageConfig::named(name, kind);
-        if let Some(RequestRateConfig {
+        let sections = [
+            (
+                "request_rate",
+                self.request_rate.map(RequestRateConfig::stage),
+            ),
+            (
+                "concurrency",
+                self.concurrency.map(ConcurrencyConfig::stage),
+            ),
+            ("fleet", self.fleet.map(FleetConfig::stage)),
+            (
+                "utilization",
+                self.utilization.map(UtilizationConfig::stage),
+            ),
+        ];
+        sections
+            .into_iter()
+            .filter_map(|(name, stage)| Some((format!("limiters.{name}"), stage?)))
+            .collect()
+    }
+}
+
+impl RequestRateConfig {
+    /// The `limit` stage this section stands for.
+    fn stage(self) -> StageConfig {
+        let RequestRateConfig {
             mode,
             on_store_error,
             status,
             all_or_nothing,
-        }) = self.request_rate
-        {
-            let stage = StageConfig {
-                mode,
-                on_store_error: Some(on_store_error),
-                status,
-                all_or_nothing: Some(all_or_nothing),
-                ..base("request_rate", StageKind::Limit)
-            };
-            stages.push(("limiters.request_rate".to_string(), stage));
+        } = self;
+        StageConfig {
+            mode,
+            on_store_error: Some(on_store_error),
+            status,
+            all_or_nothing: Some(all_or_nothing),
+            ..StageConfig::named("request_rate", StageKind::Limit)
         }
-        if let Some(c) = &self.concurrency {
-            let ConcurrencyConfig {
-                capacity,
-                lease_ttl,
-                mode,
-                on_store_error,
-                status,
-                all_or_nothing,
-            } = *c;
-            let stage = StageConfig {
-                capacity: Some(capacity),
-                lease_ttl: Some(lease_ttl),
-                mode,
-                on_store_error: Some(on_store_error),
-                status,
-                all_or_nothing: Some(all_or_nothing),
-                ..base("concurrency", StageKind::Concurrency)
-            };
-            stages.push(("limiters.concurrency".to_string(), stage));
+    }
+}
+
+impl ConcurrencyConfig {
+    /// The `concurrency` stage this section stands for.
+    fn stage(self) -> StageConfig {
+        let ConcurrencyConfig {
+            capacity,
+            lease_ttl,
+            mode,
+            on_store_error,
+            status,
+            all_or_nothing,
+        } = self;
+        StageConfig {
+            capacity: Some(capacity),
+            lease_ttl: Some(lease_ttl),
+            mode,
+            on_store_error: Some(on_store_error),
+            status,
+            all_or_nothing: Some(all_or_nothing),
+            ..StageConfig::named("concurrency", StageKind::Concurrency)
         }
-        if let Some(f) = &self.fleet {
-            let FleetConfig {
-                capacity,
-                reserved_for_critical,
-                lease_ttl,
-                mode,
-                on_store_error,
-                status,
-                all_or_nothing,
-            } = *f;
-            let stage = StageConfig {
-                capacity: Some(capacity),
-                reserved_for_critical: Some(reserved_for_critical),
-                lease_ttl: Some(lease_ttl),
-                mode,
-                on_store_error: Some(on_store_error),
-                status,
-                all_or_nothing: Some(all_or_nothing),
-                ..base("fleet", StageKind::Fleet)
-            };
-            stages.push(("limiters.fleet".to_string(), stage));
+    }
+}
+
+impl FleetConfig {
+    /// The `fleet` stage this section stands for.
+    fn stage(self) -> StageConfig {
+        let FleetConfig {
+            capacity,
+            reserved_for_critical,
+            lease_ttl,
+            mode,
+            on_store_error,
+            status,
+            all_or_nothing,
+        } = self;
+        StageConfig {
+            capacity: Some(capacity),
+            reserved_for_critical: Some(reserved_for_critical),
+            lease_ttl: Some(lease_ttl),
+            mode,
+            on_store_error: Some(on_store_error),
+            status,
+            all_or_nothing: Some(all_or_nothing),
+            ..StageConfig::named("fleet", StageKind::Fleet)
         }
-        if let Some(u) = &self.utilization {
-            let UtilizationConfig {
-                workers,
-                lease_ttl,
-                sample_interval,
-                seed,
-                end_of_good,
-                start_of_bad,
-                seconds_before_shedding,
-                seconds_to_shed_all,
-                mode,
-                status,
-            } = *u;
-            let stage = StageConfig {
-                workers: Some(workers),
-                lease_ttl: Some(lease_ttl),
-                sample_interval: Some(sample_interval),
-                seed: Some(seed),
-                end_of_good,
-                start_of_bad,
-                seconds_before_shedding,
-                seconds_to_shed_all,
-                mode,
-                status,
-                ..base("utilization", StageKind::Utilization)
-            };
-            stages.push(("limiters.utilization".to_string(), stage));
+    }
+}
+
+impl UtilizationConfig {
+    /// The `utilization` stage this section stands for.
+    fn stage(self) -> StageConfig {
+        let UtilizationConfig {
+            workers,
+            lease_ttl,
+            sample_interval,
+            seed,
+            end_of_good,
+            start_of_bad,
+            seconds_before_shedding,
+            seconds_to_shed_all,
+            mode,
+            status,
+        } = self;
+        StageConfig {
+            workers: Some(workers),
+            lease_ttl: Some(lease_ttl),
+            sample_interval: Some(sample_interval),
+            seed: Some(seed),
+            end_of_good,
+            start_of_bad,
+            seconds_before_shedding,
+            seconds_to_shed_all,
+            mode,
+            status,
+            ..StageConfig::named("utilization", StageKind::Utilization)
         }
-        stages
     }
 }
 

@@ -177,6 +177,33 @@ impl Config {
         self.connections.validate()?;
         self.stats.validate()?;
         self.tls.validate()?;
+        self.validate_listeners()?;
+        let ttl = self.reservation_ttl();
+        if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400)).contains(&ttl) {
+            return Err(ConfigFileError::invalid(
+                "reservation_ttl",
+                format!("invalid value {ttl:?} (must be 1s to 7 days)"),
+            ));
+        }
+        if self.store.max_keys == 0 {
+            return Err(ConfigFileError::invalid(
+                "store.max_keys",
+                "invalid value 0 (must be at least 1)",
+            ));
+        }
+        self.attributes.validate()?;
+        if !self.pipeline.is_empty() && self.limiters != super::LimitersConfig::default() {
+            return Err(ConfigFileError::invalid(
+                "pipeline",
+                "write the stages in `pipeline` or the four sections of `limiters`, not both",
+            ));
+        }
+        self.validate_plans(plans)?;
+        Ok(())
+    }
+
+    /// `http`, `grpc` and `debug` differ (unless the port is 0).
+    fn validate_listeners(&self) -> Result<(), ConfigFileError> {
         let listeners = [
             ("http", self.http),
             ("grpc", self.grpc),
@@ -193,19 +220,12 @@ impl Config {
                 ));
             }
         }
-        let ttl = self.reservation_ttl();
-        if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400)).contains(&ttl) {
-            return Err(ConfigFileError::invalid(
-                "reservation_ttl",
-                format!("invalid value {ttl:?} (must be 1s to 7 days)"),
-            ));
-        }
-        if self.store.max_keys == 0 {
-            return Err(ConfigFileError::invalid(
-                "store.max_keys",
-                "invalid value 0 (must be at least 1)",
-            ));
-        }
+        Ok(())
+    }
+
+    /// The plans: a request rate limiter has at least one, `default_plan` names one (when
+    /// there are plans), every user's plan exists; endpoint costs are ≥ 1.
+    fn validate_plans(&self, plans: &[Plan]) -> Result<(), ConfigFileError> {
         let plan_names = || {
             let names: Vec<&str> = self.plans.keys().map(String::as_str).collect();
             if names.is_empty() {
@@ -214,13 +234,6 @@ impl Config {
                 format!("plans are {}", names.join(", "))
             }
         };
-        self.attributes.validate()?;
-        if !self.pipeline.is_empty() && self.limiters != super::LimitersConfig::default() {
-            return Err(ConfigFileError::invalid(
-                "pipeline",
-                "write the stages in `pipeline` or the four sections of `limiters`, not both",
-            ));
-        }
         if self.limiters.request_rate.is_some() && plans.is_empty() {
             return Err(ConfigFileError::invalid(
                 "plans",

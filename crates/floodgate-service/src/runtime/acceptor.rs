@@ -83,33 +83,7 @@ pub async fn run(
         Some((listener, path)) => (Some(listener), path),
         None => (None, String::new()),
     };
-    let mut lanes = Vec::with_capacity(workers);
-    let mut threads = Vec::with_capacity(workers);
-    for i in 0..workers {
-        let (http_tx, http_rx) = mpsc::channel::<Handoff>(1024);
-        let (grpc_tx, grpc_rx) = mpsc::channel::<Handoff>(1024);
-        let (debug_tx, debug_rx) = mpsc::channel::<Handoff>(16);
-        let (metrics_tx, metrics_rx) = mpsc::channel::<Handoff>(16);
-        lanes.push(Lanes {
-            http: http_tx,
-            grpc: grpc_tx,
-            debug: debug_tx,
-            metrics: metrics_tx,
-        });
-        let received = Lanes {
-            http: http_rx,
-            grpc: grpc_rx,
-            debug: debug_rx,
-            metrics: metrics_rx,
-        };
-        let (server, stopped) = (server.clone(), stopped.clone());
-        let metrics_path = metrics_path.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("floodgate-worker-{i}"))
-            .spawn(move || worker(i, server, received, metrics_path, stopped))
-            .map_err(|source| ServeError::Worker { index: i, source })?;
-        threads.push(thread);
-    }
+    let (lanes, threads) = start_workers(&server, workers, &metrics_path, &stopped)?;
     let mut turn = 0usize;
     let mut stop = stopped.clone();
     loop {
@@ -157,6 +131,50 @@ pub async fn run(
     }
     tracing::info!("floodgate stopped");
     failure.map_or(Ok(()), Err)
+}
+
+/// Worker threads and the queues that hand them connections.
+type Workers = (
+    Vec<Lanes<mpsc::Sender<Handoff>>>,
+    Vec<std::thread::JoinHandle<Result<(), ServeError>>>,
+);
+
+/// Starts `workers` worker threads, each with its own runtime and a queue per listener: the
+/// queues' senders, and the threads.
+fn start_workers(
+    server: &Arc<Server>,
+    workers: usize,
+    metrics_path: &str,
+    stopped: &watch::Receiver<bool>,
+) -> Result<Workers, ServeError> {
+    let mut lanes = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let (http_tx, http_rx) = mpsc::channel::<Handoff>(1024);
+        let (grpc_tx, grpc_rx) = mpsc::channel::<Handoff>(1024);
+        let (debug_tx, debug_rx) = mpsc::channel::<Handoff>(16);
+        let (metrics_tx, metrics_rx) = mpsc::channel::<Handoff>(16);
+        lanes.push(Lanes {
+            http: http_tx,
+            grpc: grpc_tx,
+            debug: debug_tx,
+            metrics: metrics_tx,
+        });
+        let received = Lanes {
+            http: http_rx,
+            grpc: grpc_rx,
+            debug: debug_rx,
+            metrics: metrics_rx,
+        };
+        let (server, stopped) = (server.clone(), stopped.clone());
+        let metrics_path = metrics_path.to_string();
+        let thread = std::thread::Builder::new()
+            .name(format!("floodgate-worker-{i}"))
+            .spawn(move || worker(i, server, received, metrics_path, stopped))
+            .map_err(|source| ServeError::Worker { index: i, source })?;
+        threads.push(thread);
+    }
+    Ok((lanes, threads))
 }
 
 /// A TCP connection, ready to hand off.

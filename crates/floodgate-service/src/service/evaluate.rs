@@ -133,21 +133,7 @@ impl Server {
         request: &EvaluateRequest,
         estimate: Option<u64>,
     ) -> Result<(EvaluateAnswer, Option<PipelineReservation>), EvaluateError> {
-        let priority = match &request.priority {
-            None => Priority::Get,
-            Some(name) => {
-                Priority::from_name(name).ok_or_else(|| EvaluateError::UnknownPriority {
-                    priority: name.clone(),
-                })?
-            }
-        };
-        if request.user.is_empty() {
-            return Err(EvaluateError::EmptyUser);
-        }
-        self.bounded("user", &request.user)?;
-        if let Some(endpoint) = &request.endpoint {
-            self.bounded("endpoint", endpoint)?;
-        }
+        let priority = self.checked(request)?;
         let snapshot = self.snapshot.load();
         if let Some(plan) = &request.plan {
             if !has_plan(&snapshot, plan) {
@@ -210,6 +196,32 @@ impl Server {
         };
         let endpoint = estimate.map_or(Endpoint::Evaluate, |_| Endpoint::Reserve);
         self.metrics.call(endpoint, outcome);
+        Ok((self.answer(verdict).await, reservation))
+    }
+
+    /// The request's priority, once its fields are checked: a known priority, a user, and
+    /// no field longer than `connections.max_key_bytes`.
+    fn checked(&self, request: &EvaluateRequest) -> Result<Priority, EvaluateError> {
+        let priority = match &request.priority {
+            None => Priority::Get,
+            Some(name) => {
+                Priority::from_name(name).ok_or_else(|| EvaluateError::UnknownPriority {
+                    priority: name.clone(),
+                })?
+            }
+        };
+        if request.user.is_empty() {
+            return Err(EvaluateError::EmptyUser);
+        }
+        self.bounded("user", &request.user)?;
+        if let Some(endpoint) = &request.endpoint {
+            self.bounded("endpoint", endpoint)?;
+        }
+        Ok(priority)
+    }
+
+    /// What `/v1/evaluate` answers for `verdict`: its leases kept and issued as one token.
+    async fn answer(&self, verdict: floodgate::pipeline::Verdict) -> EvaluateAnswer {
         let headers = verdict.headers().into_iter().collect();
         let shadow_refusals = verdict
             .shadow_refusals
@@ -226,7 +238,7 @@ impl Server {
             self.lease_secret_before_issuing().await;
         }
         let lease = self.leases.tokens().issue(&kept);
-        let answer = EvaluateAnswer {
+        EvaluateAnswer {
             allowed,
             status,
             limiter,
@@ -234,8 +246,7 @@ impl Server {
             lease,
             headers,
             shadow_refusals,
-        };
-        Ok((answer, reservation))
+        }
     }
 
     /// `POST /v1/release`: gives back the leases of a token from [`Server::evaluate`].

@@ -290,6 +290,17 @@ impl ServiceStore {
                 return refuse(format!("limits.{name}"), limit.algorithm());
             }
         }
+        self.check_rules(served, &refuse, &all_or_nothing)
+    }
+
+    /// [`ServiceStore::check`] for the Envoy rules, in domain and key order.
+    fn check_rules(
+        &self,
+        served: &Served<ServiceStore>,
+        refuse: &dyn Fn(String, &AnyAlgorithm) -> Result<(), ConfigFileError>,
+        all_or_nothing: &dyn Fn(String) -> Result<(), ConfigFileError>,
+    ) -> Result<(), ConfigFileError> {
+        let cached = self.is_cached();
         let mut rules = served.rules.rules();
         rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
         for (domain, rule) in rules {

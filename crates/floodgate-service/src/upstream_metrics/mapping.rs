@@ -232,89 +232,10 @@ impl Mapping {
             regexes: Vec::new(),
         };
         for (i, entry) in parsed.mappings.into_iter().enumerate() {
-            let at = |field: &str| format!("mappings[{i}].{field}");
-            let regex = match entry.match_type.as_deref() {
-                None | Some("glob") | Some("") => false,
-                Some("regex") => true,
-                Some(other) => {
-                    return Err(invalid(format!(
-                        "{}: `{other}` is not glob or regex",
-                        at("match_type")
-                    )))
-                }
-            };
-            let drop = match entry.action.as_deref() {
-                None | Some("map") | Some("") => false,
-                Some("drop") => true,
-                Some(other) => {
-                    return Err(invalid(format!(
-                        "{}: `{other}` is not map or drop",
-                        at("action")
-                    )))
-                }
-            };
-            let only = match entry.match_metric_type.as_deref() {
-                None | Some("") => None,
-                Some("counter") => Some(StatsdType::Counter),
-                Some("observer") | Some("timer") | Some("histogram") | Some("distribution") => {
-                    Some(StatsdType::Observer)
-                }
-                // No gauge goes through the mapping: such an entry can never apply.
-                Some("gauge") => continue,
-                Some(other) => {
-                    return Err(invalid(format!(
-                        "{}: `{other}` is not counter, gauge or observer",
-                        at("match_metric_type")
-                    )))
-                }
-            };
-            let source = if regex {
-                entry.pattern.clone()
-            } else {
-                glob_to_regex(&entry.pattern)
-            };
-            let matcher = Regex::new(&source)
-                .map_err(|e| invalid(format!("{}: `{}`: {e}", at("match"), entry.pattern)))?;
-            let captures = matcher.captures_len() - 1;
-            let name = match entry.name {
-                Some(name) => name,
-                None if drop => String::new(),
-                None => return Err(invalid(format!("{}: missing", at("name")))),
-            };
-            check_references(&name, captures).map_err(|n| {
-                invalid(format!(
-                    "{}: `${n}` but the match has {captures} captures",
-                    at("name")
-                ))
-            })?;
-            let mut labels = Vec::new();
-            for (key, value) in entry.labels {
-                let (Some(key), Some(value)) = (key.as_str(), value_text(&value)) else {
-                    return Err(invalid(format!(
-                        "{}: names and values are strings",
-                        at("labels")
-                    )));
-                };
-                check_references(&value, captures).map_err(|n| {
-                    invalid(format!(
-                        "{}: `${n}` but the match has {captures} captures",
-                        at(&format!("labels.{key}"))
-                    ))
-                })?;
-                labels.push((key.to_string(), value));
-            }
-            let rule = Rule {
-                matcher,
-                name,
-                labels,
-                drop,
-                only,
-                scale: entry.scale,
-            };
-            if regex {
-                mapping.regexes.push(rule);
-            } else {
-                mapping.globs.push(rule);
+            match rule(entry, i).map_err(invalid)? {
+                Some((true, rule)) => mapping.regexes.push(rule),
+                Some((false, rule)) => mapping.globs.push(rule),
+                None => {}
             }
         }
         Ok(mapping)
@@ -351,6 +272,83 @@ impl Mapping {
             scale: None,
         })
     }
+}
+
+/// The rule entry `i` of a mapping file stands for, and whether its match is a regex
+/// (`None`: an entry that can never apply, a gauge's); what is wrong with it otherwise.
+fn rule(entry: Entry, i: usize) -> Result<Option<(bool, Rule)>, String> {
+    let at = |field: &str| format!("mappings[{i}].{field}");
+    let regex = match entry.match_type.as_deref() {
+        None | Some("glob") | Some("") => false,
+        Some("regex") => true,
+        Some(other) => {
+            return Err(format!(
+                "{}: `{other}` is not glob or regex",
+                at("match_type")
+            ))
+        }
+    };
+    let drop = match entry.action.as_deref() {
+        None | Some("map") | Some("") => false,
+        Some("drop") => true,
+        Some(other) => return Err(format!("{}: `{other}` is not map or drop", at("action"))),
+    };
+    let only = match entry.match_metric_type.as_deref() {
+        None | Some("") => None,
+        Some("counter") => Some(StatsdType::Counter),
+        Some("observer") | Some("timer") | Some("histogram") | Some("distribution") => {
+            Some(StatsdType::Observer)
+        }
+        // No gauge goes through the mapping: such an entry can never apply.
+        Some("gauge") => return Ok(None),
+        Some(other) => {
+            return Err(format!(
+                "{}: `{other}` is not counter, gauge or observer",
+                at("match_metric_type")
+            ))
+        }
+    };
+    let source = if regex {
+        entry.pattern.clone()
+    } else {
+        glob_to_regex(&entry.pattern)
+    };
+    let matcher =
+        Regex::new(&source).map_err(|e| format!("{}: `{}`: {e}", at("match"), entry.pattern))?;
+    let captures = matcher.captures_len() - 1;
+    let name = match entry.name {
+        Some(name) => name,
+        None if drop => String::new(),
+        None => return Err(format!("{}: missing", at("name"))),
+    };
+    check_references(&name, captures).map_err(|n| {
+        format!(
+            "{}: `${n}` but the match has {captures} captures",
+            at("name")
+        )
+    })?;
+    let mut labels = Vec::new();
+    for (key, value) in entry.labels {
+        let (Some(key), Some(value)) = (key.as_str(), value_text(&value)) else {
+            return Err(format!("{}: names and values are strings", at("labels")));
+        };
+        check_references(&value, captures).map_err(|n| {
+            format!(
+                "{}: `${n}` but the match has {captures} captures",
+                at(&format!("labels.{key}"))
+            )
+        })?;
+        labels.push((key.to_string(), value));
+    }
+    let rule = Rule {
+        matcher,
+        name,
+        labels,
+        drop,
+        only,
+        scale: entry.scale,
+    };
+    Ok(Some((regex, rule)))
 }
 
 /// A glob's regular expression: anchored, each `*` a group of one or more non-dots.

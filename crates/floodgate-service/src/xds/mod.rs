@@ -205,20 +205,7 @@ async fn stream<T: Target>(
     // Cannot fail: the channel has room and its receiver is below.
     let _ = requests.try_send(subscribe);
     let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
-    for (name, value) in &settings.headers {
-        let parsed = (
-            tonic::metadata::MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()),
-            tonic::metadata::MetadataValue::try_from(value.as_str()),
-        );
-        match parsed {
-            (Ok(key), Ok(value)) => {
-                request.metadata_mut().insert(key, value);
-            }
-            _ => {
-                tracing::warn!(header = %name, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: not a valid gRPC metadata entry; not sent")
-            }
-        }
-    }
+    add_headers(request.metadata_mut(), settings);
     let mut responses = match client.stream_aggregated_resources(request).await {
         Ok(response) => response.into_inner(),
         Err(status) => return status.into(),
@@ -255,6 +242,25 @@ async fn stream<T: Target>(
         };
         if requests.send(answer).await.is_err() {
             return XdsError::Ended;
+        }
+    }
+}
+
+/// Adds the configured headers (`CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`) to a stream's
+/// metadata; one that is not valid gRPC metadata is left out, and said so.
+fn add_headers(metadata: &mut tonic::metadata::MetadataMap, settings: &Xds) {
+    for (name, value) in &settings.headers {
+        let parsed = (
+            tonic::metadata::MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()),
+            tonic::metadata::MetadataValue::try_from(value.as_str()),
+        );
+        match parsed {
+            (Ok(key), Ok(value)) => {
+                metadata.insert(key, value);
+            }
+            _ => {
+                tracing::warn!(header = %name, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: not a valid gRPC metadata entry; not sent")
+            }
         }
     }
 }
