@@ -9,18 +9,16 @@
 
 use std::time::Duration;
 
-use super::in_flight::{Acquired, InFlight};
+use super::in_flight::{Acquired, InFlight, LeaseSettings};
 use super::LeaseHandle;
 use crate::algorithm::concurrency::Concurrency;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
-use crate::store::claims::{claim_on, Claim};
+use crate::store::claims::Claim;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
-/// The lease time-to-live when none is set: a request that has not ended after a minute is
-/// assumed gone.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+pub use super::in_flight::DEFAULT_LEASE_TTL;
 
 /// Per-user concurrency limiting. See the [module documentation](self).
 ///
@@ -50,21 +48,19 @@ pub struct ConcurrencyLimiter<S> {
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ConcurrencyLimiterBuilder {
-    capacity: Option<u64>,
-    lease_ttl: Option<Duration>,
-    namespace: Option<String>,
+    settings: LeaseSettings,
 }
 
 impl ConcurrencyLimiterBuilder {
     /// The most requests in flight per user (at least 1).
     pub fn capacity(mut self, capacity: u64) -> Self {
-        self.capacity = Some(capacity);
+        self.settings.capacity = Some(capacity);
         self
     }
 
     /// How long an unreturned lease holds its place.
     pub fn lease_ttl(mut self, lease_ttl: Duration) -> Self {
-        self.lease_ttl = Some(lease_ttl);
+        self.settings.lease_ttl = Some(lease_ttl);
         self
     }
 
@@ -75,7 +71,7 @@ impl ConcurrencyLimiterBuilder {
     /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
     /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.settings.namespace = Some(namespace.into());
         self
     }
 
@@ -84,15 +80,13 @@ impl ConcurrencyLimiterBuilder {
         self,
         store: S,
     ) -> Result<ConcurrencyLimiter<S>, ConfigError> {
-        let capacity = self
-            .capacity
-            .ok_or(ConfigError::Missing { field: "capacity" })?;
-        let lease_ttl = self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
+        let (capacity, lease_ttl) = self.settings.capacity_and_ttl()?;
         let algorithm = Concurrency::new(capacity, lease_ttl)?;
-        let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("concurrency"))?;
-        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
+        let (leases, claim) = self
+            .settings
+            .leases("concurrency", algorithm.into(), store)?;
         Ok(ConcurrencyLimiter {
-            leases: InFlight::new(namespace, algorithm.into(), store),
+            leases,
             capacity,
             lease_ttl,
             _claim: claim,

@@ -11,13 +11,12 @@
 
 use std::time::Duration;
 
-use super::concurrency::DEFAULT_LEASE_TTL;
-use super::in_flight::{Acquired, InFlight};
+use super::in_flight::{Acquired, InFlight, LeaseSettings};
 use super::LeaseHandle;
 use crate::algorithm::concurrency::Fleet;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
-use crate::store::claims::{claim_on, Claim};
+use crate::store::claims::Claim;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
@@ -51,20 +50,18 @@ pub struct FleetShedder<S> {
 }
 
 /// Builds a [`FleetShedder`]: `capacity` is required; `reserved_for_critical` defaults to 0
-/// (nothing reserved), `lease_ttl` to [`DEFAULT_LEASE_TTL`] and `namespace` to `fleet`.
+/// (nothing reserved), `lease_ttl` to [`DEFAULT_LEASE_TTL`](super::concurrency::DEFAULT_LEASE_TTL) and `namespace` to `fleet`.
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct FleetShedderBuilder {
-    capacity: Option<u64>,
+    settings: LeaseSettings,
     reserved_for_critical: f64,
-    lease_ttl: Option<Duration>,
-    namespace: Option<String>,
 }
 
 impl FleetShedderBuilder {
     /// The fleet's places (at least 1).
     pub fn capacity(mut self, capacity: u64) -> Self {
-        self.capacity = Some(capacity);
+        self.settings.capacity = Some(capacity);
         self
     }
 
@@ -76,7 +73,7 @@ impl FleetShedderBuilder {
 
     /// How long an unreturned lease holds its place.
     pub fn lease_ttl(mut self, lease_ttl: Duration) -> Self {
-        self.lease_ttl = Some(lease_ttl);
+        self.settings.lease_ttl = Some(lease_ttl);
         self
     }
 
@@ -87,7 +84,7 @@ impl FleetShedderBuilder {
     /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
     /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.settings.namespace = Some(namespace.into());
         self
     }
 
@@ -96,15 +93,11 @@ impl FleetShedderBuilder {
         self,
         store: S,
     ) -> Result<FleetShedder<S>, ConfigError> {
-        let capacity = self
-            .capacity
-            .ok_or(ConfigError::Missing { field: "capacity" })?;
-        let lease_ttl = self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
+        let (capacity, lease_ttl) = self.settings.capacity_and_ttl()?;
         let algorithm = Fleet::new(capacity, self.reserved_for_critical, lease_ttl)?;
-        let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("fleet"))?;
-        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
+        let (leases, claim) = self.settings.leases("fleet", algorithm.into(), store)?;
         Ok(FleetShedder {
-            leases: InFlight::new(namespace, algorithm.into(), store),
+            leases,
             capacity,
             reserved_for_critical: self.reserved_for_critical,
             lease_ttl,

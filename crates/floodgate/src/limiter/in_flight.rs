@@ -3,11 +3,49 @@
 //! it back, by RAII or by handle.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Lease, LeaseHandle, ReturnLease};
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::store::claims::{claim_on, Claim};
 use crate::store::{Namespace, Store};
-use crate::{Decision, LeaseId, Op, StoreError};
+use crate::{ConfigError, Decision, LeaseId, Op, StoreError};
+
+/// The lease time-to-live when none is set: a request that has not ended after a minute is
+/// assumed gone.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// What every lease-holding limiter's builder takes (the concurrency limiter's and the fleet
+/// shedder's, which adds its reserve): one shape, checked in one place.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LeaseSettings {
+    pub(crate) capacity: Option<u64>,
+    pub(crate) lease_ttl: Option<Duration>,
+    pub(crate) namespace: Option<String>,
+}
+
+impl LeaseSettings {
+    /// The capacity (required) and the lease TTL (default [`DEFAULT_LEASE_TTL`]).
+    pub(crate) fn capacity_and_ttl(&self) -> Result<(u64, Duration), ConfigError> {
+        let capacity = self
+            .capacity
+            .ok_or(ConfigError::Missing { field: "capacity" })?;
+        Ok((capacity, self.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL)))
+    }
+
+    /// The leases of `algorithm` on `store`, in the namespace set (else `default`, claimed
+    /// for this limiter alone: see [`crate::store::claims`]), and the claim to hold.
+    pub(crate) fn leases<S: Store<str, AnyAlgorithm> + 'static>(
+        &self,
+        default: &str,
+        algorithm: AnyAlgorithm,
+        store: S,
+    ) -> Result<(InFlight<S>, Option<Claim>), ConfigError> {
+        let namespace = Namespace::new(self.namespace.as_deref().unwrap_or(default))?;
+        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
+        Ok((InFlight::new(namespace, algorithm, store), claim))
+    }
+}
 
 /// The outcome of an acquire: the decision, and the lease when it was allowed.
 #[derive(Debug)]
