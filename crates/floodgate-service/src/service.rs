@@ -216,6 +216,12 @@ impl Server {
         }
     }
 
+    /// Whether the service runs as the drop-in ([`Server::with_upstream_surface`]): only then
+    /// may its HTTP listener serve upstream's surface alone, whatever a reload brings.
+    pub fn runs_as_drop_in(&self) -> bool {
+        self.upstream_surface
+    }
+
     /// Whether the HTTP listener serves only upstream's surface now
     /// ([`Server::with_upstream_surface`]).
     pub fn serves_upstream_surface(&self) -> bool {

@@ -176,35 +176,40 @@ pub fn router(server: Arc<Server>) -> Router {
     let max_body = server.limits().max_body_bytes;
     // Under envoyproxy/ratelimit's settings with no Floodgate configuration, only what
     // upstream serves (and Floodgate's health and metrics): no pipeline, limits or dashboard.
-    // Decided per request, since a reload may add or remove Floodgate's configuration.
-    let floodgate_only = axum::middleware::from_fn_with_state(server.clone(), not_under_upstream);
+    // Decided per request, since a reload may add or remove Floodgate's configuration; a
+    // service not run as the drop-in always serves them, and its requests skip the check.
+    let floodgate_only = |routes: Router<Arc<Server>>| match server.runs_as_drop_in() {
+        true => routes.route_layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            not_under_upstream,
+        )),
+        false => routes,
+    };
     // The decisions are shed beyond `connections.max_in_flight`; health, metrics, the
     // dashboard, the admin API and `/v1/release` always answer.
     let decisions = Router::new()
         .route("/json", post(envoy_json))
-        .merge(
+        .merge(floodgate_only(
             Router::new()
                 .route("/v1/check", post(check))
                 .route("/v1/evaluate", post(evaluate))
-                .route("/v1/reserve", post(reservations::reserve))
-                .route_layer(floodgate_only.clone()),
-        )
+                .route("/v1/reserve", post(reservations::reserve)),
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             server.clone(),
             shed_overload,
         ));
     let routes = Router::new()
         .merge(decisions)
-        .merge(
+        .merge(floodgate_only(
             Router::new()
                 .route("/", get(home_page))
                 // Giving leases back relieves an overload: never shed.
                 .route("/v1/release", post(release))
                 // So does settling (it may give budget back): never shed either.
                 .route("/v1/settle", post(reservations::settle))
-                .route("/v1/dashboard", get(dashboard))
-                .route_layer(floodgate_only),
-        )
+                .route("/v1/dashboard", get(dashboard)),
+        ))
         .fallback(not_found);
     routes
         .route("/metrics", get(metrics))
