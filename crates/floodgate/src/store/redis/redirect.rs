@@ -16,8 +16,9 @@
 //! Nothing else is sent twice: a lost connection or a timeout may come after the call ran.
 //!
 //! A call goes first to the master the store's own slot map names (`nodes.rs`), over a
-//! connection of the store's own to it ([`NodeConnections`], made on first use with the
-//! cluster's TLS and credentials), and redirected calls go the same way to the node named: a
+//! connection of the store's own to it ([`NodeConnections`], opened in the background with the
+//! cluster's TLS and credentials; until it is, through the cluster client), and redirected
+//! calls go the same way to the node named: a
 //! node that just joined may not be in the cluster client's map yet, and the cluster client,
 //! while its connection to a master is being made again, sends calls to a replica or to any
 //! node it holds a connection to, which may be a node just removed and stopped. The cluster
@@ -40,7 +41,8 @@ use super::Inner;
 /// Where the next send of a call goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Route {
-    /// Where the cluster client's slot map says (the first send).
+    /// To the master the store's slot map names (else through the cluster client): the first
+    /// send, and the next after a `TRYAGAIN` or a cluster down.
     BySlot,
     /// To the node at this address (after `MOVED`).
     Node(String),
@@ -158,8 +160,10 @@ impl RedirectCounts {
     }
 }
 
-/// The store's own connections to cluster nodes named by redirections, one per address, each
-/// made on first use with the cluster's scheme, credentials and TLS files, and kept.
+/// The store's own connections to cluster nodes, one per address, with the cluster's scheme,
+/// credentials and TLS files: to the masters of the store's slot map, opened in the
+/// background, and to a node a redirection names, made when it is first named; kept while the
+/// node is a master of the map.
 pub(super) struct NodeConnections {
     /// `redis` or `rediss`.
     scheme: &'static str,
@@ -329,17 +333,18 @@ impl Inner {
             Route::Node(address) => (address.clone(), false),
             Route::Asking(address) => (address.clone(), true),
             Route::BySlot => {
-                let mapped = self.mapped_master(&command(false));
-                let nodes = self.connection.nodes();
-                if let Some((address, nodes)) = mapped.zip(nodes) {
+                // Built once: its key names the master, and it is what is sent.
+                let first = command(false);
+                let mapped = self.mapped_master(&first);
+                if let Some((address, nodes)) = mapped.zip(self.connection.nodes()) {
                     match nodes.opened(&address) {
-                        Some(node) => return send_script_to(node, command, false).await,
+                        Some(node) => return send_script_to(node, first, command, false).await,
                         // Not open yet: made in the background, this call goes through the
                         // cluster client.
                         None => nodes.open_in_background(std::iter::once(address.as_str())),
                     }
                 }
-                return match command(false).query_async(handle).await {
+                return match first.query_async(handle).await {
                     Err(e) if is(&e, ServerErrorKind::NoScript) => {
                         command(true).query_async(handle).await
                     }
@@ -351,7 +356,7 @@ impl Inner {
             return command(false).query_async(handle).await;
         };
         let node = nodes.to(&address).await?;
-        send_script_to(node, command, asking).await
+        send_script_to(node, command(false), command, asking).await
     }
 
     /// The address of the master serving the first key of `command` in the store's slot map,
@@ -382,13 +387,15 @@ impl Inner {
     }
 }
 
-/// Sends `command` (and its source after `NOSCRIPT`) on `node` (see [`send_to`]).
+/// Sends `first` (a call of a script by its SHA, as `command(false)` builds it) on `node`, and
+/// the script's source, `command(true)`, after `NOSCRIPT` (see [`send_to`]).
 async fn send_script_to(
     mut node: ConnectionManager,
+    first: redis::Cmd,
     command: &impl Fn(bool) -> redis::Cmd,
     asking: bool,
 ) -> RedisResult<Value> {
-    match send_to(&mut node, command(false), asking).await {
+    match send_to(&mut node, first, asking).await {
         Err(e) if is(&e, ServerErrorKind::NoScript) => {
             send_to(&mut node, command(true), asking).await
         }
