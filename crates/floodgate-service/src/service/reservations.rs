@@ -438,7 +438,7 @@ impl Server {
 }
 
 /// The markers of the settlement of the holds at `positions` of reservation `id` (see the
-/// module documentation) and their keys: [`settled_marker`]'s algorithm, on keys that share
+/// module documentation) and their keys: [`marker_until`]'s algorithm, on keys that share
 /// the id's hash tag (a key's tag ends at its first `}`).
 fn settled_markers(
     id: LeaseId,
@@ -446,9 +446,7 @@ fn settled_markers(
     now: Nanos,
     positions: &[usize],
 ) -> Result<(AnyAlgorithm, Vec<ScopedKey>), StoreError> {
-    let (marker, _) = settled_marker(id, expires, now)?;
-    let namespace = Namespace::new(SETTLED)
-        .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
+    let (marker, namespace) = marker_until(expires, now)?;
     let keys = positions
         .iter()
         .map(|at| namespace.key(&format!("{id}}}/{at}")))
@@ -464,10 +462,17 @@ fn settled_marker(
     expires: Nanos,
     now: Nanos,
 ) -> Result<(AnyAlgorithm, ScopedKey), StoreError> {
+    let (marker, namespace) = marker_until(expires, now)?;
+    Ok((marker, namespace.key(&id.to_string())))
+}
+
+/// The markers' algorithm for a reservation that can be settled until `expires` (see
+/// [`settled_marker`]), and their namespace.
+fn marker_until(expires: Nanos, now: Nanos) -> Result<(AnyAlgorithm, Namespace), StoreError> {
     let life = Duration::from_nanos(expires.0.saturating_sub(now.0)) + Duration::from_secs(1);
     let marker = Gcra::new(0, 1, life)
         .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
     let namespace = Namespace::new(SETTLED)
         .map_err(|e| StoreError::Protocol(format!("a settlement marker: {e}")))?;
-    Ok((marker.into(), namespace.key(&id.to_string())))
+    Ok((marker.into(), namespace))
 }
