@@ -26,6 +26,7 @@ use floodgate::store::{Key, Link, Linked, MemoryStore, RedisStore, Request, Stor
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use floodgate_redis_harness::RedisServer;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use proptest::test_runner::{Config, TestRunner};
 
 type Mem = MemoryStore<Key, AnyState, ManualClock>;
@@ -215,14 +216,22 @@ fn chains_are_their_links_in_turn() {
         .unwrap();
 }
 
-/// With all-or-nothing links: memory and Redis agree, and a chain with a denial of a refusing
-/// link (ended there or not) leaves every key that only all-or-nothing links touched as it
-/// was (a probe at the same instant answers the same before and after).
-#[test]
-fn refused_chains_undo_all_or_nothing_links() {
-    let server = RedisServer::start();
+/// Runs 24 cases of `chains(true)` against the Redis at `url`, each case on a fresh memory
+/// store and a fresh Redis store sharing one manual clock: for each chain, after its time step,
+/// `check` gets both stores, the runtime, the chain's specs and its keys (each prefixed by
+/// `prefix` and the case's number), and answers how many keys it saw undone. Their total.
+fn undoing_cases(
+    url: &str,
+    prefix: &str,
+    check: impl Fn(
+        &tokio::runtime::Runtime,
+        &Mem,
+        &RedisStore,
+        &[LinkSpec],
+        &[String],
+    ) -> Result<u64, TestCaseError>,
+) -> u64 {
     let rt = runtime();
-    let algorithms = algorithms();
     let mut runner = TestRunner::new(Config {
         cases: 24,
         failure_persistence: None,
@@ -234,53 +243,68 @@ fn refused_chains_undo_all_or_nothing_links() {
         .run(&chains(true), |chains| {
             let clock = ManualClock::new(Nanos(START));
             let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-            let redis = store_on_clock(&rt, &server.url(), &clock);
+            let redis = store_on_clock(&rt, url, &clock);
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for (step, specs) in chains {
                 clock.advance(Duration::from_micros(step));
                 let keys: Vec<String> = specs
                     .iter()
-                    .map(|s| format!("u{n}:{}", key_of(s)))
+                    .map(|s| format!("{prefix}{n}:{}", key_of(s)))
                     .collect();
-                let links = links(&algorithms, &specs, &keys);
-                // Keys only all-or-nothing links touch, and their probes before the chain.
-                let only_undone: Vec<usize> = (0..links.len())
-                    .filter(|&i| {
-                        links
-                            .iter()
-                            .all(|l| l.request.key != links[i].request.key || l.all_or_nothing)
-                    })
-                    .collect();
-                let before: Vec<(Decision, Decision)> = only_undone
-                    .iter()
-                    .map(|&i| {
-                        let l = links[i].request;
-                        (
-                            probe(&rt, &memory, l.algorithm, l.key),
-                            probe(&rt, &redis, l.algorithm, l.key),
-                        )
-                    })
-                    .collect();
-                let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
-                let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
-                prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
-                let refused = links
-                    .iter()
-                    .zip(&on_memory)
-                    .any(|(l, d)| l.refuses && d.as_ref().is_some_and(|d| !d.allowed));
-                if refused {
-                    for (&i, (mem_before, redis_before)) in only_undone.iter().zip(&before) {
-                        let l = links[i].request;
-                        prop_assert_eq!(&probe(&rt, &memory, l.algorithm, l.key), mem_before);
-                        prop_assert_eq!(&probe(&rt, &redis, l.algorithm, l.key), redis_before);
-                        undone_seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
+                let seen = check(&rt, &memory, &redis, &specs, &keys)?;
+                undone_seen.fetch_add(seen, std::sync::atomic::Ordering::Relaxed);
             }
             Ok(())
         })
         .unwrap();
-    let undone_seen = undone_seen.into_inner();
+    undone_seen.into_inner()
+}
+
+/// With all-or-nothing links: memory and Redis agree, and a chain with a denial of a refusing
+/// link (ended there or not) leaves every key that only all-or-nothing links touched as it
+/// was (a probe at the same instant answers the same before and after).
+#[test]
+fn refused_chains_undo_all_or_nothing_links() {
+    let server = RedisServer::start();
+    let algorithms = algorithms();
+    let undone_seen = undoing_cases(&server.url(), "u", |rt, memory, redis, specs, keys| {
+        let links = links(&algorithms, specs, keys);
+        // Keys only all-or-nothing links touch, and their probes before the chain.
+        let only_undone: Vec<usize> = (0..links.len())
+            .filter(|&i| {
+                links
+                    .iter()
+                    .all(|l| l.request.key != links[i].request.key || l.all_or_nothing)
+            })
+            .collect();
+        let before: Vec<(Decision, Decision)> = only_undone
+            .iter()
+            .map(|&i| {
+                let l = links[i].request;
+                (
+                    probe(rt, memory, l.algorithm, l.key),
+                    probe(rt, redis, l.algorithm, l.key),
+                )
+            })
+            .collect();
+        let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
+        let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
+        prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
+        let refused = links
+            .iter()
+            .zip(&on_memory)
+            .any(|(l, d)| l.refuses && d.as_ref().is_some_and(|d| !d.allowed));
+        let mut seen = 0;
+        if refused {
+            for (&i, (mem_before, redis_before)) in only_undone.iter().zip(&before) {
+                let l = links[i].request;
+                prop_assert_eq!(&probe(rt, memory, l.algorithm, l.key), mem_before);
+                prop_assert_eq!(&probe(rt, redis, l.algorithm, l.key), redis_before);
+                seen += 1;
+            }
+        }
+        Ok(seen)
+    });
     assert!(
         undone_seen > 10,
         "the cases exercise undoing ({undone_seen} keys)"
@@ -293,86 +317,66 @@ fn refused_chains_undo_all_or_nothing_links() {
 #[test]
 fn a_denied_link_undoes_its_group() {
     let server = RedisServer::start();
-    let rt = runtime();
     let algorithms = algorithms();
-    let mut runner = TestRunner::new(Config {
-        cases: 24,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let case = std::sync::atomic::AtomicU64::new(0);
-    let undone_seen = std::sync::atomic::AtomicU64::new(0);
-    runner
-        .run(&chains(true), |chains| {
-            let clock = ManualClock::new(Nanos(START));
-            let memory: Mem = MemoryStore::builder().clock(clock.clone()).build().unwrap();
-            let redis = store_on_clock(&rt, &server.url(), &clock);
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            for (step, specs) in chains {
-                clock.advance(Duration::from_micros(step));
-                let keys: Vec<String> = specs
-                    .iter()
-                    .map(|s| format!("g{n}:{}", key_of(s)))
-                    .collect();
-                let mut links = links(&algorithms, &specs, &keys);
-                for (i, (link, spec)) in links.iter_mut().zip(&specs).enumerate() {
-                    link.all_or_nothing = false;
-                    link.joins_previous = i > 0 && spec.5;
-                }
-                // The groups, as ranges of links.
-                let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-                for (i, link) in links.iter().enumerate() {
-                    match groups.last_mut() {
-                        Some(group) if link.joins_previous => group.end = i + 1,
-                        _ => groups.push(i..i + 1),
-                    }
-                }
-                groups.retain(|g| g.len() > 1);
-                // Per group, the keys only its links touch, and their probes before.
-                let alone = |g: &std::ops::Range<usize>| -> Vec<usize> {
-                    g.clone()
-                        .filter(|&i| {
-                            links.iter().enumerate().all(|(j, l)| {
-                                l.request.key != links[i].request.key || g.contains(&j)
-                            })
-                        })
-                        .collect()
-                };
-                let before: Vec<Vec<(usize, Decision, Decision)>> = groups
-                    .iter()
-                    .map(|g| {
-                        alone(g)
-                            .into_iter()
-                            .map(|i| {
-                                let l = links[i].request;
-                                let on_memory = probe(&rt, &memory, l.algorithm, l.key);
-                                (i, on_memory, probe(&rt, &redis, l.algorithm, l.key))
-                            })
-                            .collect()
-                    })
-                    .collect();
-                let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
-                let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
-                prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
-                for (g, before) in groups.iter().zip(&before) {
-                    let denied = on_memory[g.clone()]
-                        .iter()
-                        .any(|d| d.as_ref().is_some_and(|d| !d.allowed));
-                    if !denied {
-                        continue;
-                    }
-                    for (i, mem_before, redis_before) in before {
-                        let l = links[*i].request;
-                        prop_assert_eq!(&probe(&rt, &memory, l.algorithm, l.key), mem_before);
-                        prop_assert_eq!(&probe(&rt, &redis, l.algorithm, l.key), redis_before);
-                        undone_seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
+    let undone_seen = undoing_cases(&server.url(), "g", |rt, memory, redis, specs, keys| {
+        let mut links = links(&algorithms, specs, keys);
+        for (i, (link, spec)) in links.iter_mut().zip(specs).enumerate() {
+            link.all_or_nothing = false;
+            link.joins_previous = i > 0 && spec.5;
+        }
+        // The groups, as ranges of links.
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, link) in links.iter().enumerate() {
+            match groups.last_mut() {
+                Some(group) if link.joins_previous => group.end = i + 1,
+                _ => groups.push(i..i + 1),
             }
-            Ok(())
-        })
-        .unwrap();
-    let undone_seen = undone_seen.into_inner();
+        }
+        groups.retain(|g| g.len() > 1);
+        // Per group, the keys only its links touch, and their probes before.
+        let alone = |g: &std::ops::Range<usize>| -> Vec<usize> {
+            g.clone()
+                .filter(|&i| {
+                    links
+                        .iter()
+                        .enumerate()
+                        .all(|(j, l)| l.request.key != links[i].request.key || g.contains(&j))
+                })
+                .collect()
+        };
+        let before: Vec<Vec<(usize, Decision, Decision)>> = groups
+            .iter()
+            .map(|g| {
+                alone(g)
+                    .into_iter()
+                    .map(|i| {
+                        let l = links[i].request;
+                        let on_memory = probe(rt, memory, l.algorithm, l.key);
+                        (i, on_memory, probe(rt, redis, l.algorithm, l.key))
+                    })
+                    .collect()
+            })
+            .collect();
+        let on_memory = decisions(rt.block_on(memory.apply_chain(&links)).unwrap());
+        let on_redis = decisions(rt.block_on(redis.apply_chain(&links)).unwrap());
+        prop_assert_eq!(&on_redis, &on_memory, "chain {:?}", specs);
+        let mut seen = 0;
+        for (g, before) in groups.iter().zip(&before) {
+            let denied = on_memory[g.clone()]
+                .iter()
+                .any(|d| d.as_ref().is_some_and(|d| !d.allowed));
+            if !denied {
+                continue;
+            }
+            for (i, mem_before, redis_before) in before {
+                let l = links[*i].request;
+                prop_assert_eq!(&probe(rt, memory, l.algorithm, l.key), mem_before);
+                prop_assert_eq!(&probe(rt, redis, l.algorithm, l.key), redis_before);
+                seen += 1;
+            }
+        }
+        Ok(seen)
+    });
     assert!(
         undone_seen > 10,
         "the cases exercise undoing groups ({undone_seen} keys)"
