@@ -402,17 +402,20 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             }
             let r = link.request;
             let map = &mut guards[guard_of[i]];
-            let grouped = link.joins_previous || links.get(i + 1).is_some_and(|l| l.joins_previous);
+            let next_joins = links.get(i + 1).is_some_and(|l| l.joins_previous);
+            let grouped = link.joins_previous || next_joins;
             if link.all_or_nothing || grouped {
                 let before = map
                     .table
                     .find(hashes[i], |(k, _)| k.borrow() == r.key)
                     .map(|(_, s)| s.clone());
-                if grouped {
-                    group.push((i, before.clone()));
-                }
-                if link.all_or_nothing {
-                    undo.push((i, before));
+                match (grouped, link.all_or_nothing) {
+                    (true, true) => {
+                        group.push((i, before.clone()));
+                        undo.push((i, before));
+                    }
+                    (true, false) => group.push((i, before)),
+                    _ => undo.push((i, before)),
                 }
             }
             let outcome = match self.apply_in(map, hashes[i], r.algorithm, r.key, r.op, now) {
@@ -423,8 +426,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             refused |= chain::refuses(link, &outcome);
             ended = chain::ends(link, &outcome);
             outcomes.push(outcome);
-            let group_ends = ended || !links.get(i + 1).is_some_and(|l| l.joins_previous);
-            if group_ends {
+            if ended || !next_joins {
                 if std::mem::take(&mut group_denied) {
                     self.restore(&mut guards, &guard_of, &hashes, links, group.drain(..));
                 }
