@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::report::{LimiterRun, Report, Sample, Tally};
-use floodgate_service::config::pipeline::AdaptiveConfig;
+use floodgate_service::config::stage::AdaptiveConfig;
 use floodgate_service::config::{BreakerConfig, ConfigFileError, StoreConfig};
 use floodgate_service::store::ServiceStore;
 

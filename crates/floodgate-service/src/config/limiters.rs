@@ -1,167 +1,64 @@
-//! The `limiters` section: the pipeline's four limiters, each optional, with their modes,
-//! failure policies and settings.
+//! The `limiters` section: Stripe's four limiters, each optional, each a stage of the same
+//! schema as a `pipeline:` entry of its kind ([`StageConfig`]), named after its section.
 
-use floodgate::algorithm::spec::SpecDuration;
-use floodgate::limiter::utilization::ControllerSettings;
 use floodgate::limiter::{Mode, OnStoreError};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use std::time::Duration;
 
-/// The pipeline's limiters; `None` means not configured (not consulted at all).
+use super::stage::StageConfig;
+
+/// The pipeline's limiters; `None` means not configured (not consulted at all). Each section
+/// takes the fields of a stage of its kind but `name` and `kind`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitersConfig {
-    /// The request rate limiter (its plans are the top-level `plans`).
-    #[serde(default, deserialize_with = "present")]
-    pub request_rate: Option<RequestRateConfig>,
-    /// The concurrent requests limiter.
-    #[serde(default, deserialize_with = "present")]
-    pub concurrency: Option<ConcurrencyConfig>,
-    /// The fleet usage load shedder.
-    #[serde(default, deserialize_with = "present")]
-    pub fleet: Option<FleetConfig>,
-    /// The worker utilization load shedder.
-    #[serde(default, deserialize_with = "present")]
-    pub utilization: Option<UtilizationConfig>,
+    /// The request rate limiter: a `limit` stage, keyed by user on the top-level plans unless
+    /// it says otherwise.
+    #[serde(default, deserialize_with = "request_rate")]
+    pub request_rate: Option<StageConfig>,
+    /// The concurrent requests limiter: a `concurrency` stage.
+    #[serde(default, deserialize_with = "concurrency")]
+    pub concurrency: Option<StageConfig>,
+    /// The fleet usage load shedder: a `fleet` stage.
+    #[serde(default, deserialize_with = "fleet")]
+    pub fleet: Option<StageConfig>,
+    /// The worker utilization load shedder: a `utilization` stage.
+    #[serde(default, deserialize_with = "utilization")]
+    pub utilization: Option<StageConfig>,
 }
 
-/// The request rate limiter's settings.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestRateConfig {
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`](floodgate::pipeline::Stage::all_or_nothing)).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The concurrent requests limiter's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConcurrencyConfig {
-    /// The most requests in flight per user.
-    pub capacity: u64,
-    /// How long an unreturned lease holds its place (default 60 s).
-    #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: SpecDuration,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`](floodgate::pipeline::Stage::all_or_nothing)).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The fleet usage load shedder's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetConfig {
-    /// Requests in flight across the fleet.
-    pub capacity: u64,
-    /// The fraction of `capacity` kept for critical requests (0 to 1).
-    pub reserved_for_critical: f64,
-    /// How long an unreturned lease holds its place (default 60 s).
-    #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: SpecDuration,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// `fail_open` (default), `fail_closed` or `local` (this node's share of the limit on its
-    /// own memory store, with `store.nodes` nodes).
-    #[serde(default, deserialize_with = "on_store_error")]
-    pub on_store_error: OnStoreError,
-    /// The HTTP status of its refusals (default 429 for per-user limiters, 503 for shedders).
-    #[serde(default)]
-    pub status: Option<u16>,
-    /// Whether a request refused by another limiter consumes nothing here (default `false`;
-    /// see [`Stage::all_or_nothing`](floodgate::pipeline::Stage::all_or_nothing)).
-    #[serde(default)]
-    pub all_or_nothing: bool,
-}
-
-/// The worker utilization load shedder's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UtilizationConfig {
-    /// The node's workers: utilization is busy workers divided by this (at least 1). A
-    /// request admitted by `/v1/evaluate` is a busy worker until its lease token comes back
-    /// with `/v1/release` (or `lease_ttl` has passed).
-    pub workers: u64,
-    /// How long a busy worker whose request is never released counts (default 60 s).
-    #[serde(default = "default_lease_ttl")]
-    pub lease_ttl: SpecDuration,
-    /// The most often the controller samples utilization (default 1 s).
-    #[serde(default = "default_sample_interval")]
-    pub sample_interval: SpecDuration,
-    /// The seed of the random draw that sheds requests (default 0).
-    #[serde(default)]
-    pub seed: u64,
-    /// Below this utilization the shed amount decreases (default 0.7).
-    #[serde(default)]
-    pub end_of_good: Option<f64>,
-    /// From this utilization up the shed amount increases (default 0.8).
-    #[serde(default)]
-    pub start_of_bad: Option<f64>,
-    /// Seconds of full overload before anything is shed (default 28).
-    #[serde(default)]
-    pub seconds_before_shedding: Option<f64>,
-    /// Seconds of full overload to go from shedding nothing to everything (default 120).
-    #[serde(default)]
-    pub seconds_to_shed_all: Option<f64>,
-    /// `enforce` (default), `shadow` or `off`.
-    #[serde(default, deserialize_with = "mode")]
-    pub mode: Mode,
-    /// The HTTP status of its refusals (default 503).
-    #[serde(default)]
-    pub status: Option<u16>,
-}
-
-impl UtilizationConfig {
-    /// The controller's constants: Stripe's, with the configured overrides.
-    pub fn settings(&self) -> ControllerSettings {
-        let d = ControllerSettings::default();
-        ControllerSettings {
-            end_of_good: self.end_of_good.unwrap_or(d.end_of_good),
-            start_of_bad: self.start_of_bad.unwrap_or(d.start_of_bad),
-            seconds_before_shedding: self
-                .seconds_before_shedding
-                .unwrap_or(d.seconds_before_shedding),
-            seconds_to_shed_all: self.seconds_to_shed_all.unwrap_or(d.seconds_to_shed_all),
-        }
+impl LimitersConfig {
+    /// The stages the four sections stand for, in Stripe's order, each with the path of its
+    /// section for errors: `request_rate`, `concurrency`, then the two shedders.
+    pub fn stages(&self) -> Vec<(String, StageConfig)> {
+        let sections = [
+            &self.request_rate,
+            &self.concurrency,
+            &self.fleet,
+            &self.utilization,
+        ];
+        sections
+            .into_iter()
+            .flatten()
+            .map(|stage| (format!("limiters.{}", stage.name), stage.clone()))
+            .collect()
     }
 }
 
-fn default_lease_ttl() -> SpecDuration {
-    SpecDuration(Duration::from_secs(60))
+fn request_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StageConfig>, D::Error> {
+    StageConfig::section(d, "request_rate", "limit")
 }
 
-pub(crate) fn default_sample_interval() -> SpecDuration {
-    SpecDuration(Duration::from_secs(1))
+fn concurrency<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StageConfig>, D::Error> {
+    StageConfig::section(d, "concurrency", "concurrency")
 }
 
-/// A field that is present is configured, even when written with no settings (an empty
-/// YAML value reads as an empty mapping).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
+fn fleet<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StageConfig>, D::Error> {
+    StageConfig::section(d, "fleet", "fleet")
+}
+
+fn utilization<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StageConfig>, D::Error> {
+    StageConfig::section(d, "utilization", "utilization")
 }
 
 pub(super) fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Mode, D::Error> {

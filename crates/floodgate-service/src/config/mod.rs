@@ -96,6 +96,7 @@ pub mod pipeline;
 pub mod rls;
 pub mod runtime_dir;
 pub mod source;
+pub mod stage;
 pub mod stats;
 mod store;
 pub mod tls;
@@ -109,19 +110,21 @@ use std::time::Duration;
 
 use floodgate::algorithm::spec::{AlgorithmSpec, SpecDuration};
 use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
-use floodgate::limiter::{Mode, OnStoreError};
+use floodgate::limiter::OnStoreError;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 pub use self::connections::ConnectionLimits;
 pub use self::directory::DirectoryError;
-pub use self::limiters::{
-    ConcurrencyConfig, FleetConfig, LimitersConfig, RequestRateConfig, UtilizationConfig,
-};
-pub use self::pipeline::{AttributesConfig, StageConfig, StageKind};
+pub use self::limiters::LimitersConfig;
+pub use self::pipeline::AttributesConfig;
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
+pub use self::stage::{
+    AdaptiveStage, ConcurrencyStage, FleetStage, LimitStage, StageConfig, StageKind,
+    UtilizationStage,
+};
 pub use self::stats::{
     DogStatsdConfig, MogrifierConfig, PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol,
 };
@@ -460,36 +463,34 @@ impl Config {
             pipeline: Vec::new(),
             attributes: AttributesConfig::default(),
             limiters: LimitersConfig {
-                request_rate: Some(RequestRateConfig::default()),
-                concurrency: Some(ConcurrencyConfig {
-                    capacity: 20,
-                    lease_ttl: minute,
-                    mode: Mode::Enforce,
-                    on_store_error: OnStoreError::FailOpen,
-                    status: None,
-                    all_or_nothing: false,
-                }),
-                fleet: Some(FleetConfig {
-                    capacity: 1000,
-                    reserved_for_critical: 0.2,
-                    lease_ttl: minute,
-                    mode: Mode::Enforce,
-                    on_store_error: OnStoreError::FailOpen,
-                    status: None,
-                    all_or_nothing: false,
-                }),
-                utilization: Some(UtilizationConfig {
-                    workers: 64,
-                    lease_ttl: minute,
-                    sample_interval: limiters::default_sample_interval(),
-                    seed: 0,
-                    end_of_good: None,
-                    start_of_bad: None,
-                    seconds_before_shedding: None,
-                    seconds_to_shed_all: None,
-                    mode: Mode::Enforce,
-                    status: None,
-                }),
+                request_rate: Some(StageConfig::new(
+                    "request_rate",
+                    StageKind::Limit(LimitStage::default()),
+                )),
+                concurrency: Some(StageConfig::new(
+                    "concurrency",
+                    StageKind::Concurrency(ConcurrencyStage {
+                        key: None,
+                        capacity: 20,
+                        lease_ttl: minute,
+                        on_store_error: OnStoreError::FailOpen,
+                        all_or_nothing: false,
+                    }),
+                )),
+                fleet: Some(StageConfig::new(
+                    "fleet",
+                    StageKind::Fleet(FleetStage {
+                        capacity: 1000,
+                        reserved_for_critical: 0.2,
+                        lease_ttl: minute,
+                        on_store_error: OnStoreError::FailOpen,
+                        all_or_nothing: false,
+                    }),
+                )),
+                utilization: Some(StageConfig::new(
+                    "utilization",
+                    StageKind::Utilization(UtilizationStage::new(64)),
+                )),
             },
             limits: BTreeMap::from([(
                 "login".to_string(),

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use super::*;
 use crate::snapshot::Served;
 use floodgate::algorithm::spec::AnyState;
-use floodgate::limiter::Priority;
+use floodgate::limiter::{Mode, Priority};
 use floodgate::pipeline::Descriptor;
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
@@ -150,26 +150,41 @@ domains:
     assert_eq!(config.store.max_keys, 10);
     assert_eq!(config.endpoint_costs.get("/v1/search"), Some(&5));
     let l = &config.limiters;
-    assert_eq!(l.request_rate, Some(RequestRateConfig::default()));
-    let c = l.concurrency.expect("configured");
     assert_eq!(
-        (c.mode, c.on_store_error),
+        l.request_rate,
+        Some(StageConfig::new(
+            "request_rate",
+            StageKind::Limit(LimitStage::default())
+        ))
+    );
+    let c = l.concurrency.as_ref().expect("configured");
+    let StageKind::Concurrency(concurrency) = &c.kind else {
+        panic!("{c:?}")
+    };
+    assert_eq!(
+        (c.mode, concurrency.on_store_error),
         (Mode::Shadow, OnStoreError::FailClosed)
     );
-    assert_eq!(c.lease_ttl, SpecDuration(Duration::from_secs(60)));
-    assert!(c.all_or_nothing);
+    assert_eq!(concurrency.lease_ttl, SpecDuration(Duration::from_secs(60)));
+    assert!(concurrency.all_or_nothing);
     let served = build(&config).expect("builds");
     let stage = served.pipeline.stage("concurrency").expect("a stage");
     assert!(stage.is_all_or_nothing());
-    let f = l.fleet.expect("configured");
-    assert!(!f.all_or_nothing);
+    let f = l.fleet.as_ref().expect("configured");
+    let StageKind::Fleet(fleet) = &f.kind else {
+        panic!("{f:?}")
+    };
+    assert!(!fleet.all_or_nothing);
     assert_eq!(
-        (f.mode, f.lease_ttl.0),
+        (f.mode, fleet.lease_ttl.0),
         (Mode::Off, Duration::from_millis(500))
     );
-    let u = l.utilization.expect("configured");
-    assert_eq!(u.settings().start_of_bad, 0.9);
-    assert_eq!(u.settings().end_of_good, 0.7);
+    let u = l.utilization.as_ref().expect("configured");
+    let StageKind::Utilization(utilization) = &u.kind else {
+        panic!("{u:?}")
+    };
+    assert_eq!(utilization.settings().start_of_bad, 0.9);
+    assert_eq!(utilization.settings().end_of_good, 0.7);
     assert_eq!(config.rule_set().expect("valid").domains().count(), 2);
 }
 

@@ -234,7 +234,10 @@ impl Config {
                 format!("plans are {}", names.join(", "))
             }
         };
-        if self.limiters.request_rate.is_some() && plans.is_empty() {
+        let on_top_level_plans = self.limiters.request_rate.as_ref().is_some_and(
+            |stage| matches!(&stage.kind, super::StageKind::Limit(l) if l.uses_top_level_plans()),
+        );
+        if on_top_level_plans && plans.is_empty() {
             return Err(ConfigFileError::invalid(
                 "plans",
                 "the request_rate limiter needs at least one plan",

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, SpecDuration};
+use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm};
 use floodgate::limiter::adaptive::AdaptiveConcurrencyLimiter;
 use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
@@ -15,10 +15,8 @@ use floodgate::pipeline::{Limiter, Scope, Stage};
 use floodgate::store::Store;
 use floodgate::Clock;
 
-use crate::config::limiters::UtilizationConfig;
-use crate::config::pipeline::{
-    AdaptiveConfig, CostConfig, IfMissingConfig, LevelConfig, Patterns, StageConfig, StageKind,
-};
+use crate::config::pipeline::{CostConfig, IfMissingConfig, LevelConfig, Patterns};
+use crate::config::stage::{LimitStage, StageConfig, StageKind};
 use crate::config::{key_path, ConfigFileError};
 
 /// What stages are built with besides their own section.
@@ -64,76 +62,40 @@ fn build_stage_at<S>(
 where
     S: Store<str, AnyAlgorithm> + Clone + 'static,
 {
-    let at = |field: &str| format!("{path}.{field}");
     let err = |e| ConfigFileError::from_config_error(path, e);
-    if let Some(field) = config.foreign_fields().first() {
-        return Err(ConfigFileError::invalid(
-            at(field),
-            format!("a {} stage has no `{field}`", config.kind.name()),
-        ));
-    }
+    let name = config.name.clone();
     let scope = scope(config, path)?;
     let mut workers = None;
-    let limiter: Limiter<S> = match config.kind {
-        StageKind::Limit => return build_limit(config, path, scope, cx),
-        StageKind::Concurrency => ConcurrencyLimiter::builder()
-            .namespace(config.name.clone())
-            .capacity(required(config.capacity, &at("capacity"))?)
-            .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+    let limiter: Limiter<S> = match &config.kind {
+        StageKind::Limit(limit) => return build_limit(config, limit, path, scope, cx),
+        StageKind::Concurrency(c) => ConcurrencyLimiter::builder()
+            .namespace(name)
+            .capacity(c.capacity)
+            .lease_ttl(c.lease_ttl.0)
             .build(cx.store.clone())
             .map_err(err)?
             .into(),
-        StageKind::Fleet => FleetShedder::builder()
-            .namespace(config.name.clone())
-            .capacity(required(config.capacity, &at("capacity"))?)
-            .reserved_for_critical(required(
-                config.reserved_for_critical,
-                &at("reserved_for_critical"),
-            )?)
-            .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+        StageKind::Fleet(f) => FleetShedder::builder()
+            .namespace(name)
+            .capacity(f.capacity)
+            .reserved_for_critical(f.reserved_for_critical)
+            .lease_ttl(f.lease_ttl.0)
             .build(cx.store.clone())
             .map_err(err)?
             .into(),
-        StageKind::AdaptiveConcurrency => {
-            let (algorithm, seed) = config
-                .adaptive
-                .unwrap_or(AdaptiveConfig::Vegas {
-                    initial_limit: None,
-                    max_limit: None,
-                    smoothing: None,
-                    alpha: None,
-                    beta: None,
-                    probe_multiplier: None,
-                    seed: None,
-                })
-                .algorithm();
+        StageKind::AdaptiveConcurrency(a) => {
+            let (algorithm, seed) = a.adaptive.algorithm();
             AdaptiveConcurrencyLimiter::builder()
-                .name(config.name.clone())
+                .name(name)
                 .algorithm(algorithm)
                 .seed(seed)
-                .lease_ttl(config.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL).0)
+                .lease_ttl(a.lease_ttl.0)
                 .clock(cx.clock.clone())
                 .build()
-                .map_err(|e| ConfigFileError::from_config_error(&at("adaptive"), e))?
+                .map_err(|e| ConfigFileError::from_config_error(&format!("{path}.adaptive"), e))?
                 .into()
         }
-        StageKind::Utilization => {
-            let u = UtilizationConfig {
-                workers: required(config.workers, &at("workers"))?,
-                lease_ttl: config
-                    .lease_ttl
-                    .unwrap_or(SpecDuration(std::time::Duration::from_secs(60))),
-                sample_interval: config
-                    .sample_interval
-                    .unwrap_or(crate::config::limiters::default_sample_interval()),
-                seed: config.seed.unwrap_or(0),
-                end_of_good: config.end_of_good,
-                start_of_bad: config.start_of_bad,
-                seconds_before_shedding: config.seconds_before_shedding,
-                seconds_to_shed_all: config.seconds_to_shed_all,
-                mode: config.mode,
-                status: config.status,
-            };
+        StageKind::Utilization(u) => {
             // The service decides for workers elsewhere: a request is busy from its
             // evaluation to its release, a worker lease in its token.
             let gauge = WorkerGauge::new(u.workers)
@@ -142,7 +104,7 @@ where
             let gauge = Arc::new(gauge);
             workers = Some(gauge.clone());
             UtilizationShedder::builder()
-                .name(config.name.clone())
+                .name(name)
                 .settings(u.settings())
                 .sample_interval(u.sample_interval.0)
                 .seed(u.seed)
@@ -159,28 +121,24 @@ where
     })
 }
 
-const DEFAULT_LEASE_TTL: SpecDuration = SpecDuration(std::time::Duration::from_secs(60));
-
-fn required<T>(value: Option<T>, path: &str) -> Result<T, ConfigFileError> {
-    value.ok_or_else(|| ConfigFileError::invalid(path, "missing"))
-}
-
 /// The settings every stage has: mode, failure policy, status, all or nothing.
 fn common<S: Store<str, AnyAlgorithm> + 'static>(
     stage: Stage<S>,
     config: &StageConfig,
 ) -> Stage<S> {
+    let (on_store_error, all_or_nothing) = config.kind.store_settings();
     let stage = stage
         .mode(config.mode)
-        .on_store_error(config.on_store_error.unwrap_or_default())
-        .all_or_nothing(config.all_or_nothing.unwrap_or(false));
+        .on_store_error(on_store_error)
+        .all_or_nothing(all_or_nothing);
     match config.status {
         Some(status) => stage.status(status),
         None => stage,
     }
 }
 
-/// The stage's scope: its `when`, `key`, `cost`, `plan_from` and `if_missing`.
+/// The stage's scope: its `when` and `if_missing`, and its kind's `key`, `cost` and
+/// `plan_from`.
 fn scope(config: &StageConfig, path: &str) -> Result<Scope, ConfigFileError> {
     let named = |field: &str, e: floodgate::ConfigError| {
         ConfigFileError::invalid(format!("{path}.{field}"), e.to_string())
@@ -195,16 +153,21 @@ fn scope(config: &StageConfig, path: &str) -> Result<Scope, ConfigFileError> {
         when = when.field(field, patterns);
     }
     let mut scope = Scope::all().when(when);
-    if let Some(key) = &config.key {
+    let (key, cost, plan_from) = match &config.kind {
+        StageKind::Limit(l) => (l.key.as_ref(), l.cost.as_ref(), l.plan_from.as_ref()),
+        StageKind::Concurrency(c) => (c.key.as_ref(), None, None),
+        _ => (None, None, None),
+    };
+    if let Some(key) = key {
         scope = scope.key(KeyTemplate::parse(key).map_err(|e| named("key", e))?);
     }
-    if let Some(cost) = &config.cost {
+    if let Some(cost) = cost {
         scope = scope.cost(match cost {
             CostConfig::Constant(n) => Cost::Constant(*n),
             CostConfig::Field(f) => Cost::Field(Field::parse(f).map_err(|e| named("cost", e))?),
         });
     }
-    if let Some(field) = &config.plan_from {
+    if let Some(field) = plan_from {
         scope = scope.plan_from(Field::parse(field).map_err(|e| named("plan_from", e))?);
     }
     Ok(scope.if_missing(match config.if_missing {
@@ -215,7 +178,7 @@ fn scope(config: &StageConfig, path: &str) -> Result<Scope, ConfigFileError> {
 
 /// Refuses a `limit` stage (at `path`) whose fields contradict each other: one of `spec`,
 /// `plans` and `keys`; `key` and `default_plan` only where they mean something.
-fn check_limit_fields(config: &StageConfig, path: &str) -> Result<(), ConfigFileError> {
+fn check_limit_fields(config: &LimitStage, path: &str) -> Result<(), ConfigFileError> {
     let conflict =
         |field: &str, why: &str| Err(ConfigFileError::invalid(format!("{path}.{field}"), why));
     let written = [
@@ -246,7 +209,8 @@ fn check_limit_fields(config: &StageConfig, path: &str) -> Result<(), ConfigFile
 
 /// A `limit` stage: one algorithm (`spec`), its own plans, the top-level plans, or levels.
 fn build_limit<S>(
-    config: &StageConfig,
+    stage: &StageConfig,
+    config: &LimitStage,
     path: &str,
     scope: Scope,
     cx: &StageContext<'_, S>,
@@ -254,94 +218,142 @@ fn build_limit<S>(
 where
     S: Store<str, AnyAlgorithm> + Clone + 'static,
 {
-    let name = &config.name;
-    let at = |field: &str| format!("{path}.{field}");
-    let conflict = |field: &str, why: &str| Err(ConfigFileError::invalid(at(field), why));
     check_limit_fields(config, path)?;
-    let build_spec = |spec: &AlgorithmSpec, field: &str| {
-        spec.build()
-            .map_err(|e| ConfigFileError::from_config_error(&at(field), e))
+    let limits = Limits {
+        name: &stage.name,
+        path,
+        cx,
     };
-    let limiter = |namespace: &str, plans: Vec<Plan>, default: &str, field: &str| {
+    let built = if let Some(spec) = &config.spec {
+        Stage::new(limits.one(&stage.name, &stage.name, spec, "spec", "spec")?).scope(scope)
+    } else if let Some(plans) = &config.plans {
+        Stage::new(limits.own_plans(plans, config.default_plan.as_deref())?).scope(scope)
+    } else if !config.keys.is_empty() {
+        limits.levels(&config.keys, scope)?
+    } else {
+        if cx.plans.is_empty() {
+            return Err(limits.refused(
+                "spec",
+                "give the stage a `spec`, `plans` or `keys`, or define the top-level `plans`",
+            ));
+        }
+        let plans = cx.plans.to_vec();
+        Stage::new(limits.limiter(&stage.name, plans, cx.default_plan, "plans")?).scope(scope)
+    };
+    Ok(BuiltStage {
+        stage: common(built, stage),
+        workers: None,
+    })
+}
+
+/// What the limiters of one `limit` stage are built with: the stage's name, its path in the
+/// file (for errors) and the context.
+struct Limits<'a, S> {
+    name: &'a str,
+    path: &'a str,
+    cx: &'a StageContext<'a, S>,
+}
+
+impl<S> Limits<'_, S>
+where
+    S: Store<str, AnyAlgorithm> + Clone + 'static,
+{
+    /// `why` refused at the stage's `field`.
+    fn refused(&self, field: &str, why: &str) -> ConfigFileError {
+        ConfigFileError::invalid(format!("{}.{field}", self.path), why)
+    }
+
+    /// A library error, at the stage's `field`.
+    fn at(&self, field: &str) -> impl Fn(floodgate::ConfigError) -> ConfigFileError {
+        let path = format!("{}.{field}", self.path);
+        move |e| ConfigFileError::from_config_error(&path, e)
+    }
+
+    /// A request rate limiter in `namespace` over `plans`, with the top-level endpoint costs.
+    fn limiter(
+        &self,
+        namespace: &str,
+        plans: Vec<Plan>,
+        default: &str,
+        field: &str,
+    ) -> Result<RequestRateLimiter<S>, ConfigFileError> {
         let mut builder = RequestRateLimiter::builder()
             .namespace(namespace)
             .plans(plans)
             .default_plan(default);
-        for (endpoint, cost) in cx.endpoint_costs {
+        for (endpoint, cost) in self.cx.endpoint_costs {
             builder = builder.endpoint_cost(endpoint.clone(), *cost);
         }
-        builder
-            .build(cx.store.clone())
-            .map_err(|e| ConfigFileError::from_config_error(&at(field), e))
-    };
-    let limit_plan = |label: &str, algorithm, field: &str| {
-        Plan::limit(label, algorithm).map_err(|e| ConfigFileError::from_config_error(&at(field), e))
-    };
-    let stage = if let Some(spec) = &config.spec {
-        let plan = limit_plan(name, build_spec(spec, "spec")?, "spec")?;
-        Stage::new(limiter(name, vec![plan], name, "spec")?)
-    } else if let Some(plans) = &config.plans {
+        builder.build(self.cx.store.clone()).map_err(self.at(field))
+    }
+
+    /// A limiter in `namespace` with one limit, `spec` (written at `spec_field`), labelled
+    /// `label` in refusals.
+    fn one(
+        &self,
+        namespace: &str,
+        label: &str,
+        spec: &AlgorithmSpec,
+        spec_field: &str,
+        field: &str,
+    ) -> Result<RequestRateLimiter<S>, ConfigFileError> {
+        let algorithm = spec.build().map_err(self.at(spec_field))?;
+        let plan = Plan::limit(label, algorithm).map_err(self.at(field))?;
+        self.limiter(namespace, vec![plan], label, field)
+    }
+
+    /// A limiter over the stage's own `plans`, `default` naming one of them.
+    fn own_plans(
+        &self,
+        plans: &BTreeMap<String, AlgorithmSpec>,
+        default: Option<&str>,
+    ) -> Result<RequestRateLimiter<S>, ConfigFileError> {
         let mut built = Vec::with_capacity(plans.len());
         for (plan, spec) in plans {
             let field = key_path("plans", plan);
-            let algorithm = build_spec(spec, &field)?;
-            built.push(
-                Plan::new(plan.clone(), algorithm)
-                    .map_err(|e| ConfigFileError::from_config_error(&at(&field), e))?,
-            );
+            let algorithm = spec.build().map_err(self.at(&field))?;
+            built.push(Plan::new(plan.clone(), algorithm).map_err(self.at(&field))?);
         }
-        let Some(default) = &config.default_plan else {
-            return conflict(
+        let Some(default) = default else {
+            return Err(self.refused(
                 "default_plan",
                 "missing: the plan of requests whose plan the stage's plans lack",
-            );
+            ));
         };
         if !plans.contains_key(default) {
             let known: Vec<&str> = plans.keys().map(String::as_str).collect();
-            return conflict(
+            return Err(self.refused(
                 "default_plan",
                 &format!(
                     "unknown plan `{default}`: the stage's plans are {}",
                     known.join(", ")
                 ),
-            );
+            ));
         }
-        Stage::new(limiter(name, built, default, "plans")?)
-    } else if let Some((first, rest)) = config.keys.split_first() {
+        self.limiter(self.name, built, default, "plans")
+    }
+
+    /// A hierarchical stage: the first key counts in the stage's namespace, each other in
+    /// `STAGE.LEVEL`.
+    fn levels(&self, keys: &[LevelConfig], scope: Scope) -> Result<Stage<S>, ConfigFileError> {
         let level = |i: usize, level: &LevelConfig, namespace: &str| {
             let field = format!("keys[{i}]");
-            let plan = limit_plan(
-                &level.name,
-                build_spec(&level.spec, &format!("{field}.spec"))?,
-                &field,
-            )?;
-            let key = KeyTemplate::parse(&level.key).map_err(|e| {
-                ConfigFileError::invalid(at(&format!("{field}.key")), e.to_string())
-            })?;
-            Ok::<_, ConfigFileError>((key, limiter(namespace, vec![plan], &level.name, &field)?))
+            let spec_field = format!("{field}.spec");
+            let limiter = self.one(namespace, &level.name, &level.spec, &spec_field, &field)?;
+            let key = KeyTemplate::parse(&level.key)
+                .map_err(|e| self.refused(&format!("{field}.key"), &e.to_string()))?;
+            Ok::<_, ConfigFileError>((key, limiter))
         };
-        let (key, primary) = level(0, first, name)?;
-        let mut stage = Stage::new(primary).scope(scope.clone().key(key));
-        for (i, l) in rest.iter().enumerate() {
-            let namespace = format!("{name}.{}", l.name);
-            let (key, limiter) = level(i + 1, l, &namespace)?;
+        let mut levels = keys.iter().enumerate();
+        let Some((_, first)) = levels.next() else {
+            return Err(self.refused("keys", "missing"));
+        };
+        let (key, primary) = level(0, first, self.name)?;
+        let mut stage = Stage::new(primary).scope(scope.key(key));
+        for (i, l) in levels {
+            let (key, limiter) = level(i, l, &format!("{}.{}", self.name, l.name))?;
             stage = stage.level(key, limiter);
         }
-        return Ok(BuiltStage {
-            stage: common(stage, config),
-            workers: None,
-        });
-    } else {
-        if cx.plans.is_empty() {
-            return conflict(
-                "spec",
-                "give the stage a `spec`, `plans` or `keys`, or define the top-level `plans`",
-            );
-        }
-        Stage::new(limiter(name, cx.plans.to_vec(), cx.default_plan, "plans")?)
-    };
-    Ok(BuiltStage {
-        stage: common(stage.scope(scope), config),
-        workers: None,
-    })
+        Ok(stage)
+    }
 }

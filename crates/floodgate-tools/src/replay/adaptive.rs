@@ -14,7 +14,7 @@ use floodgate::limiter::adaptive::{Adaptive, AdaptiveConcurrencyLimiter};
 use floodgate::limiter::LeaseHandle;
 use floodgate::pipeline::SHED_RETRY_AFTER;
 use floodgate::{ConfigError, ManualClock, Op};
-use floodgate_service::config::pipeline::AdaptiveConfig;
+use floodgate_service::config::stage::AdaptiveConfig;
 
 use super::{Decide, EventError, Output, SpecError};
 

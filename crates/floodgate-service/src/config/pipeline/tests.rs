@@ -170,16 +170,6 @@ fn errors_name_the_stage_and_the_field() {
             "stage `a`: invalid value for `key`",
         ),
         (
-            "pipeline:\n  - { name: a, kind: fleet, capacity: 3, reserved_for_critical: 0.1, key: \"{user}\" }\n",
-            "pipeline[0].key",
-            "stage `a`: a fleet stage has no `key`",
-        ),
-        (
-            "pipeline:\n  - { name: a, kind: concurrency }\n",
-            "pipeline[0].capacity",
-            "stage `a`: missing",
-        ),
-        (
             "pipeline:\n  - { name: a, kind: concurrency, capacity: 1 }\n  - { name: a, kind: concurrency, capacity: 1 }\n",
             "pipeline[1].name",
             "stage `a`: another stage has this name",
@@ -227,6 +217,72 @@ fn errors_name_the_stage_and_the_field() {
     }
     let (_, message) = invalid("pipeline:\n  - { name: a, kind: adaptive, capacity: 1 }\n");
     assert!(message.contains("unknown variant `adaptive`"), "{message}");
+}
+
+/// A field a kind does not take, or a field it needs left out, is the reader's error: it
+/// names the entry and its line, in `pipeline:` and in `limiters:` alike.
+#[test]
+fn the_reader_names_a_field_a_kind_does_not_take_with_its_line() {
+    let cases = [
+        (
+            "pipeline:\n  - name: a\n    kind: fleet\n    capacity: 3\n    reserved_for_critical: 0.1\n    key: \"{user}\"\n",
+            6,
+            "pipeline[0].key: unknown field `key`, expected one of `capacity`",
+        ),
+        (
+            "pipeline:\n  - { name: a, kind: concurrency }\n",
+            2,
+            "pipeline[0]: missing field `capacity`",
+        ),
+        (
+            "limiters:\n  utilization:\n    workers: 2\n    capacity: 3\n",
+            4,
+            "limiters.utilization.capacity: unknown field `capacity`, expected one of `workers`",
+        ),
+        (
+            "limiters:\n  concurrency: { capacity: 3, name: c }\n",
+            2,
+            "limiters.concurrency.name: unknown field `name`",
+        ),
+    ];
+    for (yaml, line, message) in cases {
+        match Config::from_yaml_str(yaml) {
+            Err(ConfigFileError::Yaml {
+                line: Some(l),
+                message: m,
+                ..
+            }) => {
+                assert_eq!(l, line, "{yaml}: {m}");
+                assert!(m.starts_with(message), "{yaml}: `{m}` is not `{message}…`");
+            }
+            other => panic!("{yaml}: {other:?}"),
+        }
+    }
+}
+
+/// A section of `limiters:` takes what a stage of its kind takes: its own key, a `when`, or
+/// for `request_rate` a limit of its own instead of the top-level plans.
+#[test]
+fn a_section_takes_the_schema_of_its_kind() {
+    let (served, _) = served(
+        "plans: {}\nlimiters:\n  request_rate:\n    key: \"{attributes.ip}\"\n    when: { endpoint: \"/login\" }\n    spec: { algorithm: fixed_window, limit: 1, window: 1m }\n",
+    );
+    let ask = |endpoint: &'static str, ip: &str| {
+        let attributes = [("ip", ip)];
+        let request = Descriptor {
+            attributes: &attributes,
+            endpoint: Some(endpoint),
+            ..Descriptor::new("alice", "free", Priority::Get)
+        };
+        served.pipeline.evaluate_blocking(&request).allowed()
+    };
+    assert!(ask("/login", "10.0.0.1"));
+    assert!(!ask("/login", "10.0.0.1"), "one per minute per address");
+    assert!(ask("/login", "10.0.0.2"), "another address counts apart");
+    assert!(
+        ask("/search", "10.0.0.1"),
+        "the stage applies to /login only"
+    );
 }
 
 /// Without `limiters`, a file with a `pipeline` runs only its stages (the built-in four are
