@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,13 +10,14 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing::Instrument;
 
-use super::error::{parse_counted, ApiError};
+use super::call::{Call, CallBody, StatusMode};
+use super::error::ApiError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::service::{EvaluateRequest, Server};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckRequest {
+pub(super) struct CheckRequest {
     limiter: String,
     key: String,
     #[serde(default = "one")]
@@ -29,23 +28,22 @@ pub(super) fn one() -> u64 {
     1
 }
 
+impl CallBody for CheckRequest {
+    const ENDPOINT: Endpoint = Endpoint::Check;
+
+    fn counted_key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+}
+
+impl CallBody for EvaluateRequest {
+    const ENDPOINT: Endpoint = Endpoint::Evaluate;
+}
+
 pub(super) async fn check(
     State(server): State<Arc<Server>>,
-    uri: axum::http::Uri,
-    body: Result<Bytes, BytesRejection>,
+    Call { mode, request }: Call<CheckRequest>,
 ) -> Response {
-    let mode = match status_mode(&uri) {
-        Ok(mode) => mode,
-        Err(e) => return e.into_response(),
-    };
-    let request: CheckRequest = match parse_counted(&server, Endpoint::Check, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    if let Err(refused) = counted_key(&server, &request.key) {
-        server.metrics().call(Endpoint::Check, Outcome::Invalid);
-        return refused.into_response();
-    }
     match server
         .check(&request.limiter, &request.key, request.cost)
         .await
@@ -117,21 +115,6 @@ pub(super) fn decision_response(
     Json(answer).into_response()
 }
 
-/// Why `key` cannot be counted under, if it cannot: empty (every request without one would
-/// share one count), or longer than `connections.max_key_bytes`.
-pub(super) fn counted_key(server: &Server, key: &str) -> Result<(), ApiError> {
-    if key.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "empty_key",
-            "field `key`: must not be empty (it names what is counted)",
-        ));
-    }
-    server
-        .bounded("key", key)
-        .map_err(|too_long| ApiError::invalid("too_long", too_long))
-}
-
 /// The 404 of a call naming no configured limit, naming those there are.
 pub(super) fn unknown_limit(server: &Server, name: &str) -> ApiError {
     let names: Vec<String> = server
@@ -150,38 +133,6 @@ pub(super) fn unknown_limit(server: &Server, name: &str) -> ApiError {
         "unknown_limiter",
         format!("no limit named `{name}` ({configured})"),
     )
-}
-
-/// How a decision call's HTTP status is chosen, by its query: `http_status=body` (the
-/// default: 200 whenever the call was answered, the decision in the body, so a caller can
-/// tell a refusal from a failure of the call) or `http_status=decision` (the status carries
-/// the decision: 200 allowed, else the refusal's 429 or 503, with `Retry-After` and the
-/// `RateLimit` fields as header fields, for gateways that act on the status alone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum StatusMode {
-    Body,
-    Decision,
-}
-
-pub(super) fn status_mode(uri: &axum::http::Uri) -> Result<StatusMode, ApiError> {
-    let mut mode = StatusMode::Body;
-    for pair in uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        mode = match pair {
-            "http_status=body" => StatusMode::Body,
-            "http_status=decision" => StatusMode::Decision,
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "query `{pair}`: the only query is http_status=body (the default: 200, the decision in the body) or http_status=decision (the status carries the decision)"
-                )))
-            }
-        };
-    }
-    Ok(mode)
 }
 
 /// The span of a decision call (see [`crate::traces`]), made from the request's headers
@@ -210,10 +161,9 @@ impl<S: Send + Sync, const EVALUATE: bool> axum::extract::FromRequestParts<S>
 pub(super) async fn evaluate(
     State(server): State<Arc<Server>>,
     CallSpan(span): CallSpan<true>,
-    uri: axum::http::Uri,
-    body: Result<Bytes, BytesRejection>,
+    call: Call<EvaluateRequest>,
 ) -> Response {
-    let evaluating = evaluate_in(server, uri, body);
+    let evaluating = evaluate_in(server, call);
     match span {
         Some(span) => evaluating.instrument(span).await,
         None => evaluating.await,
@@ -222,17 +172,8 @@ pub(super) async fn evaluate(
 
 async fn evaluate_in(
     server: Arc<Server>,
-    uri: axum::http::Uri,
-    body: Result<Bytes, BytesRejection>,
+    Call { mode, request }: Call<EvaluateRequest>,
 ) -> Response {
-    let mode = match status_mode(&uri) {
-        Ok(mode) => mode,
-        Err(e) => return e.into_response(),
-    };
-    let request: EvaluateRequest = match parse_counted(&server, Endpoint::Evaluate, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
     let answered = server.evaluate(&request).await;
     if let Ok(answer) = &answered {
         crate::traces::record_evaluate(answer.status, answer.allowed, answer.limiter.as_deref());

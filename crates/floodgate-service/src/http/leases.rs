@@ -2,21 +2,20 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::error::{parse_counted, ApiError};
+use super::call::{Call, CallBody};
+use super::error::ApiError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::service::Server;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReleaseRequest {
+pub(super) struct ReleaseRequest {
     lease: String,
     /// How long the request took, in milliseconds: the sample adaptive concurrency stages
     /// learn from (absent: the time since `/v1/evaluate`).
@@ -24,17 +23,18 @@ struct ReleaseRequest {
     latency_ms: Option<f64>,
 }
 
+impl CallBody for ReleaseRequest {
+    const ENDPOINT: Endpoint = Endpoint::Release;
+    const TAKES_STATUS_MODE: bool = false;
+}
+
 /// The longest latency `/v1/release` accepts: a day, in milliseconds.
 const MAX_LATENCY_MS: f64 = 86_400_000.0;
 
 pub(super) async fn release(
     State(server): State<Arc<Server>>,
-    body: Result<Bytes, BytesRejection>,
+    Call { request, .. }: Call<ReleaseRequest>,
 ) -> Response {
-    let request: ReleaseRequest = match parse_counted(&server, Endpoint::Release, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
     let latency = match request.latency_ms {
         None => None,
         Some(ms) if (0.0..=MAX_LATENCY_MS).contains(&ms) => {

@@ -41,6 +41,7 @@
 //! Bad input never changes state.
 
 mod admin;
+mod call;
 pub mod debug;
 mod decisions;
 mod envoy_json;
@@ -67,13 +68,10 @@ use crate::connections::Admission;
 use crate::connections::{serve_each, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::service::Server;
 
-use self::decisions::{
-    check, counted_key, decision_fields, decision_response, evaluate, status_mode, unknown_limit,
-    StatusMode,
-};
+use self::decisions::{check, decision_fields, decision_response, evaluate, unknown_limit};
 use self::envoy_json::envoy_json;
 pub use self::error::ApiError;
-use self::error::{body_error, parse, parse_counted};
+use self::error::{body_error, parse};
 use self::leases::release;
 use self::observation::{dashboard, healthcheck, home_page, livez, metrics, readyz};
 

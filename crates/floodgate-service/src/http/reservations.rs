@@ -18,38 +18,89 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use floodgate::{Decision, Op, StoreError};
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
-use super::{
-    counted_key, decision_fields, decision_response, parse_counted, status_mode, unknown_limit,
-    ApiError, StatusMode,
-};
+use super::call::{Call, CallBody, StatusMode};
+use super::{decision_fields, decision_response, unknown_limit, ApiError};
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
 use crate::service::reservations::{PipelineReserved, Reserved, Settled};
 use crate::service::EvaluateRequest;
 use crate::service::Server;
 
+/// A `/v1/reserve` body, in one of its three shapes, told apart by the keys it has: a named
+/// limit's reservation names its `limiter`, one on a stage its `stage`, one through the
+/// pipeline its `user` (anything else is read as the first, whose errors name its fields).
+pub(super) enum ReserveRequest {
+    Limit(LimitReserve),
+    Stage(StageReserve),
+    Pipeline(PipelineReserve),
+}
+
+impl<'de> Deserialize<'de> for ReserveRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ReserveRequest, D::Error> {
+        let fields = Map::<String, Value>::deserialize(d)?;
+        let shape = (
+            fields.contains_key("limiter"),
+            fields.contains_key("stage"),
+            fields.contains_key("user"),
+        );
+        let body = Value::Object(fields);
+        let read = match shape {
+            (false, true, _) => StageReserve::deserialize(body).map(ReserveRequest::Stage),
+            (false, false, true) => {
+                PipelineReserve::deserialize(body).map(ReserveRequest::Pipeline)
+            }
+            _ => LimitReserve::deserialize(body).map(ReserveRequest::Limit),
+        };
+        read.map_err(de::Error::custom)
+    }
+}
+
+impl CallBody for ReserveRequest {
+    const ENDPOINT: Endpoint = Endpoint::Reserve;
+
+    fn counted_key(&self) -> Option<&str> {
+        match self {
+            ReserveRequest::Limit(r) => Some(&r.key),
+            ReserveRequest::Stage(r) => Some(&r.key),
+            // Its keys are the stages' templates over the request's fields, checked there.
+            ReserveRequest::Pipeline(_) => None,
+        }
+    }
+}
+
+/// A reservation on a named limit.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReserveRequest {
+pub(super) struct LimitReserve {
     limiter: String,
     key: String,
+    estimate: u64,
+}
+
+/// A reservation on one request rate stage of the pipeline.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StageReserve {
+    stage: String,
+    key: String,
+    #[serde(default)]
+    plan: Option<String>,
     estimate: u64,
 }
 
 /// A reservation through the pipeline: `/v1/evaluate`'s fields (but `cost`) and the estimate.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PipelineReserveRequest {
+pub(super) struct PipelineReserve {
     user: String,
     #[serde(default)]
     plan: Option<String>,
@@ -64,49 +115,37 @@ struct PipelineReserveRequest {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SettleRequest {
+pub(super) struct SettleRequest {
     reservation: String,
     actual: u64,
 }
 
+impl CallBody for SettleRequest {
+    const ENDPOINT: Endpoint = Endpoint::Settle;
+    const TAKES_STATUS_MODE: bool = false;
+}
+
 pub(super) async fn reserve(
     State(server): State<Arc<Server>>,
-    uri: axum::http::Uri,
-    body: Result<Bytes, BytesRejection>,
+    Call { mode, request }: Call<ReserveRequest>,
 ) -> Response {
-    let mode = match status_mode(&uri) {
-        Ok(mode) => mode,
-        Err(e) => return e.into_response(),
-    };
-    // A named limit's reservation names its limit, one on a stage its stage, one through the
-    // pipeline its user (anything else is read as the first, whose errors name its fields).
-    let shape = body
-        .as_ref()
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
-        .map(|v| {
-            (
-                v.get("limiter").is_some(),
-                v.get("stage").is_some(),
-                v.get("user").is_some(),
-            )
-        });
-    match shape {
-        Some((false, true, _)) => return reserve_on_stage(server, mode, body).await,
-        Some((false, false, true)) => return reserve_through_pipeline(server, mode, body).await,
-        _ => {}
+    match request {
+        ReserveRequest::Limit(request) => reserve_on_limit(server, mode, request).await,
+        ReserveRequest::Stage(request) => reserve_on_stage(server, mode, request).await,
+        ReserveRequest::Pipeline(request) => reserve_through_pipeline(server, mode, request).await,
     }
-    let request: ReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
+}
+
+/// `/v1/reserve` on a named limit.
+async fn reserve_on_limit(
+    server: Arc<Server>,
+    mode: StatusMode,
+    request: LimitReserve,
+) -> Response {
     let invalid = |error: ApiError| {
         server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
         error.into_response()
     };
-    if let Err(refused) = counted_key(&server, &request.key) {
-        return invalid(refused);
-    }
     match server
         .reserve(&request.limiter, &request.key, request.estimate)
         .await
@@ -136,34 +175,16 @@ pub(super) async fn reserve(
     }
 }
 
-/// A reservation on one request rate stage of the pipeline.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StageReserveRequest {
-    stage: String,
-    key: String,
-    #[serde(default)]
-    plan: Option<String>,
-    estimate: u64,
-}
-
 /// `/v1/reserve` on one stage: as on a named limit, the stage's key given as it is.
 async fn reserve_on_stage(
     server: Arc<Server>,
     mode: StatusMode,
-    body: Result<Bytes, BytesRejection>,
+    request: StageReserve,
 ) -> Response {
-    let request: StageReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
     let invalid = |error: ApiError| {
         server.metrics().call(Endpoint::Reserve, Outcome::Invalid);
         error.into_response()
     };
-    if let Err(refused) = counted_key(&server, &request.key) {
-        return invalid(refused);
-    }
     let decided = server
         .reserve_on_stage(
             &request.stage,
@@ -209,12 +230,8 @@ async fn reserve_on_stage(
 async fn reserve_through_pipeline(
     server: Arc<Server>,
     mode: StatusMode,
-    body: Result<Bytes, BytesRejection>,
+    request: PipelineReserve,
 ) -> Response {
-    let request: PipelineReserveRequest = match parse_counted(&server, Endpoint::Reserve, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
     let estimate = request.estimate;
     let request = EvaluateRequest {
         user: request.user,
@@ -293,12 +310,8 @@ fn failed_open(server: &Server, error: &StoreError) -> Response {
 
 pub(super) async fn settle(
     State(server): State<Arc<Server>>,
-    body: Result<Bytes, BytesRejection>,
+    Call { request, .. }: Call<SettleRequest>,
 ) -> Response {
-    let request: SettleRequest = match parse_counted(&server, Endpoint::Settle, body) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
     let invalid = |error: ApiError| {
         server.metrics().call(Endpoint::Settle, Outcome::Invalid);
         error.into_response()
