@@ -60,33 +60,54 @@ pub struct TooLong {
 /// One configuration, ready to serve: swapped whole on reload.
 pub type Snapshot = Served<ServiceStore>;
 
-/// The running service. See the [module documentation](self).
+/// The running service. See the [module documentation](self). Its state is grouped by what
+/// uses it, so that each file of `impl Server` names the part it reads.
 #[derive(Debug)]
 pub struct Server {
+    /// What decisions are made with.
+    decisions: Decisions,
+    /// How the configuration is loaded and changed at run time.
+    control: Control,
+    /// What the service shows of itself: metrics, the dashboard, readiness.
+    observed: Observed,
+    /// What the listeners are held to: connection limits, TLS, which surface they serve.
+    edge: Edge,
+}
+
+/// What decisions are made with.
+#[derive(Debug)]
+struct Decisions {
     snapshot: ArcSwap<Snapshot>,
     /// The one store, created once and kept across reloads: every stage, named limit and Envoy
     /// rule keeps its keys in its own namespace of it.
     store: ServiceStore,
+    /// The plans of [`Control::switches`], by user: what each decision reads, without a lock.
+    plan_overrides: ArcSwap<HashMap<String, String>>,
+    /// How lease tokens are signed ([`leases`]).
+    leases: leases::Signing,
+    clock: SystemClock,
+}
+
+/// How the configuration is loaded and changed at run time.
+#[derive(Debug)]
+struct Control {
     /// The operator's switches (modes and plans set through the admin API), which outlive
     /// reloads that leave their settings alone ([`switches`]). The lock also keeps admin calls
     /// and reloads from interleaving.
     switches: Mutex<Switches>,
-    /// The plans of [`Server::switches`], by user: what each decision reads, without a lock.
-    plan_overrides: ArcSwap<HashMap<String, String>>,
     config_source: ConfigSource,
     /// The file as read at start-up and by the last load, for what a reload reports.
     loaded: Mutex<reload::Loaded>,
     /// What the command line turns on over every config loaded.
     overrides: Overrides,
     admin_token: Option<String>,
-    /// How lease tokens are signed ([`leases`]).
-    leases: leases::Signing,
+}
+
+/// What the service shows of itself.
+#[derive(Debug)]
+struct Observed {
     metrics: Metrics,
     dashboard: Dashboard,
-    /// The connection limits the process started with, and the count of open connections.
-    limits: ConnectionLimits,
-    gate: Arc<ConnectionGate>,
-    in_flight: InFlight,
     readiness: Readiness,
     /// The Envoy rules' per-descriptor statistics, kept across reloads (the `stats` the
     /// process started with).
@@ -95,6 +116,21 @@ pub struct Server {
     /// DogStatsD is on.
     response_times: Option<crate::statsd::ResponseTimes>,
     statsd_pushes: crate::statsd::PushCounts,
+    /// How envoyproxy/ratelimit's series are named on the Prometheus listener (read at
+    /// start-up from `stats.prometheus.mapping_file`, else upstream's documented mapping).
+    upstream_mapping: crate::upstream_metrics::mapping::Mapping,
+    /// The xDS client's status, when the configuration comes over xDS
+    /// ([`Server::with_xds`]).
+    xds: Option<Arc<crate::xds::XdsStatus>>,
+}
+
+/// What the listeners are held to.
+#[derive(Debug)]
+struct Edge {
+    /// The connection limits the process started with, and the count of open connections.
+    limits: ConnectionLimits,
+    gate: Arc<ConnectionGate>,
+    in_flight: InFlight,
     /// TLS on the listeners, set by `serve` ([`Server::with_tls`]).
     tls: ListenersTls,
     /// Started as the drop-in, with envoyproxy/ratelimit's settings: the HTTP listener serves
@@ -104,13 +140,6 @@ pub struct Server {
     /// The HTTP listener is not on a loopback address: the dashboard's data needs the admin
     /// token ([`Server::with_http_address`]).
     dashboard_needs_token: bool,
-    /// How envoyproxy/ratelimit's series are named on the Prometheus listener (read at
-    /// start-up from `stats.prometheus.mapping_file`, else upstream's documented mapping).
-    upstream_mapping: crate::upstream_metrics::mapping::Mapping,
-    /// The xDS client's status, when the configuration comes over xDS
-    /// ([`Server::with_xds`]).
-    xds: Option<Arc<crate::xds::XdsStatus>>,
-    clock: SystemClock,
 }
 
 impl Server {
@@ -127,37 +156,45 @@ impl Server {
         let limits = config.connections.clone();
         let loaded = Arc::new(config.clone());
         Ok(Server {
-            gate: ConnectionGate::new(limits.max_connections),
-            in_flight: InFlight::new(limits.max_in_flight),
-            limits,
-            snapshot: ArcSwap::from_pointee(snapshot),
-            store,
-            switches: Mutex::new(Switches::default()),
-            plan_overrides: ArcSwap::from_pointee(HashMap::new()),
-            config_source: source.into(),
-            loaded: Mutex::new(reload::Loaded {
-                started: loaded.clone(),
-                last: loaded,
-            }),
-            overrides: Overrides::default(),
-            admin_token,
-            leases: leases::Signing::random(),
-            metrics: Metrics::default(),
-            dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
-            readiness: Readiness::default(),
-            upstream_surface: false,
-            dashboard_needs_token: false,
-            descriptor_stats: Arc::new(crate::descriptors::stats::DescriptorStats::new(
-                config.stats.max_series,
-                config.stats.near_limit_ratio,
-            )),
-            response_times: (config.stats.statsd.is_some() || config.stats.dogstatsd.is_some())
-                .then(crate::statsd::ResponseTimes::default),
-            statsd_pushes: crate::statsd::PushCounts::default(),
-            tls: ListenersTls::default(),
-            upstream_mapping: upstream_mapping(&config)?,
-            xds: None,
-            clock: SystemClock::new(),
+            decisions: Decisions {
+                snapshot: ArcSwap::from_pointee(snapshot),
+                store,
+                plan_overrides: ArcSwap::from_pointee(HashMap::new()),
+                leases: leases::Signing::random(),
+                clock: SystemClock::new(),
+            },
+            control: Control {
+                switches: Mutex::new(Switches::default()),
+                config_source: source.into(),
+                loaded: Mutex::new(reload::Loaded {
+                    started: loaded.clone(),
+                    last: loaded,
+                }),
+                overrides: Overrides::default(),
+                admin_token,
+            },
+            observed: Observed {
+                metrics: Metrics::default(),
+                dashboard: Dashboard::new(DEFAULT_HEAVY_KEYS),
+                readiness: Readiness::default(),
+                descriptor_stats: Arc::new(crate::descriptors::stats::DescriptorStats::new(
+                    config.stats.max_series,
+                    config.stats.near_limit_ratio,
+                )),
+                response_times: (config.stats.statsd.is_some() || config.stats.dogstatsd.is_some())
+                    .then(crate::statsd::ResponseTimes::default),
+                statsd_pushes: crate::statsd::PushCounts::default(),
+                upstream_mapping: upstream_mapping(&config)?,
+                xds: None,
+            },
+            edge: Edge {
+                gate: ConnectionGate::new(limits.max_connections),
+                in_flight: InFlight::new(limits.max_in_flight),
+                limits,
+                tls: ListenersTls::default(),
+                upstream_surface: false,
+                dashboard_needs_token: false,
+            },
         })
     }
 
@@ -167,7 +204,11 @@ impl Server {
     /// when the file changes it, and never for a value the command line set.
     pub fn with_file_config(self, config: Config) -> Server {
         let config = Arc::new(config);
-        *self.loaded.lock().unwrap_or_else(|e| e.into_inner()) = reload::Loaded {
+        *self
+            .control
+            .loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = reload::Loaded {
             started: config.clone(),
             last: config,
         };
@@ -177,7 +218,7 @@ impl Server {
     /// Applies `overrides` to every config [`Server::reload`] loads (the config given to
     /// [`Server::new`] should already have them: see [`Config::load_with`]).
     pub fn with_overrides(mut self, overrides: Overrides) -> Server {
-        self.overrides = overrides;
+        self.control.overrides = overrides;
         self
     }
 
@@ -187,7 +228,7 @@ impl Server {
     /// admin API. Decided per request, so a reload that adds or removes Floodgate's
     /// configuration changes it.
     pub fn with_upstream_surface(mut self, upstream: bool) -> Server {
-        self.upstream_surface = upstream;
+        self.edge.upstream_surface = upstream;
         self
     }
 
@@ -196,10 +237,10 @@ impl Server {
     /// process they run in, so their limits and their leases are this node's, not the fleet's.
     /// `serve` calls it at start-up.
     pub fn announce_node_local_stages(&self) {
-        if self.store.redis().is_none() {
+        if self.decisions.store.redis().is_none() {
             return;
         }
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         for stage in snapshot.pipeline.stages() {
             let kind = stage.limiter().kind();
             if matches!(
@@ -219,14 +260,14 @@ impl Server {
     /// Whether the service runs as the drop-in ([`Server::with_upstream_surface`]): only then
     /// may its HTTP listener serve upstream's surface alone, whatever a reload brings.
     pub fn runs_as_drop_in(&self) -> bool {
-        self.upstream_surface
+        self.edge.upstream_surface
     }
 
     /// Whether the HTTP listener serves only upstream's surface now
     /// ([`Server::with_upstream_surface`]).
     pub fn serves_upstream_surface(&self) -> bool {
-        self.upstream_surface && {
-            let snapshot = self.snapshot.load();
+        self.edge.upstream_surface && {
+            let snapshot = self.decisions.snapshot.load();
             snapshot.stage_paths.is_empty() && snapshot.limits.is_empty()
         }
     }
@@ -234,26 +275,26 @@ impl Server {
     /// The HTTP listener's address: on one that is not loopback, the dashboard's data (the
     /// heaviest keys: user names, client addresses) needs the admin token.
     pub fn with_http_address(mut self, address: std::net::SocketAddr) -> Server {
-        self.dashboard_needs_token = !address.ip().is_loopback();
+        self.edge.dashboard_needs_token = !address.ip().is_loopback();
         self
     }
 
     /// Whether `GET /v1/dashboard` needs the admin token (see [`Server::with_http_address`]).
     pub fn dashboard_needs_token(&self) -> bool {
-        self.dashboard_needs_token
+        self.edge.dashboard_needs_token
     }
 
     /// Keeps `counters` counters for the dashboard's heaviest keys (0: counts no keys). The
     /// default is [`DEFAULT_HEAVY_KEYS`].
     pub fn with_heavy_keys(mut self, counters: usize) -> Server {
-        self.dashboard = Dashboard::new(counters);
+        self.observed.dashboard = Dashboard::new(counters);
         self
     }
 
     /// Refuses `value` of request field `field` when it is longer than
     /// `connections.max_key_bytes` ([`TooLong`]).
     pub fn bounded(&self, field: &'static str, value: &str) -> Result<(), TooLong> {
-        let max = self.limits.max_key_bytes;
+        let max = self.edge.limits.max_key_bytes;
         if value.len() > max {
             return Err(TooLong {
                 field,
@@ -266,79 +307,84 @@ impl Server {
 
     /// The connection limits the service started with (a reload keeps them).
     pub fn limits(&self) -> &ConnectionLimits {
-        &self.limits
+        &self.edge.limits
     }
 
     /// The count of open connections, against `connections.max_connections`.
     pub fn gate(&self) -> &Arc<ConnectionGate> {
-        &self.gate
+        &self.edge.gate
     }
 
     /// Counts a decision call in, or sheds it when `connections.max_in_flight` are being
     /// answered (see [`crate::connections`]).
     pub fn enter_call(&self) -> Result<CallGuard<'_>, Overloaded> {
-        self.in_flight.enter()
+        self.edge.in_flight.enter()
     }
 
     /// The service's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        &self.observed.metrics
     }
 
     /// Whether the service takes traffic (false once shutdown has begun).
     pub fn is_ready(&self) -> bool {
-        !self.readiness.draining.load(Ordering::Relaxed)
+        !self.observed.readiness.draining.load(Ordering::Relaxed)
     }
 
     /// The Envoy rules' per-descriptor statistics.
     pub fn descriptor_stats(&self) -> &crate::descriptors::stats::DescriptorStats {
-        &self.descriptor_stats
+        &self.observed.descriptor_stats
     }
 
     /// The sample of the Envoy calls' times statsd's timer sends, when statsd is on.
     pub fn response_times(&self) -> Option<&crate::statsd::ResponseTimes> {
-        self.response_times.as_ref()
+        self.observed.response_times.as_ref()
     }
 
     /// Whether the process started without a configuration (its first load failed).
     pub fn started_without_config(&self) -> bool {
-        self.readiness
+        self.observed
+            .readiness
             .started_without_config
             .load(Ordering::Relaxed)
     }
 
     /// How envoyproxy/ratelimit's series are named on the Prometheus listener.
     pub fn upstream_mapping(&self) -> &crate::upstream_metrics::mapping::Mapping {
-        &self.upstream_mapping
+        &self.observed.upstream_mapping
     }
 
     /// Shows the xDS client's `status` in `/metrics` (the configuration comes over xDS).
     pub fn with_xds(mut self, status: Arc<crate::xds::XdsStatus>) -> Self {
-        self.xds = Some(status);
+        self.observed.xds = Some(status);
         self
     }
 
     /// Serves the listeners with `tls`.
     pub fn with_tls(mut self, tls: ListenersTls) -> Self {
-        self.tls = tls;
+        self.edge.tls = tls;
         self
     }
 
     /// TLS on the listeners.
     pub fn tls(&self) -> &ListenersTls {
-        &self.tls
+        &self.edge.tls
     }
 
     /// The statsd pushes' counts.
     pub fn statsd_pushes(&self) -> &crate::statsd::PushCounts {
-        &self.statsd_pushes
+        &self.observed.statsd_pushes
     }
 
     /// Marks the service as running without a configuration: not ready until a reload
     /// succeeds.
     pub fn set_config_missing(&self) {
-        self.readiness.config_missing.store(true, Ordering::Relaxed);
-        self.readiness
+        self.observed
+            .readiness
+            .config_missing
+            .store(true, Ordering::Relaxed);
+        self.observed
+            .readiness
             .started_without_config
             .store(true, Ordering::Relaxed);
     }
@@ -349,11 +395,16 @@ impl Server {
     /// saying so, with the store's kind, URL (password redacted), breaker state, whether its
     /// last call succeeded and, if not, the kind of failure.
     pub fn readiness(&self) -> (bool, Value) {
-        let store = self.store.status();
-        let snapshot = self.snapshot.load();
+        let store = self.decisions.store.status();
+        let snapshot = self.decisions.snapshot.load();
         let reason = if !self.is_ready() {
             Some("shutting down".to_string())
-        } else if self.readiness.config_missing.load(Ordering::Relaxed) {
+        } else if self
+            .observed
+            .readiness
+            .config_missing
+            .load(Ordering::Relaxed)
+        {
             Some("no configuration has loaded yet".to_string())
         } else if snapshot.rls_require_domains && snapshot.rules.domains().next().is_none() {
             Some("no domain is configured (rls.require_domains)".to_string())
@@ -369,12 +420,15 @@ impl Server {
 
     /// The service's one store.
     pub fn store(&self) -> &ServiceStore {
-        &self.store
+        &self.decisions.store
     }
 
     /// Marks the service as draining: `/readyz` answers 503 from now on.
     pub fn set_not_ready(&self) {
-        self.readiness.draining.store(true, Ordering::Relaxed);
+        self.observed
+            .readiness
+            .draining
+            .store(true, Ordering::Relaxed);
     }
 
     /// `POST /v1/check`: one decision of the named limit on `key`. `Ok(None)` if no limit has
@@ -385,20 +439,21 @@ impl Server {
         key: &str,
         cost: u64,
     ) -> Result<Option<Decision>, StoreError> {
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let Some(limit) = snapshot.limits.get(limiter) else {
             return Ok(None);
         };
-        self.dashboard.count_key(|k| {
+        self.observed.dashboard.count_key(|k| {
             k.push_str("limit ");
             k.push_str(limiter);
             k.push_str(": ");
             k.push_str(key);
         });
-        let started = self.clock.now();
+        let started = self.decisions.clock.now();
         let decision = limit.check(key, cost).await;
-        self.metrics
-            .store_latency(self.clock.now().saturating_since(started));
+        self.observed
+            .metrics
+            .store_latency(self.decisions.clock.now().saturating_since(started));
         match &decision {
             Ok(d) => tracing::debug!(
                 target: "floodgate::decision",
@@ -452,7 +507,7 @@ impl Server {
         endpoint: Endpoint,
     ) -> Result<RlsResponse, Undecided> {
         for descriptor in &request.descriptors {
-            self.dashboard.count_key(|k| {
+            self.observed.dashboard.count_key(|k| {
                 k.push_str("domain ");
                 k.push_str(&request.domain);
                 for (i, (key, value)) in descriptor.entries.iter().enumerate() {
@@ -466,23 +521,27 @@ impl Server {
                 }
             });
         }
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         if request.descriptors.iter().any(|d| d.negative_hits) {
-            let takes = |algorithm: &_| self.store.takes_refunds(algorithm);
+            let takes = |algorithm: &_| self.decisions.store.takes_refunds(algorithm);
             if let Some(why) = snapshot.rules.refund_refused(request, takes) {
-                self.metrics.call(endpoint, Outcome::Invalid);
+                self.observed.metrics.call(endpoint, Outcome::Invalid);
                 return Err(Undecided::Invalid(why));
             }
         }
-        let started = self.clock.now();
-        let counters = self.store.envoy_counters().map(|_| &self.store);
-        let stats = Some(&*self.descriptor_stats);
+        let started = self.decisions.clock.now();
+        let counters = self
+            .decisions
+            .store
+            .envoy_counters()
+            .map(|_| &self.decisions.store);
+        let stats = Some(&*self.observed.descriptor_stats);
         let rules = &snapshot.rules;
         // Each branch builds its future where it is awaited: moving a built one costs a copy.
         let result = if crate::traces::on() {
-            let span = crate::traces::store_call(self.store.kind());
+            let span = crate::traces::store_call(self.decisions.store.kind());
             let result = rules
-                .should_rate_limit_in(&self.store, counters, stats, request)
+                .should_rate_limit_in(&self.decisions.store, counters, stats, request)
                 .instrument(span.clone())
                 .await;
             if let Err(e) = &result {
@@ -491,10 +550,10 @@ impl Server {
             result
         } else {
             rules
-                .should_rate_limit_in(&self.store, counters, stats, request)
+                .should_rate_limit_in(&self.decisions.store, counters, stats, request)
                 .await
         };
-        let took = self.clock.now().saturating_since(started);
+        let took = self.decisions.clock.now().saturating_since(started);
         let answered = self.settle_rls(result, request, endpoint, &snapshot, took);
         if crate::traces::on() {
             crate::traces::record_rls(
@@ -521,8 +580,9 @@ impl Server {
         snapshot: &Snapshot,
         took: std::time::Duration,
     ) -> Result<RlsResponse, Undecided> {
-        self.metrics.store_latency(took);
+        self.observed.metrics.store_latency(took);
         if let Some(times) = self
+            .observed
             .response_times
             .as_ref()
             .filter(|_| endpoint == Endpoint::Grpc)
@@ -533,21 +593,23 @@ impl Server {
             Ok(mut response) => {
                 if let Some(names) = &snapshot.response_headers {
                     response.response_headers_to_add =
-                        rate_limit_headers(&response.statuses, names, self.clock.now());
+                        rate_limit_headers(&response.statuses, names, self.decisions.clock.now());
                 }
                 // Global shadow mode, after the headers (as upstream): the answer goes
                 // through, each status still saying what the limit decided.
                 if snapshot.rls_shadow_mode && response.overall_code == Code::OverLimit {
                     response.overall_code = Code::Ok;
-                    self.metrics.global_shadow_mode();
+                    self.observed.metrics.global_shadow_mode();
                 }
                 let outcome = if response.overall_code == Code::OverLimit {
                     Outcome::Refused
                 } else {
                     Outcome::Allowed
                 };
-                self.metrics.call(endpoint, outcome);
-                self.metrics.shadow_over_limit(response.shadow_over_limit);
+                self.observed.metrics.call(endpoint, outcome);
+                self.observed
+                    .metrics
+                    .shadow_over_limit(response.shadow_over_limit);
                 Ok(response)
             }
             Err(e) => {
@@ -558,7 +620,7 @@ impl Server {
                     RlsOnStoreError::Ok => Code::Ok,
                     RlsOnStoreError::OverLimit => Code::OverLimit,
                     RlsOnStoreError::Unavailable => {
-                        self.metrics.call(endpoint, Outcome::Unavailable);
+                        self.observed.metrics.call(endpoint, Outcome::Unavailable);
                         return Err(Undecided::Unavailable(e.to_string()));
                     }
                 };
@@ -566,7 +628,7 @@ impl Server {
                     Code::Ok => Outcome::FailedOpen,
                     _ => Outcome::FailedClosed,
                 };
-                self.metrics.call(endpoint, outcome);
+                self.observed.metrics.call(endpoint, outcome);
                 Ok(RlsResponse {
                     overall_code: code,
                     statuses: request
@@ -665,7 +727,7 @@ impl ListenersTls {
 
 impl crate::grpc::RlsBackend for Server {
     fn tls(&self) -> Option<Arc<crate::connections::tls::TlsTerminator>> {
-        self.tls.grpc.clone()
+        self.edge.tls.grpc.clone()
     }
 
     async fn should_rate_limit(&self, request: RlsRequest) -> Result<RlsResponse, Undecided> {
@@ -673,11 +735,11 @@ impl crate::grpc::RlsBackend for Server {
     }
 
     fn connection_limits(&self) -> (ConnectionLimits, Option<Arc<ConnectionGate>>) {
-        (self.limits.clone(), Some(self.gate.clone()))
+        (self.edge.limits.clone(), Some(self.edge.gate.clone()))
     }
 
     fn enter_call(&self) -> Result<Option<CallGuard<'_>>, Overloaded> {
-        self.in_flight.enter().map(Some)
+        self.edge.in_flight.enter().map(Some)
     }
 
     /// The server as a whole (the empty name) serves while it runs, as `/livez` says;
@@ -705,17 +767,17 @@ impl crate::xds::Target for Server {
 impl crate::statsd::Source for Server {
     fn totals(&self) -> crate::statsd::Totals {
         crate::statsd::totals(
-            &self.descriptor_stats,
-            self.metrics.rls_totals(),
+            &self.observed.descriptor_stats,
+            self.observed.metrics.rls_totals(),
             !self.started_without_config(),
         )
     }
 
     fn response_times(&self) -> Option<&crate::statsd::ResponseTimes> {
-        self.response_times.as_ref()
+        self.observed.response_times.as_ref()
     }
 
     fn pushes(&self) -> &crate::statsd::PushCounts {
-        &self.statsd_pushes
+        &self.observed.statsd_pushes
     }
 }

@@ -50,7 +50,7 @@ pub enum AdminError {
 impl Server {
     /// Checks an admin call's bearer token (constant-time comparison).
     pub fn authorize(&self, bearer: Option<&str>) -> Result<(), AdminError> {
-        let Some(expected) = &self.admin_token else {
+        let Some(expected) = &self.control.admin_token else {
             return Err(AdminError::Disabled);
         };
         match bearer {
@@ -67,7 +67,7 @@ impl Server {
             mode: mode.to_string(),
         })?;
         let mut switches = self.switches();
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let Some(&configured) = snapshot.configured_modes.get(limiter) else {
             let names: Vec<&str> = snapshot
                 .pipeline
@@ -99,7 +99,7 @@ impl Server {
     /// keep the plan ([`switches`](super::switches)).
     pub fn set_plan(&self, user: &str, plan: &str) -> Result<(), AdminError> {
         let mut switches = self.switches();
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         if !has_plan(&snapshot, plan) {
             return Err(AdminError::UnknownPlan {
                 plan: plan.to_string(),
@@ -111,7 +111,8 @@ impl Server {
         }
         let configured = snapshot.users.get(user).map(String::as_str);
         switches.set_plan(user, plan, configured);
-        self.plan_overrides
+        self.decisions
+            .plan_overrides
             .store(Arc::new(switches.plans_by_user()));
         // A user is a name, never a secret (API keys travel as secret attributes, digested
         // before any stage sees them), so the operator's line names it.
@@ -137,7 +138,8 @@ impl Server {
         }
         let mut switches = self.switches();
         let cleared = switches.plans.remove(user);
-        self.plan_overrides
+        self.decisions
+            .plan_overrides
             .store(Arc::new(switches.plans_by_user()));
         if let Some(switch) = &cleared {
             tracing::info!(user, plan = %switch.plan, "plan switch cleared for a user: the configuration's plan applies");
@@ -147,6 +149,9 @@ impl Server {
 
     pub(super) fn switches(&self) -> MutexGuard<'_, Switches> {
         // Switches are replaced whole; a poisoned lock is used as is.
-        self.switches.lock().unwrap_or_else(|e| e.into_inner())
+        self.control
+            .switches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -134,7 +134,7 @@ impl Server {
         estimate: Option<u64>,
     ) -> Result<(EvaluateAnswer, Option<PipelineReservation>), EvaluateError> {
         let priority = self.checked(request)?;
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         if let Some(plan) = &request.plan {
             if !has_plan(&snapshot, plan) {
                 return Err(EvaluateError::UnknownPlan {
@@ -144,7 +144,7 @@ impl Server {
             }
         }
         // The operator's switch, then the configuration's users, then what the caller says.
-        let overrides = self.plan_overrides.load();
+        let overrides = self.decisions.plan_overrides.load();
         let plan = overrides
             .get(&request.user)
             .or_else(|| snapshot.users.get(&request.user))
@@ -164,11 +164,11 @@ impl Server {
         if let Some(missing) = snapshot.pipeline.missing_field(&descriptor) {
             return Err(missing.into());
         }
-        self.dashboard.count_key(|k| {
+        self.observed.dashboard.count_key(|k| {
             k.push_str("user ");
             k.push_str(&request.user);
         });
-        let started = self.clock.now();
+        let started = self.decisions.clock.now();
         let pipeline = &snapshot.pipeline;
         let deciding = async {
             match estimate {
@@ -177,7 +177,7 @@ impl Server {
             }
         };
         let (verdict, reservation) = if crate::traces::on() {
-            let span = crate::traces::store_call(self.store.kind());
+            let span = crate::traces::store_call(self.decisions.store.kind());
             let decided = deciding.instrument(span.clone()).await;
             if !decided.0.fail_opens.is_empty() {
                 let failed = format!("{} stage(s) failed open", decided.0.fail_opens.len());
@@ -187,15 +187,16 @@ impl Server {
         } else {
             deciding.await
         };
-        self.metrics
-            .store_latency(self.clock.now().saturating_since(started));
+        self.observed
+            .metrics
+            .store_latency(self.decisions.clock.now().saturating_since(started));
         let outcome = match (&verdict.refusal, verdict.fail_opens.is_empty()) {
             (Some(_), _) => Outcome::Refused,
             (None, false) => Outcome::FailedOpen,
             (None, true) => Outcome::Allowed,
         };
         let endpoint = estimate.map_or(Endpoint::Evaluate, |_| Endpoint::Reserve);
-        self.metrics.call(endpoint, outcome);
+        self.observed.metrics.call(endpoint, outcome);
         Ok((self.answer(verdict).await, reservation))
     }
 
@@ -237,7 +238,7 @@ impl Server {
         if !kept.is_empty() {
             self.lease_secret_before_issuing().await;
         }
-        let lease = self.leases.tokens().issue(&kept);
+        let lease = self.decisions.leases.tokens().issue(&kept);
         EvaluateAnswer {
             allowed,
             status,
@@ -265,7 +266,7 @@ impl Server {
         latency: Option<std::time::Duration>,
     ) -> Result<bool, ReleaseTokenError> {
         let leases = self.open_token(token).await?;
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         if let Some(gone) = leases
             .iter()
             .find(|l| snapshot.pipeline.stage(l.limiter().as_str()).is_none())

@@ -48,7 +48,7 @@ impl Server {
     /// Signs lease tokens with `secret` instead of a random one, so that every service sharing
     /// it accepts the others' tokens (services behind one load balancer over one store).
     pub fn with_lease_secret(mut self, secret: impl Into<Vec<u8>>) -> Server {
-        self.leases.tokens = LeaseTokens::new(secret);
+        self.decisions.leases.tokens = LeaseTokens::new(secret);
         self
     }
 
@@ -58,12 +58,12 @@ impl Server {
     /// be read now, the error is returned and the secret is read again when a token asks for
     /// it.
     pub async fn share_lease_secret(&self) -> Result<bool, StoreError> {
-        if matches!(self.store.kind(), "memory") {
+        if matches!(self.decisions.store.kind(), "memory") {
             return Ok(false);
         }
-        self.leases.shared.store(true, Ordering::Relaxed);
-        if let Some(secret) = self.store.shared_lease_secret().await? {
-            self.leases.tokens.adopt(&secret);
+        self.decisions.leases.shared.store(true, Ordering::Relaxed);
+        if let Some(secret) = self.decisions.store.shared_lease_secret().await? {
+            self.decisions.leases.tokens.adopt(&secret);
         }
         Ok(true)
     }
@@ -73,8 +73,8 @@ impl Server {
     /// now: a configuration that hands out no leases (envoyproxy/ratelimit's domains alone)
     /// then writes nothing of Floodgate's into the store. Nothing to do for the memory store.
     pub fn share_lease_secret_when_needed(self) -> Server {
-        if !matches!(self.store.kind(), "memory") {
-            self.leases.pending.store(true, Ordering::Relaxed);
+        if !matches!(self.decisions.store.kind(), "memory") {
+            self.decisions.leases.pending.store(true, Ordering::Relaxed);
         }
         self
     }
@@ -83,20 +83,29 @@ impl Server {
     /// concurrency stage), which lease tokens carry.
     pub fn hands_out_leases(&self) -> bool {
         use floodgate::pipeline::Limiter;
-        self.snapshot.load().pipeline.stages().any(|stage| {
-            matches!(
-                stage.limiter(),
-                Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
-            )
-        })
+        self.decisions
+            .snapshot
+            .load()
+            .pipeline
+            .stages()
+            .any(|stage| {
+                matches!(
+                    stage.limiter(),
+                    Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
+                )
+            })
     }
 
     /// Reads the shared secret now if it is still to be read (see
     /// [`Server::share_lease_secret_when_needed`]); a failure leaves it to the next token.
     pub(crate) async fn lease_secret_before_issuing(&self) {
-        if self.leases.pending.load(Ordering::Relaxed) {
+        if self.decisions.leases.pending.load(Ordering::Relaxed) {
             match self.share_lease_secret().await {
-                Ok(_) => self.leases.pending.store(false, Ordering::Relaxed),
+                Ok(_) => self
+                    .decisions
+                    .leases
+                    .pending
+                    .store(false, Ordering::Relaxed),
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the lease tokens' shared secret from the store; this token is signed with this node's own")
                 }
@@ -117,25 +126,28 @@ impl Server {
         &self,
         open: impl Fn(&LeaseTokens) -> Result<T, TokenError>,
     ) -> Result<T, TokenError> {
-        match open(&self.leases.tokens) {
-            Err(TokenError::BadSignature) if self.leases.shared.load(Ordering::Relaxed) => {
-                let now = self.clock.now().0;
-                let last = self.leases.read_at.load(Ordering::Relaxed);
+        match open(&self.decisions.leases.tokens) {
+            Err(TokenError::BadSignature)
+                if self.decisions.leases.shared.load(Ordering::Relaxed) =>
+            {
+                let now = self.decisions.clock.now().0;
+                let last = self.decisions.leases.read_at.load(Ordering::Relaxed);
                 let due = last == 0 || now.saturating_sub(last) >= SECRET_REREAD.as_nanos() as u64;
                 if due
                     && self
+                        .decisions
                         .leases
                         .read_at
                         .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                 {
-                    if let Ok(Some(secret)) = self.store.shared_lease_secret().await {
-                        if self.leases.tokens.adopt(&secret) {
+                    if let Ok(Some(secret)) = self.decisions.store.shared_lease_secret().await {
+                        if self.decisions.leases.tokens.adopt(&secret) {
                             tracing::info!("lease tokens now signed with the store's new secret");
                         }
                     }
                 }
-                open(&self.leases.tokens)
+                open(&self.decisions.leases.tokens)
             }
             other => other,
         }

@@ -13,7 +13,7 @@ use crate::prometheus::{Exposition, Kind};
 impl Server {
     /// The running configuration's limiters, named limits and domains.
     pub fn overview(&self) -> Overview {
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let limiters = snapshot
             .pipeline
             .stages()
@@ -49,24 +49,29 @@ impl Server {
     /// What `/metrics` and the dashboard read at a given moment: every stage's snapshot, the
     /// busy workers, the store's counters and breaker.
     pub async fn live(&self) -> Live {
-        let snapshot = self.snapshot.load_full();
+        let snapshot = self.decisions.snapshot.load_full();
         Live {
             stages: snapshot.pipeline.snapshot().await,
             busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
             store: Some(StoreLive {
-                memory: self.store.memory_stats(),
-                batches: self.store.redis().map(|r| r.batch_stats()),
+                memory: self.decisions.store.memory_stats(),
+                batches: self.decisions.store.redis().map(|r| r.batch_stats()),
                 redirects: self
+                    .decisions
                     .store
                     .redis()
-                    .filter(|_| self.store.kind() == "redis-cluster")
+                    .filter(|_| self.decisions.store.kind() == "redis-cluster")
                     .map(|r| r.redirect_stats()),
                 nodes: self
+                    .decisions
                     .store
                     .redis()
                     .map(|r| r.node_breakers())
                     .unwrap_or_default(),
-                ..StoreLive::read(self.store.health(), self.store.breaker_state())
+                ..StoreLive::read(
+                    self.decisions.store.health(),
+                    self.decisions.store.breaker_state(),
+                )
             }),
             configured_modes: snapshot.configured_modes.clone(),
         }
@@ -76,7 +81,7 @@ impl Server {
     /// ([`crate::descriptors::RuleSet::listing`]); a configuration pushed over xDS first says
     /// which version it is, in a line of its own (`# xDS version v7`).
     pub fn rlconfig(&self) -> String {
-        let listing = self.snapshot.load().rules.listing();
+        let listing = self.decisions.snapshot.load().rules.listing();
         match self.xds_version() {
             Some(version) => format!("# xDS version {version}\n{listing}"),
             None => listing,
@@ -86,7 +91,7 @@ impl Server {
     /// The version of the configuration served, when it is pushed over xDS and one has been
     /// accepted.
     pub fn xds_version(&self) -> Option<String> {
-        match &self.config_source {
+        match &self.control.config_source {
             crate::config::ConfigSource::Xds(source) => source.version(),
             _ => None,
         }
@@ -95,20 +100,20 @@ impl Server {
     /// The Prometheus text for `GET /metrics`, from the pipeline's snapshot.
     pub async fn render_metrics(&self) -> String {
         let live = self.live().await;
-        let mut text = self.metrics.render(&live);
-        self.store.write_cached_metrics(&mut text);
-        self.descriptor_stats.render(&mut text);
-        if self.response_times.is_some() {
-            self.statsd_pushes.render(&mut text);
+        let mut text = self.observed.metrics.render(&live);
+        self.decisions.store.write_cached_metrics(&mut text);
+        self.observed.descriptor_stats.render(&mut text);
+        if self.observed.response_times.is_some() {
+            self.observed.statsd_pushes.render(&mut text);
         }
-        if let Some(xds) = &self.xds {
+        if let Some(xds) = &self.observed.xds {
             xds.write(
                 &mut Exposition::on(&mut text),
                 self.xds_version().as_deref(),
             );
         }
         let terminators: Vec<&crate::connections::tls::TlsTerminator> =
-            [&self.tls.grpc, &self.tls.http]
+            [&self.edge.tls.grpc, &self.edge.tls.http]
                 .into_iter()
                 .flatten()
                 .map(|t| &**t)
@@ -126,22 +131,24 @@ impl Server {
             Kind::Gauge,
             "Decisions being answered now (at most connections.max_in_flight).",
         )
-        .sample(&[], self.in_flight.now());
+        .sample(&[], self.edge.in_flight.now());
         page.family(
             "floodgate_overload_shed_total",
             Kind::Counter,
             "Decision calls shed because connections.max_in_flight were being answered.",
         )
-        .sample(&[], self.in_flight.shed());
+        .sample(&[], self.edge.in_flight.shed());
         text
     }
 
     /// Takes the dashboard's next point if one is due (see [`crate::dashboard`]); `serve`
     /// calls it every [`dashboard::INTERVAL`].
     pub async fn sample_dashboard(&self) {
-        if self.dashboard.due(self.clock.now()) {
+        if self.observed.dashboard.due(self.decisions.clock.now()) {
             let live = self.live().await;
-            self.dashboard.record(&live, self.clock.now());
+            self.observed
+                .dashboard
+                .record(&live, self.decisions.clock.now());
         }
         // (`record` takes no second point if a page's request took one meanwhile.)
     }
@@ -150,21 +157,21 @@ impl Server {
     /// keys, in full only for a caller with the admin token (`bearer`).
     pub async fn dashboard(&self, since: Option<u64>, bearer: Option<&str>) -> Value {
         let live = self.live().await;
-        let now = self.clock.now();
-        if self.dashboard.due(now) {
-            self.dashboard.record(&live, now);
+        let now = self.decisions.clock.now();
+        if self.observed.dashboard.due(now) {
+            self.observed.dashboard.record(&live, now);
         }
         let plain = self.authorize(bearer).is_ok();
-        let (keys, counted) = self.dashboard.heavy_keys(plain);
+        let (keys, counted) = self.observed.dashboard.heavy_keys(plain);
         let plan_overrides = self.plan_overrides();
         let overview = self.overview();
         serde_json::json!({
             "version": crate::VERSION,
-            "instance": self.dashboard.instance(),
+            "instance": self.observed.dashboard.instance(),
             "now": now.as_secs_f64(),
             "interval_seconds": dashboard::INTERVAL.as_secs_f64(),
             "history_points": dashboard::HISTORY,
-            "admin": self.admin_token.is_some(),
+            "admin": self.control.admin_token.is_some(),
             "authorized": plain,
             "stages": live.stages.iter().map(|stage| {
                 let mut value = dashboard::stage_json(stage);
@@ -176,10 +183,10 @@ impl Server {
                 value
             }).collect::<Vec<_>>(),
             "busy_workers": live.busy_workers,
-            "store": dashboard::store_json(&self.store.status(), live.store.as_ref()),
-            "points": self.dashboard.points_after(since),
+            "store": dashboard::store_json(&self.decisions.store.status(), live.store.as_ref()),
+            "points": self.observed.dashboard.points_after(since),
             "heavy_keys": {
-                "counted": self.dashboard.counts_keys(),
+                "counted": self.observed.dashboard.counts_keys(),
                 "plain": plain,
                 "window_seconds": dashboard::KEYS_WINDOW.as_secs_f64() * 2.0,
                 "requests": counted,

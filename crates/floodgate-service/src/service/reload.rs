@@ -262,7 +262,7 @@ impl Server {
     pub fn reload(&self, trigger: Trigger) -> Result<ReloadReport, ConfigFileError> {
         self.reload_from(
             trigger,
-            |overrides| self.config_source.load(overrides),
+            |overrides| self.control.config_source.load(overrides),
             || {},
         )
     }
@@ -274,12 +274,12 @@ impl Server {
     /// refused leaves the running configuration and the source as they were; so does a
     /// service whose configuration does not come over xDS.
     pub fn reload_pushed(&self, pushed: Pushed) -> Result<ReloadReport, ConfigFileError> {
-        let ConfigSource::Xds(source) = &self.config_source else {
+        let ConfigSource::Xds(source) = &self.control.config_source else {
             return Err(ConfigFileError::invalid(
                 "xds",
                 format!(
                     "the configuration comes from {}, not over xDS",
-                    self.config_source
+                    self.control.config_source
                 ),
             ));
         };
@@ -299,18 +299,18 @@ impl Server {
         accepted: impl FnOnce(),
     ) -> Result<ReloadReport, ConfigFileError> {
         let mut switches = self.switches();
-        let previous = self.snapshot.load_full();
-        let result = load(&self.overrides).and_then(|config| {
-            let snapshot = build_snapshot(&config, &self.store, Some(&previous))?;
+        let previous = self.decisions.snapshot.load_full();
+        let result = load(&self.control.overrides).and_then(|config| {
+            let snapshot = build_snapshot(&config, &self.decisions.store, Some(&previous))?;
             Ok((config, snapshot))
         });
         let (config, snapshot) = match result {
             Ok(loaded) => loaded,
             Err(error) => {
-                self.metrics.reload(false);
+                self.observed.metrics.reload(false);
                 tracing::error!(
                     trigger = trigger.name(),
-                    source = %self.config_source,
+                    source = %self.control.config_source,
                     %error,
                     "reload refused; keeping the running config"
                 );
@@ -330,7 +330,7 @@ impl Server {
             tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
         }
         let upstream_surface = self.serves_upstream_surface();
-        self.snapshot.store(Arc::new(snapshot));
+        self.decisions.snapshot.store(Arc::new(snapshot));
         accepted();
         match (upstream_surface, self.serves_upstream_surface()) {
             (true, false) => tracing::info!(
@@ -341,14 +341,21 @@ impl Server {
             ),
             _ => {}
         }
-        self.readiness
+        self.observed
+            .readiness
             .config_missing
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        self.plan_overrides.store(Arc::new(kept.plans_by_user()));
+        self.decisions
+            .plan_overrides
+            .store(Arc::new(kept.plans_by_user()));
         *switches = kept;
-        self.metrics.reload(true);
+        self.observed.metrics.reload(true);
         let report = {
-            let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+            let mut loaded = self
+                .control
+                .loaded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let report = ReloadReport::between(&loaded.last, &config, &loaded.started);
             loaded.last = Arc::new(config);
             report
@@ -362,7 +369,7 @@ impl Server {
         }
         tracing::info!(
             trigger = trigger.name(),
-            source = %self.config_source,
+            source = %self.control.config_source,
             changed = %report,
             "configuration reloaded"
         );

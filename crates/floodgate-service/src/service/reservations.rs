@@ -118,7 +118,7 @@ impl Server {
         key: &str,
         estimate: u64,
     ) -> Result<Reserved, StoreError> {
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let Some(named) = snapshot.limits.get(limit) else {
             return Ok(Reserved::UnknownLimit);
         };
@@ -140,9 +140,15 @@ impl Server {
                     key: reservation.key().to_string(),
                     estimate: reservation.estimate(),
                     id: LeaseId::random(),
-                    expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
+                    expires: Nanos(
+                        self.decisions
+                            .clock
+                            .now()
+                            .0
+                            .saturating_add(ttl.as_nanos() as u64),
+                    ),
                 };
-                Some(held.seal(self.leases.tokens()))
+                Some(held.seal(self.decisions.leases.tokens()))
             }
             None => None,
         };
@@ -167,7 +173,7 @@ impl Server {
         if !Held::fits(key) || plan.is_some_and(|p| !Held::fits(p)) {
             return Ok(Reserved::KeyNotCarried);
         }
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let reserving =
             snapshot
                 .pipeline
@@ -199,7 +205,13 @@ impl Server {
     fn stages_token(&self, reservation: &PipelineReservation, ttl: Duration) -> Option<String> {
         let held = HeldStages {
             id: LeaseId::random(),
-            expires: Nanos(self.clock.now().0.saturating_add(ttl.as_nanos() as u64)),
+            expires: Nanos(
+                self.decisions
+                    .clock
+                    .now()
+                    .0
+                    .saturating_add(ttl.as_nanos() as u64),
+            ),
             holds: reservation
                 .holds()
                 .iter()
@@ -212,7 +224,7 @@ impl Server {
                 })
                 .collect(),
         };
-        held.seal(self.leases.tokens())
+        held.seal(self.decisions.leases.tokens())
     }
 
     /// Holds `estimate` through the pipeline for the request `request` (as `/v1/evaluate`
@@ -242,7 +254,7 @@ impl Server {
             Ok(decided) => decided,
             Err(error) => return PipelineReserved::Invalid(error),
         };
-        let ttl = self.snapshot.load().reservation_ttl;
+        let ttl = self.decisions.snapshot.load().reservation_ttl;
         let token = match reservation {
             Some(reservation) => {
                 self.lease_secret_before_issuing().await;
@@ -251,7 +263,13 @@ impl Server {
                     None => {
                         // A key rendered from something else than the fields checked above:
                         // give the estimate back rather than hold it with no way to settle.
-                        let _ = self.snapshot.load().pipeline.settle(reservation, 0).await;
+                        let _ = self
+                            .decisions
+                            .snapshot
+                            .load()
+                            .pipeline
+                            .settle(reservation, 0)
+                            .await;
                         None
                     }
                 }
@@ -271,7 +289,7 @@ impl Server {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let Some(named) = snapshot.limits.get(&held.limit) else {
             return Ok(Settled::UnknownLimit(held.limit));
         };
@@ -288,6 +306,7 @@ impl Server {
             Err(error) => {
                 // Not settled: forget the marker, so that a retry settles.
                 if let Err(undo) = self
+                    .decisions
                     .store
                     .apply(&marker, &key, Op::Refund { cost: 1 })
                     .await
@@ -308,12 +327,13 @@ impl Server {
         id: LeaseId,
         expires: Nanos,
     ) -> Result<Result<(AnyAlgorithm, ScopedKey), Settled>, StoreError> {
-        let now = self.clock.now();
+        let now = self.decisions.clock.now();
         if now > expires {
             return Ok(Err(Settled::Expired));
         }
         let (marker, key) = settled_marker(id, expires, now)?;
         let first = self
+            .decisions
             .store
             .apply(&marker, &key, Op::Charge { cost: 1 })
             .await?;
@@ -330,7 +350,7 @@ impl Server {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let snapshot = self.snapshot.load();
+        let snapshot = self.decisions.snapshot.load();
         let fresh = match self
             .mark_holds_settled(held.id, held.expires, held.holds.len())
             .await?
@@ -367,7 +387,7 @@ impl Server {
                 let left: Vec<usize> = failed.unsettled_at.iter().map(|&j| positions[j]).collect();
                 tracing::warn!(error = %failed.error, settled = failed.settled.len(), left = left.len(), "a pipeline reservation was settled in part: a store failed; a retry settles the rest");
                 let (marker, keys) =
-                    settled_markers(held.id, held.expires, self.clock.now(), &left)?;
+                    settled_markers(held.id, held.expires, self.decisions.clock.now(), &left)?;
                 let refunds: Vec<Request<'_, str, AnyAlgorithm>> = keys
                     .iter()
                     .map(|key| Request {
@@ -376,7 +396,7 @@ impl Server {
                         op: Op::Refund { cost: 1 },
                     })
                     .collect();
-                if let Err(undo) = self.store.apply_many(&refunds).await {
+                if let Err(undo) = self.decisions.store.apply_many(&refunds).await {
                     tracing::warn!(%undo, "the markers of a reservation's unsettled holds could not be given back: retrying it will answer already settled");
                 }
                 Err(failed.error)
@@ -393,7 +413,7 @@ impl Server {
         expires: Nanos,
         holds: usize,
     ) -> Result<Result<Vec<usize>, Settled>, StoreError> {
-        let now = self.clock.now();
+        let now = self.decisions.clock.now();
         if now > expires {
             return Ok(Err(Settled::Expired));
         }
@@ -416,9 +436,9 @@ impl Server {
             .collect();
         // Atomic: one call of the memory store or of Redis (in cached mode too, whose own
         // chains go one link at a time).
-        let outcomes = match self.store.redis() {
+        let outcomes = match self.decisions.store.redis() {
             Some(redis) => redis.apply_chain(&links).await?,
-            None => self.store.apply_chain(&links).await?,
+            None => self.decisions.store.apply_chain(&links).await?,
         };
         let mut fresh = Vec::new();
         for (at, outcome) in outcomes.into_iter().enumerate() {
