@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::config::ConnectionLimits;
 use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
@@ -537,35 +536,27 @@ impl Server {
             .map(|_| &self.decisions.store);
         let stats = Some(&*self.observed.descriptor_stats);
         let rules = &snapshot.rules;
-        // Each branch builds its future where it is awaited: moving a built one costs a copy.
-        let result = if crate::traces::on() {
-            let span = crate::traces::store_call(self.decisions.store.kind());
-            let result = rules
-                .should_rate_limit_in(&self.decisions.store, counters, stats, request)
-                .instrument(span.clone())
-                .await;
-            if let Err(e) = &result {
-                crate::traces::store_failed(&span, e);
-            }
-            result
-        } else {
-            rules
-                .should_rate_limit_in(&self.decisions.store, counters, stats, request)
-                .await
-        };
+        let result = crate::traces::within(
+            || crate::traces::store_call(self.decisions.store.kind()),
+            || rules.should_rate_limit_in(&self.decisions.store, counters, stats, request),
+            |span, result| {
+                if let Err(e) = result {
+                    crate::traces::store_failed(span, e);
+                }
+            },
+        )
+        .await;
         let took = self.decisions.clock.now().saturating_since(started);
         let answered = self.settle_rls(result, request, endpoint, &snapshot, took);
-        if crate::traces::on() {
-            crate::traces::record_rls(
-                &request.domain,
-                request.descriptors.len(),
-                match &answered {
-                    Ok(response) if response.overall_code == Code::OverLimit => "OVER_LIMIT",
-                    Ok(_) => "OK",
-                    Err(_) => "UNAVAILABLE",
-                },
-            );
-        }
+        crate::traces::record_rls(
+            &request.domain,
+            request.descriptors.len(),
+            match &answered {
+                Ok(response) if response.overall_code == Code::OverLimit => "OVER_LIMIT",
+                Ok(_) => "OK",
+                Err(_) => "UNAVAILABLE",
+            },
+        );
         answered
     }
 

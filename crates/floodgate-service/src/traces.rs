@@ -291,6 +291,26 @@ pub fn store_call(store: &'static str) -> Span {
     )
 }
 
+/// Awaits the future `make` builds: inside the span `span` makes when traces are on, then
+/// lets `record` mark that span with the outcome; as it is when they are off, with no span
+/// made and nothing recorded. The decision paths go through this, so they hold no branch on
+/// whether traces are on. It takes a builder rather than a future so that the future is made
+/// where it is awaited (moving one already made costs a copy of it on every call).
+pub async fn within<F: std::future::Future>(
+    span: impl FnOnce() -> Span,
+    make: impl FnOnce() -> F,
+    record: impl FnOnce(&Span, &F::Output),
+) -> F::Output {
+    use tracing::Instrument;
+    if !on() {
+        return make().await;
+    }
+    let span = span();
+    let output = make().instrument(span.clone()).await;
+    record(&span, &output);
+    output
+}
+
 /// Marks `span` (a [`store_call`]) failed with `error` (the store's message, which names
 /// no secret: passwords are never in a store's errors).
 pub fn store_failed(span: &Span, error: &dyn std::fmt::Display) {

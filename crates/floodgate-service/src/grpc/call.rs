@@ -21,7 +21,6 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use tokio_stream::Stream;
-use tracing::Instrument;
 
 use super::{
     HealthCheckRequest, HealthCheckResponse, RateLimitRequest, RateLimitResponse, RlsBackend,
@@ -115,20 +114,17 @@ async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> R
     }
     let answered = match request.uri().path() {
         PATH => {
-            // Traces off: the call runs as it is, not wrapped in a span it would carry for
-            // nothing.
-            let answered = if crate::traces::on() {
-                let span = crate::traces::rls_call(true, request.headers());
-                let answered = call(&*backend, request.into_body())
-                    .instrument(span.clone())
-                    .await;
-                if let Err(refusal) = &answered {
-                    crate::traces::refused(&span, refusal.code as i64);
-                }
-                answered
-            } else {
-                call(&*backend, request.into_body()).await
-            };
+            let (head, body) = request.into_parts();
+            let answered = crate::traces::within(
+                || crate::traces::rls_call(true, &head.headers),
+                || call(&*backend, body),
+                |span, answered| {
+                    if let Err(refusal) = answered {
+                        crate::traces::refused(span, refusal.code as i64);
+                    }
+                },
+            )
+            .await;
             answered.map(|response| message_response(&response))
         }
         HEALTH_CHECK => check(&*backend, request.into_body()).await,

@@ -10,7 +10,6 @@ use floodgate::store::Namespace;
 use floodgate::Clock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::Instrument;
 
 use super::{attributes, Server, Snapshot};
 use crate::lease_token::TokenError;
@@ -170,23 +169,22 @@ impl Server {
         });
         let started = self.decisions.clock.now();
         let pipeline = &snapshot.pipeline;
-        let deciding = async {
-            match estimate {
-                None => (pipeline.evaluate(&descriptor).await, None),
-                Some(estimate) => pipeline.reserve(&descriptor, estimate).await,
-            }
-        };
-        let (verdict, reservation) = if crate::traces::on() {
-            let span = crate::traces::store_call(self.decisions.store.kind());
-            let decided = deciding.instrument(span.clone()).await;
-            if !decided.0.fail_opens.is_empty() {
-                let failed = format!("{} stage(s) failed open", decided.0.fail_opens.len());
-                crate::traces::store_failed(&span, &failed);
-            }
-            decided
-        } else {
-            deciding.await
-        };
+        let (verdict, reservation) = crate::traces::within(
+            || crate::traces::store_call(self.decisions.store.kind()),
+            || async {
+                match estimate {
+                    None => (pipeline.evaluate(&descriptor).await, None),
+                    Some(estimate) => pipeline.reserve(&descriptor, estimate).await,
+                }
+            },
+            |span, (verdict, _)| {
+                if !verdict.fail_opens.is_empty() {
+                    let failed = format!("{} stage(s) failed open", verdict.fail_opens.len());
+                    crate::traces::store_failed(span, &failed);
+                }
+            },
+        )
+        .await;
         self.observed
             .metrics
             .store_latency(self.decisions.clock.now().saturating_since(started));
