@@ -1,8 +1,8 @@
-//! Descriptor extraction: who is asking, on which plan, how important the request is, and
+//! Request extraction: who is asking, on which plan, how important the request is, and
 //! which endpoint it hits.
 //!
 //! An [`Extractor`] turns a request's head ([`http::request::Parts`]) into a [`RequestInfo`],
-//! the owned form of the pipeline's [`Descriptor`]. The default rules, each configurable:
+//! the owned form of the pipeline's [`Request`]. The default rules, each configurable:
 //!
 //! - **User** (the key the per-user limiters count under), by [`KeyBy`]: by default
 //!   [`KeyBy::Credential`]. The credential is the `x-api-key` header's value, else the token
@@ -46,7 +46,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
 use floodgate::limiter::Priority;
-use floodgate::pipeline::Descriptor;
+use floodgate::pipeline::Request;
 use http::header::{HeaderName, AUTHORIZATION};
 use http::request::Parts;
 use http::Method;
@@ -61,7 +61,7 @@ pub const MAX_CREDENTIAL_LEN: usize = 256;
 /// The user of requests that carry no credential and whose client address is unknown.
 pub const ANONYMOUS: &str = "anonymous";
 
-/// What the pipeline needs to know about one request, owned (see [`RequestInfo::descriptor`]).
+/// What the pipeline needs to know about one request, owned (see [`RequestInfo::as_request`]).
 ///
 /// `Debug` shows the user as [`shown_user`] does: a hashed credential only as its fingerprint.
 #[derive(Clone, PartialEq, Eq)]
@@ -113,16 +113,16 @@ impl RequestInfo {
         }
     }
 
-    /// The attributes as the borrowed pairs a [`Descriptor`] takes
-    /// (`Descriptor { attributes: &pairs, ..info.descriptor() }`).
+    /// The attributes as the borrowed pairs a [`Request`] takes
+    /// (`Request { attributes: &pairs, ..info.as_request() }`).
     pub fn attribute_pairs(&self) -> Vec<(&str, &str)> {
         floodgate::pipeline::scope::borrowed(&self.attributes)
     }
 
     /// The pipeline's view of this request, borrowing from it, without its attributes (a
-    /// descriptor borrows them as pairs: see [`RequestInfo::attribute_pairs`]).
-    pub fn descriptor(&self) -> Descriptor<'_> {
-        Descriptor {
+    /// pipeline request borrows them as pairs: see [`RequestInfo::attribute_pairs`]).
+    pub fn as_request(&self) -> Request<'_> {
+        Request {
             user: &self.user,
             plan: &self.plan,
             priority: self.priority,
@@ -420,7 +420,7 @@ impl Extractor {
         self
     }
 
-    /// The request's descriptor under this extractor's rules; [`Unidentified`] when its user
+    /// What the pipeline needs of the request under this extractor's rules; [`Unidentified`] when its user
     /// cannot be found (no credential and no client address: see the [module
     /// documentation](self)).
     pub fn extract(&self, parts: &Parts) -> Result<RequestInfo, Unidentified> {
@@ -812,7 +812,7 @@ mod tests {
         let info = Extractor::new().extract_ok(&from_peer(get("/v1/search?q=x", &[])));
         assert_eq!(info.endpoint.as_deref(), Some("/v1/search"));
         assert_eq!(info.cost, None);
-        let d = info.descriptor();
+        let d = info.as_request();
         assert_eq!((d.user, d.endpoint), ("ip:192.0.2.1", Some("/v1/search")));
     }
 

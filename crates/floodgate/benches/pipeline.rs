@@ -28,7 +28,7 @@ use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
 use floodgate::limiter::Priority;
 use floodgate::pipeline::scope::{Field, KeyTemplate, Pattern, When};
-use floodgate::pipeline::{Descriptor, Pipeline, Scope, Stage};
+use floodgate::pipeline::{Pipeline, Request, Scope, Stage};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::CoarseClock;
 
@@ -146,7 +146,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("stripe", |b| {
         b.iter(|| {
             n = (n + 1) % USERS;
-            let request = Descriptor::new(&users[n].0, "free", Priority::Get);
+            let request = Request::new(&users[n].0, "free", Priority::Get);
             black_box(pipeline.evaluate_blocking(&request).allowed())
         })
     });
@@ -162,10 +162,10 @@ fn bench(c: &mut Criterion) {
                 ("method", method),
                 ("org", org.as_str()),
             ];
-            let request = Descriptor {
+            let request = Request {
                 attributes: &attributes,
                 endpoint: Some("/orders"),
-                ..Descriptor::new(user, "free", Priority::Get)
+                ..Request::new(user, "free", Priority::Get)
             };
             black_box(pipeline.evaluate_blocking(&request).allowed())
         })

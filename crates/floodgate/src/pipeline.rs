@@ -60,7 +60,7 @@ pub const SHED_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// What the pipeline needs to know about one request.
 #[derive(Clone, Copy, Debug)]
-pub struct Descriptor<'a> {
+pub struct Request<'a> {
     /// Who is asking (the per-user limiters' key).
     pub user: &'a str,
     /// The user's plan (unknown plans get the default plan).
@@ -76,10 +76,10 @@ pub struct Descriptor<'a> {
     pub attributes: &'a [(&'a str, &'a str)],
 }
 
-impl<'a> Descriptor<'a> {
+impl<'a> Request<'a> {
     /// A request of cost 1 by `user` on `plan` with `priority`.
     pub fn new(user: &'a str, plan: &'a str, priority: Priority) -> Self {
-        Descriptor {
+        Request {
             user,
             plan,
             priority,
@@ -174,9 +174,9 @@ impl Verdict {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Limiter<S> {
-    /// Per-user request rate by plan (keyed by [`Descriptor::user`]).
+    /// Per-user request rate by plan (keyed by [`Request::user`]).
     RequestRate(RequestRateLimiter<S>),
-    /// Per-user requests in flight (keyed by [`Descriptor::user`]).
+    /// Per-user requests in flight (keyed by [`Request::user`]).
     Concurrency(ConcurrencyLimiter<S>),
     /// The fleet's requests in flight, with a reserve for critical ones.
     Fleet(FleetShedder<S>),
@@ -498,7 +498,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// a cost, holds as something other than a whole number), for stages that refuse such
     /// requests ([`scope::IfMissing::Refuse`]). [`Pipeline::evaluate`] refuses these requests
     /// with 400 before any stage runs; a service calls this first to answer its own 400.
-    pub fn missing_field(&self, request: &Descriptor<'_>) -> Option<MissingField> {
+    pub fn missing_field(&self, request: &Request<'_>) -> Option<MissingField> {
         self.stages.iter().find_map(|stage| {
             let applies = stage.current_mode() != Mode::Off
                 && stage.scope.if_missing == scope::IfMissing::Refuse
@@ -525,7 +525,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     ///
     /// A request lacking a field that a stage applying to it needs ([`Pipeline::missing_field`])
     /// is refused with 400 by that stage before any stage runs: nothing is counted.
-    pub async fn evaluate(&self, request: &Descriptor<'_>) -> Verdict {
+    pub async fn evaluate(&self, request: &Request<'_>) -> Verdict {
         let mut verdict = Verdict::default();
         if let Some(missing) = self.missing_field(request) {
             let stage = self
@@ -596,7 +596,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     }
 
     /// [`Pipeline::evaluate`] for synchronous callers (see [`crate::blocking`]).
-    pub fn evaluate_blocking(&self, request: &Descriptor<'_>) -> Verdict {
+    pub fn evaluate_blocking(&self, request: &Request<'_>) -> Verdict {
         block_on(self.evaluate(request))
     }
 

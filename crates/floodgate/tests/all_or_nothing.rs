@@ -21,7 +21,7 @@ use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
 use floodgate::limiter::{Lease, Mode, OnStoreError, Priority};
 use floodgate::pipeline::scope::KeyTemplate;
-use floodgate::pipeline::{Descriptor, Pipeline, Scope, Stage};
+use floodgate::pipeline::{Pipeline, Request, Scope, Stage};
 use floodgate::store::{Key, MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op, StoreError};
 use proptest::prelude::*;
@@ -272,7 +272,7 @@ where
     }
     let verdict = rig
         .pipeline
-        .evaluate(&Descriptor::new(USER, "quota", Priority::Test))
+        .evaluate(&Request::new(USER, "quota", Priority::Test))
         .await;
     // The model: the refusing stage refuses when it enforces; a shadow one lets it through.
     let refused_at = case.refusing.filter(|&i| case.stages[i].1 == Mode::Enforce);

@@ -21,8 +21,8 @@ use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
 use floodgate::limiter::Priority;
-use floodgate::pipeline::{Descriptor, Pipeline, Stage};
-use floodgate::store::{Key, Link, Linked, MemoryStore, RedisStore, Request, Store};
+use floodgate::pipeline::{Pipeline, Request, Stage};
+use floodgate::store::{self, Key, Link, Linked, MemoryStore, RedisStore, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use floodgate_redis_harness::RedisServer;
 use proptest::prelude::*;
@@ -46,7 +46,7 @@ impl Store<str, AnyAlgorithm> for InTurn {
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[store::Request<'_, str, AnyAlgorithm>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         self.0.apply_many(requests)
     }
@@ -132,7 +132,7 @@ fn links<'a>(
         .map(|(spec, key)| {
             let algorithm = &algorithms[spec.0];
             Link {
-                request: Request {
+                request: store::Request {
                     algorithm,
                     key: key.as_str(),
                     op: op_of(algorithm, spec.2),
@@ -593,7 +593,7 @@ fn stripe_on<S: Store<str, AnyAlgorithm> + Clone + 'static>(
 /// second one is refused for it.
 async fn left_after_a_refusal<S: Store<str, AnyAlgorithm> + 'static>(
     pipeline: &Pipeline<S>,
-    request: &Descriptor<'_>,
+    request: &Request<'_>,
 ) -> u64 {
     let held = pipeline.evaluate(request).await;
     assert!(held.allowed());
@@ -623,7 +623,7 @@ fn all_or_nothing_stages_keep_refused_requests_free() {
     let memory = Arc::new(MemoryStore::new());
     for all_or_nothing in [false, true] {
         let user = format!("user-{all_or_nothing}");
-        let request = Descriptor::new(&user, "all", Priority::Get);
+        let request = Request::new(&user, "all", Priority::Get);
         let left_after_refusal = |pipeline_left: u64| {
             // Five tokens: one for the request that holds the place, and one more for the
             // refused one unless it was undone.
@@ -672,7 +672,7 @@ fn a_pipeline_makes_one_redis_call_per_request() {
     };
     let pipeline = stripe_on(redis, false);
     rt.block_on(async {
-        let request = Descriptor::new("alice", "all", Priority::Get);
+        let request = Request::new("alice", "all", Priority::Get);
         // The first call loads the script.
         let first = pipeline.evaluate(&request).await;
 

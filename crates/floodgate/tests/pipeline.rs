@@ -18,9 +18,9 @@ use floodgate::limiter::{
     KeyedLimit, Lease, LeaseHandle, LimiterKind, Mode, OnStoreError, Priority,
 };
 use floodgate::pipeline::{
-    Descriptor, Limiter, LimiterState, Pipeline, ReleaseError, Stage, StageStats, Verdict,
+    Limiter, LimiterState, Pipeline, ReleaseError, Request, Stage, StageStats, Verdict,
 };
-use floodgate::store::{Key, MemoryStore, Namespace, Request, Store};
+use floodgate::store::{self, Key, MemoryStore, Namespace, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use proptest::prelude::*;
 
@@ -83,7 +83,7 @@ impl Store<str, AnyAlgorithm> for Switchable {
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[store::Request<'_, str, AnyAlgorithm>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         let result = requests
             .iter()
@@ -153,8 +153,8 @@ fn rig(concurrency: u64, fleet: u64, reserved: f64) -> Rig {
     }
 }
 
-fn get(user: &str) -> Descriptor<'_> {
-    Descriptor::new(user, "free", Priority::Get)
+fn get(user: &str) -> Request<'_> {
+    Request::new(user, "free", Priority::Get)
 }
 
 /// Requests in flight on `key` of the stage `stage`, read from the store itself.
@@ -268,7 +268,7 @@ fn a_later_refusal_gives_back_earlier_leases() {
         let user = format!("vip{i}");
         let v = rig
             .pipeline
-            .evaluate_blocking(&Descriptor::new(&user, "pro", Priority::Critical));
+            .evaluate_blocking(&Request::new(&user, "pro", Priority::Critical));
         assert!(v.allowed(), "critical request {i} refused: {:?}", v.refusal);
     }
 }
@@ -509,11 +509,11 @@ fn utilization_sheds_test_mode_first_and_never_critical() {
         rig.clock.set(Nanos::from_secs(2_000 + t));
         let _ = rig
             .pipeline
-            .evaluate_blocking(&Descriptor::new("c", "pro", Priority::Critical));
+            .evaluate_blocking(&Request::new("c", "pro", Priority::Critical));
     }
     let test = rig
         .pipeline
-        .evaluate_blocking(&Descriptor::new("t", "pro", Priority::Test));
+        .evaluate_blocking(&Request::new("t", "pro", Priority::Test));
     let refusal = test.refusal.as_ref().expect("test mode is shed");
     assert_eq!(refusal.kind, LimiterKind::Utilization);
     assert!(
@@ -521,9 +521,9 @@ fn utilization_sheds_test_mode_first_and_never_critical() {
         "{}",
         refusal.message
     );
-    let post = Descriptor::new("p", "pro", Priority::Post);
+    let post = Request::new("p", "pro", Priority::Post);
     assert!(rig.pipeline.evaluate_blocking(&post).allowed());
-    let critical = Descriptor::new("c", "pro", Priority::Critical);
+    let critical = Request::new("c", "pro", Priority::Critical);
     assert!(rig.pipeline.evaluate_blocking(&critical).allowed());
 }
 
@@ -743,7 +743,7 @@ fn many_threads_never_exceed_the_bounds_and_every_lease_comes_back() {
             let (rig, holding) = (rig.clone(), holding.clone());
             std::thread::spawn(move || {
                 for i in 0..3_000 {
-                    let v = rig.pipeline.evaluate_blocking(&Descriptor::new(
+                    let v = rig.pipeline.evaluate_blocking(&Request::new(
                         "shared",
                         "pro",
                         Priority::Get,
@@ -786,7 +786,7 @@ proptest! {
             rig.utilization.set(utilization);
             let priority = [Priority::Critical, Priority::Post, Priority::Get, Priority::Test][class as usize];
             let user = format!("u{class}");
-            let v = rig.pipeline.evaluate_blocking(&Descriptor::new(&user, "pro", priority));
+            let v = rig.pipeline.evaluate_blocking(&Request::new(&user, "pro", priority));
             if priority == Priority::Critical {
                 let by_shedder = v.refusal.as_ref().map(|r| matches!(r.kind, LimiterKind::Fleet | LimiterKind::Utilization));
                 prop_assert_ne!(by_shedder, Some(true));

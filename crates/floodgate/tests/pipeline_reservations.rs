@@ -14,7 +14,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::{Mode, Priority};
 use floodgate::pipeline::scope::{Cost, KeyTemplate};
-use floodgate::pipeline::{Descriptor, Pipeline, PipelineReservation, Scope, Stage};
+use floodgate::pipeline::{Pipeline, PipelineReservation, Request, Scope, Stage};
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
 use floodgate_redis_harness::RedisServer;
@@ -100,7 +100,7 @@ where
 {
     let pipeline = pipeline(store.clone(), prefix);
     let attributes = [("tenant", "acme")];
-    let request = |user| Descriptor {
+    let request = |user| Request {
         user,
         plan: "",
         priority: Priority::Post,
@@ -243,7 +243,7 @@ fn a_settlement_a_store_failure_interrupts_is_finished_by_a_retry_once() {
         .build()
         .unwrap();
     let attributes = [("tenant", "acme")];
-    let request = Descriptor {
+    let request = Request {
         user: "ann",
         plan: "",
         priority: Priority::Post,

@@ -11,7 +11,7 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::{Mode, OnStoreError, Priority};
 use floodgate::pipeline::scope::{Cost, Field, IfMissing, KeyTemplate, Pattern, When};
-use floodgate::pipeline::{Descriptor, Pipeline, Scope, Stage};
+use floodgate::pipeline::{Pipeline, Request, Scope, Stage};
 use floodgate::store::{Key, MemoryStore, Store};
 use floodgate::{ManualClock, Nanos};
 
@@ -58,9 +58,9 @@ fn ask<S: Store<str, AnyAlgorithm> + 'static>(
     user: &str,
     attributes: &[(&str, &str)],
 ) -> (u16, Option<String>) {
-    let request = Descriptor {
+    let request = Request {
         attributes,
-        ..Descriptor::new(user, "free", Priority::Get)
+        ..Request::new(user, "free", Priority::Get)
     };
     let verdict = pipeline.evaluate_blocking(&request);
     let message = verdict.refusal.as_ref().map(|r| r.message.clone());
@@ -126,10 +126,10 @@ fn conditions_costs_and_plans_come_from_attributes() {
     let pipeline = Pipeline::builder().stage(writes).build().unwrap();
     let ask = |method: &str, endpoint: &str, units: &str, tier: &str| {
         let attributes = [("method", method), ("units", units), ("tier", tier)];
-        let request = Descriptor {
+        let request = Request {
             attributes: &attributes,
             endpoint: Some(endpoint),
-            ..Descriptor::new("alice", "free", Priority::Post)
+            ..Request::new("alice", "free", Priority::Post)
         };
         pipeline.evaluate_blocking(&request).status()
     };
@@ -165,7 +165,7 @@ fn stages_may_skip_requests_that_lack_a_field() {
     assert_eq!(ask(&pipeline, "c", &[]).0, 200);
     assert_eq!(ask(&pipeline, "c", &[]).0, 200);
     assert!(pipeline
-        .missing_field(&Descriptor::new("c", "free", Priority::Get))
+        .missing_field(&Request::new("c", "free", Priority::Get))
         .is_none());
 }
 
@@ -180,9 +180,9 @@ fn concurrency_stages_count_leases_by_template() {
     let pipeline = Pipeline::builder().stage(stage).build().unwrap();
     let request = |user, ip| {
         let attributes = [("ip", ip)];
-        let request = Descriptor {
+        let request = Request {
             attributes: &attributes,
-            ..Descriptor::new(user, "free", Priority::Get)
+            ..Request::new(user, "free", Priority::Get)
         };
         pipeline.evaluate_blocking(&request)
     };
@@ -256,7 +256,7 @@ fn an_adaptive_stage_admits_below_its_limit_and_learns_from_releases() {
         .stage(Stage::new(limit("per_user", 2, store)).scope(Scope::all().key(template("{user}"))))
         .build()
         .unwrap();
-    let ask = |user| pipeline.evaluate_blocking(&Descriptor::new(user, "free", Priority::Get));
+    let ask = |user| pipeline.evaluate_blocking(&Request::new(user, "free", Priority::Get));
     let a = ask("a");
     let b = ask("b");
     assert!(a.allowed() && b.allowed());
@@ -317,7 +317,7 @@ fn a_reload_keeps_an_unchanged_adaptive_stage() {
         other => panic!("{other:?}"),
     };
     let first = build(20.0, None);
-    let request = Descriptor::new("a", "free", Priority::Get);
+    let request = Request::new("a", "free", Priority::Get);
     let done = first.evaluate_blocking(&request).leases.pop().unwrap();
     done.complete(Duration::from_millis(10));
     let running = first

@@ -4,7 +4,7 @@ use super::*;
 use crate::snapshot::Served;
 use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::{Mode, Priority};
-use floodgate::pipeline::Descriptor;
+use floodgate::pipeline::Request;
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 use std::sync::Arc;
@@ -426,10 +426,10 @@ fn the_builtin_pipeline_runs_stripes_example() {
     assert!(pipeline.stages().all(|s| s.current_mode() == Mode::Enforce));
     // The free plan bursts to 100; each verdict's leases are dropped at once.
     for _ in 0..100 {
-        let verdict = pipeline.evaluate_blocking(&Descriptor::new("bob", "free", Priority::Get));
+        let verdict = pipeline.evaluate_blocking(&Request::new("bob", "free", Priority::Get));
         assert!(verdict.allowed());
     }
-    let over = pipeline.evaluate_blocking(&Descriptor::new("bob", "free", Priority::Get));
+    let over = pipeline.evaluate_blocking(&Request::new("bob", "free", Priority::Get));
     assert_eq!(over.status(), 429);
 
     let shadow = Config::from_yaml_str(&format!(

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use floodgate::limiter::Priority;
-use floodgate::pipeline::{Descriptor, Limiter, PipelineReservation, ReleaseError};
+use floodgate::pipeline::{Limiter, PipelineReservation, ReleaseError, Request};
 use floodgate::store::Namespace;
 use floodgate::Clock;
 use serde::{Deserialize, Serialize};
@@ -152,7 +152,7 @@ impl Server {
             .unwrap_or(&snapshot.default_plan);
         let attributes = attributes::read(&request.attributes, &snapshot.attributes)?;
         let attributes = floodgate::pipeline::scope::borrowed(&attributes);
-        let descriptor = Descriptor {
+        let asked = Request {
             user: &request.user,
             plan,
             priority,
@@ -160,7 +160,7 @@ impl Server {
             endpoint: request.endpoint.as_deref(),
             attributes: &attributes,
         };
-        if let Some(missing) = snapshot.pipeline.missing_field(&descriptor) {
+        if let Some(missing) = snapshot.pipeline.missing_field(&asked) {
             return Err(missing.into());
         }
         self.observed.dashboard.count_key(|k| {
@@ -173,8 +173,8 @@ impl Server {
             || crate::traces::store_call(self.decisions.store.kind()),
             || async {
                 match estimate {
-                    None => (pipeline.evaluate(&descriptor).await, None),
-                    Some(estimate) => pipeline.reserve(&descriptor, estimate).await,
+                    None => (pipeline.evaluate(&asked).await, None),
+                    Some(estimate) => pipeline.reserve(&asked, estimate).await,
                 }
             },
             |span, (verdict, _)| {

@@ -1,7 +1,7 @@
 //! `simulate --pipeline FILE`: the generated traffic through a configuration's whole pipeline,
 //! as `floodgate serve --config FILE` would run it on the embedded store, on the run's clock.
 //!
-//! Each request becomes a descriptor: its user (the traffic's key), plan, class, cost, and its
+//! Each request becomes a pipeline request: its user (the traffic's key), plan, class, cost, and its
 //! traffic's `endpoint` and `attributes`. The model of the service behind the pipeline is the
 //! single limiters' one, run in-process as the tower layer runs it: a request is a busy worker
 //! of the configuration's utilization stage from its arrival until it completes; an admitted
@@ -24,7 +24,7 @@ use floodgate::algorithm::spec::AnyState;
 use floodgate::blocking::block_on;
 use floodgate::limiter::utilization::BusyWorker;
 use floodgate::limiter::Lease;
-use floodgate::pipeline::{Descriptor, Limiter, StageStats};
+use floodgate::pipeline::{self, Limiter, StageStats};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 use floodgate_service::config::{Config, ConfigFileError};
@@ -93,13 +93,13 @@ impl PipelineRunner {
         let busy = self.served.workers.as_ref().map(|g| g.enter());
         let attributes = request.context.attributes_of(&request.key);
         let attributes = floodgate::pipeline::scope::borrowed(&attributes);
-        let descriptor = Descriptor {
+        let asked = pipeline::Request {
             cost: Some(request.cost),
             endpoint: request.context.endpoint.as_deref(),
             attributes: &attributes,
-            ..Descriptor::new(&request.key, &request.context.plan, request.priority)
+            ..pipeline::Request::new(&request.key, &request.context.plan, request.priority)
         };
-        let verdict = block_on(self.served.pipeline.evaluate(&descriptor));
+        let verdict = block_on(self.served.pipeline.evaluate(&asked));
         let retry_after = verdict
             .refusal
             .as_ref()

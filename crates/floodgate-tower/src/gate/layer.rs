@@ -188,7 +188,7 @@ impl<S> FloodgateLayer<S> {
         self.with(|shared| shared.clock = clock)
     }
 
-    /// Builds descriptors with `extractor` instead of the default rules.
+    /// Reads what the pipeline needs of each request with `extractor` instead of the default rules.
     pub fn extractor(self, extractor: Extractor) -> Self {
         self.with(|shared| shared.extractor = Arc::new(extractor))
     }

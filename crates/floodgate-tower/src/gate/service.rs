@@ -145,11 +145,11 @@ where
         let pipeline = Arc::clone(&layer.pipeline);
         let mut verdict: VerdictFuture = Box::pin(async move {
             let attributes = info.attribute_pairs();
-            let descriptor = floodgate::pipeline::Descriptor {
+            let request = floodgate::pipeline::Request {
                 attributes: &attributes,
-                ..info.descriptor()
+                ..info.as_request()
             };
-            pipeline.evaluate(&descriptor).await
+            pipeline.evaluate(&request).await
         });
         // The memory store answers at once: settle now and skip cloning the inner service.
         let mut cx = Context::from_waker(Waker::noop());

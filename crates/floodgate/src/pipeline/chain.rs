@@ -35,10 +35,10 @@ use std::ops::Range;
 use super::{settle, Limiter, Pipeline, Refusal, Stage, Step, SHED_RETRY_AFTER};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::limiter::{Lease, Mode, OnStoreError, Priority, RateLimitHeaders};
-use crate::store::{Link, Linked, Request, ScopedKey, Store};
+use crate::store::{self, Link, Linked, ScopedKey, Store};
 use crate::{Decision, LeaseId, Op, StoreError};
 
-use super::{concurrency_headers, seconds, Descriptor, Verdict};
+use super::{concurrency_headers, seconds, Request, Verdict};
 use crate::limiter::fleet::FLEET_KEY;
 use crate::limiter::in_flight::InFlight;
 use crate::limiter::request_rate::{Plan, RequestRateLimiter};
@@ -90,7 +90,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     pub(super) fn pending<'s>(
         &'s self,
         index: usize,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         out: &mut Vec<Pending<'s>>,
     ) {
         fn acquire<'s, S: Store<str, AnyAlgorithm> + 'static>(
@@ -182,7 +182,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     /// granted goes to `verdict`, unless the chain undid it (`undone`).
     fn conclude(
         &self,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         pending: Pending<'_>,
         decision: Decision,
         undone: bool,
@@ -269,7 +269,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     /// did not run.
     fn conclude_link(
         &self,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         mut p: Pending<'_>,
         outcome: Linked,
         undone: bool,
@@ -305,7 +305,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     }
 
     /// What a stage deciding on this node concludes (store stages are decided in chains).
-    pub(super) fn decide_locally(&self, request: &Descriptor<'_>, verdict: &mut Verdict) -> Step {
+    pub(super) fn decide_locally(&self, request: &Request<'_>, verdict: &mut Verdict) -> Step {
         if let Limiter::AdaptiveConcurrency(limiter) = &self.limiter {
             let admission = limiter.try_acquire();
             tracing::debug!(
@@ -392,7 +392,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// (`decided`).
     pub(super) async fn evaluate_segment(
         stages: &[Stage<S>],
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         verdict: &mut Verdict,
         decided: Option<Decided>,
     ) -> bool {
@@ -502,7 +502,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             .iter()
             .enumerate()
             .map(|(i, p)| Link {
-                request: Request {
+                request: store::Request {
                     algorithm: p.algorithm,
                     key: &*p.key,
                     op: p.op,
@@ -540,7 +540,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
         stages: &[Stage<S>],
         modes: &[Mode],
         from: usize,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         verdict: &mut Verdict,
     ) -> bool {
         for (i, stage) in stages.iter().enumerate().skip(from) {

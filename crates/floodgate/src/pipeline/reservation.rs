@@ -29,7 +29,7 @@ use crate::store::{Namespace, ScopedKey, Store};
 use crate::{Decision, Op, StoreError};
 
 use super::scope::Cost;
-use super::{Descriptor, Limiter, Pipeline, Verdict};
+use super::{Limiter, Pipeline, Request, Verdict};
 
 /// Where one stage (or one level of a hierarchical stage) took a reservation's estimate.
 #[derive(Debug, Clone)]
@@ -114,10 +114,10 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
     /// nothing is held). See the [module documentation](self).
     pub async fn reserve(
         &self,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         estimate: u64,
     ) -> (Verdict, Option<PipelineReservation>) {
-        let request = Descriptor {
+        let request = Request {
             cost: Some(estimate),
             ..*request
         };

@@ -1,7 +1,7 @@
 //! Which requests a stage applies to, and what it counts them by.
 //!
 //! A stage without a [`Scope`] applies to every request and keys its limiter as the limiter
-//! does: the request rate and concurrency limiters by [`Descriptor::user`], the fleet shedder
+//! does: the request rate and concurrency limiters by [`Request::user`], the fleet shedder
 //! by its one fleet-wide key. A scope changes that, request by request:
 //! - [`When`]: the stage applies only to requests whose fields match (`method` is `POST`,
 //!   `endpoint` starts with `/orders`); others pass it untouched, as if it were off;
@@ -11,26 +11,26 @@
 //! - where the plan comes from ([`Scope::plan_from`]; the request's plan by default);
 //! - [`IfMissing`]: what happens when a field the stage needs is absent.
 //!
-//! A request's fields are its [`Descriptor`]'s: `user`, `plan`, `endpoint`, `priority`
+//! A request's fields are its [`Request`]'s: `user`, `plan`, `endpoint`, `priority`
 //! (`critical`, `post`, `get` or `test`) and any `attributes.NAME` the caller passed.
 
 use std::fmt;
 
-use super::Descriptor;
+use super::Request;
 use crate::ConfigError;
 
 /// One field of a request, named as in key templates and [`When`] conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Field {
-    /// `user`: [`Descriptor::user`].
+    /// `user`: [`Request::user`].
     User,
-    /// `plan`: [`Descriptor::plan`].
+    /// `plan`: [`Request::plan`].
     Plan,
-    /// `endpoint`: [`Descriptor::endpoint`] (absent when the request names none).
+    /// `endpoint`: [`Request::endpoint`] (absent when the request names none).
     Endpoint,
-    /// `priority`: [`Descriptor::priority`]'s name.
+    /// `priority`: [`Request::priority`]'s name.
     Priority,
-    /// `attributes.NAME`: the attribute `NAME` of [`Descriptor::attributes`].
+    /// `attributes.NAME`: the attribute `NAME` of [`Request::attributes`].
     Attribute(Box<str>),
 }
 
@@ -57,7 +57,7 @@ impl Field {
     }
 
     /// The field's value in `request`; `None` when the request lacks it.
-    pub fn value<'a>(&self, request: &Descriptor<'a>) -> Option<&'a str> {
+    pub fn value<'a>(&self, request: &Request<'a>) -> Option<&'a str> {
         match self {
             Field::User => Some(request.user),
             Field::Plan => Some(request.plan),
@@ -80,8 +80,8 @@ impl fmt::Display for Field {
     }
 }
 
-/// Owned `(name, value)` pairs as the borrowed ones a [`Descriptor`] takes
-/// (`Descriptor { attributes: &borrowed(&owned), .. }`).
+/// Owned `(name, value)` pairs as the borrowed ones a [`Request`] takes
+/// (`Request { attributes: &borrowed(&owned), .. }`).
 pub fn borrowed(attributes: &[(String, String)]) -> Vec<(&str, &str)> {
     attributes
         .iter()
@@ -179,7 +179,7 @@ impl KeyTemplate {
     }
 
     /// The key for `request`; `Err` with the first field the request lacks.
-    pub fn render(&self, request: &Descriptor<'_>) -> Result<String, Field> {
+    pub fn render(&self, request: &Request<'_>) -> Result<String, Field> {
         let mut key = String::with_capacity(self.text.len() + 16);
         for part in &self.parts {
             match part {
@@ -264,7 +264,7 @@ impl When {
     }
 
     /// Whether `request` meets every condition (a request lacking a field named here does not).
-    pub fn matches(&self, request: &Descriptor<'_>) -> bool {
+    pub fn matches(&self, request: &Request<'_>) -> bool {
         self.conditions.iter().all(|(field, patterns)| {
             field
                 .value(request)
@@ -289,7 +289,7 @@ impl fmt::Display for When {
 /// What a request costs at a stage.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Cost {
-    /// The request's own cost ([`Descriptor::cost`]), else its endpoint's configured cost,
+    /// The request's own cost ([`Request::cost`]), else its endpoint's configured cost,
     /// else 1.
     #[default]
     Request,
@@ -349,7 +349,7 @@ impl Scope {
         self
     }
 
-    /// Takes the plan's name from `field` instead of [`Descriptor::plan`] (a value that names
+    /// Takes the plan's name from `field` instead of [`Request::plan`] (a value that names
     /// no plan gets the default plan).
     #[must_use]
     pub fn plan_from(mut self, field: Field) -> Scope {
@@ -390,7 +390,7 @@ impl Scope {
     }
 
     /// The plan name for `request`.
-    pub(super) fn plan<'a>(&self, request: &Descriptor<'a>) -> &'a str {
+    pub(super) fn plan<'a>(&self, request: &Request<'a>) -> &'a str {
         match &self.plan {
             Some(field) => field.value(request).unwrap_or(""),
             None => request.plan,
@@ -401,7 +401,7 @@ impl Scope {
     /// field that is absent or not a whole number.
     pub(super) fn cost_of(
         &self,
-        request: &Descriptor<'_>,
+        request: &Request<'_>,
         configured: impl FnOnce() -> u64,
     ) -> Result<u64, Field> {
         match &self.cost {
@@ -416,7 +416,7 @@ impl Scope {
 
     /// The first field this scope needs that `request` lacks (or holds a cost that is not a
     /// whole number), for a request its `when` matches.
-    pub(super) fn lacking(&self, request: &Descriptor<'_>) -> Option<Field> {
+    pub(super) fn lacking(&self, request: &Request<'_>) -> Option<Field> {
         let mut needed = self.key.iter().flat_map(KeyTemplate::fields);
         if let Some(field) = needed.find(|f| f.value(request).is_none()) {
             return Some(field.clone());
@@ -445,11 +445,11 @@ mod tests {
     use super::*;
     use crate::limiter::Priority;
 
-    fn request<'a>(attributes: &'a [(&'a str, &'a str)]) -> Descriptor<'a> {
-        Descriptor {
+    fn request<'a>(attributes: &'a [(&'a str, &'a str)]) -> Request<'a> {
+        Request {
             attributes,
             endpoint: Some("/orders/42"),
-            ..Descriptor::new("alice", "free", Priority::Post)
+            ..Request::new("alice", "free", Priority::Post)
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use super::{local, scope, Descriptor, Limiter, Scope};
+use super::{local, scope, Limiter, Request, Scope};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::limiter::request_rate::RequestRateLimiter;
 use crate::limiter::{LimiterKind, Mode, OnStoreError};
@@ -153,7 +153,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
 
     /// The mode the stage runs in for `request`: off when its scope does not apply (its `when`
     /// does not match, or it lacks a field and the stage skips such requests).
-    pub(super) fn mode_for(&self, request: &Descriptor<'_>) -> Mode {
+    pub(super) fn mode_for(&self, request: &Request<'_>) -> Mode {
         let mode = self.current_mode();
         if mode == Mode::Off || !self.scope.when.matches(request) {
             return Mode::Off;
@@ -165,7 +165,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Stage<S> {
     }
 
     /// The first field the stage needs that `request` lacks (its `when` matching).
-    pub(super) fn lacking(&self, request: &Descriptor<'_>) -> Option<scope::Field> {
+    pub(super) fn lacking(&self, request: &Request<'_>) -> Option<scope::Field> {
         self.scope.lacking(request).or_else(|| {
             let mut fields = self.levels.iter().flat_map(|l| l.key.fields());
             fields.find(|f| f.value(request).is_none()).cloned()

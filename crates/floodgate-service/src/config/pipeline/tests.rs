@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::{Lease, Priority};
-use floodgate::pipeline::{Descriptor, Verdict};
+use floodgate::pipeline::{Request, Verdict};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 
@@ -108,10 +108,10 @@ fn todays_sections_serve_the_decisions_of_their_list() {
     let mut held: Vec<(Vec<Lease>, Vec<Lease>)> = Vec::new();
     let mut refused = 0;
     for i in 0..3_000 {
-        let request = Descriptor {
+        let request = Request {
             cost: (next(5) == 0).then(|| next(3)),
             endpoint: (next(4) == 0).then_some("/v1/search"),
-            ..Descriptor::new(
+            ..Request::new(
                 users[next(3) as usize],
                 plans[next(3) as usize],
                 priorities[next(4) as usize],
@@ -269,10 +269,10 @@ fn a_section_takes_the_schema_of_its_kind() {
     );
     let ask = |endpoint: &'static str, ip: &str| {
         let attributes = [("ip", ip)];
-        let request = Descriptor {
+        let request = Request {
             attributes: &attributes,
             endpoint: Some(endpoint),
-            ..Descriptor::new("alice", "free", Priority::Get)
+            ..Request::new("alice", "free", Priority::Get)
         };
         served.pipeline.evaluate_blocking(&request).allowed()
     };
@@ -301,9 +301,9 @@ fn a_list_replaces_the_builtin_stages() {
     assert_eq!(names, ["plans"]);
     let ask = |tier: &str| {
         let attributes = [("tier", tier)];
-        let request = Descriptor {
+        let request = Request {
             attributes: &attributes,
-            ..Descriptor::new("alice", "free", Priority::Get)
+            ..Request::new("alice", "free", Priority::Get)
         };
         served.pipeline.evaluate_blocking(&request)
     };
