@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use floodgate::algorithm::spec::{AnyAlgorithm, SpecDuration};
 use floodgate::algorithm::Algorithm;
+use floodgate::store::redis::{BatchStats, ScriptTime};
 use floodgate::store::{Store, StoreStats};
 use floodgate::{Clock, LeaseId, Op, OpKind, SystemClock};
 use rand::{Rng, SeedableRng};
@@ -199,35 +200,14 @@ pub fn run(args: &Args) -> Result<(), BenchError> {
 /// Runs the bench; returns the report, the summary for people, and the last store error of
 /// the run, if any call failed.
 pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreError>), BenchError> {
-    let invalid = |arg, value: String, why| BenchError::Invalid { arg, value, why };
-    let algorithm = match load_spec(&args.limiter)?
-        .build()
-        .map_err(SpecError::Invalid)?
-    {
-        Subject::Keyed(algorithm) => algorithm,
-        Subject::Utilization { .. } | Subject::Adaptive(_) => return Err(BenchError::NoStore),
-    };
+    let algorithm = keyed_algorithm(&args.limiter)?;
     let duration = args.duration;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build().map_err(BenchError::Runtime)?;
-    let mode = match args.mode.as_str() {
-        "exact" => StoreMode::Exact,
-        "cached" => StoreMode::Cached,
-        other => return Err(invalid("mode", other.into(), "exact or cached")),
-    };
-    let config = StoreConfig {
-        url: args.store.or_env(),
-        mode,
-        sync_interval: args.sync_interval.map(SpecDuration),
-        max_keys: args.max_keys,
-        overflow: args.overflow,
-        batch_max_keys: args.batch_max_keys,
-        timeout: args.store_timeout.map(SpecDuration),
-        ..StoreConfig::default()
-    };
+    let config = store_config(args)?;
     // As `serve` does: the store lives on a runtime of its own (a Redis connection's
     // housekeeping, cached mode's sync loop), apart from the tasks deciding.
     let store_runtime = tokio::runtime::Builder::new_multi_thread()
@@ -236,11 +216,68 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
+    let store = usable_store(&config, &algorithm, &store_runtime)?;
+    let run = Run {
+        store: store.clone(),
+        algorithm,
+        keys: args.keys,
+        prefix: format!("bench-{:08x}:", rand::random::<u32>()),
+        clock: SystemClock::new(),
+    };
+    let redis_before = RedisReading::before(&store, &store_runtime);
+    let (mut totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
+    let redis = RedisFigures::since(redis_before, &store, &store_runtime, &totals);
+    let last_error = totals.last_error.take();
+    let report = report(&totals, seconds, &store, redis);
+    let summary = summary(args, &store, &run.algorithm, &report);
+    Ok((report, summary, last_error))
+}
+
+/// The keyed algorithm of the `--limiter` spec; the limiters without a store are refused.
+fn keyed_algorithm(limiter: &str) -> Result<AnyAlgorithm, BenchError> {
+    match load_spec(limiter)?.build().map_err(SpecError::Invalid)? {
+        Subject::Keyed(algorithm) => Ok(algorithm),
+        Subject::Utilization { .. } | Subject::Adaptive(_) => Err(BenchError::NoStore),
+    }
+}
+
+/// The store's configuration, as the config file's `store` section would give it.
+fn store_config(args: &Args) -> Result<StoreConfig, BenchError> {
+    let mode = match args.mode.as_str() {
+        "exact" => StoreMode::Exact,
+        "cached" => StoreMode::Cached,
+        other => {
+            return Err(BenchError::Invalid {
+                arg: "mode",
+                value: other.into(),
+                why: "exact or cached",
+            })
+        }
+    };
+    Ok(StoreConfig {
+        url: args.store.or_env(),
+        mode,
+        sync_interval: args.sync_interval.map(SpecDuration),
+        max_keys: args.max_keys,
+        overflow: args.overflow,
+        batch_max_keys: args.batch_max_keys,
+        timeout: args.store_timeout.map(SpecDuration),
+        ..StoreConfig::default()
+    })
+}
+
+/// The store, built on `store_runtime` and checked as `serve` checks it at start-up: it runs
+/// the algorithm, and it can be used.
+fn usable_store(
+    config: &StoreConfig,
+    algorithm: &AnyAlgorithm,
+    store_runtime: &tokio::runtime::Runtime,
+) -> Result<ServiceStore, BenchError> {
     let store = {
         let _context = store_runtime.enter();
-        ServiceStore::from_config(&config)?
+        ServiceStore::from_config(config)?
     };
-    store.runs(&algorithm).map_err(BenchError::NotOnStore)?;
+    store.runs(algorithm).map_err(BenchError::NotOnStore)?;
     // As `serve` does at start-up: a store that cannot be used is named, not measured.
     let waited = floodgate_service::store::STARTUP_TIMEOUT;
     if let Err(error) = store_runtime.block_on(store.wait_until_usable(Some(waited), None)) {
@@ -250,40 +287,68 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
             waited,
         });
     }
-    let run = Run {
-        store: store.clone(),
-        algorithm,
-        keys: args.keys,
-        prefix: format!("bench-{:08x}:", rand::random::<u32>()),
-        clock: SystemClock::new(),
-    };
-    // Redis's own counts around the run (none for memory; a failed reading leaves them out).
-    let redis_before = store.redis().map(|redis| {
-        (
-            store_runtime.block_on(redis.script_time()).ok(),
-            redis.batch_stats(),
-        )
-    });
-    let (mut totals, seconds) = runtime.block_on(run.drive(args.concurrency, duration));
-    let (mut redis_calls, mut redis_usec_per_decision) = (None, None);
-    let (mut batch_mean_size, mut batch_sizes) = (None, None);
-    if let (Some(redis), Some((time_before, batches_before))) = (store.redis(), redis_before) {
+    Ok(store)
+}
+
+/// Redis's own counts before the run: its script time (`None` when the reading failed) and
+/// the group commit's batches.
+struct RedisReading {
+    script_time: Option<ScriptTime>,
+    batches: BatchStats,
+}
+
+impl RedisReading {
+    /// The reading before the run; `None` for the memory store.
+    fn before(store: &ServiceStore, store_runtime: &tokio::runtime::Runtime) -> Option<Self> {
+        store.redis().map(|redis| RedisReading {
+            script_time: store_runtime.block_on(redis.script_time()).ok(),
+            batches: redis.batch_stats(),
+        })
+    }
+}
+
+/// What Redis counted during the run, for the report (each `None` when not known).
+#[derive(Default)]
+struct RedisFigures {
+    calls: Option<u64>,
+    usec_per_decision: Option<f64>,
+    batch_mean_size: Option<f64>,
+    batch_sizes: Option<Vec<(u64, u64)>>,
+}
+
+impl RedisFigures {
+    /// The difference between Redis's counts now and `before`; a failed reading leaves the
+    /// script figures out, and a run without batches the batch figures.
+    fn since(
+        before: Option<RedisReading>,
+        store: &ServiceStore,
+        store_runtime: &tokio::runtime::Runtime,
+        totals: &Totals,
+    ) -> RedisFigures {
+        let mut figures = RedisFigures::default();
+        let (Some(redis), Some(before)) = (store.redis(), before) else {
+            return figures;
+        };
         let time_after = store_runtime.block_on(redis.script_time()).ok();
-        if let (Some(before), Some(after)) = (time_before, time_after) {
+        if let (Some(before), Some(after)) = (before.script_time, time_after) {
             let used = after.since(before);
-            redis_calls = Some(used.calls);
-            redis_usec_per_decision =
+            figures.calls = Some(used.calls);
+            figures.usec_per_decision =
                 Some(used.usec as f64 / (totals.decisions + totals.errors).max(1) as f64);
         }
-        let batches = redis.batch_stats().since(&batches_before);
+        let batches = redis.batch_stats().since(&before.batches);
         if batches.calls > 0 {
-            batch_mean_size = Some(batches.mean_size());
-            batch_sizes = Some(batches.sizes);
+            figures.batch_mean_size = Some(batches.mean_size());
+            figures.batch_sizes = Some(batches.sizes);
         }
+        figures
     }
-    let last_error = totals.last_error.take();
+}
+
+/// The run's report, from its merged counts and what Redis counted.
+fn report(totals: &Totals, seconds: f64, store: &ServiceStore, redis: RedisFigures) -> Report {
     let ms = |q| totals.latencies.quantile(q) as f64 / 1e6;
-    let report = Report {
+    Report {
         decisions: totals.decisions,
         allowed: totals.allowed,
         errors: totals.errors,
@@ -296,21 +361,26 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         store: store.kind(),
         peak_rss_mib: peak_rss_mib(),
         memory: store.memory_stats(),
-        redis_calls,
-        redis_usec_per_decision,
-        batch_mean_size,
-        batch_sizes,
-    };
-    let summary = format!(
+        redis_calls: redis.calls,
+        redis_usec_per_decision: redis.usec_per_decision,
+        batch_mean_size: redis.batch_mean_size,
+        batch_sizes: redis.batch_sizes,
+    }
+}
+
+/// The summary for people: the run, its decisions and latencies, then a line for each of the
+/// memory store, the peak memory, Redis, the group commit and cached mode that has figures.
+fn summary(args: &Args, store: &ServiceStore, algorithm: &AnyAlgorithm, report: &Report) -> String {
+    let mut summary = format!(
         "floodgate bench: {} store ({}), {} algorithm, {} keys, {} in flight, {:.2} s\n\
          decisions: {} ({} allowed; {} store calls failed): {:.0} per second\n\
          latency of one decision: p50 {}, p99 {}, p99.9 {}, max {}",
         store.kind(),
         store.health().url(),
-        run.algorithm.name(),
+        algorithm.name(),
         args.keys,
         args.concurrency,
-        seconds,
+        report.seconds,
         report.decisions,
         report.allowed,
         report.errors,
@@ -320,7 +390,6 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
         shown(report.p999_ms),
         shown(report.max_ms),
     );
-    let mut summary = summary;
     if let Some(m) = &report.memory {
         summary.push_str(&format!(
             "\nmemory store: {} keys held (max {}), {} idle keys dropped, {} live keys evicted, \
@@ -356,7 +425,7 @@ pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreErro
             stats.missed_loads,
         ));
     }
-    Ok((report, summary, last_error))
+    summary
 }
 
 /// A latency in milliseconds as people read it: microseconds below 1 ms.

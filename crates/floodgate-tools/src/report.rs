@@ -135,71 +135,9 @@ impl Report {
     /// The charts, as `<svg>` elements: offered and admitted, refused, then requests in flight
     /// and the utilization shedder's controller where a limiter reports them.
     pub fn charts(&self) -> Result<Vec<String>, ChartError> {
-        let x_max = self.x_max();
-        // Each limiter's series at the charts' resolution, merged once.
-        let series: Vec<(f64, Vec<Bucket>)> = self
-            .limiters
-            .iter()
-            .map(|l| {
-                let (width, buckets) = l.tally.coarse(CHART_INTERVAL, CHART_POINTS);
-                (width.as_secs_f64(), buckets)
-            })
-            .collect();
-        // Limiter `i`'s points `(middle of the interval, value)`; `value` gets the bucket and the
-        // interval's length in seconds, and leaves out the intervals it has nothing for.
-        let points = |i: usize, value: &dyn Fn(&Bucket, f64) -> Option<f64>| -> Vec<(f64, f64)> {
-            let (width, buckets) = &series[i];
-            buckets
-                .iter()
-                .enumerate()
-                .filter_map(|(n, b)| value(b, *width).map(|v| ((n as f64 + 0.5) * width, v)))
-                .collect()
-        };
-        let mut charts = Vec::new();
-
-        let mut admitted = Vec::new();
-        if !self.limiters.is_empty() {
-            admitted.push(Series {
-                name: "offered".into(),
-                color: OFFERED,
-                points: points(0, &|b, w| Some(b.offered as f64 / w)),
-            });
-        }
-        for (i, l) in self.limiters.iter().enumerate() {
-            admitted.push(Series {
-                name: format!("admitted: {}", l.name),
-                color: i,
-                points: points(i, &|b, w| Some(b.admitted as f64 / w)),
-            });
-        }
-        charts.push(line_chart(
-            "Offered and admitted",
-            "requests per second",
-            x_max,
-            None,
-            &admitted,
-        )?);
-
-        let refused: Vec<Series> = self
-            .limiters
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Series {
-                name: l.name.clone(),
-                color: i,
-                points: points(i, &|b, w| Some(b.refused() as f64 / w)),
-            })
-            .collect();
-        charts.push(line_chart(
-            "Refused",
-            "refusals per second",
-            x_max,
-            None,
-            &refused,
-        )?);
-
+        let data = ChartData::new(self);
+        let mut charts = vec![data.offered_and_admitted()?, data.refused()?];
         // A chart of one gauge per limiter, for the limiters that report it.
-        type Gauge<'g> = &'g dyn Fn(&Bucket) -> Option<f64>;
         let gauges: [(&str, &str, Gauge<'_>); 3] = [
             (
                 "In flight (most in each interval)",
@@ -218,51 +156,9 @@ impl Report {
             ),
         ];
         for (title, unit, gauge) in gauges {
-            let series: Vec<Series> = self
-                .limiters
-                .iter()
-                .enumerate()
-                .map(|(i, l)| Series {
-                    name: l.name.clone(),
-                    color: i,
-                    points: points(i, &|b, _| gauge(b)),
-                })
-                .filter(|s| !s.points.is_empty())
-                .collect();
-            if !series.is_empty() {
-                charts.push(line_chart(title, unit, x_max, None, &series)?);
-            }
+            charts.extend(data.gauge(title, unit, gauge)?);
         }
-
-        let mut controller = Vec::new();
-        for (i, l) in self.limiters.iter().enumerate() {
-            let shed = points(i, &|b, _| b.shed_amount);
-            if shed.is_empty() {
-                continue;
-            }
-            controller.push(Series {
-                name: format!("shed amount: {}", l.name),
-                color: i,
-                points: shed,
-            });
-            let utilization = points(i, &|b, _| b.utilization());
-            if !utilization.is_empty() {
-                controller.push(Series {
-                    name: format!("utilization (mean): {}", l.name),
-                    color: OFFERED,
-                    points: utilization,
-                });
-            }
-        }
-        if !controller.is_empty() {
-            charts.push(line_chart(
-                "Utilization shedder: shed amount and utilization",
-                "fraction (shed amount < 0: at rest)",
-                x_max,
-                None,
-                &controller,
-            )?);
-        }
+        charts.extend(data.controller()?);
         Ok(charts)
     }
 
@@ -318,6 +214,149 @@ impl Report {
         }
         page.push_str("</body>\n</html>\n");
         Ok(page)
+    }
+}
+
+/// One value per interval of a limiter's series, for the gauges' charts.
+type Gauge<'g> = &'g dyn Fn(&Bucket) -> Option<f64>;
+
+/// A report's limiters at the charts' resolution (each one's series merged once), which every
+/// chart draws from.
+struct ChartData<'r> {
+    limiters: &'r [LimiterRun],
+    /// The x axis's end, in seconds.
+    x_max: f64,
+    /// Per limiter: the length of its intervals in seconds, and its buckets.
+    series: Vec<(f64, Vec<Bucket>)>,
+}
+
+impl<'r> ChartData<'r> {
+    fn new(report: &'r Report) -> ChartData<'r> {
+        ChartData {
+            limiters: &report.limiters,
+            x_max: report.x_max(),
+            series: report
+                .limiters
+                .iter()
+                .map(|l| {
+                    let (width, buckets) = l.tally.coarse(CHART_INTERVAL, CHART_POINTS);
+                    (width.as_secs_f64(), buckets)
+                })
+                .collect(),
+        }
+    }
+
+    /// Limiter `i`'s points `(middle of the interval, value)`; `value` gets the bucket and the
+    /// interval's length in seconds, and leaves out the intervals it has nothing for.
+    fn points(&self, i: usize, value: &dyn Fn(&Bucket, f64) -> Option<f64>) -> Vec<(f64, f64)> {
+        let (width, buckets) = &self.series[i];
+        buckets
+            .iter()
+            .enumerate()
+            .filter_map(|(n, b)| value(b, *width).map(|v| ((n as f64 + 0.5) * width, v)))
+            .collect()
+    }
+
+    /// The requests offered (the first limiter's, the same for all) and each limiter's
+    /// admitted, per second.
+    fn offered_and_admitted(&self) -> Result<String, ChartError> {
+        let mut admitted = Vec::new();
+        if !self.limiters.is_empty() {
+            admitted.push(Series {
+                name: "offered".into(),
+                color: OFFERED,
+                points: self.points(0, &|b, w| Some(b.offered as f64 / w)),
+            });
+        }
+        for (i, l) in self.limiters.iter().enumerate() {
+            admitted.push(Series {
+                name: format!("admitted: {}", l.name),
+                color: i,
+                points: self.points(i, &|b, w| Some(b.admitted as f64 / w)),
+            });
+        }
+        line_chart(
+            "Offered and admitted",
+            "requests per second",
+            self.x_max,
+            None,
+            &admitted,
+        )
+    }
+
+    /// Each limiter's refusals per second.
+    fn refused(&self) -> Result<String, ChartError> {
+        let refused: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: l.name.clone(),
+                color: i,
+                points: self.points(i, &|b, w| Some(b.refused() as f64 / w)),
+            })
+            .collect();
+        line_chart("Refused", "refusals per second", self.x_max, None, &refused)
+    }
+
+    /// The chart of `gauge` for the limiters that report it; `None` when none does.
+    fn gauge(
+        &self,
+        title: &str,
+        unit: &str,
+        gauge: Gauge<'_>,
+    ) -> Result<Option<String>, ChartError> {
+        let series: Vec<Series> = self
+            .limiters
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Series {
+                name: l.name.clone(),
+                color: i,
+                points: self.points(i, &|b, _| gauge(b)),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if series.is_empty() {
+            return Ok(None);
+        }
+        line_chart(title, unit, self.x_max, None, &series).map(Some)
+    }
+
+    /// The utilization shedders' shed amount, and the utilization each one read; `None`
+    /// without a shedder.
+    fn controller(&self) -> Result<Option<String>, ChartError> {
+        let mut controller = Vec::new();
+        for (i, l) in self.limiters.iter().enumerate() {
+            let shed = self.points(i, &|b, _| b.shed_amount);
+            if shed.is_empty() {
+                continue;
+            }
+            controller.push(Series {
+                name: format!("shed amount: {}", l.name),
+                color: i,
+                points: shed,
+            });
+            let utilization = self.points(i, &|b, _| b.utilization());
+            if !utilization.is_empty() {
+                controller.push(Series {
+                    name: format!("utilization (mean): {}", l.name),
+                    color: OFFERED,
+                    points: utilization,
+                });
+            }
+        }
+        if controller.is_empty() {
+            return Ok(None);
+        }
+        line_chart(
+            "Utilization shedder: shed amount and utilization",
+            "fraction (shed amount < 0: at rest)",
+            self.x_max,
+            None,
+            &controller,
+        )
+        .map(Some)
     }
 }
 

@@ -212,25 +212,7 @@ fn run_usage(args: &Args, spec: &str) -> Result<(), SimulateError> {
 /// The simulation's report (see [`run`]).
 pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
     let duration = args.duration;
-    let mut runners = Vec::with_capacity(args.limiters.len());
-    for (i, arg) in args.limiters.iter().enumerate() {
-        let bad = |source| SimulateError::Limiter {
-            index: i + 1,
-            source,
-        };
-        let named = load_named_spec(arg).map_err(bad)?;
-        let subject = named.spec.build().map_err(|e| bad(SpecError::Invalid(e)))?;
-        let backend = Backend::Memory {
-            max_keys: args.max_keys,
-        };
-        runners.push(Runner::new(
-            named.name,
-            named.json,
-            subject,
-            backend,
-            args.workers,
-        )?);
-    }
+    let mut runners = limiter_runners(args)?;
     let mut details = Vec::new();
     let mut pipeline = match &args.pipeline {
         Some(path) => {
@@ -255,38 +237,8 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
         let duration = duration.ok_or_else(|| {
             SimulateError::Duration("required with --traffic (e.g. --duration 60s)".into())
         })?;
-        let mut generators = Vec::with_capacity(args.traffic.len());
-        for (i, arg) in args.traffic.iter().enumerate() {
-            let value =
-                crate::replay::load_value(arg).map_err(|source| SimulateError::TrafficFile {
-                    index: i + 1,
-                    source,
-                })?;
-            let traffic =
-                Traffic::from_value(value.clone()).map_err(|source| SimulateError::Traffic {
-                    index: i + 1,
-                    source,
-                })?;
-            details.push((format!("traffic {}", i + 1), value.to_string()));
-            // Each source draws from its own stream of the seed.
-            let seed = args.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            generators.push(Generator::new(traffic, duration, seed));
-        }
-        for request in Merged::new(generators) {
-            if let Some(pipeline) = &mut pipeline {
-                pipeline.offer(&request);
-            }
-            for runner in &mut runners {
-                runner.offer(&request)?;
-            }
-        }
-        let end = Nanos::ZERO.saturating_add(duration);
-        if let Some(pipeline) = &mut pipeline {
-            pipeline.complete_until(end);
-        }
-        for runner in &mut runners {
-            runner.complete_until(end)?;
-        }
+        let generators = generators(args, duration, &mut details)?;
+        run_generated(generators, duration, pipeline.as_mut(), &mut runners)?;
     }
     details.push((
         "duration".into(),
@@ -308,6 +260,82 @@ pub fn simulate(args: &Args) -> Result<Report, SimulateError> {
             .collect(),
         duration: duration.map(|d| d.as_secs_f64()),
     })
+}
+
+/// A runner for each `--limiter`, in the order given, each on its own memory store.
+fn limiter_runners(args: &Args) -> Result<Vec<Runner>, SimulateError> {
+    let mut runners = Vec::with_capacity(args.limiters.len());
+    for (i, arg) in args.limiters.iter().enumerate() {
+        let bad = |source| SimulateError::Limiter {
+            index: i + 1,
+            source,
+        };
+        let named = load_named_spec(arg).map_err(bad)?;
+        let subject = named.spec.build().map_err(|e| bad(SpecError::Invalid(e)))?;
+        let backend = Backend::Memory {
+            max_keys: args.max_keys,
+        };
+        runners.push(Runner::new(
+            named.name,
+            named.json,
+            subject,
+            backend,
+            args.workers,
+        )?);
+    }
+    Ok(runners)
+}
+
+/// A generator for each `--traffic` spec, lasting `duration`, each spec noted in `details`.
+fn generators(
+    args: &Args,
+    duration: Duration,
+    details: &mut Vec<(String, String)>,
+) -> Result<Vec<Generator>, SimulateError> {
+    let mut generators = Vec::with_capacity(args.traffic.len());
+    for (i, arg) in args.traffic.iter().enumerate() {
+        let value =
+            crate::replay::load_value(arg).map_err(|source| SimulateError::TrafficFile {
+                index: i + 1,
+                source,
+            })?;
+        let traffic =
+            Traffic::from_value(value.clone()).map_err(|source| SimulateError::Traffic {
+                index: i + 1,
+                source,
+            })?;
+        details.push((format!("traffic {}", i + 1), value.to_string()));
+        // Each source draws from its own stream of the seed.
+        let seed = args.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        generators.push(Generator::new(traffic, duration, seed));
+    }
+    Ok(generators)
+}
+
+/// Offers the generated requests, merged in time order, to the pipeline and every runner,
+/// then completes what is still in flight at `duration`.
+fn run_generated(
+    generators: Vec<Generator>,
+    duration: Duration,
+    mut pipeline: Option<&mut pipeline::PipelineRunner>,
+    runners: &mut [Runner],
+) -> Result<(), SimulateError> {
+    for request in Merged::new(generators) {
+        if let Some(pipeline) = &mut pipeline {
+            pipeline.offer(&request);
+        }
+        for runner in runners.iter_mut() {
+            runner.offer(&request)?;
+        }
+    }
+    let end = Nanos::ZERO.saturating_add(duration);
+    if let Some(pipeline) = &mut pipeline {
+        pipeline.complete_until(end);
+    }
+    for runner in runners.iter_mut() {
+        runner.complete_until(end)?;
+    }
+    Ok(())
 }
 
 /// Feeds every runner each event of a trace, in order, up to `until`.

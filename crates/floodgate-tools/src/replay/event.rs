@@ -122,6 +122,8 @@ const FIELDS: [&str; 9] = [
     "rate",
 ];
 
+/// Reads one line of the trace into an [`Event`]: its fields checked one by one in the order
+/// of [`FIELDS`] (the first bad one is the error), then the operation they make.
 pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
     let mut fields: Map<String, Value> = serde_json::from_str(line).map_err(EventError::NotJson)?;
     if let Some(field) = fields.keys().find(|f| !FIELDS.contains(&f.as_str())) {
@@ -129,11 +131,6 @@ pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
             field: field.clone(),
         });
     }
-    let invalid = |field, expected, got: &Value| EventError::Invalid {
-        field,
-        expected,
-        got: got.clone(),
-    };
     let t = fields.remove("t").ok_or(EventError::Missing {
         field: "t",
         why: "seconds from the trace's start",
@@ -142,44 +139,104 @@ pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
         Some(secs) if secs.is_finite() && secs >= 0.0 => Nanos::from_secs_f64(secs),
         _ => return Err(invalid("t", "a number of seconds ≥ 0", &t)),
     };
-    let key = match fields.get("key") {
-        None => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(invalid("key", "a string", other)),
-    };
-    let op_name = match fields.get("op") {
-        None => "check",
-        Some(Value::String(s)) => s.as_str(),
-        Some(other) => return Err(invalid("op", "a string", other)),
-    };
-    let cost = match fields.get("cost") {
-        None => 1,
+    let key = key_field(&fields)?;
+    let op_name = op_name_field(&fields)?;
+    let cost = cost_field(&fields)?;
+    let lease = lease_field(&fields)?;
+    let priority = priority_field(&fields)?;
+    let utilization = utilization_field(&fields)?;
+    let op = operation(op_name, cost, &fields, lease.as_deref(), priority)?;
+    Ok(Event {
+        t,
+        at,
+        key,
+        op,
+        lease,
+        priority,
+        utilization,
+    })
+}
+
+/// A field whose value has the wrong type or is out of range.
+fn invalid(field: &'static str, expected: &'static str, got: &Value) -> EventError {
+    EventError::Invalid {
+        field,
+        expected,
+        got: got.clone(),
+    }
+}
+
+/// `key`: a string, `""` when absent.
+fn key_field(fields: &Map<String, Value>) -> Result<String, EventError> {
+    match fields.get("key") {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(invalid("key", "a string", other)),
+    }
+}
+
+/// `op`'s name, `check` when absent (checked against the operations by [`operation`]).
+fn op_name_field(fields: &Map<String, Value>) -> Result<&str, EventError> {
+    match fields.get("op") {
+        None => Ok("check"),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(other) => Err(invalid("op", "a string", other)),
+    }
+}
+
+/// `cost`: a whole number, 1 when absent.
+fn cost_field(fields: &Map<String, Value>) -> Result<u64, EventError> {
+    match fields.get("cost") {
+        None => Ok(1),
         Some(v) => v
             .as_u64()
-            .ok_or_else(|| invalid("cost", "a whole number ≥ 0", v))?,
-    };
-    let lease = match fields.get("lease") {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        Some(other) => return Err(invalid("lease", "a string", other)),
-    };
-    let priority = match fields.get("priority") {
-        None => Priority::Get,
+            .ok_or_else(|| invalid("cost", "a whole number ≥ 0", v)),
+    }
+}
+
+/// `lease`: the trace's name for it, a string or a number.
+fn lease_field(fields: &Map<String, Value>) -> Result<Option<String>, EventError> {
+    match fields.get("lease") {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(invalid("lease", "a string", other)),
+    }
+}
+
+/// `priority`: one of the four classes, `get` when absent.
+fn priority_field(fields: &Map<String, Value>) -> Result<Priority, EventError> {
+    match fields.get("priority") {
+        None => Ok(Priority::Get),
         Some(Value::String(s)) => {
             Priority::from_name(s).ok_or_else(|| EventError::UnknownPriority {
                 priority: s.clone(),
-            })?
+            })
         }
-        Some(other) => return Err(invalid("priority", "a string", other)),
-    };
-    let utilization = match fields.get("utilization") {
-        None => None,
+        Some(other) => Err(invalid("priority", "a string", other)),
+    }
+}
+
+/// `utilization`: a number in 0..1, for the utilization shedder.
+fn utilization_field(fields: &Map<String, Value>) -> Result<Option<f64>, EventError> {
+    match fields.get("utilization") {
+        None => Ok(None),
         Some(v) => match v.as_f64() {
-            Some(u) if (0.0..=1.0).contains(&u) => Some(u),
-            _ => return Err(invalid("utilization", "a number in 0..1", v)),
+            Some(u) if (0.0..=1.0).contains(&u) => Ok(Some(u)),
+            _ => Err(invalid("utilization", "a number in 0..1", v)),
         },
-    };
+    }
+}
+
+/// The operation `op_name` names, with the fields it takes (`timeout` for `try_acquire`,
+/// `rate` for `set_rate`, the lease's name for `release`).
+fn operation(
+    op_name: &str,
+    cost: u64,
+    fields: &Map<String, Value>,
+    lease: Option<&str>,
+    priority: Priority,
+) -> Result<Op, EventError> {
     let op = match op_name {
         "check" => Op::Check { cost },
 
@@ -206,7 +263,7 @@ pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
             critical: priority == Priority::Critical,
         },
         "release" => {
-            let Some(name) = lease.as_deref() else {
+            let Some(name) = lease else {
                 return Err(EventError::Missing {
                     field: "lease",
                     why: "needed by `release`",
@@ -222,15 +279,7 @@ pub(crate) fn parse_event(line: &str) -> Result<Event, EventError> {
             })
         }
     };
-    Ok(Event {
-        t,
-        at,
-        key,
-        op,
-        lease,
-        priority,
-        utilization,
-    })
+    Ok(op)
 }
 
 fn duration_field(field: &'static str, value: &Value) -> Result<Duration, EventError> {

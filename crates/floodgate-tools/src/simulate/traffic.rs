@@ -188,80 +188,9 @@ pub struct Traffic {
 impl Traffic {
     /// Reads and checks a spec (a JSON object).
     pub fn from_value(value: Value) -> Result<Traffic, TrafficError> {
-        const COMMON: [&str; 12] = [
-            "keys",
-            "zipf",
-            "arrivals",
-            "cost",
-            "priority",
-            "latency",
-            "knee",
-            "key_prefix",
-            "name",
-            "plan",
-            "endpoint",
-            "attributes",
-        ];
-        let Value::Object(mut fields) = value else {
-            return Err(TrafficError::Shape(serde::de::Error::custom(
-                "a traffic spec is a JSON object such as {\"pattern\":\"steady\",\"rate\":100}",
-            )));
-        };
-        let mut common = Map::new();
-        for name in COMMON {
-            if let Some(v) = fields.remove(name) {
-                common.insert(name.to_string(), v);
-            }
-        }
-        let common: Common =
-            serde_json::from_value(Value::Object(common)).map_err(TrafficError::Shape)?;
-        let pattern: Pattern =
-            serde_json::from_value(Value::Object(fields)).map_err(TrafficError::Shape)?;
-        let rates: Vec<(&'static str, f64)> = match &pattern {
-            Pattern::Steady { rate } | Pattern::Poisson { rate } => vec![("rate", *rate)],
-            Pattern::Burst {
-                rate, burst_rate, ..
-            } => vec![("rate", *rate), ("burst_rate", *burst_rate)],
-            Pattern::Ramp { from, to } => vec![("from", *from), ("to", *to)],
-            Pattern::Sine {
-                mean,
-                amplitude,
-                period,
-            } => {
-                if !(amplitude.is_finite() && *amplitude >= 0.0 && amplitude <= mean) {
-                    return Err(invalid(
-                        "amplitude",
-                        amplitude,
-                        "must be between 0 and `mean` (a rate cannot go below 0)",
-                    ));
-                }
-                if period.0.is_zero() {
-                    return Err(invalid("period", "0", "must be above 0"));
-                }
-                vec![("mean", *mean)]
-            }
-        };
-        for (field, rate) in rates {
-            if !(rate.is_finite() && (0.0..=1e7).contains(&rate)) {
-                return Err(invalid(
-                    field,
-                    rate,
-                    "must be a number of requests per second in 0..=10000000",
-                ));
-            }
-        }
-        if !(1..=MAX_KEYS).contains(&common.keys) {
-            return Err(invalid("keys", common.keys, "must be in 1..=10000000"));
-        }
-        if !(common.zipf.is_finite() && (0.0..=10.0).contains(&common.zipf)) {
-            return Err(invalid("zipf", common.zipf, "must be in 0..=10"));
-        }
-        if common.cost == 0 {
-            return Err(invalid("cost", 0, "must be at least 1"));
-        }
-        if common.knee == Some(0) {
-            return Err(invalid("knee", 0, "must be at least 1 request in flight"));
-        }
+        let (common, pattern) = read_spec(value)?;
+        check_rates(&pattern)?;
+        common.check()?;
         let classes = classes(common.priority.as_ref())?;
         let name = common.name.unwrap_or_else(|| pattern_name(&pattern).into());
         Ok(Traffic {
@@ -320,6 +249,101 @@ impl Traffic {
                 (mean + amplitude * phase.sin()).max(0.0)
             }
         }
+    }
+}
+
+/// The fields of a spec that every pattern takes; the others are the pattern's.
+const COMMON: [&str; 12] = [
+    "keys",
+    "zipf",
+    "arrivals",
+    "cost",
+    "priority",
+    "latency",
+    "knee",
+    "key_prefix",
+    "name",
+    "plan",
+    "endpoint",
+    "attributes",
+];
+
+/// Splits a spec's object into the fields every pattern takes and its pattern, each read
+/// with its own unknown fields refused.
+fn read_spec(value: Value) -> Result<(Common, Pattern), TrafficError> {
+    let Value::Object(mut fields) = value else {
+        return Err(TrafficError::Shape(serde::de::Error::custom(
+            "a traffic spec is a JSON object such as {\"pattern\":\"steady\",\"rate\":100}",
+        )));
+    };
+    let mut common = Map::new();
+    for name in COMMON {
+        if let Some(v) = fields.remove(name) {
+            common.insert(name.to_string(), v);
+        }
+    }
+    let common: Common =
+        serde_json::from_value(Value::Object(common)).map_err(TrafficError::Shape)?;
+    let pattern: Pattern =
+        serde_json::from_value(Value::Object(fields)).map_err(TrafficError::Shape)?;
+    Ok((common, pattern))
+}
+
+/// Checks the pattern's rates (and a sine's amplitude and period).
+fn check_rates(pattern: &Pattern) -> Result<(), TrafficError> {
+    let rates: Vec<(&'static str, f64)> = match pattern {
+        Pattern::Steady { rate } | Pattern::Poisson { rate } => vec![("rate", *rate)],
+        Pattern::Burst {
+            rate, burst_rate, ..
+        } => vec![("rate", *rate), ("burst_rate", *burst_rate)],
+        Pattern::Ramp { from, to } => vec![("from", *from), ("to", *to)],
+        Pattern::Sine {
+            mean,
+            amplitude,
+            period,
+        } => {
+            if !(amplitude.is_finite() && *amplitude >= 0.0 && amplitude <= mean) {
+                return Err(invalid(
+                    "amplitude",
+                    amplitude,
+                    "must be between 0 and `mean` (a rate cannot go below 0)",
+                ));
+            }
+            if period.0.is_zero() {
+                return Err(invalid("period", "0", "must be above 0"));
+            }
+            vec![("mean", *mean)]
+        }
+    };
+    for (field, rate) in rates {
+        if !(rate.is_finite() && (0.0..=1e7).contains(&rate)) {
+            return Err(invalid(
+                field,
+                rate,
+                "must be a number of requests per second in 0..=10000000",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Common {
+    /// Checks the users, the skew, the cost and the knee (the classes are checked as
+    /// [`classes`] reads them).
+    fn check(&self) -> Result<(), TrafficError> {
+        if !(1..=MAX_KEYS).contains(&self.keys) {
+            return Err(invalid("keys", self.keys, "must be in 1..=10000000"));
+        }
+        if !(self.zipf.is_finite() && (0.0..=10.0).contains(&self.zipf)) {
+            return Err(invalid("zipf", self.zipf, "must be in 0..=10"));
+        }
+        if self.cost == 0 {
+            return Err(invalid("cost", 0, "must be at least 1"));
+        }
+        if self.knee == Some(0) {
+            return Err(invalid("knee", 0, "must be at least 1 request in flight"));
+        }
+        Ok(())
     }
 }
 

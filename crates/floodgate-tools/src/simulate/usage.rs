@@ -37,9 +37,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::algorithm::spec::{AnyState, SpecDuration};
 use floodgate::limiter::KeyedLimit;
-use floodgate::store::MemoryStore;
+use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos, Op};
 use floodgate_service::http::home::escape;
 use rand::rngs::StdRng;
@@ -240,35 +240,84 @@ impl Window {
 
 /// Runs `requests` through `way`.
 fn run(spec: &UsageSpec, requests: &[Request], way: Way, end: Nanos) -> Run {
-    let clock = ManualClock::new(Nanos::ZERO);
-    let store = MemoryStore::builder()
-        .clock(clock.clone())
-        .build()
-        .unwrap_or_else(|e| unreachable!("a memory store with defaults builds: {e}"));
-    let algorithm = FixedWindow::new(spec.budget, spec.window.0)
-        .unwrap_or_else(|e| unreachable!("checked in from_value: {e}"));
-    let budget = KeyedLimit::new("budget", algorithm, store)
-        .unwrap_or_else(|e| unreachable!("a fixed namespace: {e}"));
-    let length = spec.window.0.as_nanos() as u64;
-    // The windows the run covers (the last may be cut short); every event is before `end`.
-    let windows = end.0.div_ceil(length).max(1) as usize;
-    let mut out = Run {
-        windows: vec![(0, 0); windows],
-        ..Run::default()
-    };
-    let mut window = Window {
-        length,
-        index: 0,
-        count: 0,
-    };
+    let mut budget = Budget::new(spec, way, end);
     // In flight: (end, index of the request).
     let mut ends: BinaryHeap<Reverse<(Nanos, usize)>> = BinaryHeap::new();
-    let mut apply = |now: Nanos, op: Op, window: &mut Window, out: &mut Run| {
-        clock.set(now);
-        window.at(now);
-        let decision = budget
+    for (i, r) in requests.iter().enumerate() {
+        while let Some(Reverse((at, j))) = ends.peek().copied() {
+            if at > r.at {
+                break;
+            }
+            ends.pop();
+            budget.settle(&requests[j], at);
+        }
+        if let Some(done) = budget.start(r) {
+            ends.push(Reverse((done, i)));
+        }
+    }
+    while let Some(Reverse((at, j))) = ends.pop() {
+        // A response still streaming at the end is not settled within the run.
+        if at >= end {
+            break;
+        }
+        budget.settle(&requests[j], at);
+    }
+    budget.out
+}
+
+/// One way's token budget during a run: the limit it decides with, on its own store and
+/// clock, the window count replayed beside it, and the run's tallies.
+struct Budget<'s> {
+    spec: &'s UsageSpec,
+    way: Way,
+    clock: ManualClock,
+    limit: KeyedLimit<MemoryStore<Key, AnyState, ManualClock>>,
+    window: Window,
+    out: Run,
+}
+
+impl<'s> Budget<'s> {
+    /// A fresh budget for a run ending at `end`.
+    fn new(spec: &'s UsageSpec, way: Way, end: Nanos) -> Budget<'s> {
+        let clock = ManualClock::new(Nanos::ZERO);
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .build()
+            .unwrap_or_else(|e| unreachable!("a memory store with defaults builds: {e}"));
+        let algorithm = FixedWindow::new(spec.budget, spec.window.0)
+            .unwrap_or_else(|e| unreachable!("checked in from_value: {e}"));
+        let limit = KeyedLimit::new("budget", algorithm, store)
+            .unwrap_or_else(|e| unreachable!("a fixed namespace: {e}"));
+        let length = spec.window.0.as_nanos() as u64;
+        // The windows the run covers (the last may be cut short); every event is before `end`.
+        let windows = end.0.div_ceil(length).max(1) as usize;
+        Budget {
+            spec,
+            way,
+            clock,
+            limit,
+            window: Window {
+                length,
+                index: 0,
+                count: 0,
+            },
+            out: Run {
+                windows: vec![(0, 0); windows],
+                ..Run::default()
+            },
+        }
+    }
+
+    /// Applies `op` at `now`, counts it in the window as the fixed window does, and notes the
+    /// window's count; whether it was allowed.
+    fn apply(&mut self, now: Nanos, op: Op) -> bool {
+        self.clock.set(now);
+        self.window.at(now);
+        let decision = self
+            .limit
             .apply_blocking("user", op)
             .unwrap_or_else(|e| unreachable!("memory never fails: {e}"));
+        let (window, out) = (&mut self.window, &mut self.out);
         match op {
             Op::Check { cost } if decision.allowed => window.count += cost,
             Op::Charge { cost } => window.count += cost,
@@ -279,66 +328,31 @@ fn run(spec: &UsageSpec, requests: &[Request], way: Way, end: Nanos) -> Run {
         slot.0 = slot.0.max(window.count);
         out.counted.push((now.0 as f64 / 1e9, window.count as f64));
         decision.allowed
-    };
-    for (i, r) in requests.iter().enumerate() {
-        while let Some(Reverse((at, j))) = ends.peek().copied() {
-            if at > r.at {
-                break;
-            }
-            ends.pop();
-            settle(
-                spec,
-                &requests[j],
-                way,
-                at,
-                &mut window,
-                &mut out,
-                &mut apply,
-            );
-        }
-        let cost = way.reserved(spec, r);
-        if apply(r.at, Op::Check { cost }, &mut window, &mut out) {
-            out.admitted += 1;
-            let streaming = r.completion as f64 / spec.tokens_per_second;
-            let done = r.at.saturating_add(Duration::from_secs_f64(streaming));
-            ends.push(Reverse((done, i)));
-        } else {
-            out.refused += 1;
-            out.windows[window.index as usize].1 += 1;
-        }
     }
-    while let Some(Reverse((at, j))) = ends.pop() {
-        // A response still streaming at the end is not settled within the run.
-        if at >= end {
-            break;
-        }
-        settle(
-            spec,
-            &requests[j],
-            way,
-            at,
-            &mut window,
-            &mut out,
-            &mut apply,
-        );
-    }
-    out
-}
 
-/// A request's end: what it used, charged or given back.
-fn settle(
-    spec: &UsageSpec,
-    r: &Request,
-    way: Way,
-    at: Nanos,
-    window: &mut Window,
-    out: &mut Run,
-    apply: &mut impl FnMut(Nanos, Op, &mut Window, &mut Run) -> bool,
-) {
-    let actual = r.prompt + r.completion;
-    out.served += actual;
-    let op = floodgate::limiter::reservation::settlement(way.reserved(spec, r), actual);
-    apply(at, op, window, out);
+    /// A request's start: it reserves what the way reserves; when it is admitted, the instant
+    /// its response ends.
+    fn start(&mut self, r: &Request) -> Option<Nanos> {
+        let cost = self.way.reserved(self.spec, r);
+        if self.apply(r.at, Op::Check { cost }) {
+            self.out.admitted += 1;
+            let streaming = r.completion as f64 / self.spec.tokens_per_second;
+            Some(r.at.saturating_add(Duration::from_secs_f64(streaming)))
+        } else {
+            self.out.refused += 1;
+            self.out.windows[self.window.index as usize].1 += 1;
+            None
+        }
+    }
+
+    /// A request's end: what it used, charged or given back.
+    fn settle(&mut self, r: &Request, at: Nanos) {
+        let actual = r.prompt + r.completion;
+        self.out.served += actual;
+        let op =
+            floodgate::limiter::reservation::settlement(self.way.reserved(self.spec, r), actual);
+        self.apply(at, op);
+    }
 }
 
 /// The simulation's outcome, ready to print and write.
