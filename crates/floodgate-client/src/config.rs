@@ -12,6 +12,7 @@ use crate::backoff::Backoff;
 use crate::replay::{CloneBody, NeverReplay};
 use crate::service::Polite;
 use crate::settings::{ConcurrencySettings, Settings};
+use crate::signal::MAX_HORIZON;
 use crate::state::{ClientState, Shared};
 use crate::timer::{Timer, TokioTimer};
 
@@ -169,82 +170,15 @@ impl PoliteLayerBuilder {
     /// Checks every setting; the error names the first invalid one and its value.
     pub fn build(self) -> Result<PoliteLayer, ConfigError> {
         let s = &self.settings;
-        let day = crate::signal::MAX_HORIZON;
-        if s.max_wait > day {
-            return Err(ConfigError::invalid(
-                "max_wait",
-                format!("{:?}", s.max_wait),
-                "at most one day",
-            ));
-        }
-        if !(s.headroom > 0.0 && s.headroom <= 1.0) {
-            return Err(ConfigError::invalid(
-                "headroom",
-                s.headroom,
-                "must be in (0, 1]",
-            ));
-        }
-        if !(1..=10).contains(&s.max_attempts) {
-            return Err(ConfigError::invalid(
-                "max_attempts",
-                s.max_attempts,
-                "must be 1 to 10",
-            ));
-        }
-        if s.backoff.base.is_zero() || s.backoff.cap < s.backoff.base || s.backoff.cap > day {
-            return Err(ConfigError::invalid(
-                "backoff",
-                format!("base {:?}, cap {:?}", s.backoff.base, s.backoff.cap),
-                "base must be positive and at most cap, cap at most one day",
-            ));
-        }
-        if s.retry_cost == 0 || s.timeout_cost == 0 {
-            return Err(ConfigError::invalid(
-                "retry_budget",
-                format!(
-                    "retry cost {}, timeout cost {}",
-                    s.retry_cost, s.timeout_cost
-                ),
-                "costs must be positive",
-            ));
-        }
-        if !(s.beta > 0.0 && s.beta < 1.0) {
-            return Err(ConfigError::invalid("beta", s.beta, "must be in (0, 1)"));
-        }
-        if !(s.cubic_c > 0.0 && s.cubic_c.is_finite()) {
-            return Err(ConfigError::invalid("c", s.cubic_c, "must be positive"));
-        }
-        if !(s.throttle_k >= 1.0 && s.throttle_k.is_finite()) {
-            return Err(ConfigError::invalid(
-                "k",
-                s.throttle_k,
-                "must be at least 1",
-            ));
-        }
-        if s.throttle_window < Duration::from_secs(1) || s.throttle_window > day {
-            return Err(ConfigError::invalid(
-                "throttle_window",
-                format!("{:?}", s.throttle_window),
-                "must be 1 s to one day",
-            ));
-        }
+        check_waiting(s)?;
+        check_retries(s)?;
+        check_adaptive(s)?;
         if let Some(c) = s.concurrency {
-            if c.min == 0 || c.min > c.initial || c.initial > c.max {
-                return Err(ConfigError::invalid(
-                    "concurrency",
-                    format!("min {}, initial {}, max {}", c.min, c.initial, c.max),
-                    "need 1 ≤ min ≤ initial ≤ max",
-                ));
-            }
-            if !(c.backoff > 0.0 && c.backoff < 1.0) {
-                return Err(ConfigError::invalid(
-                    "concurrency.backoff",
-                    c.backoff,
-                    "must be in (0, 1)",
-                ));
-            }
+            check_concurrency(&c)?;
         }
-        if s.attempt_timeout.is_some_and(|t| t.is_zero() || t > day) {
+        if s.attempt_timeout
+            .is_some_and(|t| t.is_zero() || t > MAX_HORIZON)
+        {
             return Err(ConfigError::invalid(
                 "attempt_timeout",
                 format!("{:?}", s.attempt_timeout),
@@ -259,6 +193,100 @@ impl PoliteLayerBuilder {
             shared: Arc::new(Shared::new(self.settings, timer)),
         })
     }
+}
+
+/// Checks how long a request may wait (`max_wait`) and how close to a policy's rate the
+/// pacers go (`headroom`).
+fn check_waiting(s: &Settings) -> Result<(), ConfigError> {
+    if s.max_wait > MAX_HORIZON {
+        return Err(ConfigError::invalid(
+            "max_wait",
+            format!("{:?}", s.max_wait),
+            "at most one day",
+        ));
+    }
+    if !(s.headroom > 0.0 && s.headroom <= 1.0) {
+        return Err(ConfigError::invalid(
+            "headroom",
+            s.headroom,
+            "must be in (0, 1]",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the retries: the attempts, the backoff and the retry budget's costs.
+fn check_retries(s: &Settings) -> Result<(), ConfigError> {
+    if !(1..=10).contains(&s.max_attempts) {
+        return Err(ConfigError::invalid(
+            "max_attempts",
+            s.max_attempts,
+            "must be 1 to 10",
+        ));
+    }
+    if s.backoff.base.is_zero() || s.backoff.cap < s.backoff.base || s.backoff.cap > MAX_HORIZON {
+        return Err(ConfigError::invalid(
+            "backoff",
+            format!("base {:?}, cap {:?}", s.backoff.base, s.backoff.cap),
+            "base must be positive and at most cap, cap at most one day",
+        ));
+    }
+    if s.retry_cost == 0 || s.timeout_cost == 0 {
+        return Err(ConfigError::invalid(
+            "retry_budget",
+            format!(
+                "retry cost {}, timeout cost {}",
+                s.retry_cost, s.timeout_cost
+            ),
+            "costs must be positive",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the adaptive rate (CUBIC's `beta` and `c`) and the adaptive throttle (`k` and its
+/// window).
+fn check_adaptive(s: &Settings) -> Result<(), ConfigError> {
+    if !(s.beta > 0.0 && s.beta < 1.0) {
+        return Err(ConfigError::invalid("beta", s.beta, "must be in (0, 1)"));
+    }
+    if !(s.cubic_c > 0.0 && s.cubic_c.is_finite()) {
+        return Err(ConfigError::invalid("c", s.cubic_c, "must be positive"));
+    }
+    if !(s.throttle_k >= 1.0 && s.throttle_k.is_finite()) {
+        return Err(ConfigError::invalid(
+            "k",
+            s.throttle_k,
+            "must be at least 1",
+        ));
+    }
+    if s.throttle_window < Duration::from_secs(1) || s.throttle_window > MAX_HORIZON {
+        return Err(ConfigError::invalid(
+            "throttle_window",
+            format!("{:?}", s.throttle_window),
+            "must be 1 s to one day",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the concurrency limit's bounds and backoff.
+fn check_concurrency(c: &ConcurrencySettings) -> Result<(), ConfigError> {
+    if c.min == 0 || c.min > c.initial || c.initial > c.max {
+        return Err(ConfigError::invalid(
+            "concurrency",
+            format!("min {}, initial {}, max {}", c.min, c.initial, c.max),
+            "need 1 ≤ min ≤ initial ≤ max",
+        ));
+    }
+    if !(c.backoff > 0.0 && c.backoff < 1.0) {
+        return Err(ConfigError::invalid(
+            "concurrency.backoff",
+            c.backoff,
+            "must be in (0, 1)",
+        ));
+    }
+    Ok(())
 }
 
 /// The client-side layer: wraps an HTTP client service (hyper's, reqwest through

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use floodgate::Nanos;
 use http::{Request, Response};
 use tokio::sync::Notify;
 use tower::Service;
@@ -24,6 +25,7 @@ use tower::Service;
 use crate::error::{BoxError, LocalRefusal, PoliteError};
 use crate::host::{Admission, Outcome};
 use crate::replay::{is_safe_to_retry, Replay};
+use crate::settings::Settings;
 use crate::signal::Signal;
 use crate::state::{HostCell, Shared};
 
@@ -115,6 +117,24 @@ enum Last<T> {
     Error(PoliteError),
 }
 
+impl<T> Last<T> {
+    /// What an attempt returned, kept until the next attempt returns.
+    fn of(result: Result<T, PoliteError>) -> Last<T> {
+        match result {
+            Ok(answer) => Last::Answer(answer),
+            Err(error) => Last::Error(error),
+        }
+    }
+
+    /// The result the caller gets.
+    fn into_result(self) -> Result<T, PoliteError> {
+        match self {
+            Last::Answer(answer) => Ok(answer),
+            Last::Error(error) => Err(error),
+        }
+    }
+}
+
 impl<S, R> Run<S, R> {
     async fn go<B, ResB>(mut self, request: Request<B>) -> Result<Response<ResB>, PoliteError>
     where
@@ -140,8 +160,7 @@ impl<S, R> Run<S, R> {
                 Err(refusal) => {
                     return match last {
                         // A retry that cannot be made in time: the caller gets the last answer.
-                        Some(Last::Answer(answer)) => Ok(answer),
-                        Some(Last::Error(error)) => Err(error),
+                        Some(last) => last.into_result(),
                         None => Err(PoliteError::Refused(refusal)),
                     };
                 }
@@ -150,49 +169,21 @@ impl<S, R> Run<S, R> {
                 cell: &cell,
                 armed: true,
             };
-            let to_send = if attempt < settings.max_attempts {
-                match kept.as_ref().and_then(|r| self.replay.replay(r)) {
-                    Some(copy) => copy,
-                    None => kept.take().expect("a request is kept until it is sent"),
-                }
-            } else {
-                kept.take().expect("a request is kept until it is sent")
-            };
+            let to_send = self.to_send(&mut kept, attempt < settings.max_attempts);
             let result = self.send(to_send).await;
             let now = timer.now();
             guard.armed = false;
-            let (outcome, retry_after_timeout) = match &result {
-                Ok(response) => {
-                    let signal = Signal::read(response.headers(), now);
-                    let outcome = outcome_of(response);
-                    cell.lock()
-                        .answered(seq, outcome, &signal, now, settings.headroom);
-                    (outcome, false)
-                }
-                Err(error) => {
-                    let outcome = error_outcome(error);
-                    cell.lock()
-                        .answered(seq, outcome, &Signal::default(), now, settings.headroom);
-                    (outcome, outcome == Outcome::TimedOut)
-                }
-            };
+            let (outcome, retry_after_timeout) =
+                record_attempt(&cell, seq, &result, now, settings.headroom);
             cell.finished.notify_waiters();
-            let retryable = match outcome {
-                Outcome::Refused | Outcome::TimedOut => safe,
-                Outcome::ConnectFailed => true,
-                Outcome::Answered | Outcome::Failed => false,
-            };
-            let can_retry = retryable
+            let can_retry = is_retryable(outcome, safe)
                 && kept.is_some()
                 && attempt < settings.max_attempts
                 && cell.lock().withdraw_retry(retry_after_timeout);
             if !can_retry {
                 return result;
             }
-            last = Some(match result {
-                Ok(answer) => Last::Answer(answer),
-                Err(error) => Last::Error(error),
-            });
+            last = Some(Last::of(result));
             let delay = {
                 let mut host = cell.lock();
                 settings.backoff.delay(attempt, host.rng())
@@ -203,9 +194,24 @@ impl<S, R> Run<S, R> {
             timer.sleep(delay).await;
         }
         match last {
-            Some(Last::Answer(answer)) => Ok(answer),
-            Some(Last::Error(error)) => Err(error),
+            Some(last) => last.into_result(),
             None => unreachable!("the loop returns unless an attempt left a result"),
+        }
+    }
+
+    /// The request an attempt sends: while attempts may follow, a copy of the kept request
+    /// (the request itself when it cannot be copied); on the last attempt, the request itself.
+    fn to_send<B>(&self, kept: &mut Option<Request<B>>, more_may_follow: bool) -> Request<B>
+    where
+        R: Replay<B>,
+    {
+        if more_may_follow {
+            match kept.as_ref().and_then(|r| self.replay.replay(r)) {
+                Some(copy) => copy,
+                None => kept.take().expect("a request is kept until it is sent"),
+            }
+        } else {
+            kept.take().expect("a request is kept until it is sent")
         }
     }
 
@@ -254,9 +260,60 @@ struct Place<'a> {
     ticket: Option<(u64, Arc<Notify>)>,
 }
 
+/// What one look at the host's state tells a request waiting for admission.
+enum Look {
+    /// The request is first in line: the host's admission.
+    First(Admission),
+    /// Behind others: wait for this notification that the request is first.
+    Behind(Arc<Notify>),
+    /// Refused: it would wait beyond `max_wait` (the wait the refusal names).
+    WouldWait(Duration),
+}
+
 impl Place<'_> {
     fn ticket(&self) -> Option<u64> {
         self.ticket.as_ref().map(|(t, _)| *t)
+    }
+
+    /// Looks at the host's state under its lock, at `now`: the request is first (it asks for
+    /// admission, and queues up if it is to wait), behind others (it queues up if it had not),
+    /// or would wait beyond `deadline` behind them (counted as given up).
+    fn look(&mut self, now: Nanos, deadline: Nanos, settings: &Settings) -> Look {
+        let mut host = self.cell.lock();
+        if host.is_first(self.ticket()) {
+            let admission = host.admit(now, settings);
+            let waits = match admission {
+                Admission::WaitUntil(at) => at <= deadline,
+                Admission::Full => now < deadline,
+                Admission::Go { .. } | Admission::Throttled(_) => false,
+            };
+            if waits && self.ticket.is_none() {
+                // The queue is empty (this request is first): from now on, it is the one
+                // newcomers queue behind.
+                self.ticket = Some(host.queue_up());
+            }
+            return Look::First(admission);
+        }
+        let turn = match &self.ticket {
+            Some((_, turn)) => turn.clone(),
+            None => {
+                let (ticket, turn) = host.queue_up();
+                self.ticket = Some((ticket, turn.clone()));
+                // Waiting in the queue cannot make the host's earliest instant come
+                // sooner: refuse at once what would wait beyond max_wait anyway.
+                let earliest = host.earliest(now, settings);
+                if earliest > deadline {
+                    host.gave_up();
+                    return Look::WouldWait(earliest.saturating_since(now));
+                }
+                turn
+            }
+        };
+        if now >= deadline {
+            host.gave_up();
+            return Look::WouldWait(settings.max_wait);
+        }
+        Look::Behind(turn)
     }
 
     fn leave(&mut self) {
@@ -302,55 +359,16 @@ async fn admit(shared: &Shared, cell: &HostCell, key: &str) -> Result<u64, Local
         // Register for "a request finished" before looking, so a release between the look and
         // the wait is not missed.
         let finished = cell.finished.notified();
-        let admission = {
-            let mut host = cell.lock();
-            if host.is_first(place.ticket()) {
-                let admission = host.admit(now, settings);
-                let waits = match admission {
-                    Admission::WaitUntil(at) => at <= deadline,
-                    Admission::Full => now < deadline,
-                    Admission::Go { .. } | Admission::Throttled(_) => false,
-                };
-                if waits && place.ticket.is_none() {
-                    // The queue is empty (this request is first): from now on, it is the one
-                    // newcomers queue behind.
-                    place.ticket = Some(host.queue_up());
-                }
-                Ok(admission)
-            } else {
-                let turn = match &place.ticket {
-                    Some((_, turn)) => turn.clone(),
-                    None => {
-                        let (ticket, turn) = host.queue_up();
-                        place.ticket = Some((ticket, turn.clone()));
-                        // Waiting in the queue cannot make the host's earliest instant come
-                        // sooner: refuse at once what would wait beyond max_wait anyway.
-                        let earliest = host.earliest(now, settings);
-                        if earliest > deadline {
-                            host.gave_up();
-                            drop(host);
-                            return Err(would_wait(earliest.saturating_since(now)));
-                        }
-                        turn
-                    }
-                };
-                if now >= deadline {
-                    host.gave_up();
-                    drop(host);
-                    return Err(would_wait(settings.max_wait));
-                }
-                Err(turn)
-            }
-        };
-        let admission = match admission {
-            Ok(admission) => admission,
-            Err(turn) => {
+        let admission = match place.look(now, deadline, settings) {
+            Look::First(admission) => admission,
+            Look::Behind(turn) => {
                 // Behind others: wait until this request is first (the first leaves by its own
                 // deadline, which comes no later than this one's).
                 waited = true;
                 turn.notified().await;
                 continue;
             }
+            Look::WouldWait(wait) => return Err(would_wait(wait)),
         };
         match admission {
             Admission::Go { seq } => {
@@ -399,6 +417,42 @@ impl Drop for InFlight<'_> {
             self.cell.lock().abandoned();
             self.cell.finished.notify_waiters();
         }
+    }
+}
+
+/// Tells the host how attempt `seq` turned out at `now`, learning the answer's limit fields;
+/// returns the outcome, and whether the attempt failed by timing out (a retry then costs the
+/// budget's timeout cost).
+fn record_attempt<T>(
+    cell: &HostCell,
+    seq: u64,
+    result: &Result<Response<T>, PoliteError>,
+    now: Nanos,
+    headroom: f64,
+) -> (Outcome, bool) {
+    match result {
+        Ok(response) => {
+            let signal = Signal::read(response.headers(), now);
+            let outcome = outcome_of(response);
+            cell.lock().answered(seq, outcome, &signal, now, headroom);
+            (outcome, false)
+        }
+        Err(error) => {
+            let outcome = error_outcome(error);
+            cell.lock()
+                .answered(seq, outcome, &Signal::default(), now, headroom);
+            (outcome, outcome == Outcome::TimedOut)
+        }
+    }
+}
+
+/// Whether an attempt that turned out so may be made again: a refusal or a timeout if the
+/// request is safe to retry, a connection that failed (nothing reached the server) always.
+fn is_retryable(outcome: Outcome, safe: bool) -> bool {
+    match outcome {
+        Outcome::Refused | Outcome::TimedOut => safe,
+        Outcome::ConnectFailed => true,
+        Outcome::Answered | Outcome::Failed => false,
     }
 }
 
