@@ -7,7 +7,7 @@
 //! (`down-after-milliseconds 1000`), so that a test's failover completes within seconds. Every
 //! wait polls every 20 ms, at most 1500 times: bounded waits for other processes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -54,90 +54,17 @@ impl RedisSentinels {
     /// Starts them and waits until every sentinel knows the master, its replicas and the
     /// other sentinels, and every replica is in sync. Panics if that takes more than 30 s.
     pub fn start(options: SentinelOptions) -> RedisSentinels {
-        static SETS: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "floodgate-sentinel-{}-{}",
-            std::process::id(),
-            SETS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let dir = fresh_directory();
         // Replication writes its snapshots into the working directory: keep them in ours.
         let data = dir
             .to_str()
             .expect("a UTF-8 temporary directory")
             .to_string();
-        let auth = |extra: &mut Vec<String>| {
-            extra.extend(["--dir".to_string(), data.clone()]);
-            if let Some(password) = &options.password {
-                extra.extend(
-                    ["--requirepass", password, "--masterauth", password].map(String::from),
-                );
-            }
-        };
-        let mut master_args = Vec::new();
-        auth(&mut master_args);
-        let mut master = RedisServer {
-            port: free_port(),
-            child: None,
-            extra: master_args,
-            tls: None,
-            password: options.password.clone(),
-            config_file: None,
-        };
-        master.restart();
-        let master_port = master.port();
-        let mut servers = vec![master];
-        for _ in 0..options.replicas {
-            let mut extra = vec![
-                "--replicaof".to_string(),
-                "127.0.0.1".to_string(),
-                master_port.to_string(),
-            ];
-            auth(&mut extra);
-            let mut replica = RedisServer {
-                port: free_port(),
-                child: None,
-                extra,
-                tls: None,
-                password: options.password.clone(),
-                config_file: None,
-            };
-            replica.restart();
-            servers.push(replica);
-        }
-        let quorum = options.sentinels / 2 + 1;
-        let mut sentinels = Vec::new();
-        for _ in 0..options.sentinels {
-            let port = free_port();
-            let mut config = format!(
-                "sentinel resolve-hostnames no\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {quorum}\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                 sentinel failover-timeout {MASTER_NAME} 5000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 1\n"
-            );
-            if let Some(password) = &options.password {
-                config.push_str(&format!("sentinel auth-pass {MASTER_NAME} {password}\n"));
-            }
-            if let Some(password) = &options.sentinel_password {
-                config.push_str(&format!(
-                    "requirepass {password}\nsentinel sentinel-pass {password}\n"
-                ));
-            }
-            let file = dir.join(format!("sentinel-{port}.conf"));
-            std::fs::write(&file, config).expect("writes");
-            let mut sentinel = RedisServer {
-                port,
-                child: None,
-                extra: vec!["--sentinel".to_string()],
-                tls: None,
-                password: options.sentinel_password.clone(),
-                config_file: Some(file),
-            };
-            sentinel.restart();
-            sentinels.push(sentinel);
-        }
+        let servers = start_master_and_replicas(&options, &data);
+        let master_port = servers[0].port();
+        let sentinels = (0..options.sentinels)
+            .map(|_| start_sentinel(&options, &dir, master_port))
+            .collect();
         let set = RedisSentinels {
             servers,
             sentinels,
@@ -257,6 +184,93 @@ impl RedisSentinels {
         }
         false
     }
+}
+
+/// A new, empty directory of this set's own in the temporary directory.
+fn fresh_directory() -> PathBuf {
+    static SETS: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-sentinel-{}-{}",
+        std::process::id(),
+        SETS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Starts the master, then its replicas: the master first in the list.
+fn start_master_and_replicas(options: &SentinelOptions, data: &str) -> Vec<RedisServer> {
+    let master = start_data_server(options, data, Vec::new());
+    let master_port = master.port();
+    let mut servers = vec![master];
+    for _ in 0..options.replicas {
+        let replica_of = vec![
+            "--replicaof".to_string(),
+            "127.0.0.1".to_string(),
+            master_port.to_string(),
+        ];
+        servers.push(start_data_server(options, data, replica_of));
+    }
+    servers
+}
+
+/// Starts a master or a replica (`extra` says which) on a free port, its data in `data`,
+/// requiring the set's password and giving it to its master.
+fn start_data_server(options: &SentinelOptions, data: &str, mut extra: Vec<String>) -> RedisServer {
+    extra.extend(["--dir".to_string(), data.to_string()]);
+    if let Some(password) = &options.password {
+        extra.extend(["--requirepass", password, "--masterauth", password].map(String::from));
+    }
+    let mut server = RedisServer {
+        port: free_port(),
+        child: None,
+        extra,
+        tls: None,
+        password: options.password.clone(),
+        config_file: None,
+    };
+    server.restart();
+    server
+}
+
+/// Starts a sentinel on a free port, its config file (which it rewrites) in `dir`.
+fn start_sentinel(options: &SentinelOptions, dir: &Path, master_port: u16) -> RedisServer {
+    let port = free_port();
+    let file = dir.join(format!("sentinel-{port}.conf"));
+    std::fs::write(&file, sentinel_config(options, master_port)).expect("writes");
+    let mut sentinel = RedisServer {
+        port,
+        child: None,
+        extra: vec!["--sentinel".to_string()],
+        tls: None,
+        password: options.sentinel_password.clone(),
+        config_file: Some(file),
+    };
+    sentinel.restart();
+    sentinel
+}
+
+/// A sentinel's config: the master to watch (quorum: a majority of the sentinels), how soon
+/// it is judged down, and the passwords.
+fn sentinel_config(options: &SentinelOptions, master_port: u16) -> String {
+    let quorum = options.sentinels / 2 + 1;
+    let mut config = format!(
+        "sentinel resolve-hostnames no\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {quorum}\n\
+         sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+         sentinel failover-timeout {MASTER_NAME} 5000\n\
+         sentinel parallel-syncs {MASTER_NAME} 1\n"
+    );
+    if let Some(password) = &options.password {
+        config.push_str(&format!("sentinel auth-pass {MASTER_NAME} {password}\n"));
+    }
+    if let Some(password) = &options.sentinel_password {
+        config.push_str(&format!(
+            "requirepass {password}\nsentinel sentinel-pass {password}\n"
+        ));
+    }
+    config
 }
 
 impl Drop for RedisSentinels {

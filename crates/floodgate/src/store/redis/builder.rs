@@ -165,38 +165,8 @@ impl RedisStoreBuilder {
     /// (`redis-cluster://[user:password@]host:port,host:port,…`, see the [module
     /// documentation](super#redis-cluster)) is a [`ConfigError`] for field `url`.
     pub fn build(self) -> Result<RedisStore, ConfigError> {
-        let read = |field: &'static str, path: &std::path::Path| {
-            std::fs::read(path)
-                .map_err(|_| ConfigError::invalid(field, path.display(), "must be a readable file"))
-        };
-        let tls = TlsFiles {
-            ca: match &self.tls_ca_file {
-                None => None,
-                Some(path) => Some(read("tls_ca_file", path)?),
-            },
-            client: match &self.tls_client {
-                None => None,
-                Some((cert, key)) => Some((
-                    read("tls_client_cert_file", cert)?,
-                    read("tls_client_key_file", key)?,
-                )),
-            },
-            skip_hostname_verification: self.tls_skip_hostname_verification,
-        };
-        if !(1..=8).contains(&self.batch_in_flight) {
-            return Err(ConfigError::invalid(
-                "batch_in_flight",
-                self.batch_in_flight,
-                "must be from 1 to 8",
-            ));
-        }
-        if self.batch_max_keys > MAX_BATCH_KEYS {
-            return Err(ConfigError::invalid(
-                "batch_max_keys",
-                self.batch_max_keys,
-                "must be at most 1024",
-            ));
-        }
+        let tls = self.tls_files()?;
+        self.check_group_commit()?;
         if self.connect_timeout.is_zero() {
             return Err(ConfigError::invalid(
                 "connect_timeout",
@@ -244,5 +214,47 @@ impl RedisStoreBuilder {
                 redirects: super::redirect::RedirectCounts::default(),
             }),
         })
+    }
+
+    /// The TLS files' contents (CA, client certificate and key), read now: an unreadable
+    /// file is a [`ConfigError`] for its field.
+    fn tls_files(&self) -> Result<TlsFiles, ConfigError> {
+        let read = |field: &'static str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|_| ConfigError::invalid(field, path.display(), "must be a readable file"))
+        };
+        Ok(TlsFiles {
+            ca: match &self.tls_ca_file {
+                None => None,
+                Some(path) => Some(read("tls_ca_file", path)?),
+            },
+            client: match &self.tls_client {
+                None => None,
+                Some((cert, key)) => Some((
+                    read("tls_client_cert_file", cert)?,
+                    read("tls_client_key_file", key)?,
+                )),
+            },
+            skip_hostname_verification: self.tls_skip_hostname_verification,
+        })
+    }
+
+    /// Checks the group commit's bounds: calls in flight per lane, keys per call.
+    fn check_group_commit(&self) -> Result<(), ConfigError> {
+        if !(1..=8).contains(&self.batch_in_flight) {
+            return Err(ConfigError::invalid(
+                "batch_in_flight",
+                self.batch_in_flight,
+                "must be from 1 to 8",
+            ));
+        }
+        if self.batch_max_keys > MAX_BATCH_KEYS {
+            return Err(ConfigError::invalid(
+                "batch_max_keys",
+                self.batch_max_keys,
+                "must be at most 1024",
+            ));
+        }
+        Ok(())
     }
 }

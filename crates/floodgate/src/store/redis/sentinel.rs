@@ -59,81 +59,9 @@ impl Sentinel {
         config: ConnectionManagerConfig,
     ) -> Result<Sentinel, ConfigError> {
         let invalid = |reason: &'static str| ConfigError::invalid("url", redacted(url), reason);
-        let shape = "must be redis-sentinel://[user:password@]host:port,host:port,…/master_name[/db][?sentinel_pass=…]";
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_once('/').ok_or_else(|| invalid(shape))?;
-        let (user_info, hosts) = match authority.rsplit_once('@') {
-            Some((user_info, hosts)) => (Some(user_info), hosts),
-            None => (None, authority),
-        };
-        let (master, db) = match path.split_once('/') {
-            Some((master, db)) => (master, db.parse::<i64>().map_err(|_| invalid(shape))?),
-            None => (path, 0),
-        };
-        let master = percent_decoded(master);
-        if master.is_empty() || hosts.is_empty() {
-            return Err(invalid(shape));
-        }
-        let mut sentinel_user = None;
-        let mut sentinel_pass = None;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("sentinel_user", v)) => sentinel_user = Some(percent_decoded(v)),
-                Some(("sentinel_pass", v)) => sentinel_pass = Some(percent_decoded(v)),
-                _ => {
-                    return Err(invalid(
-                        "takes only sentinel_user and sentinel_pass in its query",
-                    ))
-                }
-            }
-        }
-        let mut addresses = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = host
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok().filter(|p| *p > 0)?)))
-                .ok_or_else(|| {
-                    invalid("each sentinel needs a port (host:port, separated by commas)")
-                })?;
-            let name = name
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            addresses.push(match tls {
-                None => ConnectionAddr::Tcp(name, port),
-                Some(tls) => tls
-                    .address(&format!("rediss://{host}"))
-                    .map_err(|_| invalid(shape))?,
-            });
-        }
-        let mut builder =
-            SentinelClientBuilder::new(addresses, &master, SentinelServerType::Master)
-                .map_err(|_| invalid(shape))?
-                .set_client_to_redis_db(db);
-        if let Some(user_info) = user_info {
-            let (user, password) = user_info.split_once(':').unwrap_or(("", user_info));
-            if !user.is_empty() {
-                builder = builder.set_client_to_redis_username(percent_decoded(user));
-            }
-            if !password.is_empty() {
-                builder = builder.set_client_to_redis_password(percent_decoded(password));
-            }
-        }
-        if let Some(user) = sentinel_user {
-            builder = builder.set_client_to_sentinel_username(user);
-        }
-        if let Some(password) = sentinel_pass {
-            builder = builder.set_client_to_sentinel_password(password);
-        }
-        if let Some(tls) = tls {
-            builder = builder
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if let Some(certificates) = tls.certificates() {
-                builder = builder.set_client_to_redis_certificates(certificates);
-            }
-        }
-        let sentinels = builder.build().map_err(|_| invalid(shape))?;
+        let parts = SentinelUrl::parse(rest, &invalid)?;
+        let db = parts.db;
+        let sentinels = parts.client(tls, &invalid)?;
         Ok(Sentinel {
             sentinels: tokio::sync::Mutex::new(sentinels),
             config,
@@ -211,5 +139,133 @@ impl Sentinel {
         }
         let current = self.current.read().unwrap_or_else(|e| e.into_inner());
         current.as_ref().map(|m| m.manager.clone())
+    }
+}
+
+/// What a sentinel URL must look like, as its errors say.
+const SHAPE: &str = "must be redis-sentinel://[user:password@]host:port,host:port,…/master_name[/db][?sentinel_pass=…]";
+
+/// A sentinel URL's parts, after its scheme (see the [module documentation](self)).
+struct SentinelUrl<'u> {
+    /// The master's `user:password` (or password alone), as written.
+    user_info: Option<&'u str>,
+    /// The sentinels' `host:port`s, separated by commas.
+    hosts: &'u str,
+    /// The master's name, percent-decoded.
+    master: String,
+    db: i64,
+    /// The sentinels' credentials, percent-decoded.
+    sentinel_user: Option<String>,
+    sentinel_pass: Option<String>,
+}
+
+impl<'u> SentinelUrl<'u> {
+    /// Splits `rest` (the URL after `scheme://`) into its parts; `invalid` makes the error
+    /// for a reason.
+    fn parse(
+        rest: &'u str,
+        invalid: &dyn Fn(&'static str) -> ConfigError,
+    ) -> Result<SentinelUrl<'u>, ConfigError> {
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest.split_once('/').ok_or_else(|| invalid(SHAPE))?;
+        let (user_info, hosts) = match authority.rsplit_once('@') {
+            Some((user_info, hosts)) => (Some(user_info), hosts),
+            None => (None, authority),
+        };
+        let (master, db) = match path.split_once('/') {
+            Some((master, db)) => (master, db.parse::<i64>().map_err(|_| invalid(SHAPE))?),
+            None => (path, 0),
+        };
+        let master = percent_decoded(master);
+        if master.is_empty() || hosts.is_empty() {
+            return Err(invalid(SHAPE));
+        }
+        let mut sentinel_user = None;
+        let mut sentinel_pass = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("sentinel_user", v)) => sentinel_user = Some(percent_decoded(v)),
+                Some(("sentinel_pass", v)) => sentinel_pass = Some(percent_decoded(v)),
+                _ => {
+                    return Err(invalid(
+                        "takes only sentinel_user and sentinel_pass in its query",
+                    ))
+                }
+            }
+        }
+        Ok(SentinelUrl {
+            user_info,
+            hosts,
+            master,
+            db,
+            sentinel_user,
+            sentinel_pass,
+        })
+    }
+
+    /// The sentinels' addresses, TLS ones with `tls`.
+    fn sentinel_addresses(
+        &self,
+        tls: Option<&TlsFiles>,
+        invalid: &dyn Fn(&'static str) -> ConfigError,
+    ) -> Result<Vec<ConnectionAddr>, ConfigError> {
+        let mut addresses = Vec::new();
+        for host in self.hosts.split(',') {
+            let (name, port) = host
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok().filter(|p| *p > 0)?)))
+                .ok_or_else(|| {
+                    invalid("each sentinel needs a port (host:port, separated by commas)")
+                })?;
+            let name = name
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            addresses.push(match tls {
+                None => ConnectionAddr::Tcp(name, port),
+                Some(tls) => tls
+                    .address(&format!("rediss://{host}"))
+                    .map_err(|_| invalid(SHAPE))?,
+            });
+        }
+        Ok(addresses)
+    }
+
+    /// The client that asks the sentinels for the master: with the master's credentials and
+    /// database, the sentinels' credentials, and TLS to both with `tls`.
+    fn client(
+        self,
+        tls: Option<&TlsFiles>,
+        invalid: &dyn Fn(&'static str) -> ConfigError,
+    ) -> Result<SentinelClient, ConfigError> {
+        let addresses = self.sentinel_addresses(tls, invalid)?;
+        let mut builder =
+            SentinelClientBuilder::new(addresses, &self.master, SentinelServerType::Master)
+                .map_err(|_| invalid(SHAPE))?
+                .set_client_to_redis_db(self.db);
+        if let Some(user_info) = self.user_info {
+            let (user, password) = user_info.split_once(':').unwrap_or(("", user_info));
+            if !user.is_empty() {
+                builder = builder.set_client_to_redis_username(percent_decoded(user));
+            }
+            if !password.is_empty() {
+                builder = builder.set_client_to_redis_password(percent_decoded(password));
+            }
+        }
+        if let Some(user) = self.sentinel_user {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = self.sentinel_pass {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if let Some(tls) = tls {
+            builder = builder
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            if let Some(certificates) = tls.certificates() {
+                builder = builder.set_client_to_redis_certificates(certificates);
+            }
+        }
+        builder.build().map_err(|_| invalid(SHAPE))
     }
 }
