@@ -167,38 +167,10 @@ impl Source {
                 Event::Scalar(text, ..) => Some(text.to_string()),
                 _ => None,
             };
-            // The node's path, and whether it is a key.
-            let path = match stack.last_mut() {
-                None => String::new(),
-                Some(Container::Sequence { path, next }) => {
-                    let item = format!("{path}[{next}]");
-                    *next += 1;
-                    source.push(item.clone(), line, None, scalar.clone());
-                    item
-                }
-                Some(Container::Mapping { path, key, seen }) => match key.take() {
-                    None => {
-                        // A key. Keys that are not scalars are kept out of paths.
-                        let name = scalar.clone().unwrap_or_default();
-                        if let Some(first) = seen.insert(name.clone(), line) {
-                            return Err(yaml_error(
-                                line,
-                                format!(
-                                    "{}: duplicate key `{name}` (first at line {first}): \
-                                     a key may appear once in a mapping",
-                                    join(path, &name)
-                                ),
-                            ));
-                        }
-                        *key = Some((name, line));
-                        continue;
-                    }
-                    Some((name, key_line)) => {
-                        let entry = join(path, &name);
-                        source.push(entry.clone(), key_line, Some(name), scalar.clone());
-                        entry
-                    }
-                },
+            let path = match source.node_path(stack.last_mut(), line, scalar) {
+                Ok(Some(path)) => path,
+                Ok(None) => continue, // a key: recorded with its value
+                Err(message) => return Err(yaml_error(line, message)),
             };
             match event {
                 Event::MappingStart(..) => stack.push(Container::Mapping {
@@ -211,6 +183,46 @@ impl Source {
             }
         }
         Ok(source)
+    }
+
+    /// The path of a node read at `line` in `parent` (the top when none), recorded as an
+    /// entry; `None` for a mapping's key, which is recorded with its value; the message for a
+    /// key written twice in one mapping.
+    fn node_path(
+        &mut self,
+        parent: Option<&mut Container>,
+        line: usize,
+        scalar: Option<String>,
+    ) -> Result<Option<String>, String> {
+        match parent {
+            None => Ok(Some(String::new())),
+            Some(Container::Sequence { path, next }) => {
+                let item = format!("{path}[{next}]");
+                *next += 1;
+                self.push(item.clone(), line, None, scalar);
+                Ok(Some(item))
+            }
+            Some(Container::Mapping { path, key, seen }) => match key.take() {
+                None => {
+                    // A key. Keys that are not scalars are kept out of paths.
+                    let name = scalar.unwrap_or_default();
+                    if let Some(first) = seen.insert(name.clone(), line) {
+                        return Err(format!(
+                            "{}: duplicate key `{name}` (first at line {first}): \
+                             a key may appear once in a mapping",
+                            join(path, &name)
+                        ));
+                    }
+                    *key = Some((name, line));
+                    Ok(None)
+                }
+                Some((name, key_line)) => {
+                    let entry = join(path, &name);
+                    self.push(entry.clone(), key_line, Some(name), scalar);
+                    Ok(Some(entry))
+                }
+            },
+        }
     }
 
     fn push(&mut self, path: String, line: usize, key: Option<String>, scalar: Option<String>) {

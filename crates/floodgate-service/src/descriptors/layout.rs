@@ -186,32 +186,7 @@ impl EnvoyCounters {
             .zip(counting)
             .map(|(k, c)| !c.refund && self.cache.as_ref().is_some_and(|cache| cache.holds(k, now)))
             .collect();
-        // What each adds: its hits, or, stopping increments, 0 for all but those that would
-        // go over, when one would. A refund always gives its hits back.
-        let mut adding: Vec<u64> = counting.iter().map(|c| c.hits).collect();
-        if self.stop_increment {
-            if cached.iter().any(|&c| c) {
-                for (a, c) in adding.iter_mut().zip(counting) {
-                    if !c.refund {
-                        *a = 0;
-                    }
-                }
-            } else {
-                let current = self.read(&keys, counting).await?;
-                let would: Vec<bool> = counting
-                    .iter()
-                    .zip(&current)
-                    .map(|(c, n)| !c.refund && n.saturating_add(c.hits) > u64::from(c.limit))
-                    .collect();
-                if would.iter().any(|&w| w) {
-                    for ((a, w), c) in adding.iter_mut().zip(&would).zip(counting) {
-                        if !w && !c.refund {
-                            *a = 0;
-                        }
-                    }
-                }
-            }
-        }
+        let adding = self.additions(&keys, counting, &cached).await?;
         let sent: Vec<usize> = (0..counting.len()).filter(|&i| !cached[i]).collect();
         let counts = self.increment(&keys, counting, &adding, &sent).await?;
         let mut out = Vec::with_capacity(counting.len());
@@ -229,38 +204,86 @@ impl EnvoyCounters {
                 continue;
             }
             let after = next.next().unwrap_or_default();
-            if c.refund {
-                // Never over: what was given back cannot refuse anything. The key may be under
-                // its limit again, so the cache forgets it.
-                if let Some(cache) = &self.cache {
-                    cache.forget(&keys[i]);
-                }
-                out.push(Counted {
-                    before: after.saturating_add(adding[i]),
-                    after,
-                    over: false,
-                    from_cache: false,
-                    reset: reset[i],
-                });
-                continue;
-            }
-            let before = after.saturating_sub(adding[i]);
-            // As upstream: judged on the count now, whether this call added to it or not.
-            let over = after > limit;
-            if over {
-                if let Some(cache) = &self.cache {
-                    cache.remember(&keys[i], now + c.unit.duration().as_secs());
-                }
-            }
-            out.push(Counted {
-                before,
-                after,
-                over,
-                from_cache: false,
-                reset: reset[i],
-            });
+            out.push(self.judged(c, &keys[i], after, adding[i], reset[i], now));
         }
         Ok(out)
+    }
+
+    /// What each descriptor adds: its hits, or, stopping increments, 0 for all but those that
+    /// would go over, when one would (read first; when one is over in the cache, nothing is
+    /// added). A refund always gives its hits back.
+    async fn additions(
+        &self,
+        keys: &[String],
+        counting: &[Counting],
+        cached: &[bool],
+    ) -> Result<Vec<u64>, StoreError> {
+        let mut adding: Vec<u64> = counting.iter().map(|c| c.hits).collect();
+        if !self.stop_increment {
+            return Ok(adding);
+        }
+        let added_to = if cached.iter().any(|&c| c) {
+            vec![false; counting.len()]
+        } else {
+            let current = self.read(keys, counting).await?;
+            let would: Vec<bool> = counting
+                .iter()
+                .zip(&current)
+                .map(|(c, n)| !c.refund && n.saturating_add(c.hits) > u64::from(c.limit))
+                .collect();
+            if !would.iter().any(|&w| w) {
+                return Ok(adding);
+            }
+            would
+        };
+        for ((a, w), c) in adding.iter_mut().zip(&added_to).zip(counting) {
+            if !w && !c.refund {
+                *a = 0;
+            }
+        }
+        Ok(adding)
+    }
+
+    /// A descriptor counted in Redis, judged: `after` is its count now, `adding` what this
+    /// call added to `key`; the over-limit cache learns or forgets the key.
+    fn judged(
+        &self,
+        c: &Counting,
+        key: &str,
+        after: u64,
+        adding: u64,
+        reset: Duration,
+        now: u64,
+    ) -> Counted {
+        if c.refund {
+            // Never over: what was given back cannot refuse anything. The key may be under
+            // its limit again, so the cache forgets it.
+            if let Some(cache) = &self.cache {
+                cache.forget(key);
+            }
+            return Counted {
+                before: after.saturating_add(adding),
+                after,
+                over: false,
+                from_cache: false,
+                reset,
+            };
+        }
+        let before = after.saturating_sub(adding);
+        // As upstream: judged on the count now, whether this call added to it or not.
+        let over = after > u64::from(c.limit);
+        if over {
+            if let Some(cache) = &self.cache {
+                cache.remember(key, now + c.unit.duration().as_secs());
+            }
+        }
+        Counted {
+            before,
+            after,
+            over,
+            from_cache: false,
+            reset,
+        }
     }
 
     fn store_for(&self, unit: RateUnit) -> &RedisStore {

@@ -332,15 +332,7 @@ impl Server {
         let upstream_surface = self.serves_upstream_surface();
         self.decisions.snapshot.store(Arc::new(snapshot));
         accepted();
-        match (upstream_surface, self.serves_upstream_surface()) {
-            (true, false) => tracing::info!(
-                "the configuration now has stages or named limits: the HTTP listener serves Floodgate's endpoints beside upstream's"
-            ),
-            (false, true) => tracing::info!(
-                "the configuration has no stage or named limit any more: the HTTP listener serves only upstream's endpoints (with health, metrics and the admin API)"
-            ),
-            _ => {}
-        }
+        announce_surface(upstream_surface, self.serves_upstream_surface());
         self.observed
             .readiness
             .config_missing
@@ -350,16 +342,7 @@ impl Server {
             .store(Arc::new(kept.plans_by_user()));
         *switches = kept;
         self.observed.metrics.reload(true);
-        let report = {
-            let mut loaded = self
-                .control
-                .loaded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let report = ReloadReport::between(&loaded.last, &config, &loaded.started);
-            loaded.last = Arc::new(config);
-            report
-        };
+        let report = self.loaded_now(config);
         for setting in &report.restart_to_apply {
             tracing::warn!(
                 trigger = trigger.name(),
@@ -374,6 +357,32 @@ impl Server {
             "configuration reloaded"
         );
         Ok(report)
+    }
+
+    /// What changed from the last configuration loaded to `config`, which becomes the last.
+    fn loaded_now(&self, config: Config) -> ReloadReport {
+        let mut loaded = self
+            .control
+            .loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let report = ReloadReport::between(&loaded.last, &config, &loaded.started);
+        loaded.last = Arc::new(config);
+        report
+    }
+}
+
+/// Says when a reload changes what the drop-in's HTTP listener serves (`before` and `after`:
+/// whether it serves upstream's endpoints alone).
+fn announce_surface(before: bool, after: bool) {
+    match (before, after) {
+        (true, false) => tracing::info!(
+            "the configuration now has stages or named limits: the HTTP listener serves Floodgate's endpoints beside upstream's"
+        ),
+        (false, true) => tracing::info!(
+            "the configuration has no stage or named limit any more: the HTTP listener serves only upstream's endpoints (with health, metrics and the admin API)"
+        ),
+        _ => {}
     }
 }
 
