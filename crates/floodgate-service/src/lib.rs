@@ -7,7 +7,7 @@
 //!
 //! Modules import one way, bottom to top: the leaves (`environment`, `rls`, `prometheus`,
 //! `lease_token` and `reservation_token`, `proto`), `cli`, `descriptors`, `config` (plain data and its validation),
-//! `store`, `metrics` and `connections`, then `snapshot` (what a configuration serves),
+//! `store`, `metrics` and `connections`, then `served` (what a configuration serves),
 //! `statsd` (and `dogstatsd` over it), `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
 //! `runtime` on top
 //! (ARCHITECTURE.md draws the rows and says where each concern lives).
@@ -33,8 +33,8 @@ pub mod proto;
 pub mod reservation_token;
 pub mod rls;
 pub mod runtime;
+pub mod served;
 pub mod service;
-pub mod snapshot;
 pub mod statsd;
 pub mod store;
 pub mod traces;

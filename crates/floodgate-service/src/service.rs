@@ -24,7 +24,7 @@ use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError
 use crate::rls::{
     Code, OnStoreError as RlsOnStoreError, RlsRequest, RlsResponse, RlsStatus, Undecided,
 };
-use crate::snapshot::Served;
+use crate::served::Served;
 
 pub use crate::store::Mem;
 use crate::store::ServiceStore;
@@ -56,9 +56,6 @@ pub struct TooLong {
     pub max: usize,
 }
 
-/// One configuration, ready to serve: swapped whole on reload.
-pub type Snapshot = Served<ServiceStore>;
-
 /// The running service. See the [module documentation](self). Its state is grouped by what
 /// uses it, so that each file of `impl Server` names the part it reads.
 #[derive(Debug)]
@@ -76,7 +73,7 @@ pub struct Server {
 /// What decisions are made with.
 #[derive(Debug)]
 struct Decisions {
-    snapshot: ArcSwap<Snapshot>,
+    served: ArcSwap<Served<ServiceStore>>,
     /// The one store, created once and kept across reloads: every stage, named limit and Envoy
     /// rule keeps its keys in its own namespace of it.
     store: ServiceStore,
@@ -151,12 +148,12 @@ impl Server {
         admin_token: Option<String>,
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
-        let snapshot = build_snapshot(&config, &store, None)?;
+        let served = build_served(&config, &store, None)?;
         let limits = config.connections.clone();
         let loaded = Arc::new(config.clone());
         Ok(Server {
             decisions: Decisions {
-                snapshot: ArcSwap::from_pointee(snapshot),
+                served: ArcSwap::from_pointee(served),
                 store,
                 plan_overrides: ArcSwap::from_pointee(HashMap::new()),
                 leases: leases::Signing::random(),
@@ -239,8 +236,8 @@ impl Server {
         if self.decisions.store.redis().is_none() {
             return;
         }
-        let snapshot = self.decisions.snapshot.load();
-        for stage in snapshot.pipeline.stages() {
+        let served = self.decisions.served.load();
+        for stage in served.pipeline.stages() {
             let kind = stage.limiter().kind();
             if matches!(
                 kind,
@@ -266,8 +263,8 @@ impl Server {
     /// ([`Server::with_upstream_surface`]).
     pub fn serves_upstream_surface(&self) -> bool {
         self.edge.upstream_surface && {
-            let snapshot = self.decisions.snapshot.load();
-            snapshot.stage_paths.is_empty() && snapshot.limits.is_empty()
+            let served = self.decisions.served.load();
+            served.stage_paths.is_empty() && served.limits.is_empty()
         }
     }
 
@@ -395,7 +392,7 @@ impl Server {
     /// last call succeeded and, if not, the kind of failure.
     pub fn readiness(&self) -> (bool, Value) {
         let store = self.decisions.store.status();
-        let snapshot = self.decisions.snapshot.load();
+        let served = self.decisions.served.load();
         let reason = if !self.is_ready() {
             Some("shutting down".to_string())
         } else if self
@@ -405,7 +402,7 @@ impl Server {
             .load(Ordering::Relaxed)
         {
             Some("no configuration has loaded yet".to_string())
-        } else if snapshot.rls_require_domains && snapshot.rules.domains().next().is_none() {
+        } else if served.rls_require_domains && served.rules.domains().next().is_none() {
             Some("no domain is configured (rls.require_domains)".to_string())
         } else {
             store.not_ready()
@@ -438,8 +435,8 @@ impl Server {
         key: &str,
         cost: u64,
     ) -> Result<Option<Decision>, StoreError> {
-        let snapshot = self.decisions.snapshot.load();
-        let Some(limit) = snapshot.limits.get(limiter) else {
+        let served = self.decisions.served.load();
+        let Some(limit) = served.limits.get(limiter) else {
             return Ok(None);
         };
         self.observed.dashboard.count_key(|k| {
@@ -520,10 +517,10 @@ impl Server {
                 }
             });
         }
-        let snapshot = self.decisions.snapshot.load();
+        let served = self.decisions.served.load();
         if request.descriptors.iter().any(|d| d.negative_hits) {
             let takes = |algorithm: &_| self.decisions.store.takes_refunds(algorithm);
-            if let Some(why) = snapshot.rules.refund_refused(request, takes) {
+            if let Some(why) = served.rules.refund_refused(request, takes) {
                 self.observed.metrics.call(endpoint, Outcome::Invalid);
                 return Err(Undecided::Invalid(why));
             }
@@ -535,7 +532,7 @@ impl Server {
             .envoy_counters()
             .map(|_| &self.decisions.store);
         let stats = Some(&*self.observed.descriptor_stats);
-        let rules = &snapshot.rules;
+        let rules = &served.rules;
         let result = crate::traces::within(
             || crate::traces::store_call(self.decisions.store.kind()),
             || rules.should_rate_limit_in(&self.decisions.store, counters, stats, request),
@@ -547,7 +544,7 @@ impl Server {
         )
         .await;
         let took = self.decisions.clock.now().saturating_since(started);
-        let answered = self.settle_rls(result, request, endpoint, &snapshot, took);
+        let answered = self.settle_rls(result, request, endpoint, &served, took);
         crate::traces::record_rls(
             &request.domain,
             request.descriptors.len(),
@@ -568,7 +565,7 @@ impl Server {
         result: Result<RlsResponse, StoreError>,
         request: &RlsRequest,
         endpoint: Endpoint,
-        snapshot: &Snapshot,
+        served: &Served<ServiceStore>,
         took: std::time::Duration,
     ) -> Result<RlsResponse, Undecided> {
         self.observed.metrics.store_latency(took);
@@ -582,13 +579,13 @@ impl Server {
         }
         match result {
             Ok(mut response) => {
-                if let Some(names) = &snapshot.response_headers {
+                if let Some(names) = &served.response_headers {
                     response.response_headers_to_add =
                         rate_limit_headers(&response.statuses, names, self.decisions.clock.now());
                 }
                 // Global shadow mode, after the headers (as upstream): the answer goes
                 // through, each status still saying what the limit decided.
-                if snapshot.rls_shadow_mode && response.overall_code == Code::OverLimit {
+                if served.rls_shadow_mode && response.overall_code == Code::OverLimit {
                     response.overall_code = Code::Ok;
                     self.observed.metrics.global_shadow_mode();
                 }
@@ -605,7 +602,7 @@ impl Server {
             }
             Err(e) => {
                 // The store logs its failures, at a bounded rate (`store::health`).
-                let policy = snapshot.rls_on_store_error;
+                let policy = served.rls_on_store_error;
                 tracing::debug!(error = %e, on_store_error = policy.name(), "store failed on ShouldRateLimit");
                 let code = match policy {
                     RlsOnStoreError::Ok => Code::Ok,
@@ -661,15 +658,15 @@ fn upstream_mapping(
     }
 }
 
-/// Builds a config into a snapshot over the service's long-lived store, with the shared coarse
+/// Builds a config into what is served over the service's long-lived store, with the shared coarse
 /// clock driving the utilization shedder.
 /// A configuration using an algorithm the store cannot run is refused.
 /// A configuration replacing `previous` goes on counting where its stages left off.
-fn build_snapshot(
+fn build_served(
     config: &Config,
     store: &ServiceStore,
-    previous: Option<&Snapshot>,
-) -> Result<Snapshot, ConfigFileError> {
+    previous: Option<&Served<ServiceStore>>,
+) -> Result<Served<ServiceStore>, ConfigFileError> {
     let clock = Arc::new(CoarseClock::shared());
     let served = config.build_after(store.clone(), clock, previous)?;
     store.check(&served).map_err(|e| config.place(e))?;

@@ -7,7 +7,7 @@
 //! what the service adds around it: its [`health`] (calls, errors by kind, the last outcome;
 //! failures logged at a bounded rate, a few relaxed atomic additions a call), cached mode's
 //! metrics and upstream's counters. One concrete type rather than a type parameter of the
-//! whole service: the HTTP, gRPC and admin faces, the snapshot and the runtime stay one type,
+//! whole service: the HTTP, gRPC and admin faces, what is served and the runtime stay one type,
 //! and a call costs one match on the kind of store before the store's own work.
 //!
 //! A Redis store cannot run every algorithm yet; [`ServiceStore::check`] refuses a built

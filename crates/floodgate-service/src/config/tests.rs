@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::snapshot::Served;
+use crate::served::Served;
 use floodgate::algorithm::spec::AnyState;
 use floodgate::limiter::{Mode, Priority};
 use floodgate::pipeline::Request;

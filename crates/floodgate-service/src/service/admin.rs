@@ -67,9 +67,9 @@ impl Server {
             mode: mode.to_string(),
         })?;
         let mut switches = self.switches();
-        let snapshot = self.decisions.snapshot.load();
-        let Some(&configured) = snapshot.configured_modes.get(limiter) else {
-            let names: Vec<&str> = snapshot
+        let served = self.decisions.served.load();
+        let Some(&configured) = served.configured_modes.get(limiter) else {
+            let names: Vec<&str> = served
                 .pipeline
                 .stages()
                 .map(|s| s.name().as_str())
@@ -83,7 +83,7 @@ impl Server {
                 },
             });
         };
-        snapshot.pipeline.set_mode(limiter, mode);
+        served.pipeline.set_mode(limiter, mode);
         switches.set_mode(limiter, mode, configured);
         tracing::info!(
             limiter,
@@ -99,17 +99,17 @@ impl Server {
     /// keep the plan ([`switches`](super::switches)).
     pub fn set_plan(&self, user: &str, plan: &str) -> Result<(), AdminError> {
         let mut switches = self.switches();
-        let snapshot = self.decisions.snapshot.load();
-        if !has_plan(&snapshot, plan) {
+        let served = self.decisions.served.load();
+        if !has_plan(&served, plan) {
             return Err(AdminError::UnknownPlan {
                 plan: plan.to_string(),
-                configured: plan_list(&snapshot),
+                configured: plan_list(&served),
             });
         }
         if user.is_empty() {
             return Err(AdminError::EmptyUser);
         }
-        let configured = snapshot.users.get(user).map(String::as_str);
+        let configured = served.users.get(user).map(String::as_str);
         switches.set_plan(user, plan, configured);
         self.decisions
             .plan_overrides

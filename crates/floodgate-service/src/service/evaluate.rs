@@ -11,9 +11,11 @@ use floodgate::Clock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{attributes, Server, Snapshot};
+use super::{attributes, Server};
 use crate::lease_token::TokenError;
 use crate::metrics::{Endpoint, Outcome};
+use crate::served::Served;
+use crate::store::ServiceStore;
 
 /// The body of `POST /v1/evaluate`.
 #[derive(Debug, Default, Deserialize)]
@@ -133,12 +135,12 @@ impl Server {
         estimate: Option<u64>,
     ) -> Result<(EvaluateAnswer, Option<PipelineReservation>), EvaluateError> {
         let priority = self.checked(request)?;
-        let snapshot = self.decisions.snapshot.load();
+        let served = self.decisions.served.load();
         if let Some(plan) = &request.plan {
-            if !has_plan(&snapshot, plan) {
+            if !has_plan(&served, plan) {
                 return Err(EvaluateError::UnknownPlan {
                     plan: plan.clone(),
-                    configured: plan_list(&snapshot),
+                    configured: plan_list(&served),
                 });
             }
         }
@@ -146,11 +148,11 @@ impl Server {
         let overrides = self.decisions.plan_overrides.load();
         let plan = overrides
             .get(&request.user)
-            .or_else(|| snapshot.users.get(&request.user))
+            .or_else(|| served.users.get(&request.user))
             .map(String::as_str)
             .or(request.plan.as_deref())
-            .unwrap_or(&snapshot.default_plan);
-        let attributes = attributes::read(&request.attributes, &snapshot.attributes)?;
+            .unwrap_or(&served.default_plan);
+        let attributes = attributes::read(&request.attributes, &served.attributes)?;
         let attributes = floodgate::pipeline::scope::borrowed(&attributes);
         let asked = Request {
             user: &request.user,
@@ -160,7 +162,7 @@ impl Server {
             endpoint: request.endpoint.as_deref(),
             attributes: &attributes,
         };
-        if let Some(missing) = snapshot.pipeline.missing_field(&asked) {
+        if let Some(missing) = served.pipeline.missing_field(&asked) {
             return Err(missing.into());
         }
         self.observed.dashboard.count_key(|k| {
@@ -168,7 +170,7 @@ impl Server {
             k.push_str(&request.user);
         });
         let started = self.decisions.clock.now();
-        let pipeline = &snapshot.pipeline;
+        let pipeline = &served.pipeline;
         let (verdict, reservation) = crate::traces::within(
             || crate::traces::store_call(self.decisions.store.kind()),
             || async {
@@ -264,16 +266,16 @@ impl Server {
         latency: Option<std::time::Duration>,
     ) -> Result<bool, ReleaseTokenError> {
         let leases = self.open_token(token).await?;
-        let snapshot = self.decisions.snapshot.load();
+        let served = self.decisions.served.load();
         if let Some(gone) = leases
             .iter()
-            .find(|l| snapshot.pipeline.stage(l.limiter().as_str()).is_none())
+            .find(|l| served.pipeline.stage(l.limiter().as_str()).is_none())
         {
             return Err(ReleaseTokenError::UnknownLimiter(gone.limiter().clone()));
         }
         let mut released = false;
         for lease in &leases {
-            match snapshot.pipeline.release_after(lease, latency).await {
+            match served.pipeline.release_after(lease, latency).await {
                 Ok(r) => released |= r,
                 Err(ReleaseError::Store(e)) => {
                     // The store logs its failures, at a bounded rate (`store::health`).
@@ -288,13 +290,13 @@ impl Server {
 }
 
 /// Whether the running configuration has a plan named `plan` (its request rate stage's).
-pub(super) fn has_plan(snapshot: &Snapshot, plan: &str) -> bool {
-    plans(snapshot).any(|p| p == plan)
+pub(super) fn has_plan(served: &Served<ServiceStore>, plan: &str) -> bool {
+    plans(served).any(|p| p == plan)
 }
 
 /// The configured plans' names.
-fn plans(snapshot: &Snapshot) -> impl Iterator<Item = &str> {
-    snapshot
+fn plans(served: &Served<ServiceStore>) -> impl Iterator<Item = &str> {
+    served
         .pipeline
         .stages()
         .filter_map(|stage| match stage.limiter() {
@@ -306,8 +308,8 @@ fn plans(snapshot: &Snapshot) -> impl Iterator<Item = &str> {
 }
 
 /// The configured plans, for a message: `plans are free, pro` or `there are no plans`.
-pub(super) fn plan_list(snapshot: &Snapshot) -> String {
-    let mut names: Vec<&str> = plans(snapshot).collect();
+pub(super) fn plan_list(served: &Served<ServiceStore>) -> String {
+    let mut names: Vec<&str> = plans(served).collect();
     names.sort_unstable();
     if names.is_empty() {
         "there are no plans".to_string()

@@ -83,17 +83,12 @@ impl Server {
     /// concurrency stage), which lease tokens carry.
     pub fn hands_out_leases(&self) -> bool {
         use floodgate::pipeline::Limiter;
-        self.decisions
-            .snapshot
-            .load()
-            .pipeline
-            .stages()
-            .any(|stage| {
-                matches!(
-                    stage.limiter(),
-                    Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
-                )
-            })
+        self.decisions.served.load().pipeline.stages().any(|stage| {
+            matches!(
+                stage.limiter(),
+                Limiter::Concurrency(_) | Limiter::Fleet(_) | Limiter::AdaptiveConcurrency(_)
+            )
+        })
     }
 
     /// Reads the shared secret now if it is still to be read (see

@@ -13,18 +13,18 @@ use crate::prometheus::{Exposition, Kind};
 impl Server {
     /// The running configuration's limiters, named limits and domains.
     pub fn overview(&self) -> Overview {
-        let snapshot = self.decisions.snapshot.load();
-        let limiters = snapshot
+        let served = self.decisions.served.load();
+        let limiters = served
             .pipeline
             .stages()
             .map(|s| (s.name().to_string(), s.limiter().kind(), s.current_mode()))
             .collect();
-        let limits: Vec<(String, &'static str)> = snapshot
+        let limits: Vec<(String, &'static str)> = served
             .limits
             .iter()
             .map(|(name, limit)| (name.clone(), limit.algorithm().name()))
             .collect();
-        let mut domains: Vec<String> = snapshot.rules.domains().map(str::to_string).collect();
+        let mut domains: Vec<String> = served.rules.domains().map(str::to_string).collect();
         domains.sort();
         let switched = self
             .switches()
@@ -32,7 +32,7 @@ impl Server {
             .iter()
             .map(|(stage, switch)| (stage.clone(), switch.configured))
             .collect();
-        let scopes = snapshot
+        let scopes = served
             .pipeline
             .stages()
             .filter_map(|s| Some((s.name().to_string(), s.describe_scope()?)))
@@ -49,10 +49,10 @@ impl Server {
     /// What `/metrics` and the dashboard read at a given moment: every stage's snapshot, the
     /// busy workers, the store's counters and breaker.
     pub async fn live(&self) -> Live {
-        let snapshot = self.decisions.snapshot.load_full();
+        let served = self.decisions.served.load_full();
         Live {
-            stages: snapshot.pipeline.snapshot().await,
-            busy_workers: snapshot.workers.as_ref().map_or(0, |g| g.busy()),
+            stages: served.pipeline.snapshot().await,
+            busy_workers: served.workers.as_ref().map_or(0, |g| g.busy()),
             store: Some(StoreLive {
                 memory: self.decisions.store.memory_stats(),
                 batches: self.decisions.store.redis().map(|r| r.batch_stats()),
@@ -73,7 +73,7 @@ impl Server {
                     self.decisions.store.breaker_state(),
                 )
             }),
-            configured_modes: snapshot.configured_modes.clone(),
+            configured_modes: served.configured_modes.clone(),
         }
     }
 
@@ -81,7 +81,7 @@ impl Server {
     /// ([`crate::descriptors::RuleSet::listing`]); a configuration pushed over xDS first says
     /// which version it is, in a line of its own (`# xDS version v7`).
     pub fn rlconfig(&self) -> String {
-        let listing = self.decisions.snapshot.load().rules.listing();
+        let listing = self.decisions.served.load().rules.listing();
         match self.xds_version() {
             Some(version) => format!("# xDS version {version}\n{listing}"),
             None => listing,

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::switches::Configured;
-use super::{build_snapshot, has_plan, Server};
+use super::{build_served, has_plan, Server};
 use crate::config::xds::Pushed;
 use crate::config::{Config, ConfigFileError, ConfigSource};
 
@@ -299,12 +299,12 @@ impl Server {
         accepted: impl FnOnce(),
     ) -> Result<ReloadReport, ConfigFileError> {
         let mut switches = self.switches();
-        let previous = self.decisions.snapshot.load_full();
+        let previous = self.decisions.served.load_full();
         let result = load(&self.control.overrides).and_then(|config| {
-            let snapshot = build_snapshot(&config, &self.decisions.store, Some(&previous))?;
-            Ok((config, snapshot))
+            let served = build_served(&config, &self.decisions.store, Some(&previous))?;
+            Ok((config, served))
         });
-        let (config, snapshot) = match result {
+        let (config, served) = match result {
             Ok(loaded) => loaded,
             Err(error) => {
                 self.observed.metrics.reload(false);
@@ -317,20 +317,20 @@ impl Server {
                 return Err(error);
             }
         };
-        let has = |plan: &str| has_plan(&snapshot, plan);
+        let has = |plan: &str| has_plan(&served, plan);
         let (kept, dropped) = switches.after_reload(&Configured {
-            modes: &snapshot.configured_modes,
-            users: &snapshot.users,
+            modes: &served.configured_modes,
+            users: &served.users,
             has_plan: &has,
         });
         for (stage, switch) in &kept.modes {
-            snapshot.pipeline.set_mode(stage, switch.mode);
+            served.pipeline.set_mode(stage, switch.mode);
         }
         for d in &dropped {
             tracing::warn!(switch = %d.what, why = %d.why, "reload dropped a runtime switch: the configuration wins");
         }
         let upstream_surface = self.serves_upstream_surface();
-        self.decisions.snapshot.store(Arc::new(snapshot));
+        self.decisions.served.store(Arc::new(served));
         accepted();
         announce_surface(upstream_surface, self.serves_upstream_surface());
         self.observed

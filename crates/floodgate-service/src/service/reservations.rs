@@ -118,8 +118,8 @@ impl Server {
         key: &str,
         estimate: u64,
     ) -> Result<Reserved, StoreError> {
-        let snapshot = self.decisions.snapshot.load();
-        let Some(named) = snapshot.limits.get(limit) else {
+        let served = self.decisions.served.load();
+        let Some(named) = served.limits.get(limit) else {
             return Ok(Reserved::UnknownLimit);
         };
         if !Held::fits(key) {
@@ -131,7 +131,7 @@ impl Server {
             }
             other => other?,
         };
-        let ttl = snapshot.reservation_ttl;
+        let ttl = served.reservation_ttl;
         let token = match reservation {
             Some(reservation) => {
                 self.lease_secret_before_issuing().await;
@@ -173,11 +173,10 @@ impl Server {
         if !Held::fits(key) || plan.is_some_and(|p| !Held::fits(p)) {
             return Ok(Reserved::KeyNotCarried);
         }
-        let snapshot = self.decisions.snapshot.load();
-        let reserving =
-            snapshot
-                .pipeline
-                .reserve_on_stage(stage, key, plan.unwrap_or(""), estimate);
+        let served = self.decisions.served.load();
+        let reserving = served
+            .pipeline
+            .reserve_on_stage(stage, key, plan.unwrap_or(""), estimate);
         let (decision, reservation) = match reserving.await {
             None => return Ok(Reserved::UnknownLimit),
             Some(Err(StoreError::Unsupported { algorithm, .. })) => {
@@ -185,7 +184,7 @@ impl Server {
             }
             Some(decided) => decided?,
         };
-        let ttl = snapshot.reservation_ttl;
+        let ttl = served.reservation_ttl;
         let token = match reservation {
             Some(reservation) => {
                 self.lease_secret_before_issuing().await;
@@ -254,7 +253,7 @@ impl Server {
             Ok(decided) => decided,
             Err(error) => return PipelineReserved::Invalid(error),
         };
-        let ttl = self.decisions.snapshot.load().reservation_ttl;
+        let ttl = self.decisions.served.load().reservation_ttl;
         let token = match reservation {
             Some(reservation) => {
                 self.lease_secret_before_issuing().await;
@@ -265,7 +264,7 @@ impl Server {
                         // give the estimate back rather than hold it with no way to settle.
                         let _ = self
                             .decisions
-                            .snapshot
+                            .served
                             .load()
                             .pipeline
                             .settle(reservation, 0)
@@ -289,8 +288,8 @@ impl Server {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let snapshot = self.decisions.snapshot.load();
-        let Some(named) = snapshot.limits.get(&held.limit) else {
+        let served = self.decisions.served.load();
+        let Some(named) = served.limits.get(&held.limit) else {
             return Ok(Settled::UnknownLimit(held.limit));
         };
         let (marker, key) = match self.mark_settled(held.id, held.expires).await? {
@@ -350,7 +349,7 @@ impl Server {
             Ok(held) => held,
             Err(error) => return Ok(Settled::BadToken(error)),
         };
-        let snapshot = self.decisions.snapshot.load();
+        let served = self.decisions.served.load();
         let fresh = match self
             .mark_holds_settled(held.id, held.expires, held.holds.len())
             .await?
@@ -368,7 +367,7 @@ impl Server {
             .into_iter()
             .filter_map(|at| {
                 let h = held.holds.get(at)?;
-                let rebuilt = snapshot
+                let rebuilt = served
                     .pipeline
                     .rebuild_hold(&h.stage, h.level, &h.plan, &h.key, h.estimate);
                 match rebuilt {
@@ -379,7 +378,7 @@ impl Server {
             })
             .collect();
         let reservation = floodgate::pipeline::PipelineReservation::from_holds(holds);
-        match snapshot.pipeline.settle(reservation, actual).await {
+        match served.pipeline.settle(reservation, actual).await {
             Ok(decisions) => Ok(Settled::DoneStages { op, decisions }),
             Err(failed) => {
                 // Give back the markers of the holds left, so that a retry settles them (and

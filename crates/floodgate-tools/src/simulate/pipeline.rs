@@ -28,7 +28,7 @@ use floodgate::pipeline::{self, Limiter, StageStats};
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 use floodgate_service::config::{Config, ConfigFileError};
-use floodgate_service::snapshot::Served;
+use floodgate_service::served::Served;
 
 use super::traffic::Request;
 use crate::report::{LimiterRun, Sample, Tally};

@@ -7,7 +7,7 @@ use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos};
 
 use crate::config::{Config, ConfigFileError};
-use crate::snapshot::Served;
+use crate::served::Served;
 
 type TestStore = Arc<MemoryStore<Key, AnyState, ManualClock>>;
 
