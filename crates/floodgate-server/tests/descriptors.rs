@@ -3,6 +3,7 @@
 //! `unlimited`, hits per request and per descriptor, and the `/json` mapping around a decision.
 //! The store runs on a manual clock.
 
+use floodgate::store::LocalStore;
 use std::time::Duration;
 
 use floodgate::algorithm::Algorithm;

@@ -2,6 +2,7 @@
 //! backend (a fixed window per descriptor on the memory store, on a manual clock), and the
 //! generated tonic client, a raw-bytes gRPC client and raw HTTP/2 requests.
 
+use floodgate::store::LocalStore;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;

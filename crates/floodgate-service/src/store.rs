@@ -14,6 +14,7 @@
 //! configuration that uses one, naming the plan, limit, limiter or Envoy rule, so that
 //! `check-config` and start-up fail instead of every call failing open.
 
+use floodgate::store::LocalStore;
 use std::sync::Arc;
 use std::time::Duration;
 

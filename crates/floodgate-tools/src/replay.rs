@@ -36,6 +36,7 @@
 //! (bounded by the store), never with the length of the trace. The first bad line stops the run
 //! with an error naming the line and the field.
 
+use floodgate::store::LocalStore;
 use std::io::{self, BufRead, BufWriter, Write};
 use std::time::Duration;
 

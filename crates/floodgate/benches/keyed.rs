@@ -18,6 +18,7 @@
 // Benchmarks time themselves with the OS clock; the rule against it is for library code.
 #![allow(clippy::disallowed_methods)]
 
+use floodgate::store::LocalStore;
 use std::hash::Hash;
 use std::hint::black_box;
 use std::num::NonZeroU32;

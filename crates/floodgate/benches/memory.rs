@@ -5,6 +5,7 @@
 //! Run with `cargo bench -p floodgate-core --bench memory`. Prints a table; it is not a criterion
 //! benchmark because memory, unlike time, is exact.
 
+use floodgate::store::LocalStore;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicIsize, Ordering};

@@ -68,6 +68,6 @@ pub use limiter::request_rate::{Plan, RequestRateLimiter};
 pub use limiter::utilization::UtilizationShedder;
 pub use limiter::{KeyedLimit, Lease, Mode, OnStoreError, Priority};
 pub use pipeline::{Pipeline, Scope, Stage, Verdict};
-pub use store::{AnyStore, MemoryStore, Namespace, Store};
+pub use store::{AnyStore, LocalStore, MemoryStore, Namespace, Store};
 #[cfg(feature = "redis")]
 pub use store::{CachedStore, RedisStore};

@@ -2,6 +2,7 @@
 //! allocator that tallies this thread's allocations (other threads, such as the coarse clock's,
 //! are not counted).
 
+use floodgate::store::LocalStore;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -3,6 +3,7 @@
 //! matter get exactly the decisions an unbounded store would give them whenever only lossless
 //! (idle) eviction is needed, and under `Overflow::RefuseNew` in any case.
 
+use floodgate::store::LocalStore;
 use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;

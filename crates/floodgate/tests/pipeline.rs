@@ -1,6 +1,7 @@
 //! The pipeline end to end on the memory store: order, modes, failure policies, refusals,
 //! leases under concurrency.
 
+use floodgate::store::LocalStore;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;

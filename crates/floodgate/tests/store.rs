@@ -1,6 +1,7 @@
 //! The memory store with every real algorithm: no over-admission under concurrency, and
 //! eviction that never changes a decision.
 
+use floodgate::store::LocalStore;
 use std::sync::Arc;
 
 use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, AnyState};

@@ -14,15 +14,15 @@ use std::sync::Arc;
 use super::Limiter;
 use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::limiter::{Lease, LeaseHandle, ReturnLease};
-use crate::store::{Key, MemoryStore, Namespace, Store};
+use crate::store::{Key, LocalStore, MemoryStore, Namespace, Store};
 use crate::{Clock, ConfigError, Decision, LeaseId, Op, StoreError};
 
 /// The memory store every `local` stage of a pipeline shares (keys stay apart by namespace).
-pub(super) type LocalStore = MemoryStore<Key, AnyState, Arc<dyn Clock>>;
+pub(super) type NodeStore = MemoryStore<Key, AnyState, Arc<dyn Clock>>;
 
 /// A stage's fallback: its algorithms at this node's share, on the pipeline's local store.
 pub(super) struct LocalShare {
-    store: Arc<LocalStore>,
+    store: Arc<NodeStore>,
     namespace: Namespace,
     /// `(plan name, share)` for a request rate stage (in the limiter's plan order); one entry
     /// with an empty name for a lease stage.
@@ -44,7 +44,7 @@ impl LocalShare {
     pub(super) fn new<S: Store<str, AnyAlgorithm> + 'static>(
         limiter: &Limiter<S>,
         nodes: u32,
-        store: Arc<LocalStore>,
+        store: Arc<NodeStore>,
     ) -> Result<Option<LocalShare>, ConfigError> {
         let algorithms = match limiter {
             Limiter::RequestRate(l) => l

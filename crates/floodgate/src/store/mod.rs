@@ -33,6 +33,7 @@ pub mod cached;
 pub mod chain;
 pub mod claims;
 mod key;
+mod local;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
@@ -48,6 +49,7 @@ pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use chain::{Link, Linked};
 pub use claims::Namespaces;
 pub use key::{Key, OwnedKey};
+pub use local::LocalStore;
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]

@@ -98,7 +98,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Key, MemoryStore, Overflow, RedisStore, Store};
+use super::{Key, LocalStore, MemoryStore, Overflow, RedisStore, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 

@@ -49,6 +49,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
 #[cfg(test)]
 mod tests {
     use super::super::{MemoryStore, Overflow};
+    use crate::store::LocalStore;
     use crate::{ManualClock, Nanos};
 
     #[test]

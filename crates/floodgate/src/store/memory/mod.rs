@@ -36,7 +36,7 @@ use hashbrown::HashTable;
 
 use super::chain::{self, Link, Linked};
 use super::shard_lock::ShardLock;
-use super::{apply_each, ensure_supported, Key, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, LocalStore, OwnedKey, Request, Store};
 use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -265,20 +265,6 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         // the shard index comes from the middle bits, so keys of one shard still spread over
         // its table.
         (hash >> 32) as usize & self.shard_mask
-    }
-
-    /// Applies `op` to `key`'s state under `algorithm`, now, and returns the decision.
-    ///
-    /// This is [`Store::apply`] without the future: the memory store answers at once.
-    #[inline]
-    pub fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
-    where
-        A: Algorithm<State = S>,
-        K: OwnedKey<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        ensure_supported(algorithm, op)?;
-        self.apply_locked(algorithm, key, op)
     }
 
     #[inline]
@@ -512,11 +498,22 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             }
         }
     }
+}
 
-    /// Drops every key whose state is fresh at the store's current time (lossless; see
-    /// [`Algorithm::is_fresh`]). The store does this by itself when a shard fills up; calling it
-    /// periodically returns memory earlier. Returns the number of keys dropped.
-    pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
+/// The memory store's side of the in-process stores' surface (see [`LocalStore`]).
+impl<K: Hash + Eq, S: Clone, C: Clock> LocalStore<K, S> for MemoryStore<K, S, C> {
+    #[inline]
+    fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        ensure_supported(algorithm, op)?;
+        self.apply_locked(algorithm, key, op)
+    }
+
+    fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
             let mut map = shard.map.lock();
@@ -530,18 +527,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         dropped
     }
 
-    /// The number of keys held now.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.shards.iter().map(|s| s.map.lock().table.len()).sum()
     }
 
-    /// Whether the store holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bookkeeping counters, summed over the shards.
-    pub fn stats(&self) -> StoreStats {
+    fn stats(&self) -> StoreStats {
         let mut stats = StoreStats::default();
         for shard in self.shards.iter() {
             let map = shard.map.lock();
@@ -553,9 +543,7 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
         stats
     }
 
-    /// Bytes the shards' tables have allocated (keys and states stored inline; not counting
-    /// heap memory the keys or states own themselves, such as a `String`'s buffer).
-    pub fn table_bytes(&self) -> usize {
+    fn table_bytes(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.map.lock().table.allocation_size())
@@ -563,10 +551,8 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
             + std::mem::size_of_val(&*self.shards)
     }
 
-    /// A copy of `key`'s state, if the store holds it (for inspection and tests).
-    pub fn state<Q>(&self, key: &Q) -> Option<S>
+    fn state<Q>(&self, key: &Q) -> Option<S>
     where
-        S: Clone,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {

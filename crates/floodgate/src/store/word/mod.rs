@@ -59,7 +59,7 @@ use std::marker::PhantomData;
 use self::table::{Slot, Table, Unpublished};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
-use super::{apply_each, ensure_supported, Key, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, LocalStore, OwnedKey, Request, Store};
 use crate::algorithm::gcra::GcraState;
 use crate::algorithm::word::Atom;
 pub use crate::algorithm::word::{Word, WordState};
@@ -228,20 +228,7 @@ where
         &self.shards[(hash >> 32) as usize & self.shard_mask]
     }
 
-    /// Applies `op` to `key`'s state under `algorithm`, now, and returns the decision. This is
-    /// [`Store::apply`] without the future: the store answers at once.
-    #[inline]
-    pub fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
-    where
-        A: Algorithm<State = S>,
-        K: OwnedKey<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        ensure_supported(algorithm, op)?;
-        self.apply_supported(algorithm, key, op)
-    }
-
-    /// [`WordStore::apply_now`] for an operation already checked with `ensure_supported`.
+    /// [`LocalStore::apply_now`] for an operation already checked with `ensure_supported`.
     #[inline]
     fn apply_supported<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
     where
@@ -500,10 +487,27 @@ where
             }
         });
     }
+}
 
-    /// Drops every key whose state is fresh at the store's current time (lossless), and frees
-    /// the tables that no reader can still be in. Returns the number of keys dropped.
-    pub fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
+/// The word store's side of the in-process stores' surface (see [`LocalStore`]).
+impl<K, S, C> LocalStore<K, S> for WordStore<K, S, C>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    S: WordState,
+    C: Clock,
+{
+    #[inline]
+    fn apply_now<Q, A>(&self, algorithm: &A, key: &Q, op: Op) -> Result<Decision, StoreError>
+    where
+        A: Algorithm<State = S>,
+        K: OwnedKey<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        ensure_supported(algorithm, op)?;
+        self.apply_supported(algorithm, key, op)
+    }
+
+    fn sweep<A: Algorithm<State = S>>(&self, algorithm: &A) -> usize {
         let mut dropped = 0;
         for shard in self.shards.iter() {
             let mut books = shard.books.lock();
@@ -516,18 +520,11 @@ where
         dropped
     }
 
-    /// The number of keys held now.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.shards.iter().map(|s| s.books.lock().live).sum()
     }
 
-    /// Whether the store holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bookkeeping counters, summed over the shards.
-    pub fn stats(&self) -> StoreStats {
+    fn stats(&self) -> StoreStats {
         let mut stats = StoreStats::default();
         for shard in self.shards.iter() {
             let books = shard.books.lock();
@@ -539,9 +536,7 @@ where
         stats
     }
 
-    /// Bytes the shards' tables have allocated, retired ones included (keys stored inline; not
-    /// counting heap memory the keys own themselves, such as a `String`'s buffer).
-    pub fn table_bytes(&self) -> usize {
+    fn table_bytes(&self) -> usize {
         self.shards
             .iter()
             .map(|s| {
@@ -560,8 +555,7 @@ where
             + std::mem::size_of_val(&*self.shards)
     }
 
-    /// A copy of `key`'s state, if the store holds it (for inspection and tests).
-    pub fn state<Q>(&self, key: &Q) -> Option<S>
+    fn state<Q>(&self, key: &Q) -> Option<S>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

@@ -280,15 +280,17 @@ fn threads_admit_exactly_the_limit_while_the_table_grows_for_both_word_sizes() {
     threads_admit_exactly_the_limit_while_the_table_grows(TokenBucket::new(1e-6, 3).unwrap());
 }
 
-#[test]
-fn the_bound_holds_under_either_policy() {
-    let clock = ManualClock::new(Nanos(5));
-    let gcra = Gcra::new(5, 1, Duration::from_secs(60)).unwrap();
-    let evicting = word_store(100, 4, Overflow::EvictLive, &clock);
-    let refusing = word_store(100, 4, Overflow::RefuseNew, &clock);
+/// The bound and its counters, through the surface both in-process stores share: a store that
+/// evicts and one that refuses, word store and memory store alike.
+fn the_bound_holds<S: LocalStore<u64, GcraState>>(
+    evicting: &S,
+    refusing: &S,
+    gcra: &Gcra,
+    clock: &ManualClock,
+) {
     for key in 0..1000u64 {
-        assert!(evicting.apply_now(&gcra, &key, check(1)).unwrap().allowed);
-        let _ = refusing.apply_now(&gcra, &key, check(1)).unwrap();
+        assert!(evicting.apply_now(gcra, &key, check(1)).unwrap().allowed);
+        let _ = refusing.apply_now(gcra, &key, check(1)).unwrap();
     }
     assert!(evicting.len() <= 100);
     let stats = evicting.stats();
@@ -300,8 +302,29 @@ fn the_bound_holds_under_either_policy() {
     // Once the keys are fresh again, a sweep drops them all, losslessly.
     clock.advance(Duration::from_secs(61));
     let held = evicting.len();
-    assert_eq!(evicting.sweep(&gcra), held);
+    assert_eq!(evicting.sweep(gcra), held);
     assert!(evicting.is_empty());
+}
+
+#[test]
+fn the_bound_holds_under_either_policy_on_either_store() {
+    let gcra = Gcra::new(5, 1, Duration::from_secs(60)).unwrap();
+    let clock = ManualClock::new(Nanos(5));
+    let evicting = word_store(100, 4, Overflow::EvictLive, &clock);
+    let refusing = word_store(100, 4, Overflow::RefuseNew, &clock);
+    the_bound_holds(&evicting, &refusing, &gcra, &clock);
+    let clock = ManualClock::new(Nanos(5));
+    let memory = |overflow| -> MemoryStore<u64, GcraState, ManualClock> {
+        MemoryStore::builder()
+            .max_keys(100)
+            .shards(4)
+            .overflow(overflow)
+            .clock(clock.clone())
+            .build_typed()
+            .unwrap()
+    };
+    let (evicting, refusing) = (memory(Overflow::EvictLive), memory(Overflow::RefuseNew));
+    the_bound_holds(&evicting, &refusing, &gcra, &clock);
 }
 
 /// A flood of distinct live keys on a full store: each new key evicts one, the bound holds and
