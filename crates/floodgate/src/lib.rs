@@ -11,6 +11,8 @@
 //!   Stripe's four (request rate, concurrency, fleet and utilization shedding).
 //! - [`pipeline`]: an ordered list of stages, each a named limiter with its mode (enforce,
 //!   shadow, off), failure policy and refusal status; Stripe's four are a preset.
+//! - [`quota`]: one limit shared by clients that each enforce their part alone: who claims it,
+//!   and each one's max-min fair share.
 //! - [`clock`]: every instant comes from an injected [`Clock`]; tests use [`ManualClock`].
 //! - [`blocking`]: the same calls from synchronous code.
 //!
@@ -37,6 +39,7 @@
 pub mod algorithm;
 pub mod blocking;
 pub mod clock;
+pub mod quota;
 // The guide (docs/limiters.md), its links made intra-doc links by build.rs.
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/guide.md"))]
 pub mod guide {}
