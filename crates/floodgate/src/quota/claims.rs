@@ -1,5 +1,5 @@
-//! Who claims a shared limit now: each claimant with the demand of its last report and when it
-//! made it.
+//! Who claims a shared limit now: each claimant with the demand of its last report, and what it
+//! has been granted: the share it enforces until its grant's time to live passes.
 //!
 //! **Demand.** A report says how many requests a claimant saw (allowed and denied: denied ones
 //! are demand its share did not cover) over the time since its previous report.
@@ -7,12 +7,23 @@
 //! `least_elapsed` (a report over less time, such as the first one of a claimant, sent at its
 //! first request, reads as if it covered that much: one request is not a rate).
 //!
-//! **Leaving.** A claimant leaves when its client says so (a stream that closes) or when it has
-//! not reported for `idle` ([`Claims::expire`]); either way its share is handed to the others at
-//! the next division.
+//! **Targets and grants.** Each claimant's *target* is its max-min fair share of the limit
+//! ([`super::divide`] over every claimant's demand). What it is *granted* moves towards its
+//! target without the grants in force ever summing to more than the limit ([`Claims::grant`]):
+//! a grant that shrinks shrinks at once (the caller sends it as it is granted), and one that
+//! grows takes only what the limit has left beside the other grants in force. So when shares
+//! move, a claimant whose share grows waits for the others to give theirs back, each at its
+//! own next grant: with demands that hold still, every claimant holds its target once every
+//! claimant has been granted twice.
 //!
-//! **Order.** Claims are kept sorted by claimant, so that the division ([`super::divide`]) of
-//! the same claims is the same on every node.
+//! **Leaving.** A claimant leaves when its client is gone (a stream that closes) or when it has
+//! not reported for `idle` ([`Claims::expire`]). Its demand leaves at once, so the others'
+//! targets grow at once; but its client may go on enforcing its last grant until that grant's
+//! time to live passes, so what it held stays counted as in force until then, and the others'
+//! grants grow into it only after.
+//!
+//! **Order.** Claims are kept sorted by claimant, so that the division of the same claims is
+//! the same on every node.
 
 use std::time::Duration;
 
@@ -28,12 +39,36 @@ pub struct Claim {
     pub demand: u64,
     /// When it last reported.
     pub reported_at: Nanos,
+    /// Requests per unit it was last granted (0 before its first grant).
+    pub granted: u64,
+    /// Until when that grant is in force: the instant it was granted plus its time to live.
+    pub granted_until: Nanos,
 }
 
-/// The claimants of one shared limit, sorted by claimant.
+impl Claim {
+    /// What it holds in force at `now`: its grant until the grant's time to live passes.
+    fn in_force(&self, now: Nanos) -> u64 {
+        if self.granted_until > now {
+            self.granted
+        } else {
+            0
+        }
+    }
+}
+
+/// What a claimant that left still holds: its last grant, until its time to live passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Retiring {
+    granted: u64,
+    until: Nanos,
+}
+
+/// The claimants of one shared limit, sorted by claimant, with what those that left still
+/// hold in force.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claims {
     claims: Vec<Claim>,
+    retiring: Vec<Retiring>,
 }
 
 impl Claims {
@@ -57,6 +92,8 @@ impl Claims {
                     claimant: claimant.to_string(),
                     demand,
                     reported_at: now,
+                    granted: 0,
+                    granted_until: now,
                 };
                 self.claims.insert(i, claim);
                 true
@@ -64,11 +101,13 @@ impl Claims {
         }
     }
 
-    /// Removes `claimant` (its client is gone); returns whether it was there.
-    pub fn leave(&mut self, claimant: &str) -> bool {
+    /// Removes `claimant` (its client is gone) at `now`; returns whether it was there. What it
+    /// was granted stays in force until its time to live passes.
+    pub fn leave(&mut self, claimant: &str, now: Nanos) -> bool {
         match self.position(claimant) {
             Ok(i) => {
-                self.claims.remove(i);
+                let claim = self.claims.remove(i);
+                self.retire(claim, now);
                 true
             }
             Err(_) => false,
@@ -76,20 +115,75 @@ impl Claims {
     }
 
     /// Removes every claimant whose last report is `idle` or more before `now`, and returns
-    /// them, in order.
+    /// them, in order. What they were granted stays in force until its time to live passes.
     pub fn expire(&mut self, now: Nanos, idle: Duration) -> Vec<String> {
-        let mut gone = Vec::new();
-        self.claims.retain(|claim| {
-            let kept = now.saturating_since(claim.reported_at) < idle;
-            if !kept {
-                gone.push(claim.claimant.clone());
-            }
-            kept
-        });
-        gone
+        let (gone, kept): (Vec<Claim>, Vec<Claim>) = std::mem::take(&mut self.claims)
+            .into_iter()
+            .partition(|claim| now.saturating_since(claim.reported_at) >= idle);
+        self.claims = kept;
+        gone.into_iter()
+            .map(|claim| {
+                let name = claim.claimant.clone();
+                self.retire(claim, now);
+                name
+            })
+            .collect()
     }
 
-    /// Each claimant with its share of `capacity` (see [`super::divide`]), in order.
+    /// Grants `claimant` its next share of `capacity` at `now`, in force for `ttl`, and returns
+    /// it; `None` if it does not claim. The grant is its target when that is no more than what
+    /// it holds (a share that shrinks shrinks at once), else as much of its target as
+    /// `capacity` has left beside every other grant in force: the grants in force never sum to
+    /// more than `capacity` (see the [module documentation](self)).
+    pub fn grant(
+        &mut self,
+        claimant: &str,
+        capacity: u64,
+        now: Nanos,
+        ttl: Duration,
+    ) -> Option<u64> {
+        let i = self.position(claimant).ok()?;
+        self.retiring.retain(|r| r.until > now);
+        let target = self.target_at(i, capacity);
+        let held = self.claims[i].in_force(now);
+        let granted = if target <= held {
+            target
+        } else {
+            let others = self.in_force(now) - held;
+            target.min(capacity.saturating_sub(others)).max(held)
+        };
+        let claim = &mut self.claims[i];
+        claim.granted = granted;
+        claim.granted_until = now.saturating_add(ttl);
+        Some(granted)
+    }
+
+    /// The sum of the grants in force at `now`, those of claimants that left included.
+    pub fn in_force(&self, now: Nanos) -> u64 {
+        let claimed: u64 = self.claims.iter().map(|c| c.in_force(now)).sum();
+        let retiring: u64 = self
+            .retiring
+            .iter()
+            .filter(|r| r.until > now)
+            .map(|r| r.granted)
+            .sum();
+        claimed + retiring
+    }
+
+    fn retire(&mut self, claim: Claim, now: Nanos) {
+        if claim.in_force(now) > 0 {
+            self.retiring.push(Retiring {
+                granted: claim.granted,
+                until: claim.granted_until,
+            });
+        }
+    }
+
+    fn target_at(&self, i: usize, capacity: u64) -> u64 {
+        self.shares(capacity).nth(i).map_or(0, |(_, share)| share)
+    }
+
+    /// Each claimant with its target: its share of `capacity` by [`super::divide`], in order.
     pub fn shares(&self, capacity: u64) -> impl Iterator<Item = (&str, u64)> {
         let demands: Vec<u64> = self.claims.iter().map(|c| c.demand).collect();
         let shares = super::divide(capacity, &demands);
@@ -99,7 +193,7 @@ impl Claims {
             .map(|(claim, share)| (claim.claimant.as_str(), share))
     }
 
-    /// `claimant`'s share of `capacity`, if it claims.
+    /// `claimant`'s target share of `capacity`, if it claims.
     pub fn share_of(&self, claimant: &str, capacity: u64) -> Option<u64> {
         let i = self.position(claimant).ok()?;
         self.shares(capacity).nth(i).map(|(_, share)| share)
@@ -159,8 +253,8 @@ mod tests {
         let shares: Vec<(&str, u64)> = claims.shares(100).collect();
         assert_eq!(shares, [("node-a/7", 90), ("node-b/1", 10)]);
         assert_eq!(claims.share_of("node-b/1", 100), Some(10));
-        assert!(claims.leave("node-a/7"));
-        assert!(!claims.leave("node-a/7"));
+        assert!(claims.leave("node-a/7", Nanos::from_secs(3)));
+        assert!(!claims.leave("node-a/7", Nanos::from_secs(3)));
         assert_eq!(claims.share_of("node-b/1", 100), Some(100));
         assert_eq!(claims.share_of("node-a/7", 100), None);
     }
@@ -208,22 +302,52 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_growing_share_waits_for_the_shrinking_ones_and_a_leaver_until_its_grant_ends() {
+        let ttl = Duration::from_secs(15);
+        let at = Nanos::from_secs;
+        let mut claims = Claims::new();
+        claims.report("a", 100, at(0));
+        assert_eq!(claims.grant("a", 100, at(0), ttl), Some(100));
+        // b arrives wanting 100 too: its target is 50, but a holds all 100 until it is
+        // granted again.
+        claims.report("b", 100, at(1));
+        assert_eq!(claims.share_of("b", 100), Some(50));
+        assert_eq!(claims.grant("b", 100, at(1), ttl), Some(0));
+        assert_eq!(claims.grant("a", 100, at(2), ttl), Some(50));
+        assert_eq!(claims.grant("b", 100, at(3), ttl), Some(50));
+        assert_eq!(claims.in_force(at(3)), 100);
+        // a leaves: b's target is all 100 at once, but a's last grant is in force until 17 s.
+        assert!(claims.leave("a", at(4)));
+        assert_eq!(claims.share_of("b", 100), Some(100));
+        assert_eq!(claims.grant("b", 100, at(5), ttl), Some(50));
+        assert_eq!(claims.grant("b", 100, at(17), ttl), Some(100));
+        assert_eq!(claims.grant("a", 100, at(17), ttl), None);
+    }
+
+    /// Reports, grants, leaves and expiries in any order and at any times.
+    fn history() -> impl Strategy<Value = Vec<(u8, u8, u64, u64)>> {
+        prop::collection::vec((0u8..4, 0u8..6, 0u64..500, 0u64..8), 0..80)
+    }
+
     proptest! {
-        /// Whatever the reports, leaves and expiries, the claims stay sorted and unique, and
-        /// their shares sum to the capacity.
+        /// Whatever happens, the claims stay sorted and unique, their targets sum to the
+        /// capacity, and the grants in force never sum to more than it.
         #[test]
-        fn the_claims_stay_ordered_and_their_shares_sum_to_the_capacity(
-            ops in prop::collection::vec((0u8..3, 0u8..8, 0u64..500, 0u64..30), 0..60),
+        fn the_grants_in_force_never_sum_to_more_than_the_capacity(
+            history in history(),
             capacity in 0u64..1_000,
+            ttl in 1u64..20,
         ) {
             let mut claims = Claims::new();
             let mut now = Nanos::from_secs(1);
-            for (op, who, demand, step) in ops {
+            for (op, who, demand, step) in history {
                 now = now.saturating_add(Duration::from_secs(step));
                 let who = format!("claimant-{who}");
                 match op {
                     0 => { claims.report(&who, demand, now); }
-                    1 => { claims.leave(&who); }
+                    1 => { claims.grant(&who, capacity, now, Duration::from_secs(ttl)); }
+                    2 => { claims.leave(&who, now); }
                     _ => { claims.expire(now, Duration::from_secs(20)); }
                 }
                 let names: Vec<&str> = claims.iter().map(|c| c.claimant.as_str()).collect();
@@ -233,7 +357,47 @@ mod tests {
                 prop_assert_eq!(&names, &sorted);
                 let total: u64 = claims.shares(capacity).map(|(_, s)| s).sum();
                 prop_assert_eq!(total, if claims.is_empty() { 0 } else { capacity });
+                prop_assert!(claims.in_force(now) <= capacity);
             }
+        }
+
+        /// With demands that hold still and no one leaving, two grants each, in any order,
+        /// bring every claimant to its target, starting from the grants of other demands.
+        #[test]
+        fn two_grants_each_bring_every_claimant_to_its_target(
+            demands in prop::collection::vec((0u64..300, 0u64..300), 1..8),
+            capacity in 0u64..1_000,
+            order in prop::collection::vec(0usize..8, 0..40),
+        ) {
+            let ttl = Duration::from_secs(60);
+            let mut claims = Claims::new();
+            let mut now = Nanos::from_secs(1);
+            let name = |i: usize| format!("claimant-{i}");
+            let n = demands.len();
+            // Grants made for earlier demands, still in force when the demands change.
+            for (i, (before, _)) in demands.iter().enumerate() {
+                claims.report(&name(i), *before, now);
+            }
+            for i in 0..n {
+                claims.grant(&name(i), capacity, now, ttl);
+            }
+            now = now.saturating_add(Duration::from_secs(1));
+            for (i, (_, after)) in demands.iter().enumerate() {
+                claims.report(&name(i), *after, now);
+            }
+            // Two rounds, each claimant granted once per round, in a shuffled order.
+            for _ in 0..2 {
+                let mut round: Vec<usize> = (0..n).collect();
+                for (k, swap) in order.iter().enumerate() {
+                    round.swap(k % n, swap % n);
+                }
+                for i in round {
+                    claims.grant(&name(i), capacity, now, ttl);
+                }
+            }
+            let targets: Vec<u64> = claims.shares(capacity).map(|(_, s)| s).collect();
+            let granted: Vec<u64> = claims.iter().map(|c| c.granted).collect();
+            prop_assert_eq!(granted, targets);
         }
     }
 }
