@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod prometheus;
 pub mod proto;
 pub mod reservation_token;
+pub mod rlqs;
 pub mod rls;
 pub mod runtime;
 pub mod served;

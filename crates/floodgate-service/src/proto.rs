@@ -1,5 +1,6 @@
 //! Code generated from `proto/` by `tonic-prost-build` (see `build.rs`), in modules named after
-//! the protobuf packages: Envoy's rate limit service, gRPC's health checking protocol, the xDS
+//! the protobuf packages: Envoy's rate limit service and Rate Limit Quota Service, gRPC's
+//! health checking protocol, the xDS
 //! transport (its aggregated discovery service) and envoyproxy/ratelimit's configuration
 //! resource.
 
@@ -36,7 +37,8 @@ pub mod envoy {
 
     /// `envoy.type`.
     pub mod r#type {
-        /// `envoy.type.v3`: the unit of a descriptor's limit override.
+        /// `envoy.type.v3`: the unit of a descriptor's limit override, and the strategies
+        /// (blanket rules, token buckets) an RLQS assignment carries.
         pub mod v3 {
             include!(concat!(env!("OUT_DIR"), "/envoy.r#type.v3.rs"));
         }
@@ -50,6 +52,18 @@ pub mod envoy {
             /// discovery service's generated client and server.
             pub mod v3 {
                 include!(concat!(env!("OUT_DIR"), "/envoy.service.discovery.v3.rs"));
+            }
+        }
+
+        /// `envoy.service.rate_limit_quota`.
+        pub mod rate_limit_quota {
+            /// `envoy.service.rate_limit_quota.v3`: the Rate Limit Quota Service's usage
+            /// reports and bucket actions, and its generated tonic client and server.
+            pub mod v3 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/envoy.service.rate_limit_quota.v3.rs"
+                ));
             }
         }
 

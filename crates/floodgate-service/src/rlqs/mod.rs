@@ -1,0 +1,132 @@
+//! The Rate Limit Quota Service (RLQS, `envoy.service.rate_limit_quota.v3`): global limits that
+//! Envoy enforces itself. Each Envoy reports, per quota bucket, how many requests it let
+//! through and refused; Floodgate answers with an assignment per bucket (a token bucket, or
+//! allow or deny all) that the Envoy enforces locally until the assignment's time to live
+//! passes.
+//!
+//! **Which limit.** A report's domain names a rate-limit domain (from files, directories or
+//! xDS, as for `ShouldRateLimit`); the bucket's pairs, in key order, are a descriptor's entries,
+//! matched by the same rules ([`crate::descriptors::RuleSet::lookup`]). So `key: name` at 100
+//! per second gives every bucket `{name: X}` its own global 100 per second, shared by every
+//! Envoy reporting it. An `unlimited` descriptor is allow-all, `requests_per_unit: 0` deny-all,
+//! and a bucket no descriptor matches gets [`Settings::unmatched`] (allow-all by default).
+//!
+//! **Shares.** Every (stream, bucket) is a claimant of the bucket's limit, with the demand of
+//! its last report ([`floodgate::quota`]): grants follow the max-min fair shares of the
+//! demands without the grants in force ever summing to more than the limit. See
+//! [`session`] for what a stream does on each report, each tick and its end.
+//!
+//! **What Envoy really sends** (its filter's client, read from its source; [`session`] builds to
+//! it): one stream per domain, the domain in every message; a bucket's first report, sent at
+//! its first request with that request counted and `time_elapsed` 0, subscribes it; then
+//! every bucket, every 5 seconds whatever the configured interval, even with nothing to
+//! report; durations in whole seconds; a bucket forgotten only on an abandon action.
+
+pub mod assignment;
+pub mod ledger;
+pub mod session;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use assignment::Assigned;
+pub use ledger::Ledger;
+pub use session::{Session, SessionError};
+
+/// What a bucket's requests are held to, globally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// No limit: every request passes.
+    Unlimited,
+    /// `requests` per `unit` over every client of the bucket (0: every request is refused).
+    PerUnit {
+        /// Requests per unit.
+        requests: u64,
+        /// The unit.
+        unit: Duration,
+    },
+}
+
+/// How the service assigns and forgets buckets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// How long an assignment holds at the client (default 15 s: three of Envoy's reporting
+    /// intervals). Every report of a bucket renews it.
+    pub assignment_ttl: Duration,
+    /// How often Envoy reports (5 s, its filter's fixed interval): a report over less time,
+    /// such as a bucket's first, is read as covering this much.
+    pub reporting_interval: Duration,
+    /// A claimant whose reports stop for this long gives its share back (default 15 s), as one
+    /// whose stream closes does at once.
+    pub unreported_after: Duration,
+    /// A bucket whose reports say no request for this long is abandoned: the client forgets
+    /// it, and its share goes back (default 60 s).
+    pub abandon_idle_after: Duration,
+    /// What a bucket no descriptor matches is held to (default: no limit).
+    pub unmatched: Limit,
+    /// The most buckets one stream may subscribe to (default 1,000).
+    pub max_buckets_per_stream: usize,
+    /// The most pairs in one bucket's identifier (default 16).
+    pub max_pairs: usize,
+    /// The longest key or value of a pair, in bytes (default 256).
+    pub max_pair_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            assignment_ttl: Duration::from_secs(15),
+            reporting_interval: Duration::from_secs(5),
+            unreported_after: Duration::from_secs(15),
+            abandon_idle_after: Duration::from_secs(60),
+            unmatched: Limit::Unlimited,
+            max_buckets_per_stream: 1_000,
+            max_pairs: 16,
+            max_pair_bytes: 256,
+        }
+    }
+}
+
+/// The service's side of this node's RLQS streams: the ledger of claims they share, the
+/// settings, and the names of their claims (`NODE/N`: the node's random name, so that claims of
+/// two nodes sharing a store never collide, and the stream's number).
+#[derive(Debug)]
+pub struct Quotas {
+    ledger: Arc<Ledger>,
+    settings: Arc<Settings>,
+    node: String,
+    streams: AtomicU64,
+}
+
+impl Quotas {
+    /// The streams of a node with `settings`, claiming on a ledger of their own.
+    pub fn new(settings: Settings) -> Quotas {
+        Quotas {
+            ledger: Arc::new(Ledger::new()),
+            settings: Arc::new(settings),
+            node: format!("{:016x}", rand::random::<u64>()),
+            streams: AtomicU64::new(0),
+        }
+    }
+
+    /// A new stream's session.
+    pub fn session(&self) -> Session {
+        let n = self.streams.fetch_add(1, Ordering::Relaxed);
+        Session::new(
+            self.ledger.clone(),
+            self.settings.clone(),
+            format!("{}/{n}", self.node),
+        )
+    }
+
+    /// The claims every stream shares.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+}

@@ -1,0 +1,274 @@
+//! One RLQS stream: the client's buckets, what each was last sent, and the actions each report
+//! and each tick bring.
+//!
+//! - **A report** ([`Session::report`]): the first names the domain (later ones may repeat it,
+//!   not change it). Each bucket in it is looked up, its demand recorded, and answered with its
+//!   next grant (every report renews each assignment's time to live); a bucket first seen
+//!   subscribes. A bucket whose reports have said no request for
+//!   [`Settings::abandon_idle_after`] is abandoned instead: the client forgets it, its share
+//!   goes back.
+//! - **A tick** ([`Session::tick`], about every second): each bucket's grant is taken again,
+//!   and sent when it changed, so that a share that shrinks reaches the client at once and one
+//!   that grows grows as soon as the others' grants leave room.
+//! - **The end** ([`Session::close`]): every claim of the stream leaves (its last grants stay
+//!   counted until their time to live passes; see [`floodgate::quota::claims`]).
+//!
+//! A first report without a domain, a bucket without pairs (or with an empty key or value, or
+//! beyond the bounds of [`Settings`]) ends the stream with `INVALID_ARGUMENT`; a stream past
+//! [`Settings::max_buckets_per_stream`] ends with `RESOURCE_EXHAUSTED`. Other streams are
+//! untouched.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::quota::claims::demand_per_unit;
+use floodgate::Nanos;
+
+use super::assignment::{self, Assigned};
+use super::{Ledger, Limit, Settings};
+use crate::descriptors::RuleSet;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use crate::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+
+/// Why a stream is ended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The client sent what the protocol does not allow (`INVALID_ARGUMENT`).
+    #[error("{0}")]
+    Invalid(String),
+    /// The client subscribed to more buckets than one stream may (`RESOURCE_EXHAUSTED`).
+    #[error("{0}")]
+    TooMany(String),
+}
+
+/// One stream's state.
+#[derive(Debug)]
+pub struct Session {
+    ledger: Arc<Ledger>,
+    settings: Arc<Settings>,
+    /// This stream's name among the claimants of every bucket (unique on the node, and across
+    /// nodes with the node's name in it).
+    claimant: String,
+    domain: Option<String>,
+    buckets: HashMap<String, Subscribed>,
+}
+
+/// A bucket the stream subscribed to.
+#[derive(Debug)]
+struct Subscribed {
+    id: BucketId,
+    limit: Limit,
+    /// What it was last sent.
+    sent: Option<Assigned>,
+    /// Its last report with a request in it (or its subscription).
+    active_at: Nanos,
+}
+
+impl Session {
+    /// A stream claiming as `claimant` on `ledger`.
+    pub fn new(ledger: Arc<Ledger>, settings: Arc<Settings>, claimant: String) -> Session {
+        Session {
+            ledger,
+            settings,
+            claimant,
+            domain: None,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// The domain the stream's first report named.
+    pub fn domain(&self) -> Option<&str> {
+        self.domain.as_deref()
+    }
+
+    /// The buckets the stream holds.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Takes one message of usage reports at `now`, the domain's limits read from `rules`,
+    /// and returns the actions to send (see the [module documentation](self)).
+    pub fn report(
+        &mut self,
+        reports: RateLimitQuotaUsageReports,
+        rules: &RuleSet,
+        now: Nanos,
+    ) -> Result<Vec<BucketAction>, SessionError> {
+        let domain = self.domain_of(reports.domain)?;
+        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
+        for usage in reports.bucket_quota_usages {
+            if let Some(action) = self.usage(&domain, usage, rules, now)? {
+                actions.push(action);
+            }
+        }
+        Ok(actions)
+    }
+
+    /// Takes every bucket's grant again at `now` and returns the assignments that changed.
+    pub fn tick(&mut self, now: Nanos) -> Vec<BucketAction> {
+        let ttl = self.settings.assignment_ttl;
+        let mut actions = Vec::new();
+        for (key, bucket) in &mut self.buckets {
+            let Limit::PerUnit { requests, unit } = bucket.limit else {
+                continue;
+            };
+            let Some(grant) = self.ledger.grant(key, &self.claimant, requests, now, ttl) else {
+                continue;
+            };
+            let assigned = Assigned::Share { grant, unit };
+            if bucket.sent != Some(assigned) {
+                bucket.sent = Some(assigned);
+                actions.push(assignment::assign(&bucket.id, assigned, ttl));
+            }
+        }
+        actions
+    }
+
+    /// The stream ended at `now`: every claim leaves.
+    pub fn close(self, now: Nanos) {
+        for key in self.buckets.keys() {
+            self.ledger.leave(key, &self.claimant, now);
+        }
+    }
+
+    /// The stream's domain, set by its first report.
+    fn domain_of(&mut self, named: String) -> Result<String, SessionError> {
+        match &self.domain {
+            None if named.is_empty() => Err(SessionError::Invalid(
+                "the stream's first report names no domain".to_string(),
+            )),
+            None => {
+                self.domain = Some(named.clone());
+                Ok(named)
+            }
+            Some(domain) if named.is_empty() || named == *domain => Ok(domain.clone()),
+            Some(domain) => Err(SessionError::Invalid(format!(
+                "the stream's domain is `{domain}`; a report names `{named}` (open another stream for another domain)"
+            ))),
+        }
+    }
+
+    /// One bucket's report: its next action, if any.
+    fn usage(
+        &mut self,
+        domain: &str,
+        usage: BucketQuotaUsage,
+        rules: &RuleSet,
+        now: Nanos,
+    ) -> Result<Option<BucketAction>, SessionError> {
+        let id = usage.bucket_id.unwrap_or_default();
+        let pairs = self.pairs(&id)?;
+        let key = bucket_key(domain, &pairs);
+        let limit = limit_of(rules, domain, &pairs, self.settings.unmatched);
+        let requests = usage
+            .num_requests_allowed
+            .saturating_add(usage.num_requests_denied);
+        if !self.buckets.contains_key(&key)
+            && self.buckets.len() >= self.settings.max_buckets_per_stream
+        {
+            return Err(SessionError::TooMany(format!(
+                "a stream holds at most {} buckets; this one would hold more",
+                self.settings.max_buckets_per_stream
+            )));
+        }
+        let bucket = self.buckets.entry(key.clone()).or_insert(Subscribed {
+            id,
+            limit,
+            sent: None,
+            active_at: now,
+        });
+        bucket.limit = limit;
+        if requests > 0 {
+            bucket.active_at = now;
+        }
+        if now.saturating_since(bucket.active_at) >= self.settings.abandon_idle_after {
+            let abandon = assignment::abandon(&bucket.id);
+            self.buckets.remove(&key);
+            self.ledger.leave(&key, &self.claimant, now);
+            return Ok(Some(abandon));
+        }
+        let ttl = self.settings.assignment_ttl;
+        let assigned = match limit {
+            Limit::Unlimited => Assigned::AllowAll,
+            Limit::PerUnit {
+                requests: capacity,
+                unit,
+            } => {
+                let elapsed = usage
+                    .time_elapsed
+                    .and_then(|d| Duration::try_from(d).ok())
+                    .unwrap_or_default();
+                let demand =
+                    demand_per_unit(requests, elapsed, unit, self.settings.reporting_interval);
+                let grant = self
+                    .ledger
+                    .report(&key, &self.claimant, demand, capacity, now, ttl);
+                Assigned::Share { grant, unit }
+            }
+        };
+        bucket.sent = Some(assigned);
+        Ok(Some(assignment::assign(&bucket.id, assigned, ttl)))
+    }
+
+    /// A bucket's pairs in key order, once checked.
+    fn pairs(&self, id: &BucketId) -> Result<Vec<(String, String)>, SessionError> {
+        let invalid = |why: String| Err(SessionError::Invalid(why));
+        if id.bucket.is_empty() {
+            return invalid("a bucket without pairs: a bucket id needs at least one".to_string());
+        }
+        if id.bucket.len() > self.settings.max_pairs {
+            return invalid(format!(
+                "a bucket id of {} pairs: at most {}",
+                id.bucket.len(),
+                self.settings.max_pairs
+            ));
+        }
+        let mut pairs = Vec::with_capacity(id.bucket.len());
+        for (key, value) in &id.bucket {
+            if key.is_empty() || value.is_empty() {
+                return invalid(format!(
+                    "a bucket pair with an empty key or value (`{key}`)"
+                ));
+            }
+            let longest = key.len().max(value.len());
+            if longest > self.settings.max_pair_bytes {
+                return invalid(format!(
+                    "a bucket pair of {longest} bytes: at most {}",
+                    self.settings.max_pair_bytes
+                ));
+            }
+            pairs.push((key.clone(), value.clone()));
+        }
+        pairs.sort_unstable();
+        Ok(pairs)
+    }
+}
+
+/// The limit `rules` give the bucket of `pairs` in `domain` (see [`super`]'s "Which limit").
+fn limit_of(rules: &RuleSet, domain: &str, pairs: &[(String, String)], unmatched: Limit) -> Limit {
+    let Some(rule) = rules.lookup(domain, pairs) else {
+        return unmatched;
+    };
+    match rule.quota() {
+        None => Limit::Unlimited,
+        Some((requests, unit)) => Limit::PerUnit {
+            requests: u64::from(requests),
+            unit: unit.duration(),
+        },
+    }
+}
+
+/// The ledger's key of a bucket: its domain and pairs, each part length-prefixed, so that no
+/// two buckets share one.
+fn bucket_key(domain: &str, pairs: &[(String, String)]) -> String {
+    let mut key = format!("{}:{domain}", domain.len());
+    for (k, v) in pairs {
+        key.push_str(&format!("/{}:{k}{}:{v}", k.len(), v.len()));
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests;

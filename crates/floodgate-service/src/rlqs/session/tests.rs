@@ -1,0 +1,242 @@
+use super::*;
+use crate::config::Config;
+use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+
+const RULES: &str = "\
+domains:
+  - domain: quota
+    descriptors:
+      - key: name
+        rate_limit: { unit: second, requests_per_unit: 100 }
+      - key: open
+        rate_limit: { unlimited: true }
+      - key: closed
+        rate_limit: { unit: minute, requests_per_unit: 0 }
+";
+
+fn rules() -> RuleSet {
+    Config::from_yaml_str(RULES)
+        .expect("reads")
+        .rule_set()
+        .expect("builds")
+}
+
+fn session(ledger: &Arc<Ledger>, claimant: &str) -> Session {
+    Session::new(
+        ledger.clone(),
+        Arc::new(Settings::default()),
+        claimant.to_string(),
+    )
+}
+
+fn id(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn usage(pairs: &[(&str, &str)], allowed: u64, denied: u64, secs: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id(pairs)),
+        time_elapsed: Some(prost_types::Duration {
+            seconds: secs,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+fn reports(domain: &str, usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.to_string(),
+        bucket_quota_usages: usages,
+    }
+}
+
+/// What an action tells the client: `"allow"`, `"deny"`, `"abandon"` or `"tokens N/Us"`.
+fn told(action: &BucketAction) -> String {
+    match &action.bucket_action {
+        Some(Action::AbandonAction(_)) => "abandon".to_string(),
+        Some(Action::QuotaAssignmentAction(a)) => {
+            match a
+                .rate_limit_strategy
+                .as_ref()
+                .and_then(|s| s.strategy.as_ref())
+            {
+                Some(Strategy::BlanketRule(r)) if *r == BlanketRule::AllowAll as i32 => {
+                    "allow".to_string()
+                }
+                Some(Strategy::BlanketRule(_)) => "deny".to_string(),
+                Some(Strategy::TokenBucket(tb)) => format!(
+                    "tokens {}/{}s",
+                    tb.tokens_per_fill.unwrap_or_default(),
+                    tb.fill_interval.as_ref().map_or(0, |d| d.seconds)
+                ),
+                Some(Strategy::RequestsPerTimeUnit(_)) | None => "none".to_string(),
+            }
+        }
+        None => "none".to_string(),
+    }
+}
+
+fn at(secs: u64) -> Nanos {
+    Nanos::from_secs(secs)
+}
+
+#[test]
+fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit() {
+    let rules = rules();
+    let ledger = Arc::new(Ledger::new());
+    let (mut a, mut b) = (session(&ledger, "node/1"), session(&ledger, "node/2"));
+    let alice = [("name", "alice")];
+    // a subscribes first and wants 500 per second: it holds all 100.
+    let said = a
+        .report(
+            reports("quota", vec![usage(&alice, 1, 0, 0)]),
+            &rules,
+            at(1),
+        )
+        .unwrap();
+    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 100/1s"]);
+    a.report(
+        reports("quota", vec![usage(&alice, 100, 2_400, 5)]),
+        &rules,
+        at(6),
+    )
+    .unwrap();
+    // b subscribes wanting as much: its target is 50, but a holds 100 until it shrinks.
+    let said = b
+        .report(
+            reports("quota", vec![usage(&alice, 0, 2_500, 5)]),
+            &rules,
+            at(7),
+        )
+        .unwrap();
+    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["deny"]);
+    assert!(
+        ledger.in_force(
+            &bucket_key("quota", &[("name".into(), "alice".into())]),
+            at(7)
+        ) <= 100
+    );
+    // a's tick shrinks it at once; b's next tick grows into the room.
+    assert_eq!(
+        a.tick(at(8)).iter().map(told).collect::<Vec<_>>(),
+        ["tokens 50/1s"]
+    );
+    assert_eq!(
+        b.tick(at(8)).iter().map(told).collect::<Vec<_>>(),
+        ["tokens 50/1s"]
+    );
+    assert!(a.tick(at(9)).is_empty(), "nothing changed, nothing sent");
+    // a's stream ends: b's target is all 100, and it gets it once a's last grant is over.
+    a.close(at(10));
+    assert_eq!(b.tick(at(11)).len(), 0);
+    assert_eq!(
+        b.tick(at(24)).iter().map(told).collect::<Vec<_>>(),
+        ["tokens 100/1s"]
+    );
+}
+
+#[test]
+fn unlimited_and_zero_limits_and_unmatched_buckets_are_blanket_rules() {
+    let rules = rules();
+    let ledger = Arc::new(Ledger::new());
+    let mut s = session(&ledger, "node/1");
+    let said = s
+        .report(
+            reports(
+                "quota",
+                vec![
+                    usage(&[("open", "x")], 1, 0, 0),
+                    usage(&[("closed", "x")], 1, 0, 0),
+                    usage(&[("other", "x")], 1, 0, 0),
+                ],
+            ),
+            &rules,
+            at(1),
+        )
+        .unwrap();
+    assert_eq!(
+        said.iter().map(told).collect::<Vec<_>>(),
+        ["allow", "deny", "allow"]
+    );
+    assert_eq!(ledger.buckets(), 1, "only the limited bucket is claimed");
+}
+
+#[test]
+fn an_idle_bucket_is_abandoned_and_its_claim_leaves() {
+    let rules = rules();
+    let ledger = Arc::new(Ledger::new());
+    let mut s = session(&ledger, "node/1");
+    let bob = [("name", "bob")];
+    s.report(reports("quota", vec![usage(&bob, 1, 0, 0)]), &rules, at(1))
+        .unwrap();
+    for t in (6..60).step_by(5) {
+        let said = s
+            .report(reports("quota", vec![usage(&bob, 0, 0, 5)]), &rules, at(t))
+            .unwrap();
+        assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 100/1s"]);
+    }
+    let said = s
+        .report(reports("quota", vec![usage(&bob, 0, 0, 5)]), &rules, at(61))
+        .unwrap();
+    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["abandon"]);
+    assert_eq!(s.buckets(), 0);
+}
+
+#[test]
+fn bad_reports_end_the_stream_with_a_reason() {
+    let rules = rules();
+    let ledger = Arc::new(Ledger::new());
+    let invalid = |r: Result<Vec<BucketAction>, SessionError>| match r {
+        Err(SessionError::Invalid(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    let mut s = session(&ledger, "node/1");
+    let why = invalid(s.report(
+        reports("", vec![usage(&[("name", "x")], 1, 0, 0)]),
+        &rules,
+        at(1),
+    ));
+    assert!(why.contains("names no domain"), "{why}");
+    let mut s = session(&ledger, "node/2");
+    let why = invalid(s.report(reports("quota", vec![usage(&[], 1, 0, 0)]), &rules, at(1)));
+    assert!(why.contains("without pairs"), "{why}");
+    let mut s = session(&ledger, "node/3");
+    s.report(
+        reports("quota", vec![usage(&[("name", "x")], 1, 0, 0)]),
+        &rules,
+        at(1),
+    )
+    .unwrap();
+    let why = invalid(s.report(reports("other", vec![]), &rules, at(2)));
+    assert!(why.contains("domain is `quota`"), "{why}");
+    // The domain repeated, or left out after the first report, is the stream's.
+    s.report(
+        reports("", vec![usage(&[("name", "x")], 0, 0, 5)]),
+        &rules,
+        at(6),
+    )
+    .unwrap();
+    let mut s = Session::new(
+        ledger.clone(),
+        Arc::new(Settings {
+            max_buckets_per_stream: 2,
+            ..Settings::default()
+        }),
+        "node/4".to_string(),
+    );
+    let three = (0..3)
+        .map(|i| usage(&[("name", ["a", "b", "c"][i])], 1, 0, 0))
+        .collect();
+    assert!(matches!(
+        s.report(reports("quota", three), &rules, at(1)),
+        Err(SessionError::TooMany(_))
+    ));
+}
