@@ -81,6 +81,8 @@ struct Decisions {
     plan_overrides: ArcSwap<HashMap<String, String>>,
     /// How lease tokens are signed ([`leases`]).
     leases: leases::Signing,
+    /// The Rate Limit Quota Service's streams and the claims they share.
+    quotas: crate::rlqs::Quotas,
     clock: SystemClock,
 }
 
@@ -157,6 +159,7 @@ impl Server {
                 store,
                 plan_overrides: ArcSwap::from_pointee(HashMap::new()),
                 leases: leases::Signing::random(),
+                quotas: crate::rlqs::Quotas::new(crate::rlqs::Settings::default()),
                 clock: SystemClock::new(),
             },
             control: Control {
@@ -743,6 +746,32 @@ impl crate::grpc::RlsBackend for Server {
 
     fn stopping(&self) -> bool {
         !self.is_ready()
+    }
+
+    fn quota_stream(&self) -> Option<crate::rlqs::Session> {
+        Some(self.decisions.quotas.session())
+    }
+
+    fn quota_report(
+        &self,
+        session: &mut crate::rlqs::Session,
+        reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
+    ) -> Result<Vec<crate::grpc::QuotaAction>, crate::rlqs::SessionError> {
+        let served = self.decisions.served.load();
+        session.report(reports, &served.rules, self.decisions.clock.now())
+    }
+
+    fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<crate::grpc::QuotaAction> {
+        let now = self.decisions.clock.now();
+        let quotas = &self.decisions.quotas;
+        quotas
+            .ledger()
+            .expire_due(now, quotas.settings().unreported_after);
+        session.tick(now)
+    }
+
+    fn quota_close(&self, session: crate::rlqs::Session) {
+        session.close(self.decisions.clock.now());
     }
 }
 /// What statsd pushes read: the service's counters under upstream's names.

@@ -1,5 +1,6 @@
-//! gRPC over hyper's HTTP/2 server, for the methods this service has: `ShouldRateLimit`, and
-//! the health checking protocol's `Check` and `Watch`.
+//! gRPC over hyper's HTTP/2 server, for the methods this service has: `ShouldRateLimit`, the
+//! Rate Limit Quota Service's `StreamRateLimitQuotas` (`quota.rs`), and the health checking
+//! protocol's `Check` and `Watch`.
 //!
 //! A call is a `POST` to the method's path with `content-type: application/grpc`; its body is
 //! one length-prefixed message (1 byte compressed flag, 4 bytes big-endian length, the
@@ -28,6 +29,8 @@ use super::{
 };
 use crate::connections::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
 use crate::rls::{RlsRequest, Undecided};
+
+mod quota;
 
 /// The rate limit method.
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -127,11 +130,15 @@ async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> R
             .await;
             answered.map(|response| message_response(&response))
         }
+        quota::PATH => quota::stream(backend, request.into_body()).await,
         HEALTH_CHECK => check(&*backend, request.into_body()).await,
         HEALTH_WATCH => watch(backend, request.into_body()).await,
         other => Err(Refusal::new(
             GrpcCode::Unimplemented,
-            format!("unknown method {other}; this service has {PATH}, {HEALTH_CHECK} and {HEALTH_WATCH}"),
+            format!(
+                "unknown method {other}; this service has {PATH}, {}, {HEALTH_CHECK} and {HEALTH_WATCH}",
+                quota::PATH
+            ),
         )),
     };
     answered.unwrap_or_else(Refusal::into_response)
@@ -207,9 +214,9 @@ struct Watch<B> {
 }
 
 impl<B: RlsBackend> Stream for Watch<B> {
-    type Item = Bytes;
+    type Item = Result<Bytes, Refusal>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             if self.ended {
                 return Poll::Ready(None);
@@ -230,7 +237,7 @@ impl<B: RlsBackend> Stream for Watch<B> {
                 let response = HealthCheckResponse {
                     status: status as i32,
                 };
-                return Poll::Ready(Some(framed(&response)));
+                return Poll::Ready(Some(Ok(framed(&response))));
             }
         }
     }
@@ -417,6 +424,13 @@ impl Refusal {
         let mut response = Response::new(GrpcBody::empty());
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, grpc_content_type());
+        self.write(headers);
+        response
+    }
+
+    /// The status and message as header fields (of a trailers-only answer, or the trailers
+    /// ending a stream).
+    fn write(self, headers: &mut HeaderMap) {
         headers.insert("grpc-status", HeaderValue::from(self.code as u16));
         if let Ok(message) = HeaderValue::try_from(percent_encode(&self.message)) {
             headers.insert("grpc-message", message);
@@ -424,7 +438,6 @@ impl Refusal {
         if matches!(self.code, GrpcCode::Unimplemented) {
             headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
         }
-        response
     }
 }
 
@@ -480,10 +493,15 @@ fn framed(message: &impl Message) -> Bytes {
 
 /// A gRPC response body: one message (or a stream of them), then the OK trailers; or nothing,
 /// when the status went in the headers.
+/// A response's messages as they come, until one that ends the call with a status of its own.
+type Messages = Pin<Box<dyn Stream<Item = Result<Bytes, Refusal>> + Send>>;
+
 struct GrpcBody {
     message: Option<Bytes>,
-    stream: Option<Pin<Box<dyn Stream<Item = Bytes> + Send>>>,
+    stream: Option<Messages>,
     trailers: bool,
+    /// The status the stream ended the call with (`OK` if none).
+    ended: Option<Refusal>,
 }
 
 impl std::fmt::Debug for GrpcBody {
@@ -502,14 +520,16 @@ impl GrpcBody {
             message: Some(bytes),
             stream: None,
             trailers: true,
+            ended: None,
         }
     }
 
-    fn stream(messages: Pin<Box<dyn Stream<Item = Bytes> + Send>>) -> GrpcBody {
+    fn stream(messages: Messages) -> GrpcBody {
         GrpcBody {
             message: None,
             stream: Some(messages),
             trailers: true,
+            ended: None,
         }
     }
 
@@ -518,6 +538,7 @@ impl GrpcBody {
             message: None,
             stream: None,
             trailers: false,
+            ended: None,
         }
     }
 }
@@ -535,14 +556,25 @@ impl Body for GrpcBody {
         }
         if let Some(stream) = self.stream.as_mut() {
             match stream.as_mut().poll_next(cx) {
-                Poll::Ready(Some(message)) => return Poll::Ready(Some(Ok(Frame::data(message)))),
+                Poll::Ready(Some(Ok(message))) => {
+                    return Poll::Ready(Some(Ok(Frame::data(message))))
+                }
+                Poll::Ready(Some(Err(refusal))) => {
+                    self.stream = None;
+                    self.ended = Some(refusal);
+                }
                 Poll::Ready(None) => self.stream = None,
                 Poll::Pending => return Poll::Pending,
             }
         }
         if std::mem::take(&mut self.trailers) {
-            let mut trailers = HeaderMap::with_capacity(1);
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            let mut trailers = HeaderMap::with_capacity(2);
+            match self.ended.take() {
+                None => {
+                    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                }
+                Some(refusal) => refusal.write(&mut trailers),
+            }
             return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
         }
         Poll::Ready(None)

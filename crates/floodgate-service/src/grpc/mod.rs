@@ -144,7 +144,39 @@ pub trait RlsBackend: Send + Sync + 'static {
     fn stopping(&self) -> bool {
         false
     }
+
+    /// A new Rate Limit Quota Service stream's session, or `None` when this backend does not
+    /// serve RLQS (the default): the call is then answered `UNIMPLEMENTED`.
+    fn quota_stream(&self) -> Option<crate::rlqs::Session> {
+        None
+    }
+
+    /// Takes one message of usage reports on `session`, under the limits in force now, and
+    /// returns the bucket actions to send (see [`crate::rlqs::session`]).
+    fn quota_report(
+        &self,
+        session: &mut crate::rlqs::Session,
+        reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
+    ) -> Result<Vec<QuotaAction>, crate::rlqs::SessionError> {
+        let _ = (session, reports);
+        Ok(Vec::new())
+    }
+
+    /// `session`'s grants taken again now: the assignments that changed.
+    fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<QuotaAction> {
+        let _ = session;
+        Vec::new()
+    }
+
+    /// `session`'s stream ended.
+    fn quota_close(&self, session: crate::rlqs::Session) {
+        drop(session);
+    }
 }
+
+/// One bucket's action in a Rate Limit Quota Service answer.
+pub type QuotaAction =
+    crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 
 /// The service name under which `grpc.health.v1.Health` reports the rate limit service, as
 /// envoyproxy/ratelimit names it.
