@@ -159,7 +159,7 @@ impl Server {
                 store,
                 plan_overrides: ArcSwap::from_pointee(HashMap::new()),
                 leases: leases::Signing::random(),
-                quotas: crate::rlqs::Quotas::new(crate::rlqs::Settings::default()),
+                quotas: crate::rlqs::Quotas::new(),
                 clock: SystemClock::new(),
             },
             control: Control {
@@ -233,12 +233,16 @@ impl Server {
 
     /// Says, one line per stage, which stages decide on this node alone while the store is
     /// shared (Redis): the adaptive concurrency limit and the utilization shedder measure the
-    /// process they run in, so their limits and their leases are this node's, not the fleet's.
-    /// `serve` calls it at start-up.
+    /// process they run in, so their limits and their leases are this node's, not the fleet's;
+    /// and that the Rate Limit Quota Service's shares are this node's too. `serve` calls it at
+    /// start-up.
     pub fn announce_node_local_stages(&self) {
         if self.decisions.store.redis().is_none() {
             return;
         }
+        tracing::info!(
+            "the Rate Limit Quota Service divides each limit among this node's streams alone: with several nodes, give each Envoy one of them (the shares are not yet kept in the store)"
+        );
         let served = self.decisions.served.load();
         for stage in served.pipeline.stages() {
             let kind = stage.limiter().kind();
@@ -758,16 +762,16 @@ impl crate::grpc::RlsBackend for Server {
         reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
     ) -> Result<Vec<crate::grpc::QuotaAction>, crate::rlqs::SessionError> {
         let served = self.decisions.served.load();
-        session.report(reports, &served.rules, self.decisions.clock.now())
+        let now = self.decisions.clock.now();
+        session.report(reports, &served.rules, &served.rlqs, now)
     }
 
     fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<crate::grpc::QuotaAction> {
         let now = self.decisions.clock.now();
-        let quotas = &self.decisions.quotas;
-        quotas
-            .ledger()
-            .expire_due(now, quotas.settings().unreported_after);
-        session.tick(now)
+        let settings = &self.decisions.served.load().rlqs;
+        let ledger = self.decisions.quotas.ledger();
+        ledger.expire_due(now, settings.unreported_after);
+        session.tick(settings, now)
     }
 
     fn quota_close(&self, session: crate::rlqs::Session) {

@@ -28,6 +28,7 @@
 //!   login: { algorithm: sliding_log, limit: 5, window: 1m }
 //! reservation_ttl: 1h           # how long a /v1/reserve reservation can be settled
 //! response_dynamic_metadata: false   # Envoy RLS answers carry dynamic metadata (default off)
+//! rlqs: { assignment_ttl: 15s }  # the Rate Limit Quota Service's settings (see [`rlqs`])
 //! domains:                      # Envoy RLS domains, envoyproxy/ratelimit's format
 //!   - domain: example
 //!     descriptors:
@@ -93,6 +94,7 @@ pub mod directory;
 pub mod envoy;
 pub(crate) mod limiters;
 pub mod pipeline;
+pub mod rlqs;
 pub mod rls;
 pub mod runtime_dir;
 pub mod source;
@@ -118,6 +120,7 @@ pub use self::connections::ConnectionLimits;
 pub use self::directory::DirectoryError;
 pub use self::limiters::LimitersConfig;
 pub use self::pipeline::AttributesConfig;
+pub use self::rlqs::RlqsConfig;
 pub use self::rls::{Defaults, Overrides, RlsConfig};
 pub use self::runtime_dir::RuntimeDir;
 pub use self::source::{Origin, Source, Written};
@@ -261,6 +264,9 @@ pub struct Config {
     /// The Envoy rate limit service's settings (see [`rls`]).
     #[serde(default)]
     pub rls: RlsConfig,
+    /// The Rate Limit Quota Service's settings (see [`rlqs`]).
+    #[serde(default)]
+    pub rlqs: RlqsConfig,
     /// The control plane the Envoy domains come from, over xDS, instead of `domains`
     /// ([`xds::XdsConfig`]; read at start-up).
     #[serde(default)]
@@ -525,6 +531,7 @@ impl Config {
                 ],
             }],
             rls: RlsConfig::default(),
+            rlqs: RlqsConfig::default(),
             xds: None,
             origin: Origin::default(),
         }

@@ -564,3 +564,38 @@ fn quota_mode_for_every_descriptor_is_refused_beside_all_or_nothing() {
     .unwrap();
     assert!(rules.quota_mode());
 }
+
+/// The `rlqs` section: its settings as the service reads them, and each bound refused with
+/// the field's path.
+#[test]
+fn the_rlqs_section_is_read_and_bounded() {
+    let config = Config::from_yaml_str(
+        "rlqs:\n  assignment_ttl: 30s\n  unmatched: { requests_per_unit: 5, unit: minute }\n",
+    )
+    .expect("valid");
+    let settings = config.rlqs.settings();
+    assert_eq!(settings.assignment_ttl, Duration::from_secs(30));
+    assert_eq!(
+        settings.unmatched,
+        crate::rlqs::Limit::PerUnit {
+            requests: 5,
+            unit: Duration::from_secs(60)
+        }
+    );
+    assert_eq!(
+        Config::builtin().rlqs.settings(),
+        crate::rlqs::Settings::default()
+    );
+    for (yaml, path) in [
+        ("rlqs: { assignment_ttl: 0s }\n", "rlqs.assignment_ttl"),
+        ("rlqs: { unreported_after: 1s }\n", "rlqs.unreported_after"),
+        ("rlqs: { max_pairs: 0 }\n", "rlqs.max_pairs"),
+        (
+            "rlqs: { unmatched: { requests_per_unit: 1, unit: fortnight } }\n",
+            "rlqs.unmatched.unit",
+        ),
+    ] {
+        let (p, _) = invalid(yaml);
+        assert_eq!(p, path, "{yaml}");
+    }
+}

@@ -192,6 +192,7 @@ impl Config {
             ));
         }
         self.attributes.validate()?;
+        self.rlqs.validate()?;
         if !self.pipeline.is_empty() && self.limiters != super::LimitersConfig::default() {
             return Err(ConfigFileError::invalid(
                 "pipeline",

@@ -88,23 +88,27 @@ impl Default for Settings {
     }
 }
 
-/// The service's side of this node's RLQS streams: the ledger of claims they share, the
-/// settings, and the names of their claims (`NODE/N`: the node's random name, so that claims of
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas::new()
+    }
+}
+
+/// The service's side of this node's RLQS streams: the ledger of claims they share, and the
+/// names of their claims (`NODE/N`: the node's random name, so that claims of
 /// two nodes sharing a store never collide, and the stream's number).
 #[derive(Debug)]
 pub struct Quotas {
     ledger: Arc<Ledger>,
-    settings: Arc<Settings>,
     node: String,
     streams: AtomicU64,
 }
 
 impl Quotas {
-    /// The streams of a node with `settings`, claiming on a ledger of their own.
-    pub fn new(settings: Settings) -> Quotas {
+    /// The streams of a node, claiming on a ledger of their own.
+    pub fn new() -> Quotas {
         Quotas {
             ledger: Arc::new(Ledger::new()),
-            settings: Arc::new(settings),
             node: format!("{:016x}", rand::random::<u64>()),
             streams: AtomicU64::new(0),
         }
@@ -113,20 +117,11 @@ impl Quotas {
     /// A new stream's session.
     pub fn session(&self) -> Session {
         let n = self.streams.fetch_add(1, Ordering::Relaxed);
-        Session::new(
-            self.ledger.clone(),
-            self.settings.clone(),
-            format!("{}/{n}", self.node),
-        )
+        Session::new(self.ledger.clone(), format!("{}/{n}", self.node))
     }
 
     /// The claims every stream shares.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
-    }
-
-    /// The settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
     }
 }

@@ -47,7 +47,6 @@ pub enum SessionError {
 #[derive(Debug)]
 pub struct Session {
     ledger: Arc<Ledger>,
-    settings: Arc<Settings>,
     /// This stream's name among the claimants of every bucket (unique on the node, and across
     /// nodes with the node's name in it).
     claimant: String,
@@ -68,10 +67,9 @@ struct Subscribed {
 
 impl Session {
     /// A stream claiming as `claimant` on `ledger`.
-    pub fn new(ledger: Arc<Ledger>, settings: Arc<Settings>, claimant: String) -> Session {
+    pub fn new(ledger: Arc<Ledger>, claimant: String) -> Session {
         Session {
             ledger,
-            settings,
             claimant,
             domain: None,
             buckets: HashMap::new(),
@@ -89,26 +87,29 @@ impl Session {
     }
 
     /// Takes one message of usage reports at `now`, the domain's limits read from `rules`,
-    /// and returns the actions to send (see the [module documentation](self)).
+    /// under `settings`, and returns the actions to send (see the [module
+    /// documentation](self)).
     pub fn report(
         &mut self,
         reports: RateLimitQuotaUsageReports,
         rules: &RuleSet,
+        settings: &Settings,
         now: Nanos,
     ) -> Result<Vec<BucketAction>, SessionError> {
         let domain = self.domain_of(reports.domain)?;
         let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
         for usage in reports.bucket_quota_usages {
-            if let Some(action) = self.usage(&domain, usage, rules, now)? {
+            if let Some(action) = self.usage(&domain, usage, rules, settings, now)? {
                 actions.push(action);
             }
         }
         Ok(actions)
     }
 
-    /// Takes every bucket's grant again at `now` and returns the assignments that changed.
-    pub fn tick(&mut self, now: Nanos) -> Vec<BucketAction> {
-        let ttl = self.settings.assignment_ttl;
+    /// Takes every bucket's grant again at `now`, in force for `settings`' time to live, and
+    /// returns the assignments that changed.
+    pub fn tick(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction> {
+        let ttl = settings.assignment_ttl;
         let mut actions = Vec::new();
         for (key, bucket) in &mut self.buckets {
             let Limit::PerUnit { requests, unit } = bucket.limit else {
@@ -156,21 +157,21 @@ impl Session {
         domain: &str,
         usage: BucketQuotaUsage,
         rules: &RuleSet,
+        settings: &Settings,
         now: Nanos,
     ) -> Result<Option<BucketAction>, SessionError> {
         let id = usage.bucket_id.unwrap_or_default();
-        let pairs = self.pairs(&id)?;
+        let pairs = pairs(&id, settings)?;
         let key = bucket_key(domain, &pairs);
-        let limit = limit_of(rules, domain, &pairs, self.settings.unmatched);
+        let limit = limit_of(rules, domain, &pairs, settings.unmatched);
         let requests = usage
             .num_requests_allowed
             .saturating_add(usage.num_requests_denied);
-        if !self.buckets.contains_key(&key)
-            && self.buckets.len() >= self.settings.max_buckets_per_stream
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= settings.max_buckets_per_stream
         {
             return Err(SessionError::TooMany(format!(
                 "a stream holds at most {} buckets; this one would hold more",
-                self.settings.max_buckets_per_stream
+                settings.max_buckets_per_stream
             )));
         }
         let bucket = self.buckets.entry(key.clone()).or_insert(Subscribed {
@@ -183,13 +184,13 @@ impl Session {
         if requests > 0 {
             bucket.active_at = now;
         }
-        if now.saturating_since(bucket.active_at) >= self.settings.abandon_idle_after {
+        if now.saturating_since(bucket.active_at) >= settings.abandon_idle_after {
             let abandon = assignment::abandon(&bucket.id);
             self.buckets.remove(&key);
             self.ledger.leave(&key, &self.claimant, now);
             return Ok(Some(abandon));
         }
-        let ttl = self.settings.assignment_ttl;
+        let ttl = settings.assignment_ttl;
         let assigned = match limit {
             Limit::Unlimited => Assigned::AllowAll,
             Limit::PerUnit {
@@ -200,8 +201,7 @@ impl Session {
                     .time_elapsed
                     .and_then(|d| Duration::try_from(d).ok())
                     .unwrap_or_default();
-                let demand =
-                    demand_per_unit(requests, elapsed, unit, self.settings.reporting_interval);
+                let demand = demand_per_unit(requests, elapsed, unit, settings.reporting_interval);
                 let grant = self
                     .ledger
                     .report(&key, &self.claimant, demand, capacity, now, ttl);
@@ -211,18 +211,20 @@ impl Session {
         bucket.sent = Some(assigned);
         Ok(Some(assignment::assign(&bucket.id, assigned, ttl)))
     }
+}
 
-    /// A bucket's pairs in key order, once checked.
-    fn pairs(&self, id: &BucketId) -> Result<Vec<(String, String)>, SessionError> {
+/// A bucket's pairs in key order, once checked against `settings`' bounds.
+fn pairs(id: &BucketId, settings: &Settings) -> Result<Vec<(String, String)>, SessionError> {
+    {
         let invalid = |why: String| Err(SessionError::Invalid(why));
         if id.bucket.is_empty() {
             return invalid("a bucket without pairs: a bucket id needs at least one".to_string());
         }
-        if id.bucket.len() > self.settings.max_pairs {
+        if id.bucket.len() > settings.max_pairs {
             return invalid(format!(
                 "a bucket id of {} pairs: at most {}",
                 id.bucket.len(),
-                self.settings.max_pairs
+                settings.max_pairs
             ));
         }
         let mut pairs = Vec::with_capacity(id.bucket.len());
@@ -233,10 +235,10 @@ impl Session {
                 ));
             }
             let longest = key.len().max(value.len());
-            if longest > self.settings.max_pair_bytes {
+            if longest > settings.max_pair_bytes {
                 return invalid(format!(
                     "a bucket pair of {longest} bytes: at most {}",
-                    self.settings.max_pair_bytes
+                    settings.max_pair_bytes
                 ));
             }
             pairs.push((key.clone(), value.clone()));

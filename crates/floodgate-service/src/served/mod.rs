@@ -63,6 +63,8 @@ pub struct Served<S> {
     pub attributes: AttributesConfig,
     /// How long a reservation can be settled (`reservation_ttl`).
     pub reservation_ttl: std::time::Duration,
+    /// The Rate Limit Quota Service's settings (`rlqs`).
+    pub rlqs: crate::rlqs::Settings,
 }
 
 impl<S> fmt::Debug for Served<S> {
@@ -158,6 +160,7 @@ impl Config {
                 stage_paths,
                 attributes: self.attributes.clone(),
                 reservation_ttl: self.reservation_ttl(),
+                rlqs: self.rlqs.settings(),
             })
         };
         build().map_err(|e| self.origin.place(e))

@@ -84,7 +84,7 @@ pub struct ReloadReport {
     /// removed, by name, in name order.
     pub changes: BTreeMap<&'static str, Vec<(String, Change)>>,
     /// The other sections whose settings changed (`users`, `default_plan`,
-    /// `endpoint_costs`, `attributes`, `rls`, `response_dynamic_metadata`).
+    /// `endpoint_costs`, `attributes`, `rls`, `rlqs`, `response_dynamic_metadata`).
     pub sections: Vec<&'static str>,
     /// The settings read only at start-up that the file now sets otherwise (`store.url`,
     /// `http`, `connections.max_connections`, …): kept until a restart.
@@ -125,6 +125,7 @@ impl ReloadReport {
             endpoint_costs,
             attributes,
             rls,
+            rlqs,
             response_dynamic_metadata
         );
         ReloadReport {

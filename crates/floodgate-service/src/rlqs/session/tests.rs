@@ -23,11 +23,7 @@ fn rules() -> RuleSet {
 }
 
 fn session(ledger: &Arc<Ledger>, claimant: &str) -> Session {
-    Session::new(
-        ledger.clone(),
-        Arc::new(Settings::default()),
-        claimant.to_string(),
-    )
+    Session::new(ledger.clone(), claimant.to_string())
 }
 
 fn id(pairs: &[(&str, &str)]) -> BucketId {
@@ -99,6 +95,7 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
         .report(
             reports("quota", vec![usage(&alice, 1, 0, 0)]),
             &rules,
+            &Settings::default(),
             at(1),
         )
         .unwrap();
@@ -106,6 +103,7 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
     a.report(
         reports("quota", vec![usage(&alice, 100, 2_400, 5)]),
         &rules,
+        &Settings::default(),
         at(6),
     )
     .unwrap();
@@ -114,6 +112,7 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
         .report(
             reports("quota", vec![usage(&alice, 0, 2_500, 5)]),
             &rules,
+            &Settings::default(),
             at(7),
         )
         .unwrap();
@@ -126,19 +125,31 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
     );
     // a's tick shrinks it at once; b's next tick grows into the room.
     assert_eq!(
-        a.tick(at(8)).iter().map(told).collect::<Vec<_>>(),
+        a.tick(&Settings::default(), at(8))
+            .iter()
+            .map(told)
+            .collect::<Vec<_>>(),
         ["tokens 50/1s"]
     );
     assert_eq!(
-        b.tick(at(8)).iter().map(told).collect::<Vec<_>>(),
+        b.tick(&Settings::default(), at(8))
+            .iter()
+            .map(told)
+            .collect::<Vec<_>>(),
         ["tokens 50/1s"]
     );
-    assert!(a.tick(at(9)).is_empty(), "nothing changed, nothing sent");
+    assert!(
+        a.tick(&Settings::default(), at(9)).is_empty(),
+        "nothing changed, nothing sent"
+    );
     // a's stream ends: b's target is all 100, and it gets it once a's last grant is over.
     a.close(at(10));
-    assert_eq!(b.tick(at(11)).len(), 0);
+    assert_eq!(b.tick(&Settings::default(), at(11)).len(), 0);
     assert_eq!(
-        b.tick(at(24)).iter().map(told).collect::<Vec<_>>(),
+        b.tick(&Settings::default(), at(24))
+            .iter()
+            .map(told)
+            .collect::<Vec<_>>(),
         ["tokens 100/1s"]
     );
 }
@@ -159,6 +170,7 @@ fn unlimited_and_zero_limits_and_unmatched_buckets_are_blanket_rules() {
                 ],
             ),
             &rules,
+            &Settings::default(),
             at(1),
         )
         .unwrap();
@@ -175,16 +187,31 @@ fn an_idle_bucket_is_abandoned_and_its_claim_leaves() {
     let ledger = Arc::new(Ledger::new());
     let mut s = session(&ledger, "node/1");
     let bob = [("name", "bob")];
-    s.report(reports("quota", vec![usage(&bob, 1, 0, 0)]), &rules, at(1))
-        .unwrap();
+    s.report(
+        reports("quota", vec![usage(&bob, 1, 0, 0)]),
+        &rules,
+        &Settings::default(),
+        at(1),
+    )
+    .unwrap();
     for t in (6..60).step_by(5) {
         let said = s
-            .report(reports("quota", vec![usage(&bob, 0, 0, 5)]), &rules, at(t))
+            .report(
+                reports("quota", vec![usage(&bob, 0, 0, 5)]),
+                &rules,
+                &Settings::default(),
+                at(t),
+            )
             .unwrap();
         assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 100/1s"]);
     }
     let said = s
-        .report(reports("quota", vec![usage(&bob, 0, 0, 5)]), &rules, at(61))
+        .report(
+            reports("quota", vec![usage(&bob, 0, 0, 5)]),
+            &rules,
+            &Settings::default(),
+            at(61),
+        )
         .unwrap();
     assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["abandon"]);
     assert_eq!(s.buckets(), 0);
@@ -202,41 +229,51 @@ fn bad_reports_end_the_stream_with_a_reason() {
     let why = invalid(s.report(
         reports("", vec![usage(&[("name", "x")], 1, 0, 0)]),
         &rules,
+        &Settings::default(),
         at(1),
     ));
     assert!(why.contains("names no domain"), "{why}");
     let mut s = session(&ledger, "node/2");
-    let why = invalid(s.report(reports("quota", vec![usage(&[], 1, 0, 0)]), &rules, at(1)));
+    let why = invalid(s.report(
+        reports("quota", vec![usage(&[], 1, 0, 0)]),
+        &rules,
+        &Settings::default(),
+        at(1),
+    ));
     assert!(why.contains("without pairs"), "{why}");
     let mut s = session(&ledger, "node/3");
     s.report(
         reports("quota", vec![usage(&[("name", "x")], 1, 0, 0)]),
         &rules,
+        &Settings::default(),
         at(1),
     )
     .unwrap();
-    let why = invalid(s.report(reports("other", vec![]), &rules, at(2)));
+    let why = invalid(s.report(
+        reports("other", vec![]),
+        &rules,
+        &Settings::default(),
+        at(2),
+    ));
     assert!(why.contains("domain is `quota`"), "{why}");
     // The domain repeated, or left out after the first report, is the stream's.
     s.report(
         reports("", vec![usage(&[("name", "x")], 0, 0, 5)]),
         &rules,
+        &Settings::default(),
         at(6),
     )
     .unwrap();
-    let mut s = Session::new(
-        ledger.clone(),
-        Arc::new(Settings {
-            max_buckets_per_stream: 2,
-            ..Settings::default()
-        }),
-        "node/4".to_string(),
-    );
+    let mut s = session(&ledger, "node/4");
+    let two = Settings {
+        max_buckets_per_stream: 2,
+        ..Settings::default()
+    };
     let three = (0..3)
         .map(|i| usage(&[("name", ["a", "b", "c"][i])], 1, 0, 0))
         .collect();
     assert!(matches!(
-        s.report(reports("quota", three), &rules, at(1)),
+        s.report(reports("quota", three), &rules, &two, at(1)),
         Err(SessionError::TooMany(_))
     ));
 }
