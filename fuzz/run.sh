@@ -12,12 +12,12 @@ seconds="${1:-20}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(config_native config_envoy http_api rls_proto replay_trace client_headers)
+  targets=(config_native config_envoy http_api rls_proto replay_trace client_headers rlqs_reports)
 fi
 repo=..
 corpus=target/corpus
 rm -rf "$corpus"
-for t in config_native config_envoy http_api rls_proto replay_trace client_headers; do
+for t in config_native config_envoy http_api rls_proto replay_trace client_headers rlqs_reports; do
   mkdir -p "$corpus/$t"
   cp seeds/"$t"/* "$corpus/$t/" 2>/dev/null || true
 done

@@ -9,7 +9,8 @@ use axum::body::Body;
 use floodgate::{ManualClock, Nanos};
 use floodgate_client::signal::{Signal, MAX_HORIZON, MAX_QUOTAS};
 use floodgate_server::config::{Config, ConfigFileError};
-use floodgate_server::grpc::RateLimitRequest;
+use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+use floodgate_server::grpc::{RateLimitRequest, RlsBackend};
 use floodgate_server::metrics::Endpoint;
 use floodgate_server::rls::RlsRequest;
 use floodgate_server::service::Server;
@@ -128,6 +129,41 @@ pub fn rls_call(data: &[u8]) {
     // The fuzzed service runs on memory, whose calls cannot fail: every call is decided.
     let response = response.expect("a memory store decides every call");
     assert_eq!(response.statuses.len(), request.descriptors.len());
+}
+
+/// One RLQS stream: `data` is a run of messages, each one byte of length and that many bytes of
+/// a `RateLimitQuotaUsageReports`; each decoded message is reported on one session (an error
+/// ends the stream, as the service ends it), with a tick after each, then the stream ends.
+pub fn rlqs_stream(data: &[u8]) {
+    let s = service();
+    let server = &*s.server;
+    let Some(mut session) = server.quota_stream() else {
+        panic!("the service serves the Rate Limit Quota Service");
+    };
+    let mut rest = data;
+    while let Some((&length, tail)) = rest.split_first() {
+        let (message, after) = tail.split_at(usize::from(length).min(tail.len()));
+        rest = after;
+        let Ok(reports) = RateLimitQuotaUsageReports::decode(message) else {
+            continue;
+        };
+        let reported = reports.bucket_quota_usages.len();
+        match server.quota_report(&mut session, reports) {
+            Ok(actions) => {
+                assert!(actions.len() <= reported, "at most one action per bucket reported");
+                for action in &actions {
+                    let id = action.bucket_id.as_ref().expect("every action names its bucket");
+                    assert!(!id.bucket.is_empty(), "a bucket the client can match");
+                    assert!(action.bucket_action.is_some(), "an action Envoy applies");
+                }
+            }
+            Err(_) => break,
+        }
+        for action in server.quota_tick(&mut session) {
+            assert!(action.bucket_action.is_some());
+        }
+    }
+    server.quota_close(session);
 }
 
 /// A replay: the first line is the limiter spec (inline JSON only: a path would read files),
