@@ -125,3 +125,6 @@ impl Quotas {
         &self.ledger
     }
 }
+
+#[cfg(test)]
+mod fleet_tests;

@@ -1,0 +1,374 @@
+//! The bound of [`docs/rlqs.md`] held by a fleet of simulated Envoys on one node: each runs
+//! its filter as Envoy's source does (a bucket's first report at its first request, with that
+//! request counted and `time_elapsed` 0; every bucket reported every 5 s in whole seconds;
+//! assignments applied as they arrive, a token bucket kept when its burst and fill are
+//! unchanged and started full otherwise; an expired assignment falling back to deny-all;
+//! streams that break and reconnect keeping their assignments), with random demand changing
+//! as it goes. Every window of the limit's unit, the requests the fleet admitted are at most
+//! the limit, plus the bursts the Envoys held, plus the bursts of token buckets started in the
+//! window, plus each Envoy's one request let through before its first assignment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::Nanos;
+use proptest::prelude::*;
+
+use super::assignment::burst;
+use super::{Ledger, Session, Settings};
+use crate::config::Config;
+use crate::descriptors::RuleSet;
+use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as Rule};
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use crate::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+
+/// The limit, per second.
+const LIMIT: u64 = 100;
+/// The simulation's step, in milliseconds.
+const STEP_MS: u64 = 10;
+
+fn rules() -> RuleSet {
+    Config::from_yaml_str(&format!(
+        "domains:\n  - domain: fleet\n    descriptors:\n      - key: name\n        rate_limit: {{ unit: second, requests_per_unit: {LIMIT} }}\n"
+    ))
+    .expect("reads")
+    .rule_set()
+    .expect("builds")
+}
+
+fn bucket() -> BucketId {
+    BucketId {
+        bucket: [("name".to_string(), "shared".to_string())].into(),
+    }
+}
+
+/// What an Envoy enforces for the bucket.
+#[derive(Clone, Debug, PartialEq)]
+enum Enforced {
+    /// No assignment yet: the filter's default, allow all.
+    Unassigned,
+    /// The assignment's time to live passed: the fallback, deny all.
+    Expired,
+    Allow,
+    Deny,
+    Tokens {
+        max: u64,
+        per_fill: u64,
+        tokens: f64,
+        at_ms: u64,
+    },
+}
+
+/// One Envoy: its stream, its bucket's enforcement and counters.
+struct Envoy {
+    session: Option<Session>,
+    enforced: Enforced,
+    expires_ms: u64,
+    subscribed: bool,
+    allowed: u64,
+    denied: u64,
+    reported_ms: u64,
+    /// Its report phase within Envoy's 5 s interval.
+    phase_ms: u64,
+    /// Requests per second it is offered now.
+    demand: u64,
+    /// Fractional requests carried from step to step.
+    owed: f64,
+    /// When a broken stream opens again.
+    reconnect_ms: Option<u64>,
+    claimants: u64,
+}
+
+impl Envoy {
+    /// Applies the server's actions as Envoy's filter does; returns the burst of any token
+    /// bucket started (full) by them.
+    fn apply(&mut self, actions: Vec<BucketAction>, now_ms: u64) -> u64 {
+        let mut started = 0;
+        for action in actions {
+            let Some(Action::QuotaAssignmentAction(a)) = action.bucket_action else {
+                self.enforced = Enforced::Unassigned;
+                self.subscribed = false;
+                continue;
+            };
+            let ttl = a.assignment_time_to_live.map_or(0, |d| d.seconds) as u64;
+            self.expires_ms = now_ms + ttl * 1_000;
+            self.enforced = match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                Some(Rule::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => Enforced::Deny,
+                Some(Rule::BlanketRule(_)) => Enforced::Allow,
+                Some(Rule::TokenBucket(tb)) => {
+                    let max = u64::from(tb.max_tokens);
+                    let per_fill = u64::from(tb.tokens_per_fill.unwrap_or_default());
+                    match &self.enforced {
+                        Enforced::Tokens {
+                            max: m,
+                            per_fill: p,
+                            ..
+                        } if *m == max && *p == per_fill => self.enforced.clone(),
+                        _ => {
+                            started += max;
+                            Enforced::Tokens {
+                                max,
+                                per_fill,
+                                tokens: max as f64,
+                                at_ms: now_ms,
+                            }
+                        }
+                    }
+                }
+                other => panic!("a strategy Envoy does not apply: {other:?}"),
+            };
+        }
+        started
+    }
+
+    /// One request at `now_ms`: whether it is admitted.
+    fn admit(&mut self, now_ms: u64) -> bool {
+        if now_ms >= self.expires_ms && !matches!(self.enforced, Enforced::Unassigned) {
+            self.enforced = Enforced::Expired;
+        }
+        match &mut self.enforced {
+            Enforced::Unassigned | Enforced::Allow => true,
+            Enforced::Expired | Enforced::Deny => false,
+            Enforced::Tokens {
+                max,
+                per_fill,
+                tokens,
+                at_ms,
+            } => {
+                let elapsed = (now_ms - *at_ms) as f64 / 1_000.0;
+                *tokens = (*tokens + elapsed * *per_fill as f64).min(*max as f64);
+                *at_ms = now_ms;
+                if *tokens >= 1.0 {
+                    *tokens -= 1.0;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// The burst it holds now.
+    fn burst(&self) -> u64 {
+        match self.enforced {
+            Enforced::Tokens { max, .. } => max,
+            _ => 0,
+        }
+    }
+
+    /// Builds its report (its counters start again, sent or not, as Envoy's do) and sends it
+    /// on its stream if it has one; returns the bursts of the token buckets its answer
+    /// started.
+    fn send(
+        &mut self,
+        first: bool,
+        now_ms: u64,
+        rules: &RuleSet,
+        settings: &Settings,
+    ) -> Result<u64, String> {
+        let report = self.report(now_ms, first);
+        let Some(mut session) = self.session.take() else {
+            return Ok(0);
+        };
+        let answered = session.report(report, rules, settings, Nanos(now_ms * 1_000_000));
+        self.session = Some(session);
+        Ok(self.apply(answered.map_err(|e| e.to_string())?, now_ms))
+    }
+
+    /// Its report of the bucket, as Envoy sends it.
+    fn report(&mut self, now_ms: u64, first: bool) -> RateLimitQuotaUsageReports {
+        let elapsed = if first {
+            0
+        } else {
+            (now_ms - self.reported_ms) / 1_000
+        };
+        let usage = BucketQuotaUsage {
+            bucket_id: Some(bucket()),
+            time_elapsed: Some(prost_types::Duration {
+                seconds: elapsed as i64,
+                nanos: 0,
+            }),
+            num_requests_allowed: std::mem::take(&mut self.allowed),
+            num_requests_denied: std::mem::take(&mut self.denied),
+        };
+        self.reported_ms = now_ms;
+        RateLimitQuotaUsageReports {
+            domain: "fleet".to_string(),
+            bucket_quota_usages: vec![usage],
+        }
+    }
+}
+
+/// One simulated run: `demands[i][k]` is Envoy `i`'s demand during the `k`-th 10 s; `breaks`
+/// are (Envoy, second) at which a stream breaks, to reopen 2 s later.
+fn run(
+    demands: &[Vec<u64>],
+    phases: &[u64],
+    breaks: &[(usize, u64)],
+    seed: u64,
+) -> Result<Totals, String> {
+    let rules = rules();
+    let settings = Settings::default();
+    let ledger = Arc::new(Ledger::new());
+    let mut random = seed | 1;
+    let mut next = move || {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        (random % 1_000) as f64 / 1_000.0
+    };
+    let session = |n: usize, k: u64| Session::new(ledger.clone(), format!("envoy-{n}/{k}"));
+    let mut envoys: Vec<Envoy> = phases
+        .iter()
+        .enumerate()
+        .map(|(i, phase)| Envoy {
+            session: Some(session(i, 0)),
+            enforced: Enforced::Unassigned,
+            expires_ms: 0,
+            subscribed: false,
+            allowed: 0,
+            denied: 0,
+            reported_ms: 0,
+            phase_ms: phase % 5_000,
+            demand: 0,
+            owed: 0.0,
+            reconnect_ms: None,
+            claimants: 1,
+        })
+        .collect();
+    let seconds = demands[0].len() as u64 * 10;
+    let (mut admitted, mut bursts, mut started) = (0u64, vec![0u64; envoys.len()], 0u64);
+    let mut unassigned_admits = 0u64;
+    let mut totals = Totals::default();
+    for step in 0..seconds * 1_000 / STEP_MS {
+        let now_ms = step * STEP_MS;
+        let now = Nanos(now_ms * 1_000_000);
+        for (i, envoy) in envoys.iter_mut().enumerate() {
+            envoy.demand = demands[i][(now_ms / 10_000) as usize];
+            if breaks.iter().any(|&(b, at)| b == i && at * 1_000 == now_ms) {
+                if let Some(s) = envoy.session.take() {
+                    s.close(now);
+                }
+                envoy.reconnect_ms = Some(now_ms + 2_000);
+            }
+            if envoy.reconnect_ms == Some(now_ms) {
+                envoy.reconnect_ms = None;
+                envoy.session = Some(session(i, envoy.claimants));
+                envoy.claimants += 1;
+                // A new stream's first message reports every bucket the Envoy holds.
+                if envoy.subscribed {
+                    started += envoy.send(false, now_ms, &rules, &settings)?;
+                }
+            }
+            // Requests this step.
+            envoy.owed += envoy.demand as f64 * STEP_MS as f64 / 1_000.0 * (0.5 + next());
+            while envoy.owed >= 1.0 {
+                envoy.owed -= 1.0;
+                let unassigned = envoy.enforced == Enforced::Unassigned;
+                if envoy.admit(now_ms) {
+                    envoy.allowed += 1;
+                    admitted += 1;
+                    totals.admitted += 1;
+                    unassigned_admits += u64::from(unassigned);
+                } else {
+                    envoy.denied += 1;
+                    totals.denied += 1;
+                }
+                if !envoy.subscribed {
+                    envoy.subscribed = true;
+                    started += envoy.send(true, now_ms, &rules, &settings)?;
+                }
+            }
+            // Every 5 s, on its phase: the periodic report.
+            if envoy.subscribed && now_ms % 5_000 == envoy.phase_ms && now_ms > envoy.reported_ms {
+                started += envoy.send(false, now_ms, &rules, &settings)?;
+            }
+            // The server's tick, every second.
+            if now_ms.is_multiple_of(1_000) {
+                if let Some(s) = envoy.session.as_mut() {
+                    let actions = s.tick(&settings, now);
+                    started += envoy.apply(actions, now_ms);
+                }
+            }
+            bursts[i] = bursts[i].max(envoy.burst());
+        }
+        ledger.expire_due(now, settings.unreported_after);
+        // The end of a one-second window: the bound.
+        if (now_ms + STEP_MS).is_multiple_of(1_000) {
+            let bound = LIMIT + bursts.iter().sum::<u64>() + started + unassigned_admits;
+            if admitted > bound {
+                return Err(format!(
+                    "{admitted} admitted in the second ending at {} ms, bound {bound} (bursts {bursts:?}, started {started}, first {unassigned_admits})",
+                    now_ms + STEP_MS
+                ));
+            }
+            totals.busiest = totals.busiest.max(admitted);
+            admitted = 0;
+            started = 0;
+            unassigned_admits = 0;
+            for (b, envoy) in bursts.iter_mut().zip(&envoys) {
+                *b = envoy.burst();
+            }
+        }
+    }
+    Ok(totals)
+}
+
+/// What a run did, to see that it did something.
+#[derive(Debug, Default)]
+struct Totals {
+    admitted: u64,
+    denied: u64,
+    /// The most admitted in one window.
+    busiest: u64,
+}
+
+/// Each Envoy's demand per 10 s, its report phase, the streams that break, and a seed.
+type Fleet = (Vec<Vec<u64>>, Vec<u64>, Vec<(usize, u64)>, u64);
+
+fn fleet() -> impl Strategy<Value = Fleet> {
+    (2usize..6).prop_flat_map(|n| {
+        (
+            prop::collection::vec(prop::collection::vec(0u64..300, 4), n),
+            prop::collection::vec(0u64..5_000, n)
+                .prop_map(|p| p.into_iter().map(|x| x / 10 * 10).collect()),
+            prop::collection::vec((0..n, 1u64..38), 0..3),
+            any::<u64>(),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_fleet_admits_at_most_the_limit_and_its_bursts_per_window(
+        (demands, phases, breaks, seed) in fleet()
+    ) {
+        let offered: u64 = demands.iter().map(|d| d.iter().sum::<u64>()).sum();
+        match run(&demands, &phases, &breaks, seed) {
+            Err(e) => prop_assert!(false, "{e}"),
+            Ok(totals) => prop_assert!(offered < 10 || totals.admitted + totals.denied > 0, "{totals:?}"),
+        }
+    }
+}
+
+/// Three Envoys each offered twice the limit end on a third each, and the fleet admits about
+/// the limit: never much less (the shares are used), never more than the bound.
+#[test]
+fn a_fleet_over_its_limit_is_held_to_it() {
+    let demands = vec![vec![2 * LIMIT; 4]; 3];
+    let totals = run(&demands, &[0, 1_500, 3_000], &[], 7).expect("the bound holds");
+    let per_second = totals.admitted / 40;
+    assert!(
+        (90..=LIMIT + 3 * burst(LIMIT / 3) + 3).contains(&per_second),
+        "{totals:?}"
+    );
+    assert!(
+        totals.busiest <= LIMIT + LIMIT / 10 + 3 + 3 * burst(LIMIT),
+        "{totals:?}"
+    );
+    let _ = Duration::ZERO;
+}
