@@ -172,4 +172,28 @@ async fn two_envoys_share_a_bucket_and_a_bad_stream_ends_alone() {
     a.report("quota", "alice", 250, 250, 5).await;
     b.until_holds("alice", "tokens 1").await;
     a.until_holds("alice", "tokens 99").await;
+
+    // /metrics shows the streams, the assignments sent and the bucket's demand and grants.
+    let client = reqwest::Client::new();
+    let (status, metrics) = service.get(&client, "/metrics").await;
+    assert_eq!(status, 200);
+    let value = |series: &str| -> u64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series} in /metrics"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        value("floodgate_rlqs_streams "),
+        2,
+        "a and b; the bad one ended"
+    );
+    assert_eq!(value("floodgate_rlqs_streams_opened_total "), 3);
+    assert!(value("floodgate_rlqs_assignments_total{strategy=\"token_bucket\"}") >= 6);
+    assert!(value("floodgate_rlqs_assignments_total{strategy=\"deny_all\"}") >= 1);
+    let alice = "{domain=\"quota\",bucket=\"name=alice\"}";
+    assert_eq!(value(&format!("floodgate_rlqs_bucket_claimants{alice}")), 2);
+    assert_eq!(value(&format!("floodgate_rlqs_bucket_granted{alice}")), 100);
+    assert_eq!(value(&format!("floodgate_rlqs_bucket_demand{alice}")), 101);
 }

@@ -763,7 +763,9 @@ impl crate::grpc::RlsBackend for Server {
     ) -> Result<Vec<crate::grpc::QuotaAction>, crate::rlqs::SessionError> {
         let served = self.decisions.served.load();
         let now = self.decisions.clock.now();
-        session.report(reports, &served.rules, &served.rlqs, now)
+        let actions = session.report(reports, &served.rules, &served.rlqs, now)?;
+        self.decisions.quotas.counters().sent(&actions);
+        Ok(actions)
     }
 
     fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<crate::grpc::QuotaAction> {
@@ -771,11 +773,14 @@ impl crate::grpc::RlsBackend for Server {
         let settings = &self.decisions.served.load().rlqs;
         let ledger = self.decisions.quotas.ledger();
         ledger.expire_due(now, settings.unreported_after);
-        session.tick(settings, now)
+        let actions = session.tick(settings, now);
+        self.decisions.quotas.counters().sent(&actions);
+        actions
     }
 
     fn quota_close(&self, session: crate::rlqs::Session) {
         session.close(self.decisions.clock.now());
+        self.decisions.quotas.counters().closed();
     }
 }
 /// What statsd pushes read: the service's counters under upstream's names.

@@ -24,6 +24,7 @@
 
 pub mod assignment;
 pub mod ledger;
+pub mod metrics;
 pub mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,6 +103,7 @@ pub struct Quotas {
     ledger: Arc<Ledger>,
     node: String,
     streams: AtomicU64,
+    counters: metrics::QuotaCounters,
 }
 
 impl Quotas {
@@ -111,11 +113,13 @@ impl Quotas {
             ledger: Arc::new(Ledger::new()),
             node: format!("{:016x}", rand::random::<u64>()),
             streams: AtomicU64::new(0),
+            counters: metrics::QuotaCounters::default(),
         }
     }
 
     /// A new stream's session.
     pub fn session(&self) -> Session {
+        self.counters.opened();
         let n = self.streams.fetch_add(1, Ordering::Relaxed);
         Session::new(self.ledger.clone(), format!("{}/{n}", self.node))
     }
@@ -123,6 +127,11 @@ impl Quotas {
     /// The claims every stream shares.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// What `/metrics` shows of the streams.
+    pub fn counters(&self) -> &metrics::QuotaCounters {
+        &self.counters
     }
 }
 

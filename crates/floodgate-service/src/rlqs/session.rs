@@ -202,9 +202,10 @@ impl Session {
                     .and_then(|d| Duration::try_from(d).ok())
                     .unwrap_or_default();
                 let demand = demand_per_unit(requests, elapsed, unit, settings.reporting_interval);
-                let grant = self
-                    .ledger
-                    .report(&key, &self.claimant, demand, capacity, now, ttl);
+                let label = || (domain.to_string(), label_of(&pairs));
+                let grant =
+                    self.ledger
+                        .report(&key, label, &self.claimant, demand, capacity, now, ttl);
                 Assigned::Share { grant, unit }
             }
         };
@@ -260,6 +261,12 @@ fn limit_of(rules: &RuleSet, domain: &str, pairs: &[(String, String)], unmatched
             unit: unit.duration(),
         },
     }
+}
+
+/// How metrics name a bucket: its pairs as `key=value`, joined by commas.
+fn label_of(pairs: &[(String, String)]) -> String {
+    let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
 }
 
 /// The ledger's key of a bucket: its domain and pairs, each part length-prefixed, so that no

@@ -1,0 +1,115 @@
+//! What the Rate Limit Quota Service shows in `/metrics`: its streams, the assignments it
+//! sent, and the busiest buckets' demand and grants. Every series is bounded: the strategies
+//! are four, and the buckets shown are the [`BUSIEST`] by demand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use floodgate::Nanos;
+
+use super::Ledger;
+use crate::grpc::QuotaAction;
+use crate::prometheus::{Exposition, Kind};
+use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+
+/// How many buckets `/metrics` shows, the busiest by demand.
+pub const BUSIEST: usize = 20;
+
+/// The service's counters.
+#[derive(Debug, Default)]
+pub struct QuotaCounters {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    /// Assignments sent: token buckets, deny-all, allow-all; and abandons.
+    sent: [AtomicU64; 4],
+}
+
+const SENT: [&str; 4] = ["token_bucket", "deny_all", "allow_all", "abandon"];
+
+impl QuotaCounters {
+    /// A stream opened.
+    pub fn opened(&self) {
+        self.opened.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream ended.
+    pub fn closed(&self) {
+        self.closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `actions`, about to be sent.
+    pub fn sent(&self, actions: &[QuotaAction]) {
+        for action in actions {
+            let i = match &action.bucket_action {
+                Some(Action::AbandonAction(_)) => 3,
+                Some(Action::QuotaAssignmentAction(a)) => {
+                    match a
+                        .rate_limit_strategy
+                        .as_ref()
+                        .and_then(|s| s.strategy.as_ref())
+                    {
+                        Some(Strategy::BlanketRule(r)) if *r == BlanketRule::DenyAll as i32 => 1,
+                        Some(Strategy::BlanketRule(_)) => 2,
+                        _ => 0,
+                    }
+                }
+                None => continue,
+            };
+            self.sent[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the counters, and `ledger`'s buckets at `now`.
+    pub fn write(&self, text: &mut Exposition<'_>, ledger: &Ledger, now: Nanos) {
+        let opened = self.opened.load(Ordering::Relaxed);
+        let closed = self.closed.load(Ordering::Relaxed);
+        text.family(
+            "floodgate_rlqs_streams",
+            Kind::Gauge,
+            "Rate Limit Quota Service streams open.",
+        )
+        .sample(&[], opened.saturating_sub(closed));
+        text.family(
+            "floodgate_rlqs_streams_opened_total",
+            Kind::Counter,
+            "Rate Limit Quota Service streams opened.",
+        )
+        .sample(&[], opened);
+        let mut sent = text.family(
+            "floodgate_rlqs_assignments_total",
+            Kind::Counter,
+            "Bucket actions sent, by strategy (and abandons).",
+        );
+        for (name, n) in SENT.iter().zip(&self.sent) {
+            sent.sample(&[("strategy", name)], n.load(Ordering::Relaxed));
+        }
+        text.family(
+            "floodgate_rlqs_buckets",
+            Kind::Gauge,
+            "Buckets claimed or with grants in force.",
+        )
+        .sample(&[], ledger.buckets() as u64);
+        let busiest = ledger.busiest(BUSIEST, now);
+        let per_bucket = [
+            (
+                "floodgate_rlqs_bucket_demand",
+                "Demand on the busiest buckets, requests per unit of their limit.",
+            ),
+            (
+                "floodgate_rlqs_bucket_granted",
+                "Grants in force on the busiest buckets, requests per unit (at most the limit).",
+            ),
+            (
+                "floodgate_rlqs_bucket_claimants",
+                "Streams claiming each of the busiest buckets.",
+            ),
+        ];
+        for (i, (name, help)) in per_bucket.into_iter().enumerate() {
+            let mut family = text.family(name, Kind::Gauge, help);
+            for load in &busiest {
+                let value = [load.demand, load.granted, load.claimants as u64][i];
+                family.sample(&[("domain", &load.domain), ("bucket", &load.bucket)], value);
+            }
+        }
+    }
+}
