@@ -137,8 +137,8 @@ pub fn rls_call(data: &[u8]) {
 pub fn rlqs_stream(data: &[u8]) {
     let s = service();
     let server = &*s.server;
-    let Some(mut session) = server.quota_stream() else {
-        panic!("the service serves the Rate Limit Quota Service");
+    let Ok(mut session) = server.quota_stream() else {
+        panic!("the service serves the Rate Limit Quota Service, one stream at a time here");
     };
     let mut rest = data;
     while let Some((&length, tail)) = rest.split_first() {

@@ -197,3 +197,57 @@ async fn two_envoys_share_a_bucket_and_a_bad_stream_ends_alone() {
     assert_eq!(value(&format!("floodgate_rlqs_bucket_granted{alice}")), 100);
     assert_eq!(value(&format!("floodgate_rlqs_bucket_demand{alice}")), 101);
 }
+
+/// Streams are bounded: past `rlqs.max_streams`, a new one is refused at once, and one that
+/// ends makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_bound_are_refused() {
+    let (_dir, path) = config_file(&format!("{CONFIG}rlqs: {{ max_streams: 1 }}\n"));
+    let service = serve(&path, "memory", &[]);
+    let mut first = Client::connect(&service).await;
+    first.report("quota", "alice", 1, 0, 0).await;
+    first.until_holds("alice", "tokens 100").await;
+    let mut client = RateLimitQuotaServiceClient::connect(service.grpc.clone())
+        .await
+        .expect("connects");
+    let (_reports, receiver) = mpsc::channel::<RateLimitQuotaUsageReports>(1);
+    let refused = client
+        .stream_rate_limit_quotas(ReceiverStream::new(receiver))
+        .await
+        .expect_err("a second stream is one too many");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("rlqs.max_streams"),
+        "{refused:?}"
+    );
+    drop(first);
+    common::serve::eventually("the ended stream makes room", || {
+        let grpc = service.grpc.clone();
+        async move {
+            let Ok(mut client) = RateLimitQuotaServiceClient::connect(grpc).await else {
+                return false;
+            };
+            let (reports, receiver) = mpsc::channel(1);
+            let usage = BucketQuotaUsage {
+                bucket_id: Some(bucket("bob")),
+                time_elapsed: None,
+                num_requests_allowed: 1,
+                num_requests_denied: 0,
+            };
+            let _ = reports
+                .send(RateLimitQuotaUsageReports {
+                    domain: "quota".to_string(),
+                    bucket_quota_usages: vec![usage],
+                })
+                .await;
+            match client
+                .stream_rate_limit_quotas(ReceiverStream::new(receiver))
+                .await
+            {
+                Ok(answers) => answers.into_inner().next().await.is_some_and(|a| a.is_ok()),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}

@@ -752,8 +752,12 @@ impl crate::grpc::RlsBackend for Server {
         !self.is_ready()
     }
 
-    fn quota_stream(&self) -> Option<crate::rlqs::Session> {
-        Some(self.decisions.quotas.session())
+    fn quota_stream(&self) -> Result<crate::rlqs::Session, crate::grpc::QuotaRefused> {
+        let max = self.decisions.served.load().rlqs.max_streams;
+        self.decisions
+            .quotas
+            .session(max)
+            .ok_or(crate::grpc::QuotaRefused::TooManyStreams)
     }
 
     fn quota_report(

@@ -7,6 +7,7 @@
 //!   unreported_after: 15s        # a claimant silent this long gives its share back
 //!   abandon_idle_after: 60s      # a bucket with no request this long is abandoned
 //!   unmatched: { requests_per_unit: 10, unit: second }   # default: no limit
+//!   max_streams: 10000
 //!   max_buckets_per_stream: 1000
 //!   max_pairs: 16
 //!   max_pair_bytes: 256
@@ -39,6 +40,9 @@ pub struct RlqsConfig {
     /// The limit of a bucket no descriptor matches, shared like any other; absent: no limit.
     #[serde(default)]
     pub unmatched: Option<PerUnitConfig>,
+    /// The most streams open at once (1 to 1,000,000; default 10,000).
+    #[serde(default = "defaults::max_streams")]
+    pub max_streams: usize,
     /// The most buckets one stream may hold (1 to 100,000; default 1,000).
     #[serde(default = "defaults::max_buckets_per_stream")]
     pub max_buckets_per_stream: usize,
@@ -72,6 +76,9 @@ mod defaults {
     pub fn abandon_idle_after() -> SpecDuration {
         SpecDuration(Settings::default().abandon_idle_after)
     }
+    pub fn max_streams() -> usize {
+        Settings::default().max_streams
+    }
     pub fn max_buckets_per_stream() -> usize {
         Settings::default().max_buckets_per_stream
     }
@@ -90,6 +97,7 @@ impl Default for RlqsConfig {
             unreported_after: defaults::unreported_after(),
             abandon_idle_after: defaults::abandon_idle_after(),
             unmatched: None,
+            max_streams: defaults::max_streams(),
             max_buckets_per_stream: defaults::max_buckets_per_stream(),
             max_pairs: defaults::max_pairs(),
             max_pair_bytes: defaults::max_pair_bytes(),
@@ -113,6 +121,7 @@ impl RlqsConfig {
             unreported_after: self.unreported_after.0,
             abandon_idle_after: self.abandon_idle_after.0,
             unmatched,
+            max_streams: self.max_streams,
             max_buckets_per_stream: self.max_buckets_per_stream,
             max_pairs: self.max_pairs,
             max_pair_bytes: self.max_pair_bytes,

@@ -145,10 +145,10 @@ pub trait RlsBackend: Send + Sync + 'static {
         false
     }
 
-    /// A new Rate Limit Quota Service stream's session, or `None` when this backend does not
-    /// serve RLQS (the default): the call is then answered `UNIMPLEMENTED`.
-    fn quota_stream(&self) -> Option<crate::rlqs::Session> {
-        None
+    /// A new Rate Limit Quota Service stream's session: `Err` with the reason when the call
+    /// is refused (the default: this backend does not serve RLQS).
+    fn quota_stream(&self) -> Result<crate::rlqs::Session, QuotaRefused> {
+        Err(QuotaRefused::NotServed)
     }
 
     /// Takes one message of usage reports on `session`, under the limits in force now, and
@@ -172,6 +172,15 @@ pub trait RlsBackend: Send + Sync + 'static {
     fn quota_close(&self, session: crate::rlqs::Session) {
         drop(session);
     }
+}
+
+/// Why a Rate Limit Quota Service stream is refused before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaRefused {
+    /// This backend does not serve RLQS (`UNIMPLEMENTED`).
+    NotServed,
+    /// `rlqs.max_streams` are open already (`RESOURCE_EXHAUSTED`).
+    TooManyStreams,
 }
 
 /// One bucket's action in a Rate Limit Quota Service answer.

@@ -32,6 +32,12 @@ impl QuotaCounters {
         self.opened.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The streams open now.
+    pub fn open(&self) -> u64 {
+        let opened = self.opened.load(Ordering::Relaxed);
+        opened.saturating_sub(self.closed.load(Ordering::Relaxed))
+    }
+
     /// A stream ended.
     pub fn closed(&self) {
         self.closed.fetch_add(1, Ordering::Relaxed);

@@ -66,6 +66,9 @@ pub struct Settings {
     pub abandon_idle_after: Duration,
     /// What a bucket no descriptor matches is held to (default: no limit).
     pub unmatched: Limit,
+    /// The most streams open at once on this node (default 10,000); one more is refused with
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_streams: usize,
     /// The most buckets one stream may subscribe to (default 1,000).
     pub max_buckets_per_stream: usize,
     /// The most pairs in one bucket's identifier (default 16).
@@ -82,6 +85,7 @@ impl Default for Settings {
             unreported_after: Duration::from_secs(15),
             abandon_idle_after: Duration::from_secs(60),
             unmatched: Limit::Unlimited,
+            max_streams: 10_000,
             max_buckets_per_stream: 1_000,
             max_pairs: 16,
             max_pair_bytes: 256,
@@ -117,11 +121,17 @@ impl Quotas {
         }
     }
 
-    /// A new stream's session.
-    pub fn session(&self) -> Session {
+    /// A new stream's session; `None` when `max_streams` are open already.
+    pub fn session(&self, max_streams: usize) -> Option<Session> {
+        if self.counters.open() >= max_streams as u64 {
+            return None;
+        }
         self.counters.opened();
         let n = self.streams.fetch_add(1, Ordering::Relaxed);
-        Session::new(self.ledger.clone(), format!("{}/{n}", self.node))
+        Some(Session::new(
+            self.ledger.clone(),
+            format!("{}/{n}", self.node),
+        ))
     }
 
     /// The claims every stream shares.

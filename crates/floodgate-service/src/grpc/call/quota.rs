@@ -20,7 +20,7 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::{framed, grpc_content_type, GrpcBody, GrpcCode, Refusal, PREFIX};
-use crate::grpc::{QuotaAction, RlsBackend, MAX_REQUEST_BYTES};
+use crate::grpc::{QuotaAction, QuotaRefused, RlsBackend, MAX_REQUEST_BYTES};
 use crate::proto::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -39,11 +39,20 @@ pub(super) async fn stream<B: RlsBackend>(
     backend: Arc<B>,
     body: Incoming,
 ) -> Result<Response<GrpcBody>, Refusal> {
-    let Some(session) = backend.quota_stream() else {
-        return Err(Refusal::new(
-            GrpcCode::Unimplemented,
-            "this server does not serve the Rate Limit Quota Service",
-        ));
+    let session = match backend.quota_stream() {
+        Ok(session) => session,
+        Err(QuotaRefused::NotServed) => {
+            return Err(Refusal::new(
+                GrpcCode::Unimplemented,
+                "this server does not serve the Rate Limit Quota Service",
+            ))
+        }
+        Err(QuotaRefused::TooManyStreams) => {
+            return Err(Refusal::new(
+                GrpcCode::ResourceExhausted,
+                "rlqs.max_streams Rate Limit Quota Service streams are open already",
+            ))
+        }
     };
     // Room for a few answers: a client that reads none holds the task, not memory.
     let (sender, receiver) = mpsc::channel(8);
