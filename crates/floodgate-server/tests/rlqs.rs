@@ -41,9 +41,14 @@ struct Client {
 
 impl Client {
     async fn connect(service: &Service) -> Client {
-        let mut client = RateLimitQuotaServiceClient::connect(service.grpc.clone())
+        let client = RateLimitQuotaServiceClient::connect(service.grpc.clone())
             .await
             .expect("connects");
+        Client::open(client).await
+    }
+
+    /// A stream on `client`'s channel.
+    async fn open(mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>) -> Client {
         let (reports, receiver) = mpsc::channel(16);
         let answers = client
             .stream_rate_limit_quotas(ReceiverStream::new(receiver))
@@ -250,4 +255,38 @@ async fn streams_past_the_bound_are_refused() {
         }
     })
     .await;
+}
+
+/// On a gRPC port with mutual TLS, RLQS streams are held to it as `ShouldRateLimit` calls are:
+/// the named client is served, a client without a certificate is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_over_mutual_tls() {
+    let ca = floodgate_redis_harness::TestCa::new();
+    let server = ca.issue("server", "IP:127.0.0.1,DNS:localhost");
+    let envoy = ca.issue("envoy", "DNS:envoy.internal");
+    let (_dir, path) = config_file(&format!(
+        "{CONFIG}tls:\n  grpc:\n    cert_file: {cert}\n    key_file: {key}\n    client_ca_file: {ca}\n    client_san: envoy.internal\n",
+        cert = server.cert.display(),
+        key = server.key.display(),
+        ca = ca.ca_file().display(),
+    ));
+    let service = serve(&path, "memory", &[]);
+    let channel = common::tls::tls_channel(&service.grpc, &ca.ca_file(), Some(&envoy))
+        .await
+        .expect("a TLS channel");
+    let mut named = Client::open(RateLimitQuotaServiceClient::new(channel)).await;
+    named.report("quota", "alice", 1, 0, 0).await;
+    named.until_holds("alice", "tokens 100").await;
+    let refused = match common::tls::tls_channel(&service.grpc, &ca.ca_file(), None).await {
+        Err(_) => true,
+        Ok(channel) => {
+            let mut client = RateLimitQuotaServiceClient::new(channel);
+            let (_reports, receiver) = mpsc::channel::<RateLimitQuotaUsageReports>(1);
+            client
+                .stream_rate_limit_quotas(ReceiverStream::new(receiver))
+                .await
+                .is_err()
+        }
+    };
+    assert!(refused, "a client without a certificate was served");
 }
