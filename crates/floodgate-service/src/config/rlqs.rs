@@ -1,5 +1,6 @@
-//! The `rlqs` section: the Rate Limit Quota Service's settings (see [`crate::rlqs`]). Every
-//! field is optional; a reload applies them to the next report and tick of every stream.
+//! The `rlqs` section: the Rate Limit Quota Service's settings (see `crate::rlqs`, which reads
+//! them). Every field is optional; a reload applies them to the next report and tick of every
+//! stream.
 //!
 //! ```yaml
 //! rlqs:
@@ -19,10 +20,9 @@ use floodgate::algorithm::spec::SpecDuration;
 use serde::Deserialize;
 
 use super::ConfigFileError;
-use crate::rlqs::{Limit, Settings};
 use crate::rls::RateUnit;
 
-/// The Rate Limit Quota Service's settings (see [`Settings`] for each one's meaning).
+/// The Rate Limit Quota Service's settings, as written.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RlqsConfig {
@@ -68,25 +68,25 @@ mod defaults {
     use super::*;
 
     pub fn assignment_ttl() -> SpecDuration {
-        SpecDuration(Settings::default().assignment_ttl)
+        SpecDuration(Duration::from_secs(15))
     }
     pub fn unreported_after() -> SpecDuration {
-        SpecDuration(Settings::default().unreported_after)
+        SpecDuration(Duration::from_secs(15))
     }
     pub fn abandon_idle_after() -> SpecDuration {
-        SpecDuration(Settings::default().abandon_idle_after)
+        SpecDuration(Duration::from_secs(60))
     }
     pub fn max_streams() -> usize {
-        Settings::default().max_streams
+        10_000
     }
     pub fn max_buckets_per_stream() -> usize {
-        Settings::default().max_buckets_per_stream
+        1_000
     }
     pub fn max_pairs() -> usize {
-        Settings::default().max_pairs
+        16
     }
     pub fn max_pair_bytes() -> usize {
-        Settings::default().max_pair_bytes
+        256
     }
 }
 
@@ -106,27 +106,10 @@ impl Default for RlqsConfig {
 }
 
 impl RlqsConfig {
-    /// The settings the section stands for (once [validated](RlqsConfig::validate)).
-    pub fn settings(&self) -> Settings {
-        let unmatched = match &self.unmatched {
-            None => Limit::Unlimited,
-            Some(limit) => Limit::PerUnit {
-                requests: limit.requests_per_unit,
-                unit: RateUnit::from_name(&limit.unit)
-                    .map_or(Duration::from_secs(1), RateUnit::duration),
-            },
-        };
-        Settings {
-            assignment_ttl: self.assignment_ttl.0,
-            unreported_after: self.unreported_after.0,
-            abandon_idle_after: self.abandon_idle_after.0,
-            unmatched,
-            max_streams: self.max_streams,
-            max_buckets_per_stream: self.max_buckets_per_stream,
-            max_pairs: self.max_pairs,
-            max_pair_bytes: self.max_pair_bytes,
-            ..Settings::default()
-        }
+    /// The unit of `unmatched`, once validated (`None` without `unmatched`).
+    pub fn unmatched_unit(&self) -> Option<Duration> {
+        let limit = self.unmatched.as_ref()?;
+        Some(RateUnit::from_name(&limit.unit).map_or(Duration::from_secs(1), RateUnit::duration))
     }
 
     /// Refuses a value out of its range, naming the field.

@@ -573,7 +573,7 @@ fn the_rlqs_section_is_read_and_bounded() {
         "rlqs:\n  assignment_ttl: 30s\n  unmatched: { requests_per_unit: 5, unit: minute }\n",
     )
     .expect("valid");
-    let settings = config.rlqs.settings();
+    let settings = crate::rlqs::Settings::from(&config.rlqs);
     assert_eq!(settings.assignment_ttl, Duration::from_secs(30));
     assert_eq!(
         settings.unmatched,
@@ -583,7 +583,7 @@ fn the_rlqs_section_is_read_and_bounded() {
         }
     );
     assert_eq!(
-        Config::builtin().rlqs.settings(),
+        crate::rlqs::Settings::from(&Config::builtin().rlqs),
         crate::rlqs::Settings::default()
     );
     for (yaml, path) in [

@@ -81,7 +81,77 @@ struct Envoy {
     claimants: u64,
 }
 
+/// What one window of the limit's unit saw.
+#[derive(Debug, Default)]
+struct Window {
+    admitted: u64,
+    /// The bursts of token buckets started in it.
+    started: u64,
+    /// Requests let through before an Envoy's first assignment.
+    unassigned: u64,
+}
+
 impl Envoy {
+    fn new(session: Session, phase: u64) -> Envoy {
+        Envoy {
+            session: Some(session),
+            enforced: Enforced::Unassigned,
+            expires_ms: 0,
+            subscribed: false,
+            allowed: 0,
+            denied: 0,
+            reported_ms: 0,
+            phase_ms: phase % 5_000,
+            demand: 0,
+            owed: 0.0,
+            reconnect_ms: None,
+            claimants: 1,
+        }
+    }
+
+    /// One step at `now_ms`: its requests (its demand times `spread`, around 1), its first
+    /// report at its first request, its periodic report, and the server's tick each second.
+    fn step(
+        &mut self,
+        now_ms: u64,
+        spread: f64,
+        rules: &RuleSet,
+        settings: &Settings,
+        window: &mut Window,
+        totals: &mut Totals,
+    ) -> Result<(), String> {
+        self.owed += self.demand as f64 * STEP_MS as f64 / 1_000.0 * spread;
+        while self.owed >= 1.0 {
+            self.owed -= 1.0;
+            let unassigned = self.enforced == Enforced::Unassigned;
+            if self.admit(now_ms) {
+                self.allowed += 1;
+                window.admitted += 1;
+                totals.admitted += 1;
+                window.unassigned += u64::from(unassigned);
+            } else {
+                self.denied += 1;
+                totals.denied += 1;
+            }
+            if !self.subscribed {
+                self.subscribed = true;
+                window.started += self.send(true, now_ms, rules, settings)?;
+            }
+        }
+        // Every 5 s, on its phase: the periodic report.
+        if self.subscribed && now_ms % 5_000 == self.phase_ms && now_ms > self.reported_ms {
+            window.started += self.send(false, now_ms, rules, settings)?;
+        }
+        // The server's tick, every second.
+        if now_ms.is_multiple_of(1_000) {
+            if let Some(session) = self.session.as_mut() {
+                let actions = session.tick(settings, Nanos(now_ms * 1_000_000));
+                window.started += self.apply(actions, now_ms);
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the server's actions as Envoy's filter does; returns the burst of any token
     /// bucket started (full) by them.
     fn apply(&mut self, actions: Vec<BucketAction>, now_ms: u64) -> u64 {
@@ -223,24 +293,11 @@ fn run(
     let mut envoys: Vec<Envoy> = phases
         .iter()
         .enumerate()
-        .map(|(i, phase)| Envoy {
-            session: Some(session(i, 0)),
-            enforced: Enforced::Unassigned,
-            expires_ms: 0,
-            subscribed: false,
-            allowed: 0,
-            denied: 0,
-            reported_ms: 0,
-            phase_ms: phase % 5_000,
-            demand: 0,
-            owed: 0.0,
-            reconnect_ms: None,
-            claimants: 1,
-        })
+        .map(|(i, phase)| Envoy::new(session(i, 0), *phase))
         .collect();
     let seconds = demands[0].len() as u64 * 10;
-    let (mut admitted, mut bursts, mut started) = (0u64, vec![0u64; envoys.len()], 0u64);
-    let mut unassigned_admits = 0u64;
+    let mut bursts = vec![0u64; envoys.len()];
+    let mut window = Window::default();
     let mut totals = Totals::default();
     for step in 0..seconds * 1_000 / STEP_MS {
         let now_ms = step * STEP_MS;
@@ -259,55 +316,29 @@ fn run(
                 envoy.claimants += 1;
                 // A new stream's first message reports every bucket the Envoy holds.
                 if envoy.subscribed {
-                    started += envoy.send(false, now_ms, &rules, &settings)?;
+                    window.started += envoy.send(false, now_ms, &rules, &settings)?;
                 }
             }
-            // Requests this step.
-            envoy.owed += envoy.demand as f64 * STEP_MS as f64 / 1_000.0 * (0.5 + next());
-            while envoy.owed >= 1.0 {
-                envoy.owed -= 1.0;
-                let unassigned = envoy.enforced == Enforced::Unassigned;
-                if envoy.admit(now_ms) {
-                    envoy.allowed += 1;
-                    admitted += 1;
-                    totals.admitted += 1;
-                    unassigned_admits += u64::from(unassigned);
-                } else {
-                    envoy.denied += 1;
-                    totals.denied += 1;
-                }
-                if !envoy.subscribed {
-                    envoy.subscribed = true;
-                    started += envoy.send(true, now_ms, &rules, &settings)?;
-                }
-            }
-            // Every 5 s, on its phase: the periodic report.
-            if envoy.subscribed && now_ms % 5_000 == envoy.phase_ms && now_ms > envoy.reported_ms {
-                started += envoy.send(false, now_ms, &rules, &settings)?;
-            }
-            // The server's tick, every second.
-            if now_ms.is_multiple_of(1_000) {
-                if let Some(s) = envoy.session.as_mut() {
-                    let actions = s.tick(&settings, now);
-                    started += envoy.apply(actions, now_ms);
-                }
-            }
+            let spread = 0.5 + next();
+            envoy.step(now_ms, spread, &rules, &settings, &mut window, &mut totals)?;
             bursts[i] = bursts[i].max(envoy.burst());
         }
         ledger.expire_due(now, settings.unreported_after);
         // The end of a one-second window: the bound.
         if (now_ms + STEP_MS).is_multiple_of(1_000) {
-            let bound = LIMIT + bursts.iter().sum::<u64>() + started + unassigned_admits;
+            let Window {
+                admitted,
+                started,
+                unassigned,
+            } = std::mem::take(&mut window);
+            let bound = LIMIT + bursts.iter().sum::<u64>() + started + unassigned;
             if admitted > bound {
                 return Err(format!(
-                    "{admitted} admitted in the second ending at {} ms, bound {bound} (bursts {bursts:?}, started {started}, first {unassigned_admits})",
+                    "{admitted} admitted in the second ending at {} ms, bound {bound} (bursts {bursts:?}, started {started}, first {unassigned})",
                     now_ms + STEP_MS
                 ));
             }
             totals.busiest = totals.busiest.max(admitted);
-            admitted = 0;
-            started = 0;
-            unassigned_admits = 0;
             for (b, envoy) in bursts.iter_mut().zip(&envoys) {
                 *b = envoy.burst();
             }

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use floodgate::Nanos;
 
 use super::Ledger;
-use crate::grpc::QuotaAction;
 use crate::prometheus::{Exposition, Kind};
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 
 /// How many buckets `/metrics` shows, the busiest by demand.
 pub const BUSIEST: usize = 20;
@@ -44,7 +44,7 @@ impl QuotaCounters {
     }
 
     /// Counts `actions`, about to be sent.
-    pub fn sent(&self, actions: &[QuotaAction]) {
+    pub fn sent(&self, actions: &[BucketAction]) {
         for action in actions {
             let i = match &action.bucket_action {
                 Some(Action::AbandonAction(_)) => 3,

@@ -79,16 +79,30 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
+        Settings::from(&crate::config::RlqsConfig::default())
+    }
+}
+
+impl From<&crate::config::RlqsConfig> for Settings {
+    /// The settings a configuration's `rlqs` section stands for (once validated).
+    fn from(config: &crate::config::RlqsConfig) -> Settings {
+        let unmatched = match (&config.unmatched, config.unmatched_unit()) {
+            (Some(limit), Some(unit)) => Limit::PerUnit {
+                requests: limit.requests_per_unit,
+                unit,
+            },
+            _ => Limit::Unlimited,
+        };
         Settings {
-            assignment_ttl: Duration::from_secs(15),
+            assignment_ttl: config.assignment_ttl.0,
             reporting_interval: Duration::from_secs(5),
-            unreported_after: Duration::from_secs(15),
-            abandon_idle_after: Duration::from_secs(60),
-            unmatched: Limit::Unlimited,
-            max_streams: 10_000,
-            max_buckets_per_stream: 1_000,
-            max_pairs: 16,
-            max_pair_bytes: 256,
+            unreported_after: config.unreported_after.0,
+            abandon_idle_after: config.abandon_idle_after.0,
+            unmatched,
+            max_streams: config.max_streams,
+            max_buckets_per_stream: config.max_buckets_per_stream,
+            max_pairs: config.max_pairs,
+            max_pair_bytes: config.max_pair_bytes,
         }
     }
 }

@@ -160,7 +160,7 @@ impl Config {
                 stage_paths,
                 attributes: self.attributes.clone(),
                 reservation_ttl: self.reservation_ttl(),
-                rlqs: self.rlqs.settings(),
+                rlqs: crate::rlqs::Settings::from(&self.rlqs),
             })
         };
         build().map_err(|e| self.origin.place(e))
