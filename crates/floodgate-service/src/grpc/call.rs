@@ -359,29 +359,9 @@ impl Received {
         self.bytes().len()
     }
 
-    /// The message length its prefix announces, once the prefix is in; refuses a compressed
-    /// message and one above [`MAX_REQUEST_BYTES`] before any more of it is read.
+    /// The message length its prefix announces, once the prefix is in (see [`announced`]).
     fn announced(&self) -> Result<Option<usize>, Refusal> {
-        let mut prefix = match self.bytes().get(..PREFIX) {
-            Some(prefix) => prefix,
-            None => return Ok(None),
-        };
-        if prefix.get_u8() != 0 {
-            return Err(Refusal::new(
-                GrpcCode::Unimplemented,
-                "compressed messages are not supported; send them uncompressed (identity)",
-            ));
-        }
-        let length = prefix.get_u32();
-        match usize::try_from(length) {
-            Ok(length) if length <= MAX_REQUEST_BYTES => Ok(Some(length)),
-            _ => Err(Refusal::new(
-                GrpcCode::ResourceExhausted,
-                format!(
-                    "the request message is {length} bytes, above the limit of {MAX_REQUEST_BYTES}"
-                ),
-            )),
-        }
+        announced(self.bytes())
     }
 
     fn into_bytes(self) -> Bytes {
@@ -390,6 +370,31 @@ impl Received {
             Received::One(b) => b,
             Received::Many(b) => b.freeze(),
         }
+    }
+}
+
+/// The length the message prefix at the start of `received` announces, once the prefix is
+/// in; refuses a compressed message and one above [`MAX_REQUEST_BYTES`] before any more of it
+/// is read. For a unary call's body and for each message of a stream alike.
+fn announced(received: &[u8]) -> Result<Option<usize>, Refusal> {
+    let Some(mut prefix) = received.get(..PREFIX) else {
+        return Ok(None);
+    };
+    if prefix.get_u8() != 0 {
+        return Err(Refusal::new(
+            GrpcCode::Unimplemented,
+            "compressed messages are not supported; send them uncompressed (identity)",
+        ));
+    }
+    let length = prefix.get_u32();
+    match usize::try_from(length) {
+        Ok(length) if length <= MAX_REQUEST_BYTES => Ok(Some(length)),
+        _ => Err(Refusal::new(
+            GrpcCode::ResourceExhausted,
+            format!(
+                "the request message is {length} bytes, above the limit of {MAX_REQUEST_BYTES}"
+            ),
+        )),
     }
 }
 

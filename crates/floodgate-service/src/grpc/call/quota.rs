@@ -12,15 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{header, Response};
 use http_body::Body;
 use hyper::body::Incoming;
 use prost::Message;
 use tokio::sync::mpsc;
 
-use super::{framed, grpc_content_type, GrpcBody, GrpcCode, Refusal, PREFIX};
-use crate::grpc::{QuotaAction, QuotaRefused, RlsBackend, MAX_REQUEST_BYTES};
+use super::{announced, framed, grpc_content_type, GrpcBody, GrpcCode, Refusal, PREFIX};
+use crate::grpc::{QuotaAction, QuotaRefused, RlsBackend};
 use crate::proto::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -160,27 +160,13 @@ impl Messages {
     /// Cancel-safe: what was read stays in the buffer.
     async fn next(&mut self) -> Option<Result<Bytes, Refusal>> {
         loop {
-            if let Some(prefix) = self.buffer.get(..PREFIX) {
-                let mut prefix = prefix;
-                if prefix.get_u8() != 0 {
-                    return Some(Err(Refusal::new(
-                        GrpcCode::Unimplemented,
-                        "compressed messages are not supported; send them uncompressed (identity)",
-                    )));
-                }
-                let length = prefix.get_u32() as usize;
-                if length > MAX_REQUEST_BYTES {
-                    return Some(Err(Refusal::new(
-                        GrpcCode::ResourceExhausted,
-                        format!(
-                            "a message of {length} bytes, above the limit of {MAX_REQUEST_BYTES}"
-                        ),
-                    )));
-                }
-                if self.buffer.len() >= PREFIX + length {
+            match announced(&self.buffer) {
+                Err(refusal) => return Some(Err(refusal)),
+                Ok(Some(length)) if self.buffer.len() >= PREFIX + length => {
                     let message = self.buffer.split_to(PREFIX + length).freeze();
                     return Some(Ok(message.slice(PREFIX..)));
                 }
+                Ok(_) => {}
             }
             if self.ended {
                 return (!self.buffer.is_empty()).then(|| {
