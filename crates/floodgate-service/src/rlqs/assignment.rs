@@ -100,6 +100,7 @@ fn whole_seconds(d: Duration) -> prost_types::Duration {
 mod tests {
     use super::*;
     use crate::proto::envoy::r#type::v3::rate_limit_strategy::Strategy as Rule;
+    use crate::rlqs::envoy_bucket::EnvoyBucket;
     use proptest::prelude::*;
 
     fn bucket() -> BucketId {
@@ -148,28 +149,6 @@ mod tests {
         assert_eq!(whole_seconds(Duration::ZERO).seconds, 1);
     }
 
-    /// Envoy's token bucket, as its filter runs it: starts full, fills continuously at
-    /// `tokens_per_fill / fill_interval` up to `max_tokens`, one token per request.
-    struct EnvoyBucket {
-        tokens: f64,
-        max: f64,
-        per_second: f64,
-        at: f64,
-    }
-
-    impl EnvoyBucket {
-        fn admit(&mut self, at: f64) -> bool {
-            self.tokens = (self.tokens + (at - self.at) * self.per_second).min(self.max);
-            self.at = at;
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                true
-            } else {
-                false
-            }
-        }
-    }
-
     proptest! {
         /// Any traffic through the token bucket of a grant admits at most `burst + grant` in
         /// any window of one unit (checked on the windows starting at each admission).
@@ -183,14 +162,7 @@ mod tests {
                 grant,
                 unit: Duration::from_secs(unit),
             }).strategy else { unreachable!() };
-            let per_second = f64::from(tb.tokens_per_fill.unwrap())
-                / tb.fill_interval.unwrap().seconds as f64;
-            let mut envoy = EnvoyBucket {
-                tokens: f64::from(tb.max_tokens),
-                max: f64::from(tb.max_tokens),
-                per_second,
-                at: 0.0,
-            };
+            let mut envoy = EnvoyBucket::start(&tb, 0.0);
             let mut now = 0.0;
             let mut admitted = Vec::new();
             for gap in gaps {

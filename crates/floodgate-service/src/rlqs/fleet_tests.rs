@@ -15,6 +15,7 @@ use floodgate::Nanos;
 use proptest::prelude::*;
 
 use super::assignment::burst;
+use super::envoy_bucket::EnvoyBucket;
 use super::{Ledger, Session, Settings};
 use crate::config::Config;
 use crate::descriptors::RuleSet;
@@ -53,12 +54,7 @@ enum Enforced {
     Expired,
     Allow,
     Deny,
-    Tokens {
-        max: u64,
-        per_fill: u64,
-        tokens: f64,
-        at_ms: u64,
-    },
+    Tokens(EnvoyBucket),
 }
 
 /// One Envoy: its stream, its bucket's enforcement and counters.
@@ -168,22 +164,14 @@ impl Envoy {
                 Some(Rule::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => Enforced::Deny,
                 Some(Rule::BlanketRule(_)) => Enforced::Allow,
                 Some(Rule::TokenBucket(tb)) => {
-                    let max = u64::from(tb.max_tokens);
-                    let per_fill = u64::from(tb.tokens_per_fill.unwrap_or_default());
+                    let bucket = EnvoyBucket::start(&tb, now_ms as f64 / 1_000.0);
                     match &self.enforced {
-                        Enforced::Tokens {
-                            max: m,
-                            per_fill: p,
-                            ..
-                        } if *m == max && *p == per_fill => self.enforced.clone(),
+                        Enforced::Tokens(held) if held.shape == bucket.shape => {
+                            self.enforced.clone()
+                        }
                         _ => {
-                            started += max;
-                            Enforced::Tokens {
-                                max,
-                                per_fill,
-                                tokens: max as f64,
-                                at_ms: now_ms,
-                            }
+                            started += bucket.burst();
+                            Enforced::Tokens(bucket)
                         }
                     }
                 }
@@ -201,29 +189,14 @@ impl Envoy {
         match &mut self.enforced {
             Enforced::Unassigned | Enforced::Allow => true,
             Enforced::Expired | Enforced::Deny => false,
-            Enforced::Tokens {
-                max,
-                per_fill,
-                tokens,
-                at_ms,
-            } => {
-                let elapsed = (now_ms - *at_ms) as f64 / 1_000.0;
-                *tokens = (*tokens + elapsed * *per_fill as f64).min(*max as f64);
-                *at_ms = now_ms;
-                if *tokens >= 1.0 {
-                    *tokens -= 1.0;
-                    true
-                } else {
-                    false
-                }
-            }
+            Enforced::Tokens(bucket) => bucket.admit(now_ms as f64 / 1_000.0),
         }
     }
 
     /// The burst it holds now.
     fn burst(&self) -> u64 {
-        match self.enforced {
-            Enforced::Tokens { max, .. } => max,
+        match &self.enforced {
+            Enforced::Tokens(bucket) => bucket.burst(),
             _ => 0,
         }
     }

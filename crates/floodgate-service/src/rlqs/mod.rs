@@ -160,4 +160,6 @@ impl Quotas {
 }
 
 #[cfg(test)]
+mod envoy_bucket;
+#[cfg(test)]
 mod fleet_tests;
