@@ -284,18 +284,22 @@ impl<'r> ChartData<'r> {
         )
     }
 
-    /// Each limiter's refusals per second.
-    fn refused(&self) -> Result<String, ChartError> {
-        let refused: Vec<Series> = self
-            .limiters
+    /// One series per limiter, named after it, of `value` (see [`ChartData::points`]).
+    fn per_limiter(&self, value: &dyn Fn(&Bucket, f64) -> Option<f64>) -> Vec<Series> {
+        self.limiters
             .iter()
             .enumerate()
             .map(|(i, l)| Series {
                 name: l.name.clone(),
                 color: i,
-                points: self.points(i, &|b, w| Some(b.refused() as f64 / w)),
+                points: self.points(i, value),
             })
-            .collect();
+            .collect()
+    }
+
+    /// Each limiter's refusals per second.
+    fn refused(&self) -> Result<String, ChartError> {
+        let refused = self.per_limiter(&|b, w| Some(b.refused() as f64 / w));
         line_chart("Refused", "refusals per second", self.x_max, None, &refused)
     }
 
@@ -306,17 +310,8 @@ impl<'r> ChartData<'r> {
         unit: &str,
         gauge: Gauge<'_>,
     ) -> Result<Option<String>, ChartError> {
-        let series: Vec<Series> = self
-            .limiters
-            .iter()
-            .enumerate()
-            .map(|(i, l)| Series {
-                name: l.name.clone(),
-                color: i,
-                points: self.points(i, &|b, _| gauge(b)),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
+        let mut series = self.per_limiter(&|b, _| gauge(b));
+        series.retain(|s| !s.points.is_empty());
         if series.is_empty() {
             return Ok(None);
         }
