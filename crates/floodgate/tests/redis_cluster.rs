@@ -53,6 +53,8 @@ fn lua_twins_agree_with_the_memory_store_on_a_cluster() {
     assert!(masters.len() >= 2, "the keys all landed on {masters:?}");
     // Envoy's month and year windows too.
     conformance::long_fixed_windows_agree_at_their_boundaries(&rt, &cluster.url());
+    // And the claims on shared limits (the Rate Limit Quota Service's shares).
+    conformance::quota_claims_agree_with_their_rust_model(&rt, &cluster.url());
 }
 
 /// A user's keys under several namespaces share a node; different users spread over nodes;

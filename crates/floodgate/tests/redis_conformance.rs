@@ -29,6 +29,15 @@ fn lua_twins_agree_with_the_memory_store() {
     conformance::lua_twins_agree_with_the_memory_store(&rt, &server.url(), raw);
 }
 
+/// The claims on a shared limit (the Rate Limit Quota Service's shares): the Lua twin answers
+/// as `floodgate::quota::Claims::apply` does.
+#[test]
+fn quota_claims_agree_with_their_rust_model() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    conformance::quota_claims_agree_with_their_rust_model(&rt, &server.url());
+}
+
 /// Envoy's month and year windows, and others beyond 2⁵⁰ ns, on Redis as in memory.
 #[test]
 fn long_fixed_windows_agree_at_their_boundaries() {

@@ -24,6 +24,12 @@
 //!
 //! **Order.** Claims are kept sorted by claimant, so that the division of the same claims is
 //! the same on every node.
+//!
+//! **One step.** A store applies [`Claims::apply`]: the claimants gone quiet expire, then one
+//! [`ClaimStep`] (a report and its grant, a grant, or a leave) is taken, and the answer
+//! ([`Claimed`]) says what was granted and how the whole limit stands. Memory applies it under
+//! a lock; Redis runs its Lua twin, which takes the same steps on the same numbers, so that
+//! the nodes sharing a Redis agree on every grant.
 
 use std::time::Duration;
 
@@ -56,11 +62,68 @@ impl Claim {
     }
 }
 
-/// What a claimant that left still holds: its last grant, until its time to live passes.
+/// What a claimant that left still holds: its last grant, until its time to live passes. A
+/// claimant that leaves again while an earlier grant of its own is still counted holds both,
+/// until the later of their ends (one entry per claimant, as the store keeps it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Retiring {
+    claimant: String,
     granted: u64,
     until: Nanos,
+}
+
+/// The largest limit, and demand, [`Claims::apply`] takes: larger ones count as this much, so
+/// that every sum a store's twin forms stays exact in a double (2⁴⁰, about 10¹² requests per
+/// unit).
+pub const MOST: u64 = 1 << 40;
+
+/// One change to a limit's claims, as a store applies it in one step ([`Claims::apply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimStep<'a> {
+    /// `claimant` reports `demand` (requests per unit) and is granted its next share.
+    Report {
+        /// Who reports.
+        claimant: &'a str,
+        /// What it wants, requests per unit of the limit.
+        demand: u64,
+    },
+    /// `claimant` is granted its next share without a report (nothing granted if it does not
+    /// claim).
+    Grant {
+        /// Who is granted.
+        claimant: &'a str,
+    },
+    /// `claimant` leaves (its client is gone); its last grant stays counted until it ends.
+    Leave {
+        /// Who leaves.
+        claimant: &'a str,
+    },
+}
+
+/// The limit a step is taken under, and its times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimTerms {
+    /// The limit shared, requests per unit (at most [`MOST`]).
+    pub capacity: u64,
+    /// How long a grant is counted as in force once made: at least as long as the client
+    /// enforces it.
+    pub ttl: Duration,
+    /// A claimant that has not reported for this long leaves.
+    pub idle: Duration,
+}
+
+/// What one step answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The claimant's grant, requests per unit (`None` for a leave, or a grant to a claimant
+    /// that does not claim).
+    pub granted: Option<u64>,
+    /// The sum of every claimant's demand, each at most [`MOST`], saturating.
+    pub demand: u64,
+    /// The grants in force after the step, those of claimants that left included.
+    pub in_force: u64,
+    /// The claimants after the step.
+    pub claimants: u64,
 }
 
 /// The claimants of one shared limit, sorted by claimant, with what those that left still
@@ -75,6 +138,36 @@ impl Claims {
     /// No claimant.
     pub fn new() -> Claims {
         Claims::default()
+    }
+
+    /// Takes `step` under `terms` at `now`, after every claimant that has not reported for
+    /// `terms.idle` has left: the transition a store applies atomically (see the [module
+    /// documentation](self)). Capacity and demand are taken as at most [`MOST`].
+    pub fn apply(&mut self, step: ClaimStep<'_>, terms: &ClaimTerms, now: Nanos) -> Claimed {
+        self.expire(now, terms.idle);
+        let capacity = terms.capacity.min(MOST);
+        let granted = match step {
+            ClaimStep::Report { claimant, demand } => {
+                self.report(claimant, demand.min(MOST), now);
+                self.grant(claimant, capacity, now, terms.ttl)
+            }
+            ClaimStep::Grant { claimant } => self.grant(claimant, capacity, now, terms.ttl),
+            ClaimStep::Leave { claimant } => {
+                self.leave(claimant, now);
+                None
+            }
+        };
+        self.retiring.retain(|r| r.until > now);
+        Claimed {
+            granted,
+            demand: self
+                .claims
+                .iter()
+                .map(|c| c.demand)
+                .fold(0, u64::saturating_add),
+            in_force: self.in_force(now),
+            claimants: self.claims.len() as u64,
+        }
     }
 
     /// Records `claimant`'s report of `demand` (requests per unit) at `now`: a new claimant
@@ -171,11 +264,26 @@ impl Claims {
     }
 
     fn retire(&mut self, claim: Claim, now: Nanos) {
-        if claim.in_force(now) > 0 {
-            self.retiring.push(Retiring {
-                granted: claim.granted,
-                until: claim.granted_until,
-            });
+        if claim.in_force(now) == 0 {
+            return;
+        }
+        let earlier = self
+            .retiring
+            .iter_mut()
+            .find(|r| r.claimant == claim.claimant && r.until > now);
+        match earlier {
+            Some(earlier) => {
+                earlier.granted = earlier.granted.saturating_add(claim.granted);
+                earlier.until = earlier.until.max(claim.granted_until);
+            }
+            None => {
+                self.retiring.retain(|r| r.claimant != claim.claimant);
+                self.retiring.push(Retiring {
+                    claimant: claim.claimant,
+                    granted: claim.granted,
+                    until: claim.granted_until,
+                });
+            }
         }
     }
 
@@ -323,6 +431,44 @@ mod tests {
         assert_eq!(claims.grant("b", 100, at(5), ttl), Some(50));
         assert_eq!(claims.grant("b", 100, at(17), ttl), Some(100));
         assert_eq!(claims.grant("a", 100, at(17), ttl), None);
+    }
+
+    #[test]
+    fn one_step_expires_the_quiet_then_answers_for_the_whole_limit() {
+        let terms = ClaimTerms {
+            capacity: 100,
+            ttl: Duration::from_secs(10),
+            idle: Duration::from_secs(15),
+        };
+        let at = Nanos::from_secs;
+        let mut claims = Claims::new();
+        let report = |claimant, demand| ClaimStep::Report { claimant, demand };
+        let first = claims.apply(report("quiet", 30), &terms, at(0));
+        assert_eq!(first.granted, Some(100));
+        // A demand past MOST counts as MOST.
+        let greedy = claims.apply(report("greedy", u64::MAX), &terms, at(5));
+        assert_eq!((greedy.granted, greedy.demand), (Some(0), 30 + MOST));
+        assert_eq!((greedy.in_force, greedy.claimants), (100, 2));
+        // At 15 s "quiet" has not reported for 15 s: it leaves before the step, and its
+        // grant (made at 0 s, for 10 s) is over, so "greedy" takes the whole limit.
+        let alone = claims.apply(ClaimStep::Grant { claimant: "greedy" }, &terms, at(15));
+        assert_eq!((alone.granted, alone.claimants), (Some(100), 1));
+        let left = claims.apply(ClaimStep::Leave { claimant: "greedy" }, &terms, at(16));
+        assert_eq!(
+            left,
+            Claimed {
+                granted: None,
+                demand: 0,
+                in_force: 100,
+                claimants: 0
+            }
+        );
+        assert_eq!(
+            claims
+                .apply(ClaimStep::Grant { claimant: "greedy" }, &terms, at(26))
+                .in_force,
+            0
+        );
     }
 
     /// Reports, grants, leaves and expiries in any order and at any times.

@@ -15,5 +15,5 @@
 pub mod claims;
 pub mod share;
 
-pub use claims::{Claim, Claims};
+pub use claims::{Claim, ClaimStep, ClaimTerms, Claimed, Claims};
 pub use share::divide;

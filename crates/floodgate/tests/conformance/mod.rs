@@ -382,3 +382,119 @@ pub fn lua_twins_agree_with_the_memory_store_with<C>(
         )
         .unwrap();
 }
+
+/// One step of a shared limit's claims: which (0 report, 1 grant, 2 leave), by which
+/// claimant, with what demand, after how many microseconds.
+fn claim_steps() -> impl Strategy<Value = Vec<(u8, u8, u64, u64)>> {
+    prop::collection::vec(
+        (
+            0u8..3,
+            0u8..4,
+            prop_oneof![0u64..400, Just(u64::MAX)],
+            prop_oneof![0u64..3_000_000, 0u64..25_000_000],
+        ),
+        1..60,
+    )
+}
+
+/// The claims on a shared limit (`floodgate::quota`) kept in Redis by their Lua twin answer as
+/// `Claims::apply` does for the same steps at the same whole-microsecond instants: every
+/// grant, the sum of demands, the grants in force (those of claimants that left included) and
+/// the claimants, after every step. Claimants are named as the service names them (hex digits,
+/// of several lengths, so that the order of names matters), and each case claims a limit of its
+/// own. `FLOODGATE_CASES=<n>` runs more cases.
+pub fn quota_claims_agree_with_their_rust_model(rt: &tokio::runtime::Runtime, url: &str) {
+    use floodgate::quota::{ClaimStep, ClaimTerms, Claims};
+    let clock = ManualClock::new(Nanos(START));
+    let redis = store_on_clock(rt, url, &clock);
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("FLOODGATE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(96),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    // First a history random steps seldom take: a claimant leaves twice while its first
+    // leaving grant is still counted (the two are held together).
+    let scripted: [(u8, u8, u64, u64); 8] = [
+        (0, 0, 50, 0),
+        (0, 1, 50, 1),
+        (1, 1, 0, 2),
+        (1, 0, 0, 5),
+        (2, 0, 0, 1),
+        (0, 0, 50, 5),
+        (2, 0, 0, 1),
+        (1, 1, 0, 1),
+    ];
+    let mut model = Claims::new();
+    let terms = ClaimTerms {
+        capacity: 100,
+        ttl: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+    };
+    let mut now = START;
+    let mut in_force = Vec::new();
+    for (kind, who, demand, after_s) in scripted {
+        now += after_s * 1_000_000_000;
+        clock.set(Nanos(now));
+        let claimant = ["a", "b"][usize::from(who)];
+        let step = match kind {
+            0 => ClaimStep::Report { claimant, demand },
+            1 => ClaimStep::Grant { claimant },
+            _ => ClaimStep::Leave { claimant },
+        };
+        let expected = model.apply(step, &terms, Nanos(now));
+        let got = rt.block_on(redis.claim("conformance scripted", step, &terms));
+        assert_eq!(got.unwrap(), expected, "{step:?}");
+        in_force.push(expected.in_force);
+    }
+    // a holds all 100 until its second grant halves it; its two leaving grants (50 each)
+    // are both counted after its second leave, so b, alone, gets nothing yet.
+    assert_eq!(in_force, [100, 100, 100, 50, 50, 100, 100, 100]);
+    let terms = (
+        prop_oneof![0u64..1_000, Just(1u64 << 41)],
+        1u64..20_000_000,
+        1u64..30_000_000,
+    );
+    runner
+        .run(
+            &(terms, claim_steps()),
+            |((capacity, ttl_us, idle_us), steps)| {
+                let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let limit = format!("conformance {{limit}} {n}");
+                let terms = ClaimTerms {
+                    capacity,
+                    ttl: Duration::from_micros(ttl_us),
+                    idle: Duration::from_micros(idle_us),
+                };
+                let mut model = Claims::new();
+                let mut now = START;
+                for (i, (kind, who, demand, step_us)) in steps.into_iter().enumerate() {
+                    now += step_us * 1000;
+                    clock.set(Nanos(now));
+                    let claimant = format!("{:x}", u64::from(who) * 0x9e37 + 0xa);
+                    let step = match kind {
+                        0 => ClaimStep::Report {
+                            claimant: &claimant,
+                            demand,
+                        },
+                        1 => ClaimStep::Grant {
+                            claimant: &claimant,
+                        },
+                        _ => ClaimStep::Leave {
+                            claimant: &claimant,
+                        },
+                    };
+                    let expected = model.apply(step, &terms, Nanos(now));
+                    let got = rt
+                        .block_on(redis.claim(&limit, step, &terms))
+                        .map_err(|e| TestCaseError::fail(format!("step {i}: {e}")))?;
+                    prop_assert_eq!(got, expected, "step {}: {:?}", i, step);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}

@@ -17,7 +17,7 @@ pub(super) const MAX_EXACT: u64 = 1 << 50;
 /// Instants the scripts take: whole microseconds below 2⁵³.
 pub(super) const MAX_MICROS: u64 = 1 << 53;
 
-const PRELUDE: &str = include_str!("prelude.lua");
+pub(super) const PRELUDE: &str = include_str!("prelude.lua");
 
 /// Helpers only some twins use, included only in their scripts (each is built anew on every
 /// call, so a script carries only what it needs).
@@ -195,6 +195,8 @@ pub(super) struct Scripts {
     pub(super) increment: Script,
     /// A counter's refund (`DECRBY`, removed at zero), as one script.
     pub(super) refund: Script,
+    /// The claims on a shared limit (quota_claims.lua).
+    pub(super) quota_claims: Script,
 }
 
 impl Scripts {
@@ -214,6 +216,7 @@ impl Scripts {
             probe: Script::probe(),
             increment: Script::from_source(super::counters::INCREMENT.to_owned(), "increment"),
             refund: Script::from_source(super::counters::REFUND.to_owned(), "refund"),
+            quota_claims: Script::from_source(super::quota_claims::script_source(), "quota_claims"),
         }
     }
 

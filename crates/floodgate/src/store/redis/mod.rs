@@ -311,6 +311,7 @@ mod keys;
 mod link;
 mod nodes;
 mod passwords;
+mod quota_claims;
 mod redirect;
 mod reply;
 mod sentinel;

@@ -1,0 +1,123 @@
+//! The claims on a shared limit ([`crate::quota`]) kept in Redis, so that the nodes sharing a
+//! Redis (or a Redis Cluster) divide each limit among every client of every node: one hash per
+//! limit, changed by one script call per step, the Lua twin of [`Claims::apply`].
+//!
+//! The hash is `floodgate.quota:{LIMIT}` (the limit's name, as the caller gives it, is the
+//! hash tag, so that one limit lives in one slot); it holds a field per claimant and one per
+//! claimant that left while its last grant is still counted, and expires a second after
+//! nothing in it matters any more (or after the store's least TTL,
+//! [`super::RedisStoreBuilder::min_ttl`], if that is longer). Instants come from Redis `TIME`, or from the store's
+//! explicit clock ([`super::RedisStoreBuilder::clock`]) in whole microseconds; durations are
+//! taken in whole microseconds, rounded up.
+//!
+//! [`Claims::apply`]: crate::quota::Claims::apply
+
+use std::time::Duration;
+
+use crate::quota::claims::{ClaimStep, ClaimTerms, Claimed, MOST};
+use crate::StoreError;
+
+use super::{RedisStore, MAX_MICROS};
+
+/// The twin: the prelude (for `now_us` and `divmod`) and the claims' script.
+pub(super) fn script_source() -> String {
+    format!(
+        "{}\n{}\nreturn quota_claims(KEYS[1], now_us, {{select(3, unpack(ARGV))}})\n",
+        super::call::PRELUDE,
+        include_str!("quota_claims.lua")
+    )
+}
+
+impl RedisStore {
+    /// Takes `step` on the claims of the shared limit `limit` under `terms`, atomically, and
+    /// answers as [`Claims::apply`](crate::quota::Claims::apply) does for the same claims at
+    /// the same instant (Redis `TIME`, or the explicit clock). Under the store's timeout and
+    /// circuit breaker; on a cluster, following redirections while slots move.
+    ///
+    /// A key under that name holding something else is [`StoreError::StateConflict`].
+    pub async fn claim(
+        &self,
+        limit: &str,
+        step: ClaimStep<'_>,
+        terms: &ClaimTerms,
+    ) -> Result<Claimed, StoreError> {
+        let inner = &self.inner;
+        let now = match &inner.clock {
+            None => String::new(),
+            Some(clock) => {
+                let micros = clock.0.now().0 / 1000;
+                if micros >= MAX_MICROS / 2 {
+                    return Err(StoreError::Protocol(
+                        "the explicit clock is past 2^52 microseconds".into(),
+                    ));
+                }
+                micros.to_string()
+            }
+        };
+        let key = format!("floodgate.quota:{{{limit}}}");
+        let (kind, claimant, demand) = match step {
+            ClaimStep::Report { claimant, demand } => ("r", claimant, demand.min(MOST)),
+            ClaimStep::Grant { claimant } => ("g", claimant, 0),
+            ClaimStep::Leave { claimant } => ("l", claimant, 0),
+        };
+        let capacity = terms.capacity.min(MOST);
+        let ttl = micros(terms.ttl);
+        let idle = micros(terms.idle);
+        let script = &inner.scripts.quota_claims;
+        let (_, breaker) = inner.route(&key);
+        inner
+            .guarded_by(&breaker, async {
+                let mut handle = inner.connection.handle();
+                let answer = inner
+                    .send_script(&mut handle, |by_source| {
+                        let mut cmd = script.command(by_source);
+                        cmd.arg(1).arg(&key).arg(&now).arg(inner.min_ttl_ms);
+                        cmd.arg(kind).arg(claimant).arg(demand).arg(capacity);
+                        cmd.arg(ttl).arg(idle);
+                        cmd
+                    })
+                    .await;
+                match answer {
+                    Ok(value) => Ok(claimed(value)?),
+                    Err(e) if e.code() == Some("WRONGTYPE") => Err(StoreError::StateConflict {
+                        algorithm: "shared limit claims",
+                        found: "another value than a hash of claims",
+                    }
+                    .into()),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .await
+    }
+}
+
+/// A duration in whole microseconds, rounded up, at most 2⁵⁰.
+fn micros(d: Duration) -> u64 {
+    let us = d.as_nanos().div_ceil(1000);
+    u64::try_from(us).unwrap_or(u64::MAX).min(1 << 50)
+}
+
+/// The script's answer: `{granted or -1, demand, in force, claimants}`.
+fn claimed(value: redis::Value) -> Result<Claimed, StoreError> {
+    let bad = || StoreError::Protocol("unexpected reply from the shared limit's script".into());
+    let redis::Value::Array(items) = value else {
+        return Err(bad());
+    };
+    let ints: Vec<i64> = items
+        .iter()
+        .map(|item| match item {
+            redis::Value::Int(n) => Ok(*n),
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    let [granted, demand, in_force, claimants] = ints[..] else {
+        return Err(bad());
+    };
+    let whole = |n: i64| u64::try_from(n).map_err(|_| bad());
+    Ok(Claimed {
+        granted: (granted >= 0).then_some(granted as u64),
+        demand: whole(demand)?,
+        in_force: whole(in_force)?,
+        claimants: whole(claimants)?,
+    })
+}
