@@ -151,6 +151,10 @@ impl Server {
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
         let served = build_served(&config, &store, None)?;
+        let ledger = match store.redis() {
+            Some(redis) => crate::rlqs::Ledger::in_redis(redis.clone()),
+            None => crate::rlqs::Ledger::in_memory(),
+        };
         let limits = config.connections.clone();
         let loaded = Arc::new(config.clone());
         Ok(Server {
@@ -159,7 +163,7 @@ impl Server {
                 store,
                 plan_overrides: ArcSwap::from_pointee(HashMap::new()),
                 leases: leases::Signing::random(),
-                quotas: crate::rlqs::Quotas::new(),
+                quotas: crate::rlqs::Quotas::new(ledger),
                 clock: SystemClock::new(),
             },
             control: Control {
@@ -760,30 +764,38 @@ impl crate::grpc::RlsBackend for Server {
             .ok_or(crate::grpc::QuotaRefused::TooManyStreams)
     }
 
-    fn quota_report(
+    async fn quota_report(
         &self,
         session: &mut crate::rlqs::Session,
         reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
     ) -> Result<Vec<crate::grpc::QuotaAction>, crate::rlqs::SessionError> {
-        let served = self.decisions.served.load();
+        let served = self.decisions.served.load_full();
         let now = self.decisions.clock.now();
-        let actions = session.report(reports, &served.rules, &served.rlqs, now)?;
+        let actions = session
+            .report(reports, &served.rules, &served.rlqs, now)
+            .await?;
         self.decisions.quotas.counters().sent(&actions);
         Ok(actions)
     }
 
-    fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<crate::grpc::QuotaAction> {
+    async fn quota_tick(
+        &self,
+        session: &mut crate::rlqs::Session,
+    ) -> Vec<crate::grpc::QuotaAction> {
         let now = self.decisions.clock.now();
-        let settings = &self.decisions.served.load().rlqs;
+        let served = self.decisions.served.load_full();
         let ledger = self.decisions.quotas.ledger();
-        ledger.expire_due(now, settings.unreported_after);
-        let actions = session.tick(settings, now);
+        ledger.expire_due(now, served.rlqs.unreported_after);
+        let actions = session.tick(&served.rlqs, now).await;
         self.decisions.quotas.counters().sent(&actions);
         actions
     }
 
-    fn quota_close(&self, session: crate::rlqs::Session) {
-        session.close(self.decisions.clock.now());
+    async fn quota_close(&self, session: crate::rlqs::Session) {
+        let served = self.decisions.served.load_full();
+        session
+            .close(&served.rlqs, self.decisions.clock.now())
+            .await;
         self.decisions.quotas.counters().closed();
     }
 }

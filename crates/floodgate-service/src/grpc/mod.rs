@@ -157,20 +157,24 @@ pub trait RlsBackend: Send + Sync + 'static {
         &self,
         session: &mut crate::rlqs::Session,
         reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
-    ) -> Result<Vec<QuotaAction>, crate::rlqs::SessionError> {
+    ) -> impl Future<Output = Result<Vec<QuotaAction>, crate::rlqs::SessionError>> + Send {
         let _ = (session, reports);
-        Ok(Vec::new())
+        std::future::ready(Ok(Vec::new()))
     }
 
     /// `session`'s grants taken again now: the assignments that changed.
-    fn quota_tick(&self, session: &mut crate::rlqs::Session) -> Vec<QuotaAction> {
+    fn quota_tick(
+        &self,
+        session: &mut crate::rlqs::Session,
+    ) -> impl Future<Output = Vec<QuotaAction>> + Send {
         let _ = session;
-        Vec::new()
+        std::future::ready(Vec::new())
     }
 
     /// `session`'s stream ended.
-    fn quota_close(&self, session: crate::rlqs::Session) {
+    fn quota_close(&self, session: crate::rlqs::Session) -> impl Future<Output = ()> + Send {
         drop(session);
+        std::future::ready(())
     }
 }
 

@@ -16,6 +16,7 @@ use proptest::prelude::*;
 
 use super::assignment::burst;
 use super::envoy_bucket::EnvoyBucket;
+use super::session::tests::AtOnce;
 use super::{Ledger, Session, Settings};
 use crate::config::Config;
 use crate::descriptors::RuleSet;
@@ -141,7 +142,7 @@ impl Envoy {
         // The server's tick, every second.
         if now_ms.is_multiple_of(1_000) {
             if let Some(session) = self.session.as_mut() {
-                let actions = session.tick(settings, Nanos(now_ms * 1_000_000));
+                let actions = session.tick_now(settings, Nanos(now_ms * 1_000_000));
                 window.started += self.apply(actions, now_ms);
             }
         }
@@ -215,7 +216,7 @@ impl Envoy {
         let Some(mut session) = self.session.take() else {
             return Ok(0);
         };
-        let answered = session.report(report, rules, settings, Nanos(now_ms * 1_000_000));
+        let answered = session.report_now(report, rules, settings, Nanos(now_ms * 1_000_000));
         self.session = Some(session);
         Ok(self.apply(answered.map_err(|e| e.to_string())?, now_ms))
     }
@@ -254,7 +255,7 @@ fn run(
 ) -> Result<Totals, String> {
     let rules = rules();
     let settings = Settings::default();
-    let ledger = Arc::new(Ledger::new());
+    let ledger = Arc::new(Ledger::in_memory());
     let mut random = seed | 1;
     let mut next = move || {
         random ^= random << 13;
@@ -279,7 +280,7 @@ fn run(
             envoy.demand = demands[i][(now_ms / 10_000) as usize];
             if breaks.iter().any(|&(b, at)| b == i && at * 1_000 == now_ms) {
                 if let Some(s) = envoy.session.take() {
-                    s.close(now);
+                    s.close_now(&settings, now);
                 }
                 envoy.reconnect_ms = Some(now_ms + 2_000);
             }

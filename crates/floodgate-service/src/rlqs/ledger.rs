@@ -1,33 +1,50 @@
-//! The claims on every shared bucket this node knows, in memory: one [`Claims`] per bucket,
-//! each changed under one lock, so that a report and the grant it brings are one step.
+//! Where the claims on every shared bucket live: in this node's memory (one [`Claims`] per
+//! bucket, each changed under one lock), or in the Redis the service's store uses, so that
+//! every node sharing it divides a bucket's limit among the streams of all of them (one hash
+//! per bucket, changed by one script call per step: [`RedisStore::claim`]). Either way a step
+//! is [`Claims::apply`]: a report and the grant it brings are one atomic step.
+//!
+//! The ledger also keeps what the steps of this node's streams last answered about each
+//! bucket ([`BucketLoad`]): that is what `/metrics` and the dashboard show, and it is the same
+//! whichever store holds the claims (on Redis, the whole fleet's demand and grants as of this
+//! node's last step on the bucket).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floodgate::quota::Claims;
-use floodgate::Nanos;
+use floodgate::quota::{ClaimStep, ClaimTerms, Claimed, Claims};
+use floodgate::store::RedisStore;
+use floodgate::{Nanos, StoreError};
 
 /// The claims on every bucket, by bucket key (the domain and the bucket's pairs in key
-/// order).
-#[derive(Debug, Default)]
+/// order), and what this node last learnt of each.
+#[derive(Debug)]
 pub struct Ledger {
-    buckets: Mutex<HashMap<String, Bucket>>,
+    claims: Held,
+    loads: Mutex<HashMap<String, Seen>>,
     /// When [`Ledger::expire_due`] last walked the buckets, in nanoseconds.
     expired_at: AtomicU64,
+    failures: AtomicU64,
 }
 
-/// One bucket's claims, with how metrics name it.
-#[derive(Debug, Default)]
-struct Bucket {
-    /// `(domain, pairs)`, the pairs as `key=value` joined by commas.
-    label: (String, String),
-    claims: Claims,
+/// Where the claims are held.
+#[derive(Debug)]
+enum Held {
+    Memory(Mutex<HashMap<String, Claims>>),
+    Redis(RedisStore),
+}
+
+/// What this node last learnt of one bucket.
+#[derive(Debug)]
+struct Seen {
+    load: BucketLoad,
+    at: Nanos,
 }
 
 /// One bucket as metrics show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BucketLoad {
     /// Its domain.
     pub domain: String,
@@ -37,80 +54,99 @@ pub struct BucketLoad {
     pub demand: u64,
     /// The grants in force on it, requests per unit.
     pub granted: u64,
-    /// Its claimants.
-    pub claimants: usize,
+    /// Its claimants (streams, of every node sharing the store).
+    pub claimants: u64,
 }
 
 impl Ledger {
-    /// An empty ledger.
-    pub fn new() -> Ledger {
-        Ledger::default()
+    /// Claims held in this node's memory: its streams divide each limit among themselves.
+    pub fn in_memory() -> Ledger {
+        Ledger::holding(Held::Memory(Mutex::new(HashMap::new())))
     }
 
-    /// Records `claimant`'s report of `demand` on `bucket` (shown in metrics as `label`) at
-    /// `now` and grants it its next share of `capacity`, in force for `ttl` (see
-    /// [`Claims::grant`]).
-    #[allow(clippy::too_many_arguments)] // one report: who, on what, wanting what, when
-    pub fn report(
-        &self,
-        bucket: &str,
-        label: impl FnOnce() -> (String, String),
-        claimant: &str,
-        demand: u64,
-        capacity: u64,
-        now: Nanos,
-        ttl: Duration,
-    ) -> u64 {
-        let mut buckets = self.lock();
-        let entry = buckets.entry(bucket.to_string()).or_insert_with(|| Bucket {
-            label: label(),
-            claims: Claims::new(),
-        });
-        entry.claims.report(claimant, demand, now);
-        entry
-            .claims
-            .grant(claimant, capacity, now, ttl)
-            .unwrap_or(0)
+    /// Claims held in `store`'s Redis: every node using it divides each limit among the
+    /// streams of all of them.
+    pub fn in_redis(store: RedisStore) -> Ledger {
+        Ledger::holding(Held::Redis(store))
     }
 
-    /// Grants `claimant` its next share of `capacity` on `bucket` without a report; `None` if
-    /// it does not claim the bucket (any more).
-    pub fn grant(
-        &self,
-        bucket: &str,
-        claimant: &str,
-        capacity: u64,
-        now: Nanos,
-        ttl: Duration,
-    ) -> Option<u64> {
-        self.lock()
-            .get_mut(bucket)?
-            .claims
-            .grant(claimant, capacity, now, ttl)
-    }
-
-    /// `claimant` leaves `bucket` at `now`.
-    pub fn leave(&self, bucket: &str, claimant: &str, now: Nanos) {
-        let mut buckets = self.lock();
-        if let Some(entry) = buckets.get_mut(bucket) {
-            entry.claims.leave(claimant, now);
-            if entry.claims.is_empty() && entry.claims.in_force(now) == 0 {
-                buckets.remove(bucket);
-            }
+    fn holding(claims: Held) -> Ledger {
+        Ledger {
+            claims,
+            loads: Mutex::new(HashMap::new()),
+            expired_at: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
         }
     }
 
-    /// Removes, on every bucket, the claimants that have not reported for `idle`; forgets the
-    /// buckets nobody claims or holds a grant on any more.
-    pub fn expire(&self, now: Nanos, idle: Duration) {
-        self.lock().retain(|_, entry| {
-            entry.claims.expire(now, idle);
-            !entry.claims.is_empty() || entry.claims.in_force(now) > 0
-        });
+    /// Whether the claims are shared through Redis with the other nodes using it.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.claims, Held::Redis(_))
     }
 
-    /// [`Ledger::expire`], at most once a second however many streams ask (each stream's tick
-    /// does).
+    /// Takes `step` on `bucket`'s claims under `terms`, at `now` in memory (Redis takes its
+    /// own `TIME`), and records what it answered for metrics, the bucket named by `label`
+    /// (`(domain, pairs)`). `Err` when the store failed: nothing was taken.
+    pub async fn step(
+        &self,
+        bucket: &str,
+        label: impl FnOnce() -> (String, String),
+        step: ClaimStep<'_>,
+        terms: &ClaimTerms,
+        now: Nanos,
+    ) -> Result<Claimed, StoreError> {
+        let claimed = match &self.claims {
+            Held::Memory(buckets) => {
+                let mut buckets = lock(buckets);
+                let claims = buckets.entry(bucket.to_string()).or_default();
+                let claimed = claims.apply(step, terms, now);
+                if claims.is_empty() && claimed.in_force == 0 {
+                    buckets.remove(bucket);
+                }
+                claimed
+            }
+            Held::Redis(store) => match store.claim(bucket, step, terms).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            },
+        };
+        let mut loads = lock(&self.loads);
+        if claimed.claimants == 0 && claimed.in_force == 0 {
+            loads.remove(bucket);
+        } else {
+            let load = |(domain, bucket)| BucketLoad {
+                domain,
+                bucket,
+                demand: claimed.demand,
+                granted: claimed.in_force,
+                claimants: claimed.claimants,
+            };
+            match loads.get_mut(bucket) {
+                Some(seen) => {
+                    seen.load.demand = claimed.demand;
+                    seen.load.granted = claimed.in_force;
+                    seen.load.claimants = claimed.claimants;
+                    seen.at = now;
+                }
+                None => {
+                    let seen = Seen {
+                        load: load(label()),
+                        at: now,
+                    };
+                    loads.insert(bucket.to_string(), seen);
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// At most once a second however many streams ask (each stream's tick does): in memory,
+    /// the claimants that have not reported for `idle` leave every bucket, and buckets nobody
+    /// claims or holds a grant on are forgotten (Redis forgets them by itself); what this
+    /// node learnt of a bucket none of its streams has touched for `idle` is forgotten.
     pub fn expire_due(&self, now: Nanos, idle: Duration) {
         let last = self.expired_at.load(Ordering::Relaxed);
         if now.0.saturating_sub(last) < 1_000_000_000 {
@@ -121,38 +157,31 @@ impl Ledger {
             .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            self.expire(now, idle);
+            if let Held::Memory(buckets) = &self.claims {
+                lock(buckets).retain(|_, claims| {
+                    claims.expire(now, idle);
+                    !claims.is_empty() || claims.in_force(now) > 0
+                });
+            }
+            lock(&self.loads).retain(|_, seen| now.saturating_since(seen.at) < idle);
         }
     }
 
-    /// The grants in force on `bucket` at `now`.
-    pub fn in_force(&self, bucket: &str, now: Nanos) -> u64 {
-        self.lock()
-            .get(bucket)
-            .map_or(0, |entry| entry.claims.in_force(now))
-    }
-
-    /// The number of buckets with claims or grants in force.
+    /// The buckets this node knows with claims or grants in force.
     pub fn buckets(&self) -> usize {
-        self.lock().len()
+        lock(&self.loads).len()
     }
 
-    /// The `most` buckets with the greatest demand, greatest first, at `now`.
-    pub fn busiest(&self, most: usize, now: Nanos) -> Vec<BucketLoad> {
-        let mut loads: Vec<BucketLoad> = self
-            .lock()
+    /// The steps the store failed since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The `most` buckets with the greatest demand, greatest first.
+    pub fn busiest(&self, most: usize) -> Vec<BucketLoad> {
+        let mut loads: Vec<BucketLoad> = lock(&self.loads)
             .values()
-            .map(|entry| BucketLoad {
-                domain: entry.label.0.clone(),
-                bucket: entry.label.1.clone(),
-                demand: entry
-                    .claims
-                    .iter()
-                    .map(|c| c.demand)
-                    .fold(0, u64::saturating_add),
-                granted: entry.claims.in_force(now),
-                claimants: entry.claims.len(),
-            })
+            .map(|seen| seen.load.clone())
             .collect();
         loads.sort_by(|a, b| {
             b.demand
@@ -162,9 +191,9 @@ impl Ledger {
         loads.truncate(most);
         loads
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
-        // A panic while holding the lock leaves claims that are each whole: keep going.
-        self.buckets.lock().unwrap_or_else(|e| e.into_inner())
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves entries that are each whole: keep going.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

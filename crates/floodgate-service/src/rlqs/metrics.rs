@@ -4,8 +4,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use floodgate::Nanos;
-
 use super::Ledger;
 use crate::prometheus::{Exposition, Kind};
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
@@ -65,8 +63,16 @@ impl QuotaCounters {
         }
     }
 
-    /// Writes the counters, and `ledger`'s buckets at `now`.
-    pub fn write(&self, text: &mut Exposition<'_>, ledger: &Ledger, now: Nanos) {
+    /// The bucket actions sent since start, by strategy (and abandons).
+    pub fn sent_by_strategy(&self) -> Vec<(&'static str, u64)> {
+        SENT.iter()
+            .zip(&self.sent)
+            .map(|(name, n)| (*name, n.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// Writes the counters, and `ledger`'s buckets.
+    pub fn write(&self, text: &mut Exposition<'_>, ledger: &Ledger) {
         let opened = self.opened.load(Ordering::Relaxed);
         let closed = self.closed.load(Ordering::Relaxed);
         text.family(
@@ -92,10 +98,16 @@ impl QuotaCounters {
         text.family(
             "floodgate_rlqs_buckets",
             Kind::Gauge,
-            "Buckets claimed or with grants in force.",
+            "Buckets this node's streams claim or hold grants on.",
         )
         .sample(&[], ledger.buckets() as u64);
-        let busiest = ledger.busiest(BUSIEST, now);
+        text.family(
+            "floodgate_rlqs_store_failures_total",
+            Kind::Counter,
+            "Steps on the shared claims the store failed (nothing was sent for those buckets).",
+        )
+        .sample(&[], ledger.failures());
+        let busiest = ledger.busiest(BUSIEST);
         let per_bucket = [
             (
                 "floodgate_rlqs_bucket_demand",
@@ -113,7 +125,7 @@ impl QuotaCounters {
         for (i, (name, help)) in per_bucket.into_iter().enumerate() {
             let mut family = text.family(name, Kind::Gauge, help);
             for load in &busiest {
-                let value = [load.demand, load.granted, load.claimants as u64][i];
+                let value = [load.demand, load.granted, load.claimants][i];
                 family.sample(&[("domain", &load.domain), ("bucket", &load.bucket)], value);
             }
         }

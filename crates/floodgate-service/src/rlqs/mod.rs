@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use assignment::Assigned;
-pub use ledger::Ledger;
+pub use ledger::{BucketLoad, Ledger};
 pub use session::{Session, SessionError};
 
 /// What a bucket's requests are held to, globally.
@@ -107,29 +107,24 @@ impl From<&crate::config::RlqsConfig> for Settings {
     }
 }
 
-impl Default for Quotas {
-    fn default() -> Self {
-        Quotas::new()
-    }
-}
-
 /// The service's side of this node's RLQS streams: the ledger of claims they share, and the
-/// names of their claims (`NODE/N`: the node's random name, so that claims of
-/// two nodes sharing a store never collide, and the stream's number).
+/// names of their claims: the node's random name and the stream's number, 32 hex digits (so
+/// that the claims of two nodes sharing a store never collide, and names order the same in
+/// Rust and in Redis's Lua whatever the server's locale).
 #[derive(Debug)]
 pub struct Quotas {
     ledger: Arc<Ledger>,
-    node: String,
+    node: u64,
     streams: AtomicU64,
     counters: metrics::QuotaCounters,
 }
 
 impl Quotas {
-    /// The streams of a node, claiming on a ledger of their own.
-    pub fn new() -> Quotas {
+    /// The streams of a node, claiming on `ledger`.
+    pub fn new(ledger: Ledger) -> Quotas {
         Quotas {
-            ledger: Arc::new(Ledger::new()),
-            node: format!("{:016x}", rand::random::<u64>()),
+            ledger: Arc::new(ledger),
+            node: rand::random::<u64>(),
             streams: AtomicU64::new(0),
             counters: metrics::QuotaCounters::default(),
         }
@@ -144,7 +139,7 @@ impl Quotas {
         let n = self.streams.fetch_add(1, Ordering::Relaxed);
         Some(Session::new(
             self.ledger.clone(),
-            format!("{}/{n}", self.node),
+            format!("{:016x}{n:016x}", self.node),
         ))
     }
 
@@ -157,6 +152,37 @@ impl Quotas {
     pub fn counters(&self) -> &metrics::QuotaCounters {
         &self.counters
     }
+
+    /// What the dashboard shows: the streams, the assignments sent, the store's failures and
+    /// the [`metrics::BUSIEST`] buckets by demand.
+    pub fn view(&self) -> QuotasView {
+        QuotasView {
+            streams: self.counters.open(),
+            buckets: self.ledger.buckets() as u64,
+            sent: self.counters.sent_by_strategy(),
+            store_failures: self.ledger.failures(),
+            shared: self.ledger.is_shared(),
+            busiest: self.ledger.busiest(metrics::BUSIEST),
+        }
+    }
+}
+
+/// The Rate Limit Quota Service at one instant, as the dashboard draws it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct QuotasView {
+    /// Streams open on this node.
+    pub streams: u64,
+    /// Buckets this node's streams claim (or hold grants on).
+    pub buckets: u64,
+    /// Bucket actions sent since start, by strategy (`token_bucket`, `deny_all`,
+    /// `allow_all`, and `abandon`).
+    pub sent: Vec<(&'static str, u64)>,
+    /// Steps on the claims the store failed since start.
+    pub store_failures: u64,
+    /// Whether the claims are shared with other nodes through Redis.
+    pub shared: bool,
+    /// The busiest buckets, by demand.
+    pub busiest: Vec<ledger::BucketLoad>,
 }
 
 #[cfg(test)]

@@ -12,6 +12,11 @@
 //!   that grows grows as soon as the others' grants leave room.
 //! - **The end** ([`Session::close`]): every claim of the stream leaves (its last grants stay
 //!   counted until their time to live passes; see [`floodgate::quota::claims`]).
+//! - **A store that fails** (claims kept in Redis): the bucket's step is not taken and nothing
+//!   is sent for it, so the client keeps the assignment it was last sent until that expires,
+//!   then falls back to its filter's `expired_assignment_behavior`; no client is ever handed
+//!   a limit's whole rate because the store is gone. The next report that reaches the store
+//!   takes up again where the claims stand.
 //!
 //! A first report without a domain, a bucket without pairs (or with an empty key or value, or
 //! beyond the bounds of [`Settings`]) ends the stream with `INVALID_ARGUMENT`; a stream past
@@ -23,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::quota::claims::demand_per_unit;
+use floodgate::quota::{ClaimStep, ClaimTerms};
 use floodgate::Nanos;
 
 use super::assignment::{self, Assigned};
@@ -58,6 +64,8 @@ pub struct Session {
 #[derive(Debug)]
 struct Subscribed {
     id: BucketId,
+    /// How metrics name it: `(domain, pairs)`.
+    label: (String, String),
     limit: Limit,
     /// What it was last sent.
     sent: Option<Assigned>,
@@ -89,7 +97,7 @@ impl Session {
     /// Takes one message of usage reports at `now`, the domain's limits read from `rules`,
     /// under `settings`, and returns the actions to send (see the [module
     /// documentation](self)).
-    pub fn report(
+    pub async fn report(
         &mut self,
         reports: RateLimitQuotaUsageReports,
         rules: &RuleSet,
@@ -99,7 +107,7 @@ impl Session {
         let domain = self.domain_of(reports.domain)?;
         let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
         for usage in reports.bucket_quota_usages {
-            if let Some(action) = self.usage(&domain, usage, rules, settings, now)? {
+            if let Some(action) = self.usage(&domain, usage, rules, settings, now).await? {
                 actions.push(action);
             }
         }
@@ -107,31 +115,54 @@ impl Session {
     }
 
     /// Takes every bucket's grant again at `now`, in force for `settings`' time to live, and
-    /// returns the assignments that changed.
-    pub fn tick(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction> {
+    /// returns the assignments that changed. A bucket whose step the store failed is left as
+    /// it was sent.
+    pub async fn tick(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction> {
         let ttl = settings.assignment_ttl;
-        let mut actions = Vec::new();
-        for (key, bucket) in &mut self.buckets {
+        let ledger = &self.ledger;
+        let claimant = self.claimant.as_str();
+        let steps = self.buckets.iter_mut().filter_map(|(key, bucket)| {
             let Limit::PerUnit { requests, unit } = bucket.limit else {
-                continue;
+                return None;
             };
-            let Some(grant) = self.ledger.grant(key, &self.claimant, requests, now, ttl) else {
-                continue;
-            };
-            let assigned = Assigned::Share { grant, unit };
-            if bucket.sent != Some(assigned) {
+            let terms = terms(requests, settings);
+            Some(async move {
+                let label = || bucket.label.clone();
+                let step = ClaimStep::Grant { claimant };
+                let granted = ledger.step(key, label, step, &terms, now).await;
+                let grant = granted.ok()?.granted?;
+                let assigned = Assigned::Share { grant, unit };
+                if bucket.sent == Some(assigned) {
+                    return None;
+                }
                 bucket.sent = Some(assigned);
-                actions.push(assignment::assign(&bucket.id, assigned, ttl));
-            }
-        }
-        actions
+                Some(assignment::assign(&bucket.id, assigned, ttl))
+            })
+        });
+        futures_util::future::join_all(steps)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
-    /// The stream ended at `now`: every claim leaves.
-    pub fn close(self, now: Nanos) {
-        for key in self.buckets.keys() {
-            self.ledger.leave(key, &self.claimant, now);
-        }
+    /// The stream ended at `now`: every claim leaves (a claim whose leave the store failed
+    /// leaves once it has not reported for [`Settings::unreported_after`]).
+    pub async fn close(self, settings: &Settings, now: Nanos) {
+        let claimant = self.claimant.as_str();
+        let ledger = &self.ledger;
+        let leaves = self.buckets.iter().filter_map(|(key, bucket)| {
+            let Limit::PerUnit { requests, .. } = bucket.limit else {
+                return None;
+            };
+            let terms = terms(requests, settings);
+            Some(async move {
+                let label = || bucket.label.clone();
+                let step = ClaimStep::Leave { claimant };
+                let _ = ledger.step(key, label, step, &terms, now).await;
+            })
+        });
+        futures_util::future::join_all(leaves).await;
     }
 
     /// The stream's domain, set by its first report.
@@ -151,8 +182,9 @@ impl Session {
         }
     }
 
-    /// One bucket's report: its next action, if any.
-    fn usage(
+    /// One bucket's report: its next action, if any (none when the store failed: the client
+    /// keeps what it was last sent until that expires).
+    async fn usage(
         &mut self,
         domain: &str,
         usage: BucketQuotaUsage,
@@ -174,23 +206,32 @@ impl Session {
                 settings.max_buckets_per_stream
             )));
         }
-        let bucket = self.buckets.entry(key.clone()).or_insert(Subscribed {
-            id,
-            limit,
-            sent: None,
-            active_at: now,
-        });
+        let bucket = self
+            .buckets
+            .entry(key.clone())
+            .or_insert_with(|| Subscribed {
+                id,
+                label: (domain.to_string(), label_of(&pairs)),
+                limit,
+                sent: None,
+                active_at: now,
+            });
         bucket.limit = limit;
         if requests > 0 {
             bucket.active_at = now;
         }
+        let claimant = self.claimant.as_str();
         if now.saturating_since(bucket.active_at) >= settings.abandon_idle_after {
             let abandon = assignment::abandon(&bucket.id);
-            self.buckets.remove(&key);
-            self.ledger.leave(&key, &self.claimant, now);
+            let bucket = self.buckets.remove(&key);
+            if let (Some(bucket), Limit::PerUnit { requests, .. }) = (bucket, limit) {
+                let label = || bucket.label.clone();
+                let step = ClaimStep::Leave { claimant };
+                let terms = terms(requests, settings);
+                let _ = self.ledger.step(&key, label, step, &terms, now).await;
+            }
             return Ok(Some(abandon));
         }
-        let ttl = settings.assignment_ttl;
         let assigned = match limit {
             Limit::Unlimited => Assigned::AllowAll,
             Limit::PerUnit {
@@ -202,17 +243,39 @@ impl Session {
                     .and_then(|d| Duration::try_from(d).ok())
                     .unwrap_or_default();
                 let demand = demand_per_unit(requests, elapsed, unit, settings.reporting_interval);
-                let label = || (domain.to_string(), label_of(&pairs));
-                let grant =
-                    self.ledger
-                        .report(&key, label, &self.claimant, demand, capacity, now, ttl);
+                let label = || bucket.label.clone();
+                let step = ClaimStep::Report { claimant, demand };
+                let terms = terms(capacity, settings);
+                let Ok(claimed) = self.ledger.step(&key, label, step, &terms, now).await else {
+                    return Ok(None);
+                };
+                let grant = claimed.granted.unwrap_or(0);
                 Assigned::Share { grant, unit }
             }
         };
         bucket.sent = Some(assigned);
-        Ok(Some(assignment::assign(&bucket.id, assigned, ttl)))
+        Ok(Some(assignment::assign(
+            &bucket.id,
+            assigned,
+            settings.assignment_ttl,
+        )))
     }
 }
+
+/// The terms a bucket of `capacity` is claimed under: a grant counted in force for the
+/// assignment's time to live and [`IN_FLIGHT`] more, claimants leaving once unreported for
+/// [`Settings::unreported_after`].
+fn terms(capacity: u64, settings: &Settings) -> ClaimTerms {
+    ClaimTerms {
+        capacity,
+        ttl: settings.assignment_ttl.saturating_add(IN_FLIGHT),
+        idle: settings.unreported_after,
+    }
+}
+
+/// How much longer than its time to live a grant is counted in force: the client's expiry
+/// runs from when the assignment reaches it, a little after the grant was made.
+pub const IN_FLIGHT: Duration = Duration::from_secs(1);
 
 /// A bucket's pairs in key order, once checked against `settings`' bounds.
 fn pairs(id: &BucketId, settings: &Settings) -> Result<Vec<(String, String)>, SessionError> {
@@ -280,4 +343,4 @@ fn bucket_key(domain: &str, pairs: &[(String, String)]) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -104,11 +104,9 @@ impl Server {
         self.decisions.store.write_cached_metrics(&mut text);
         self.observed.descriptor_stats.render(&mut text);
         let quotas = &self.decisions.quotas;
-        quotas.counters().write(
-            &mut Exposition::on(&mut text),
-            quotas.ledger(),
-            self.decisions.clock.now(),
-        );
+        quotas
+            .counters()
+            .write(&mut Exposition::on(&mut text), quotas.ledger());
         if self.observed.response_times.is_some() {
             self.observed.statsd_pushes.render(&mut text);
         }

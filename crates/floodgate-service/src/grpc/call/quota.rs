@@ -90,7 +90,7 @@ async fn run<B: RlsBackend>(
                             format!("malformed protobuf message: {e}"),
                         )),
                     };
-                    match backend.quota_report(&mut session, reports) {
+                    match backend.quota_report(&mut session, reports).await {
                         Ok(actions) => {
                             if send(&answers, actions).await.is_err() {
                                 break None;
@@ -104,7 +104,7 @@ async fn run<B: RlsBackend>(
                 if backend.stopping() {
                     break Some(Refusal::new(GrpcCode::Unavailable, "the server is shutting down"));
                 }
-                let actions = backend.quota_tick(&mut session);
+                let actions = backend.quota_tick(&mut session).await;
                 if send(&answers, actions).await.is_err() {
                     break None;
                 }
@@ -115,7 +115,7 @@ async fn run<B: RlsBackend>(
     if let Some(refusal) = &ended {
         tracing::debug!(code = refusal.code as i32, message = %refusal.message, "RLQS stream ended");
     }
-    backend.quota_close(session);
+    backend.quota_close(session).await;
     if let Some(refusal) = ended {
         let _ = answers.send(Err(refusal)).await;
     }
