@@ -5,23 +5,14 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use common::serve::{config_file, serve, Service};
-use floodgate_server::grpc::proto::envoy::r#type::v3::rate_limit_strategy::{
-    BlanketRule, Strategy,
-};
-use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use common::rlqs::{bucket, Client};
+use common::serve::{config_file, serve};
 use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
-use tonic::Streaming;
 
 const CONFIG: &str = "\
 domains:
@@ -30,119 +21,6 @@ domains:
       - key: name
         rate_limit: { unit: second, requests_per_unit: 100 }
 ";
-
-/// One RLQS client: a stream, the assignments it holds per bucket.
-struct Client {
-    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
-    answers: Streaming<RateLimitQuotaResponse>,
-    /// The last strategy of each bucket, by its `name` pair: `deny`, `allow` or `tokens N`.
-    held: HashMap<String, String>,
-}
-
-impl Client {
-    async fn connect(service: &Service) -> Client {
-        let client = RateLimitQuotaServiceClient::connect(service.grpc.clone())
-            .await
-            .expect("connects");
-        Client::open(client).await
-    }
-
-    /// A stream on `client`'s channel.
-    async fn open(mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>) -> Client {
-        let (reports, receiver) = mpsc::channel(16);
-        let answers = client
-            .stream_rate_limit_quotas(ReceiverStream::new(receiver))
-            .await
-            .expect("the stream opens")
-            .into_inner();
-        Client {
-            reports,
-            answers,
-            held: HashMap::new(),
-        }
-    }
-
-    /// Reports `name`'s bucket in `domain`: allowed and denied requests over `elapsed` seconds.
-    async fn report(&self, domain: &str, name: &str, allowed: u64, denied: u64, elapsed: i64) {
-        let usage = BucketQuotaUsage {
-            bucket_id: Some(bucket(name)),
-            time_elapsed: Some(prost_types::Duration {
-                seconds: elapsed,
-                nanos: 0,
-            }),
-            num_requests_allowed: allowed,
-            num_requests_denied: denied,
-        };
-        let reports = RateLimitQuotaUsageReports {
-            domain: domain.to_string(),
-            bucket_quota_usages: vec![usage],
-        };
-        self.reports
-            .send(reports)
-            .await
-            .expect("the stream is open");
-    }
-
-    /// Reads answers until `name`'s bucket holds `wanted` (at most 20 s).
-    async fn until_holds(&mut self, name: &str, wanted: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held.get(name).map(String::as_str) != Some(wanted) {
-            let answer = tokio::time::timeout_at(deadline, self.answers.next())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "{name} holds {:?}, not {wanted}, after 20 s",
-                        self.held.get(name)
-                    )
-                })
-                .expect("the stream goes on")
-                .expect("an answer");
-            for action in answer.bucket_action {
-                let id = action.bucket_id.expect("every action names its bucket");
-                let name = id.bucket["name"].clone();
-                self.held.insert(name, told(action.bucket_action));
-            }
-        }
-    }
-}
-
-fn bucket(name: &str) -> BucketId {
-    BucketId {
-        bucket: [("name".to_string(), name.to_string())].into(),
-    }
-}
-
-fn told(action: Option<Action>) -> String {
-    match action {
-        Some(Action::AbandonAction(_)) => "abandon".to_string(),
-        Some(Action::QuotaAssignmentAction(a)) => {
-            let ttl = a.assignment_time_to_live.expect("a time to live").seconds;
-            assert!(
-                ttl >= 1,
-                "Envoy reads less than a second as expired at once"
-            );
-            match a.rate_limit_strategy.and_then(|s| s.strategy) {
-                Some(Strategy::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => {
-                    "deny".to_string()
-                }
-                Some(Strategy::BlanketRule(_)) => "allow".to_string(),
-                Some(Strategy::TokenBucket(tb)) => {
-                    let fill = tb.fill_interval.expect("a fill interval").seconds;
-                    assert!(
-                        fill >= 1,
-                        "Envoy divides by the whole seconds of the fill interval"
-                    );
-                    format!(
-                        "tokens {}",
-                        tb.tokens_per_fill.expect("tokens per fill set")
-                    )
-                }
-                other => panic!("a strategy Envoy does not apply: {other:?}"),
-            }
-        }
-        None => panic!("an action with nothing in it"),
-    }
-}
 
 /// Two clients of one bucket: the first holds the whole limit, the second waits for it to
 /// shrink, and both end on half; a client that breaks the protocol is ended alone.

@@ -237,16 +237,13 @@ impl Server {
 
     /// Says, one line per stage, which stages decide on this node alone while the store is
     /// shared (Redis): the adaptive concurrency limit and the utilization shedder measure the
-    /// process they run in, so their limits and their leases are this node's, not the fleet's;
-    /// and that the Rate Limit Quota Service's shares are this node's too. `serve` calls it at
-    /// start-up.
+    /// process they run in, so their limits and their leases are this node's, not the fleet's.
+    /// (The Rate Limit Quota Service's shares are kept in the store, so they are the
+    /// fleet's.) `serve` calls it at start-up.
     pub fn announce_node_local_stages(&self) {
         if self.decisions.store.redis().is_none() {
             return;
         }
-        tracing::info!(
-            "the Rate Limit Quota Service divides each limit among this node's streams alone: with several nodes, give each Envoy one of them (the shares are not yet kept in the store)"
-        );
         let served = self.decisions.served.load();
         for stage in served.pipeline.stages() {
             let kind = stage.limiter().kind();

@@ -1,0 +1,185 @@
+//! The Rate Limit Quota Service across nodes: two `floodgate serve` processes sharing a real
+//! `redis-server` (and a real Redis Cluster), each the server of two Envoys' RLQS streams
+//! (written in the test as Envoy's filter reports: `common::rlqs::Reporter`), divide one
+//! bucket's limit of 100 per second among all four. Demand is equal, then skewed, then
+//! changing, then two Envoys leave (one per node). Throughout:
+//!
+//! - the grants in force on the bucket, as the store keeps them (read from Redis itself every
+//!   20 ms, at Redis's own clock), never sum past the limit;
+//! - after each change every Envoy holds its max-min fair share within two of Envoy's
+//!   reporting intervals (5 s each) — a leaver's share once its last assignment's time to
+//!   live (5 s here) has passed — and what the Envoys hold then sums to at most the limit.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::rlqs::Reporter;
+use common::serve::{config_file, serve};
+use floodgate_redis_harness::{RedisCluster, RedisServer};
+
+const CONFIG: &str = "\
+store: {timeout: 2s}
+rlqs: {assignment_ttl: 5s}
+domains:
+  - domain: quota
+    descriptors:
+      - key: name
+        rate_limit: { unit: second, requests_per_unit: 100 }
+";
+
+/// Envoy's reporting interval.
+const INTERVAL: Duration = Duration::from_secs(5);
+
+/// The Redis key of the bucket `{name: shared}` in domain `quota`.
+const BUCKET_KEY: &str = "floodgate.quota:{5:quota/4:name6:shared}";
+
+/// The grants in force in a bucket's hash at Redis's clock: every field's value ends with
+/// `granted until` (whole microseconds).
+const IN_FORCE: &str = "local t = redis.call('TIME') \
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+local f = redis.call('HGETALL', KEYS[1]) local sum = 0 \
+for i = 2, #f, 2 do \
+  local g, u = string.match(f[i], '(%d+) (%d+)$') \
+  if tonumber(u) > now then sum = sum + tonumber(g) end \
+end return sum";
+
+/// The grants in force on the bucket, asked of the Redis on `port` (`redis-cli`).
+fn in_force(port: u16) -> Option<String> {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "EVAL", IN_FORCE, "1", BUCKET_KEY])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Reads the bucket's grants in force from Redis every 20 ms until stopped: the most seen, and
+/// how many readings saw any.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicU64>,
+    nonzero: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(read: impl Fn() -> Option<String> + Send + 'static) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(AtomicU64::new(0));
+        let nonzero = Arc::new(AtomicU64::new(0));
+        let (halt, high, seen) = (stop.clone(), most.clone(), nonzero.clone());
+        let thread = std::thread::spawn(move || {
+            while !halt.load(Ordering::Relaxed) {
+                if let Some(sum) = read().and_then(|s| s.trim().parse::<u64>().ok()) {
+                    high.fetch_max(sum, Ordering::Relaxed);
+                    seen.fetch_add(u64::from(sum > 0), Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Watch {
+            stop,
+            most,
+            nonzero,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops, and returns the most seen in force and the readings that saw any.
+    fn finish(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the watch ends");
+        }
+        (
+            self.most.load(Ordering::Relaxed),
+            self.nonzero.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Waits until each Envoy holds `tokens N` of `shares` (in order), at most two reporting
+/// intervals; then what they hold sums to at most the limit.
+async fn converge(phase: &str, envoys: &[&Reporter], shares: &[u64]) {
+    let wanted: Vec<Option<String>> = shares.iter().map(|s| Some(format!("tokens {s}"))).collect();
+    let deadline = tokio::time::Instant::now() + 2 * INTERVAL;
+    loop {
+        let held: Vec<Option<String>> = envoys.iter().map(|e| e.holds()).collect();
+        if held == wanted {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{phase}: the Envoys hold {held:?}, not {wanted:?}, two reporting intervals on"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(shares.iter().sum::<u64>() <= 100, "{phase}: {shares:?}");
+}
+
+/// The scenario, on the store at `url`; `read` gives the grants in force from Redis.
+async fn four_envoys_on_two_nodes(url: String, read: impl Fn() -> Option<String> + Send + 'static) {
+    let (_dir, path) = config_file(CONFIG);
+    let nodes = [serve(&path, &url, &[]), serve(&path, &url, &[])];
+    let watch = Watch::start(read);
+    let envoy =
+        |node: usize, demand| Reporter::start(&nodes[node], "quota", "shared", INTERVAL, demand);
+    // Two Envoys on each node, each wanting 50 a second: 25 each.
+    let a1 = envoy(0, 50).await;
+    let b1 = envoy(1, 50).await;
+    let a2 = envoy(0, 50).await;
+    let b2 = envoy(1, 50).await;
+    converge("equal demand", &[&a1, &a2, &b1, &b2], &[25, 25, 25, 25]).await;
+
+    // Skewed: those wanting less than an even split get what they want.
+    for (envoy, demand) in [(&a1, 10), (&a2, 30), (&b1, 60), (&b2, 80)] {
+        envoy.want(demand);
+    }
+    converge("skewed demand", &[&a1, &a2, &b1, &b2], &[10, 30, 30, 30]).await;
+
+    // Changing: the same demands, the other way round.
+    for (envoy, demand) in [(&a1, 80), (&a2, 60), (&b1, 30), (&b2, 10)] {
+        envoy.want(demand);
+    }
+    converge("changed demand", &[&a1, &a2, &b1, &b2], &[30, 30, 30, 10]).await;
+
+    // One Envoy of each node leaves: a1 (80) and b1 (30) share what a2 and b2 held, once
+    // their last assignments' time to live has passed.
+    drop(a2);
+    drop(b2);
+    converge("two Envoys gone", &[&a1, &b1], &[70, 30]).await;
+
+    let (most, readings) = watch.finish();
+    assert!(
+        readings > 10,
+        "the watch read grants in force {readings} times"
+    );
+    assert!(
+        most <= 100,
+        "the grants in force reached {most}, past the limit of 100"
+    );
+    assert_eq!(
+        most, 100,
+        "the limit was handed out whole while demand exceeded it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_one_redis_divide_a_limit_fairly() {
+    let redis = RedisServer::start();
+    let port = redis.port();
+    let read = move || in_force(port);
+    four_envoys_on_two_nodes(redis.url(), read).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_a_redis_cluster_divide_a_limit_fairly() {
+    let cluster = RedisCluster::start(3, 0);
+    let port = cluster.master_of(BUCKET_KEY);
+    let read = move || in_force(port);
+    four_envoys_on_two_nodes(cluster.url(), read).await;
+}
