@@ -274,6 +274,58 @@ check();
     browser.close().await;
 }
 
+/// Two RLQS streams sharing a bucket: the page's Rate Limit Quota Service section shows the
+/// streams and the bucket's row, its value hidden, granted the whole limit between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_rate_limit_quota_service() {
+    let (_dir, path) = config_file(&format!(
+        "{CONFIG}  - domain: quota\n    descriptors:\n      - key: name\n        rate_limit: {{ unit: second, requests_per_unit: 10 }}\n"
+    ));
+    let service = serve(&path, "memory", &[]);
+    let mut a = common::rlqs::Client::connect(&service).await;
+    let mut b = common::rlqs::Client::connect(&service).await;
+    a.report("quota", "alice", 1, 0, 0).await;
+    b.report("quota", "alice", 1, 0, 0).await;
+    a.until_holds("alice", "tokens 5").await;
+    b.until_holds("alice", "tokens 5").await;
+    let browser = Browser::start(1280, 2000).await;
+    let page = &browser.client;
+    page.goto(&format!("{}/", service.http))
+        .await
+        .expect("the page loads");
+    browser.until(LIVE, vec![]).await;
+    let row = browser
+        .until(
+            r#"
+const done = arguments[arguments.length - 1];
+const section = document.getElementById('rlqs');
+const check = () => {
+  const cells = [...section.querySelectorAll('#rlqs-table tbody tr td')].map(td => td.textContent);
+  if (!section.hidden && cells.length > 0 && section.querySelector('figure svg line.grid')) {
+    observer.disconnect();
+    done([document.getElementById('rlqs-streams').textContent, ...cells]);
+  }
+};
+const observer = new MutationObserver(check);
+observer.observe(document.body, { subtree: true, childList: true, attributes: true });
+check();
+"#,
+            vec![],
+        )
+        .await;
+    let cells: Vec<String> = serde_json::from_value(row).expect("texts");
+    // streams; domain, bucket, demand, granted, limit, the meter, streams.
+    assert_eq!(cells[0], "2", "{cells:?}");
+    assert_eq!(cells[1], "quota", "{cells:?}");
+    assert!(
+        cells[2].starts_with("name=#") && cells[2].len() == "name=#".len() + 8,
+        "the value is hidden: {cells:?}"
+    );
+    assert_eq!(&cells[4..6], ["10", "10"], "{cells:?}");
+    assert_eq!(cells[7], "2", "{cells:?}");
+    browser.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulate_report_renders_its_charts() {
     let dir = std::env::temp_dir().join(format!("floodgate-browser-{}", std::process::id()));

@@ -75,10 +75,45 @@ async fn two_envoys_share_a_bucket_and_a_bad_stream_ends_alone() {
     assert_eq!(value("floodgate_rlqs_streams_opened_total "), 3);
     assert!(value("floodgate_rlqs_assignments_total{strategy=\"token_bucket\"}") >= 6);
     assert!(value("floodgate_rlqs_assignments_total{strategy=\"deny_all\"}") >= 1);
-    let alice = "{domain=\"quota\",bucket=\"name=alice\"}";
+    // The bucket is named with its value hidden (a value may be a user's name, or a key).
+    assert!(!metrics.contains("alice"), "{metrics}");
+    let granted = metrics
+        .lines()
+        .find(|l| l.starts_with("floodgate_rlqs_bucket_granted{"))
+        .expect("the bucket's grants");
+    let labels = &granted[..granted.find('}').unwrap() + 1];
+    assert!(
+        labels.starts_with("floodgate_rlqs_bucket_granted{domain=\"quota\",bucket=\"name=#"),
+        "{labels}"
+    );
+    let alice = &labels["floodgate_rlqs_bucket_granted".len()..];
     assert_eq!(value(&format!("floodgate_rlqs_bucket_claimants{alice}")), 2);
     assert_eq!(value(&format!("floodgate_rlqs_bucket_granted{alice}")), 100);
+    assert_eq!(value(&format!("floodgate_rlqs_bucket_limit{alice}")), 100);
     assert_eq!(value(&format!("floodgate_rlqs_bucket_demand{alice}")), 101);
+
+    // The dashboard's data shows the same.
+    let (status, body) = service.get(&client, "/v1/dashboard").await;
+    assert_eq!(status, 200);
+    let dashboard: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let quotas = &dashboard["rlqs"];
+    assert_eq!(quotas["streams"], 2, "{quotas}");
+    assert_eq!(quotas["shared"], false, "{quotas}");
+    let busiest = &quotas["busiest"][0];
+    assert_eq!(
+        (
+            &busiest["granted"],
+            &busiest["limit"],
+            &busiest["claimants"]
+        ),
+        (
+            &serde_json::json!(100),
+            &serde_json::json!(100),
+            &serde_json::json!(2)
+        ),
+        "{quotas}"
+    );
+    assert!(!body.contains("alice"), "{body}");
 }
 
 /// Streams are bounded: past `rlqs.max_streams`, a new one is refused at once, and one that

@@ -9,6 +9,10 @@
 //! last [`HISTORY`] points are kept (five minutes), so a page opened now shows the last
 //! minutes at once, then asks only for the points after the last one it has (`?since=SEQ`).
 //!
+//! The Rate Limit Quota Service's streams and assignments sent per second are kept with each
+//! point; its busiest buckets (demand, grants in force, limit, claimants) are read as of the
+//! request, named as `/metrics` names them ([`crate::rlqs::Ledger::hidden`]).
+//!
 //! The heaviest keys come from [`heavy_keys`], over the last one to two minutes (the sketch
 //! starts afresh every minute and the previous minute's is kept beside it), read once per
 //! point so that a page's request never sorts the sketches. Keys may be
@@ -123,6 +127,10 @@ pub struct Point {
     pub store_calls: f64,
     /// The store's failed calls per second.
     pub store_errors: f64,
+    /// Rate Limit Quota Service streams open on this node.
+    pub rlqs_streams: u64,
+    /// Rate Limit Quota Service bucket actions sent, per second.
+    pub rlqs_assignments: f64,
 }
 
 /// What the previous reading counted.
@@ -131,6 +139,8 @@ struct Previous {
     at: Option<Nanos>,
     stages: HashMap<String, StageStats>,
     store: Option<(u64, u64)>,
+    /// RLQS bucket actions sent, in all.
+    rlqs_sent: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -244,6 +254,8 @@ impl Dashboard {
             }
             None => (0.0, 0.0),
         };
+        let rlqs_sent: u64 = live.rlqs.sent.iter().map(|(_, n)| n).sum();
+        let rlqs_assignments = rate(rlqs_sent, previous.rlqs_sent);
         let seq = history.next_seq;
         history.next_seq += 1;
         history.previous = Previous {
@@ -257,6 +269,7 @@ impl Dashboard {
                 .store
                 .as_ref()
                 .map(|s| (s.calls, s.errors.iter().sum())),
+            rlqs_sent: Some(rlqs_sent),
         };
         history.keys = self.merged_keys();
         if history.points.len() == HISTORY {
@@ -268,6 +281,8 @@ impl Dashboard {
             stages,
             store_calls,
             store_errors,
+            rlqs_streams: live.rlqs.streams,
+            rlqs_assignments,
         });
         true
     }

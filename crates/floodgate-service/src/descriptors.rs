@@ -284,6 +284,11 @@ impl Rule {
         self.metadata.as_deref()
     }
 
+    /// Whether statistics name requests by their entries' values (`detailed_metric`).
+    pub fn detailed_metric(&self) -> bool {
+        self.detailed_metric
+    }
+
     /// envoyproxy/ratelimit's name for the rule in statistics: the domain and each descriptor's
     /// `key` or `key_value`, joined by dots (`messaging.message_type_marketing.to_number`).
     pub fn full_key(&self) -> &str {

@@ -477,6 +477,8 @@ pub struct Live {
     /// Each stage's mode as the configuration sets it, by stage name (the dashboard marks a
     /// stage switched away from it).
     pub configured_modes: std::collections::BTreeMap<String, floodgate::limiter::Mode>,
+    /// The Rate Limit Quota Service's streams, assignments and busiest buckets.
+    pub rlqs: crate::rlqs::QuotasView,
 }
 
 /// The store's counters and breaker state, read at scrape time.

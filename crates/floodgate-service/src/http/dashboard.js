@@ -186,6 +186,39 @@
     $("admin-message").textContent = message;
   }
 
+  // The Rate Limit Quota Service: shown once it has had a stream.
+  function renderQuotas(q, latest) {
+    const section = $("rlqs");
+    const sent = q.sent.reduce((n, [, k]) => n + k, 0);
+    section.hidden = q.streams === 0 && q.buckets === 0 && sent === 0;
+    if (section.hidden) return;
+    $("rlqs-streams").textContent = String(q.streams);
+    $("rlqs-buckets").textContent = String(q.buckets);
+    $("rlqs-shared").textContent = q.shared ?
+      "divided among the streams of every node sharing the store" : "divided among this node's streams";
+    $("rlqs-sent").textContent = q.sent.map(([k, n]) => `${k} ${n}`).join(", ");
+    $("rlqs-failures").textContent = String(q.store_failures);
+    const rows = $("rlqs-table").querySelector("tbody");
+    rows.replaceChildren(...q.busiest.map((b) => {
+      const tr = el("tr");
+      const bar = el("td", { class: "meter" });
+      const fill = el("span", { class: "share" });
+      fill.style.width = `${b.limit > 0 ? Math.min(100, (100 * b.granted) / b.limit) : 0}%`;
+      bar.append(fill);
+      tr.append(el("td", {}, b.domain), el("td", {}, b.bucket),
+        el("td", { class: "num" }, String(b.demand)), el("td", { class: "num" }, String(b.granted)),
+        el("td", { class: "num" }, String(b.limit)), bar,
+        el("td", { class: "num" }, String(b.claimants)));
+      return tr;
+    }));
+    if (!latest) return;
+    chart(figure($("rlqs-charts"), "rlqs", "streams, and assignments sent per second"), [
+      { name: "streams", points: state.points.map((p) => [latest.t - p.t, p.rlqs_streams]) },
+      { name: "assignments/s", points: state.points.map((p) => [latest.t - p.t, p.rlqs_assignments]),
+        color: "#d55e00" },
+    ], { unit: "" });
+  }
+
   function render(d) {
     const latest = state.points[state.points.length - 1];
     const stages = d.stages;
@@ -272,6 +305,8 @@
           points: seriesOf(s.name, (p) => p.baseline_rtt_ms) },
       ], { unit: "ms" });
     }
+
+    renderQuotas(d.rlqs, latest);
 
     const keys = d.heavy_keys;
     const body = $("key-table").querySelector("tbody");

@@ -148,6 +148,17 @@ fn write_live_sections(page: &mut String) {
         "<section id=\"fleet\" hidden><h2>Fleet</h2></section>\n\
          <section id=\"utilization\" hidden><h2>Utilization</h2></section>\n\
          <section id=\"adaptive\" hidden><h2>Adaptive concurrency</h2></section>\n\
+         <section id=\"rlqs\" hidden><h2>Rate Limit Quota Service</h2>\n<dl class=\"details\">\
+         <dt>streams</dt><dd id=\"rlqs-streams\">–</dd><dt>buckets</dt>\
+         <dd id=\"rlqs-buckets\">–</dd><dt>shares</dt><dd id=\"rlqs-shared\">–</dd>\
+         <dt>assignments sent</dt><dd id=\"rlqs-sent\">–</dd><dt>store failures</dt>\
+         <dd id=\"rlqs-failures\">–</dd></dl>\n<table id=\"rlqs-table\"><thead><tr>\
+         <th>domain</th><th>bucket</th><th class=\"num\">demand</th>\
+         <th class=\"num\">granted</th><th class=\"num\">limit</th><th>granted of limit</th>\
+         <th class=\"num\">streams</th></tr></thead><tbody></tbody></table>\n\
+         <p class=\"note\">Requests per unit of each bucket's limit; the busiest buckets by \
+         demand, values shown as hashes unless the rule has <code>detailed_metric</code>.</p>\
+         <div id=\"rlqs-charts\"></div></section>\n\
          <section id=\"plans\" hidden><h2>Plan overrides</h2>\n<table id=\"plan-table\"><thead>\
          <tr><th>user</th><th>plan set at run time</th><th>configured plan</th></tr></thead>\
          <tbody></tbody></table>\n<p class=\"note\" id=\"plan-note\"></p></section>\n\

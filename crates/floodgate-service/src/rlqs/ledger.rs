@@ -27,6 +27,8 @@ pub struct Ledger {
     /// When [`Ledger::expire_due`] last walked the buckets, in nanoseconds.
     expired_at: AtomicU64,
     failures: AtomicU64,
+    /// Keys the hashes shown for bucket values (random per process).
+    hash_key: foldhash::quality::RandomState,
 }
 
 /// Where the claims are held.
@@ -52,8 +54,10 @@ pub struct BucketLoad {
     pub bucket: String,
     /// The sum of its claimants' demands, requests per unit of its limit.
     pub demand: u64,
-    /// The grants in force on it, requests per unit.
+    /// The grants in force on it, requests per unit (at most `limit`).
     pub granted: u64,
+    /// Its limit, requests per unit.
+    pub limit: u64,
     /// Its claimants (streams, of every node sharing the store).
     pub claimants: u64,
 }
@@ -76,7 +80,15 @@ impl Ledger {
             loads: Mutex::new(HashMap::new()),
             expired_at: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            hash_key: foldhash::quality::RandomState::default(),
         }
+    }
+
+    /// How a bucket's value is shown in metrics and on the dashboard: `#` and eight hex digits
+    /// of a hash keyed at random per process, which tells values apart without revealing them.
+    pub fn hidden(&self, value: &str) -> String {
+        use std::hash::BuildHasher;
+        format!("#{:08x}", self.hash_key.hash_one(value) as u32)
     }
 
     /// Whether the claims are shared through Redis with the other nodes using it.
@@ -122,12 +134,14 @@ impl Ledger {
                 bucket,
                 demand: claimed.demand,
                 granted: claimed.in_force,
+                limit: terms.capacity,
                 claimants: claimed.claimants,
             };
             match loads.get_mut(bucket) {
                 Some(seen) => {
                     seen.load.demand = claimed.demand;
                     seen.load.granted = claimed.in_force;
+                    seen.load.limit = terms.capacity;
                     seen.load.claimants = claimed.claimants;
                     seen.at = now;
                 }

@@ -118,6 +118,10 @@ impl QuotaCounters {
                 "Grants in force on the busiest buckets, requests per unit (at most the limit).",
             ),
             (
+                "floodgate_rlqs_bucket_limit",
+                "The limit of each of the busiest buckets, requests per unit.",
+            ),
+            (
                 "floodgate_rlqs_bucket_claimants",
                 "Streams claiming each of the busiest buckets.",
             ),
@@ -125,7 +129,7 @@ impl QuotaCounters {
         for (i, (name, help)) in per_bucket.into_iter().enumerate() {
             let mut family = text.family(name, Kind::Gauge, help);
             for load in &busiest {
-                let value = [load.demand, load.granted, load.claimants][i];
+                let value = [load.demand, load.granted, load.limit, load.claimants][i];
                 family.sample(&[("domain", &load.domain), ("bucket", &load.bucket)], value);
             }
         }

@@ -168,7 +168,7 @@ impl Quotas {
 }
 
 /// The Rate Limit Quota Service at one instant, as the dashboard draws it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QuotasView {
     /// Streams open on this node.
     pub streams: u64,

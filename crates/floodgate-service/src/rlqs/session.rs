@@ -195,7 +195,7 @@ impl Session {
         let id = usage.bucket_id.unwrap_or_default();
         let pairs = pairs(&id, settings)?;
         let key = bucket_key(domain, &pairs);
-        let limit = limit_of(rules, domain, &pairs, settings.unmatched);
+        let (limit, detailed) = limit_of(rules, domain, &pairs, settings.unmatched);
         let requests = usage
             .num_requests_allowed
             .saturating_add(usage.num_requests_denied);
@@ -211,7 +211,10 @@ impl Session {
             .entry(key.clone())
             .or_insert_with(|| Subscribed {
                 id,
-                label: (domain.to_string(), label_of(&pairs)),
+                label: (
+                    domain.to_string(),
+                    label_of(&pairs, detailed, |v| self.ledger.hidden(v)),
+                ),
                 limit,
                 sent: None,
                 active_at: now,
@@ -312,24 +315,39 @@ fn pairs(id: &BucketId, settings: &Settings) -> Result<Vec<(String, String)>, Se
     }
 }
 
-/// The limit `rules` give the bucket of `pairs` in `domain` (see [`super`]'s "Which limit").
-fn limit_of(rules: &RuleSet, domain: &str, pairs: &[(String, String)], unmatched: Limit) -> Limit {
+/// The limit `rules` give the bucket of `pairs` in `domain` (see [`super`]'s "Which limit"),
+/// and whether its rule asks for its values in statistics (`detailed_metric`).
+fn limit_of(
+    rules: &RuleSet,
+    domain: &str,
+    pairs: &[(String, String)],
+    unmatched: Limit,
+) -> (Limit, bool) {
     let Some(rule) = rules.lookup(domain, pairs) else {
-        return unmatched;
+        return (unmatched, false);
     };
-    match rule.quota() {
+    let limit = match rule.quota() {
         None => Limit::Unlimited,
         Some((requests, unit)) => Limit::PerUnit {
             requests: u64::from(requests),
             unit: unit.duration(),
         },
-    }
+    };
+    (limit, rule.detailed_metric())
 }
 
-/// How metrics name a bucket: its pairs as `key=value`, joined by commas.
-fn label_of(pairs: &[(String, String)]) -> String {
-    let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    pairs.join(",")
+/// How metrics and the dashboard name a bucket: its pairs as `key=value`, joined by commas,
+/// each value as `hidden` shows it unless the bucket's rule has `detailed_metric` (a value may
+/// be a user's name or an API key, taken from a request header).
+fn label_of(pairs: &[(String, String)], detailed: bool, hidden: impl Fn(&str) -> String) -> String {
+    let shown: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| match detailed {
+            true => format!("{k}={v}"),
+            false => format!("{k}={}", hidden(v)),
+        })
+        .collect();
+    shown.join(",")
 }
 
 /// The ledger's key of a bucket: its domain and pairs, each part length-prefixed, so that no

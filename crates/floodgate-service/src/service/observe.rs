@@ -74,6 +74,7 @@ impl Server {
                 )
             }),
             configured_modes: served.configured_modes.clone(),
+            rlqs: self.decisions.quotas.view(),
         }
     }
 
@@ -187,6 +188,7 @@ impl Server {
                 value
             }).collect::<Vec<_>>(),
             "busy_workers": live.busy_workers,
+            "rlqs": live.rlqs,
             "store": dashboard::store_json(&self.decisions.store.status(), live.store.as_ref()),
             "points": self.observed.dashboard.points_after(since),
             "heavy_keys": {
