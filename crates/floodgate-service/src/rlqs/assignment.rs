@@ -100,7 +100,7 @@ fn whole_seconds(d: Duration) -> prost_types::Duration {
 mod tests {
     use super::*;
     use crate::proto::envoy::r#type::v3::rate_limit_strategy::Strategy as Rule;
-    use crate::rlqs::envoy_bucket::EnvoyBucket;
+    use crate::rlqs::envoy_model::EnvoyBucket;
     use proptest::prelude::*;
 
     fn bucket() -> BucketId {

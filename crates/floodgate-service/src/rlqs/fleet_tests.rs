@@ -1,5 +1,5 @@
 //! The bound of [`docs/rlqs.md`] held by a fleet of simulated Envoys on one node: each runs
-//! its filter as Envoy's source does (a bucket's first report at its first request, with that
+//! its filter as Envoy's source does ([`super::envoy_model`]: a bucket's first report at its first request, with that
 //! request counted and `time_elapsed` 0; every bucket reported every 5 s in whole seconds;
 //! assignments applied as they arrive, a token bucket kept when its burst and fill are
 //! unchanged and started full otherwise; an expired assignment falling back to deny-all;
@@ -15,16 +15,11 @@ use floodgate::Nanos;
 use proptest::prelude::*;
 
 use super::assignment::burst;
-use super::envoy_bucket::EnvoyBucket;
-use super::session::tests::AtOnce;
+use super::envoy_model::Envoy;
 use super::{Ledger, Session, Settings};
 use crate::config::Config;
 use crate::descriptors::RuleSet;
-use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as Rule};
-use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use crate::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use crate::proto::envoy::service::rate_limit_quota::v3::BucketId;
 
 /// The limit, per second.
 const LIMIT: u64 = 100;
@@ -46,29 +41,9 @@ fn bucket() -> BucketId {
     }
 }
 
-/// What an Envoy enforces for the bucket.
-#[derive(Clone, Debug, PartialEq)]
-enum Enforced {
-    /// No assignment yet: the filter's default, allow all.
-    Unassigned,
-    /// The assignment's time to live passed: the fallback, deny all.
-    Expired,
-    Allow,
-    Deny,
-    Tokens(EnvoyBucket),
-}
-
-/// One Envoy: its stream, its bucket's enforcement and counters.
-struct Envoy {
-    session: Option<Session>,
-    enforced: Enforced,
-    expires_ms: u64,
-    subscribed: bool,
-    allowed: u64,
-    denied: u64,
-    reported_ms: u64,
-    /// Its report phase within Envoy's 5 s interval.
-    phase_ms: u64,
+/// One Envoy of the fleet (the model of [`super::envoy_model`]) and its traffic.
+struct Member {
+    envoy: Envoy,
     /// Requests per second it is offered now.
     demand: u64,
     /// Fractional requests carried from step to step.
@@ -88,17 +63,10 @@ struct Window {
     unassigned: u64,
 }
 
-impl Envoy {
-    fn new(session: Session, phase: u64) -> Envoy {
-        Envoy {
-            session: Some(session),
-            enforced: Enforced::Unassigned,
-            expires_ms: 0,
-            subscribed: false,
-            allowed: 0,
-            denied: 0,
-            reported_ms: 0,
-            phase_ms: phase % 5_000,
+impl Member {
+    fn new(session: Session, phase: u64) -> Member {
+        Member {
+            envoy: Envoy::new(session, "fleet", bucket(), phase),
             demand: 0,
             owed: 0.0,
             reconnect_ms: None,
@@ -120,128 +88,29 @@ impl Envoy {
         self.owed += self.demand as f64 * STEP_MS as f64 / 1_000.0 * spread;
         while self.owed >= 1.0 {
             self.owed -= 1.0;
-            let unassigned = self.enforced == Enforced::Unassigned;
-            if self.admit(now_ms) {
-                self.allowed += 1;
+            let admission = self
+                .envoy
+                .request(now_ms, rules, settings)
+                .map_err(|e| e.to_string())?;
+            if admission.admitted {
                 window.admitted += 1;
                 totals.admitted += 1;
-                window.unassigned += u64::from(unassigned);
+                window.unassigned += u64::from(admission.unassigned);
             } else {
-                self.denied += 1;
                 totals.denied += 1;
             }
-            if !self.subscribed {
-                self.subscribed = true;
-                window.started += self.send(true, now_ms, rules, settings)?;
-            }
+            window.started += admission.started;
         }
         // Every 5 s, on its phase: the periodic report.
-        if self.subscribed && now_ms % 5_000 == self.phase_ms && now_ms > self.reported_ms {
-            window.started += self.send(false, now_ms, rules, settings)?;
-        }
+        window.started += self
+            .envoy
+            .report_if_due(now_ms, rules, settings)
+            .map_err(|e| e.to_string())?;
         // The server's tick, every second.
         if now_ms.is_multiple_of(1_000) {
-            if let Some(session) = self.session.as_mut() {
-                let actions = session.tick_now(settings, Nanos(now_ms * 1_000_000));
-                window.started += self.apply(actions, now_ms);
-            }
+            window.started += self.envoy.tick(now_ms, settings);
         }
         Ok(())
-    }
-
-    /// Applies the server's actions as Envoy's filter does; returns the burst of any token
-    /// bucket started (full) by them.
-    fn apply(&mut self, actions: Vec<BucketAction>, now_ms: u64) -> u64 {
-        let mut started = 0;
-        for action in actions {
-            let Some(Action::QuotaAssignmentAction(a)) = action.bucket_action else {
-                self.enforced = Enforced::Unassigned;
-                self.subscribed = false;
-                continue;
-            };
-            let ttl = a.assignment_time_to_live.map_or(0, |d| d.seconds) as u64;
-            self.expires_ms = now_ms + ttl * 1_000;
-            self.enforced = match a.rate_limit_strategy.and_then(|s| s.strategy) {
-                Some(Rule::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => Enforced::Deny,
-                Some(Rule::BlanketRule(_)) => Enforced::Allow,
-                Some(Rule::TokenBucket(tb)) => {
-                    let bucket = EnvoyBucket::start(&tb, now_ms as f64 / 1_000.0);
-                    match &self.enforced {
-                        Enforced::Tokens(held) if held.shape == bucket.shape => {
-                            self.enforced.clone()
-                        }
-                        _ => {
-                            started += bucket.burst();
-                            Enforced::Tokens(bucket)
-                        }
-                    }
-                }
-                other => panic!("a strategy Envoy does not apply: {other:?}"),
-            };
-        }
-        started
-    }
-
-    /// One request at `now_ms`: whether it is admitted.
-    fn admit(&mut self, now_ms: u64) -> bool {
-        if now_ms >= self.expires_ms && !matches!(self.enforced, Enforced::Unassigned) {
-            self.enforced = Enforced::Expired;
-        }
-        match &mut self.enforced {
-            Enforced::Unassigned | Enforced::Allow => true,
-            Enforced::Expired | Enforced::Deny => false,
-            Enforced::Tokens(bucket) => bucket.admit(now_ms as f64 / 1_000.0),
-        }
-    }
-
-    /// The burst it holds now.
-    fn burst(&self) -> u64 {
-        match &self.enforced {
-            Enforced::Tokens(bucket) => bucket.burst(),
-            _ => 0,
-        }
-    }
-
-    /// Builds its report (its counters start again, sent or not, as Envoy's do) and sends it
-    /// on its stream if it has one; returns the bursts of the token buckets its answer
-    /// started.
-    fn send(
-        &mut self,
-        first: bool,
-        now_ms: u64,
-        rules: &RuleSet,
-        settings: &Settings,
-    ) -> Result<u64, String> {
-        let report = self.report(now_ms, first);
-        let Some(mut session) = self.session.take() else {
-            return Ok(0);
-        };
-        let answered = session.report_now(report, rules, settings, Nanos(now_ms * 1_000_000));
-        self.session = Some(session);
-        Ok(self.apply(answered.map_err(|e| e.to_string())?, now_ms))
-    }
-
-    /// Its report of the bucket, as Envoy sends it.
-    fn report(&mut self, now_ms: u64, first: bool) -> RateLimitQuotaUsageReports {
-        let elapsed = if first {
-            0
-        } else {
-            (now_ms - self.reported_ms) / 1_000
-        };
-        let usage = BucketQuotaUsage {
-            bucket_id: Some(bucket()),
-            time_elapsed: Some(prost_types::Duration {
-                seconds: elapsed as i64,
-                nanos: 0,
-            }),
-            num_requests_allowed: std::mem::take(&mut self.allowed),
-            num_requests_denied: std::mem::take(&mut self.denied),
-        };
-        self.reported_ms = now_ms;
-        RateLimitQuotaUsageReports {
-            domain: "fleet".to_string(),
-            bucket_quota_usages: vec![usage],
-        }
     }
 }
 
@@ -264,10 +133,10 @@ fn run(
         (random % 1_000) as f64 / 1_000.0
     };
     let session = |n: usize, k: u64| Session::new(ledger.clone(), format!("envoy-{n}/{k}"));
-    let mut envoys: Vec<Envoy> = phases
+    let mut envoys: Vec<Member> = phases
         .iter()
         .enumerate()
-        .map(|(i, phase)| Envoy::new(session(i, 0), *phase))
+        .map(|(i, phase)| Member::new(session(i, 0), *phase))
         .collect();
     let seconds = demands[0].len() as u64 * 10;
     let mut bursts = vec![0u64; envoys.len()];
@@ -279,23 +148,22 @@ fn run(
         for (i, envoy) in envoys.iter_mut().enumerate() {
             envoy.demand = demands[i][(now_ms / 10_000) as usize];
             if breaks.iter().any(|&(b, at)| b == i && at * 1_000 == now_ms) {
-                if let Some(s) = envoy.session.take() {
-                    s.close_now(&settings, now);
-                }
+                envoy.envoy.disconnect(now_ms, &settings);
                 envoy.reconnect_ms = Some(now_ms + 2_000);
             }
             if envoy.reconnect_ms == Some(now_ms) {
                 envoy.reconnect_ms = None;
-                envoy.session = Some(session(i, envoy.claimants));
+                let stream = session(i, envoy.claimants);
                 envoy.claimants += 1;
                 // A new stream's first message reports every bucket the Envoy holds.
-                if envoy.subscribed {
-                    window.started += envoy.send(false, now_ms, &rules, &settings)?;
-                }
+                window.started += envoy
+                    .envoy
+                    .reconnect(stream, now_ms, &rules, &settings)
+                    .map_err(|e| e.to_string())?;
             }
             let spread = 0.5 + next();
             envoy.step(now_ms, spread, &rules, &settings, &mut window, &mut totals)?;
-            bursts[i] = bursts[i].max(envoy.burst());
+            bursts[i] = bursts[i].max(envoy.envoy.burst());
         }
         ledger.expire_due(now, settings.unreported_after);
         // The end of a one-second window: the bound.
@@ -314,7 +182,7 @@ fn run(
             }
             totals.busiest = totals.busiest.max(admitted);
             for (b, envoy) in bursts.iter_mut().zip(&envoys) {
-                *b = envoy.burst();
+                *b = envoy.envoy.burst();
             }
         }
     }

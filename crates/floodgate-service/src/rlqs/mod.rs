@@ -23,6 +23,7 @@
 //! report; durations in whole seconds; a bucket forgotten only on an abandon action.
 
 pub mod assignment;
+pub mod envoy_model;
 pub mod ledger;
 pub mod metrics;
 pub mod session;
@@ -185,7 +186,5 @@ pub struct QuotasView {
     pub busiest: Vec<ledger::BucketLoad>,
 }
 
-#[cfg(test)]
-mod envoy_bucket;
 #[cfg(test)]
 mod fleet_tests;

@@ -2,6 +2,7 @@ use super::*;
 use crate::config::Config;
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use crate::rlqs::envoy_model::at_once;
 
 const RULES: &str = "\
 domains:
@@ -53,12 +54,6 @@ impl AtOnce for Session {
     fn close_now(self, settings: &Settings, now: Nanos) {
         at_once(self.close(settings, now))
     }
-}
-
-fn at_once<T>(step: impl std::future::Future<Output = T>) -> T {
-    use futures_util::FutureExt;
-    step.now_or_never()
-        .expect("a memory ledger's step does not wait")
 }
 
 fn session(ledger: &Arc<Ledger>, claimant: &str) -> Session {
