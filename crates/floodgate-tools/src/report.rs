@@ -355,6 +355,39 @@ impl<'r> ChartData<'r> {
     }
 }
 
+/// `columns` and `rows` as a text table for a terminal: the first column aligned left, the
+/// others right, two spaces apart.
+pub(crate) fn text_table<R: AsRef<[String]>>(columns: &[&str], rows: &[R]) -> String {
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            let pad = w - cell.chars().count();
+            if i == 0 {
+                out.push_str(cell);
+                out.extend(std::iter::repeat_n(' ', pad));
+            } else {
+                out.push_str("  ");
+                out.extend(std::iter::repeat_n(' ', pad));
+                out.push_str(cell);
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(&mut columns.iter().copied());
+    for row in rows {
+        line(&mut row.as_ref().iter().map(String::as_str));
+    }
+    out
+}
+
 /// Writes the summary `<table>` of `columns` and `rows` into `page`.
 pub(crate) fn summary_table<R: AsRef<[String]>>(page: &mut String, columns: &[&str], rows: &[R]) {
     page.push_str("<table id=\"summary\">\n<tr>");

@@ -36,6 +36,7 @@ use crate::replay::{
 use crate::report::{LimiterRun, Report, Sample, Tally, WriteError};
 
 mod pipeline;
+pub mod rlqs;
 pub mod traffic;
 pub mod usage;
 
@@ -49,17 +50,26 @@ pub struct Args {
     #[arg(
         long = "limiter",
         value_name = "SPEC",
-        required_unless_present_any = ["pipeline", "usage"]
+        required_unless_present_any = ["pipeline", "usage", "rlqs"]
     )]
     limiters: Vec<String>,
     /// LLM-like traffic whose cost is known only when each response ends, through the three
     /// ways to hold a token budget side by side (reserve the maximum and refund, check then
     /// charge, reserve an estimate and settle), e.g. '{"budget":20000,"window":"1m","rate":4,
     /// "prompt":[100,800],"completion":{"median":300,"max":4000}}' (see docs/usage-based-limits.md).
-    #[arg(long, value_name = "SPEC", conflicts_with_all = ["limiters", "pipeline", "traffic", "trace"])]
+    #[arg(long, value_name = "SPEC", group = "own_report", conflicts_with_all = ["limiters", "pipeline", "traffic", "trace"])]
     usage: Option<String>,
-    /// With `--usage`: also write each chart as an SVG file into this directory.
-    #[arg(long, value_name = "DIR", requires = "usage")]
+    /// Envoys sharing one global limit through RLQS, each running Envoy's filter against the
+    /// service's sessions on simulated time: the limit (requests per second), the duration,
+    /// and each client's demand as [from_second, requests_per_second] steps, optionally the
+    /// second it leaves, e.g. '{"limit":100,"duration":"2m","clients":[{"name":"a",
+    /// "demand":[[0,10]]},{"demand":[[0,30],[60,90]]},{"demand":[[5,80]],"leaves":90}]}'.
+    /// Charts each client's assigned rate, their sum and the limit, and the admitted per
+    /// second (docs/rlqs.md, "Simulating a fleet").
+    #[arg(long, value_name = "SPEC", group = "own_report", conflicts_with_all = ["limiters", "pipeline", "traffic", "trace", "duration"])]
+    rlqs: Option<String>,
+    /// With `--usage` or `--rlqs`: also write each chart as an SVG file into this directory.
+    #[arg(long, value_name = "DIR", requires = "own_report")]
     charts: Option<PathBuf>,
     /// A configuration file (or directory), as `serve --config` takes: its whole pipeline runs
     /// as one more subject of the report, a row for it and one per stage. The traffic's
@@ -128,6 +138,15 @@ pub enum SimulateError {
     /// The `--usage` spec could not be read.
     #[error("--usage: {0}")]
     UsageFile(#[source] SpecError),
+    /// The `--rlqs` spec was refused.
+    #[error("--rlqs: {0}")]
+    Rlqs(#[source] rlqs::RlqsError),
+    /// The `--rlqs` spec could not be read.
+    #[error("--rlqs: {0}")]
+    RlqsFile(#[source] SpecError),
+    /// The `--rlqs` simulation stopped.
+    #[error("--rlqs: {0}")]
+    RlqsRun(#[source] rlqs::RunError),
     /// `--charts` could not be written.
     #[error("--charts: {0}")]
     Charts(#[source] usage::WriteChartsError),
@@ -161,7 +180,8 @@ impl SimulateError {
             SimulateError::Write(_)
             | SimulateError::Io { .. }
             | SimulateError::Pipeline(_)
-            | SimulateError::Charts(_) => 1,
+            | SimulateError::Charts(_)
+            | SimulateError::RlqsRun(_) => 1,
             _ => 2,
         }
     }
@@ -171,6 +191,9 @@ impl SimulateError {
 pub fn run(args: &Args) -> Result<(), SimulateError> {
     if let Some(spec) = &args.usage {
         return run_usage(args, spec);
+    }
+    if let Some(spec) = &args.rlqs {
+        return run_rlqs(args, spec);
     }
     let report = simulate(args)?;
     print!("{}", report.table());
@@ -190,6 +213,30 @@ fn run_usage(args: &Args, spec: &str) -> Result<(), SimulateError> {
         SimulateError::Duration("required with --usage (e.g. --duration 10m)".into())
     })?;
     let report = usage::simulate(value, &usage, duration, args.seed);
+    print!("{}", report.table());
+    if let Some(out) = &args.out {
+        let html = report
+            .html()
+            .map_err(|e| SimulateError::Write(WriteError::Chart(e)))?;
+        std::fs::write(out, html).map_err(|source| SimulateError::Io {
+            path: out.display().to_string(),
+            source,
+        })?;
+        eprintln!("floodgate: wrote {}", out.display());
+    }
+    if let Some(dir) = &args.charts {
+        for path in report.write_charts(dir).map_err(SimulateError::Charts)? {
+            eprintln!("floodgate: wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `--rlqs`: the fleet's table on stdout, the report in `--out`, the charts in `--charts`.
+fn run_rlqs(args: &Args, spec: &str) -> Result<(), SimulateError> {
+    let value = crate::replay::load_value(spec).map_err(SimulateError::RlqsFile)?;
+    let fleet = rlqs::RlqsSpec::from_value(value.clone()).map_err(SimulateError::Rlqs)?;
+    let report = rlqs::simulate(value, &fleet).map_err(SimulateError::RlqsRun)?;
     print!("{}", report.table());
     if let Some(out) = &args.out {
         let html = report

@@ -7,6 +7,7 @@ fn args(limiters: &[&str], traffic: &[&str], duration: &str) -> Args {
         trace: None,
         pipeline: None,
         usage: None,
+        rlqs: None,
         charts: None,
         duration: floodgate_service::cli::positive_duration(duration).ok(),
         out: None,

@@ -47,7 +47,7 @@ use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 
 use crate::report::chart::{line_chart, ChartError, Series, OFFERED};
-use crate::report::{seconds, summary_table, STYLE};
+use crate::report::{seconds, summary_table, text_table, STYLE};
 
 /// The traffic and the budget of `--usage` (see the [module documentation](self)).
 #[derive(Debug, Clone, Deserialize)]
@@ -422,29 +422,7 @@ impl UsageReport {
 
     /// The summary table, as `simulate` prints it.
     pub fn table(&self) -> String {
-        let rows = self.rows();
-        let mut widths = COLUMNS.map(str::len);
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        let line = |cells: &[String], out: &mut String| {
-            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-                let pad = w - cell.chars().count();
-                if i == 0 {
-                    let _ = write!(out, "{cell}{}", " ".repeat(pad));
-                } else {
-                    let _ = write!(out, "  {}{cell}", " ".repeat(pad));
-                }
-            }
-            out.push('\n');
-        };
-        line(&COLUMNS.map(String::from), &mut out);
-        for row in &rows {
-            line(row, &mut out);
-        }
+        let mut out = text_table(&COLUMNS, &self.rows());
         let _ = writeln!(
             out,
             "budget {} tokens per {}; overshoot: the most any window counted beyond it",
@@ -542,21 +520,29 @@ impl UsageReport {
 
     /// Writes each chart as `DIR/<name>.svg`.
     pub fn write_charts(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, WriteChartsError> {
-        std::fs::create_dir_all(dir).map_err(|source| WriteChartsError::Io {
-            path: dir.display().to_string(),
+        write_svgs(dir, self.charts()?)
+    }
+}
+
+/// Writes each of `charts`, `(name, <svg>)`, as `DIR/<name>.svg`; returns the files written.
+pub(crate) fn write_svgs(
+    dir: &Path,
+    charts: Vec<(&'static str, String)>,
+) -> Result<Vec<std::path::PathBuf>, WriteChartsError> {
+    std::fs::create_dir_all(dir).map_err(|source| WriteChartsError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    for (name, svg) in charts {
+        let path = dir.join(format!("{name}.svg"));
+        std::fs::write(&path, svg).map_err(|source| WriteChartsError::Io {
+            path: path.display().to_string(),
             source,
         })?;
-        let mut written = Vec::new();
-        for (name, svg) in self.charts()? {
-            let path = dir.join(format!("{name}.svg"));
-            std::fs::write(&path, svg).map_err(|source| WriteChartsError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-            written.push(path);
-        }
-        Ok(written)
+        written.push(path);
     }
+    Ok(written)
 }
 
 /// Why the charts could not be written.
