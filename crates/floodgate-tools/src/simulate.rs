@@ -15,7 +15,9 @@
 //! `utilization` samples); `--duration` then cuts the trace short if given.
 //!
 //! Traffic specs are described in [`traffic`]; limiter specs are `replay`'s, plus an optional
-//! `"name"` for the report.
+//! `"name"` for the report. Two modes have reports of their own: `--usage` ([`usage`]: costs
+//! known only when a response ends) and `--rlqs` ([`rlqs`]: Envoys sharing a limit through
+//! the Rate Limit Quota Service).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -214,10 +216,17 @@ fn run_usage(args: &Args, spec: &str) -> Result<(), SimulateError> {
     })?;
     let report = usage::simulate(value, &usage, duration, args.seed);
     print!("{}", report.table());
+    write_outputs(args, || report.html(), |dir| report.write_charts(dir))
+}
+
+/// The HTML report of `--usage` or `--rlqs` in `--out`, and its charts in `--charts`.
+fn write_outputs(
+    args: &Args,
+    html: impl FnOnce() -> Result<String, crate::report::chart::ChartError>,
+    charts: impl FnOnce(&std::path::Path) -> Result<Vec<PathBuf>, usage::WriteChartsError>,
+) -> Result<(), SimulateError> {
     if let Some(out) = &args.out {
-        let html = report
-            .html()
-            .map_err(|e| SimulateError::Write(WriteError::Chart(e)))?;
+        let html = html().map_err(|e| SimulateError::Write(WriteError::Chart(e)))?;
         std::fs::write(out, html).map_err(|source| SimulateError::Io {
             path: out.display().to_string(),
             source,
@@ -225,7 +234,7 @@ fn run_usage(args: &Args, spec: &str) -> Result<(), SimulateError> {
         eprintln!("floodgate: wrote {}", out.display());
     }
     if let Some(dir) = &args.charts {
-        for path in report.write_charts(dir).map_err(SimulateError::Charts)? {
+        for path in charts(dir).map_err(SimulateError::Charts)? {
             eprintln!("floodgate: wrote {}", path.display());
         }
     }
@@ -238,22 +247,7 @@ fn run_rlqs(args: &Args, spec: &str) -> Result<(), SimulateError> {
     let fleet = rlqs::RlqsSpec::from_value(value.clone()).map_err(SimulateError::Rlqs)?;
     let report = rlqs::simulate(value, &fleet).map_err(SimulateError::RlqsRun)?;
     print!("{}", report.table());
-    if let Some(out) = &args.out {
-        let html = report
-            .html()
-            .map_err(|e| SimulateError::Write(WriteError::Chart(e)))?;
-        std::fs::write(out, html).map_err(|source| SimulateError::Io {
-            path: out.display().to_string(),
-            source,
-        })?;
-        eprintln!("floodgate: wrote {}", out.display());
-    }
-    if let Some(dir) = &args.charts {
-        for path in report.write_charts(dir).map_err(SimulateError::Charts)? {
-            eprintln!("floodgate: wrote {}", path.display());
-        }
-    }
-    Ok(())
+    write_outputs(args, || report.html(), |dir| report.write_charts(dir))
 }
 
 /// The simulation's report (see [`run`]).
