@@ -148,7 +148,7 @@ pub fn rlqs_stream(data: &[u8]) {
             continue;
         };
         let reported = reports.bucket_quota_usages.len();
-        match server.quota_report(&mut session, reports) {
+        match s.runtime.block_on(server.quota_report(&mut session, reports)) {
             Ok(actions) => {
                 assert!(actions.len() <= reported, "at most one action per bucket reported");
                 for action in &actions {
@@ -159,11 +159,11 @@ pub fn rlqs_stream(data: &[u8]) {
             }
             Err(_) => break,
         }
-        for action in server.quota_tick(&mut session) {
+        for action in s.runtime.block_on(server.quota_tick(&mut session)) {
             assert!(action.bucket_action.is_some());
         }
     }
-    server.quota_close(session);
+    s.runtime.block_on(server.quota_close(session));
 }
 
 /// A replay: the first line is the limiter spec (inline JSON only: a path would read files),
