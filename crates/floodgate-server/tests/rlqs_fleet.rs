@@ -1,7 +1,7 @@
 //! The Rate Limit Quota Service across nodes: two `floodgate serve` processes sharing a real
-//! `redis-server` (and a real Redis Cluster), each the server of two Envoys' RLQS streams
+//! `redis-server` (and a real Redis Cluster), each the server of four Envoys' RLQS streams
 //! (written in the test as Envoy's filter reports: `common::rlqs::Reporter`), divide one
-//! bucket's limit of 100 per second among all four. Demand is equal, then skewed, then
+//! bucket's limit of 200 per second among all eight. Demand is equal, then skewed, then
 //! changing, then two Envoys leave (one per node). Throughout:
 //!
 //! - the grants in force on the bucket, as the store keeps them (read from Redis itself every
@@ -27,8 +27,11 @@ domains:
   - domain: quota
     descriptors:
       - key: name
-        rate_limit: { unit: second, requests_per_unit: 100 }
+        rate_limit: { unit: second, requests_per_unit: 200 }
 ";
+
+/// The bucket's limit, per second.
+const LIMIT: u64 = 200;
 
 /// Envoy's reporting interval.
 const INTERVAL: Duration = Duration::from_secs(5);
@@ -118,40 +121,50 @@ async fn converge(phase: &str, envoys: &[&Reporter], shares: &[u64]) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(shares.iter().sum::<u64>() <= 100, "{phase}: {shares:?}");
+    assert!(shares.iter().sum::<u64>() <= LIMIT, "{phase}: {shares:?}");
 }
 
 /// The scenario, on the store at `url`; `read` gives the grants in force from Redis.
-async fn four_envoys_on_two_nodes(url: String, read: impl Fn() -> Option<String> + Send + 'static) {
+async fn eight_envoys_on_two_nodes(
+    url: String,
+    read: impl Fn() -> Option<String> + Send + 'static,
+) {
     let (_dir, path) = config_file(CONFIG);
     let nodes = [serve(&path, &url, &[]), serve(&path, &url, &[])];
     let watch = Watch::start(read);
-    let envoy =
-        |node: usize, demand| Reporter::start(&nodes[node], "quota", "shared", INTERVAL, demand);
-    // Two Envoys on each node, each wanting 50 a second: 25 each.
-    let a1 = envoy(0, 50).await;
-    let b1 = envoy(1, 50).await;
-    let a2 = envoy(0, 50).await;
-    let b2 = envoy(1, 50).await;
-    converge("equal demand", &[&a1, &a2, &b1, &b2], &[25, 25, 25, 25]).await;
+    // Eight Envoys, every other one on each node, each wanting 50 a second: 25 each.
+    let mut envoys = Vec::new();
+    for i in 0..8 {
+        let node = &nodes[i % 2];
+        envoys.push(Reporter::start(node, "quota", "shared", INTERVAL, 50).await);
+    }
+    let all: Vec<&Reporter> = envoys.iter().collect();
+    converge("equal demand", &all, &[25; 8]).await;
 
-    // Skewed: those wanting less than an even split get what they want.
-    for (envoy, demand) in [(&a1, 10), (&a2, 30), (&b1, 60), (&b2, 80)] {
+    // Skewed: those wanting less than an even split get what they want; the rest share
+    // what is left evenly.
+    let skewed = [10, 10, 20, 20, 60, 60, 80, 80];
+    for (envoy, demand) in envoys.iter().zip(skewed) {
         envoy.want(demand);
     }
-    converge("skewed demand", &[&a1, &a2, &b1, &b2], &[10, 30, 30, 30]).await;
+    converge("skewed demand", &all, &[10, 10, 20, 20, 35, 35, 35, 35]).await;
 
     // Changing: the same demands, the other way round.
-    for (envoy, demand) in [(&a1, 80), (&a2, 60), (&b1, 30), (&b2, 10)] {
-        envoy.want(demand);
+    for (envoy, demand) in envoys.iter().zip(skewed.iter().rev()) {
+        envoy.want(*demand);
     }
-    converge("changed demand", &[&a1, &a2, &b1, &b2], &[30, 30, 30, 10]).await;
+    converge("changed demand", &all, &[35, 35, 35, 35, 20, 20, 10, 10]).await;
 
-    // One Envoy of each node leaves: a1 (80) and b1 (30) share what a2 and b2 held, once
-    // their last assignments' time to live has passed.
-    drop(a2);
-    drop(b2);
-    converge("two Envoys gone", &[&a1, &b1], &[70, 30]).await;
+    // One Envoy of each node leaves (the first, on node 0, wanting 80; the fourth, on node 1,
+    // wanting 60): once their last assignments' time to live has passed, the others' demands
+    // fit, and each gets what it wants.
+    let stay: Vec<Reporter> = envoys
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, envoy)| (i != 0 && i != 3).then_some(envoy))
+        .collect();
+    let staying: Vec<&Reporter> = stay.iter().collect();
+    converge("two Envoys gone", &staying, &[80, 60, 20, 20, 10, 10]).await;
 
     let (most, readings) = watch.finish();
     assert!(
@@ -159,11 +172,11 @@ async fn four_envoys_on_two_nodes(url: String, read: impl Fn() -> Option<String>
         "the watch read grants in force {readings} times"
     );
     assert!(
-        most <= 100,
-        "the grants in force reached {most}, past the limit of 100"
+        most <= LIMIT,
+        "the grants in force reached {most}, past the limit of {LIMIT}"
     );
     assert_eq!(
-        most, 100,
+        most, LIMIT,
         "the limit was handed out whole while demand exceeded it"
     );
 }
@@ -173,7 +186,7 @@ async fn two_nodes_on_one_redis_divide_a_limit_fairly() {
     let redis = RedisServer::start();
     let port = redis.port();
     let read = move || in_force(port);
-    four_envoys_on_two_nodes(redis.url(), read).await;
+    eight_envoys_on_two_nodes(redis.url(), read).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,5 +194,5 @@ async fn two_nodes_on_a_redis_cluster_divide_a_limit_fairly() {
     let cluster = RedisCluster::start(3, 0);
     let port = cluster.master_of(BUCKET_KEY);
     let read = move || in_force(port);
-    four_envoys_on_two_nodes(cluster.url(), read).await;
+    eight_envoys_on_two_nodes(cluster.url(), read).await;
 }

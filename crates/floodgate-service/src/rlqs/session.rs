@@ -18,8 +18,12 @@
 //!   a limit's whole rate because the store is gone. The next report that reaches the store
 //!   takes up again where the claims stand.
 //!
+//! A message is checked whole before any of its steps is taken, and its buckets' steps are then
+//! taken at once (on Redis, one round trip for the message rather than one per bucket).
+//!
 //! A first report without a domain, a bucket without pairs (or with an empty key or value, or
-//! beyond the bounds of [`Settings`]) ends the stream with `INVALID_ARGUMENT`; a stream past
+//! beyond the bounds of [`Settings`]) ends the stream with `INVALID_ARGUMENT`, nothing of that
+//! message claimed; a stream past
 //! [`Settings::max_buckets_per_stream`] ends with `RESOURCE_EXHAUSTED`. Other streams are
 //! untouched.
 
@@ -96,7 +100,9 @@ impl Session {
 
     /// Takes one message of usage reports at `now`, the domain's limits read from `rules`,
     /// under `settings`, and returns the actions to send (see the [module
-    /// documentation](self)).
+    /// documentation](self)). The message is checked whole before any step is taken (a bad
+    /// bucket ends the stream with nothing of the message claimed); then every bucket's step
+    /// is taken at once.
     pub async fn report(
         &mut self,
         reports: RateLimitQuotaUsageReports,
@@ -105,10 +111,37 @@ impl Session {
         now: Nanos,
     ) -> Result<Vec<BucketAction>, SessionError> {
         let domain = self.domain_of(reports.domain)?;
-        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
+        let mut planned = Vec::with_capacity(reports.bucket_quota_usages.len());
         for usage in reports.bucket_quota_usages {
-            if let Some(action) = self.usage(&domain, usage, rules, settings, now).await? {
-                actions.push(action);
+            planned.push(self.plan(&domain, usage, rules, settings, now)?);
+        }
+        let ledger = &self.ledger;
+        let claimant = self.claimant.as_str();
+        let steps = planned.iter().map(|plan| async move {
+            let (key, step, label, capacity) = plan.step(claimant)?;
+            let terms = terms(capacity, settings);
+            Some(ledger.step(key, || label.clone(), step, &terms, now).await)
+        });
+        let taken = futures_util::future::join_all(steps).await;
+        let ttl = settings.assignment_ttl;
+        let mut actions = Vec::with_capacity(planned.len());
+        for (plan, taken) in planned.into_iter().zip(taken) {
+            let (key, assigned) = match plan {
+                Planned::Abandon { id, .. } => {
+                    actions.push(assignment::abandon(&id));
+                    continue;
+                }
+                Planned::Allow { key } => (key, Assigned::AllowAll),
+                Planned::Report { key, unit, .. } => {
+                    // A step the store failed sends nothing: the client keeps what it holds.
+                    let Some(Ok(claimed)) = taken else { continue };
+                    let grant = claimed.granted.unwrap_or(0);
+                    (key, Assigned::Share { grant, unit })
+                }
+            };
+            if let Some(bucket) = self.buckets.get_mut(&key) {
+                bucket.sent = Some(assigned);
+                actions.push(assignment::assign(&bucket.id, assigned, ttl));
             }
         }
         Ok(actions)
@@ -182,16 +215,15 @@ impl Session {
         }
     }
 
-    /// One bucket's report: its next action, if any (none when the store failed: the client
-    /// keeps what it was last sent until that expires).
-    async fn usage(
+    /// One bucket's report, checked and recorded on the stream: the step it asks for.
+    fn plan(
         &mut self,
         domain: &str,
         usage: BucketQuotaUsage,
         rules: &RuleSet,
         settings: &Settings,
         now: Nanos,
-    ) -> Result<Option<BucketAction>, SessionError> {
+    ) -> Result<Planned, SessionError> {
         let id = usage.bucket_id.unwrap_or_default();
         let pairs = pairs(&id, settings)?;
         let key = bucket_key(domain, &pairs);
@@ -206,6 +238,7 @@ impl Session {
                 settings.max_buckets_per_stream
             )));
         }
+        let ledger = &self.ledger;
         let bucket = self
             .buckets
             .entry(key.clone())
@@ -213,7 +246,7 @@ impl Session {
                 id,
                 label: (
                     domain.to_string(),
-                    label_of(&pairs, detailed, |v| self.ledger.hidden(v)),
+                    label_of(&pairs, detailed, |v| ledger.hidden(v)),
                 ),
                 limit,
                 sent: None,
@@ -223,20 +256,20 @@ impl Session {
         if requests > 0 {
             bucket.active_at = now;
         }
-        let claimant = self.claimant.as_str();
         if now.saturating_since(bucket.active_at) >= settings.abandon_idle_after {
-            let abandon = assignment::abandon(&bucket.id);
-            let bucket = self.buckets.remove(&key);
-            if let (Some(bucket), Limit::PerUnit { requests, .. }) = (bucket, limit) {
-                let label = || bucket.label.clone();
-                let step = ClaimStep::Leave { claimant };
-                let terms = terms(requests, settings);
-                let _ = self.ledger.step(&key, label, step, &terms, now).await;
-            }
-            return Ok(Some(abandon));
+            let gone = self.buckets.remove(&key).expect("the bucket just seen");
+            let leave = match limit {
+                Limit::PerUnit { requests, .. } => Some((gone.label, requests)),
+                Limit::Unlimited => None,
+            };
+            return Ok(Planned::Abandon {
+                key,
+                id: gone.id,
+                leave,
+            });
         }
-        let assigned = match limit {
-            Limit::Unlimited => Assigned::AllowAll,
+        Ok(match limit {
+            Limit::Unlimited => Planned::Allow { key },
             Limit::PerUnit {
                 requests: capacity,
                 unit,
@@ -245,23 +278,65 @@ impl Session {
                     .time_elapsed
                     .and_then(|d| Duration::try_from(d).ok())
                     .unwrap_or_default();
-                let demand = demand_per_unit(requests, elapsed, unit, settings.reporting_interval);
-                let label = || bucket.label.clone();
-                let step = ClaimStep::Report { claimant, demand };
-                let terms = terms(capacity, settings);
-                let Ok(claimed) = self.ledger.step(&key, label, step, &terms, now).await else {
-                    return Ok(None);
-                };
-                let grant = claimed.granted.unwrap_or(0);
-                Assigned::Share { grant, unit }
+                Planned::Report {
+                    key,
+                    label: bucket.label.clone(),
+                    demand: demand_per_unit(requests, elapsed, unit, settings.reporting_interval),
+                    capacity,
+                    unit,
+                }
             }
-        };
-        bucket.sent = Some(assigned);
-        Ok(Some(assignment::assign(
-            &bucket.id,
-            assigned,
-            settings.assignment_ttl,
-        )))
+        })
+    }
+}
+
+/// What one bucket's report asks of the ledger.
+enum Planned {
+    /// Abandon the bucket: the client forgets it, and its claim, if it had one (`leave`: its
+    /// label and its limit's requests per unit), leaves.
+    Abandon {
+        key: String,
+        id: BucketId,
+        leave: Option<((String, String), u64)>,
+    },
+    /// No limit: allow all, nothing claimed.
+    Allow { key: String },
+    /// Report `demand` on the bucket's limit of `capacity` per `unit`, and send its grant.
+    Report {
+        key: String,
+        label: (String, String),
+        demand: u64,
+        capacity: u64,
+        unit: Duration,
+    },
+}
+
+impl Planned {
+    /// The ledger step it takes for `claimant`, if any: the bucket's key, the step, the
+    /// bucket's label and its limit's requests per unit.
+    fn step<'a>(
+        &'a self,
+        claimant: &'a str,
+    ) -> Option<(&'a str, ClaimStep<'a>, &'a (String, String), u64)> {
+        match self {
+            Planned::Report {
+                key,
+                demand,
+                label,
+                capacity,
+                ..
+            } => {
+                let demand = *demand;
+                let step = ClaimStep::Report { claimant, demand };
+                Some((key, step, label, *capacity))
+            }
+            Planned::Abandon {
+                key,
+                leave: Some((label, capacity)),
+                ..
+            } => Some((key, ClaimStep::Leave { claimant }, label, *capacity)),
+            _ => None,
+        }
     }
 }
 

@@ -281,6 +281,23 @@ fn bad_reports_end_the_stream_with_a_reason() {
         at(1),
     ));
     assert!(why.contains("without pairs"), "{why}");
+    // A good bucket beside a bad one: the message is refused whole, nothing of it claimed.
+    let mut s = session(&ledger, "node/5");
+    let why = invalid(s.report_now(
+        reports(
+            "quota",
+            vec![usage(&[("name", "good")], 1, 0, 0), usage(&[], 1, 0, 0)],
+        ),
+        &rules,
+        &Settings::default(),
+        at(1),
+    ));
+    assert!(why.contains("without pairs"), "{why}");
+    assert_eq!(
+        ledger.buckets(),
+        0,
+        "nothing of the refused message is claimed"
+    );
     let mut s = session(&ledger, "node/3");
     s.report_now(
         reports("quota", vec![usage(&[("name", "x")], 1, 0, 0)]),
