@@ -19,6 +19,7 @@ use std::time::Duration;
 use common::rlqs::Reporter;
 use common::serve::{config_file, serve};
 use floodgate_redis_harness::{RedisCluster, RedisServer};
+use tokio_stream::StreamExt;
 
 const CONFIG: &str = "\
 store: {timeout: 2s}
@@ -195,4 +196,56 @@ async fn two_nodes_on_a_redis_cluster_divide_a_limit_fairly() {
     let port = cluster.master_of(BUCKET_KEY);
     let read = move || in_force(port);
     eight_envoys_on_two_nodes(cluster.url(), read).await;
+}
+
+/// A Redis that stops answering (SIGSTOP): a report's step fails, so nothing is sent for the
+/// bucket (its Envoy keeps the assignment it holds until that expires, and is never handed
+/// the whole rate), and the failure is counted; once Redis answers again (SIGCONT), the
+/// stream's next report is answered from the claims as they stand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_sends_nothing_until_it_answers_again() {
+    let redis = RedisServer::start();
+    let (_dir, path) = config_file(&CONFIG.replace("timeout: 2s", "timeout: 300ms"));
+    let node = serve(&path, &redis.url(), &[]);
+    let mut envoy = common::rlqs::Client::connect(&node).await;
+    envoy.report("quota", "shared", 1, 0, 0).await;
+    envoy
+        .until_holds("shared", &format!("tokens {LIMIT}"))
+        .await;
+
+    redis.signal("STOP");
+    envoy.report("quota", "shared", 50, 0, 5).await;
+    let silent = tokio::time::timeout(Duration::from_secs(2), envoy.answers.next()).await;
+    assert!(
+        silent.is_err(),
+        "an answer while the store was paused: {silent:?}"
+    );
+    let http = reqwest::Client::new();
+    let (_, metrics) = node.get(&http, "/metrics").await;
+    let failures = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("floodgate_rlqs_store_failures_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(failures.is_some_and(|n| n >= 1), "{failures:?}");
+
+    redis.signal("CONT");
+    // The breaker may hold calls back a moment longer: report until answered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        envoy.report("quota", "shared", 50, 0, 5).await;
+        let answer = tokio::time::timeout(Duration::from_millis(500), envoy.answers.next()).await;
+        if let Ok(Some(Ok(answer))) = answer {
+            let told: Vec<String> = answer
+                .bucket_action
+                .into_iter()
+                .map(|a| common::rlqs::told(a.bucket_action))
+                .collect();
+            assert_eq!(told, [format!("tokens {LIMIT}")]);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no answer 20 s after Redis was resumed"
+        );
+    }
 }
