@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::Ledger;
+use super::QuotasView;
 use crate::prometheus::{Exposition, Kind};
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
@@ -71,43 +71,47 @@ impl QuotaCounters {
             .collect()
     }
 
-    /// Writes the counters, and `ledger`'s buckets.
-    pub fn write(&self, text: &mut Exposition<'_>, ledger: &Ledger) {
-        let opened = self.opened.load(Ordering::Relaxed);
-        let closed = self.closed.load(Ordering::Relaxed);
+    /// The streams opened since start.
+    pub fn opened_total(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+}
+
+impl QuotasView {
+    /// Writes the service's RLQS series as of this reading.
+    pub fn write(&self, text: &mut Exposition<'_>) {
         text.family(
             "floodgate_rlqs_streams",
             Kind::Gauge,
             "Rate Limit Quota Service streams open.",
         )
-        .sample(&[], opened.saturating_sub(closed));
+        .sample(&[], self.streams);
         text.family(
             "floodgate_rlqs_streams_opened_total",
             Kind::Counter,
             "Rate Limit Quota Service streams opened.",
         )
-        .sample(&[], opened);
+        .sample(&[], self.opened);
         let mut sent = text.family(
             "floodgate_rlqs_assignments_total",
             Kind::Counter,
             "Bucket actions sent, by strategy (and abandons).",
         );
-        for (name, n) in SENT.iter().zip(&self.sent) {
-            sent.sample(&[("strategy", name)], n.load(Ordering::Relaxed));
+        for (name, n) in &self.sent {
+            sent.sample(&[("strategy", name)], *n);
         }
         text.family(
             "floodgate_rlqs_buckets",
             Kind::Gauge,
             "Buckets this node's streams claim or hold grants on.",
         )
-        .sample(&[], ledger.buckets() as u64);
+        .sample(&[], self.buckets);
         text.family(
             "floodgate_rlqs_store_failures_total",
             Kind::Counter,
             "Steps on the shared claims the store failed (nothing was sent for those buckets).",
         )
-        .sample(&[], ledger.failures());
-        let busiest = ledger.busiest(BUSIEST);
+        .sample(&[], self.store_failures);
         let per_bucket = [
             (
                 "floodgate_rlqs_bucket_demand",
@@ -128,7 +132,7 @@ impl QuotaCounters {
         ];
         for (i, (name, help)) in per_bucket.into_iter().enumerate() {
             let mut family = text.family(name, Kind::Gauge, help);
-            for load in &busiest {
+            for load in &self.busiest {
                 let value = [load.demand, load.granted, load.limit, load.claimants][i];
                 family.sample(&[("domain", &load.domain), ("bucket", &load.bucket)], value);
             }

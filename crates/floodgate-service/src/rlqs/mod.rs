@@ -154,11 +154,12 @@ impl Quotas {
         &self.counters
     }
 
-    /// What the dashboard shows: the streams, the assignments sent, the store's failures and
+    /// What `/metrics` and the dashboard show: the streams, the assignments sent, the store's failures and
     /// the [`metrics::BUSIEST`] buckets by demand.
     pub fn view(&self) -> QuotasView {
         QuotasView {
             streams: self.counters.open(),
+            opened: self.counters.opened_total(),
             buckets: self.ledger.buckets() as u64,
             sent: self.counters.sent_by_strategy(),
             store_failures: self.ledger.failures(),
@@ -168,11 +169,13 @@ impl Quotas {
     }
 }
 
-/// The Rate Limit Quota Service at one instant, as the dashboard draws it.
+/// The Rate Limit Quota Service at one instant, as `/metrics` and the dashboard show it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QuotasView {
     /// Streams open on this node.
     pub streams: u64,
+    /// Streams opened on this node since start.
+    pub opened: u64,
     /// Buckets this node's streams claim (or hold grants on).
     pub buckets: u64,
     /// Bucket actions sent since start, by strategy (`token_bucket`, `deny_all`,

@@ -104,10 +104,7 @@ impl Server {
         let mut text = self.observed.metrics.render(&live);
         self.decisions.store.write_cached_metrics(&mut text);
         self.observed.descriptor_stats.render(&mut text);
-        let quotas = &self.decisions.quotas;
-        quotas
-            .counters()
-            .write(&mut Exposition::on(&mut text), quotas.ledger());
+        live.rlqs.write(&mut Exposition::on(&mut text));
         if self.observed.response_times.is_some() {
             self.observed.statsd_pushes.render(&mut text);
         }
