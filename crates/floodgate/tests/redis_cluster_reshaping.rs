@@ -228,6 +228,7 @@ fn under_load(name: &str, cluster: &mut RedisCluster, change: impl FnOnce(&mut R
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
+    let began = cluster.seconds();
     let tasks = start_load(&rt, &stores, 12, &stop, &tally);
     change(cluster);
     // The load goes on, on the new shape, until every key was asked at least 3N times (so
@@ -254,11 +255,27 @@ fn under_load(name: &str, cluster: &mut RedisCluster, change: impl FnOnce(&mut R
         errors.len(),
         &errors[..errors.len().min(5)]
     );
+    // The fixed windows (alone, and the chain's two) are aligned to Redis's clock: a run that
+    // crosses the hour may admit N in each of its two windows.
+    let hour_turned = began / 3600 != cluster.seconds() / 3600;
     let admitted = tally.admitted.lock().unwrap();
     let mut largest_over = 0;
     for (&(kind, user), &n) in admitted.iter() {
-        largest_over = largest_over.max(n.saturating_sub(N));
-        assert_eq!(n, N, "{name}: {kind:?} admitted {n} for user{user}");
+        let aligned = match kind {
+            Kind::Check(i) => algorithms()[i].0 == "fw",
+            kind => kind == Kind::Chain,
+        };
+        let most = if aligned && hour_turned { 2 * N } else { N };
+        largest_over = largest_over.max(n.saturating_sub(most));
+        assert!(
+            (N..=most).contains(&n),
+            "{name}: {kind:?} admitted {n} for user{user}, not {N}{}",
+            if most > N {
+                " or up to one more N in the new hour"
+            } else {
+                ""
+            }
+        );
     }
     let kinds = algorithms().len() + 2;
     assert_eq!(

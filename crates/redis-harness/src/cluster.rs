@@ -147,6 +147,15 @@ impl RedisCluster {
         }
     }
 
+    /// Redis's clock (`TIME`), in whole seconds since the Unix epoch, as the first live node
+    /// reads it: the clock the scripts align their fixed windows to.
+    pub fn seconds(&self) -> u64 {
+        let node = self.nodes.iter().find(|n| n.pong()).expect("a live node");
+        self.cli(node.port(), &["TIME"])
+            .and_then(|t| t.lines().next()?.trim().parse().ok())
+            .expect("TIME answers")
+    }
+
     /// Its URL, `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,…` (every node).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
