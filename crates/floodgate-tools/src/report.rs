@@ -92,35 +92,7 @@ impl Report {
 
     /// The summary as a text table (for a terminal): a header, then one line per limiter.
     pub fn table(&self) -> String {
-        let rows = self.rows();
-        let mut widths = COLUMNS.map(|c| c.chars().count());
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        let mut line = |cells: [&str; 7]| {
-            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-                let pad = w - cell.chars().count();
-                if i == 0 {
-                    out.push_str(cell);
-                    out.extend(std::iter::repeat_n(' ', pad));
-                } else {
-                    out.push_str("  ");
-                    out.extend(std::iter::repeat_n(' ', pad));
-                    out.push_str(cell);
-                }
-            }
-            let trimmed = out.trim_end().len();
-            out.truncate(trimmed);
-            out.push('\n');
-        };
-        line(COLUMNS);
-        for row in &rows {
-            line(row.each_ref().map(String::as_str));
-        }
-        out
+        text_table(&COLUMNS, &self.rows())
     }
 
     fn x_max(&self) -> f64 {

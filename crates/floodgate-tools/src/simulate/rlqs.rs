@@ -501,16 +501,19 @@ impl RlqsReport {
             points: vec![(0.0, self.limit as f64), (x_max, self.limit as f64)],
         };
         let n = self.clients.len();
-        let mut assigned: Vec<Series> = self
-            .clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Series {
-                name: c.name.clone(),
-                color: i,
-                points: c.assigned.until(self.end_ms),
-            })
-            .collect();
+        // One series per client, in the client's colour, then the fleet's own lines.
+        let per_client = |points: &dyn Fn(&Client) -> Vec<(f64, f64)>| -> Vec<Series> {
+            self.clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Series {
+                    name: c.name.clone(),
+                    color: i,
+                    points: points(c),
+                })
+                .collect()
+        };
+        let mut assigned = per_client(&|c| c.assigned.until(self.end_ms));
         assigned.push(Series {
             name: "sum of assignments".into(),
             color: n,
@@ -523,16 +526,7 @@ impl RlqsReport {
                 .map(|(s, count)| (s as f64, count as f64))
                 .collect()
         };
-        let mut admitted: Vec<Series> = self
-            .clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Series {
-                name: c.name.clone(),
-                color: i,
-                points: per_second(&mut c.per_second.iter().copied()),
-            })
-            .collect();
+        let mut admitted = per_client(&|c| per_second(&mut c.per_second.iter().copied()));
         admitted.push(Series {
             name: "total".into(),
             color: n,
