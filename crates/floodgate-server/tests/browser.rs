@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 
 use common::browser::{processes_marked, Browser};
-use common::serve::{config_file, serve};
+use common::serve::{config_file, serve, Service};
 use fantoccini::Locator;
 use serde_json::{json, Value};
 
@@ -62,6 +62,18 @@ observer.observe(status, { attributes: true, childList: true, characterData: tru
 check();
 "#;
 
+/// A browser on `service`'s dashboard, once the page has its first answer (the status's text).
+async fn dashboard(service: &Service) -> (Browser, Value) {
+    let browser = Browser::start(1280, 2000).await;
+    browser
+        .client
+        .goto(&format!("{}/", service.http))
+        .await
+        .expect("the page loads");
+    let status = browser.until(LIVE, vec![]).await;
+    (browser, status)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_every_stage_and_changes_with_traffic() {
     let (_dir, path) = config_file(CONFIG);
@@ -70,12 +82,8 @@ async fn the_dashboard_shows_every_stage_and_changes_with_traffic() {
         "memory",
         &[("FLOODGATE_ADMIN_TOKEN", "s3cret-admin-token")],
     );
-    let browser = Browser::start(1280, 2000).await;
+    let (browser, status) = dashboard(&service).await;
     let page = &browser.client;
-    page.goto(&format!("{}/", service.http))
-        .await
-        .expect("the page loads");
-    let status = browser.until(LIVE, vec![]).await;
     assert!(status.as_str().unwrap().starts_with("live"), "{status}");
 
     // Every configured limiter has its row, its kind and mode.
@@ -229,12 +237,8 @@ async fn the_dashboard_shows_a_configured_pipeline_and_its_adaptive_stage() {
             service.post(&http, "/v1/release", &body).await;
         }
     }
-    let browser = Browser::start(1280, 2000).await;
+    let (browser, _) = dashboard(&service).await;
     let page = &browser.client;
-    page.goto(&format!("{}/", service.http))
-        .await
-        .expect("the page loads");
-    browser.until(LIVE, vec![]).await;
     let scope = page
         .find(Locator::Css("tr[data-stage='per_user'] .scope"))
         .await
@@ -288,12 +292,7 @@ async fn the_dashboard_shows_the_rate_limit_quota_service() {
     b.report("quota", "alice", 1, 0, 0).await;
     a.until_holds("alice", "tokens 5").await;
     b.until_holds("alice", "tokens 5").await;
-    let browser = Browser::start(1280, 2000).await;
-    let page = &browser.client;
-    page.goto(&format!("{}/", service.http))
-        .await
-        .expect("the page loads");
-    browser.until(LIVE, vec![]).await;
+    let (browser, _) = dashboard(&service).await;
     let row = browser
         .until(
             r#"
