@@ -118,6 +118,26 @@ fn at(secs: u64) -> Nanos {
     Nanos::from_secs(secs)
 }
 
+/// What `s` is told for its report of `usages` in `quota` at `secs`, under the default
+/// settings.
+fn said(s: &mut Session, rules: &RuleSet, usages: Vec<BucketQuotaUsage>, secs: u64) -> Vec<String> {
+    let actions = s
+        .report_now(
+            reports("quota", usages),
+            rules,
+            &Settings::default(),
+            at(secs),
+        )
+        .unwrap();
+    actions.iter().map(told).collect()
+}
+
+/// What `s` is told at its tick at `secs`, under the default settings.
+fn ticked(s: &mut Session, secs: u64) -> Vec<String> {
+    let actions = s.tick_now(&Settings::default(), at(secs));
+    actions.iter().map(told).collect()
+}
+
 #[test]
 fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit() {
     let rules = rules();
@@ -125,73 +145,30 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
     let (mut a, mut b) = (session(&ledger, "node/1"), session(&ledger, "node/2"));
     let alice = [("name", "alice")];
     // a subscribes first and wants 500 per second: it holds all 100.
-    let said = a
-        .report_now(
-            reports("quota", vec![usage(&alice, 1, 0, 0)]),
-            &rules,
-            &Settings::default(),
-            at(1),
-        )
-        .unwrap();
-    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 100/1s"]);
-    a.report_now(
-        reports("quota", vec![usage(&alice, 100, 2_400, 5)]),
-        &rules,
-        &Settings::default(),
-        at(6),
-    )
-    .unwrap();
+    let told_a = said(&mut a, &rules, vec![usage(&alice, 1, 0, 0)], 1);
+    assert_eq!(told_a, ["tokens 100/1s"]);
+    said(&mut a, &rules, vec![usage(&alice, 100, 2_400, 5)], 6);
     // b subscribes wanting as much: its target is 50, but a holds 100 until it shrinks.
-    let said = b
-        .report_now(
-            reports("quota", vec![usage(&alice, 0, 2_500, 5)]),
-            &rules,
-            &Settings::default(),
-            at(7),
-        )
-        .unwrap();
-    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["deny"]);
+    assert_eq!(
+        said(&mut b, &rules, vec![usage(&alice, 0, 2_500, 5)], 7),
+        ["deny"]
+    );
     assert!(ledger.busiest(1)[0].granted <= 100);
     // a's tick shrinks it at once; b's next tick grows into the room.
-    assert_eq!(
-        a.tick_now(&Settings::default(), at(8))
-            .iter()
-            .map(told)
-            .collect::<Vec<_>>(),
-        ["tokens 50/1s"]
-    );
-    assert_eq!(
-        b.tick_now(&Settings::default(), at(8))
-            .iter()
-            .map(told)
-            .collect::<Vec<_>>(),
-        ["tokens 50/1s"]
-    );
+    assert_eq!(ticked(&mut a, 8), ["tokens 50/1s"]);
+    assert_eq!(ticked(&mut b, 8), ["tokens 50/1s"]);
     assert!(
-        a.tick_now(&Settings::default(), at(9)).is_empty(),
+        ticked(&mut a, 9).is_empty(),
         "nothing changed, nothing sent"
     );
     // a's stream ends: b's target is all 100, and it gets it once a's last grant is over
     // (granted at 9 s for 15 s, counted a second longer for the assignment's way there).
     a.close_now(&Settings::default(), at(10));
-    assert_eq!(b.tick_now(&Settings::default(), at(11)).len(), 0);
-    let said = b
-        .report_now(
-            reports("quota", vec![usage(&alice, 500, 0, 5)]),
-            &rules,
-            &Settings::default(),
-            at(20),
-        )
-        .unwrap();
-    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 50/1s"]);
-    assert_eq!(b.tick_now(&Settings::default(), at(24)).len(), 0);
-    assert_eq!(
-        b.tick_now(&Settings::default(), at(25))
-            .iter()
-            .map(told)
-            .collect::<Vec<_>>(),
-        ["tokens 100/1s"]
-    );
+    assert_eq!(ticked(&mut b, 11).len(), 0);
+    let told_b = said(&mut b, &rules, vec![usage(&alice, 500, 0, 5)], 20);
+    assert_eq!(told_b, ["tokens 50/1s"]);
+    assert_eq!(ticked(&mut b, 24).len(), 0);
+    assert_eq!(ticked(&mut b, 25), ["tokens 100/1s"]);
 }
 
 #[test]
@@ -199,25 +176,12 @@ fn unlimited_and_zero_limits_and_unmatched_buckets_are_blanket_rules() {
     let rules = rules();
     let ledger = Arc::new(Ledger::in_memory());
     let mut s = session(&ledger, "node/1");
-    let said = s
-        .report_now(
-            reports(
-                "quota",
-                vec![
-                    usage(&[("open", "x")], 1, 0, 0),
-                    usage(&[("closed", "x")], 1, 0, 0),
-                    usage(&[("other", "x")], 1, 0, 0),
-                ],
-            ),
-            &rules,
-            &Settings::default(),
-            at(1),
-        )
-        .unwrap();
-    assert_eq!(
-        said.iter().map(told).collect::<Vec<_>>(),
-        ["allow", "deny", "allow"]
-    );
+    let usages = vec![
+        usage(&[("open", "x")], 1, 0, 0),
+        usage(&[("closed", "x")], 1, 0, 0),
+        usage(&[("other", "x")], 1, 0, 0),
+    ];
+    assert_eq!(said(&mut s, &rules, usages, 1), ["allow", "deny", "allow"]);
     assert_eq!(ledger.buckets(), 1, "only the limited bucket is claimed");
 }
 
@@ -227,33 +191,17 @@ fn an_idle_bucket_is_abandoned_and_its_claim_leaves() {
     let ledger = Arc::new(Ledger::in_memory());
     let mut s = session(&ledger, "node/1");
     let bob = [("name", "bob")];
-    s.report_now(
-        reports("quota", vec![usage(&bob, 1, 0, 0)]),
-        &rules,
-        &Settings::default(),
-        at(1),
-    )
-    .unwrap();
+    said(&mut s, &rules, vec![usage(&bob, 1, 0, 0)], 1);
     for t in (6..60).step_by(5) {
-        let said = s
-            .report_now(
-                reports("quota", vec![usage(&bob, 0, 0, 5)]),
-                &rules,
-                &Settings::default(),
-                at(t),
-            )
-            .unwrap();
-        assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["tokens 100/1s"]);
+        assert_eq!(
+            said(&mut s, &rules, vec![usage(&bob, 0, 0, 5)], t),
+            ["tokens 100/1s"]
+        );
     }
-    let said = s
-        .report_now(
-            reports("quota", vec![usage(&bob, 0, 0, 5)]),
-            &rules,
-            &Settings::default(),
-            at(61),
-        )
-        .unwrap();
-    assert_eq!(said.iter().map(told).collect::<Vec<_>>(), ["abandon"]);
+    assert_eq!(
+        said(&mut s, &rules, vec![usage(&bob, 0, 0, 5)], 61),
+        ["abandon"]
+    );
     assert_eq!(s.buckets(), 0);
 }
 
