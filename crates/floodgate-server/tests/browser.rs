@@ -62,6 +62,24 @@ observer.observe(status, { attributes: true, childList: true, characterData: tru
 check();
 "#;
 
+/// Waits for the dashboard's section `arguments[0]` to be shown with a chart drawn (a grid
+/// line) and something matching the selector `arguments[1]` in it; returns the texts of
+/// what matches, in the page's order.
+const SECTION_DRAWN: &str = r#"
+const [id, selector, done] = arguments;
+const section = document.getElementById(id);
+const check = () => {
+  const texts = [...section.querySelectorAll(selector)].map(e => e.textContent);
+  if (!section.hidden && texts.length > 0 && section.querySelector('figure svg line.grid')) {
+    observer.disconnect();
+    done(texts);
+  }
+};
+const observer = new MutationObserver(check);
+observer.observe(document.body, { subtree: true, childList: true, attributes: true });
+check();
+"#;
+
 /// A browser on `service`'s dashboard, once the page has its first answer (the status's text).
 async fn dashboard(service: &Service) -> (Browser, Value) {
     let browser = Browser::start(1280, 2000).await;
@@ -248,23 +266,7 @@ async fn the_dashboard_shows_a_configured_pipeline_and_its_adaptive_stage() {
         .unwrap();
     assert_eq!(scope, "by {user}");
     let titles = browser
-        .until(
-            r#"
-const done = arguments[arguments.length - 1];
-const section = document.getElementById('adaptive');
-const check = () => {
-  const svgs = section.querySelectorAll('figure svg line.grid');
-  if (!section.hidden && svgs.length > 0) {
-    observer.disconnect();
-    done([...section.querySelectorAll('figcaption')].map(c => c.textContent));
-  }
-};
-const observer = new MutationObserver(check);
-observer.observe(document.body, { subtree: true, childList: true, attributes: true });
-check();
-"#,
-            vec![],
-        )
+        .until(SECTION_DRAWN, vec![json!("adaptive"), json!("figcaption")])
         .await;
     let titles = titles.to_string();
     assert!(
@@ -293,26 +295,20 @@ async fn the_dashboard_shows_the_rate_limit_quota_service() {
     a.until_holds("alice", "tokens 5").await;
     b.until_holds("alice", "tokens 5").await;
     let (browser, _) = dashboard(&service).await;
+    let selector = "#rlqs-table tbody tr td";
     let row = browser
-        .until(
-            r#"
-const done = arguments[arguments.length - 1];
-const section = document.getElementById('rlqs');
-const check = () => {
-  const cells = [...section.querySelectorAll('#rlqs-table tbody tr td')].map(td => td.textContent);
-  if (!section.hidden && cells.length > 0 && section.querySelector('figure svg line.grid')) {
-    observer.disconnect();
-    done([document.getElementById('rlqs-streams').textContent, ...cells]);
-  }
-};
-const observer = new MutationObserver(check);
-observer.observe(document.body, { subtree: true, childList: true, attributes: true });
-check();
-"#,
-            vec![],
-        )
+        .until(SECTION_DRAWN, vec![json!("rlqs"), json!(selector)])
         .await;
-    let cells: Vec<String> = serde_json::from_value(row).expect("texts");
+    let streams = browser
+        .client
+        .find(Locator::Css("#rlqs-streams"))
+        .await
+        .expect("the streams")
+        .text()
+        .await
+        .unwrap();
+    let mut cells: Vec<String> = serde_json::from_value(row).expect("texts");
+    cells.insert(0, streams);
     // streams; domain, bucket, demand, granted, limit, the meter, streams.
     assert_eq!(cells[0], "2", "{cells:?}");
     assert_eq!(cells[1], "quota", "{cells:?}");
