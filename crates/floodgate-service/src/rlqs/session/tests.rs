@@ -209,37 +209,24 @@ fn an_idle_bucket_is_abandoned_and_its_claim_leaves() {
 fn bad_reports_end_the_stream_with_a_reason() {
     let rules = rules();
     let ledger = Arc::new(Ledger::in_memory());
-    let invalid = |r: Result<Vec<BucketAction>, SessionError>| match r {
-        Err(SessionError::Invalid(why)) => why,
-        other => panic!("{other:?}"),
+    // Why a report of `usages` in `domain` at `secs` ends the stream.
+    let invalid = |s: &mut Session, domain: &str, usages, secs| {
+        let reports = reports(domain, usages);
+        match s.report_now(reports, &rules, &Settings::default(), at(secs)) {
+            Err(SessionError::Invalid(why)) => why,
+            other => panic!("{other:?}"),
+        }
     };
     let mut s = session(&ledger, "node/1");
-    let why = invalid(s.report_now(
-        reports("", vec![usage(&[("name", "x")], 1, 0, 0)]),
-        &rules,
-        &Settings::default(),
-        at(1),
-    ));
+    let why = invalid(&mut s, "", vec![usage(&[("name", "x")], 1, 0, 0)], 1);
     assert!(why.contains("names no domain"), "{why}");
     let mut s = session(&ledger, "node/2");
-    let why = invalid(s.report_now(
-        reports("quota", vec![usage(&[], 1, 0, 0)]),
-        &rules,
-        &Settings::default(),
-        at(1),
-    ));
+    let why = invalid(&mut s, "quota", vec![usage(&[], 1, 0, 0)], 1);
     assert!(why.contains("without pairs"), "{why}");
     // A good bucket beside a bad one: the message is refused whole, nothing of it claimed.
     let mut s = session(&ledger, "node/5");
-    let why = invalid(s.report_now(
-        reports(
-            "quota",
-            vec![usage(&[("name", "good")], 1, 0, 0), usage(&[], 1, 0, 0)],
-        ),
-        &rules,
-        &Settings::default(),
-        at(1),
-    ));
+    let good_and_bad = vec![usage(&[("name", "good")], 1, 0, 0), usage(&[], 1, 0, 0)];
+    let why = invalid(&mut s, "quota", good_and_bad, 1);
     assert!(why.contains("without pairs"), "{why}");
     assert_eq!(
         ledger.buckets(),
@@ -247,19 +234,8 @@ fn bad_reports_end_the_stream_with_a_reason() {
         "nothing of the refused message is claimed"
     );
     let mut s = session(&ledger, "node/3");
-    s.report_now(
-        reports("quota", vec![usage(&[("name", "x")], 1, 0, 0)]),
-        &rules,
-        &Settings::default(),
-        at(1),
-    )
-    .unwrap();
-    let why = invalid(s.report_now(
-        reports("other", vec![]),
-        &rules,
-        &Settings::default(),
-        at(2),
-    ));
+    said(&mut s, &rules, vec![usage(&[("name", "x")], 1, 0, 0)], 1);
+    let why = invalid(&mut s, "other", vec![], 2);
     assert!(why.contains("domain is `quota`"), "{why}");
     // The domain repeated, or left out after the first report, is the stream's.
     s.report_now(
