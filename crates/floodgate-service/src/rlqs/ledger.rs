@@ -38,11 +38,27 @@ enum Held {
     Redis(RedisStore),
 }
 
-/// What this node last learnt of one bucket.
+/// What this node last learnt of one bucket: how metrics name it (`(domain, pairs)`), the
+/// last step's answer on it, its limit, and when.
 #[derive(Debug)]
 struct Seen {
-    load: BucketLoad,
+    label: (String, String),
+    claimed: Claimed,
+    limit: u64,
     at: Nanos,
+}
+
+impl Seen {
+    fn load(&self) -> BucketLoad {
+        BucketLoad {
+            domain: self.label.0.clone(),
+            bucket: self.label.1.clone(),
+            demand: self.claimed.demand,
+            granted: self.claimed.in_force,
+            limit: self.limit,
+            claimants: self.claimed.claimants,
+        }
+    }
 }
 
 /// One bucket as metrics show it.
@@ -128,31 +144,16 @@ impl Ledger {
         let mut loads = lock(&self.loads);
         if claimed.claimants == 0 && claimed.in_force == 0 {
             loads.remove(bucket);
+        } else if let Some(seen) = loads.get_mut(bucket) {
+            (seen.claimed, seen.limit, seen.at) = (claimed, terms.capacity, now);
         } else {
-            let load = |(domain, bucket)| BucketLoad {
-                domain,
-                bucket,
-                demand: claimed.demand,
-                granted: claimed.in_force,
+            let seen = Seen {
+                label: label(),
+                claimed,
                 limit: terms.capacity,
-                claimants: claimed.claimants,
+                at: now,
             };
-            match loads.get_mut(bucket) {
-                Some(seen) => {
-                    seen.load.demand = claimed.demand;
-                    seen.load.granted = claimed.in_force;
-                    seen.load.limit = terms.capacity;
-                    seen.load.claimants = claimed.claimants;
-                    seen.at = now;
-                }
-                None => {
-                    let seen = Seen {
-                        load: load(label()),
-                        at: now,
-                    };
-                    loads.insert(bucket.to_string(), seen);
-                }
-            }
+            loads.insert(bucket.to_string(), seen);
         }
         Ok(claimed)
     }
@@ -193,10 +194,7 @@ impl Ledger {
 
     /// The `most` buckets with the greatest demand, greatest first.
     pub fn busiest(&self, most: usize) -> Vec<BucketLoad> {
-        let mut loads: Vec<BucketLoad> = lock(&self.loads)
-            .values()
-            .map(|seen| seen.load.clone())
-            .collect();
+        let mut loads: Vec<BucketLoad> = lock(&self.loads).values().map(Seen::load).collect();
         loads.sort_by(|a, b| {
             b.demand
                 .cmp(&a.demand)
