@@ -436,4 +436,4 @@ fn bucket_key(domain: &str, pairs: &[(String, String)]) -> String {
 }
 
 #[cfg(test)]
-pub(super) mod tests;
+mod tests;

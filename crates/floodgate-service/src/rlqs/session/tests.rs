@@ -23,39 +23,6 @@ fn rules() -> RuleSet {
         .expect("builds")
 }
 
-/// The session's steps, taken at once: on the memory ledger no step waits.
-pub(in crate::rlqs) trait AtOnce {
-    fn report_now(
-        &mut self,
-        reports: RateLimitQuotaUsageReports,
-        rules: &RuleSet,
-        settings: &Settings,
-        now: Nanos,
-    ) -> Result<Vec<BucketAction>, SessionError>;
-    fn tick_now(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction>;
-    fn close_now(self, settings: &Settings, now: Nanos);
-}
-
-impl AtOnce for Session {
-    fn report_now(
-        &mut self,
-        reports: RateLimitQuotaUsageReports,
-        rules: &RuleSet,
-        settings: &Settings,
-        now: Nanos,
-    ) -> Result<Vec<BucketAction>, SessionError> {
-        at_once(self.report(reports, rules, settings, now))
-    }
-
-    fn tick_now(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction> {
-        at_once(self.tick(settings, now))
-    }
-
-    fn close_now(self, settings: &Settings, now: Nanos) {
-        at_once(self.close(settings, now))
-    }
-}
-
 fn session(ledger: &Arc<Ledger>, claimant: &str) -> Session {
     Session::new(ledger.clone(), claimant.to_string())
 }
@@ -121,20 +88,15 @@ fn at(secs: u64) -> Nanos {
 /// What `s` is told for its report of `usages` in `quota` at `secs`, under the default
 /// settings.
 fn said(s: &mut Session, rules: &RuleSet, usages: Vec<BucketQuotaUsage>, secs: u64) -> Vec<String> {
-    let actions = s
-        .report_now(
-            reports("quota", usages),
-            rules,
-            &Settings::default(),
-            at(secs),
-        )
-        .unwrap();
+    let settings = Settings::default();
+    let report = s.report(reports("quota", usages), rules, &settings, at(secs));
+    let actions = at_once(report).unwrap();
     actions.iter().map(told).collect()
 }
 
 /// What `s` is told at its tick at `secs`, under the default settings.
 fn ticked(s: &mut Session, secs: u64) -> Vec<String> {
-    let actions = s.tick_now(&Settings::default(), at(secs));
+    let actions = at_once(s.tick(&Settings::default(), at(secs)));
     actions.iter().map(told).collect()
 }
 
@@ -163,7 +125,7 @@ fn two_clients_of_one_bucket_end_on_half_each_and_never_hold_more_than_the_limit
     );
     // a's stream ends: b's target is all 100, and it gets it once a's last grant is over
     // (granted at 9 s for 15 s, counted a second longer for the assignment's way there).
-    a.close_now(&Settings::default(), at(10));
+    at_once(a.close(&Settings::default(), at(10)));
     assert_eq!(ticked(&mut b, 11).len(), 0);
     let told_b = said(&mut b, &rules, vec![usage(&alice, 500, 0, 5)], 20);
     assert_eq!(told_b, ["tokens 50/1s"]);
@@ -212,7 +174,7 @@ fn bad_reports_end_the_stream_with_a_reason() {
     // Why a report of `usages` in `domain` at `secs` ends the stream.
     let invalid = |s: &mut Session, domain: &str, usages, secs| {
         let reports = reports(domain, usages);
-        match s.report_now(reports, &rules, &Settings::default(), at(secs)) {
+        match at_once(s.report(reports, &rules, &Settings::default(), at(secs))) {
             Err(SessionError::Invalid(why)) => why,
             other => panic!("{other:?}"),
         }
@@ -238,13 +200,8 @@ fn bad_reports_end_the_stream_with_a_reason() {
     let why = invalid(&mut s, "other", vec![], 2);
     assert!(why.contains("domain is `quota`"), "{why}");
     // The domain repeated, or left out after the first report, is the stream's.
-    s.report_now(
-        reports("", vec![usage(&[("name", "x")], 0, 0, 5)]),
-        &rules,
-        &Settings::default(),
-        at(6),
-    )
-    .unwrap();
+    let repeated = reports("", vec![usage(&[("name", "x")], 0, 0, 5)]);
+    at_once(s.report(repeated, &rules, &Settings::default(), at(6))).unwrap();
     let mut s = session(&ledger, "node/4");
     let two = Settings {
         max_buckets_per_stream: 2,
@@ -254,7 +211,7 @@ fn bad_reports_end_the_stream_with_a_reason() {
         .map(|i| usage(&[("name", ["a", "b", "c"][i])], 1, 0, 0))
         .collect();
     assert!(matches!(
-        s.report_now(reports("quota", three), &rules, &two, at(1)),
+        at_once(s.report(reports("quota", three), &rules, &two, at(1))),
         Err(SessionError::TooMany(_))
     ));
 }
