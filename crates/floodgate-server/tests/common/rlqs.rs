@@ -26,7 +26,8 @@ use super::serve::Service;
 pub struct Client {
     pub reports: mpsc::Sender<RateLimitQuotaUsageReports>,
     pub answers: Streaming<RateLimitQuotaResponse>,
-    /// The last strategy of each bucket, by its `name` pair: `deny`, `allow` or `tokens N`.
+    /// The last strategy of each bucket, by its `name` pair: `deny`, `allow` or `tokens R`
+    /// (R requests per second, see [`told`]).
     pub held: HashMap<String, String>,
 }
 
@@ -78,8 +79,23 @@ impl Client {
 
     /// Reads answers until `name`'s bucket holds `wanted` (at most 20 s).
     pub async fn until_holds(&mut self, name: &str, wanted: &str) {
+        self.until(name, wanted, |held| held == wanted).await
+    }
+
+    /// Reads answers until `name`'s bucket holds a token bucket of a rate within `rates`
+    /// (requests per second; at most 20 s).
+    pub async fn until_rate(&mut self, name: &str, rates: std::ops::RangeInclusive<f64>) {
+        let what = format!("a rate in {rates:?}");
+        self.until(name, &what, |held| {
+            rate(held).is_some_and(|r| rates.contains(&r))
+        })
+        .await
+    }
+
+    /// Reads answers until what `name`'s bucket holds is `good` (at most 20 s).
+    pub async fn until(&mut self, name: &str, wanted: &str, good: impl Fn(&str) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held.get(name).map(String::as_str) != Some(wanted) {
+        while !self.held.get(name).is_some_and(|h| good(h)) {
             let answer = tokio::time::timeout_at(deadline, self.answers.next())
                 .await
                 .unwrap_or_else(|_| {
@@ -105,6 +121,14 @@ pub fn bucket(name: &str) -> BucketId {
     }
 }
 
+/// The rate of a held `tokens R`, requests per second.
+pub fn rate(held: &str) -> Option<f64> {
+    held.strip_prefix("tokens ")?.parse().ok()
+}
+
+/// What an action tells the Envoy: `abandon`, `deny`, `allow`, or `tokens R` for a token
+/// bucket filled at R requests per second (`tokens_per_fill / fill_interval`, to a
+/// thousandth).
 pub fn told(action: Option<Action>) -> String {
     match action {
         Some(Action::AbandonAction(_)) => "abandon".to_string(),
@@ -125,10 +149,9 @@ pub fn told(action: Option<Action>) -> String {
                         fill >= 1,
                         "Envoy divides by the whole seconds of the fill interval"
                     );
-                    format!(
-                        "tokens {}",
-                        tb.tokens_per_fill.expect("tokens per fill set")
-                    )
+                    let tokens = tb.tokens_per_fill.expect("tokens per fill set");
+                    let per_second = f64::from(tokens) / fill as f64;
+                    format!("tokens {}", (per_second * 1000.0).round() / 1000.0)
                 }
                 other => panic!("a strategy Envoy does not apply: {other:?}"),
             }
@@ -145,6 +168,8 @@ pub fn told(action: Option<Action>) -> String {
 pub struct Reporter {
     demand: std::sync::Arc<std::sync::atomic::AtomicU64>,
     held: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Every assignment it was sent, in order.
+    told: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -164,8 +189,9 @@ impl Reporter {
         } = Client::connect(service).await;
         let demand = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(demand));
         let held = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let told_all = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (domain, name) = (domain.to_string(), name.to_string());
-        let (wanted, last) = (demand.clone(), held.clone());
+        let (wanted, last, history) = (demand.clone(), held.clone(), told_all.clone());
         let task = tokio::spawn(async move {
             let send = |allowed: u64, elapsed: i64| {
                 let usage = BucketQuotaUsage {
@@ -192,7 +218,9 @@ impl Reporter {
                     answer = answers.next() => {
                         let Some(Ok(answer)) = answer else { return };
                         for action in answer.bucket_action {
-                            *last.lock().unwrap() = Some(told(action.bucket_action));
+                            let told = told(action.bucket_action);
+                            history.lock().unwrap().push(told.clone());
+                            *last.lock().unwrap() = Some(told);
                         }
                     }
                     _ = every.tick() => {
@@ -205,7 +233,22 @@ impl Reporter {
                 }
             }
         });
-        Reporter { demand, held, task }
+        Reporter {
+            demand,
+            held,
+            told: told_all,
+            task,
+        }
+    }
+
+    /// Every assignment it was sent, in order.
+    pub fn told(&self) -> Vec<String> {
+        self.told.lock().unwrap().clone()
+    }
+
+    /// The rate it holds, requests per second (`None` for anything but a token bucket).
+    pub fn rate(&self) -> Option<f64> {
+        self.holds().as_deref().and_then(rate)
     }
 
     /// Wants `demand` requests per second from its next report on.
@@ -214,7 +257,7 @@ impl Reporter {
             .store(demand, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The last assignment it was sent: `deny`, `allow` or `tokens N` (per second).
+    /// The last assignment it was sent: `deny`, `allow` or `tokens R` (per second).
     pub fn holds(&self) -> Option<String> {
         self.held.lock().unwrap().clone()
     }

@@ -1,41 +1,65 @@
-//! Where the claims on every shared bucket live: in this node's memory (one [`Claims`] per
-//! bucket, each changed under one lock), or in the Redis the service's store uses, so that
-//! every node sharing it divides a bucket's limit among the streams of all of them (one hash
-//! per bucket, changed by one script call per step: [`RedisStore::claim`]). Either way a step
-//! is [`Claims::apply`]: a report and the grant it brings are one atomic step.
+//! Where the division of every shared bucket lives, in two levels:
 //!
-//! The ledger also keeps what the steps of this node's streams last answered about each
-//! bucket ([`BucketLoad`]): that is what `/metrics` and the dashboard show, and it is the same
-//! whichever store holds the claims (on Redis, the whole fleet's demand and grants as of this
-//! node's last step on the bucket).
+//! - **This node's streams** on a bucket are a [`Pool`], in memory: the node sums their demands
+//!   up and divides what the store grants it among them.
+//! - **The nodes** claiming a bucket are one [`Claims`] per bucket in the store: in this
+//!   node's memory (one lock), or in the Redis the service's store uses, so that every node
+//!   sharing it divides the bucket's limit max-min fairly among the streams of all of them
+//!   (one hash per bucket, changed by one script call per step: [`RedisStore::claim`]).
+//!
+//! A node steps on a bucket ([`Claims::apply`]) about once a second while its streams use it
+//! ([`STEP_EVERY`]), when a newcomer finds no room, and when its last stream leaves; never
+//! once per stream. Steps on one bucket are taken one at a time (the pool's lock), so the
+//! reports and ticks of a thousand streams that find the pool due make one step.
+//!
+//! The ledger also keeps what the store last answered about each bucket ([`BucketLoad`]):
+//! that is what `/metrics` and the dashboard show (on Redis, the whole fleet's demand and
+//! grants as of this node's last step on the bucket).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floodgate::quota::{ClaimStep, ClaimTerms, Claimed, Claims};
 use floodgate::store::RedisStore;
 use floodgate::{Nanos, StoreError};
 
-/// The claims on every bucket, by bucket key (the domain and the bucket's pairs in key
+use super::pool::{Pool, STEP_EVERY};
+
+/// The division of every bucket, by bucket key (the domain and the bucket's pairs in key
 /// order), and what this node last learnt of each.
 #[derive(Debug)]
 pub struct Ledger {
     claims: Held,
+    /// This node's name among the claimants of every bucket (random per process).
+    node: String,
+    pools: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Pool>>>>,
     loads: Mutex<HashMap<String, Seen>>,
     /// When [`Ledger::expire_due`] last walked the buckets, in nanoseconds.
     expired_at: AtomicU64,
     failures: AtomicU64,
+    steps: AtomicU64,
     /// Keys the hashes shown for bucket values (random per process).
     hash_key: foldhash::quality::RandomState,
 }
 
-/// Where the claims are held.
-#[derive(Debug)]
+/// Where the nodes' claims are held.
+#[derive(Clone, Debug)]
 enum Held {
-    Memory(Mutex<HashMap<String, Claims>>),
+    Memory(Arc<Mutex<HashMap<String, Claims>>>),
     Redis(RedisStore),
+}
+
+/// The terms one bucket is divided under.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BucketTerms {
+    /// The nodes' claims: the limit (thousandths of a request per unit) and how long a node's
+    /// grant and a quiet node count.
+    pub claims: ClaimTerms,
+    /// How long a sent assignment counts as held: its time to live at the Envoy, and its way
+    /// there.
+    pub sent_ttl: Duration,
 }
 
 /// What this node last learnt of one bucket: how metrics name it (`(domain, pairs)`), the
@@ -50,13 +74,14 @@ struct Seen {
 
 impl Seen {
     fn load(&self) -> BucketLoad {
+        // The claims are in thousandths of a request.
         BucketLoad {
             domain: self.label.0.clone(),
             bucket: self.label.1.clone(),
-            demand: self.claimed.demand,
-            granted: self.claimed.in_force,
-            limit: self.limit,
-            claimants: self.claimed.claimants,
+            demand: self.claimed.demand.div_ceil(1000),
+            granted: self.claimed.in_force / 1000,
+            limit: self.limit / 1000,
+            claimants: self.claimed.clients,
         }
     }
 }
@@ -68,34 +93,59 @@ pub struct BucketLoad {
     pub domain: String,
     /// Its pairs, `key=value` joined by commas, in key order.
     pub bucket: String,
-    /// The sum of its claimants' demands, requests per unit of its limit.
+    /// The sum of its streams' demands, requests per unit of its limit.
     pub demand: u64,
     /// The grants in force on it, requests per unit (at most `limit`).
     pub granted: u64,
     /// Its limit, requests per unit.
     pub limit: u64,
-    /// Its claimants (streams, of every node sharing the store).
+    /// Its claimants: the streams of every node sharing the store.
     pub claimants: u64,
 }
 
+/// What a stream asks of its bucket's pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// A report of its demand and margin (thousandths of a request per unit): answered with
+    /// its assignment, always sent (it renews the assignment's time to live).
+    Report {
+        /// Its demand.
+        demand: u64,
+        /// The margin for its arrivals.
+        margin: u64,
+    },
+    /// A tick: answered with its assignment only when it changed.
+    Tick,
+}
+
 impl Ledger {
-    /// Claims held in this node's memory: its streams divide each limit among themselves.
+    /// The nodes' claims held in this node's memory: its streams divide each limit among
+    /// themselves.
     pub fn in_memory() -> Ledger {
-        Ledger::holding(Held::Memory(Mutex::new(HashMap::new())))
+        Ledger::holding(Held::Memory(Arc::default()))
     }
 
-    /// Claims held in `store`'s Redis: every node using it divides each limit among the
-    /// streams of all of them.
+    /// The nodes' claims held in `store`'s Redis: every node using it divides each limit
+    /// among the streams of all of them.
     pub fn in_redis(store: RedisStore) -> Ledger {
         Ledger::holding(Held::Redis(store))
+    }
+
+    /// Another node's ledger on the same claims (for simulations and tests of several nodes
+    /// in one process: in memory, they share this one's claims).
+    pub fn beside(&self) -> Ledger {
+        Ledger::holding(self.claims.clone())
     }
 
     fn holding(claims: Held) -> Ledger {
         Ledger {
             claims,
+            node: format!("{:016x}", rand::random::<u64>()),
+            pools: Mutex::new(HashMap::new()),
             loads: Mutex::new(HashMap::new()),
             expired_at: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
             hash_key: foldhash::quality::RandomState::default(),
         }
     }
@@ -112,59 +162,145 @@ impl Ledger {
         matches!(self.claims, Held::Redis(_))
     }
 
-    /// Takes `step` on `bucket`'s claims under `terms`, at `now` in memory (Redis takes its
-    /// own `TIME`), and records what it answered for metrics, the bucket named by `label`
-    /// (`(domain, pairs)`). `Err` when the store failed: nothing was taken.
-    pub async fn step(
+    fn pool(&self, bucket: &str) -> Arc<tokio::sync::Mutex<Pool>> {
+        lock(&self.pools)
+            .entry(bucket.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// `stream` asks `ask` of `bucket` at `now` under `terms`, the bucket named by `label`
+    /// (`(domain, pairs)`) in metrics: its assignment to send, thousandths of a request per
+    /// unit, or `None` when nothing is to be sent (a tick with nothing changed, or a store
+    /// that failed: the Envoy keeps what it holds). The node steps first when it is due or
+    /// a newcomer finds no room.
+    pub async fn ask(
         &self,
         bucket: &str,
         label: impl FnOnce() -> (String, String),
-        step: ClaimStep<'_>,
-        terms: &ClaimTerms,
+        stream: &str,
+        ask: Ask,
+        terms: &BucketTerms,
         now: Nanos,
-    ) -> Result<Claimed, StoreError> {
+    ) -> Option<u64> {
+        let pool = self.pool(bucket);
+        let mut pool = pool.lock().await;
+        if let Ask::Report { demand, margin } = ask {
+            pool.report(stream, demand, margin, now);
+        }
+        let mut label = Some(label);
+        if pool.due(now) {
+            let label = label.take().expect("the label");
+            self.step(&mut pool, bucket, label, terms, now, true).await;
+        }
+        if pool.wants_room(stream, now) && pool.fresh(now) {
+            let label = || label.map_or_else(|| (String::new(), String::new()), |l| l());
+            self.step(&mut pool, bucket, label, terms, now, false).await;
+        }
+        let changed_only = matches!(ask, Ask::Tick);
+        pool.send(stream, now, terms.sent_ttl, changed_only)
+    }
+
+    /// `stream` leaves `bucket` at `now`; a node whose last stream on it left leaves it at the
+    /// store too.
+    pub async fn leave(
+        &self,
+        bucket: &str,
+        label: impl FnOnce() -> (String, String),
+        stream: &str,
+        terms: &BucketTerms,
+        now: Nanos,
+    ) {
+        let pool = self.pool(bucket);
+        let mut pool = pool.lock().await;
+        pool.leave(stream, now);
+        if pool.is_empty() {
+            self.step(&mut pool, bucket, label, terms, now, true).await;
+        }
+    }
+
+    /// The node's step on `bucket`: its claim reported (or, with no stream left, its leave),
+    /// and the pool told what the store granted.
+    async fn step(
+        &self,
+        pool: &mut Pool,
+        bucket: &str,
+        label: impl FnOnce() -> (String, String),
+        terms: &BucketTerms,
+        now: Nanos,
+        divide_all: bool,
+    ) {
+        pool.expire(now, terms.claims.idle);
+        let (groups, held, wanted) = pool.claim(now, !divide_all);
+        let step = match groups.is_empty() {
+            true => ClaimStep::Leave {
+                claimant: &self.node,
+            },
+            false => ClaimStep::Report {
+                claimant: &self.node,
+                groups: &groups,
+                held,
+                wanted,
+            },
+        };
+        self.steps.fetch_add(1, Ordering::Relaxed);
         let claimed = match &self.claims {
             Held::Memory(buckets) => {
                 let mut buckets = lock(buckets);
                 let claims = buckets.entry(bucket.to_string()).or_default();
-                let claimed = claims.apply(step, terms, now);
+                let claimed = claims.apply(step, &terms.claims, now);
                 if claims.is_empty() && claimed.in_force == 0 {
                     buckets.remove(bucket);
                 }
-                claimed
+                Ok(claimed)
             }
-            Held::Redis(store) => match store.claim(bucket, step, terms).await {
-                Ok(claimed) => claimed,
-                Err(e) => {
-                    self.failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(e);
-                }
-            },
+            Held::Redis(store) => store.claim(bucket, step, &terms.claims).await,
         };
+        let claimed: Result<Claimed, StoreError> = claimed;
+        match claimed {
+            Ok(claimed) => {
+                pool.stepped(Some(claimed), now, divide_all);
+                self.seen(bucket, label, claimed, terms.claims.capacity, now);
+            }
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                pool.stepped(None, now, divide_all);
+            }
+        }
+    }
+
+    fn seen(
+        &self,
+        bucket: &str,
+        label: impl FnOnce() -> (String, String),
+        claimed: Claimed,
+        limit: u64,
+        now: Nanos,
+    ) {
         let mut loads = lock(&self.loads);
-        if claimed.claimants == 0 && claimed.in_force == 0 {
+        if claimed.nodes == 0 && claimed.in_force == 0 {
             loads.remove(bucket);
         } else if let Some(seen) = loads.get_mut(bucket) {
-            (seen.claimed, seen.limit, seen.at) = (claimed, terms.capacity, now);
+            (seen.claimed, seen.limit, seen.at) = (claimed, limit, now);
         } else {
             let seen = Seen {
                 label: label(),
                 claimed,
-                limit: terms.capacity,
+                limit,
                 at: now,
             };
             loads.insert(bucket.to_string(), seen);
         }
-        Ok(claimed)
     }
 
-    /// At most once a second however many streams ask (each stream's tick does): in memory,
-    /// the claimants that have not reported for `idle` leave every bucket, and buckets nobody
-    /// claims or holds a grant on are forgotten (Redis forgets them by itself); what this
-    /// node learnt of a bucket none of its streams has touched for `idle` is forgotten.
+    /// At most once a second however many streams ask (each stream's tick does): pools with
+    /// no stream and nothing held are forgotten, and so is what this node learnt of a bucket
+    /// it has not stepped on for `idle`. In memory, the nodes quiet for `idle` leave every
+    /// bucket, and buckets nobody claims or holds a grant on are forgotten (Redis forgets them
+    /// by itself).
     pub fn expire_due(&self, now: Nanos, idle: Duration) {
         let last = self.expired_at.load(Ordering::Relaxed);
-        if now.0.saturating_sub(last) < 1_000_000_000 {
+        if now.0.saturating_sub(last) < STEP_EVERY.as_nanos() as u64 {
             return;
         }
         if self
@@ -172,6 +308,10 @@ impl Ledger {
             .compare_exchange(last, now.0, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
+            lock(&self.pools).retain(|_, pool| match pool.try_lock() {
+                Ok(pool) => !pool.is_idle(now),
+                Err(_) => true,
+            });
             if let Held::Memory(buckets) = &self.claims {
                 lock(buckets).retain(|_, claims| {
                     claims.expire(now, idle);
@@ -190,6 +330,11 @@ impl Ledger {
     /// The steps the store failed since start.
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The steps this node took since start (good or failed).
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::Relaxed)
     }
 
     /// The `most` buckets with the greatest demand, greatest first.

@@ -11,21 +11,28 @@
 //! Envoy reporting it. An `unlimited` descriptor is allow-all, `requests_per_unit: 0` deny-all,
 //! and a bucket no descriptor matches gets [`Settings::unmatched`] (allow-all by default).
 //!
-//! **Shares.** Every (stream, bucket) is a claimant of the bucket's limit, with the demand of
-//! its last report ([`floodgate::quota`]): grants follow the max-min fair shares of the
-//! demands without the grants in force ever summing to more than the limit. See
-//! [`session`] for what a stream does on each report, each tick and its end.
+//! **Shares**, in two levels ([`ledger`]): a node sums up its streams' demands on a bucket in a
+//! [`pool::Pool`] and claims the bucket's limit at the store on behalf of all of them
+//! ([`floodgate::quota`]), then divides its grant among them. The division is max-min fair
+//! across every stream of every node, a margin for random arrivals on each demand, half the
+//! headroom of a limit not fully wanted kept for newcomers; the grants in force never sum to
+//! more than the limit. See [`session`] for what a stream does on each report, each tick and
+//! its end.
 //!
 //! **What Envoy really sends** (its filter's client, read from its source; [`session`] builds to
 //! it): one stream per domain, the domain in every message; a bucket's first report, sent at
 //! its first request with that request counted and `time_elapsed` 0, subscribes it; then
-//! every bucket, every 5 seconds whatever the configured interval, even with nothing to
-//! report; durations in whole seconds; a bucket forgotten only on an abandon action.
+//! every bucket, every 5 seconds whatever the configured interval (changes to Envoy make it
+//! configurable and sub-second; gRPC's proxyless clients choose their own), even with nothing
+//! to report; a bucket forgotten only on an abandon action. A report is read over its own
+//! `time_elapsed`, whatever the interval (at least 100 ms); a first report (`time_elapsed` 0)
+//! counts its one request over [`Settings::reporting_interval`].
 
 pub mod assignment;
 pub mod envoy_model;
 pub mod ledger;
 pub mod metrics;
+pub mod pool;
 pub mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use assignment::Assigned;
-pub use ledger::{BucketLoad, Ledger};
+pub use ledger::{BucketLoad, BucketTerms, Ledger};
 pub use session::{Session, SessionError};
 
 /// What a bucket's requests are held to, globally.
@@ -56,8 +63,9 @@ pub struct Settings {
     /// How long an assignment holds at the client (default 15 s: three of Envoy's reporting
     /// intervals). Every report of a bucket renews it.
     pub assignment_ttl: Duration,
-    /// How often Envoy reports (5 s, its filter's fixed interval): a report over less time,
-    /// such as a bucket's first, is read as covering this much.
+    /// How often Envoy reports (5 s, its filter's fixed interval): a bucket's first report
+    /// (`time_elapsed` 0, its first request) is read as covering this much. Other reports are
+    /// read over their own `time_elapsed`.
     pub reporting_interval: Duration,
     /// A claimant whose reports stop for this long gives its share back (default 15 s), as one
     /// whose stream closes does at once.

@@ -32,10 +32,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::quota::claims::demand_per_unit;
-use floodgate::quota::{ClaimStep, ClaimTerms};
+use floodgate::quota::share::margin;
+use floodgate::quota::ClaimTerms;
 use floodgate::Nanos;
 
 use super::assignment::{self, Assigned};
+use super::ledger::{Ask, BucketTerms};
+use super::pool::STEP_EVERY;
 use super::{Ledger, Limit, Settings};
 use crate::descriptors::RuleSet;
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -118,9 +121,36 @@ impl Session {
         let ledger = &self.ledger;
         let claimant = self.claimant.as_str();
         let steps = planned.iter().map(|plan| async move {
-            let (key, step, label, capacity) = plan.step(claimant)?;
-            let terms = terms(capacity, settings);
-            Some(ledger.step(key, || label.clone(), step, &terms, now).await)
+            match plan {
+                Planned::Report {
+                    key,
+                    label,
+                    demand,
+                    margin,
+                    capacity,
+                    ..
+                } => {
+                    let ask = Ask::Report {
+                        demand: *demand,
+                        margin: *margin,
+                    };
+                    let terms = terms(*capacity, settings);
+                    let label = || label.clone();
+                    ledger.ask(key, label, claimant, ask, &terms, now).await
+                }
+                Planned::Abandon {
+                    key,
+                    leave: Some((label, capacity)),
+                    ..
+                } => {
+                    let terms = terms(*capacity, settings);
+                    ledger
+                        .leave(key, || label.clone(), claimant, &terms, now)
+                        .await;
+                    None
+                }
+                _ => None,
+            }
         });
         let taken = futures_util::future::join_all(steps).await;
         let ttl = settings.assignment_ttl;
@@ -133,9 +163,8 @@ impl Session {
                 }
                 Planned::Allow { key } => (key, Assigned::AllowAll),
                 Planned::Report { key, unit, .. } => {
-                    // A step the store failed sends nothing: the client keeps what it holds.
-                    let Some(Ok(claimed)) = taken else { continue };
-                    let grant = claimed.granted.unwrap_or(0);
+                    // Nothing to send (a store that failed): the client keeps what it holds.
+                    let Some(grant) = taken else { continue };
                     (key, Assigned::Share { grant, unit })
                 }
             };
@@ -147,9 +176,9 @@ impl Session {
         Ok(actions)
     }
 
-    /// Takes every bucket's grant again at `now`, in force for `settings`' time to live, and
-    /// returns the assignments that changed. A bucket whose step the store failed is left as
-    /// it was sent.
+    /// Asks every bucket's assignment again at `now`, and returns those that changed (each
+    /// sent for `settings`' time to live). A bucket whose node's step the store failed is left
+    /// as it was sent.
     pub async fn tick(&mut self, settings: &Settings, now: Nanos) -> Vec<BucketAction> {
         let ttl = settings.assignment_ttl;
         let ledger = &self.ledger;
@@ -161,13 +190,10 @@ impl Session {
             let terms = terms(requests, settings);
             Some(async move {
                 let label = || bucket.label.clone();
-                let step = ClaimStep::Grant { claimant };
-                let granted = ledger.step(key, label, step, &terms, now).await;
-                let grant = granted.ok()?.granted?;
+                let grant = ledger
+                    .ask(key, label, claimant, Ask::Tick, &terms, now)
+                    .await?;
                 let assigned = Assigned::Share { grant, unit };
-                if bucket.sent == Some(assigned) {
-                    return None;
-                }
                 bucket.sent = Some(assigned);
                 Some(assignment::assign(&bucket.id, assigned, ttl))
             })
@@ -179,8 +205,9 @@ impl Session {
             .collect()
     }
 
-    /// The stream ended at `now`: every claim leaves (a claim whose leave the store failed
-    /// leaves once it has not reported for [`Settings::unreported_after`]).
+    /// The stream ended at `now`: it leaves every bucket (what it was sent stays counted until
+    /// it ends; a node whose leave the store failed leaves once it has not reported for
+    /// [`Settings::unreported_after`]).
     pub async fn close(self, settings: &Settings, now: Nanos) {
         let claimant = self.claimant.as_str();
         let ledger = &self.ledger;
@@ -191,8 +218,7 @@ impl Session {
             let terms = terms(requests, settings);
             Some(async move {
                 let label = || bucket.label.clone();
-                let step = ClaimStep::Leave { claimant };
-                let _ = ledger.step(key, label, step, &terms, now).await;
+                ledger.leave(key, label, claimant, &terms, now).await;
             })
         });
         futures_util::future::join_all(leaves).await;
@@ -278,10 +304,19 @@ impl Session {
                     .time_elapsed
                     .and_then(|d| Duration::try_from(d).ok())
                     .unwrap_or_default();
+                // A bucket's first report (time_elapsed 0) counts its first request over one
+                // reporting interval; any other is read over its own window, at least
+                // LEAST_WINDOW.
+                let window = match elapsed.is_zero() {
+                    true => settings.reporting_interval,
+                    false => elapsed,
+                };
+                let demand = demand_per_unit(requests, window, unit, LEAST_WINDOW);
                 Planned::Report {
                     key,
                     label: bucket.label.clone(),
-                    demand: demand_per_unit(requests, elapsed, unit, settings.reporting_interval),
+                    demand,
+                    margin: margin(demand, unit.as_secs_f64(), 1000),
                     capacity,
                     unit,
                 }
@@ -301,59 +336,45 @@ enum Planned {
     },
     /// No limit: allow all, nothing claimed.
     Allow { key: String },
-    /// Report `demand` on the bucket's limit of `capacity` per `unit`, and send its grant.
+    /// Report `demand` and `margin` (thousandths of a request per unit) on the bucket's
+    /// limit of `capacity` per `unit`, and send its assignment.
     Report {
         key: String,
         label: (String, String),
         demand: u64,
+        margin: u64,
         capacity: u64,
         unit: Duration,
     },
 }
 
-impl Planned {
-    /// The ledger step it takes for `claimant`, if any: the bucket's key, the step, the
-    /// bucket's label and its limit's requests per unit.
-    fn step<'a>(
-        &'a self,
-        claimant: &'a str,
-    ) -> Option<(&'a str, ClaimStep<'a>, &'a (String, String), u64)> {
-        match self {
-            Planned::Report {
-                key,
-                demand,
-                label,
-                capacity,
-                ..
-            } => {
-                let demand = *demand;
-                let step = ClaimStep::Report { claimant, demand };
-                Some((key, step, label, *capacity))
-            }
-            Planned::Abandon {
-                key,
-                leave: Some((label, capacity)),
-                ..
-            } => Some((key, ClaimStep::Leave { claimant }, label, *capacity)),
-            _ => None,
-        }
-    }
-}
-
-/// The terms a bucket of `capacity` is claimed under: a grant counted in force for the
-/// assignment's time to live and [`IN_FLIGHT`] more, claimants leaving once unreported for
+/// The terms a bucket of `capacity` requests per unit is divided under: claimed in
+/// thousandths of a request (so at most [`floodgate::quota::claims::MOST`] thousandths, about
+/// 1.1 billion requests per unit), a node's grant counted in force for the
+/// assignment's time to live, [`STEP_EVERY`] (it hands its grant out until its next step) and
+/// [`IN_FLIGHT`] more; streams and nodes leaving once unreported for
 /// [`Settings::unreported_after`].
-fn terms(capacity: u64, settings: &Settings) -> ClaimTerms {
-    ClaimTerms {
-        capacity,
-        ttl: settings.assignment_ttl.saturating_add(IN_FLIGHT),
-        idle: settings.unreported_after,
+fn terms(capacity: u64, settings: &Settings) -> BucketTerms {
+    BucketTerms {
+        claims: ClaimTerms {
+            capacity: capacity.saturating_mul(1000),
+            ttl: settings
+                .assignment_ttl
+                .saturating_add(STEP_EVERY)
+                .saturating_add(IN_FLIGHT),
+            idle: settings.unreported_after,
+        },
+        sent_ttl: settings.assignment_ttl.saturating_add(IN_FLIGHT),
     }
 }
 
 /// How much longer than its time to live a grant is counted in force: the client's expiry
 /// runs from when the assignment reaches it, a little after the grant was made.
 pub const IN_FLIGHT: Duration = Duration::from_secs(1);
+
+/// The shortest window a report is read over: a report over less time counts as over this
+/// much (Envoy's filter may report as often as every 100 ms).
+pub const LEAST_WINDOW: Duration = Duration::from_millis(100);
 
 /// A bucket's pairs in key order, once checked against `settings`' bounds.
 fn pairs(id: &BucketId, settings: &Settings) -> Result<Vec<(String, String)>, SessionError> {

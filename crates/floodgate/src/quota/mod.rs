@@ -2,18 +2,20 @@
 //! a fleet under the Rate Limit Quota Service: each reports what it wanted, and gets back a
 //! share it enforces until told otherwise.
 //!
-//! - [`share`]: how a limit is divided among the demands (max-min fair, every request of the
-//!   limit handed out);
-//! - [`claims`]: who claims a limit now, with the demand of its last report and what it has
-//!   been granted; grants move towards the fair shares without the grants in force ever
-//!   summing to more than the limit, and a claimant that leaves, or stops reporting, gives its
-//!   share back once its last grant can no longer be in force.
+//! - [`share`]: how a limit is divided among groups of clients (margins for random arrivals
+//!   first, max-min fair past the limit, half the headroom kept for newcomers at the store);
+//! - [`profile`]: a node's clients summed up in a few groups, what it claims with;
+//! - [`claims`]: the nodes that claim a limit now, each with its groups, what its clients
+//!   hold and what it has been granted; grants move towards the targets without the grants in
+//!   force ever summing to more than the limit.
 //!
-//! Both are pure: the caller passes the time, and a store keeps the [`claims::Claims`] of each
+//! All are pure: the caller passes the time, and a store keeps the [`claims::Claims`] of each
 //! shared limit (in memory, or beside its twin in Redis so that several nodes agree).
 
 pub mod claims;
+pub mod profile;
 pub mod share;
 
 pub use claims::{Claim, ClaimStep, ClaimTerms, Claimed, Claims};
-pub use share::divide;
+pub use profile::Profile;
+pub use share::{divide, Group};

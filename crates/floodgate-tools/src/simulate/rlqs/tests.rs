@@ -61,7 +61,13 @@ fn skewed_demands_end_on_max_min_fair_shares() {
         ],
     }));
     holds_the_limit(&report);
-    assert_eq!(shares_at(&report, 59.0), vec![10.0, 30.0, 30.0, 30.0]);
+    // Max-min fair over the needs (each demand and its margin, √λ): 10 + 3.16 = 13.16 is met,
+    // and the others share the 86.84 left, 28.95 each; a share within 1/32 of its target is
+    // not changed, so each ends within 4% of it.
+    let fair = [13.163, 28.946, 28.946, 28.946];
+    for (got, fair) in shares_at(&report, 59.0).iter().zip(fair) {
+        assert!((got - fair).abs() <= 0.04 * fair, "{got} for {fair}");
+    }
     let table = report.table();
     assert!(table.starts_with("client"), "{table}");
     assert!(table.contains("\ntotal "), "{table}");

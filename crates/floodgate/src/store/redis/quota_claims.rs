@@ -3,8 +3,10 @@
 //! limit, changed by one script call per step, the Lua twin of [`Claims::apply`].
 //!
 //! The hash is `floodgate.quota:{LIMIT}` (the limit's name, as the caller gives it, is the
-//! hash tag, so that one limit lives in one slot); it holds a field per claimant and one per
-//! claimant that left while its last grant is still counted, and expires a second after
+//! hash tag, so that one limit lives in one slot); it holds a field per node claiming (its
+//! groups, what it holds, until when) and one per node that left while what it held is still
+//! counted. A step reads the hash, a field per node, and writes only the fields it changes: its
+//! cost grows with the nodes, not with their clients. The hash expires a second after
 //! nothing in it matters any more (or after the store's least TTL,
 //! [`super::RedisStoreBuilder::min_ttl`], if that is longer). Instants come from Redis `TIME`, or from the store's
 //! explicit clock ([`super::RedisStoreBuilder::clock`]) in whole microseconds; durations are
@@ -14,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::quota::claims::{ClaimStep, ClaimTerms, Claimed, MOST};
+use crate::quota::claims::{ClaimStep, ClaimTerms, Claimed, MOST, MOST_CLIENTS};
 use crate::StoreError;
 
 use super::{RedisStore, MAX_MICROS};
@@ -55,10 +57,14 @@ impl RedisStore {
             }
         };
         let key = format!("floodgate.quota:{{{limit}}}");
-        let (kind, claimant, demand) = match step {
-            ClaimStep::Report { claimant, demand } => ("r", claimant, demand.min(MOST)),
-            ClaimStep::Grant { claimant } => ("g", claimant, 0),
-            ClaimStep::Leave { claimant } => ("l", claimant, 0),
+        let (kind, claimant, groups, held, wanted) = match step {
+            ClaimStep::Report {
+                claimant,
+                groups,
+                held,
+                wanted,
+            } => ("r", claimant, groups, held.min(MOST), wanted.min(MOST)),
+            ClaimStep::Leave { claimant } => ("l", claimant, &[][..], 0, 0),
         };
         let capacity = terms.capacity.min(MOST);
         let ttl = micros(terms.ttl);
@@ -72,8 +78,12 @@ impl RedisStore {
                     .send_script(&mut handle, |by_source| {
                         let mut cmd = script.command(by_source);
                         cmd.arg(1).arg(&key).arg(&now).arg(inner.min_ttl_ms);
-                        cmd.arg(kind).arg(claimant).arg(demand).arg(capacity);
-                        cmd.arg(ttl).arg(idle);
+                        cmd.arg(kind).arg(claimant).arg(capacity);
+                        cmd.arg(ttl).arg(idle).arg(held).arg(wanted);
+                        for g in groups {
+                            cmd.arg(g.count.min(MOST_CLIENTS));
+                            cmd.arg(g.demand.min(MOST)).arg(g.margin.min(MOST));
+                        }
                         cmd
                     })
                     .await;
@@ -97,7 +107,7 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(us).unwrap_or(u64::MAX).min(1 << 50)
 }
 
-/// The script's answer: `{granted or -1, demand, in force, claimants}`.
+/// The script's answer: `{granted or -1, demand, in force, clients, nodes}`.
 fn claimed(value: redis::Value) -> Result<Claimed, StoreError> {
     let bad = || StoreError::Protocol("unexpected reply from the shared limit's script".into());
     let redis::Value::Array(items) = value else {
@@ -110,7 +120,7 @@ fn claimed(value: redis::Value) -> Result<Claimed, StoreError> {
             _ => Err(bad()),
         })
         .collect::<Result<_, _>>()?;
-    let [granted, demand, in_force, claimants] = ints[..] else {
+    let [granted, demand, in_force, clients, nodes] = ints[..] else {
         return Err(bad());
     };
     let whole = |n: i64| u64::try_from(n).map_err(|_| bad());
@@ -118,6 +128,7 @@ fn claimed(value: redis::Value) -> Result<Claimed, StoreError> {
         granted: (granted >= 0).then_some(granted as u64),
         demand: whole(demand)?,
         in_force: whole(in_force)?,
-        claimants: whole(claimants)?,
+        clients: whole(clients)?,
+        nodes: whole(nodes)?,
     })
 }
