@@ -231,7 +231,13 @@ impl Plan {
         stop: watch::Receiver<bool>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        let (sender, answers) = match self.open(channel).await {
+        let mut stop = stop;
+        // A call the server never answers must not outlast the run.
+        let opened = tokio::select! {
+            opened = self.open(channel) => opened,
+            _ = stop.changed() => Err(("unanswered".into(), "no answer to the call before the run ended".into())),
+        };
+        let (sender, answers) = match opened {
             Ok(open) => open,
             Err(error) => {
                 self.tally.failed.fetch_add(1, Ordering::Relaxed);
