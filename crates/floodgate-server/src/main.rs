@@ -43,7 +43,8 @@ enum Command {
     /// a summary table, and an HTML report with charts (`--out`).
     Simulate(simulate::Args),
     /// Measures a store's decisions per second and latency, driven in-process as the service
-    /// drives it: a short summary, then one JSON line.
+    /// drives it (or, with --rlqs, running serve nodes' Rate Limit Quota Service from gRPC
+    /// streams behaving as Envoys): a short summary, then one JSON line.
     Bench(bench::Args),
     /// Validates a config file (Floodgate's or envoyproxy/ratelimit's format), a directory of
     /// them as `serve --config DIR` reads it, or (--upstream) envoyproxy/ratelimit's runtime

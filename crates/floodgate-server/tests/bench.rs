@@ -1,8 +1,12 @@
 //! `floodgate bench` end to end: the real binary, on the memory store and on a Redis the test
 //! starts (never the machine's own on 6379); its last line is one JSON object with the numbers.
+//! `bench --rlqs` against a real `floodgate serve` the test starts.
+
+mod common;
 
 use std::process::Command;
 
+use common::serve::{config_file, serve};
 use floodgate_redis_harness::RedisServer;
 use serde_json::Value;
 
@@ -180,6 +184,172 @@ fn bad_arguments_are_named() {
     ] {
         let (status, _, stderr) = bench(&args);
         assert_eq!(status, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// A limit of 100 per second on every `{name: X}` bucket of the domain `bench`; connections
+/// must send their first bytes within 1 s, shorter than the run, so that a connection that
+/// did is seen kept past it.
+const RLQS_CONFIG: &str = "\
+domains:
+  - domain: bench
+    descriptors:
+      - key: name
+        rate_limit: { unit: second, requests_per_unit: 100 }
+connections: { header_read_timeout: 1s }
+";
+
+/// `bench --rlqs` against one node on the memory store: 20 streams over 3 connections, each
+/// reporting the same 3 buckets, every bucket of every stream assigned, no stream error (the
+/// connections outlive `header_read_timeout`), and the node's CPU and memory read.
+#[test]
+fn bench_rlqs_streams_to_a_serve_node() {
+    let (_dir, path) = config_file(RLQS_CONFIG);
+    let node = serve(&path, "memory", &[]);
+    let pid = node.pid().to_string();
+    let (status, report, stderr) = bench(&[
+        "--rlqs",
+        "--target",
+        &node.grpc,
+        "--streams",
+        "20",
+        "--streams-per-connection",
+        "8",
+        "--buckets",
+        "3",
+        "--interval",
+        "1s",
+        "--duration",
+        "3s",
+        "--demand",
+        "10",
+        "--pid",
+        &pid,
+    ]);
+    assert_eq!(status, 0, "{stderr}");
+    let r = report.expect("the last line is JSON");
+    assert_eq!(r["streams_opened"], 20, "{r}");
+    assert_eq!(r["streams_failed"], 0, "{r}");
+    assert_eq!(r["connections"], 3, "{r}");
+    assert_eq!(r["stream_errors"], 0, "{r}");
+    // Every (stream, bucket) got its first assignment, and the times are ordered.
+    assert_eq!(r["first_assignments"], 60, "{r}");
+    assert_eq!(r["never_assigned"], 0, "{r}");
+    let ms = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+    let (p50, p99, max) = (
+        ms("first_assignment_p50_ms"),
+        ms("first_assignment_p99_ms"),
+        ms("first_assignment_max_ms"),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{r}");
+    // 200 requests per second wanted of each bucket's 100: token buckets granted.
+    assert!(
+        r["assignments"]["token_bucket"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    assert!(ms("reports_per_second") > 0.0, "{r}");
+    // 60 first reports, then 3 buckets a second at each of 20 streams.
+    assert!(r["reports_sent"].as_u64().unwrap() >= 60 + 60 * 2, "{r}");
+    let node_figures = &r["nodes"][0];
+    assert_eq!(node_figures["pid"], node.pid(), "{r}");
+    assert!(node_figures["cpu_cores"].as_f64().unwrap() >= 0.0, "{r}");
+    assert!(node_figures["rss_after_kib"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["node_kib_per_stream"].is_number(), "{r}");
+}
+
+/// On a node sharing its state in Redis, the bench reads what Redis ran over the window.
+#[test]
+fn bench_rlqs_reads_the_commands_redis_ran() {
+    let redis = RedisServer::start();
+    let (_dir, path) = config_file(RLQS_CONFIG);
+    let node = serve(&path, &redis.url(), &[]);
+    let (status, report, stderr) = bench(&[
+        "--rlqs",
+        "--target",
+        &node.grpc,
+        "--streams",
+        "4",
+        "--buckets",
+        "2",
+        "--interval",
+        "1s",
+        "--duration",
+        "2s",
+        "--redis",
+        &redis.url(),
+    ]);
+    assert_eq!(status, 0, "{stderr}");
+    let r = report.expect("the last line is JSON");
+    assert_eq!(r["streams_opened"], 4, "{r}");
+    assert_eq!(r["stream_errors"], 0, "{r}");
+    let calls = r["redis"]["calls"].as_u64().expect("redis calls");
+    assert!(calls > 0, "{r}");
+    assert!(
+        !r["redis"]["by_command"].as_object().unwrap().is_empty(),
+        "{r}"
+    );
+    assert!(
+        !r["redis"]["by_command"]
+            .as_object()
+            .unwrap()
+            .contains_key("info"),
+        "{r}"
+    );
+}
+
+/// Streams that cannot connect are counted, the figures printed, and the run fails.
+#[test]
+fn bench_rlqs_fails_when_streams_fail() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let target = format!("http://127.0.0.1:{port}");
+    let (status, report, stderr) = bench(&[
+        "--rlqs",
+        "--target",
+        &target,
+        "--streams",
+        "5",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(stderr.contains("5 of 5 streams failed"), "{stderr}");
+    let r = report.expect("the figures are still printed");
+    assert_eq!(r["streams_failed"], 5, "{r}");
+    assert_eq!(r["stream_errors_by_code"]["connect"], 5, "{r}");
+}
+
+/// `--limiter` is required but with `--rlqs`, which needs a `--target`; the RLQS options are
+/// refused with `--limiter`.
+#[test]
+fn rlqs_arguments_are_named() {
+    let spec = r#"{"algorithm":"token_bucket","rate":100,"capacity":10}"#;
+    let target = "http://127.0.0.1:1";
+    for (args, says) in [
+        (vec![], "--limiter"),
+        (vec!["--rlqs"], "--target"),
+        (vec!["--limiter", spec, "--streams", "5"], "--streams"),
+        (
+            vec!["--limiter", spec, "--rlqs", "--target", target],
+            "--limiter",
+        ),
+        (
+            vec!["--rlqs", "--target", target, "--interval", "1500ms"],
+            "whole seconds",
+        ),
+        (
+            vec!["--rlqs", "--target", target, "--streams", "0"],
+            "--streams",
+        ),
+        (vec!["--rlqs", "--target", "not a url"], "--target"),
+    ] {
+        let (status, report, stderr) = bench(&args);
+        assert_eq!(status, 2, "{args:?}: {stderr}");
+        assert!(report.is_none(), "{args:?}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }

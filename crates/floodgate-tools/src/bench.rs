@@ -18,6 +18,9 @@
 //! group commit's `batch_mean_size` and `batch_sizes`). Latencies go into a log-linear histogram
 //! ([`Latencies`]: every value within 1% of its bucket's lower bound).
 //!
+//! With `--rlqs`, it measures running `floodgate serve` nodes' Rate Limit Quota Service
+//! instead, from many gRPC streams behaving as Envoys ([`rlqs`]).
+//!
 //! This is a measuring tool, not a decision path: durations come from the real monotonic
 //! clock, [`SystemClock`].
 
@@ -36,6 +39,8 @@ use crate::replay::{load_spec, SpecError, Subject};
 use floodgate_service::config::{ConfigFileError, OverflowPolicy, StoreConfig, StoreMode};
 use floodgate_service::store::ServiceStore;
 
+pub mod rlqs;
+
 /// Arguments of `floodgate bench`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -43,9 +48,22 @@ pub struct Args {
     #[command(flatten)]
     pub store: floodgate_service::cli::StoreArg,
     /// The limiter, as `replay --limiter` takes it: a JSON spec such as
-    /// '{"algorithm":"token_bucket","rate":100,"capacity":200}', or a YAML/JSON file's path.
-    #[arg(long, value_name = "SPEC")]
-    pub limiter: String,
+    /// '{"algorithm":"token_bucket","rate":100,"capacity":200}', or a YAML/JSON file's path
+    /// (required unless --rlqs is given).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        required_unless_present = "rlqs",
+        conflicts_with = "rlqs"
+    )]
+    pub limiter: Option<String>,
+    /// Measures running `floodgate serve` nodes' Rate Limit Quota Service (--target) from
+    /// gRPC streams that behave as Envoys, instead of a store.
+    #[arg(long)]
+    pub rlqs: bool,
+    /// The options of --rlqs.
+    #[command(flatten)]
+    pub rlqs_load: rlqs::RlqsArgs,
     /// How many distinct keys the decisions spread over, at random (at least 1).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = floodgate_service::cli::at_least_one::<u64>)]
     pub keys: u64,
@@ -89,6 +107,12 @@ pub enum BenchError {
     /// The `--limiter` spec could not be read or is invalid.
     #[error("--limiter: {0}")]
     Spec(#[from] SpecError),
+    /// No `--limiter` was given (nor `--rlqs`).
+    #[error("--limiter: a limiter to bench is needed (or --rlqs)")]
+    NoLimiter,
+    /// The RLQS bench could not run, or failed.
+    #[error(transparent)]
+    Rlqs(#[from] rlqs::RlqsError),
     /// The limiter has no store to drive.
     #[error("--limiter: the utilization shedder and the adaptive concurrency limiter keep no state in a store; bench a keyed algorithm or the concurrency or fleet limiter")]
     NoStore,
@@ -183,6 +207,9 @@ pub fn peak_rss_mib() -> Option<f64> {
 /// Runs the bench and prints its summary and JSON line to stdout; a run in which store calls
 /// failed prints them too, then is an error ([`BenchError::CallsFailed`]).
 pub fn run(args: &Args) -> Result<(), BenchError> {
+    if args.rlqs {
+        return Ok(rlqs::run(&args.rlqs_load, args.duration, args.threads)?);
+    }
     let (report, summary, last_error) = bench(args)?;
     println!("{summary}");
     // Serializing plain numbers cannot fail.
@@ -200,7 +227,8 @@ pub fn run(args: &Args) -> Result<(), BenchError> {
 /// Runs the bench; returns the report, the summary for people, and the last store error of
 /// the run, if any call failed.
 pub fn bench(args: &Args) -> Result<(Report, String, Option<floodgate::StoreError>), BenchError> {
-    let algorithm = keyed_algorithm(&args.limiter)?;
+    let limiter = args.limiter.as_deref().ok_or(BenchError::NoLimiter)?;
+    let algorithm = keyed_algorithm(limiter)?;
     let duration = args.duration;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
@@ -631,6 +659,11 @@ impl Latencies {
             }
         }
         0
+    }
+
+    /// How many values were recorded.
+    pub fn count(&self) -> u64 {
+        self.total
     }
 
     /// The largest value recorded.

@@ -322,9 +322,14 @@ async fn serve_connection<C>(
         tokio::select! {
             served = connection.as_mut() => break served,
             // Not even a preface's worth of bytes in all that time: not a client.
-            // Dropping the connection closes it.
+            // Dropping the connection closes it. The condition is read when the `select!`
+            // starts, before any byte came in: read it again when the timer fires, and go
+            // round (disabling this branch) when the preface has come since.
             () = tokio::time::sleep_until(first_bytes_due),
                 if seen.load(Ordering::Relaxed) < PREFACE => {
+                if seen.load(Ordering::Relaxed) >= PREFACE {
+                    continue;
+                }
                 tracing::debug!(api, "connection closed: nothing sent");
                 return;
             }
