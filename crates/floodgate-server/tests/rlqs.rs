@@ -35,7 +35,7 @@ async fn two_envoys_share_a_bucket_and_a_bad_stream_ends_alone() {
     let mut b = Client::connect(&service).await;
     b.report("quota", "alice", 1, 0, 0).await;
     // b's first answer is a share, not a denial: the bucket is far from its limit.
-    b.until(&"alice", "any answer", |_| true).await;
+    b.until("alice", "any answer", |_| true).await;
     let first = b.held["alice"].clone();
     assert!(
         common::rlqs::rate(&first).is_some_and(|r| r > 0.0),

@@ -228,7 +228,7 @@ async fn a_fleet_on_two_nodes(
     }
 
     // 2. Skewed, over the limit: every third Envoy wants 2, the others 40.
-    let demand = |i: usize| if i % 3 == 0 { 2 } else { 40 };
+    let demand = |i: usize| if i.is_multiple_of(3) { 2 } else { 40 };
     for (i, envoy) in envoys.iter().enumerate() {
         envoy.want(demand(i));
     }
@@ -241,7 +241,7 @@ async fn a_fleet_on_two_nodes(
 
     // 3. Half the greedy Envoys leave, as many of each node: once their last assignments
     // have expired (5 s, and a second on their way), the rest share what they held.
-    let leaves = |i: usize| demand(i) == 40 && (i / 3) % 2 == 0;
+    let leaves = |i: usize| demand(i) == 40 && (i / 3).is_multiple_of(2);
     let stay: Vec<Reporter> = envoys
         .into_iter()
         .enumerate()

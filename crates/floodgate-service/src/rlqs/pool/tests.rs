@@ -272,11 +272,12 @@ fn when_half_the_greedy_streams_leave_the_rest_share_what_they_held() {
     // 100 streams wanting 2 a second and 200 wanting 40, on 3,000; from the 10th second half
     // the greedy ones are gone. By the 26th (their last assignments expired, 6 s, and two
     // reporting intervals), every greedy one left holds within 5% of the new level.
-    let demand = |i: usize, s: u64| match (i % 3 == 0, (i / 3) % 2 == 0 && s >= 10) {
-        (true, _) => 2_000,
-        (false, true) => 0,
-        (false, false) => 40_000,
-    };
+    let demand =
+        |i: usize, s: u64| match (i.is_multiple_of(3), (i / 3).is_multiple_of(2) && s >= 10) {
+            (true, _) => 2_000,
+            (false, true) => 0,
+            (false, false) => 40_000,
+        };
     let held = fleet(3_000, 300, 26, demand);
     let small = 2_000 + margin(2_000, 1.0, 1000);
     let greedy = (3_000_000 - 100 * small) / 100;
