@@ -292,8 +292,11 @@ async fn the_dashboard_shows_the_rate_limit_quota_service() {
     let mut b = common::rlqs::Client::connect(&service).await;
     a.report("quota", "alice", 1, 0, 0).await;
     b.report("quota", "alice", 1, 0, 0).await;
-    a.until_holds("alice", "tokens 5").await;
-    b.until_holds("alice", "tokens 5").await;
+    // Both want twice the limit: half each.
+    a.report("quota", "alice", 100, 0, 5).await;
+    b.report("quota", "alice", 100, 0, 5).await;
+    a.until_rate("alice", 4.9..=5.0).await;
+    b.until_rate("alice", 4.9..=5.0).await;
     let (browser, _) = dashboard(&service).await;
     let selector = "#rlqs-table tbody tr td";
     let row = browser
