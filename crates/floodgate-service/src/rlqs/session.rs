@@ -300,18 +300,7 @@ impl Session {
                 requests: capacity,
                 unit,
             } => {
-                let elapsed = usage
-                    .time_elapsed
-                    .and_then(|d| Duration::try_from(d).ok())
-                    .unwrap_or_default();
-                // A bucket's first report (time_elapsed 0) counts its first request over one
-                // reporting interval; any other is read over its own window, at least
-                // LEAST_WINDOW.
-                let window = match elapsed.is_zero() {
-                    true => settings.reporting_interval,
-                    false => elapsed,
-                };
-                let demand = demand_per_unit(requests, window, unit, LEAST_WINDOW);
+                let demand = demand_of(usage.time_elapsed, requests, unit, settings);
                 Planned::Report {
                     key,
                     label: bucket.label.clone(),
@@ -375,6 +364,25 @@ pub const IN_FLIGHT: Duration = Duration::from_secs(1);
 /// The shortest window a report is read over: a report over less time counts as over this
 /// much (Envoy's filter may report as often as every 100 ms).
 pub const LEAST_WINDOW: Duration = Duration::from_millis(100);
+
+/// The demand of a report of `requests` over `time_elapsed`, thousandths of a request per
+/// `unit`: a bucket's first report (`time_elapsed` 0) counts its first request over one
+/// reporting interval; any other is read over its own window, at least [`LEAST_WINDOW`].
+fn demand_of(
+    time_elapsed: Option<prost_types::Duration>,
+    requests: u64,
+    unit: Duration,
+    settings: &Settings,
+) -> u64 {
+    let elapsed = time_elapsed
+        .and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default();
+    let window = match elapsed.is_zero() {
+        true => settings.reporting_interval,
+        false => elapsed,
+    };
+    demand_per_unit(requests, window, unit, LEAST_WINDOW)
+}
 
 /// A bucket's pairs in key order, once checked against `settings`' bounds.
 fn pairs(id: &BucketId, settings: &Settings) -> Result<Vec<(String, String)>, SessionError> {
