@@ -107,6 +107,12 @@ impl QuotasView {
         )
         .sample(&[], self.buckets);
         text.family(
+            "floodgate_rlqs_store_steps_total",
+            Kind::Counter,
+            "This node's steps on the nodes' claims of its buckets (about one a second per bucket its streams use), failed ones included.",
+        )
+        .sample(&[], self.store_steps);
+        text.family(
             "floodgate_rlqs_store_failures_total",
             Kind::Counter,
             "Steps on the shared claims the store failed (nothing was sent for those buckets).",

@@ -170,6 +170,7 @@ impl Quotas {
             opened: self.counters.opened_total(),
             buckets: self.ledger.buckets() as u64,
             sent: self.counters.sent_by_strategy(),
+            store_steps: self.ledger.steps(),
             store_failures: self.ledger.failures(),
             shared: self.ledger.is_shared(),
             busiest: self.ledger.busiest(metrics::BUSIEST),
@@ -189,6 +190,8 @@ pub struct QuotasView {
     /// Bucket actions sent since start, by strategy (`token_bucket`, `deny_all`,
     /// `allow_all`, and `abandon`).
     pub sent: Vec<(&'static str, u64)>,
+    /// This node's steps on the nodes' claims since start, failed ones included.
+    pub store_steps: u64,
     /// Steps on the claims the store failed since start.
     pub store_failures: u64,
     /// Whether the claims are shared with other nodes through Redis.
