@@ -163,10 +163,11 @@ impl Ledger {
     }
 
     fn pool(&self, bucket: &str) -> Arc<tokio::sync::Mutex<Pool>> {
-        lock(&self.pools)
-            .entry(bucket.to_string())
-            .or_default()
-            .clone()
+        let mut pools = lock(&self.pools);
+        match pools.get(bucket) {
+            Some(pool) => pool.clone(),
+            None => pools.entry(bucket.to_string()).or_default().clone(),
+        }
     }
 
     /// `stream` asks `ask` of `bucket` at `now` under `terms`, the bucket named by `label`

@@ -20,7 +20,10 @@
 //!
 //! **Newcomers.** A stream that joins is assigned at once, out of the room: its need (at most an
 //! even split of `G`), or, when the room is short even after the node has stepped asking the
-//! store for room, its demand, or what room is left. The store grants the room asked for out
+//! store for room (at most twenty times a second, for what its newcomers lack and as much for
+//! as many more as have just joined), its demand, or what room is left. A newcomer left with
+//! nothing on a bucket whose needs fit is sent nothing (its Envoy keeps its
+//! `no_assignment_behavior`) until a tick finds it room, rather than a denial. The store grants the room asked for out
 //! of its reserve (half of what the demands leave of the limit), past the node's target if
 //! need be, until the node's next periodic step, so newcomers whose demands fit in the reserve
 //! are never sent nothing.
@@ -77,6 +80,13 @@ pub struct Pool {
     /// newcomers does not count, so that newcomers joining all the time do not hold the
     /// division back.
     stepped_at: Option<Nanos>,
+    /// When the node last stepped for newcomers (good or not): at most one such step per
+    /// [`ASK_EVERY`].
+    asked_at: Option<Nanos>,
+    /// Streams that joined since start, and as of the last step for newcomers: how many the
+    /// next quarter second may bring.
+    joined: u64,
+    joined_at_ask: u64,
     /// What the store answered at the last good step.
     last: Claimed,
     /// Whether the streams' needs overflowed the grant at the last division (then a
@@ -87,6 +97,11 @@ pub struct Pool {
 /// How often a node steps on a bucket its streams use: its claim at the store is renewed,
 /// and its grant divided again.
 pub const STEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The least time between two of a node's steps for newcomers on one bucket: while streams
+/// join and find no room, at most twenty a second beside the periodic one; none once they
+/// have joined.
+pub const ASK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Pool {
     /// No stream.
@@ -116,6 +131,7 @@ impl Pool {
                 };
                 self.profile.add(demand, margin);
                 self.members.insert(stream.to_string(), member);
+                self.joined += 1;
                 true
             }
         }
@@ -158,21 +174,29 @@ impl Pool {
 
     /// What the node claims with: its streams' groups, what its Envoys hold in force (what
     /// they were sent, not what is yet to be sent) and, with `for_newcomers`, the room it asks
-    /// for beyond that: what is assigned and yet to be sent, and what its newcomers lack of
-    /// their needs. Thousandths of a request per unit.
-    pub fn claim(&self, now: Nanos, for_newcomers: bool) -> (Vec<Group>, u64, u64) {
+    /// for beyond that: what is assigned and yet to be sent, what its newcomers lack of their
+    /// needs, and as much again for each stream that joined since its last ask, eight at
+    /// least (so many may come before the next). Thousandths of a request per unit.
+    pub fn claim(&mut self, now: Nanos, for_newcomers: bool) -> (Vec<Group>, u64, u64) {
         let in_force = self.in_force(now);
         let wanted = match for_newcomers {
             false => 0,
             true => {
-                let lack: u64 = self
+                let (lacking, lack) = self
                     .members
                     .values()
                     .filter(|m| m.sent == 0)
                     .map(|m| m.need().max(1).saturating_sub(m.assigned))
-                    .sum();
+                    .fold((0u64, 0u64), |(n, sum), l| (n + 1, sum.saturating_add(l)));
+                // As many again as joined since the last ask (eight at least): the next ones
+                // find room too.
+                let recent = self.joined - self.joined_at_ask;
+                self.joined_at_ask = self.joined;
+                let each = lack / lacking.max(1);
                 let pending = self.held(now).saturating_sub(in_force);
-                pending.saturating_add(lack)
+                pending
+                    .saturating_add(lack)
+                    .saturating_add(each.saturating_mul(recent.max(8)))
             }
         };
         (self.profile.groups(), in_force, wanted)
@@ -204,8 +228,9 @@ impl Pool {
     /// never assigned are (a step for a newcomer). On `Err` nothing is sent until the next
     /// good step.
     pub fn stepped(&mut self, claimed: Option<Claimed>, now: Nanos, divide_all: bool) {
-        if divide_all {
-            self.stepped_at = Some(now);
+        match divide_all {
+            true => self.stepped_at = Some(now),
+            false => self.asked_at = Some(now),
         }
         let Some(claimed) = claimed else { return };
         self.grant = claimed.granted.unwrap_or(0);
@@ -245,9 +270,15 @@ impl Pool {
     }
 
     /// Whether `stream` is a newcomer (never sent anything but a denial) short of its
-    /// newcomer's share by more than the room left: the node should step first, asking for
-    /// room.
+    /// newcomer's share by more than the room left, and the node has not stepped for
+    /// newcomers within [`ASK_EVERY`]: the node should step first, asking for room.
     pub fn wants_room(&self, stream: &str, now: Nanos) -> bool {
+        if self
+            .asked_at
+            .is_some_and(|at| now.saturating_since(at) < ASK_EVERY)
+        {
+            return false;
+        }
         match self.members.get(stream) {
             Some(m) if m.sent == 0 => {
                 let short = self.newcomer_share(m).saturating_sub(m.assigned);
@@ -274,13 +305,15 @@ impl Pool {
 
     /// Tops a newcomer up to its newcomer's share, out of the room.
     fn admit(&mut self, stream: &str, now: Nanos) {
+        // Only a newcomer is admitted (and only then is the room, a sum over the streams,
+        // counted).
+        if !self.members.get(stream).is_some_and(|m| m.sent == 0) {
+            return;
+        }
         let room = self.room(now);
         let Some(member) = self.members.get(stream) else {
             return;
         };
-        if member.sent > 0 {
-            return;
-        }
         // Its share if the room holds it, else its demand (room for newcomers is kept for
         // demands: half of what the demands leave of the limit), else what is left.
         let share = self.newcomer_share(member);
@@ -298,7 +331,8 @@ impl Pool {
     }
 
     /// `stream`'s assignment, marked sent at `now` for `ttl` (its Envoy holds it that long):
-    /// `None` when nothing may be sent (no recent good step, or no such stream). With
+    /// `None` when nothing may be sent (no recent good step, or no such stream), or for a
+    /// newcomer not yet served on a bucket whose needs fit (never a denial there). With
     /// `changed_only`, `None` too when it is what the stream holds already.
     pub fn send(
         &mut self,
@@ -311,8 +345,15 @@ impl Pool {
             return None;
         }
         self.admit(stream, now);
+        let crowded = self.crowded || self.grant == 0;
         let member = self.members.get_mut(stream)?;
         if changed_only && member.sent == member.assigned && member.sent_until > now {
+            return None;
+        }
+        // A newcomer the room could not serve yet, on a bucket whose needs fit: nothing rather
+        // than a denial (its Envoy keeps its filter's no_assignment_behavior until the next
+        // tick finds it room).
+        if member.sent == 0 && member.assigned == 0 && member.sent_until <= now && !crowded {
             return None;
         }
         member.sent = member.assigned;

@@ -300,12 +300,15 @@ impl Session {
                 requests: capacity,
                 unit,
             } => {
-                let demand = demand_of(usage.time_elapsed, requests, unit, settings);
+                let (demand, window) = demand_of(usage.time_elapsed, requests, unit, settings);
+                // The margin for random arrivals, and at least one request over the window: a
+                // report of no request does not say the rate is nothing.
+                let one = demand_per_unit(1, window, unit, LEAST_WINDOW);
                 Planned::Report {
                     key,
                     label: bucket.label.clone(),
                     demand,
-                    margin: margin(demand, unit.as_secs_f64(), 1000),
+                    margin: margin(demand, unit.as_secs_f64(), 1000).max(one),
                     capacity,
                     unit,
                 }
@@ -366,14 +369,15 @@ pub const IN_FLIGHT: Duration = Duration::from_secs(1);
 pub const LEAST_WINDOW: Duration = Duration::from_millis(100);
 
 /// The demand of a report of `requests` over `time_elapsed`, thousandths of a request per
-/// `unit`: a bucket's first report (`time_elapsed` 0) counts its first request over one
-/// reporting interval; any other is read over its own window, at least [`LEAST_WINDOW`].
+/// `unit`, and the window it was read over: a bucket's first report (`time_elapsed` 0)
+/// counts its first request over one reporting interval; any other is read over its own
+/// window, at least [`LEAST_WINDOW`].
 fn demand_of(
     time_elapsed: Option<prost_types::Duration>,
     requests: u64,
     unit: Duration,
     settings: &Settings,
-) -> u64 {
+) -> (u64, Duration) {
     let elapsed = time_elapsed
         .and_then(|d| Duration::try_from(d).ok())
         .unwrap_or_default();
@@ -381,7 +385,10 @@ fn demand_of(
         true => settings.reporting_interval,
         false => elapsed,
     };
-    demand_per_unit(requests, window, unit, LEAST_WINDOW)
+    (
+        demand_per_unit(requests, window, unit, LEAST_WINDOW),
+        window,
+    )
 }
 
 /// A bucket's pairs in key order, once checked against `settings`' bounds.
