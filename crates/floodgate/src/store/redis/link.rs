@@ -460,7 +460,8 @@ impl Inner {
         self.guarded_within(breaker, self.timeout, calls).await
     }
 
-    async fn guarded_within<T>(
+    /// [`Inner::guarded`] under `breaker` and within `timeout`.
+    pub(super) async fn guarded_within<T>(
         &self,
         breaker: &Breaker,
         timeout: Duration,

@@ -33,8 +33,10 @@ pub(super) fn script_source() -> String {
 impl RedisStore {
     /// Takes `step` on the claims of the shared limit `limit` under `terms`, atomically, and
     /// answers as [`Claims::apply`](crate::quota::Claims::apply) does for the same claims at
-    /// the same instant (Redis `TIME`, or the explicit clock). Under the store's timeout and
-    /// circuit breaker; on a cluster, following redirections while slots move.
+    /// the same instant (Redis `TIME`, or the explicit clock). Under the store's circuit
+    /// breaker, within half a second (or the store's timeout, if longer: no request waits on
+    /// a step); on a cluster,
+    /// following redirections while slots move.
     ///
     /// A key under that name holding something else is [`StoreError::StateConflict`].
     pub async fn claim(
@@ -72,7 +74,7 @@ impl RedisStore {
         let script = &inner.scripts.quota_claims;
         let (_, breaker) = inner.route(&key);
         inner
-            .guarded_by(&breaker, async {
+            .guarded_within(&breaker, CLAIM_TIMEOUT.max(inner.timeout), async {
                 let mut handle = inner.connection.handle();
                 let answer = inner
                     .send_script(&mut handle, |by_source| {
@@ -100,6 +102,12 @@ impl RedisStore {
             .await
     }
 }
+
+/// How long a claims step may take: no request waits on it (the clients enforce what they
+/// hold meanwhile), and a node steps about once a second, so a step is given most of that
+/// second, not a decision's budget: a Redis slowed for a moment delays an assignment instead
+/// of failing it (and opening the breaker for every decision).
+const CLAIM_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A duration in whole microseconds, rounded up, at most 2⁵⁰.
 fn micros(d: Duration) -> u64 {
