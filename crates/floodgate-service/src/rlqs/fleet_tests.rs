@@ -7,7 +7,7 @@
 //! streams that break and reconnect keeping their assignments), with random demand changing
 //! as it goes. Every window of the limit's unit, the requests the fleet admitted are at most
 //! the limit, plus the bursts the Envoys held, plus the bursts of token buckets started in the
-//! window, plus each Envoy's one request let through before its first assignment.
+//! window, plus the requests each Envoy let through before its first assignment.
 
 use std::sync::Arc;
 use std::time::Duration;
