@@ -307,7 +307,7 @@ impl Pool {
     fn admit(&mut self, stream: &str, now: Nanos) {
         // Only a newcomer is admitted (and only then is the room, a sum over the streams,
         // counted).
-        if !self.members.get(stream).is_some_and(|m| m.sent == 0) {
+        if self.members.get(stream).is_none_or(|m| m.sent != 0) {
             return;
         }
         let room = self.room(now);
