@@ -199,6 +199,7 @@ impl RedisStoreBuilder {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 breaker: Arc::new(Breaker::new(self.breaker_threshold, self.breaker_cool_down)),
+                claims_breaker: Breaker::new(self.breaker_threshold, self.breaker_cool_down),
                 nodes,
                 breaker_clock: ExplicitClock(breaker_clock),
                 connection,

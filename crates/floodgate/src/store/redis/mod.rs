@@ -374,6 +374,10 @@ struct Inner {
     /// The breaker of a single Redis; on a cluster, of calls not bound to a slot (and of all
     /// calls until the slot map is known).
     breaker: Arc<Breaker>,
+    /// The breaker of the shared limits' claims ([`RedisStore::claim`]), apart from the
+    /// decisions': a claims step has a budget of its own, and no request waits on it, so
+    /// decisions or probes timing out must not fail it, nor it them.
+    claims_breaker: Breaker,
     /// On a cluster: a breaker per master.
     nodes: Option<Nodes>,
     /// The breaker's time: the explicit clock, else a [`SystemClock`](crate::SystemClock).

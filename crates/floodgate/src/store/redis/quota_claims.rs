@@ -33,9 +33,9 @@ pub(super) fn script_source() -> String {
 impl RedisStore {
     /// Takes `step` on the claims of the shared limit `limit` under `terms`, atomically, and
     /// answers as [`Claims::apply`](crate::quota::Claims::apply) does for the same claims at
-    /// the same instant (Redis `TIME`, or the explicit clock). Under the store's circuit
-    /// breaker, within half a second (or the store's timeout, if longer: no request waits on
-    /// a step); on a cluster,
+    /// the same instant (Redis `TIME`, or the explicit clock). Under a circuit breaker of the
+    /// claims' own (set like the store's, apart from the decisions'), within half a second
+    /// (or the store's timeout, if longer: no request waits on a step); on a cluster,
     /// following redirections while slots move.
     ///
     /// A key under that name holding something else is [`StoreError::StateConflict`].
@@ -72,9 +72,12 @@ impl RedisStore {
         let ttl = micros(terms.ttl);
         let idle = micros(terms.idle);
         let script = &inner.scripts.quota_claims;
-        let (_, breaker) = inner.route(&key);
+        // Routed as any call (which keeps a cluster's slot map fresh), but under the claims'
+        // own breaker.
+        let _ = inner.route(&key);
+        let breaker = &inner.claims_breaker;
         inner
-            .guarded_within(&breaker, CLAIM_TIMEOUT.max(inner.timeout), async {
+            .guarded_within(breaker, CLAIM_TIMEOUT.max(inner.timeout), async {
                 let mut handle = inner.connection.handle();
                 let answer = inner
                     .send_script(&mut handle, |by_source| {
