@@ -178,7 +178,7 @@ impl Ledger {
     pub async fn ask(
         &self,
         bucket: &str,
-        label: impl FnOnce() -> (String, String),
+        label: &(String, String),
         stream: &str,
         ask: Ask,
         terms: &BucketTerms,
@@ -189,13 +189,10 @@ impl Ledger {
         if let Ask::Report { demand, margin } = ask {
             pool.report(stream, demand, margin, now);
         }
-        let mut label = Some(label);
         if pool.due(now) {
-            let label = label.take().expect("the label");
             self.step(&mut pool, bucket, label, terms, now, true).await;
         }
         if pool.wants_room(stream, now) && pool.fresh(now) {
-            let label = || label.map_or_else(|| (String::new(), String::new()), |l| l());
             self.step(&mut pool, bucket, label, terms, now, false).await;
         }
         let changed_only = matches!(ask, Ask::Tick);
@@ -207,7 +204,7 @@ impl Ledger {
     pub async fn leave(
         &self,
         bucket: &str,
-        label: impl FnOnce() -> (String, String),
+        label: &(String, String),
         stream: &str,
         terms: &BucketTerms,
         now: Nanos,
@@ -226,7 +223,7 @@ impl Ledger {
         &self,
         pool: &mut Pool,
         bucket: &str,
-        label: impl FnOnce() -> (String, String),
+        label: &(String, String),
         terms: &BucketTerms,
         now: Nanos,
         divide_all: bool,
@@ -273,7 +270,7 @@ impl Ledger {
     fn seen(
         &self,
         bucket: &str,
-        label: impl FnOnce() -> (String, String),
+        label: &(String, String),
         claimed: Claimed,
         limit: u64,
         now: Nanos,
@@ -285,7 +282,7 @@ impl Ledger {
             (seen.claimed, seen.limit, seen.at) = (claimed, limit, now);
         } else {
             let seen = Seen {
-                label: label(),
+                label: label.clone(),
                 claimed,
                 limit,
                 at: now,

@@ -87,8 +87,6 @@ pub struct Pool {
     /// next quarter second may bring.
     joined: u64,
     joined_at_ask: u64,
-    /// What the store answered at the last good step.
-    last: Claimed,
     /// Whether the streams' needs overflowed the grant at the last division (then a
     /// newcomer's share is its demand, not its need).
     crowded: bool,
@@ -235,7 +233,6 @@ impl Pool {
         let Some(claimed) = claimed else { return };
         self.grant = claimed.granted.unwrap_or(0);
         self.fresh_until = now.saturating_add(STEP_EVERY);
-        self.last = claimed;
         if divide_all {
             self.divide(now);
         } else {
@@ -257,11 +254,6 @@ impl Pool {
             m.assigned -= back;
             over -= back;
         }
-    }
-
-    /// What the store answered at the last good step.
-    pub fn last(&self) -> Claimed {
-        self.last
     }
 
     /// Whether assignments may be sent at `now` (the last good step is recent).
@@ -429,11 +421,6 @@ impl Pool {
     /// Whether the pool can be forgotten: no stream, nothing held.
     pub fn is_idle(&self, now: Nanos) -> bool {
         self.members.is_empty() && self.retiring_in_force(now) == 0
-    }
-
-    /// The streams on the bucket.
-    pub fn len(&self) -> usize {
-        self.members.len()
     }
 
     /// Whether no stream is on the bucket.

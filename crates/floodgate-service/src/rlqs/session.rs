@@ -135,7 +135,6 @@ impl Session {
                         margin: *margin,
                     };
                     let terms = terms(*capacity, settings);
-                    let label = || label.clone();
                     ledger.ask(key, label, claimant, ask, &terms, now).await
                 }
                 Planned::Abandon {
@@ -144,9 +143,7 @@ impl Session {
                     ..
                 } => {
                     let terms = terms(*capacity, settings);
-                    ledger
-                        .leave(key, || label.clone(), claimant, &terms, now)
-                        .await;
+                    ledger.leave(key, label, claimant, &terms, now).await;
                     None
                 }
                 _ => None,
@@ -189,9 +186,8 @@ impl Session {
             };
             let terms = terms(requests, settings);
             Some(async move {
-                let label = || bucket.label.clone();
                 let grant = ledger
-                    .ask(key, label, claimant, Ask::Tick, &terms, now)
+                    .ask(key, &bucket.label, claimant, Ask::Tick, &terms, now)
                     .await?;
                 let assigned = Assigned::Share { grant, unit };
                 bucket.sent = Some(assigned);
@@ -217,8 +213,9 @@ impl Session {
             };
             let terms = terms(requests, settings);
             Some(async move {
-                let label = || bucket.label.clone();
-                ledger.leave(key, label, claimant, &terms, now).await;
+                ledger
+                    .leave(key, &bucket.label, claimant, &terms, now)
+                    .await;
             })
         });
         futures_util::future::join_all(leaves).await;
