@@ -151,10 +151,7 @@ impl Server {
     ) -> Result<Server, ConfigFileError> {
         let store = ServiceStore::from_config(&config.store)?;
         let served = build_served(&config, &store, None)?;
-        let ledger = match store.redis() {
-            Some(redis) => crate::rlqs::Ledger::in_redis(redis.clone()),
-            None => crate::rlqs::Ledger::in_memory(),
-        };
+        let ledger = crate::rlqs::Ledger::in_store(store.inner().clone());
         let limits = config.connections.clone();
         let loaded = Arc::new(config.clone());
         Ok(Server {
@@ -241,7 +238,7 @@ impl Server {
     /// (The Rate Limit Quota Service's shares are kept in the store, so they are the
     /// fleet's.) `serve` calls it at start-up.
     pub fn announce_node_local_stages(&self) {
-        if self.decisions.store.redis().is_none() {
+        if !self.decisions.store.is_shared() {
             return;
         }
         let served = self.decisions.served.load();

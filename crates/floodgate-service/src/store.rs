@@ -36,6 +36,7 @@ pub mod url;
 pub use self::cached::CachedMetrics;
 pub use self::health::{Call, ErrorKind, StoreHealth, StoreStatus};
 pub use self::url::StoreUrl;
+pub use floodgate::store::Capabilities;
 
 /// The embedded store.
 pub type Mem = MemoryStore<Key, AnyState>;
@@ -91,7 +92,7 @@ impl ServiceStore {
         // A password named by `password_env` is read through the one reader of the process's
         // environment.
         let env = crate::environment::Environment::from_process();
-        let url = StoreUrl::from_config(config, |name| env.string(name).map(str::to_string))?;
+        let url = url::from_config(config, |name| env.string(name).map(str::to_string))?;
         let (store, cached_metrics) = match &url {
             StoreUrl::Memory => {
                 let store = MemoryStore::builder()
@@ -112,6 +113,15 @@ impl ServiceStore {
                         (AnyStore::from(store), Some(metrics))
                     }
                 }
+            }
+            StoreUrl::Memcached { .. } | StoreUrl::File { .. } => {
+                return Err(ConfigFileError::invalid(
+                    "store.url",
+                    format!(
+                        "`{}`: this store is not built into this binary",
+                        url.shown()
+                    ),
+                ))
             }
         };
         for (field, value) in [
@@ -172,10 +182,7 @@ impl ServiceStore {
     /// failing store ready again.
     pub async fn probe(&self) -> Result<(), StoreError> {
         let call = self.health.begin();
-        let result = match self.store.redis() {
-            None => Ok(()),
-            Some(redis) => redis.probe().await,
-        };
+        let result = self.store.probe().await;
         let result = match (
             result,
             self.envoy.as_ref().and_then(EnvoyCounters::per_second),
@@ -193,17 +200,19 @@ impl ServiceStore {
     /// others. `None` for the memory store, which no other process shares. Anyone who can
     /// write to the Redis can read it; such a one can change every counter anyway.
     pub async fn shared_lease_secret(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        let Some(redis) = self.store.redis() else {
+        if !self.store.is_shared() {
             return Ok(None);
-        };
+        }
         let candidate: String = rand::random::<[u8; 32]>()
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
         let call = self.health.begin();
-        let stored = redis.get_or_set(LEASE_SECRET_KEY, &candidate).await;
+        let stored = self.store.shared_secret(LEASE_SECRET_KEY, &candidate).await;
         self.health.record(call, &stored);
-        let stored = stored?;
+        let Some(stored) = stored? else {
+            return Ok(None);
+        };
         let bytes: Option<Vec<u8>> = (stored.len() % 2 == 0)
             .then(|| {
                 (0..stored.len())
@@ -277,7 +286,7 @@ impl ServiceStore {
 
     /// The circuit breaker's state (a Redis store's; the memory store has none).
     pub fn breaker_state(&self) -> Option<BreakerState> {
-        self.store.redis().map(RedisStore::breaker_state)
+        self.store.breaker_state()
     }
 
     /// What `/readyz` shows of the store.
@@ -312,23 +321,34 @@ impl ServiceStore {
         self.runs(algorithm).is_ok()
     }
 
-    /// [`ServiceStore::supports`], with the refusal that says why not.
+    /// [`ServiceStore::supports`], with the refusal that says why not (the store's own
+    /// answer, [`Capabilities::runs`]).
     pub fn runs(&self, algorithm: &AnyAlgorithm) -> Result<(), StoreError> {
-        if self.is_cached() && CachedStore::decides_locally(algorithm) {
-            return Ok(());
-        }
-        match self.store.redis() {
-            None => Ok(()),
-            Some(redis) => redis.runs(algorithm),
-        }
+        self.store.runs(algorithm)
     }
 
     /// Whether this store gives back units under `algorithm` (Envoy's `is_negative_hits`):
-    /// the algorithm must take refunds, and on Redis its Lua twin too.
+    /// the algorithm must take refunds, and the store run them ([`Capabilities::takes_refunds`]).
     pub fn takes_refunds(&self, algorithm: &AnyAlgorithm) -> bool {
-        use floodgate::algorithm::Algorithm as _;
-        algorithm.supports(floodgate::OpKind::Refund)
-            && (self.store.redis().is_none() || RedisStore::takes_refunds(algorithm))
+        self.store.takes_refunds(algorithm)
+    }
+
+    /// Whether every node using the store sees the same state ([`Capabilities::is_shared`]):
+    /// then leases and the Rate Limit Quota Service's shares are the fleet's.
+    pub fn is_shared(&self) -> bool {
+        self.store.is_shared()
+    }
+
+    /// Whether the store runs a chain as one atomic step, undoing all-or-nothing links
+    /// ([`Capabilities::chains_atomically`]).
+    pub fn chains_atomically(&self) -> bool {
+        self.store.chains_atomically()
+    }
+
+    /// The store chosen at run time, without the service's health around it: for what keeps
+    /// state of its own in the store (the Rate Limit Quota Service's claims).
+    pub fn inner(&self) -> &AnyStore {
+        &self.store
     }
 
     /// Whether decisions are cached on this node (`store.mode: cached`), each key decided on
@@ -498,10 +518,10 @@ fn envoy_counters(
             "invalid value envoyproxy: upstream's layout counts every hit in Redis; set store.mode: exact",
         ));
     }
-    let Some(main) = store.redis().cloned() else {
+    let Some(main) = store.upstream_counters() else {
         return Err(ConfigFileError::invalid(
             "store.layout",
-            "invalid value envoyproxy: upstream's layout is in Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+            format!("invalid value envoyproxy: the {} store does not keep upstream's counters; give store.url a redis://, rediss:// or redis-cluster:// URL", store.kind()),
         ));
     };
     let per_second = match &config.per_second_url {
@@ -512,9 +532,9 @@ fn envoy_counters(
                 password_env: None,
                 ..config.clone()
             };
-            let url = match StoreUrl::from_config(&settings, |_| None) {
+            let url = match url::from_config(&settings, |_| None) {
                 Ok(StoreUrl::Redis { url, .. }) => url,
-                Ok(StoreUrl::Memory) => {
+                Ok(_) => {
                     return Err(ConfigFileError::invalid(
                         "store.per_second_url",
                         "invalid value memory: the per-second store is a Redis",
@@ -525,11 +545,11 @@ fn envoy_counters(
                 }
                 Err(other) => return Err(other),
             };
-            Some(
+            Some(floodgate::store::UpstreamCounters::Redis(
                 redis_builder(&url, config)?
                     .build()
                     .map_err(|e| ConfigFileError::from_config_error("store.per_second_url", e))?,
-            )
+            ))
         }
     };
     let jitter = config.expiration_jitter.map_or(300, |d| d.0.as_secs());

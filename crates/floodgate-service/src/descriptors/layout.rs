@@ -47,7 +47,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use floodgate::store::redis::{CounterIncrement, RedisStore};
+use floodgate::store::redis::CounterIncrement;
+use floodgate::store::UpstreamCounters;
 use floodgate::{Clock, StoreError};
 
 use crate::rls::{RateUnit, RlsDescriptor};
@@ -56,8 +57,8 @@ use crate::rls::{RateUnit, RlsDescriptor};
 /// documentation](self)).
 #[derive(Clone)]
 pub struct EnvoyCounters {
-    main: RedisStore,
-    per_second: Option<RedisStore>,
+    main: UpstreamCounters,
+    per_second: Option<UpstreamCounters>,
     prefix: String,
     jitter_max_seconds: u64,
     stop_increment: bool,
@@ -139,8 +140,8 @@ impl EnvoyCounters {
     /// on those with `stop_increment`, an over-limit cache of about `cache_bytes` (0: none),
     /// time read from `clock`.
     pub fn new(
-        main: RedisStore,
-        per_second: Option<RedisStore>,
+        main: UpstreamCounters,
+        per_second: Option<UpstreamCounters>,
         prefix: String,
         jitter_max_seconds: u64,
         stop_increment: bool,
@@ -159,7 +160,7 @@ impl EnvoyCounters {
     }
 
     /// The per-second store, if any.
-    pub fn per_second(&self) -> Option<&RedisStore> {
+    pub fn per_second(&self) -> Option<&UpstreamCounters> {
         self.per_second.as_ref()
     }
 
@@ -286,7 +287,7 @@ impl EnvoyCounters {
         }
     }
 
-    fn store_for(&self, unit: RateUnit) -> &RedisStore {
+    fn store_for(&self, unit: RateUnit) -> &UpstreamCounters {
         match (&self.per_second, unit) {
             (Some(per_second), RateUnit::Second) => per_second,
             _ => &self.main,

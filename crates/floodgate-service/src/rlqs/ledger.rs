@@ -2,10 +2,11 @@
 //!
 //! - **This node's streams** on a bucket are a [`Pool`], in memory: the node sums their demands
 //!   up and divides what the store grants it among them.
-//! - **The nodes** claiming a bucket are one [`Claims`] per bucket in the store: in this
-//!   node's memory (one lock), or in the Redis the service's store uses, so that every node
-//!   sharing it divides the bucket's limit max-min fairly among the streams of all of them
-//!   (one hash per bucket, changed by one script call per step: [`RedisStore::claim`]).
+//! - **The nodes** claiming a bucket are one [`Claims`] per bucket in the service's store,
+//!   stepped by the store's own claims port ([`Capabilities::claim`]): in this process's
+//!   memory (one lock) for a store that is not shared, or in the shared store (Redis: one hash
+//!   per bucket, changed by one script call per step), so that every node sharing it divides
+//!   the bucket's limit max-min fairly among the streams of all of them.
 //!
 //! A node steps on a bucket ([`Claims::apply`]) about once a second while its streams use it
 //! ([`STEP_EVERY`]), when a newcomer finds no room, and when its last stream leaves; never
@@ -21,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use floodgate::quota::{ClaimStep, ClaimTerms, Claimed, Claims};
-use floodgate::store::RedisStore;
+#[cfg(doc)]
+use floodgate::quota::Claims;
+use floodgate::quota::{ClaimStep, ClaimTerms, Claimed};
+use floodgate::store::{AnyStore, Capabilities};
 use floodgate::{Nanos, StoreError};
 
 use super::pool::{Pool, STEP_EVERY};
@@ -31,7 +34,8 @@ use super::pool::{Pool, STEP_EVERY};
 /// order), and what this node last learnt of each.
 #[derive(Debug)]
 pub struct Ledger {
-    claims: Held,
+    /// The store whose claims port holds the nodes' claims.
+    claims: AnyStore,
     /// This node's name among the claimants of every bucket (random per process).
     node: String,
     pools: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Pool>>>>,
@@ -42,13 +46,6 @@ pub struct Ledger {
     steps: AtomicU64,
     /// Keys the hashes shown for bucket values (random per process).
     hash_key: foldhash::quality::RandomState,
-}
-
-/// Where the nodes' claims are held.
-#[derive(Clone, Debug)]
-enum Held {
-    Memory(Arc<Mutex<HashMap<String, Claims>>>),
-    Redis(RedisStore),
 }
 
 /// The terms one bucket is divided under.
@@ -119,16 +116,16 @@ pub enum Ask {
 }
 
 impl Ledger {
-    /// The nodes' claims held in this node's memory: its streams divide each limit among
-    /// themselves.
+    /// The nodes' claims held in a memory store of their own: this node's streams divide
+    /// each limit among themselves.
     pub fn in_memory() -> Ledger {
-        Ledger::holding(Held::Memory(Arc::default()))
+        Ledger::in_store(AnyStore::memory())
     }
 
-    /// The nodes' claims held in `store`'s Redis: every node using it divides each limit
-    /// among the streams of all of them.
-    pub fn in_redis(store: RedisStore) -> Ledger {
-        Ledger::holding(Held::Redis(store))
+    /// The nodes' claims held in `store`, stepped by its claims port: in a shared store
+    /// (Redis), every node using it divides each limit among the streams of all of them.
+    pub fn in_store(store: AnyStore) -> Ledger {
+        Ledger::holding(store)
     }
 
     /// Another node's ledger on the same claims (for simulations and tests of several nodes
@@ -137,7 +134,7 @@ impl Ledger {
         Ledger::holding(self.claims.clone())
     }
 
-    fn holding(claims: Held) -> Ledger {
+    fn holding(claims: AnyStore) -> Ledger {
         Ledger {
             claims,
             node: format!("{:016x}", rand::random::<u64>()),
@@ -157,9 +154,9 @@ impl Ledger {
         format!("#{:08x}", self.hash_key.hash_one(value) as u32)
     }
 
-    /// Whether the claims are shared through Redis with the other nodes using it.
+    /// Whether the claims are shared, through the store, with the other nodes using it.
     pub fn is_shared(&self) -> bool {
-        matches!(self.claims, Held::Redis(_))
+        self.claims.is_shared()
     }
 
     fn pool(&self, bucket: &str) -> Arc<tokio::sync::Mutex<Pool>> {
@@ -242,19 +239,8 @@ impl Ledger {
             },
         };
         self.steps.fetch_add(1, Ordering::Relaxed);
-        let claimed = match &self.claims {
-            Held::Memory(buckets) => {
-                let mut buckets = lock(buckets);
-                let claims = buckets.entry(bucket.to_string()).or_default();
-                let claimed = claims.apply(step, &terms.claims, now);
-                if claims.is_empty() && claimed.in_force == 0 {
-                    buckets.remove(bucket);
-                }
-                Ok(claimed)
-            }
-            Held::Redis(store) => store.claim(bucket, step, &terms.claims).await,
-        };
-        let claimed: Result<Claimed, StoreError> = claimed;
+        let claimed: Result<Claimed, StoreError> =
+            self.claims.claim(bucket, step, &terms.claims, now).await;
         match claimed {
             Ok(claimed) => {
                 pool.stepped(Some(claimed), now, divide_all);
@@ -310,12 +296,7 @@ impl Ledger {
                 Ok(pool) => !pool.is_idle(now),
                 Err(_) => true,
             });
-            if let Held::Memory(buckets) = &self.claims {
-                lock(buckets).retain(|_, claims| {
-                    claims.expire(now, idle);
-                    !claims.is_empty() || claims.in_force(now) > 0
-                });
-            }
+            self.claims.sweep_claims(now, idle);
             lock(&self.loads).retain(|_, seen| now.saturating_since(seen.at) < idle);
         }
     }

@@ -565,7 +565,7 @@ pub fn store_from_env(env: &crate::environment::Environment) -> Result<(), Strin
         url: Some(url.to_string()),
         ..crate::config::StoreConfig::default()
     };
-    match crate::store::StoreUrl::from_config(&config, |_| None) {
+    match crate::store::url::from_config(&config, |_| None) {
         Ok(_) => Ok(()),
         Err(crate::config::ConfigFileError::Invalid { message, .. }) => {
             Err(format!("environment variable FLOODGATE_STORE: {message}"))

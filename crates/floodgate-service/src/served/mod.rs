@@ -249,11 +249,15 @@ impl ServiceStore {
                 format!("{why}; use another algorithm, other parameters, or the memory store"),
             )),
         };
-        let cached = self.is_cached();
+        let cached = !self.chains_atomically();
         let all_or_nothing = |path: String| {
             Err(ConfigFileError::invalid(
                 path,
-                "all_or_nothing needs exact mode: a cached store decides each key on its own (set store.mode: exact, or drop all_or_nothing)",
+                if self.is_cached() {
+                    "all_or_nothing needs exact mode: a cached store decides each key on its own (set store.mode: exact, or drop all_or_nothing)".to_string()
+                } else {
+                    format!("all_or_nothing needs a store that undoes a chain atomically (memory, file, Redis in exact mode); the {} store decides each key on its own (drop all_or_nothing)", self.kind())
+                },
             ))
         };
         for stage in served.pipeline.stages() {
@@ -303,7 +307,7 @@ impl ServiceStore {
         refuse: &dyn Fn(String, &AnyAlgorithm) -> Result<(), ConfigFileError>,
         all_or_nothing: &dyn Fn(String) -> Result<(), ConfigFileError>,
     ) -> Result<(), ConfigFileError> {
-        let cached = self.is_cached();
+        let cached = !self.chains_atomically();
         let mut rules = served.rules.rules();
         rules.sort_by(|a, b| (a.0, a.1.full_key()).cmp(&(b.0, b.1.full_key())));
         for (domain, rule) in rules {

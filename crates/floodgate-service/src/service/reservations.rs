@@ -433,12 +433,14 @@ impl Server {
                 joins_previous: false,
             })
             .collect();
-        // Atomic: one call of the memory store or of Redis (in cached mode too, whose own
-        // chains go one link at a time).
-        let outcomes = match self.decisions.store.redis() {
-            Some(redis) => redis.apply_chain(&links).await?,
-            None => self.decisions.store.apply_chain(&links).await?,
-        };
+        // Atomic: one call of the store that chains atomically (in cached mode, its Redis,
+        // since the cached store's own chains go one link at a time).
+        let outcomes = self
+            .decisions
+            .store
+            .inner()
+            .apply_chain_atomically(&links)
+            .await?;
         let mut fresh = Vec::new();
         for (at, outcome) in outcomes.into_iter().enumerate() {
             match outcome {

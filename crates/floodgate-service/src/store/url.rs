@@ -1,193 +1,47 @@
-//! `store.url` read: which store, and, for Redis, the URL the store connects with, the
-//! password from `store.password_env` put into its user information. Errors name the field and
-//! show the URL with any password redacted.
+//! `store.url` read with the core's one parser of store URLs ([`StoreUrl::parse`]), and the
+//! password of `store.password_env` put into a Redis URL's user information. Errors name the
+//! field (`store.url`, `store.password_env`, `store.nodes`) and show the URL with every
+//! password redacted.
 
-use floodgate::store::redis::redacted;
+pub use floodgate::store::StoreUrl;
 
 use super::MEMORY;
 use crate::config::{ConfigFileError, StoreConfig};
 
-/// A store URL, checked.
-#[derive(Clone, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// `memory` (or no URL): the embedded store.
-    Memory,
-    /// `redis://…`, `rediss://…` (TLS), `redis[s]-cluster://…` or `redis[s]-sentinel://…`.
-    Redis {
-        /// The URL to connect with, the password included: never shown (see
-        /// [`StoreUrl::shown`]).
-        url: String,
-        /// Whether it names a Redis Cluster (`redis-cluster://h1:p1,h2:p2`).
-        cluster: bool,
-    },
-}
-
-impl std::fmt::Debug for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.shown())
-    }
-}
-
-impl StoreUrl {
-    /// `config.url` with the password of `config.password_env` (read with `env`) put in.
-    pub fn from_config(
-        config: &StoreConfig,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<StoreUrl, ConfigFileError> {
-        if config.nodes == 0 {
-            return Err(ConfigFileError::invalid(
-                "store.nodes",
-                "invalid value 0 (at least 1: the processes sharing the store)",
-            ));
-        }
-        let url = config.url.as_deref().unwrap_or(MEMORY);
-        if url == MEMORY {
-            return Ok(StoreUrl::Memory);
-        }
-        let invalid = |why: &str| {
-            ConfigFileError::invalid("store.url", format!("`{}`: {why}", redacted(url)))
-        };
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            invalid("is not a store: expected `memory`, redis://host:port[/db], rediss://host:port[/db], unix:///path or redis-cluster://host:port,host:port")
-        })?;
-        if matches!(scheme, "unix" | "redis+unix") {
-            return unix_socket(url, rest, config).map_err(|e| e.unwrap_or_else(&invalid));
-        }
-        let (cluster, sentinel) = match scheme {
-            "redis" | "rediss" => (false, false),
-            "redis-cluster" | "rediss-cluster" => (true, false),
-            "redis-sentinel" | "rediss-sentinel" => (false, true),
-            _ => return Err(invalid(
-                "is not a store: expected `memory`, redis[s]://host:port[/db], redis[s]-cluster://host:port,host:port or redis[s]-sentinel://host:port,host:port/master",
-            )),
-        };
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let (user_info, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        check_hosts(hosts, path, cluster, sentinel).map_err(|why| invalid(&why))?;
-        let Some(name) = &config.password_env else {
-            return Ok(StoreUrl::Redis {
-                url: url.to_string(),
-                cluster,
-            });
-        };
-        if name.is_empty() {
-            return Err(ConfigFileError::invalid(
-                "store.password_env",
-                "invalid value `` (the name of an environment variable)",
-            ));
-        }
-        if user_info.is_some_and(|u| u.contains(':')) {
-            return Err(ConfigFileError::invalid(
-                "store.password_env",
-                format!(
-                    "`{name}`: the URL `{}` already holds a password; give it in one place",
-                    redacted(url)
-                ),
-            ));
-        }
-        let password = env(name).filter(|p| !p.is_empty()).ok_or_else(|| {
-            ConfigFileError::invalid(
-                "store.password_env",
-                format!("`{name}`: the environment variable is not set (or empty)"),
-            )
-        })?;
-        let user = user_info.unwrap_or("");
-        let password = percent_encode(&password);
-        Ok(StoreUrl::Redis {
-            url: format!("{scheme}://{user}:{password}@{hosts}{path}"),
-            cluster,
-        })
-    }
-
-    /// `memory`, `redis` or `redis-cluster`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreUrl::Memory => "memory",
-            StoreUrl::Redis { cluster: false, .. } => "redis",
-            StoreUrl::Redis { cluster: true, .. } => "redis-cluster",
-        }
-    }
-
-    /// The URL as logs, errors, metrics and `/readyz` show it: any password is `***`.
-    pub fn shown(&self) -> String {
-        match self {
-            StoreUrl::Memory => MEMORY.to_string(),
-            StoreUrl::Redis { url, .. } => redacted(url),
-        }
-    }
-}
-
-/// A unix socket URL (`unix:///path`), whose credentials, if any, ride in its query
-/// (`?user=…&pass=…`): the store, or why not (`Err(Err(why))`: the URL's fault).
-fn unix_socket(
-    url: &str,
-    rest: &str,
+/// `config.url` (`memory` when absent), checked, with the password of `config.password_env`
+/// (read with `env`) put in.
+pub fn from_config(
     config: &StoreConfig,
-) -> Result<StoreUrl, Result<ConfigFileError, &'static str>> {
-    if !rest.starts_with('/') {
-        return Err(Err("names no socket: unix:///path/to/redis.sock"));
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<StoreUrl, ConfigFileError> {
+    if config.nodes == 0 {
+        return Err(ConfigFileError::invalid(
+            "store.nodes",
+            "invalid value 0 (at least 1: the processes sharing the store)",
+        ));
     }
-    if config.password_env.is_some() {
-        return Err(Ok(ConfigFileError::invalid(
-            "store.password_env",
-            "a unix socket URL takes its password in its query: unix:///path?pass=…",
-        )));
+    let url = StoreUrl::parse(config.url.as_deref().unwrap_or(MEMORY))
+        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    let Some(name) = &config.password_env else {
+        return Ok(url);
+    };
+    let invalid = |why: String| ConfigFileError::invalid("store.password_env", why);
+    if name.is_empty() {
+        return Err(invalid(
+            "invalid value `` (the name of an environment variable)".into(),
+        ));
     }
-    Ok(StoreUrl::Redis {
-        url: url.to_string(),
-        cluster: false,
+    let password = env(name).filter(|p| !p.is_empty()).ok_or_else(|| {
+        invalid(format!(
+            "`{name}`: the environment variable is not set (or empty)"
+        ))
+    })?;
+    url.with_password(&password).map_err(|e| match e {
+        floodgate::ConfigError::Invalid { value, reason, .. } => {
+            invalid(format!("`{name}`: {reason} ({value})"))
+        }
+        other => invalid(format!("`{name}`: {other}")),
     })
-}
-
-/// Checks a Redis URL's hosts and path for its kind: one host (plain Redis), or several with
-/// their ports (a cluster's nodes, the sentinels), a master's name behind Sentinel, no
-/// database but 0 on a cluster. Why not, for the error naming the URL.
-fn check_hosts(hosts: &str, path: &str, cluster: bool, sentinel: bool) -> Result<(), String> {
-    if hosts.is_empty() {
-        return Err("names no host".into());
-    }
-    if sentinel {
-        let master = path.trim_start_matches('/');
-        let master = master.split(['/', '?']).next().unwrap_or_default();
-        if master.is_empty() {
-            return Err(
-                "names no master: redis-sentinel://host:port,host:port/master_name[/db]".into(),
-            );
-        }
-    }
-    if cluster || sentinel {
-        if cluster && !path.is_empty() && path != "/" {
-            return Err("a Redis Cluster has only database 0: no /db".into());
-        }
-        for node in hosts.split(',') {
-            let port = node.rsplit_once(':').map(|(_, p)| p);
-            if !port.is_some_and(|p| p.parse::<u16>().is_ok_and(|p| p > 0)) {
-                return Err(format!(
-                    "`{node}` needs a port (host:port, separated by commas)"
-                ));
-            }
-        }
-    } else if hosts.contains(',') {
-        return Err("redis:// and rediss:// name one server; use redis-cluster://h1:p1,h2:p2 for a cluster, redis-sentinel://s1:p1,s2:p2/master behind Sentinel".into());
-    }
-    Ok(())
-}
-
-/// `text` with every byte but RFC 3986's unreserved characters percent-encoded, as user
-/// information in a URL must be.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -204,7 +58,7 @@ mod tests {
             password_env: password_env.map(str::to_string),
             ..StoreConfig::default()
         };
-        StoreUrl::from_config(&config, |name| {
+        from_config(&config, |name| {
             env.iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
@@ -239,7 +93,13 @@ mod tests {
         );
         assert!(!format!("{u:?}").contains("sent1nel"));
         let u = url("rediss-cluster://h1:1,h2:2", None, &env).unwrap();
-        assert!(matches!(u, StoreUrl::Redis { cluster: true, .. }));
+        assert!(matches!(
+            u,
+            StoreUrl::Redis {
+                topology: floodgate::store::Topology::Cluster,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -268,14 +128,9 @@ mod tests {
                 "rediss-sentinel://:hunter2@h:1,h2/m",
                 None,
                 "store.url",
-                "`h2` needs a port",
+                "`h2` in",
             ),
-            (
-                "redis-cluster://h1:1,h2",
-                None,
-                "store.url",
-                "`h2` needs a port",
-            ),
+            ("redis-cluster://h1:1,h2", None, "store.url", "`h2` in"),
             ("redis://h1:1,h2:2", None, "store.url", "redis-cluster://"),
             ("redis://", None, "store.url", "no host"),
             (
@@ -294,9 +149,7 @@ mod tests {
             nodes: 0,
             ..StoreConfig::default()
         };
-        let e = StoreUrl::from_config(&config, |_| None)
-            .unwrap_err()
-            .to_string();
+        let e = from_config(&config, |_| None).unwrap_err().to_string();
         assert!(e.contains("store.nodes") && e.contains('0'), "{e}");
         assert_eq!(url("memory", None, &[]).unwrap(), StoreUrl::Memory);
         let socket = url("unix:///run/redis.sock?pass=hunter2", None, &[]).unwrap();

@@ -15,7 +15,9 @@
 pub mod claims;
 pub mod profile;
 pub mod share;
+mod table;
 
 pub use claims::{Claim, ClaimStep, ClaimTerms, Claimed, Claims};
 pub use profile::Profile;
 pub use share::{divide, Group};
+pub use table::ClaimsTable;

@@ -30,6 +30,7 @@ mod any;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod cached;
+mod capabilities;
 pub mod chain;
 pub mod claims;
 mod key;
@@ -40,12 +41,17 @@ mod namespace;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod shard_lock;
+pub mod url;
 pub mod word;
 
 pub use any::AnyStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use any::UpstreamCounters;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
+pub use capabilities::Capabilities;
 pub use chain::{Link, Linked};
 pub use claims::Namespaces;
 pub use key::{Key, OwnedKey};
@@ -55,6 +61,7 @@ pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisStore, RedisStoreBuilder};
+pub use url::{redacted, StoreUrl, Topology};
 pub use word::{WordState, WordStore};
 
 /// One operation of a batch given to [`Store::apply_many`].

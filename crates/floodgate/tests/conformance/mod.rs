@@ -18,8 +18,8 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
 use floodgate::store::redis::{redis_key, RedisStoreBuilder};
-use floodgate::store::{MemoryStore, Store};
-use floodgate::{LeaseId, ManualClock, Nanos, Op, OpKind};
+use floodgate::store::{Capabilities, MemoryStore, Store};
+use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, OpKind, StoreError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -515,5 +515,79 @@ pub fn quota_claims_agree_with_their_rust_model(rt: &tokio::runtime::Runtime, ur
                 Ok(())
             },
         )
+        .unwrap();
+}
+
+/// The suite every store runs, whatever it is: for random algorithms (every family), keys
+/// and operations at the instants of one manual clock, moving forward, a store that
+/// [runs](Capabilities::runs) the algorithm decides exactly as the memory store does, and a
+/// store that does not refuses every operation with [`StoreError::NotOnStore`] or
+/// [`StoreError::Unsupported`] before anything is applied (and keeps refusing: a refusal
+/// changes no state). `make` builds the store under test on `clock`; `rt` runs it.
+/// `FLOODGATE_CASES=<n>` runs more cases.
+pub fn store_agrees_with_the_memory_store<S>(
+    rt: &tokio::runtime::Runtime,
+    clock: &ManualClock,
+    store: &S,
+) where
+    S: Store<str, AnyAlgorithm> + Capabilities,
+{
+    let memory = MemoryStore::builder().clock(clock.clone()).build().unwrap();
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("FLOODGATE_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(128),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let every_family = prop_oneof![
+        4 => algorithm(),
+        1 => sliding_window(),
+        1 => smooth(),
+        1 => (1u64..30, window()).prop_map(|(limit, window)| {
+            SlidingLog::new(limit, Duration::from_nanos(window)).unwrap().into()
+        }),
+    ];
+    runner
+        .run(&(every_family, ops()), |(algorithm, ops)| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let key = format!("generic-conformance:{}:{n}", std::process::id());
+            let runs = store.runs(&algorithm);
+            let mut now = clock.now().0;
+            for (i, (step_us, op)) in ops.into_iter().enumerate() {
+                now = now.saturating_add(step_us.unsigned_abs() * 1000);
+                clock.set(Nanos(now));
+                let op = op_for(&algorithm, op);
+                let got = rt.block_on(store.apply(&algorithm, key.as_str(), op));
+                if runs.is_err() {
+                    prop_assert!(
+                        matches!(
+                            got,
+                            Err(StoreError::NotOnStore { .. } | StoreError::Unsupported { .. })
+                        ),
+                        "the {} store refuses {:?} ({:?}) but answered {:?}",
+                        store.kind(),
+                        algorithm,
+                        runs,
+                        got
+                    );
+                    continue;
+                }
+                let expected = rt.block_on(memory.apply(&algorithm, key.as_str(), op));
+                prop_assert_eq!(
+                    got,
+                    expected,
+                    "the {} store on {:?}, op {} at {} ns: {:?}",
+                    store.kind(),
+                    algorithm,
+                    i,
+                    now,
+                    op
+                );
+            }
+            Ok(())
+        })
         .unwrap();
 }

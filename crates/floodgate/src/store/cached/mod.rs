@@ -102,6 +102,7 @@ use super::{Key, LocalStore, MemoryStore, Overflow, RedisStore, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
+mod capabilities;
 mod entry;
 mod sync;
 

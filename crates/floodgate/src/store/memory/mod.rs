@@ -42,6 +42,7 @@ use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
 #[cfg(feature = "redis")]
+mod capabilities;
 mod entry;
 
 /// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
@@ -178,6 +179,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             per_shard,
             overflow: self.overflow,
             namespaces: super::Namespaces::new(),
+            quota: crate::quota::ClaimsTable::new(),
         })
     }
 }
@@ -195,6 +197,8 @@ pub struct MemoryStore<K = Key, S = AnyState, C = CoarseClock> {
     per_shard: usize,
     overflow: Overflow,
     namespaces: super::Namespaces,
+    /// The claims on shared limits (the Rate Limit Quota Service's), kept beside the keys.
+    quota: crate::quota::ClaimsTable,
 }
 
 // Each shard on its own cache line, so that two threads on two shards never share one.
@@ -252,6 +256,11 @@ impl<K: Hash + Eq, S, C: Clock> MemoryStore<K, S, C> {
     /// The store's clock.
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+
+    /// The claims on shared limits this store keeps (see [`crate::quota`]).
+    pub fn quota_claims(&self) -> &crate::quota::ClaimsTable {
+        &self.quota
     }
 
     #[inline]

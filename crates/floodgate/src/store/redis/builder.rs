@@ -184,6 +184,18 @@ impl RedisStoreBuilder {
                  connection: from async code (#[tokio::main]), or within Runtime::enter",
             ));
         }
+        // The one parser of store URLs checks it first, so that a URL the service accepts
+        // and one this builder accepts are the same URLs.
+        match crate::store::StoreUrl::parse(&self.url)? {
+            crate::store::StoreUrl::Redis { .. } => {}
+            other => {
+                return Err(ConfigError::invalid(
+                    "url",
+                    other.shown(),
+                    "names another store than Redis",
+                ))
+            }
+        }
         let connection = Connection::new(&self.url, self.timeout, self.connect_timeout, tls)?;
         let nodes = connection
             .is_cluster()

@@ -303,6 +303,7 @@ mod batching;
 mod breaker;
 mod builder;
 mod call;
+mod capabilities;
 mod chain;
 mod connection;
 mod counters;

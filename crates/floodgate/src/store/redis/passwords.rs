@@ -1,44 +1,9 @@
-//! Passwords in store URLs: shown as `***` wherever a URL is printed, and scrubbed from every
-//! error message the client gives, so that they never reach a log or a response.
+//! Passwords in Redis URLs, scrubbed from every error message the client gives, so that they
+//! never reach a log or a response (URLs themselves are shown by the one redactor,
+//! [`crate::store::url::redacted`]).
 
-/// The query parameters that hold a password (a unix socket URL's `pass`, a sentinel URL's
-/// `sentinel_pass`).
-const SECRET_PARAMETERS: [&str; 3] = ["pass", "password", "sentinel_pass"];
-
-/// `url`'s query with the values of [`SECRET_PARAMETERS`] replaced by `***`.
-fn redacted_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if SECRET_PARAMETERS.contains(&name) => format!("{name}=***"),
-            _ => pair.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-/// `url` with the password of its user information (`redis://user:password@host`, or
-/// `redis://:password@host`) and of its query (`?pass=…`) replaced by `***`, for errors and
-/// logs: secrets never leave.
-pub fn redacted(url: &str) -> String {
-    if let Some((before, query)) = url.split_once('?') {
-        return format!("{}?{}", redacted(before), redacted_query(query));
-    }
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            let password = if user_info.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{password}@{host}{path}")
-        }
-        None => url.to_string(),
-    }
-}
+use crate::store::url::is_secret_parameter;
+pub use crate::store::url::redacted;
 
 /// The passwords in `url`'s user information (`scheme://[user]:password@…`) and query
 /// (`?pass=…`), as written and percent-decoded; empty when there is none.
@@ -47,7 +12,7 @@ pub(super) fn secrets(url: &str) -> Vec<String> {
         let mut found = secrets(before);
         for pair in query.split('&') {
             if let Some((name, value)) = pair.split_once('=') {
-                if SECRET_PARAMETERS.contains(&name) && !value.is_empty() {
+                if is_secret_parameter(name) && !value.is_empty() {
                     found.push(value.to_string());
                     let decoded = percent_decoded(value);
                     if decoded != value {

@@ -1,10 +1,17 @@
 //! [`AnyStore`]: a store chosen at run time.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Link, Linked, MemoryStore, Namespaces, Request, Store};
+#[cfg(feature = "redis")]
+mod counters;
+#[cfg(feature = "redis")]
+pub use counters::UpstreamCounters;
+
+use super::{Capabilities, Link, Linked, MemoryStore, Namespaces, Request, Store, StoreUrl};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::{ConfigError, Decision, Op, StoreError};
+use crate::quota::{ClaimStep, ClaimTerms, Claimed};
+use crate::{ConfigError, Decision, Nanos, Op, StoreError};
 
 #[cfg(feature = "redis")]
 use super::{CachedStore, RedisStore};
@@ -44,48 +51,60 @@ pub enum AnyStore {
     Cached(CachedStore),
 }
 
-/// The URL schemes [`AnyStore::from_url`] hands to [`RedisStore`].
-const REDIS_SCHEMES: [&str; 7] = [
-    "redis://",
-    "rediss://",
-    "redis-cluster://",
-    "rediss-cluster://",
-    "redis-sentinel://",
-    "rediss-sentinel://",
-    "unix://",
-];
-
 impl AnyStore {
     /// A new memory store with the default bound ([`MemoryStore::new`]).
     pub fn memory() -> AnyStore {
         AnyStore::Memory(Arc::new(MemoryStore::new()))
     }
 
-    /// The store `url` names: `memory` (or `memory://`) for a new memory store; a Redis URL
-    /// (`redis://`, `rediss://`, `redis[s]-cluster://`, `redis[s]-sentinel://`, `unix://`)
-    /// for a [`RedisStore`] with its defaults, which needs the `redis` feature and must be
-    /// built inside a Tokio runtime. Anything else is a [`ConfigError`] for field `url`
-    /// (with the password, if any, masked).
+    /// The store `url` names ([`StoreUrl::parse`], the one parser of store URLs): `memory`
+    /// (or `memory://`) for a new memory store; a Redis URL (`redis://`, `rediss://`,
+    /// `unix://`, `redis[s]-cluster://`, `redis[s]-sentinel://`) for a [`RedisStore`] with its
+    /// defaults, which needs the `redis` feature and must be built inside a Tokio runtime.
+    /// Anything else, or a store whose feature is not built, is a [`ConfigError`] for field
+    /// `url` (with the password, if any, masked).
     pub fn from_url(url: &str) -> Result<AnyStore, ConfigError> {
-        if url == "memory" || url == "memory://" {
-            return Ok(AnyStore::memory());
-        }
-        if REDIS_SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
+        let parsed = StoreUrl::parse(url)?;
+        let not_built = |reason| Err(ConfigError::invalid("url", parsed.shown(), reason));
+        match &parsed {
+            StoreUrl::Memory => Ok(AnyStore::memory()),
             #[cfg(feature = "redis")]
-            return Ok(AnyStore::Redis(RedisStore::builder(url).build()?));
+            StoreUrl::Redis { url, .. } => Ok(AnyStore::Redis(RedisStore::builder(url).build()?)),
             #[cfg(not(feature = "redis"))]
-            return Err(ConfigError::invalid(
-                "url",
-                masked(url),
-                "a Redis store needs the `redis` feature of floodgate-core",
-            ));
+            StoreUrl::Redis { .. } => {
+                not_built("a Redis store needs the `redis` feature of floodgate-core")
+            }
+            StoreUrl::Memcached { .. } => {
+                not_built("a memcached store needs the `memcached` feature of floodgate-core")
+            }
+            StoreUrl::File { .. } => {
+                not_built("the durable file store needs the `file` feature of floodgate-core")
+            }
         }
-        Err(ConfigError::invalid(
-            "url",
-            masked(url),
-            "must be `memory` or a Redis URL (redis://, rediss://, redis-cluster://, \
-             redis-sentinel://, unix://)",
-        ))
+    }
+
+    /// Applies `links` as one atomic step ([`Store::apply_chain`] of a store that
+    /// [chains atomically](Capabilities::chains_atomically)): on this store, or, for a cached
+    /// store, whose own chains go one link at a time, on the Redis it syncs with. A store that
+    /// cannot is refused with [`StoreError::NotOnStore`] before anything is applied.
+    pub async fn apply_chain_atomically(
+        &self,
+        links: &[Link<'_, str, AnyAlgorithm>],
+    ) -> Result<Vec<Linked>, StoreError> {
+        #[cfg(feature = "redis")]
+        if let AnyStore::Cached(cached) = self {
+            return Box::pin(cached.redis().apply_chain(links)).await;
+        }
+        if !self.chains_atomically() {
+            return Err(StoreError::NotOnStore {
+                store: self.kind(),
+                algorithm: links.first().map_or("chain", |l| {
+                    crate::algorithm::Algorithm::name(l.request.algorithm)
+                }),
+                reason: "it does not run a chain of links as one atomic step",
+            });
+        }
+        self.apply_chain(links).await
     }
 
     /// The memory store, if this is one.
@@ -109,6 +128,14 @@ impl AnyStore {
         }
     }
 
+    /// The state of the store's circuit breaker (a Redis store's, or the one a cached store
+    /// syncs with); `None` for a store in this process, which has none.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn breaker_state(&self) -> Option<crate::store::redis::BreakerState> {
+        self.redis().map(RedisStore::breaker_state)
+    }
+
     /// The cached store, if this is one.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -117,20 +144,6 @@ impl AnyStore {
             AnyStore::Cached(store) => Some(store),
             _ => None,
         }
-    }
-}
-
-/// `url` with the password of its user information, if any, replaced by `***`.
-fn masked(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((user_info, hosts)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match user_info.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{hosts}"),
-        None => format!("{scheme}://***@{hosts}"),
     }
 }
 
@@ -188,6 +201,56 @@ macro_rules! each_boxed {
             AnyStore::Cached($store) => Box::pin($call).await,
         }
     };
+}
+
+/// Every question of the port is the held store's own: adding a store is a variant and its
+/// arm in `each!`.
+impl Capabilities for AnyStore {
+    fn kind(&self) -> &'static str {
+        each!(self, s => Capabilities::kind(s))
+    }
+
+    fn runs(&self, algorithm: &AnyAlgorithm) -> Result<(), StoreError> {
+        each!(self, s => Capabilities::runs(s, algorithm))
+    }
+
+    fn takes_refunds(&self, algorithm: &AnyAlgorithm) -> bool {
+        each!(self, s => Capabilities::takes_refunds(s, algorithm))
+    }
+
+    fn is_shared(&self) -> bool {
+        each!(self, s => Capabilities::is_shared(s))
+    }
+
+    fn chains_atomically(&self) -> bool {
+        each!(self, s => Capabilities::chains_atomically(s))
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        each_boxed!(self, s => Capabilities::probe(s))
+    }
+
+    async fn shared_secret(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<Option<String>, StoreError> {
+        each_boxed!(self, s => Capabilities::shared_secret(s, key, candidate))
+    }
+
+    async fn claim(
+        &self,
+        limit: &str,
+        step: ClaimStep<'_>,
+        terms: &ClaimTerms,
+        now: Nanos,
+    ) -> Result<Claimed, StoreError> {
+        each_boxed!(self, s => Capabilities::claim(s, limit, step, terms, now))
+    }
+
+    fn sweep_claims(&self, now: Nanos, idle: Duration) {
+        each!(self, s => Capabilities::sweep_claims(s, now, idle))
+    }
 }
 
 impl Store<str, AnyAlgorithm> for AnyStore {
