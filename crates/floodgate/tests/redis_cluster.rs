@@ -55,6 +55,10 @@ fn lua_twins_agree_with_the_memory_store_on_a_cluster() {
     conformance::long_fixed_windows_agree_at_their_boundaries(&rt, &cluster.url());
     // And the claims on shared limits (the Rate Limit Quota Service's shares).
     conformance::quota_claims_agree_with_their_rust_model(&rt, &cluster.url());
+    // And the suite every store runs.
+    let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &cluster.url(), &clock);
+    conformance::store_agrees_with_the_memory_store(&rt, &clock, &store);
 }
 
 /// A user's keys under several namespaces share a node; different users spread over nodes;

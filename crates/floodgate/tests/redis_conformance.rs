@@ -29,6 +29,17 @@ fn lua_twins_agree_with_the_memory_store() {
     conformance::lua_twins_agree_with_the_memory_store(&rt, &server.url(), raw);
 }
 
+/// The suite every store runs (`conformance::store_agrees_with_the_memory_store`): what the
+/// store runs, it decides as the memory store; what it does not, it refuses.
+#[test]
+fn the_store_conformance_suite_passes() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let clock = ManualClock::new(Nanos(START));
+    let store = store_on_clock(&rt, &server.url(), &clock);
+    conformance::store_agrees_with_the_memory_store(&rt, &clock, &store);
+}
+
 /// The claims on a shared limit (the Rate Limit Quota Service's shares): the Lua twin answers
 /// as `floodgate::quota::Claims::apply` does.
 #[test]
