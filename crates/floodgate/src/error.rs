@@ -110,129 +110,86 @@ pub enum StoreError {
     Protocol(String),
     /// The store answered the call with an error instead of running it: a replica that takes
     /// no writes, a server out of memory, one that stopped writes after a failed save, a user
-    /// without the permission, … ([`Refusal`] names which). It is a failure of the store, not
-    /// of one key: the same call fails for every key until the store (or the settings) change.
-    #[error("the store refused the call ({}): {message}; {}", .refusal.code(), .refusal.hint())]
+    /// without the permission, … ([`Rejection`] classifies it, as the store that answered
+    /// reads its answer). It is a failure of the store, not of one key: the same call fails
+    /// for every key until the store (or the settings) change.
+    #[error("the store refused the call ({code}): {message}")]
     Rejected {
-        /// Which error the store answered.
-        refusal: Refusal,
-        /// The store's own words, with any password scrubbed.
+        /// What kind of rejection it is, whatever the store.
+        rejection: Rejection,
+        /// The store's own name for it (Redis's error code: `READONLY`, `OOM`, …).
+        code: &'static str,
+        /// The store's own words, with any password scrubbed, and what to do about it.
         message: String,
     },
 }
 
-/// The error a store server answers instead of running a call, by its code (Redis's error
-/// prefixes): what [`StoreError::Rejected`] carries, so that an operator sees *why* a store
-/// that answers does not decide.
+/// Why a store server that answers does not run a call, classified by the store that got the
+/// answer (the Redis store from its error codes): what [`StoreError::Rejected`] carries, so
+/// that an operator sees *why*, and metrics count it under one name whatever the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Refusal {
-    /// `READONLY`: the server is a replica, and replicas take no writes (a failover demoted
-    /// it, or the URL names a replica).
+pub enum Rejection {
+    /// The server is a replica, and replicas take no writes (a failover demoted it, or the
+    /// URL names a replica).
     ReadOnly,
-    /// `OOM`: the server reached `maxmemory` and its policy evicts nothing (`noeviction`).
+    /// The server is out of memory and evicts nothing to make room.
     OutOfMemory,
-    /// `MISCONF`: the server stopped taking writes after failing to save to disk
-    /// (`stop-writes-on-bgsave-error`).
+    /// The server stopped taking writes after failing to save to disk.
     WritesStopped,
-    /// `NOPERM`: the user may not run a command, or touch a key, that the call needs.
+    /// The user may not run a command, or touch a key, that the call needs.
     NoPermission,
-    /// `BUSY`: a script has run past the server's time limit and blocks every other call.
+    /// The server is blocked by a long-running call (a script past its time limit).
     Busy,
-    /// `CROSSSLOT`: on a cluster, one call touched keys of several slots.
+    /// One call touched keys that live on different servers of a cluster.
     CrossSlot,
-    /// `NOSCRIPT` even after the script was sent by its source.
+    /// The server keeps no script, even when sent one.
     NoScript,
-    /// `LOADING`: the server is loading its data set after a restart.
+    /// The server is loading its data set after a restart.
     Loading,
-    /// `MASTERDOWN`: a replica that lost its master and serves no stale data.
+    /// A replica that lost its master and serves no stale data.
     MasterDown,
-    /// `CLUSTERDOWN`: the cluster is down (a slot has no master).
+    /// The cluster is down: part of the key space has no server.
     ClusterDown,
-    /// `TRYAGAIN`: a slot is being moved, and the call was refused for the time being.
+    /// Keys are being moved between servers, and the call was refused for the time being.
     TryAgain,
     /// Any other error answer (a script error, an unknown command, …).
     Other,
 }
 
-impl Refusal {
-    /// Every refusal, in the order metrics list them.
-    pub const ALL: [Refusal; 12] = [
-        Refusal::ReadOnly,
-        Refusal::OutOfMemory,
-        Refusal::WritesStopped,
-        Refusal::NoPermission,
-        Refusal::Busy,
-        Refusal::CrossSlot,
-        Refusal::NoScript,
-        Refusal::Loading,
-        Refusal::MasterDown,
-        Refusal::ClusterDown,
-        Refusal::TryAgain,
-        Refusal::Other,
+impl Rejection {
+    /// Every rejection, in the order metrics list them.
+    pub const ALL: [Rejection; 12] = [
+        Rejection::ReadOnly,
+        Rejection::OutOfMemory,
+        Rejection::WritesStopped,
+        Rejection::NoPermission,
+        Rejection::Busy,
+        Rejection::CrossSlot,
+        Rejection::NoScript,
+        Rejection::Loading,
+        Rejection::MasterDown,
+        Rejection::ClusterDown,
+        Rejection::TryAgain,
+        Rejection::Other,
     ];
 
-    /// The refusal an error answer's code (`READONLY`, `OOM`, …) stands for; any code not
-    /// listed is [`Refusal::Other`].
-    pub fn from_code(code: &str) -> Refusal {
-        Refusal::ALL
-            .into_iter()
-            .find(|r| *r != Refusal::Other && r.code() == code)
-            .unwrap_or(Refusal::Other)
-    }
-
-    /// The error code the store answers with (`ERR` for [`Refusal::Other`]).
-    pub fn code(self) -> &'static str {
-        match self {
-            Refusal::ReadOnly => "READONLY",
-            Refusal::OutOfMemory => "OOM",
-            Refusal::WritesStopped => "MISCONF",
-            Refusal::NoPermission => "NOPERM",
-            Refusal::Busy => "BUSY",
-            Refusal::CrossSlot => "CROSSSLOT",
-            Refusal::NoScript => "NOSCRIPT",
-            Refusal::Loading => "LOADING",
-            Refusal::MasterDown => "MASTERDOWN",
-            Refusal::ClusterDown => "CLUSTERDOWN",
-            Refusal::TryAgain => "TRYAGAIN",
-            Refusal::Other => "ERR",
-        }
-    }
-
-    /// Its name in metrics and logs: the code in lower case (`readonly`, `oom`, …), and
-    /// `error_reply` for [`Refusal::Other`].
+    /// Its name in metrics and logs (`readonly`, `oom`, `misconf`, `noperm`, …; `error_reply`
+    /// for [`Rejection::Other`]): Redis's codes in lower case, the first store that had them.
     pub fn name(self) -> &'static str {
         match self {
-            Refusal::ReadOnly => "readonly",
-            Refusal::OutOfMemory => "oom",
-            Refusal::WritesStopped => "misconf",
-            Refusal::NoPermission => "noperm",
-            Refusal::Busy => "busy",
-            Refusal::CrossSlot => "crossslot",
-            Refusal::NoScript => "noscript",
-            Refusal::Loading => "loading",
-            Refusal::MasterDown => "masterdown",
-            Refusal::ClusterDown => "clusterdown",
-            Refusal::TryAgain => "tryagain",
-            Refusal::Other => "error_reply",
-        }
-    }
-
-    /// What the refusal means and what to do about it, in a few words.
-    pub fn hint(self) -> &'static str {
-        match self {
-            Refusal::ReadOnly => "the server is a read-only replica: point the URL at the master (after a failover, the new one)",
-            Refusal::OutOfMemory => "the server is at maxmemory and evicts nothing: raise maxmemory or choose a maxmemory-policy that evicts",
-            Refusal::WritesStopped => "the server stopped writes after a failed save: fix its disk or persistence settings",
-            Refusal::NoPermission => "the user may not run a command or touch a key Floodgate needs (EVALSHA, EVAL, GET, SET, …): grant them in its ACL",
-            Refusal::Busy => "a script has run past the server's time limit and blocks every call until it ends (SCRIPT KILL)",
-            Refusal::CrossSlot => "one call touched keys of several cluster slots",
-            Refusal::NoScript => "the server keeps no script even when sent its source (is EVAL allowed?)",
-            Refusal::Loading => "the server is loading its data set after a restart",
-            Refusal::MasterDown => "the server is a replica that lost its master",
-            Refusal::ClusterDown => "the cluster is down: a slot has no master",
-            Refusal::TryAgain => "a cluster slot is being moved",
-            Refusal::Other => "the server answered an error",
+            Rejection::ReadOnly => "readonly",
+            Rejection::OutOfMemory => "oom",
+            Rejection::WritesStopped => "misconf",
+            Rejection::NoPermission => "noperm",
+            Rejection::Busy => "busy",
+            Rejection::CrossSlot => "crossslot",
+            Rejection::NoScript => "noscript",
+            Rejection::Loading => "loading",
+            Rejection::MasterDown => "masterdown",
+            Rejection::ClusterDown => "clusterdown",
+            Rejection::TryAgain => "tryagain",
+            Rejection::Other => "error_reply",
         }
     }
 
@@ -241,24 +198,24 @@ impl Refusal {
     pub fn is_transient(self) -> bool {
         matches!(
             self,
-            Refusal::ReadOnly
-                | Refusal::OutOfMemory
-                | Refusal::Busy
-                | Refusal::Loading
-                | Refusal::MasterDown
-                | Refusal::ClusterDown
-                | Refusal::TryAgain
+            Rejection::ReadOnly
+                | Rejection::OutOfMemory
+                | Rejection::Busy
+                | Rejection::Loading
+                | Rejection::MasterDown
+                | Rejection::ClusterDown
+                | Rejection::TryAgain
         )
     }
 }
 
 impl StoreError {
     /// Whether retrying the same call later may succeed by itself (connection and timeout
-    /// failures, and the refusals of [`Refusal::is_transient`]); authentication and protocol
+    /// failures, and the rejections of [`Rejection::is_transient`]); authentication and protocol
     /// failures need a change of settings first.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Rejected { refusal, .. } => refusal.is_transient(),
+            StoreError::Rejected { rejection, .. } => rejection.is_transient(),
             _ => matches!(
                 self,
                 StoreError::Unavailable(_)
@@ -292,15 +249,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_read_back_from_their_codes_and_have_distinct_names() {
-        for refusal in Refusal::ALL {
-            assert_eq!(Refusal::from_code(refusal.code()), refusal);
-            let same = Refusal::ALL.iter().filter(|r| r.name() == refusal.name());
-            assert_eq!(same.count(), 1, "{}", refusal.name());
+    fn rejections_have_distinct_names_and_say_the_stores_code() {
+        for rejection in Rejection::ALL {
+            let same = Rejection::ALL
+                .iter()
+                .filter(|r| r.name() == rejection.name());
+            assert_eq!(same.count(), 1, "{}", rejection.name());
         }
-        assert_eq!(Refusal::from_code("NEVERHEARDOF"), Refusal::Other);
         let e = StoreError::Rejected {
-            refusal: Refusal::ReadOnly,
+            rejection: Rejection::ReadOnly,
+            code: "READONLY",
             message: "You can't write against a read only replica.".into(),
         };
         assert!(e.is_store_failure() && e.is_transient());
@@ -308,7 +266,8 @@ mod tests {
             .to_string()
             .starts_with("the store refused the call (READONLY): You can't"));
         let e = StoreError::Rejected {
-            refusal: Refusal::NoPermission,
+            rejection: Rejection::NoPermission,
+            code: "NOPERM",
             message: String::new(),
         };
         assert!(e.is_store_failure() && !e.is_transient());

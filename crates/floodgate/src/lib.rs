@@ -52,7 +52,7 @@ mod sync;
 
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use decision::{Decision, LeaseId, Op, OpKind};
-pub use error::{ConfigError, Refusal, StoreError};
+pub use error::{ConfigError, StoreError};
 
 // The front door: what a first program names, without the module paths.
 pub use algorithm::fixed_window::FixedWindow;

@@ -484,7 +484,8 @@ fn a_paused_master_opens_only_its_own_breaker() {
 /// master does. It leaves no key behind on any master.
 #[test]
 fn the_probe_writes_on_every_master() {
-    use floodgate::{Refusal, StoreError};
+    use floodgate::store::Rejection;
+    use floodgate::StoreError;
     let cluster = RedisCluster::start(3, 0);
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
@@ -510,7 +511,7 @@ fn the_probe_writes_on_every_master() {
             matches!(
                 err,
                 StoreError::Rejected {
-                    refusal: Refusal::OutOfMemory,
+                    rejection: Rejection::OutOfMemory,
                     ..
                 }
             ),

@@ -1,5 +1,5 @@
 //! A single Redis demoted to a replica under the store (as a failover does to an old master):
-//! its `READONLY` answers are failures the breaker counts ([`Refusal::ReadOnly`]), and the
+//! its `READONLY` answers are failures the breaker counts ([`Rejection::ReadOnly`]), and the
 //! store remakes its connection, so that an address that now leads to the new master (a DNS
 //! name, a proxy) is followed; or keeps it, when told to as envoyproxy/ratelimit does. Against
 //! `redis-server` processes the tests start on free loopback ports, and a TCP proxy of the
@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
+use floodgate::store::Rejection;
 use floodgate::store::{RedisStore, Store};
-use floodgate::{ManualClock, Nanos, Refusal, StoreError};
+use floodgate::{ManualClock, Nanos, StoreError};
 use floodgate_redis_harness::RedisServer;
 
 mod redis_common;
@@ -76,7 +77,7 @@ fn a_demoted_master_is_a_link_failure_and_the_connection_is_remade() {
             assert!(
                 matches!(
                     &err,
-                    StoreError::Rejected { refusal: Refusal::ReadOnly, message }
+                    StoreError::Rejected { rejection: Rejection::ReadOnly, message, .. }
                         if message.contains("read only replica")
                 ),
                 "call {i}: {err}"
@@ -183,7 +184,7 @@ fn a_failover_behind_one_address_is_followed_unless_told_to_keep_the_connection(
                 matches!(
                     err,
                     StoreError::Rejected {
-                        refusal: Refusal::ReadOnly,
+                        rejection: Rejection::ReadOnly,
                         ..
                     }
                 ),
@@ -198,7 +199,7 @@ fn a_failover_behind_one_address_is_followed_unless_told_to_keep_the_connection(
                         break;
                     }
                     Err(StoreError::Rejected {
-                        refusal: Refusal::ReadOnly,
+                        rejection: Rejection::ReadOnly,
                         ..
                     }) => {}
                     Err(other) => panic!("{other}"),

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::store::redis::BreakerState;
-use floodgate::{Clock, Refusal, StoreError};
+use floodgate::store::Rejection;
+use floodgate::{Clock, StoreError};
 use serde::Serialize;
 
 /// The kinds of store errors counted apart.
@@ -40,8 +41,8 @@ pub enum ErrorKind {
     /// does not have, an unexpected reply).
     Protocol,
     /// The store answered with an error instead of running the call: a read-only replica,
-    /// out of memory, writes stopped, no permission, … (named by the [`Refusal`]).
-    Rejected(Refusal),
+    /// out of memory, writes stopped, no permission, … (named by the [`Rejection`]).
+    Rejected(Rejection),
     /// Any other failure of the store: a connection lost mid-call, a failover under way, or
     /// its breaker open.
     Unavailable,
@@ -57,18 +58,18 @@ impl ErrorKind {
         ErrorKind::Refused,
         ErrorKind::Auth,
         ErrorKind::Protocol,
-        ErrorKind::Rejected(Refusal::ReadOnly),
-        ErrorKind::Rejected(Refusal::OutOfMemory),
-        ErrorKind::Rejected(Refusal::WritesStopped),
-        ErrorKind::Rejected(Refusal::NoPermission),
-        ErrorKind::Rejected(Refusal::Busy),
-        ErrorKind::Rejected(Refusal::CrossSlot),
-        ErrorKind::Rejected(Refusal::NoScript),
-        ErrorKind::Rejected(Refusal::Loading),
-        ErrorKind::Rejected(Refusal::MasterDown),
-        ErrorKind::Rejected(Refusal::ClusterDown),
-        ErrorKind::Rejected(Refusal::TryAgain),
-        ErrorKind::Rejected(Refusal::Other),
+        ErrorKind::Rejected(Rejection::ReadOnly),
+        ErrorKind::Rejected(Rejection::OutOfMemory),
+        ErrorKind::Rejected(Rejection::WritesStopped),
+        ErrorKind::Rejected(Rejection::NoPermission),
+        ErrorKind::Rejected(Rejection::Busy),
+        ErrorKind::Rejected(Rejection::CrossSlot),
+        ErrorKind::Rejected(Rejection::NoScript),
+        ErrorKind::Rejected(Rejection::Loading),
+        ErrorKind::Rejected(Rejection::MasterDown),
+        ErrorKind::Rejected(Rejection::ClusterDown),
+        ErrorKind::Rejected(Rejection::TryAgain),
+        ErrorKind::Rejected(Rejection::Other),
         ErrorKind::Unavailable,
         ErrorKind::Other,
     ];
@@ -80,14 +81,14 @@ impl ErrorKind {
             StoreError::Refused(_) => ErrorKind::Refused,
             StoreError::Auth(_) => ErrorKind::Auth,
             StoreError::Protocol(_) => ErrorKind::Protocol,
-            StoreError::Rejected { refusal, .. } => ErrorKind::Rejected(*refusal),
+            StoreError::Rejected { rejection, .. } => ErrorKind::Rejected(*rejection),
             e if e.is_store_failure() => ErrorKind::Unavailable,
             _ => ErrorKind::Other,
         }
     }
 
     /// Its name in metrics, logs and `/readyz`: `timeout`, `refused`, `auth`, `protocol`, a
-    /// refusal's own ([`Refusal::name`]: `readonly`, `oom`, `misconf`, `noperm`, `busy`, …),
+    /// refusal's own ([`Rejection::name`]: `readonly`, `oom`, `misconf`, `noperm`, `busy`, …),
     /// `unavailable` or `other`.
     pub fn name(self) -> &'static str {
         match self {
@@ -95,7 +96,7 @@ impl ErrorKind {
             ErrorKind::Refused => "refused",
             ErrorKind::Auth => "auth",
             ErrorKind::Protocol => "protocol",
-            ErrorKind::Rejected(refusal) => refusal.name(),
+            ErrorKind::Rejected(rejection) => rejection.name(),
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Other => "other",
         }
@@ -486,17 +487,18 @@ mod tests {
         health.record_call::<()>(
             health.begin(),
             &Err(StoreError::Rejected {
-                refusal: Refusal::ReadOnly,
+                rejection: Rejection::ReadOnly,
+                code: "READONLY",
                 message: "You can't write against a read only replica.".into(),
             }),
             false,
         );
         assert_eq!(
             health.last_error(),
-            Some(ErrorKind::Rejected(Refusal::ReadOnly))
+            Some(ErrorKind::Rejected(Rejection::ReadOnly))
         );
-        assert_eq!(health.errors(ErrorKind::Rejected(Refusal::ReadOnly)), 1);
-        assert_eq!(ErrorKind::Rejected(Refusal::ReadOnly).name(), "readonly");
+        assert_eq!(health.errors(ErrorKind::Rejected(Rejection::ReadOnly)), 1);
+        assert_eq!(ErrorKind::Rejected(Rejection::ReadOnly).name(), "readonly");
         health.record(health.begin(), &Ok(()));
         assert_eq!(health.last_error(), None);
         // A refusal for one key says nothing of the store: the last outcome stays.

@@ -44,6 +44,7 @@ mod shard_lock;
 pub mod url;
 pub mod word;
 
+pub use crate::error::Rejection;
 pub use any::AnyStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

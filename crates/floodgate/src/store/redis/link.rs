@@ -12,11 +12,12 @@ use super::breaker::Breaker;
 use super::call::{Call, Script};
 use super::connection::Handle;
 use super::keys::{group_by_slot, Tagged};
+use super::rejections;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::Request;
-use crate::{Decision, Refusal, StoreError};
+use crate::{Decision, StoreError};
 
 /// A failed call: the error, and whether it is a link failure (a timeout, a connection error,
 /// or a sign that the topology is changing, which the breaker counts) rather than an answer
@@ -124,14 +125,19 @@ pub(super) fn classify(e: &RedisError) -> StoreError {
         // Any other error answer: the server is up but does not run the call.
         _ => match e.code() {
             Some(code) => {
-                let refusal = Refusal::from_code(code);
+                let (rejection, named) = rejections::of_code(code);
                 let detail = e.detail().unwrap_or_default();
-                let message = if refusal == Refusal::Other && code != refusal.code() {
-                    format!("{code} {detail}")
+                let hint = rejections::hint(rejection);
+                let message = if code != named {
+                    format!("{code} {detail}; {hint}")
                 } else {
-                    detail.to_owned()
+                    format!("{detail}; {hint}")
                 };
-                StoreError::Rejected { refusal, message }
+                StoreError::Rejected {
+                    rejection,
+                    code: named,
+                    message,
+                }
             }
             None => StoreError::Unavailable(e.to_string()),
         },
@@ -492,8 +498,13 @@ impl Inner {
             StoreError::Refused(message) => StoreError::Refused(self.scrubbed(message)),
             StoreError::Auth(message) => StoreError::Auth(self.scrubbed(message)),
             StoreError::Protocol(message) => StoreError::Protocol(self.scrubbed(message)),
-            StoreError::Rejected { refusal, message } => StoreError::Rejected {
-                refusal,
+            StoreError::Rejected {
+                rejection,
+                code,
+                message,
+            } => StoreError::Rejected {
+                rejection,
+                code,
                 message: self.scrubbed(message),
             },
             other => other,
@@ -533,32 +544,37 @@ mod tests {
 
     #[test]
     fn every_error_answer_is_a_rejection_named_by_its_code_and_counted_by_the_breaker() {
-        for (code, refusal) in [
-            ("READONLY", Refusal::ReadOnly),
-            ("OOM", Refusal::OutOfMemory),
-            ("MISCONF", Refusal::WritesStopped),
-            ("NOPERM", Refusal::NoPermission),
-            ("BUSY", Refusal::Busy),
-            ("CROSSSLOT", Refusal::CrossSlot),
-            ("NOSCRIPT", Refusal::NoScript),
-            ("LOADING", Refusal::Loading),
-            ("ERR", Refusal::Other),
-            ("SOMETHINGNEW", Refusal::Other),
+        use crate::store::Rejection;
+        for (code, rejection) in [
+            ("READONLY", Rejection::ReadOnly),
+            ("OOM", Rejection::OutOfMemory),
+            ("MISCONF", Rejection::WritesStopped),
+            ("NOPERM", Rejection::NoPermission),
+            ("BUSY", Rejection::Busy),
+            ("CROSSSLOT", Rejection::CrossSlot),
+            ("NOSCRIPT", Rejection::NoScript),
+            ("LOADING", Rejection::Loading),
+            ("ERR", Rejection::Other),
+            ("SOMETHINGNEW", Rejection::Other),
         ] {
             let failed = Failed::from(answered(code, "the server's words"));
             assert!(failed.link, "{code}: the breaker counts it");
             match &failed.error {
                 StoreError::Rejected {
-                    refusal: r,
+                    rejection: r,
+                    code: named,
                     message,
                 } => {
-                    assert_eq!(*r, refusal, "{code}");
+                    assert_eq!(*r, rejection, "{code}");
+                    let hint = rejections::hint(rejection);
                     let expected = if code == "SOMETHINGNEW" {
-                        "SOMETHINGNEW the server's words"
+                        assert_eq!(*named, "ERR");
+                        format!("SOMETHINGNEW the server's words; {hint}")
                     } else {
-                        "the server's words"
+                        assert_eq!(*named, code);
+                        format!("the server's words; {hint}")
                     };
-                    assert_eq!(message, expected);
+                    assert_eq!(message, &expected);
                 }
                 other => panic!("{code}: {other}"),
             }

@@ -143,7 +143,7 @@
 //! Every call is bounded by the store's timeout (50 ms by default,
 //! [`RedisStoreBuilder::timeout`]) and then fails with [`StoreError::Timeout`]; a refused
 //! connection is [`StoreError::Refused`], and a Redis that answers a call with an error
-//! instead of running it is [`StoreError::Rejected`], naming the error ([`crate::Refusal`]:
+//! instead of running it is [`StoreError::Rejected`], naming the error ([`crate::store::Rejection`]:
 //! `READONLY` from a replica, `OOM` at `maxmemory` with `noeviction`, `MISCONF` after a failed
 //! save, `NOPERM`, `BUSY`, …). Such a Redis answers, but decides nothing: every one of those
 //! errors is a failure of the store, counted by the breaker, and [`RedisStore::probe`] runs
@@ -314,6 +314,7 @@ mod nodes;
 mod passwords;
 mod quota_claims;
 mod redirect;
+mod rejections;
 mod reply;
 mod sentinel;
 mod server_stats;
