@@ -134,7 +134,7 @@ mod tests {
     fn each_written_key_is_drained_once_with_its_latest_state() {
         let s = store(10, true);
         for (key, cost) in [("a", 1), ("b", 2), ("a", 3), ("c", 0)] {
-            s.apply_now(&Count, key, Op::Check { cost }).unwrap();
+            let _ = s.apply_now(&Count, key, Op::Check { cost }).unwrap();
         }
         // "c" stayed fresh and was never stored.
         assert_eq!(
@@ -142,16 +142,16 @@ mod tests {
             [("a".to_string(), Some(4)), ("b".to_string(), Some(2))]
         );
         assert_eq!(drained(&s), []);
-        s.apply_now(&Count, "b", Op::Check { cost: 1 }).unwrap();
+        let _ = s.apply_now(&Count, "b", Op::Check { cost: 1 }).unwrap();
         assert_eq!(drained(&s), [("b".to_string(), Some(3))]);
     }
 
     #[test]
     fn a_key_the_bound_forgets_is_drained_as_gone() {
         let s = store(1, true);
-        s.apply_now(&Count, "a", Op::Check { cost: 1 }).unwrap();
+        let _ = s.apply_now(&Count, "a", Op::Check { cost: 1 }).unwrap();
         drained(&s);
-        s.apply_now(&Count, "b", Op::Check { cost: 1 }).unwrap();
+        let _ = s.apply_now(&Count, "b", Op::Check { cost: 1 }).unwrap();
         assert_eq!(
             drained(&s),
             [("a".to_string(), None), ("b".to_string(), Some(1))]
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn untracked_stores_note_nothing_and_loading_notes_nothing() {
         let s = store(10, false);
-        s.apply_now(&Count, "a", Op::Check { cost: 1 }).unwrap();
+        let _ = s.apply_now(&Count, "a", Op::Check { cost: 1 }).unwrap();
         assert_eq!(drained(&s), []);
         let t = store(1, true);
         assert!(t.load("x", 7));
