@@ -73,7 +73,7 @@ fn op_for(a: &AnyAlgorithm, i: u64) -> Op {
         } else {
             Op::Acquire {
                 lease,
-                critical: i % 2 == 0,
+                critical: i.is_multiple_of(2),
             }
         }
     } else {
@@ -160,7 +160,10 @@ fn two_records() -> (Vec<u8>, usize) {
     (bytes, second)
 }
 
-fn keys(bytes: &[u8]) -> Result<(Vec<String>, Option<usize>), (usize, &'static str)> {
+/// The keys read, and where a torn tail began; or where and why the bytes are corrupt.
+type Read = Result<(Vec<String>, Option<usize>), (usize, &'static str)>;
+
+fn keys(bytes: &[u8]) -> Read {
     let mut at = HEADER_LEN;
     let mut out = Vec::new();
     loop {
