@@ -173,6 +173,13 @@ impl Journal {
         Ok(())
     }
 
+    /// Swaps the journal's file handle for `file` (tests: a read-only handle makes every write
+    /// fail), returning the one it had.
+    #[cfg(test)]
+    pub(super) fn swap_file(&mut self, file: File) -> File {
+        std::mem::replace(&mut self.file, file)
+    }
+
     /// Whether the journal has grown past `limit` bytes.
     pub(super) fn is_over(&self, limit: u64) -> bool {
         self.durable_len > limit

@@ -137,12 +137,9 @@ impl Inner {
     /// Stops the syncer, then, if `graceful`, writes the final snapshot; releases the lock.
     /// Only the first call does anything.
     fn shut(&self, graceful: bool) {
-        let syncer = self
-            .syncer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(syncer) = syncer {
+        // Held to the end, so that a second caller finds the store closed, never half closed.
+        let mut syncer = self.syncer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(syncer) = syncer.take() {
             syncer.stop();
         }
         if self.core.closed.swap(true, Ordering::AcqRel) {
@@ -265,6 +262,12 @@ impl FileStore {
     #[cfg(test)]
     fn memory(&self) -> &Memory {
         &self.inner.core.memory
+    }
+
+    /// Runs `f` on the journal's writer (tests of failing writes).
+    #[cfg(test)]
+    fn with_journal<R>(&self, f: impl FnOnce(&mut Journal) -> R) -> R {
+        f(&mut self.inner.core.journal.lock().unwrap())
     }
 }
 

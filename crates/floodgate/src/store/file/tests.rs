@@ -394,6 +394,42 @@ fn a_journal_older_than_its_snapshot_is_ignored_and_a_newer_one_refused() {
     );
 }
 
+#[test]
+fn a_failed_commit_is_reported_and_written_again_by_the_next() {
+    let dir = tempdir();
+    let clock = ManualClock::new(Nanos::from_secs(1_000));
+    let a: AnyAlgorithm = FixedWindow::new(100, Duration::from_secs(3_600))
+        .unwrap()
+        .into();
+    let store = open(dir.path(), &clock);
+    let _ = poll_ready(store.apply(&a, "k", Op::Check { cost: 1 })).unwrap();
+    store.sync().unwrap();
+    let read_only = std::fs::File::open(dir.path().join("journal")).unwrap();
+    let writable = store.with_journal(|j| j.swap_file(read_only));
+    let _ = poll_ready(store.apply(&a, "k", Op::Check { cost: 2 })).unwrap();
+    let _ = poll_ready(store.apply(&a, "j", Op::Check { cost: 5 })).unwrap();
+    let e = store.sync().unwrap_err();
+    assert!(e.to_string().contains("journal"), "{e}");
+    assert!(poll_ready(store.probe()).is_err());
+    let stats = store.journal_stats();
+    assert_eq!((stats.failures, stats.pending_records), (1, 2), "{stats:?}");
+    assert!(stats.last_error.unwrap().contains("journal"));
+    // Decisions go on in memory meanwhile.
+    assert!(
+        poll_ready(store.apply(&a, "k", Op::Check { cost: 1 }))
+            .unwrap()
+            .allowed
+    );
+    store.with_journal(|j| j.swap_file(writable));
+    store.sync().unwrap();
+    poll_ready(store.probe()).unwrap();
+    assert_eq!(store.journal_stats().last_error, None);
+    let last = contents(&store);
+    store.crash();
+    drop(store);
+    assert_eq!(contents(&open(dir.path(), &clock)), last);
+}
+
 /// A fresh directory, removed at the end of the test.
 fn tempdir() -> TempDir {
     TempDir::new()
