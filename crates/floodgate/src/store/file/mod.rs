@@ -35,6 +35,11 @@
 //!   reservation) of the dead process keeps its place until the expiry its state holds, then
 //!   frees. A wall clock stepped backwards across the restart looks, to every algorithm, like
 //!   time standing still until it catches up.
+//! - Parameters may change across a restart (a state remembers the parameters it was applied
+//!   with, and each algorithm adapts as it does for a hot reload). An *algorithm* may not
+//!   change under a namespace: a key holding another algorithm's state is refused with
+//!   [`StoreError::StateConflict`], as in any store, and here it survives the restart. Give a
+//!   stage whose algorithm changes a new namespace, or start from an empty directory.
 //! - If writing fails (a full disk, say), decisions go on in memory, the failed group is
 //!   written again at the next commit, and [`FileStore::probe`] and
 //!   [`FileStore::journal_stats`] say so until a commit succeeds.

@@ -22,9 +22,11 @@ use super::codec;
 pub(super) const HEADER_LEN: usize = 24;
 /// The current format version of both files.
 pub(super) const FORMAT_VERSION: u16 = 1;
-/// The longest payload a record may declare (a lease set of about 600,000 leases): a longer
-/// length is taken as corruption, not as a torn tail.
-pub(super) const MAX_RECORD: u32 = 16 << 20;
+/// The longest payload a record may declare, 1 GiB (a sliding log of 67 million entries, a
+/// lease set of 43 million leases: far beyond any state a memory store holds for one key): a
+/// longer length is taken as corruption, not as a torn tail, so that a length field damaged
+/// in the middle of a journal is not mistaken for the end of it.
+pub(super) const MAX_RECORD: u32 = 1 << 30;
 
 /// Which of the store's two files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
