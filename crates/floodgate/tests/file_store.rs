@@ -15,6 +15,12 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{FileStore, FileStoreError, Link, Linked, Request, Store};
 use floodgate::{FixedWindow, Gcra, LeaseId, ManualClock, Nanos, Op, TokenBucket};
 
+// The suite every store runs lives with the Redis tests' helpers, which need the `redis` feature.
+#[cfg(feature = "redis")]
+mod conformance;
+#[cfg(feature = "redis")]
+mod redis_common;
+
 const T0: Nanos = Nanos(1_700_000_000_000_000_000);
 const LIMIT: u64 = 1_000_000;
 const CHILD_DIR: &str = "FLOODGATE_FILE_STORE_CHILD_DIR";
@@ -346,6 +352,20 @@ fn journal_stats_and_probe_follow_the_commits() {
     // Nothing changed: a commit writes nothing.
     store.sync().unwrap();
     assert_eq!(store.journal_stats().syncs, after.syncs);
+}
+
+/// The suite every store runs (`conformance::store_agrees_with_the_memory_store`): the file
+/// store decides as the memory store does, for every algorithm family.
+#[cfg(feature = "redis")]
+#[test]
+fn the_store_conformance_suite_passes() {
+    use floodgate::store::Capabilities;
+    let dir = TempDir::new("conformance");
+    let clock = ManualClock::new(Nanos(redis_common::START));
+    let store = open(dir.path(), &clock);
+    assert_eq!(store.kind(), "file");
+    assert!(!store.is_shared() && store.chains_atomically());
+    conformance::store_agrees_with_the_memory_store(&redis_common::runtime(), &clock, &store);
 }
 
 /// A directory under the system's temporary one, removed on drop.

@@ -58,6 +58,7 @@ use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::{Clock, Decision, Op, StoreError};
 
 mod builder;
+mod capabilities;
 mod codec;
 mod error;
 mod journal;

@@ -41,10 +41,10 @@ use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
 
+mod capabilities;
 #[cfg(feature = "file")]
 mod changes;
 #[cfg(feature = "redis")]
-mod capabilities;
 mod entry;
 
 /// What the memory store does with a new key when its shard is full of live (non-fresh) keys.
