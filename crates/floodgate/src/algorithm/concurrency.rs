@@ -595,5 +595,7 @@ macro_rules! lease_algorithm {
 lease_algorithm!(Concurrency, "concurrency");
 lease_algorithm!(Fleet, "fleet");
 
+#[cfg(feature = "file")]
+mod parts;
 #[cfg(test)]
 mod tests;

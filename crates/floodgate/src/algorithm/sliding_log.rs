@@ -250,6 +250,9 @@ impl Algorithm for SlidingLog {
     }
 }
 
+#[cfg(feature = "file")]
+mod parts;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -731,5 +731,7 @@ impl Algorithm for SlidingWindow {
     }
 }
 
+#[cfg(feature = "file")]
+pub(crate) mod parts;
 #[cfg(test)]
 mod tests;

@@ -136,6 +136,8 @@ use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
 #[cfg(test)]
 mod guava_cases;
+#[cfg(feature = "file")]
+mod parts;
 #[cfg(test)]
 mod tests;
 

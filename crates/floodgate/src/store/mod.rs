@@ -33,6 +33,9 @@ pub mod cached;
 mod capabilities;
 pub mod chain;
 pub mod claims;
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub mod file;
 mod key;
 mod local;
 mod memory;
@@ -55,6 +58,9 @@ pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use capabilities::Capabilities;
 pub use chain::{Link, Linked};
 pub use claims::Namespaces;
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub use file::{FileStore, FileStoreBuilder, FileStoreError, JournalStats};
 pub use key::{Key, OwnedKey};
 pub use local::LocalStore;
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
