@@ -81,6 +81,14 @@ impl ServiceStore {
         ServiceStore::from_config_with(config, Arc::new(SystemClock::new()), |b| b)
     }
 
+    /// The store `config` names, for `check-config`: every setting checked as
+    /// [`ServiceStore::from_config`] checks it, but a durable file store's directory is not
+    /// opened (a running `serve` holds it): a memory store answers in its place, which runs
+    /// what the file store runs, as the file store (it is one, journaled).
+    pub fn for_check(config: &StoreConfig) -> Result<ServiceStore, ConfigFileError> {
+        ServiceStore::open(config, Arc::new(SystemClock::new()), |b| b, false)
+    }
+
     /// [`ServiceStore::from_config`] with `clock` timing the bounded logging, and `tune`
     /// applied to a Redis store's builder after the configured settings (an explicit clock and
     /// a `min_ttl` for replays).
@@ -88,6 +96,15 @@ impl ServiceStore {
         config: &StoreConfig,
         clock: Arc<dyn Clock>,
         tune: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+    ) -> Result<ServiceStore, ConfigFileError> {
+        ServiceStore::open(config, clock, tune, true)
+    }
+
+    fn open(
+        config: &StoreConfig,
+        clock: Arc<dyn Clock>,
+        tune: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+        open_files: bool,
     ) -> Result<ServiceStore, ConfigFileError> {
         // A password named by `password_env` is read through the one reader of the process's
         // environment.
@@ -114,7 +131,8 @@ impl ServiceStore {
                     }
                 }
             }
-            StoreUrl::Memcached { .. } | StoreUrl::File { .. } => {
+            StoreUrl::File { dir } => (file_store(dir, config, open_files)?, None),
+            StoreUrl::Memcached { .. } => {
                 return Err(ConfigFileError::invalid(
                     "store.url",
                     format!(
@@ -135,9 +153,13 @@ impl ServiceStore {
                 ));
             }
         }
+        let journaled = matches!(url, StoreUrl::File { .. });
         if config.mode == StoreMode::Exact {
             for (field, set) in [
-                ("store.sync_interval", config.sync_interval.is_some()),
+                (
+                    "store.sync_interval",
+                    config.sync_interval.is_some() && !journaled,
+                ),
                 ("store.max_view_age", config.max_view_age.is_some()),
                 ("store.load_budget", config.load_budget.is_some()),
             ] {
@@ -442,6 +464,38 @@ impl ServiceStore {
         self.health.record_call(call, &result, wrote);
         result
     }
+}
+
+/// The durable file store in `dir`, its journal synced every `store.sync_interval` (default
+/// 1 s), bounded like the memory store by `store.max_keys` and `store.overflow`; opened when
+/// `open` (else its settings are checked, and a memory store answers in its place).
+fn file_store(
+    dir: &std::path::Path,
+    config: &StoreConfig,
+    open: bool,
+) -> Result<AnyStore, ConfigFileError> {
+    let mut builder = floodgate::store::FileStore::builder(dir)
+        .max_keys(config.max_keys)
+        .overflow(config.overflow.into());
+    if let Some(interval) = config.sync_interval {
+        builder = builder.sync_interval(interval.0);
+    }
+    builder
+        .check()
+        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    if !open {
+        let memory = MemoryStore::builder()
+            .max_keys(config.max_keys)
+            .overflow(config.overflow.into())
+            .build()
+            .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+        return Ok(AnyStore::from(memory));
+    }
+    let store = builder.build().map_err(|e| match e.config_error() {
+        Some(config) => ConfigFileError::from_config_error("store", config.clone()),
+        None => ConfigFileError::invalid("store.url", e.to_string()),
+    })?;
+    Ok(AnyStore::from(store))
 }
 
 /// Cached mode over `redis` with `config`'s settings, its sync loop started on the current

@@ -156,7 +156,7 @@ pub fn check(args: &CheckArgs, env: Environment) -> Result<Checked, CheckError> 
         .build()
         .map_err(CheckError::Runtime)?;
     let _context = runtime.enter();
-    let store = ServiceStore::from_config(&config.store)?;
+    let store = ServiceStore::for_check(&config.store)?;
     let clock = Arc::new(floodgate::CoarseClock::shared());
     let served = config.build(store.clone(), clock)?;
     store.check(&served).map_err(|e| config.place(e))?;

@@ -313,6 +313,7 @@ pub fn redacted(url: &str) -> String {
 }
 
 /// Whether `name` is a query parameter that holds a password.
+#[cfg(feature = "redis")]
 pub(crate) fn is_secret_parameter(name: &str) -> bool {
     SECRET_PARAMETERS.contains(&name)
 }

@@ -49,6 +49,10 @@ pub enum AnyStore {
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     Cached(CachedStore),
+    /// The durable embedded store: the memory store, journaled to a directory.
+    #[cfg(feature = "file")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+    File(super::FileStore),
 }
 
 impl AnyStore {
@@ -77,6 +81,19 @@ impl AnyStore {
             StoreUrl::Memcached { .. } => {
                 not_built("a memcached store needs the `memcached` feature of floodgate-core")
             }
+            #[cfg(feature = "file")]
+            StoreUrl::File { dir } => super::FileStore::builder(dir)
+                .build()
+                .map(AnyStore::File)
+                .map_err(|e| match e.config_error() {
+                    Some(config) => config.clone(),
+                    None => ConfigError::invalid(
+                        "url",
+                        parsed.shown(),
+                        "the directory cannot be opened as a store",
+                    ),
+                }),
+            #[cfg(not(feature = "file"))]
             StoreUrl::File { .. } => {
                 not_built("the durable file store needs the `file` feature of floodgate-core")
             }
@@ -111,7 +128,7 @@ impl AnyStore {
     pub fn as_memory(&self) -> Option<&Arc<MemoryStore>> {
         match self {
             AnyStore::Memory(store) => Some(store),
-            #[cfg(feature = "redis")]
+            #[cfg(any(feature = "redis", feature = "file"))]
             _ => None,
         }
     }
@@ -122,9 +139,9 @@ impl AnyStore {
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(&self) -> Option<&RedisStore> {
         match self {
-            AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store),
             AnyStore::Cached(store) => Some(store.redis()),
+            _ => None,
         }
     }
 
@@ -173,6 +190,13 @@ impl From<CachedStore> for AnyStore {
     }
 }
 
+#[cfg(feature = "file")]
+impl From<super::FileStore> for AnyStore {
+    fn from(store: super::FileStore) -> Self {
+        AnyStore::File(store)
+    }
+}
+
 /// `$call` on whichever store `$self` holds.
 macro_rules! each {
     ($self:expr, $store:ident => $call:expr) => {
@@ -182,6 +206,8 @@ macro_rules! each {
             AnyStore::Redis($store) => $call,
             #[cfg(feature = "redis")]
             AnyStore::Cached($store) => $call,
+            #[cfg(feature = "file")]
+            AnyStore::File($store) => $call,
         }
     };
 }
@@ -199,6 +225,9 @@ macro_rules! each_boxed {
             AnyStore::Redis($store) => Box::pin($call).await,
             #[cfg(feature = "redis")]
             AnyStore::Cached($store) => Box::pin($call).await,
+            // Decided in memory at once, as the memory store's: no box.
+            #[cfg(feature = "file")]
+            AnyStore::File($store) => $call.await,
         }
     };
 }
@@ -291,7 +320,9 @@ impl Store<str, AnyAlgorithm> for AnyStore {
             (AnyStore::Redis(a), AnyStore::Redis(b)) => a.same_store(b),
             #[cfg(feature = "redis")]
             (AnyStore::Cached(a), AnyStore::Cached(b)) => a.same_store(b),
-            #[cfg(feature = "redis")]
+            #[cfg(feature = "file")]
+            (AnyStore::File(a), AnyStore::File(b)) => a.same_store(b),
+            #[cfg(any(feature = "redis", feature = "file"))]
             _ => false,
         }
     }

@@ -102,6 +102,12 @@ impl FileStoreBuilder {
         self
     }
 
+    /// Checks the settings without opening anything (what `check-config` asks, while a
+    /// running process may hold the directory).
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.validate()
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if self.dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid(
