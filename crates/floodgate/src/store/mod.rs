@@ -28,10 +28,13 @@ use crate::{Decision, Op, StoreError};
 
 mod any;
 #[cfg(feature = "redis")]
+mod breaker;
+#[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod cached;
 pub mod chain;
 pub mod claims;
+mod counters;
 mod key;
 mod local;
 mod memory;
@@ -44,10 +47,13 @@ pub mod word;
 
 pub use any::AnyStore;
 #[cfg(feature = "redis")]
+pub use breaker::BreakerState;
+#[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use chain::{Link, Linked};
 pub use claims::Namespaces;
+pub use counters::CounterIncrement;
 pub use key::{Key, OwnedKey};
 pub use local::LocalStore;
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
