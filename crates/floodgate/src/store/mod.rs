@@ -27,7 +27,7 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
 mod any;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 mod breaker;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -37,6 +37,9 @@ pub mod claims;
 mod counters;
 mod key;
 mod local;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub mod memcached;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
@@ -46,7 +49,7 @@ mod shard_lock;
 pub mod word;
 
 pub use any::AnyStore;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 pub use breaker::BreakerState;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -56,6 +59,9 @@ pub use claims::Namespaces;
 pub use counters::CounterIncrement;
 pub use key::{Key, OwnedKey};
 pub use local::LocalStore;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use memcached::{MemcachedStore, MemcachedStoreBuilder};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]
