@@ -86,10 +86,20 @@ impl MemcachedServer {
         }
     }
 
-    /// Pauses the process (SIGSTOP): connections are still accepted by the kernel, nothing
-    /// is answered.
+    /// Pauses the process (SIGSTOP) and waits until every one of its threads has stopped (a
+    /// signal is delivered after `kill` returns, and a thread may answer one more command
+    /// meanwhile): from then on connections are still accepted by the kernel, and nothing is
+    /// answered.
     pub fn pause(&self) {
         self.signal("STOP");
+        let pid = self.child.as_ref().expect("running").id();
+        for _ in 0..5_000 {
+            if all_stopped(pid) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("memcached {pid} did not stop within 5 s");
     }
 
     /// Resumes a paused process (SIGCONT).
@@ -181,6 +191,24 @@ impl MemcachedServer {
         }
         false
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/PID/task/*/stat`;
+/// off Linux, where there is no `/proc`, the signal is taken as delivered).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            // The state follows the command name, which is in parentheses.
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_owned())
+            })
+            .is_some_and(|rest| rest.starts_with('T') || rest.starts_with('t'))
+    })
 }
 
 impl Drop for MemcachedServer {

@@ -168,3 +168,45 @@ fn one_server_down_fails_only_its_keys() {
     assert_eq!(states[1], (b.address(), BreakerState::Closed));
     assert_eq!(store.breaker_state(), BreakerState::Open);
 }
+
+/// A server restarted while the store keeps idle connections to its old process: the first
+/// call after it is back succeeds (the closed connections are dropped, not used).
+#[test]
+fn a_restarted_server_is_used_at_once() {
+    let mut server = MemcachedServer::start();
+    let rt = runtime();
+    let clock = clock_at_now();
+    let store = {
+        let _guard = rt.enter();
+        MemcachedStore::builder(vec![server.address()])
+            .timeout(Duration::from_secs(2))
+            .max_idle(4)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let fw: AnyAlgorithm = FixedWindow::new(100, Duration::from_secs(3600))
+        .unwrap()
+        .into();
+    rt.block_on(async {
+        // Four calls at once leave four idle connections.
+        let calls = (0..4).map(|i| store.apply(&fw, ["a", "b", "c", "d"][i], check(1)));
+        for d in futures_util::future::join_all(calls).await {
+            assert!(d.unwrap().allowed);
+        }
+    });
+    server.kill();
+    server.restart();
+    rt.block_on(async {
+        for _ in 0..4 {
+            let d = store.apply(&fw, "a", check(1)).await.unwrap();
+            // The restarted server is empty: the count starts again.
+            assert_eq!(d.remaining, 99);
+            let back = store
+                .apply(&fw, "a", floodgate::Op::Refund { cost: 1 })
+                .await;
+            assert!(back.unwrap().allowed);
+        }
+    });
+    assert_eq!(store.breaker_state(), BreakerState::Closed);
+}

@@ -1,18 +1,23 @@
 //! One memcached server as the store uses it: a small pool of connections (at most `max_idle`
 //! kept idle between calls, upstream's `MEMCACHE_MAX_IDLE_CONNS`; more are opened while calls
-//! overlap, and closed after them), a circuit breaker of its own, and [`Server::exchange`]:
-//! several commands written in one write (pipelined), their replies read in order.
+//! overlap, and closed after them), circuit breakers of its own (the decisions', the claims'),
+//! and [`Server::exchange`]: several commands written in one write (pipelined), their replies
+//! read in order.
 //!
 //! Bounds: opening a connection (TCP, then the TLS handshake) takes at most the connect
 //! timeout; the commands and replies at most what is left of the call's deadline. A connection
 //! that failed or timed out is closed, never reused (a late reply would answer the wrong
-//! command). Link failures (refused, reset, timed out) count toward the server's breaker; an
+//! command), and so are the idle ones then (opened before, they most likely fail too); an idle
+//! connection the server has closed (it was killed or restarted) is dropped before it is used.
+//! Link failures (refused, reset, timed out) count toward the server's breaker; an
 //! answer, even `SERVER_ERROR`, does not.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -49,6 +54,16 @@ impl ReplySource for Conn {
         }
         block.truncate(len);
         Ok(block)
+    }
+}
+
+impl Conn {
+    /// Whether the server has closed this connection, or sent what nothing asked for: one
+    /// poll of the socket, which an open, quiet connection answers with `Pending`.
+    fn ended(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let ready = std::pin::Pin::new(&mut self.0).poll_fill_buf(&mut cx);
+        ready.is_ready()
     }
 }
 
@@ -165,7 +180,7 @@ impl Server {
         settings: &LinkSettings,
         deadline: Deadline,
     ) -> Result<Vec<Reply>, StoreError> {
-        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
+        let pooled = self.pooled();
         let (mut conn, at) = match pooled {
             Some(conn) => (conn, deadline.at),
             None => {
@@ -196,8 +211,14 @@ impl Server {
             Ok::<_, ReadError>(replies)
         };
         let replies = match tokio::time::timeout_at(at, talk).await {
-            Err(_) => return Err(StoreError::Timeout(deadline.budget)),
-            Ok(Err(ReadError::Link(e))) => return Err(self.lost(&e)),
+            Err(_) => {
+                self.close_idle();
+                return Err(StoreError::Timeout(deadline.budget));
+            }
+            Ok(Err(ReadError::Link(e))) => {
+                self.close_idle();
+                return Err(self.lost(&e));
+            }
             Ok(Err(ReadError::Protocol(e))) => return Err(e),
             Ok(Ok(replies)) => replies,
         };
@@ -242,7 +263,21 @@ impl Server {
         ))
     }
 
-    /// Closes every idle connection (the server left the list).
+    /// An idle connection the server has not closed, if there is one. A server that went
+    /// away (killed, restarted) has closed its end: its connections read as ended (or hold
+    /// bytes no command asked for), and are dropped here rather than fail a call.
+    fn pooled(&self) -> Option<Conn> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(mut conn) = idle.pop() {
+            if !conn.ended() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Closes every idle connection: the server left the list, or a connection to it just
+    /// failed (the others, opened before, most likely fail too).
     pub(crate) fn close_idle(&self) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.clear();
