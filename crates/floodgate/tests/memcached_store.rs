@@ -230,7 +230,7 @@ fn other_algorithms_are_refused_before_anything_is_sent() {
                     ..
                 })
             ));
-            assert!(!live.takes_refunds(other));
+            assert!(!live.takes_refunds(other) && !live.supports(other));
             let batch = [
                 Request {
                     algorithm: &fw,
@@ -263,7 +263,7 @@ fn other_algorithms_are_refused_before_anything_is_sent() {
                 op: OpKind::Reserve
             })
         ));
-        assert!(live.runs(&fw).is_ok() && live.takes_refunds(&fw));
+        assert!(live.runs(&fw).is_ok() && live.takes_refunds(&fw) && live.takes_charges(&fw));
     });
     assert_eq!(
         server.get(&format!("mixed:{}", clock.now().0 / 60_000_000_000)),

@@ -138,6 +138,17 @@ impl MemcachedStore {
         matches!(algorithm, AnyAlgorithm::FixedWindow(_))
     }
 
+    /// Whether this store counts units past the limit ([`Op::Charge`]) under `algorithm`: the
+    /// fixed window does (`incr` with nothing given back); nothing else runs here.
+    pub fn takes_charges(&self, algorithm: &AnyAlgorithm) -> bool {
+        matches!(algorithm, AnyAlgorithm::FixedWindow(_))
+    }
+
+    /// Whether this store can run `algorithm` at all: [`MemcachedStore::runs`] as a `bool`.
+    pub fn supports(&self, algorithm: &AnyAlgorithm) -> bool {
+        self.runs(algorithm).is_ok()
+    }
+
     /// Each server (`host:port`, in order) and where its breaker stands.
     pub fn server_breakers(&self) -> Vec<(String, BreakerState)> {
         let clock = &*self.inner.clock.0;
