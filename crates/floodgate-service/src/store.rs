@@ -132,16 +132,24 @@ impl ServiceStore {
                 }
             }
             StoreUrl::File { dir } => (file_store(dir, config, open_files)?, None),
-            StoreUrl::Memcached { .. } => {
-                return Err(ConfigFileError::invalid(
-                    "store.url",
-                    format!(
-                        "`{}`: this store is not built into this binary",
-                        url.shown()
-                    ),
-                ))
-            }
+            StoreUrl::Memcached { servers } => (memcached(servers, config, clock.clone())?, None),
         };
+        if !matches!(url, StoreUrl::Memcached { .. }) {
+            for (field, set) in [
+                (
+                    "store.max_idle_connections",
+                    config.max_idle_connections.is_some(),
+                ),
+                ("store.tls", config.tls),
+            ] {
+                if set {
+                    return Err(ConfigFileError::invalid(
+                        field,
+                        "only a memcached store takes it (store.url: memcache://host:port)",
+                    ));
+                }
+            }
+        }
         for (field, value) in [
             ("store.startup_retry_first", config.startup_retry_first),
             ("store.startup_retry_max", config.startup_retry_max),
@@ -170,7 +178,7 @@ impl ServiceStore {
                     ));
                 }
             }
-        } else if matches!(url, StoreUrl::Memory) {
+        } else if !matches!(url, StoreUrl::Redis { .. }) {
             return Err(ConfigFileError::invalid(
                 "store.mode",
                 "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
@@ -464,6 +472,84 @@ impl ServiceStore {
         self.health.record_call(call, &result, wrote);
         result
     }
+}
+
+/// A memcached store over `servers` with `config`'s timeouts, breaker, idle connections and
+/// TLS, checked.
+fn memcached(
+    servers: &[String],
+    config: &StoreConfig,
+    _clock: Arc<dyn Clock>,
+) -> Result<AnyStore, ConfigFileError> {
+    let mut builder = floodgate::store::MemcachedStore::builder(servers.to_vec());
+    for (field, value) in [
+        ("store.timeout", config.timeout),
+        ("store.connect_timeout", config.connect_timeout),
+    ] {
+        if value.is_some_and(|t| t.0.is_zero()) {
+            return Err(ConfigFileError::invalid(
+                field,
+                "invalid value 0s (must be above 0)",
+            ));
+        }
+    }
+    if let Some(timeout) = config.timeout {
+        builder = builder.timeout(timeout.0);
+    }
+    if let Some(timeout) = config.connect_timeout {
+        builder = builder.connect_timeout(timeout.0);
+    }
+    if let Some(breaker) = config.breaker {
+        if breaker.threshold > 0 && breaker.cool_down.0.is_zero() {
+            return Err(ConfigFileError::invalid(
+                "store.breaker.cool_down",
+                "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
+            ));
+        }
+        builder = builder.breaker(breaker.threshold, breaker.cool_down.0);
+    }
+    if let Some(idle) = config.max_idle_connections {
+        if idle == 0 {
+            return Err(ConfigFileError::invalid(
+                "store.max_idle_connections",
+                "invalid value 0 (at least 1)",
+            ));
+        }
+        builder = builder.max_idle(idle);
+    }
+    let tls_files = config.tls_ca_file.is_some() || config.tls_client_cert_file.is_some();
+    if tls_files && !config.tls {
+        return Err(ConfigFileError::invalid(
+            "store.tls",
+            "the TLS files of a memcached store need store.tls: true",
+        ));
+    }
+    builder = builder
+        .tls(config.tls)
+        .tls_skip_hostname_verification(config.tls_skip_hostname_verification);
+    if let Some(ca) = &config.tls_ca_file {
+        builder = builder.tls_ca_file(ca);
+    }
+    match (&config.tls_client_cert_file, &config.tls_client_key_file) {
+        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(ConfigFileError::invalid(
+                "store.tls_client_key_file",
+                "missing: tls_client_cert_file needs its key",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigFileError::invalid(
+                "store.tls_client_cert_file",
+                "missing: tls_client_key_file needs its certificate",
+            ))
+        }
+    }
+    let store = builder
+        .build()
+        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    Ok(AnyStore::from(store))
 }
 
 /// The durable file store in `dir`, its journal synced every `store.sync_interval` (default

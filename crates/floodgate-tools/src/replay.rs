@@ -207,7 +207,7 @@ pub fn run(args: &Args) -> Result<(), ReplayError> {
         title: "floodgate replay".into(),
         details: vec![
             ("trace".into(), "standard input".into()),
-            ("store".into(), floodgate::store::redis::redacted(store)),
+            ("store".into(), floodgate::store::redacted(store)),
         ],
         limiters: vec![LimiterRun {
             name: named.name,

@@ -1,4 +1,5 @@
-//! Test support for Floodgate's Redis tests: a `redis-server` process of the test's own, on a
+//! Test support for Floodgate's Redis and memcached tests (a `memcached` process of the
+//! test's own: [`MemcachedServer`]): a `redis-server` process of the test's own, on a
 //! free loopback port, with nothing saved to disk (`--save "" --appendonly no`), killed when
 //! dropped. Tests never use (or flush) a Redis they did not start, such as a machine's shared
 //! one on port 6379.
@@ -16,9 +17,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 mod cluster;
+mod memcached;
 mod sentinel;
 mod tls;
 pub use cluster::{ClusterNode, RedisCluster};
+pub use memcached::MemcachedServer;
 pub use sentinel::{RedisSentinels, SentinelOptions};
 pub use tls::{Issued, TestCa};
 

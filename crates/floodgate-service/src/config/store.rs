@@ -146,6 +146,14 @@ pub struct StoreConfig {
     /// (`REDIS_PERSECOND_URL`), with the same settings as the main one.
     #[serde(default)]
     pub per_second_url: Option<String>,
+    /// A memcached store's idle connections kept per server (at least 1; default 2;
+    /// envoyproxy/ratelimit's `MEMCACHE_MAX_IDLE_CONNS`).
+    #[serde(default)]
+    pub max_idle_connections: Option<usize>,
+    /// A memcached store: connect with TLS (`MEMCACHE_TLS`), trusting `tls_ca_file` (or the
+    /// system's CAs) and presenting `tls_client_cert_file` if set (default false).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// How the Envoy rules' fixed windows are kept in Redis (see [`StoreConfig::layout`]).
@@ -269,6 +277,8 @@ impl Default for StoreConfig {
             over_limit_cache_bytes: 0,
             per_second_url: None,
             start_without: false,
+            max_idle_connections: None,
+            tls: false,
         }
     }
 }

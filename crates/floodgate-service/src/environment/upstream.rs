@@ -112,7 +112,7 @@ impl std::fmt::Debug for Redis {
         f.debug_struct("Redis")
             .field("unix", &self.unix)
             .field("kind", &self.kind)
-            .field("url", &floodgate::store::redis::redacted(&self.url))
+            .field("url", &floodgate::store::redacted(&self.url))
             .field("auth", &self.auth.as_ref().map(|_| "***"))
             .field("sentinel_auth", &self.sentinel_auth.as_ref().map(|_| "***"))
             .field("tls", &self.tls)
@@ -133,6 +133,74 @@ pub struct RedisTls {
     pub client_key: Option<PathBuf>,
     /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`: check the chain, not the name.
     pub skip_hostname_verification: bool,
+}
+
+/// memcached as the store (`BACKEND_TYPE=memcache`, `MEMCACHE_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Memcache {
+    /// `MEMCACHE_HOST_PORT`: the servers, `host:port` separated by commas, in the order that
+    /// decides which holds a key (gomemcache's).
+    pub servers: Vec<String>,
+    /// `MEMCACHE_MAX_IDLE_CONNS` (default 2).
+    pub max_idle: usize,
+    /// `MEMCACHE_TLS` (default false).
+    pub tls: bool,
+    /// `MEMCACHE_TLS_CACERT`, `MEMCACHE_TLS_CLIENT_CERT`, `MEMCACHE_TLS_CLIENT_KEY`,
+    /// `MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION`.
+    pub tls_files: RedisTls,
+}
+
+impl Memcache {
+    /// The memcache variables, when `BACKEND_TYPE=memcache`: `MEMCACHE_HOST_PORT` is needed
+    /// (DNS SRV discovery, `MEMCACHE_SRV`, is refused: it is not built).
+    fn read(env: &Environment) -> Result<Option<Memcache>, UpstreamError> {
+        let memcache = env
+            .string("BACKEND_TYPE")
+            .is_some_and(|b| b.eq_ignore_ascii_case("memcache"));
+        if !memcache {
+            return Ok(None);
+        }
+        if env.string("MEMCACHE_SRV").is_some_and(|s| !s.is_empty()) {
+            return Err(refused(
+                "MEMCACHE_SRV",
+                "DNS SRV discovery of memcached servers is not built: list them in MEMCACHE_HOST_PORT",
+            ));
+        }
+        let servers: Vec<String> = env
+            .string("MEMCACHE_HOST_PORT")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if servers.is_empty() {
+            return Err(refused(
+                "MEMCACHE_HOST_PORT",
+                "BACKEND_TYPE=memcache needs the servers, host:port separated by commas",
+            ));
+        }
+        let max_idle: usize = env.int_or("MEMCACHE_MAX_IDLE_CONNS", 2)?;
+        if max_idle == 0 {
+            return Err(refused("MEMCACHE_MAX_IDLE_CONNS", "`0`: at least 1"));
+        }
+        let tls_files = RedisTls {
+            ca_file: path(env, "MEMCACHE_TLS_CACERT"),
+            client_cert: path(env, "MEMCACHE_TLS_CLIENT_CERT"),
+            client_key: path(env, "MEMCACHE_TLS_CLIENT_KEY"),
+            skip_hostname_verification: env
+                .bool_or("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+        };
+        key_pair(
+            ("MEMCACHE_TLS_CLIENT_CERT", &tls_files.client_cert),
+            ("MEMCACHE_TLS_CLIENT_KEY", &tls_files.client_key),
+        )?;
+        Ok(Some(Memcache {
+            servers,
+            max_idle,
+            tls: env.bool_or("MEMCACHE_TLS", false)?,
+            tls_files,
+        }))
+    }
 }
 
 /// Starting up against Redis (`REDIS_STARTUP_*`).
@@ -227,6 +295,8 @@ pub struct Upstream {
     pub redis: Redis,
     /// The per-second Redis (`REDIS_PERSECOND=true`).
     pub per_second: Option<Redis>,
+    /// memcached instead of Redis (`BACKEND_TYPE=memcache`).
+    pub memcache: Option<Memcache>,
     /// TLS to Redis.
     pub redis_tls: RedisTls,
     /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`, when set: whether a `READONLY` answer
@@ -351,6 +421,7 @@ impl Upstream {
             None
         };
         let redis_tls = RedisTls::read(env)?;
+        let memcache = Memcache::read(env)?;
         let close_connection_on_readonly = env.bool("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR")?;
         let startup = Startup::read(env)?;
         let behaviour = Behaviour::read(env)?;
@@ -369,6 +440,7 @@ impl Upstream {
             runtime,
             redis,
             per_second,
+            memcache,
             redis_tls,
             close_connection_on_readonly,
             startup,
@@ -397,11 +469,11 @@ fn check_supported(env: &Environment) -> Result<(), UpstreamError> {
         .map(str::to_ascii_lowercase)
         .as_deref()
     {
-        None | Some("") | Some("redis") => {}
+        None | Some("") | Some("redis") | Some("memcache") => {}
         Some(other) => {
             return Err(refused(
                 "BACKEND_TYPE",
-                format!("`{other}`: only redis is supported (Floodgate has no memcache store)"),
+                format!("`{other}`: redis or memcache"),
             ))
         }
     }

@@ -256,13 +256,28 @@ impl Startup {
         } else if let Some(url) = self.env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) {
             Some(url.to_string())
         } else {
-            self.upstream.as_ref().map(|up| store_url(&up.redis))
+            self.upstream.as_ref().map(|up| match &up.memcache {
+                Some(memcache) => format!("memcache://{}", memcache.servers.join(",")),
+                None => store_url(&up.redis),
+            })
+        };
+        let upstream_tls = |up: &Upstream| match &up.memcache {
+            Some(memcache) => memcache.tls_files.clone(),
+            None => up.redis_tls.clone(),
         };
         let tls_ca = (!writes("store.tls_ca_file"))
-            .then(|| self.upstream.as_ref()?.redis_tls.ca_file.clone())
+            .then(|| upstream_tls(self.upstream.as_ref()?).ca_file)
             .flatten();
         if let Some(up) = &self.upstream {
-            let tls = &up.redis_tls;
+            let tls = &upstream_tls(up);
+            if let Some(memcache) = &up.memcache {
+                if !writes("store.max_idle_connections") {
+                    config.store.max_idle_connections = Some(memcache.max_idle);
+                }
+                if !writes("store.tls") {
+                    config.store.tls = memcache.tls;
+                }
+            }
             if !writes("store.tls_client_cert_file") && !writes("store.tls_client_key_file") {
                 if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
                     config.store.tls_client_cert_file = Some(cert.clone());
@@ -324,7 +339,12 @@ impl Startup {
                 config.store.over_limit_cache_bytes = b.local_cache_bytes;
             }
             if !writes("store.per_second_url") {
-                config.store.per_second_url = up.per_second.as_ref().map(store_url);
+                // Upstream's memcache backend has no per-second store.
+                config.store.per_second_url = up
+                    .per_second
+                    .as_ref()
+                    .filter(|_| up.memcache.is_none())
+                    .map(store_url);
             }
             if !writes("connections.grpc_max_age") {
                 config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(

@@ -15,7 +15,10 @@ pub(super) fn log_startup(startup: &Startup) {
     if let Some(upstream) = &startup.upstream {
         tracing::info!(
             config = %startup.source,
-            store = %floodgate::store::redis::redacted(&settings::store_url(&upstream.redis)),
+            store = %match &upstream.memcache {
+                Some(memcache) => format!("memcache://{}", memcache.servers.join(",")),
+                None => floodgate::store::redacted(&settings::store_url(&upstream.redis)),
+            },
             "envoyproxy/ratelimit's settings are in the environment: read as upstream reads them"
         );
     }

@@ -332,3 +332,5 @@ pub fn demand_per_unit(requests: u64, window: Duration, unit: Duration, least: D
 
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "memcached")]
+pub(crate) mod wire;

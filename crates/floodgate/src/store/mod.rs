@@ -27,17 +27,23 @@ use crate::algorithm::Algorithm;
 use crate::{Decision, Op, StoreError};
 
 mod any;
+#[cfg(any(feature = "redis", feature = "memcached"))]
+mod breaker;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod cached;
 mod capabilities;
 pub mod chain;
 pub mod claims;
+mod counters;
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub mod file;
 mod key;
 mod local;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub mod memcached;
 mod memory;
 mod namespace;
 #[cfg(feature = "redis")]
@@ -49,20 +55,25 @@ pub mod word;
 
 pub use crate::error::Rejection;
 pub use any::AnyStore;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 pub use any::UpstreamCounters;
+#[cfg(any(feature = "redis", feature = "memcached"))]
+pub use breaker::BreakerState;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use capabilities::Capabilities;
 pub use chain::{Link, Linked};
 pub use claims::Namespaces;
+pub use counters::CounterIncrement;
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use file::{FileStore, FileStoreBuilder, FileStoreError, JournalStats};
 pub use key::{Key, OwnedKey};
 pub use local::LocalStore;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use memcached::{MemcachedStore, MemcachedStoreBuilder};
 pub use memory::{MemoryStore, MemoryStoreBuilder, Overflow, StoreStats};
 pub use namespace::{Namespace, ScopedKey, INLINE_KEY_BYTES};
 #[cfg(feature = "redis")]

@@ -83,13 +83,8 @@ fn an_integration_environment_reads_as_upstream_reads_it() {
     assert_eq!(up.behaviour.cache_key_prefix, "prefix:");
     assert_eq!(up.listeners.grpc, "0.0.0.0:18081");
     assert_eq!(up.stats.extra_tags.len(), 2);
-    assert_eq!(
-        up.unsupported,
-        [(
-            "MEMCACHE_HOST_PORT".to_string(),
-            "the memcache backend is not built"
-        )]
-    );
+    assert!(up.unsupported.is_empty(), "{:?}", up.unsupported);
+    assert_eq!(up.memcache, None, "BACKEND_TYPE is redis");
 }
 
 #[test]
@@ -97,8 +92,21 @@ fn what_cannot_be_honoured_is_refused_naming_the_variable() {
     for (pairs, variable, expected) in [
         (
             vec![("BACKEND_TYPE", "memcache")],
+            "MEMCACHE_HOST_PORT",
+            "needs the servers",
+        ),
+        (
+            vec![
+                ("BACKEND_TYPE", "memcache"),
+                ("MEMCACHE_SRV", "_mc._tcp.example"),
+            ],
+            "MEMCACHE_SRV",
+            "not built",
+        ),
+        (
+            vec![("BACKEND_TYPE", "cassandra")],
             "BACKEND_TYPE",
-            "memcache",
+            "redis or memcache",
         ),
         (
             vec![("CONFIG_TYPE", "GRPC_XDS_DELTA")],

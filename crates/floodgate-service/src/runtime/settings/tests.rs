@@ -251,3 +251,32 @@ fn without_upstreams_settings_floodgates_defaults_stay() {
     .to_string();
     assert!(bad.contains("FLOODGATE_HTTP"), "{bad}");
 }
+
+#[test]
+fn upstreams_memcache_backend_is_the_memcached_store_in_upstreams_layout() {
+    let env = Environment::from_pairs([
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", "mc1:11211, mc2:11211"),
+        ("MEMCACHE_MAX_IDLE_CONNS", "5"),
+        ("MEMCACHE_TLS", "true"),
+        ("MEMCACHE_TLS_CACERT", "/etc/ca.pem"),
+        ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_URL", "ps:6380"),
+    ]);
+    let none = args(&[]);
+    let startup = Startup::read(&none, env, false).unwrap();
+    let mut config = Config::default();
+    startup.apply_store(none.store.url.as_deref(), &mut config);
+    let store = &config.store;
+    assert_eq!(store.url.as_deref(), Some("memcache://mc1:11211,mc2:11211"));
+    assert_eq!(store.max_idle_connections, Some(5));
+    assert!(store.tls && store.tls_skip_hostname_verification);
+    assert_eq!(
+        store.tls_ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/ca.pem"))
+    );
+    assert_eq!(store.layout, crate::config::StoreLayout::Envoyproxy);
+    // Upstream's memcache backend has no per-second store.
+    assert_eq!(store.per_second_url, None);
+}

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 mod counters;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 pub use counters::UpstreamCounters;
 
 use super::{Capabilities, Link, Linked, MemoryStore, Namespaces, Request, Store, StoreUrl};
@@ -53,6 +53,10 @@ pub enum AnyStore {
     #[cfg(feature = "file")]
     #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
     File(super::FileStore),
+    /// memcached servers: the fixed window, exact with atomic `incr`.
+    #[cfg(feature = "memcached")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+    Memcached(super::MemcachedStore),
 }
 
 impl AnyStore {
@@ -69,7 +73,10 @@ impl AnyStore {
     /// `url` (with the password, if any, masked).
     pub fn from_url(url: &str) -> Result<AnyStore, ConfigError> {
         let parsed = StoreUrl::parse(url)?;
-        let not_built = |reason| Err(ConfigError::invalid("url", parsed.shown(), reason));
+        #[allow(unused_variables)] // each store whose feature is off uses it
+        let not_built = |reason| -> Result<AnyStore, ConfigError> {
+            Err(ConfigError::invalid("url", parsed.shown(), reason))
+        };
         match &parsed {
             StoreUrl::Memory => Ok(AnyStore::memory()),
             #[cfg(feature = "redis")]
@@ -78,6 +85,11 @@ impl AnyStore {
             StoreUrl::Redis { .. } => {
                 not_built("a Redis store needs the `redis` feature of floodgate-core")
             }
+            #[cfg(feature = "memcached")]
+            StoreUrl::Memcached { servers } => Ok(AnyStore::Memcached(
+                super::MemcachedStore::builder(servers.clone()).build()?,
+            )),
+            #[cfg(not(feature = "memcached"))]
             StoreUrl::Memcached { .. } => {
                 not_built("a memcached store needs the `memcached` feature of floodgate-core")
             }
@@ -128,7 +140,7 @@ impl AnyStore {
     pub fn as_memory(&self) -> Option<&Arc<MemoryStore>> {
         match self {
             AnyStore::Memory(store) => Some(store),
-            #[cfg(any(feature = "redis", feature = "file"))]
+            #[cfg(any(feature = "redis", feature = "file", feature = "memcached"))]
             _ => None,
         }
     }
@@ -147,10 +159,17 @@ impl AnyStore {
 
     /// The state of the store's circuit breaker (a Redis store's, or the one a cached store
     /// syncs with); `None` for a store in this process, which has none.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn breaker_state(&self) -> Option<crate::store::redis::BreakerState> {
-        self.redis().map(RedisStore::breaker_state)
+    #[cfg(any(feature = "redis", feature = "memcached"))]
+    pub fn breaker_state(&self) -> Option<crate::store::BreakerState> {
+        match self {
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => Some(store.breaker_state()),
+            #[cfg(feature = "redis")]
+            AnyStore::Cached(store) => Some(store.redis().breaker_state()),
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => Some(store.breaker_state()),
+            _ => None,
+        }
     }
 
     /// The cached store, if this is one.
@@ -190,6 +209,13 @@ impl From<CachedStore> for AnyStore {
     }
 }
 
+#[cfg(feature = "memcached")]
+impl From<super::MemcachedStore> for AnyStore {
+    fn from(store: super::MemcachedStore) -> Self {
+        AnyStore::Memcached(store)
+    }
+}
+
 #[cfg(feature = "file")]
 impl From<super::FileStore> for AnyStore {
     fn from(store: super::FileStore) -> Self {
@@ -208,6 +234,8 @@ macro_rules! each {
             AnyStore::Cached($store) => $call,
             #[cfg(feature = "file")]
             AnyStore::File($store) => $call,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached($store) => $call,
         }
     };
 }
@@ -228,6 +256,8 @@ macro_rules! each_boxed {
             // Decided in memory at once, as the memory store's: no box.
             #[cfg(feature = "file")]
             AnyStore::File($store) => $call.await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached($store) => Box::pin($call).await,
         }
     };
 }
@@ -322,7 +352,9 @@ impl Store<str, AnyAlgorithm> for AnyStore {
             (AnyStore::Cached(a), AnyStore::Cached(b)) => a.same_store(b),
             #[cfg(feature = "file")]
             (AnyStore::File(a), AnyStore::File(b)) => a.same_store(b),
-            #[cfg(any(feature = "redis", feature = "file"))]
+            #[cfg(feature = "memcached")]
+            (AnyStore::Memcached(a), AnyStore::Memcached(b)) => a.same_store(b),
+            #[cfg(any(feature = "redis", feature = "file", feature = "memcached"))]
             _ => false,
         }
     }

@@ -40,7 +40,6 @@ use redis::cluster_routing::Slot;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::breaker::Breaker;
 use super::call::Call;
 use super::keys::{group_by_slot, probe_key, Tagged};
 use super::link::Failed;
@@ -48,6 +47,7 @@ use super::redirect::Redirect;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::store::breaker::Breaker;
 use crate::store::Request;
 use crate::{Decision, StoreError};
 

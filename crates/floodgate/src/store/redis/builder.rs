@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batching::{Lanes, MAX_BATCH_KEYS};
-use super::breaker::Breaker;
 use super::call::Scripts;
 use super::connection::Connection;
 use super::nodes::Nodes;
 use super::tls::TlsFiles;
 use super::{redacted, secrets, ExplicitClock, Inner, RedisStore};
+use crate::store::breaker::Breaker;
 use crate::{Clock, ConfigError, SystemClock};
 
 /// Builds a [`RedisStore`]; see [`RedisStore::builder`]. Its `Debug` output and its errors show

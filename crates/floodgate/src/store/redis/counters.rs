@@ -5,23 +5,8 @@
 //! integers.
 
 use super::{Inner, RedisStore};
+use crate::store::CounterIncrement;
 use crate::StoreError;
-
-/// One counter to add to: `INCRBY key by`, then `EXPIRE key ttl_seconds`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CounterIncrement<'a> {
-    /// The Redis key, as written.
-    pub key: &'a str,
-    /// What to add (0 reads the count and refreshes the TTL), or with `refund` what to take
-    /// away.
-    pub by: u64,
-    /// Take `by` away instead (Envoy's `is_negative_hits`): the count lowered, never below 0
-    /// (a count that would be is removed), in one script; the key keeps its TTL, and a key
-    /// that does not exist stays absent.
-    pub refund: bool,
-    /// The key's time to live after this call, in seconds (at least 1).
-    pub ttl_seconds: u64,
-}
 
 impl RedisStore {
     /// For each increment, in order, `INCRBY` then `EXPIRE` (the TTL set on every call, as

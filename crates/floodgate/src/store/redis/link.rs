@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
 
-use super::breaker::Breaker;
 use super::call::{Call, Script};
 use super::connection::Handle;
 use super::keys::{group_by_slot, Tagged};
@@ -16,6 +15,7 @@ use super::rejections;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::store::breaker::Breaker;
 use crate::store::Request;
 use crate::{Decision, StoreError};
 

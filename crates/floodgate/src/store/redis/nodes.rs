@@ -22,10 +22,10 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::Value;
 
 use super::batching::Lane;
-use super::breaker::{Breaker, BreakerState};
 use super::connection::Handle;
 use super::keys::Tagged;
 use super::Inner;
+use crate::store::breaker::{Breaker, BreakerState};
 
 /// The shortest time between two asks of the slot map.
 const REFRESH_EVERY: Duration = Duration::from_millis(100);

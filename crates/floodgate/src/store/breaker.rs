@@ -1,21 +1,24 @@
-//! The Redis store's circuit breaker: after `threshold` consecutive transient failures it opens,
-//! and calls fail at once, without touching the network, until `cool_down` has passed on the
-//! store's clock; then one call probes Redis, and its success closes the breaker (its failure
-//! opens it for another `cool_down`).
+//! A remote store's circuit breaker (the Redis and memcached stores'): after `threshold`
+//! consecutive link failures (timeouts, connection errors) it opens, and calls fail at once,
+//! without touching the network, until `cool_down` has passed on the store's clock; then one
+//! call probes the server, and its success closes the breaker (its failure opens it for another
+//! `cool_down`). A `threshold` of 0 turns it off. An answer the server gave, even an error
+//! answer, counts as a success: the link works.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::{Clock, StoreError};
 
-/// Where the breaker stands; see [`crate::store::RedisStore::breaker_state`].
+/// Where a remote store's breaker stands (`RedisStore::breaker_state`,
+/// `MemcachedStore::breaker_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
-    /// Calls go to Redis.
+    /// Calls go to the server.
     Closed,
     /// Calls fail at once with [`StoreError::BreakerOpen`] until the cool-down has passed.
     Open,
-    /// The cool-down has passed: the next call probes Redis (one at a time; the others still
+    /// The cool-down has passed: the next call probes the server (one at a time; the others still
     /// fail at once).
     HalfOpen,
 }
@@ -23,7 +26,7 @@ pub enum BreakerState {
 /// The breaker's state, in atomics: the closed path is two loads and, after a success that
 /// follows failures, one store.
 #[derive(Debug)]
-pub(super) struct Breaker {
+pub(crate) struct Breaker {
     threshold: u32,
     cool_down: Duration,
     /// Consecutive transient failures since the last success.
@@ -34,17 +37,17 @@ pub(super) struct Breaker {
     probing: AtomicBool,
 }
 
-/// Permission to call Redis, from [`Breaker::admit`]; report the outcome with
+/// Permission to call the server, from [`Breaker::admit`]; report the outcome with
 /// [`Permit::record`]. A probe's permit dropped without an outcome (its call was cancelled)
 /// lets the next call probe.
-pub(super) struct Permit<'a> {
+pub(crate) struct Permit<'a> {
     breaker: &'a Breaker,
     probe: bool,
 }
 
 impl Breaker {
     /// `threshold` 0 turns the breaker off.
-    pub(super) fn new(threshold: u32, cool_down: Duration) -> Breaker {
+    pub(crate) fn new(threshold: u32, cool_down: Duration) -> Breaker {
         Breaker {
             threshold,
             cool_down,
@@ -54,7 +57,7 @@ impl Breaker {
         }
     }
 
-    pub(super) fn state(&self, clock: &dyn Clock) -> BreakerState {
+    pub(crate) fn state(&self, clock: &dyn Clock) -> BreakerState {
         match self.open_until.load(Ordering::Acquire) {
             0 => BreakerState::Closed,
             until if clock.now().0 < until => BreakerState::Open,
@@ -63,7 +66,7 @@ impl Breaker {
     }
 
     /// Lets a call through, or refuses it at once while the breaker is open.
-    pub(super) fn admit(&self, clock: &dyn Clock) -> Result<Permit<'_>, StoreError> {
+    pub(crate) fn admit(&self, clock: &dyn Clock) -> Result<Permit<'_>, StoreError> {
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
             return Ok(Permit {
@@ -95,8 +98,8 @@ impl Breaker {
 
 impl Permit<'_> {
     /// Records the call's outcome: `link_failure` for a timeout or a connection error (not for
-    /// an answer Redis gave, such as a script error).
-    pub(super) fn record(self, link_failure: bool, clock: &dyn Clock) {
+    /// an answer the server gave, such as a script error).
+    pub(crate) fn record(self, link_failure: bool, clock: &dyn Clock) {
         let b = self.breaker;
         if link_failure {
             let failures = b.failures.fetch_add(1, Ordering::AcqRel).saturating_add(1);
