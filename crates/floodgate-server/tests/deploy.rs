@@ -305,3 +305,36 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exported() {
         }
     }
 }
+
+#[test]
+fn the_durable_single_node_manifest_mounts_the_file_stores_directory() {
+    let set = manifest("statefulset-file-store.yaml");
+    assert_eq!(text(&set, "kind"), "StatefulSet");
+    assert_eq!(get(&set, "spec.replicas").as_u64(), Some(1));
+    let container = get(&set, "spec.template.spec.containers.0");
+    let store = get(container, "env")
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| text(e, "name") == "FLOODGATE_STORE")
+        .map(|e| text(e, "value"))
+        .expect("FLOODGATE_STORE is set");
+    let dir = store.strip_prefix("file://").expect("a file store");
+    assert!(matches!(
+        floodgate::store::StoreUrl::parse(store),
+        Ok(floodgate::store::StoreUrl::File { .. })
+    ));
+    // The directory is a mounted volume claimed for the pod, writable.
+    let mount = get(container, "volumeMounts")
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| text(m, "mountPath") == dir)
+        .expect("the store's directory is mounted");
+    assert_ne!(mount["readOnly"].as_bool(), Some(true));
+    let claim = text(mount, "name");
+    assert_eq!(
+        text(&set, "spec.volumeClaimTemplates.0.metadata.name"),
+        claim
+    );
+}

@@ -144,7 +144,7 @@ pub const VARIABLES: &[Variable] = &[
     differs("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "as REDIS_CLUSTER_PIPELINE_PARALLELISM"),
     differs("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "health follows the decisions: the last call that wrote or failed, and a probe on the write path every second while it fails and no call tells"),
     differs("REDIS_TIMEOUT", "bounds connecting (store.connect_timeout), as upstream; each call is also bounded by store.timeout (50 ms by default), which upstream does not have"),
-    differs("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "true and false as upstream; unset, a READONLY answer drops the connection (upstream keeps it, and fails until restarted after a failover behind a DNS name)"),
+    differs("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "true and false as that setting would; unset, a READONLY answer drops the connection (upstream keeps it, and fails until restarted after a failover behind a DNS name). Upstream does not have this variable at f2fb157: it exists only in upstream's open pull request #1191, read here so that a deployment written for it works"),
     differs("REDIS_PERSECOND_TIMEOUT", "as REDIS_TIMEOUT"),
     differs("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT, upstream's one working value, is taken; CREATE and ERROR stop start-up naming it, as upstream panics on them; with no pool, a call never waits for a connection, only for its answer (store.timeout)"),
     differs("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "as REDIS_POOL_ON_EMPTY_BEHAVIOR"),
