@@ -21,6 +21,30 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 mod memcached;
+// The suite every store runs lives with the Redis tests' helpers, which need the `redis` feature.
+#[cfg(feature = "redis")]
+mod conformance;
+#[cfg(feature = "redis")]
+mod redis_common;
+
+/// The suite every store runs (`conformance::store_agrees_with_the_memory_store`): memcached
+/// decides the fixed window as the memory store does, and refuses every other algorithm
+/// before anything is sent.
+#[cfg(feature = "redis")]
+#[test]
+fn the_store_conformance_suite_passes() {
+    use floodgate::store::Capabilities;
+    let server = MemcachedServer::start();
+    let clock = clock_at_now();
+    let rt = runtime();
+    let store = {
+        let _guard = rt.enter();
+        store(&[&server], &clock)
+    };
+    assert_eq!(store.kind(), "memcached");
+    assert!(store.is_shared() && !store.chains_atomically());
+    conformance::store_agrees_with_the_memory_store(&rt, &clock, &store);
+}
 
 /// A runtime of two workers, with timers and I/O.
 fn runtime() -> tokio::runtime::Runtime {

@@ -27,8 +27,9 @@ use crate::quota::claims::wire;
 use crate::quota::{ClaimStep, ClaimTerms, Claimed, Claims};
 use crate::StoreError;
 
-/// How many times a step starts over after losing a race.
-pub const MAX_CLAIM_TRIES: usize = 16;
+/// How many times a step starts over after losing a race (within the step's budget of half a
+/// second, which bounds it first when the server is slow).
+pub const MAX_CLAIM_TRIES: usize = 64;
 
 /// A claims step's budget, as the Redis store's: no request waits on it.
 const CLAIM_TIMEOUT: Duration = Duration::from_millis(500);
@@ -72,7 +73,14 @@ impl MemcachedStore {
                     .map(|mut replies| replies.pop())
             }
         };
-        for _ in 0..MAX_CLAIM_TRIES {
+        for tries in 0..MAX_CLAIM_TRIES {
+            if tries > 0 {
+                // A lost race: wait a little, longer after each loss and different for each
+                // claimant, so that n racers on one limit do not all read again at once and
+                // each round lets one of them through.
+                let spread = claimant_spread(&step, tries);
+                tokio::time::sleep(Duration::from_micros(spread)).await;
+            }
             let read = exchange(vec![Command::Gets { key: key.clone() }]).await?;
             let (mut claims, unique) = match read {
                 Some(Reply::Value(None)) => (Claims::new(), None),
@@ -127,4 +135,14 @@ fn unexpected(reply: Option<Reply>) -> StoreError {
     StoreError::Protocol(format!(
         "memcached answered {reply:?} to a shared limit's claims step"
     ))
+}
+
+/// A wait in microseconds before try `tries` of `step`: up to 100 µs per lost race so far,
+/// spread over claimants by a hash of the claimant's name and the try.
+fn claimant_spread(step: &ClaimStep<'_>, tries: usize) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut hasher = foldhash::fast::FixedState::with_seed(0x9e37_79b9).build_hasher();
+    format!("{step:?}").hash(&mut hasher);
+    tries.hash(&mut hasher);
+    hasher.finish() % (100 * tries as u64 + 1)
 }
