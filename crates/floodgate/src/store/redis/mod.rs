@@ -311,6 +311,7 @@ mod keys;
 mod link;
 mod nodes;
 mod passwords;
+mod probe;
 mod quota_claims;
 mod redirect;
 mod rejections;
@@ -540,10 +541,16 @@ impl RedisStore {
     /// server that answers but refuses writes (a replica, out of memory, writes stopped after a
     /// failed save, an ACL without `SET`) fails it as it fails decisions: a probe that only
     /// connected, or ran a script that writes nothing, would call such a store healthy. On a
-    /// Redis Cluster it writes on every master (asking for the slot map first when it is not
-    /// known), each under its own breaker; the first failure is the answer. Nothing is left
-    /// behind: the probe key (`floodgate:{probe}`, on a cluster `floodgate:{probe-N}`) is
-    /// deleted in the same script that writes it.
+    /// Redis Cluster it writes on every master, each under its own breaker; the first failure
+    /// is the answer. Nothing is left behind: the probe key (`floodgate:{probe}`, on a cluster
+    /// `floodgate:{probe-N}`) is deleted in the same script that writes it.
+    ///
+    /// A success also means the decisions' path is warm, so that the first decisions after it
+    /// wait for nothing set up lazily (see `store/redis/probe.rs`): every script the store
+    /// calls is loaded on each server, and on a cluster the slot map is asked for now (until
+    /// two answers agree) and is the one decisions route by, and the store's own connection to
+    /// every master of it (the one decisions are sent on) is open and has carried that
+    /// master's probe write.
     ///
     /// For checking a store at start-up, and for finding out that a failing store is back
     /// while no traffic comes. The error says what is wrong ([`StoreError::Refused`],
