@@ -4,17 +4,21 @@
 //!
 //! What a successful probe leaves behind:
 //! - **One Redis** (plain, TLS, or found through sentinels): the connection decisions use, set
-//!   up (the probe waits for it); every script the store calls loaded on the server
-//!   (`SCRIPT EXISTS`, then one pipeline of `SCRIPT LOAD` for those it lacks); and a script
-//!   that writes and removes `floodgate:{probe}` run over that connection.
+//!   up (the probe waits for it); a script that writes and removes `floodgate:{probe}` run
+//!   over that connection; then every script the store calls loaded on the server
+//!   (`SCRIPT EXISTS`, then one pipeline of `SCRIPT LOAD` for those it lacks).
 //! - **A Redis Cluster**: the store's slot map asked for now (`CLUSTER SLOTS`), installed and
 //!   asked again until two answers agree, then marked fresh, so that the first decisions route
 //!   by it (each master's lane and breaker) without starting a refresh of their own. Then, for
 //!   every master of that map, concurrently and each under its own breaker: the store's own
 //!   connection to it opened (the one decisions are sent on: neither a connection of the
-//!   probe's own nor the cluster client's), the scripts loaded over it, and a key of one of its
-//!   slots (`floodgate:{probe-N}`) written and removed by a script sent along the decisions'
-//!   route (the master the store's map names, over that connection).
+//!   probe's own nor the cluster client's), a key of one of its slots (`floodgate:{probe-N}`)
+//!   written and removed by a script sent along the decisions' route (the master the store's
+//!   map names, over that connection), and the scripts loaded over it.
+//!
+//! The write comes before the scripts are loaded: its failure is the one a decision would
+//! meet (a server refusing writes, credentials missing), and a server that has not
+//! authenticated us drops a connection that sends it a long command.
 //!
 //! Each step is bounded by the connect timeout plus the call timeout (2.05 s by default):
 //! setting connections up is what takes long, and the probe is the caller that may wait for
@@ -52,9 +56,10 @@ impl Inner {
             return self.probe_cluster(bound).await;
         }
         self.guarded_for(bound, async {
-            let mut handle = self.connection.handle();
-            self.load_scripts(&mut handle).await?;
-            self.write_probe(PROBE_KEY).await
+            // The write first: its failure is the one decisions would meet, and a server
+            // refusing us (no password given) may drop a connection that sends it more.
+            self.write_probe(PROBE_KEY).await?;
+            self.load_scripts(&mut self.connection.handle()).await
         })
         .await
     }
@@ -80,16 +85,16 @@ impl Inner {
             .collect()
     }
 
-    /// The store's own connection to the master at `address` opened (now, if it was not), the
-    /// scripts loaded over it, and `key` (one of its slots') written and removed through the
-    /// decisions' route, which the open connection now carries.
+    /// The store's own connection to the master at `address` opened (now, if it was not),
+    /// `key` (one of its slots') written and removed through the decisions' route, which the
+    /// open connection now carries, and the scripts loaded over it.
     async fn warm_master(&self, address: &str, key: &str) -> Result<(), Failed> {
         let Some(connections) = self.connection.nodes() else {
             return Err(StoreError::Unavailable("not a cluster".into()).into());
         };
         let mut node = connections.to(address).await?;
-        self.load_scripts(&mut node).await?;
-        self.write_probe(key).await
+        self.write_probe(key).await?;
+        self.load_scripts(&mut node).await
     }
 
     /// Loads on the server behind `connection` every script the store calls that it lacks: one
