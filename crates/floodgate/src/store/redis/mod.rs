@@ -277,8 +277,8 @@
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
 //!
 //! On a cluster each master has a breaker of its own (`nodes.rs`), found through the slot map
-//! the store asks for in the background (`CLUSTER SLOTS`, first on first use, again after a
-//! link failure), so a dead master opens the breaker of its slots only and keys on the other
+//! the store asks for (`CLUSTER SLOTS`: first by [`RedisStore::probe`], which waits for it, or
+//! in the background on first use; again, in the background, after a link failure), so a dead master opens the breaker of its slots only and keys on the other
 //! masters keep exact counting. [`RedisStore::node_breakers`] lists each master's state;
 //! [`RedisStore::breaker_state`] is then the most closed of them. A chain is guarded by the
 //! breaker of its first link's master (one user's links share a slot); until the slot map is
