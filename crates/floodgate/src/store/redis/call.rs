@@ -220,6 +220,28 @@ impl Scripts {
         }
     }
 
+    /// Every script the store calls, each once: what the probe loads on each server before it
+    /// says the store is usable, so that no call meets `NOSCRIPT` on a server at rest.
+    pub(super) fn all(&self) -> [&Script; 15] {
+        [
+            &self.gcra,
+            &self.fixed_window,
+            &self.token_bucket,
+            &self.leases,
+            &self.sliding_log,
+            &self.sliding_window,
+            &self.leaky_queue,
+            &self.smooth,
+            &self.batch,
+            &self.batch_cluster,
+            &self.cached,
+            &self.probe,
+            &self.increment,
+            &self.refund,
+            &self.quota_claims,
+        ]
+    }
+
     /// The script running the twin `name` alone (`None` for a name no twin has).
     pub(super) fn twin(&self, name: &str) -> Option<&Script> {
         [

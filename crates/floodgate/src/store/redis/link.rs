@@ -3,7 +3,6 @@
 //! breaker.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
@@ -230,49 +229,6 @@ impl Inner {
         command: impl Fn(bool) -> redis::Cmd,
     ) -> RedisResult<Value> {
         self.send_following(handle, command, true).await
-    }
-
-    /// [`super::RedisStore::probe`].
-    pub(super) async fn probe(self: &Arc<Self>) -> Result<(), StoreError> {
-        let bound = self.timeout.saturating_add(self.connect_timeout);
-        if let Some(nodes) = &self.nodes {
-            let mut keys = nodes.probe_keys();
-            if keys.is_empty() {
-                self.clone().refresh_nodes().await;
-                keys = nodes.probe_keys();
-            }
-            if !keys.is_empty() {
-                let probes = keys.iter().map(|(key, breaker)| {
-                    self.guarded_within(breaker, bound, self.write_probe(key))
-                });
-                return futures_util::future::join_all(probes)
-                    .await
-                    .into_iter()
-                    .collect();
-            }
-        }
-        self.guarded_for(bound, self.write_probe(super::PROBE_KEY))
-            .await
-    }
-
-    /// The probe's script call on `key`.
-    async fn write_probe(&self, key: &str) -> Result<(), Failed> {
-        let mut handle = self.connection.handle();
-        let script = &self.scripts.probe;
-        let answer = self
-            .send_script(&mut handle, |by_source| {
-                let mut cmd = script.command(by_source);
-                cmd.arg(1).arg(Tagged(key));
-                cmd
-            })
-            .await?;
-        match answer {
-            Value::Int(1) => Ok(()),
-            other => Err(StoreError::Protocol(format!(
-                "the probe's script answered {other:?}, not 1 (is a Redis server listening there?)"
-            ))
-            .into()),
-        }
     }
 
     /// After a `READONLY` answer on `handle`: the connection is made anew (unless the store

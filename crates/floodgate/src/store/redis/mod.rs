@@ -277,8 +277,8 @@
 //! breaker off) and [`RedisStore::breaker_state`] shows where it stands.
 //!
 //! On a cluster each master has a breaker of its own (`nodes.rs`), found through the slot map
-//! the store asks for in the background (`CLUSTER SLOTS`, first on first use, again after a
-//! link failure), so a dead master opens the breaker of its slots only and keys on the other
+//! the store asks for (`CLUSTER SLOTS`: first by [`RedisStore::probe`], which waits for it, or
+//! in the background on first use; again, in the background, after a link failure), so a dead master opens the breaker of its slots only and keys on the other
 //! masters keep exact counting. [`RedisStore::node_breakers`] lists each master's state;
 //! [`RedisStore::breaker_state`] is then the most closed of them. A chain is guarded by the
 //! breaker of its first link's master (one user's links share a slot); until the slot map is
@@ -311,6 +311,7 @@ mod keys;
 mod link;
 mod nodes;
 mod passwords;
+mod probe;
 mod quota_claims;
 mod redirect;
 mod rejections;
@@ -540,10 +541,16 @@ impl RedisStore {
     /// server that answers but refuses writes (a replica, out of memory, writes stopped after a
     /// failed save, an ACL without `SET`) fails it as it fails decisions: a probe that only
     /// connected, or ran a script that writes nothing, would call such a store healthy. On a
-    /// Redis Cluster it writes on every master (asking for the slot map first when it is not
-    /// known), each under its own breaker; the first failure is the answer. Nothing is left
-    /// behind: the probe key (`floodgate:{probe}`, on a cluster `floodgate:{probe-N}`) is
-    /// deleted in the same script that writes it.
+    /// Redis Cluster it writes on every master, each under its own breaker; the first failure
+    /// is the answer. Nothing is left behind: the probe key (`floodgate:{probe}`, on a cluster
+    /// `floodgate:{probe-N}`) is deleted in the same script that writes it.
+    ///
+    /// A success also means the decisions' path is warm, so that the first decisions after it
+    /// wait for nothing set up lazily (see `store/redis/probe.rs`): every script the store
+    /// calls is loaded on each server, and on a cluster the slot map is asked for now (until
+    /// two answers agree) and is the one decisions route by, and the store's own connection to
+    /// every master of it (the one decisions are sent on) is open and has carried that
+    /// master's probe write.
     ///
     /// For checking a store at start-up, and for finding out that a failing store is back
     /// while no traffic comes. The error says what is wrong ([`StoreError::Refused`],

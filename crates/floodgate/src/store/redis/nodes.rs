@@ -2,7 +2,9 @@
 //! own slots only, and keys on the healthy masters keep their exact counting.
 //!
 //! Which master serves which slot comes from `CLUSTER SLOTS`, asked in the background (never
-//! on a call's path): first when the store is first used, then after a call failed on the link
+//! on a call's path): first by [`crate::store::RedisStore::probe`], which waits for it and asks
+//! again until two answers agree (so a node ready to take traffic already routes by a settled
+//! map), or by the first call when no probe came first; then after a call failed on the link
 //! or met a `MOVED` (a master may have died, slots moved), at most once per [`REFRESH_EVERY`];
 //! again after every ask whose map differed from the one before, until two in a row agree (a
 //! rebalance moves slots one after another, most of them with no call on them to meet a
@@ -24,8 +26,10 @@ use redis::Value;
 use super::batching::Lane;
 use super::connection::Handle;
 use super::keys::Tagged;
+use super::link::Failed;
 use super::Inner;
 use crate::store::breaker::{Breaker, BreakerState};
+use crate::StoreError;
 
 /// The shortest time between two asks of the slot map.
 const REFRESH_EVERY: Duration = Duration::from_millis(100);
@@ -33,6 +37,10 @@ const REFRESH_EVERY: Duration = Duration::from_millis(100);
 /// The longest time between two asks of the slot map while calls come, whatever happens: a
 /// bound on how long a move no call noticed leaves the map out of date.
 const REFRESH_AT_LEAST_EVERY: Duration = Duration::from_secs(5);
+
+/// The most asks of the slot map the probe makes while consecutive answers differ (a first
+/// map always differs from the empty one before it: two asks settle a cluster at rest).
+const SETTLING_ASKS: usize = 3;
 
 /// The masters' breakers and the slot map pointing at them.
 #[derive(Debug)]
@@ -99,11 +107,11 @@ impl Nodes {
             .collect()
     }
 
-    /// A key on each master of the last map, with that master's breaker (empty before the
-    /// map is known): what [`RedisStore::probe`](crate::store::RedisStore::probe) writes, so
-    /// that it tries every master. Keys are `probe-N:{…}`-shaped store keys, found by counting
-    /// `N` up until every master has one.
-    pub(super) fn probe_keys(&self) -> Vec<(String, Arc<Breaker>)> {
+    /// A key on each master of the last map, with that master's address and breaker (empty
+    /// before the map is known): what [`RedisStore::probe`](crate::store::RedisStore::probe)
+    /// writes, so that it tries every master. Keys are `probe-N:{…}`-shaped store keys, found
+    /// by counting `N` up until every master has one.
+    pub(super) fn probe_keys(&self) -> Vec<(String, String, Arc<Breaker>)> {
         let masters = self
             .masters
             .read()
@@ -132,8 +140,16 @@ impl Nodes {
         masters
             .into_iter()
             .zip(keys)
-            .filter_map(|((_, _, breaker), key)| Some((key?, breaker)))
+            .filter_map(|((address, _, breaker), key)| Some((address, key?, breaker)))
             .collect()
+    }
+
+    /// After the map was asked for and installed at `now` (ns on the breakers' clock) by a
+    /// caller waiting for it (the probe): no refresh is due before the usual bound, unless
+    /// `changed` says the map may be changing still.
+    fn asked(&self, now: u64, changed: bool) {
+        self.asked_at.store(now, Ordering::Relaxed);
+        self.stale.store(changed, Ordering::Relaxed);
     }
 
     /// Installs the map `ranges` (first slot, last slot, master's address): known masters keep
@@ -215,35 +231,73 @@ impl Inner {
     }
 
     /// Asks a node for the slot map (`CLUSTER SLOTS`) and installs it; on failure the map is
-    /// left as it was and asked again by a later call.
+    /// left as it was and asked again by a later call. Connections to the map's masters are
+    /// opened in the background.
     pub(super) async fn refresh_nodes(self: Arc<Self>) {
         let Some(nodes) = &self.nodes else { return };
-        let mut handle = self.connection.handle();
-        let mut ranges = None;
-        if let Handle::Cluster(cluster) = &mut handle {
-            let mut command = redis::cmd("CLUSTER");
-            command.arg("SLOTS");
-            let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-            let asked = tokio::time::timeout(self.timeout, cluster.route_command(command, random));
-            if let Ok(Ok(value)) = asked.await {
-                ranges = slot_ranges(&value);
-            }
-        }
-        match ranges {
-            Some(ranges) => {
-                if nodes.install(&ranges) {
+        match self.ask_slot_map(self.timeout).await {
+            Ok(ranges) => {
+                if self.take_map(nodes, &ranges) {
                     // The map changed: it may be changing still (a rebalance under way).
                     nodes.stale.store(true, Ordering::Relaxed);
                 }
                 if let Some(connections) = self.connection.nodes() {
-                    let masters = || ranges.iter().map(|(_, _, address)| address.as_str());
-                    connections.keep_only(masters());
-                    connections.open_in_background(masters());
+                    connections.open_in_background(ranges.iter().map(|(_, _, a)| a.as_str()));
                 }
             }
-            None => nodes.stale.store(true, Ordering::Relaxed),
+            Err(_) => nodes.stale.store(true, Ordering::Relaxed),
         }
         nodes.refreshing.store(false, Ordering::Release);
+    }
+
+    /// For the probe: the slot map asked for now, within `timeout` per ask, and installed,
+    /// asked again until two asks in a row agree (at most [`SETTLING_ASKS`] asks), so that
+    /// the first decisions route by it without starting a refresh of their own. A map still
+    /// changing after that is left marked stale, for the calls' refreshes to follow. The
+    /// connections to its masters are not opened here: the probe opens them itself.
+    pub(super) async fn settle_slot_map(&self, timeout: Duration) -> Result<(), Failed> {
+        let Some(nodes) = &self.nodes else {
+            return Ok(());
+        };
+        let mut changed = true;
+        for _ in 0..SETTLING_ASKS {
+            let ranges = self.ask_slot_map(timeout).await?;
+            changed = self.take_map(nodes, &ranges);
+            if !changed {
+                break;
+            }
+        }
+        nodes.asked(self.breaker_clock.0.now().0, changed);
+        Ok(())
+    }
+
+    /// `CLUSTER SLOTS`, asked of any node through the cluster client within `timeout`: its
+    /// ranges (first slot, last slot, master's `host:port`).
+    async fn ask_slot_map(&self, timeout: Duration) -> Result<Vec<(u16, u16, String)>, Failed> {
+        let Handle::Cluster(mut cluster) = self.connection.handle() else {
+            return Err(StoreError::Unavailable("not a cluster".into()).into());
+        };
+        let mut command = redis::cmd("CLUSTER");
+        command.arg("SLOTS");
+        let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let value = tokio::time::timeout(timeout, cluster.route_command(command, random))
+            .await
+            .map_err(|_| Failed::link(StoreError::Timeout(timeout)))??;
+        slot_ranges(&value).ok_or_else(|| {
+            Failed::from(StoreError::Protocol(format!(
+                "CLUSTER SLOTS answered {value:?}, not a slot map"
+            )))
+        })
+    }
+
+    /// Installs `ranges` in `nodes` and closes the store's connections to nodes no longer
+    /// masters. Whether any slot changed master.
+    fn take_map(&self, nodes: &Nodes, ranges: &[(u16, u16, String)]) -> bool {
+        let changed = nodes.install(ranges);
+        if let Some(connections) = self.connection.nodes() {
+            connections.keep_only(ranges.iter().map(|(_, _, address)| address.as_str()));
+        }
+        changed
     }
 }
 
