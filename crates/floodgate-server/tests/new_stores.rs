@@ -154,12 +154,9 @@ async fn upstreams_memcache_backend_counts_in_upstreams_keys() {
     assert_eq!(over, 2, "3 an hour");
     // Upstream's key (domain _ key _ value _ window start), counted as upstream counts it
     // (every hit), on the server gomemcache picks: crc32 of the key modulo the servers.
-    let hour = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        / 3600
-        * 3600;
+    // The node reads the system clock as upstream does; so does the test, once.
+    let hour =
+        floodgate::Clock::now(&floodgate::SystemClock::new()).0 / 1_000_000_000 / 3600 * 3600;
     let key = format!("rl_user_alice_{hour}");
     let on: Vec<_> = servers.iter().map(|s| s.get(&key)).collect();
     assert_eq!(

@@ -32,7 +32,7 @@ mod breaker;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod cached;
-mod capabilities;
+pub mod capabilities;
 pub mod chain;
 pub mod claims;
 mod counters;
