@@ -27,9 +27,13 @@ trap cleanup EXIT
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
   --dir "$DIR" --logfile "$DIR/redis.log"
-memcached -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 &
+# memcached refuses to run as root unless told which user to run as.
+as_user=()
+[ "$(id -u)" = 0 ] && as_user=(-u nobody)
+memcached -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 "${as_user[@]}" &
 MEMCACHED=$!
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+sleep 0.5
 
 h2() {
   h2load "$@" -d bench/rls_body.bin --header 'content-type: application/grpc' \
