@@ -139,10 +139,16 @@ fn bench_fails_when_store_calls_fail_during_the_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("the floodgate binary runs");
-    // Waits (boundedly) until the run has made decisions, then pauses Redis.
+    // Waits (boundedly) until the run has made decisions, then pauses Redis: a hundred script
+    // calls, well past the few of start-up's probe (which writes through the decisions' path).
     let deciding = (0..500).any(|_| {
         let stats = redis.cli(&["INFO", "commandstats"]).unwrap_or_default();
-        stats.contains("cmdstat_evalsha") || {
+        let calls = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        calls >= 100 || {
             std::thread::sleep(std::time::Duration::from_millis(10));
             false
         }
