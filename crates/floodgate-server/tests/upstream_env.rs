@@ -42,7 +42,7 @@ fn swap_link(dir: &Path, link: &str, target: &str) {
 fn upstream_env(redis: &RedisServer, root: &Path) -> Vec<(&'static str, String)> {
     let mut env = loopback_env(root, &format!("127.0.0.1:{}", redis.port()));
     set(&mut env, "LOG_LEVEL", "debug");
-    set(&mut env, "MEMCACHE_HOST_PORT", "memcached:11211");
+    set(&mut env, "MEMCACHE_SRV", "_memcache._tcp.example.com");
     env
 }
 
@@ -82,7 +82,7 @@ async fn an_upstream_environment_alone_runs_the_service() {
     for node in nodes {
         // The unsupported variable is named, not ignored.
         assert!(
-            node.started.contains("MEMCACHE_HOST_PORT"),
+            node.started.contains("MEMCACHE_SRV"),
             "{}",
             node.started
         );
