@@ -81,11 +81,7 @@ async fn an_upstream_environment_alone_runs_the_service() {
     let client = reqwest::Client::new();
     for node in nodes {
         // The unsupported variable is named, not ignored.
-        assert!(
-            node.started.contains("MEMCACHE_SRV"),
-            "{}",
-            node.started
-        );
+        assert!(node.started.contains("MEMCACHE_SRV"), "{}", node.started);
         assert_eq!(node.get(&client, "/healthcheck").await, (200, "OK".into()));
         let channel = tonic::transport::Channel::from_shared(node.grpc.clone())
             .unwrap()
