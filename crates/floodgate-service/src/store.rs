@@ -111,14 +111,7 @@ impl ServiceStore {
         let env = crate::environment::Environment::from_process();
         let url = url::from_config(config, |name| env.string(name).map(str::to_string))?;
         let (store, cached_metrics) = match &url {
-            StoreUrl::Memory => {
-                let store = MemoryStore::builder()
-                    .max_keys(config.max_keys)
-                    .overflow(config.overflow.into())
-                    .build()
-                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-                (AnyStore::from(store), None)
-            }
+            StoreUrl::Memory => (memory_store(config)?, None),
             StoreUrl::Redis { url, .. } => {
                 let redis = tune(redis_builder(url, config)?)
                     .build()
@@ -132,7 +125,7 @@ impl ServiceStore {
                 }
             }
             StoreUrl::File { dir } => (file_store(dir, config, open_files)?, None),
-            StoreUrl::Memcached { servers } => (memcached(servers, config, clock.clone())?, None),
+            StoreUrl::Memcached { servers } => (memcached(servers, config)?, None),
         };
         if !matches!(url, StoreUrl::Memcached { .. }) {
             for (field, set) in [
@@ -474,39 +467,19 @@ impl ServiceStore {
     }
 }
 
-/// A memcached store over `servers` with `config`'s timeouts, breaker, idle connections and
-/// TLS, checked.
-fn memcached(
-    servers: &[String],
-    config: &StoreConfig,
-    _clock: Arc<dyn Clock>,
-) -> Result<AnyStore, ConfigFileError> {
+/// A memcached store over `servers` with `config`'s link settings, idle connections and TLS,
+/// checked.
+fn memcached(servers: &[String], config: &StoreConfig) -> Result<AnyStore, ConfigFileError> {
+    let link = LinkSettings::from_config(config)?;
     let mut builder = floodgate::store::MemcachedStore::builder(servers.to_vec());
-    for (field, value) in [
-        ("store.timeout", config.timeout),
-        ("store.connect_timeout", config.connect_timeout),
-    ] {
-        if value.is_some_and(|t| t.0.is_zero()) {
-            return Err(ConfigFileError::invalid(
-                field,
-                "invalid value 0s (must be above 0)",
-            ));
-        }
+    if let Some(timeout) = link.timeout {
+        builder = builder.timeout(timeout);
     }
-    if let Some(timeout) = config.timeout {
-        builder = builder.timeout(timeout.0);
+    if let Some(timeout) = link.connect_timeout {
+        builder = builder.connect_timeout(timeout);
     }
-    if let Some(timeout) = config.connect_timeout {
-        builder = builder.connect_timeout(timeout.0);
-    }
-    if let Some(breaker) = config.breaker {
-        if breaker.threshold > 0 && breaker.cool_down.0.is_zero() {
-            return Err(ConfigFileError::invalid(
-                "store.breaker.cool_down",
-                "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
-            ));
-        }
-        builder = builder.breaker(breaker.threshold, breaker.cool_down.0);
+    if let Some((threshold, cool_down)) = link.breaker {
+        builder = builder.breaker(threshold, cool_down);
     }
     if let Some(idle) = config.max_idle_connections {
         if idle == 0 {
@@ -530,23 +503,76 @@ fn memcached(
     if let Some(ca) = &config.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    match (&config.tls_client_cert_file, &config.tls_client_key_file) {
-        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
-        (None, None) => {}
-        (Some(_), None) => {
-            return Err(ConfigFileError::invalid(
-                "store.tls_client_key_file",
-                "missing: tls_client_cert_file needs its key",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(ConfigFileError::invalid(
-                "store.tls_client_cert_file",
-                "missing: tls_client_key_file needs its certificate",
-            ))
-        }
+    if let Some((cert, key)) = link.client_cert {
+        builder = builder.tls_client_cert(cert, key);
     }
     let store = builder
+        .build()
+        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    Ok(AnyStore::from(store))
+}
+
+/// What every remote store's link takes from `store:`, checked once for all of them: the
+/// timeouts (above 0), the breaker (a cool-down above 0 when it is on) and the client
+/// certificate (with its key).
+struct LinkSettings<'a> {
+    timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    breaker: Option<(u32, Duration)>,
+    client_cert: Option<(&'a std::path::Path, &'a std::path::Path)>,
+}
+
+impl<'a> LinkSettings<'a> {
+    fn from_config(config: &'a StoreConfig) -> Result<LinkSettings<'a>, ConfigFileError> {
+        let above_zero =
+            |field: &str, value: Option<floodgate::algorithm::spec::SpecDuration>| match value {
+                Some(t) if t.0.is_zero() => Err(ConfigFileError::invalid(
+                    field,
+                    "invalid value 0s (must be above 0)",
+                )),
+                other => Ok(other.map(|t| t.0)),
+            };
+        let timeout = above_zero("store.timeout", config.timeout)?;
+        let connect_timeout = above_zero("store.connect_timeout", config.connect_timeout)?;
+        let breaker = match config.breaker {
+            Some(b) if b.threshold > 0 && b.cool_down.0.is_zero() => {
+                return Err(ConfigFileError::invalid(
+                    "store.breaker.cool_down",
+                    "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
+                ))
+            }
+            other => other.map(|b| (b.threshold, b.cool_down.0)),
+        };
+        let client_cert = match (&config.tls_client_cert_file, &config.tls_client_key_file) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigFileError::invalid(
+                    "store.tls_client_key_file",
+                    "missing: tls_client_cert_file needs its key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigFileError::invalid(
+                    "store.tls_client_cert_file",
+                    "missing: tls_client_key_file needs its certificate",
+                ))
+            }
+        };
+        Ok(LinkSettings {
+            timeout,
+            connect_timeout,
+            breaker,
+            client_cert,
+        })
+    }
+}
+
+/// The memory store bounded by `store.max_keys` and `store.overflow`.
+fn memory_store(config: &StoreConfig) -> Result<AnyStore, ConfigFileError> {
+    let store = MemoryStore::builder()
+        .max_keys(config.max_keys)
+        .overflow(config.overflow.into())
         .build()
         .map_err(|e| ConfigFileError::from_config_error("store", e))?;
     Ok(AnyStore::from(store))
@@ -570,12 +596,7 @@ fn file_store(
         .check()
         .map_err(|e| ConfigFileError::from_config_error("store", e))?;
     if !open {
-        let memory = MemoryStore::builder()
-            .max_keys(config.max_keys)
-            .overflow(config.overflow.into())
-            .build()
-            .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-        return Ok(AnyStore::from(memory));
+        return memory_store(config);
     }
     let store = builder.build().map_err(|e| match e.config_error() {
         Some(config) => ConfigFileError::from_config_error("store", config.clone()),
@@ -730,53 +751,23 @@ impl crate::descriptors::layout::Counters for ServiceStore {
 /// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
 /// and breaker, checked.
 fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, ConfigFileError> {
+    let link = LinkSettings::from_config(config)?;
     let mut builder = RedisStore::builder(url);
-    if let Some(timeout) = config.timeout {
-        if timeout.0.is_zero() {
-            return Err(ConfigFileError::invalid(
-                "store.timeout",
-                "invalid value 0s (must be above 0)",
-            ));
-        }
-        builder = builder.timeout(timeout.0);
+    if let Some(timeout) = link.timeout {
+        builder = builder.timeout(timeout);
     }
-    if let Some(timeout) = config.connect_timeout {
-        if timeout.0.is_zero() {
-            return Err(ConfigFileError::invalid(
-                "store.connect_timeout",
-                "invalid value 0s (must be above 0)",
-            ));
-        }
-        builder = builder.connect_timeout(timeout.0);
+    if let Some(timeout) = link.connect_timeout {
+        builder = builder.connect_timeout(timeout);
     }
     builder = builder.reconnect_on_readonly(config.reconnect_on_readonly);
-    if let Some(breaker) = config.breaker {
-        if breaker.threshold > 0 && breaker.cool_down.0.is_zero() {
-            return Err(ConfigFileError::invalid(
-                "store.breaker.cool_down",
-                "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
-            ));
-        }
-        builder = builder.breaker(breaker.threshold, breaker.cool_down.0);
+    if let Some((threshold, cool_down)) = link.breaker {
+        builder = builder.breaker(threshold, cool_down);
     }
     if let Some(ca) = &config.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    match (&config.tls_client_cert_file, &config.tls_client_key_file) {
-        (Some(cert), Some(key)) => builder = builder.tls_client_cert(cert, key),
-        (None, None) => {}
-        (Some(_), None) => {
-            return Err(ConfigFileError::invalid(
-                "store.tls_client_key_file",
-                "missing: tls_client_cert_file needs its key",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(ConfigFileError::invalid(
-                "store.tls_client_cert_file",
-                "missing: tls_client_key_file needs its certificate",
-            ))
-        }
+    if let Some((cert, key)) = link.client_cert {
+        builder = builder.tls_client_cert(cert, key);
     }
     if let Some(max_keys) = config.batch_max_keys {
         if max_keys > 1024 {
