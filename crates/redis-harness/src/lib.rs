@@ -236,12 +236,7 @@ impl RedisServer {
 
     /// Sends `signal` (`STOP` pauses it, `CONT` resumes it) to the running process.
     pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} {pid}");
+        send_signal(self.child.as_ref().expect("running").id(), signal);
     }
 
     /// `redis-cli args…` against it (authenticated when it requires a password): its output,
@@ -335,6 +330,16 @@ fn cli(port: u16, args: &[&str]) -> Option<String> {
         .expect("redis-cli is installed");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`, …) to process `pid`, the servers' one way of
+/// pausing and resuming what the tests started.
+pub(crate) fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 #[cfg(test)]

@@ -108,12 +108,7 @@ impl MemcachedServer {
     }
 
     fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} {pid}");
+        crate::send_signal(self.child.as_ref().expect("running").id(), signal);
     }
 
     /// The value under `key`, read with a plain `get` on a connection of its own; `None`
