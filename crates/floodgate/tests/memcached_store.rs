@@ -225,6 +225,45 @@ fn exact_under_concurrency_across_nodes() {
     assert!(counts.iter().all(|d| d.remaining == 0 && d.allowed));
 }
 
+/// Hundreds of calls at once on one key of one server share its two connections: they wait
+/// for the next batch (one write for all) rather than open connections of their own, and the
+/// batches decide exactly, as one call at a time would.
+#[test]
+fn overlapping_calls_go_in_batches_on_the_servers_connections() {
+    let server = MemcachedServer::start();
+    let rt = runtime();
+    let clock = clock_at_now();
+    let node = {
+        let _guard = rt.enter();
+        MemcachedStore::builder(vec![server.address()])
+            .timeout(Duration::from_secs(5))
+            .max_idle(2)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let limit = 300;
+    let fw = Arc::new(AnyAlgorithm::from(
+        FixedWindow::new(limit, Duration::from_secs(3600)).unwrap(),
+    ));
+    let before = server.stat("total_connections").expect("stats");
+    let admitted = rt.block_on(async {
+        let calls = (0..1000).map(|_| node.apply(&fw, "crowd", check(1)));
+        let decisions = futures_util::future::join_all(calls).await;
+        decisions
+            .into_iter()
+            .map(|d| u64::from(d.unwrap().allowed))
+            .sum::<u64>()
+    });
+    assert_eq!(admitted, limit);
+    // Every refusal gave its unit back: the count stands at the limit.
+    let count = rt.block_on(node.apply(&fw, "crowd", check(0))).unwrap();
+    assert!(count.allowed && count.remaining == 0, "{count:?}");
+    // This reading's own connection, and the store's two.
+    let opened = server.stat("total_connections").expect("stats") - before;
+    assert!(opened <= 3, "{opened} connections opened for 1000 calls");
+}
+
 /// Every algorithm but the fixed window is refused with `NotOnStore`, and an op the fixed
 /// window lacks with `Unsupported`, before anything is sent: with no server listening at all,
 /// the refusal is still that one, and a batch holding one such request counts nothing.

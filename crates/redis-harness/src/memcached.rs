@@ -135,11 +135,18 @@ impl MemcachedServer {
 
     /// The `STAT pid` of the server answering on the port.
     fn process_id(&self) -> Option<u32> {
+        self.stat("pid").and_then(|p| u32::try_from(p).ok())
+    }
+
+    /// A number from the server's `stats` (such as `total_connections`, the connections it
+    /// has accepted since it started, this reading's own included), read on a connection of
+    /// its own; `None` when absent or the server does not answer within 1 s.
+    pub fn stat(&self, name: &str) -> Option<u64> {
         let lines = self.ask("stats\r\n")?;
-        lines.take_while(|l| l != "END").find_map(|l| {
-            l.strip_prefix("STAT pid ")
-                .and_then(|p| p.trim().parse().ok())
-        })
+        let prefix = format!("STAT {name} ");
+        lines
+            .take_while(|l| l != "END")
+            .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.trim().parse().ok()))
     }
 
     /// Sends `command` and reads the reply's lines (without `\r\n`), up to `END` or a

@@ -61,8 +61,10 @@ impl MemcachedStoreBuilder {
     }
 
     /// How many connections per server stay open between calls (default 2, upstream's
-    /// `MEMCACHE_MAX_IDLE_CONNS`). Calls that overlap open more, closed after them; 0 opens
-    /// one per call.
+    /// `MEMCACHE_MAX_IDLE_CONNS`), and so how many batches of calls are on the wire to a
+    /// server at once: calls that overlap more wait for the next batch, which sends them all
+    /// in one write, rather than open more connections. 0 opens a connection per batch (one
+    /// batch at a time) and closes it after.
     pub fn max_idle(mut self, max_idle: usize) -> Self {
         self.max_idle = max_idle;
         self

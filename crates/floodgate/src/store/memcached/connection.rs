@@ -1,16 +1,16 @@
 //! One memcached server as the store uses it: a small pool of connections (at most `max_idle`
-//! kept idle between calls, upstream's `MEMCACHE_MAX_IDLE_CONNS`; more are opened while calls
-//! overlap, and closed after them), circuit breakers of its own (the decisions', the claims'),
-//! and [`Server::exchange`]: several commands written in one write (pipelined), their replies
-//! read in order.
+//! of them, upstream's `MEMCACHE_MAX_IDLE_CONNS`, each carrying one batch at a time; see
+//! `batch`), circuit breakers of its own (the decisions', the claims'), and
+//! [`Server::exchange`]: a call's commands, sent with those of the calls waiting beside it in
+//! one write (pipelined), their replies read in order.
 //!
 //! Bounds: opening a connection (TCP, then the TLS handshake) takes at most the connect
 //! timeout; the commands and replies at most what is left of the call's deadline. A connection
 //! that failed or timed out is closed, never reused (a late reply would answer the wrong
 //! command), and so are the idle ones then (opened before, they most likely fail too); an idle
 //! connection the server has closed (it was killed or restarted) is dropped before it is used.
-//! Link failures (refused, reset, timed out) count toward the server's breaker; an
-//! answer, even `SERVER_ERROR`, does not.
+//! Link failures (refused, reset, timed out) count toward the server's breaker, once per call;
+//! an answer, even `SERVER_ERROR`, does not.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +21,8 @@ use tokio::io::{
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::protocol::{read_reply, Command, ReadError, Reply, ReplySource};
+use super::batch::{Call, Queue};
+use super::protocol::{Command, ReadError, Reply, ReplySource};
 use crate::store::breaker::Breaker;
 use crate::{Clock, StoreError};
 
@@ -30,7 +31,7 @@ trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// One open connection.
-struct Conn(BufReader<Box<dyn Io>>);
+pub(crate) struct Conn(BufReader<Box<dyn Io>>);
 
 impl ReplySource for Conn {
     async fn line(&mut self) -> std::io::Result<String> {
@@ -58,6 +59,15 @@ impl ReplySource for Conn {
 }
 
 impl Conn {
+    /// Writes `bytes`, whole.
+    pub(crate) async fn write(&mut self, bytes: &[u8]) -> Result<(), ReadError> {
+        self.0
+            .get_mut()
+            .write_all(bytes)
+            .await
+            .map_err(ReadError::Link)
+    }
+
     /// Whether the server has closed this connection, or sent what nothing asked for: one
     /// poll of the socket, which an open, quiet connection answers with `Pending`.
     fn ended(&mut self) -> bool {
@@ -74,7 +84,8 @@ pub(crate) struct LinkSettings {
     pub(crate) timeout: Duration,
     /// The bound on opening a connection.
     pub(crate) connect_timeout: Duration,
-    /// Connections kept idle per server.
+    /// Connections kept idle per server, and the batches on the wire to it at once (at least
+    /// one: with 0, each batch opens a connection and closes it after).
     pub(crate) max_idle: usize,
     /// The breaker's threshold (0: off) and cool-down.
     pub(crate) breaker: (u32, Duration),
@@ -99,6 +110,8 @@ pub(crate) struct Server {
     /// `host:port`, as given.
     pub(crate) address: String,
     idle: Mutex<Vec<Conn>>,
+    /// The calls waiting for a batch, and how many batches are on the wire.
+    pub(crate) queue: Mutex<Queue>,
     /// The decisions' and counters' breaker.
     pub(crate) breaker: Breaker,
     /// The shared limits' claims' breaker, apart: a claims step has a longer budget, and no
@@ -109,8 +122,8 @@ pub(crate) struct Server {
 /// When a call must be done by, and the budget that was (for its timeout error).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Deadline {
-    at: Instant,
-    budget: Duration,
+    pub(crate) at: Instant,
+    pub(crate) budget: Duration,
 }
 
 impl Deadline {
@@ -136,6 +149,7 @@ impl Server {
         Server {
             address,
             idle: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
             breaker: Breaker::new(settings.breaker.0, settings.breaker.1),
             claims_breaker: Breaker::new(settings.breaker.0, settings.breaker.1),
         }
@@ -145,7 +159,7 @@ impl Server {
     /// (plus the time taken to connect when a connection must be opened first), under the
     /// decisions' breaker.
     pub(crate) async fn exchange(
-        &self,
+        self: &Arc<Self>,
         commands: &[Command],
         settings: &LinkSettings,
         deadline: Deadline,
@@ -157,7 +171,7 @@ impl Server {
 
     /// [`Server::exchange`] under `breaker` (one of this server's).
     pub(crate) async fn exchange_under(
-        &self,
+        self: &Arc<Self>,
         breaker: &Breaker,
         commands: &[Command],
         settings: &LinkSettings,
@@ -174,60 +188,53 @@ impl Server {
         result
     }
 
+    /// Queues the call for the next batch (see `batch`) and waits for its answer.
     async fn exchange_unguarded(
-        &self,
+        self: &Arc<Self>,
         commands: &[Command],
         settings: &LinkSettings,
         deadline: Deadline,
     ) -> Result<Vec<Reply>, StoreError> {
-        let pooled = self.pooled();
-        let (mut conn, at) = match pooled {
-            Some(conn) => (conn, deadline.at),
-            None => {
-                let started = Instant::now();
-                let connected =
-                    tokio::time::timeout(settings.connect_timeout, self.connect(settings));
-                let conn = connected
-                    .await
-                    .map_err(|_| StoreError::Timeout(settings.connect_timeout))??;
-                // Connecting does not eat the commands' budget.
-                (conn, deadline.at + started.elapsed())
-            }
-        };
-        let mut bytes = Vec::new();
-        for command in commands {
-            command.encode(&mut bytes);
+        let (call, answered) = Call::new(commands.to_vec(), deadline);
+        if self.enqueue(call, settings) {
+            tokio::spawn(Arc::clone(self).drain(settings.clone()));
         }
-        let talk = async {
-            conn.0
-                .get_mut()
-                .write_all(&bytes)
-                .await
-                .map_err(ReadError::Link)?;
-            let mut replies = Vec::with_capacity(commands.len());
-            for command in commands {
-                replies.push(read_reply(&mut conn, command).await?);
-            }
-            Ok::<_, ReadError>(replies)
-        };
-        let replies = match tokio::time::timeout_at(at, talk).await {
-            Err(_) => {
-                self.close_idle();
-                return Err(StoreError::Timeout(deadline.budget));
-            }
-            Ok(Err(ReadError::Link(e))) => {
-                self.close_idle();
-                return Err(self.lost(&e));
-            }
-            Ok(Err(ReadError::Protocol(e))) => return Err(e),
-            Ok(Ok(replies)) => replies,
-        };
+        // The batch answers by the call's deadline, plus the time its connection took to
+        // open; this bound only guards against a batch that never answers.
+        let guard = deadline.at + settings.connect_timeout + deadline.budget;
+        match tokio::time::timeout_at(guard, answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(StoreError::Unavailable(format!(
+                "the batch to memcached at {} ended without an answer",
+                self.address
+            ))),
+            Err(_) => Err(StoreError::Timeout(deadline.budget)),
+        }
+    }
+
+    /// A connection to send a batch on, and how long it took to get it (zero for an idle one).
+    pub(crate) async fn connection(
+        &self,
+        settings: &LinkSettings,
+    ) -> Result<(Conn, Duration), StoreError> {
+        if let Some(conn) = self.pooled() {
+            return Ok((conn, Duration::ZERO));
+        }
+        let started = Instant::now();
+        let connected = tokio::time::timeout(settings.connect_timeout, self.connect(settings));
+        let conn = connected
+            .await
+            .map_err(|_| StoreError::Timeout(settings.connect_timeout))??;
+        Ok((conn, started.elapsed()))
+    }
+
+    /// Keeps `conn` for the next batch, unless `max_idle` are kept already.
+    pub(crate) fn keep(&self, conn: Conn, settings: &LinkSettings) {
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < settings.max_idle {
                 idle.push(conn);
             }
         }
-        Ok(replies)
     }
 
     async fn connect(&self, settings: &LinkSettings) -> Result<Conn, StoreError> {
@@ -256,7 +263,7 @@ impl Server {
         Ok(Conn(BufReader::new(io)))
     }
 
-    fn lost(&self, e: &std::io::Error) -> StoreError {
+    pub(crate) fn lost(&self, e: &std::io::Error) -> StoreError {
         StoreError::Unavailable(format!(
             "the connection to memcached at {} failed: {e}",
             self.address

@@ -36,8 +36,9 @@
 //! number of servers, in the order given; see `selector`), so that counters written by
 //! upstream's pods are found. [`MemcachedStore::set_servers`] replaces the list at run time
 //! (upstream's `MEMCACHE_SRV` refresh). Each server has a small pool of connections, a
-//! timeout on every call, and a circuit breaker of its own (see `connection`). The commands
-//! of one call for one server go in one write (pipelined), the servers of a call at once.
+//! timeout on every call, and a circuit breaker of its own (see `connection`). The calls
+//! waiting for one server go in one write (pipelined, see `batch`), the servers of a call at
+//! once.
 //!
 //! # Chains and failures
 //!
@@ -53,6 +54,7 @@ use crate::store::breaker::BreakerState;
 use crate::store::{ensure_supported, Request, Store};
 use crate::{Clock, Decision, Op, StoreError};
 
+mod batch;
 mod builder;
 mod capabilities;
 mod claims;
