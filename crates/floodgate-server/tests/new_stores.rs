@@ -2,7 +2,10 @@
 //! - memcached (`memcache://`): three nodes on two `memcached` servers the test starts on free
 //!   loopback ports admit exactly a fixed window's limit between them; `check-config` refuses
 //!   an algorithm memcached cannot run, naming the stage, the algorithm and the store; upstream's
-//!   `BACKEND_TYPE=memcache` counts in upstream's keys on the server gomemcache would pick;
+//!   `BACKEND_TYPE=memcache` counts in upstream's keys on the server gomemcache would pick, with
+//!   the servers listed (`MEMCACHE_HOST_PORT`) or named by a DNS SRV record (`MEMCACHE_SRV`,
+//!   answered by a dnsmasq of the test's own that the node's `/etc/resolv.conf` names, in a
+//!   mount namespace of its own);
 //! - the durable file store (`file:///dir`): a graceful stop (SIGTERM) and a start lose no
 //!   count; a directory that cannot be used is refused at start-up.
 
@@ -12,7 +15,7 @@ use std::sync::Arc;
 
 use common::serve::{config_file, serve, serve_refused, Service, TempDir};
 use common::upstream::{loopback_env, loopback_listeners, runtime_dir, serve_with, set as set_var};
-use floodgate_redis_harness::MemcachedServer;
+use floodgate_redis_harness::{DnsServer, MemcachedServer, SrvRecord};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -143,6 +146,64 @@ async fn upstreams_memcache_backend_counts_in_upstreams_keys() {
         format!("{},{}", servers[0].address(), servers[1].address()),
     );
     let node = serve_with(&env);
+    counts_as_upstream(&node, &servers).await;
+}
+
+/// `MEMCACHE_SRV`: the node finds the servers through its system resolver (a
+/// `/etc/resolv.conf` naming the test's dnsmasq, bind-mounted over the machine's in a mount
+/// namespace of the node's own: `unshare -m`, as root), lists them as upstream does (sorted
+/// `target:port`) and counts where upstream's pods would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_memcache_srv_finds_the_servers_through_dns() {
+    let servers = [MemcachedServer::start(), MemcachedServer::start()];
+    let record = "_memcache._tcp.floodgate.test";
+    let records: Vec<SrvRecord> = servers
+        .iter()
+        .map(|s| SrvRecord {
+            name: record.into(),
+            target: "localhost".into(),
+            port: s.port(),
+        })
+        .collect();
+    // A loopback address of this test's own for port 53 (resolv.conf names no port).
+    let suffix = rand_suffix();
+    let ip = std::net::Ipv4Addr::new(127, 53, (suffix >> 8) as u8, (suffix as u8).max(2));
+    let _dns = DnsServer::start_on_port_53(ip, &records);
+    let root = runtime_dir("new-stores-memcache-srv", 3);
+    let resolv = root.0.join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {ip}\n")).unwrap();
+    let mut env = loopback_env(&root.0, "unused:6379");
+    env.extend(loopback_listeners());
+    set_var(&mut env, "BACKEND_TYPE", "memcache");
+    set_var(&mut env, "MEMCACHE_SRV", record);
+    set_var(&mut env, "MEMCACHE_SRV_REFRESH", "1s");
+    let script = format!(
+        "/usr/bin/mount --bind {} /etc/resolv.conf && exec \"$0\" serve",
+        resolv.display()
+    );
+    let node = common::upstream::launch(
+        std::path::Path::new("/usr/bin/unshare"),
+        &[
+            "-m",
+            "/usr/bin/sh",
+            "-c",
+            &script,
+            env!("CARGO_BIN_EXE_floodgate"),
+        ],
+        &env,
+    );
+    let client = reqwest::Client::new();
+    let (status, ready) = node.get(&client, "/readyz").await;
+    assert!(
+        status == 200 && ready.contains("memcached"),
+        "{status}: {ready}"
+    );
+    counts_as_upstream(&node, &servers).await;
+}
+
+/// Five hits of upstream's `rl.user` (3 an hour) on `node`: two over, counted in upstream's
+/// key on the one server of `servers` gomemcache picks.
+async fn counts_as_upstream(node: &Service, servers: &[MemcachedServer; 2]) {
     let client = reqwest::Client::new();
     let mut over = 0;
     for _ in 0..5 {

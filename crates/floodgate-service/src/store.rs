@@ -125,9 +125,19 @@ impl ServiceStore {
                 }
             }
             StoreUrl::File { dir } => (file_store(dir, config, open_files)?, None),
-            StoreUrl::Memcached { servers } => (memcached(servers, config)?, None),
+            StoreUrl::Memcached { servers } => (memcached(servers, None, config)?, None),
+            StoreUrl::MemcachedSrv { record } => (memcached(&[], Some(record), config)?, None),
         };
-        if !matches!(url, StoreUrl::Memcached { .. }) {
+        if !matches!(url, StoreUrl::MemcachedSrv { .. }) && config.srv_refresh.is_some() {
+            return Err(ConfigFileError::invalid(
+                "store.srv_refresh",
+                "only a memcached store on an SRV record takes it (store.url: memcache+srv://_service._proto.domain)",
+            ));
+        }
+        if !matches!(
+            url,
+            StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. }
+        ) {
             for (field, set) in [
                 (
                     "store.max_idle_connections",
@@ -467,11 +477,28 @@ impl ServiceStore {
     }
 }
 
-/// A memcached store over `servers` with `config`'s link settings, idle connections and TLS,
+/// A memcached store over `servers`, or the servers of the SRV record `srv` (looked up again
+/// every `store.srv_refresh`), with `config`'s link settings, idle connections and TLS,
 /// checked.
-fn memcached(servers: &[String], config: &StoreConfig) -> Result<AnyStore, ConfigFileError> {
+fn memcached(
+    servers: &[String],
+    srv: Option<&str>,
+    config: &StoreConfig,
+) -> Result<AnyStore, ConfigFileError> {
     let link = LinkSettings::from_config(config)?;
-    let mut builder = floodgate::store::MemcachedStore::builder(servers.to_vec());
+    let mut builder = match srv {
+        Some(record) => floodgate::store::MemcachedStore::from_srv(record),
+        None => floodgate::store::MemcachedStore::builder(servers.to_vec()),
+    };
+    if let Some(every) = config.srv_refresh {
+        if every.0.is_zero() {
+            return Err(ConfigFileError::invalid(
+                "store.srv_refresh",
+                "invalid value 0s (must be above 0; leave it out to look the record up only at start)",
+            ));
+        }
+        builder = builder.srv_refresh(every.0);
+    }
     if let Some(timeout) = link.timeout {
         builder = builder.timeout(timeout);
     }

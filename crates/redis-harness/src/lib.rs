@@ -1,5 +1,5 @@
 //! Test support for Floodgate's Redis and memcached tests (a `memcached` process of the
-//! test's own: [`MemcachedServer`]): a `redis-server` process of the test's own, on a
+//! test's own: [`MemcachedServer`]; a DNS server for SRV records: [`DnsServer`]): a `redis-server` process of the test's own, on a
 //! free loopback port, with nothing saved to disk (`--save "" --appendonly no`), killed when
 //! dropped. Tests never use (or flush) a Redis they did not start, such as a machine's shared
 //! one on port 6379.
@@ -17,10 +17,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 mod cluster;
+mod dns;
 mod memcached;
 mod sentinel;
 mod tls;
 pub use cluster::{ClusterNode, RedisCluster};
+pub use dns::{DnsServer, SrvRecord};
 pub use memcached::MemcachedServer;
 pub use sentinel::{RedisSentinels, SentinelOptions};
 pub use tls::{Issued, TestCa};

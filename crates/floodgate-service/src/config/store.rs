@@ -154,6 +154,11 @@ pub struct StoreConfig {
     /// system's CAs) and presenting `tls_client_cert_file` if set (default false).
     #[serde(default)]
     pub tls: bool,
+    /// A memcached store on a DNS SRV record (`memcache+srv://…`): how often the record is
+    /// looked up again (above 0; default: only at start; envoyproxy/ratelimit's
+    /// `MEMCACHE_SRV_REFRESH`). A failed lookup keeps the servers of the last good one.
+    #[serde(default)]
+    pub srv_refresh: Option<SpecDuration>,
 }
 
 /// How the Envoy rules' fixed windows are kept in Redis (see [`StoreConfig::layout`]).
@@ -279,6 +284,7 @@ impl Default for StoreConfig {
             start_without: false,
             max_idle_connections: None,
             tls: false,
+            srv_refresh: None,
         }
     }
 }

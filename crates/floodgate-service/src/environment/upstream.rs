@@ -139,8 +139,13 @@ pub struct RedisTls {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memcache {
     /// `MEMCACHE_HOST_PORT`: the servers, `host:port` separated by commas, in the order that
-    /// decides which holds a key (gomemcache's).
+    /// decides which holds a key (gomemcache's). Empty when `srv` names them.
     pub servers: Vec<String>,
+    /// `MEMCACHE_SRV`: the DNS SRV record naming the servers, `_service._proto.domain`.
+    pub srv: Option<String>,
+    /// `MEMCACHE_SRV_REFRESH`: how often the record is looked up again (upstream's default 0:
+    /// `None`, only at start).
+    pub srv_refresh: Option<Duration>,
     /// `MEMCACHE_MAX_IDLE_CONNS` (default 2).
     pub max_idle: usize,
     /// `MEMCACHE_TLS` (default false).
@@ -151,8 +156,9 @@ pub struct Memcache {
 }
 
 impl Memcache {
-    /// The memcache variables, when `BACKEND_TYPE=memcache`: `MEMCACHE_HOST_PORT` is needed
-    /// (DNS SRV discovery, `MEMCACHE_SRV`, is refused: it is not built).
+    /// The memcache variables, when `BACKEND_TYPE=memcache`: the servers from
+    /// `MEMCACHE_HOST_PORT` or from the SRV record `MEMCACHE_SRV`, one of them (upstream
+    /// refuses both set).
     fn read(env: &Environment) -> Result<Option<Memcache>, UpstreamError> {
         let memcache = env
             .string("BACKEND_TYPE")
@@ -160,12 +166,11 @@ impl Memcache {
         if !memcache {
             return Ok(None);
         }
-        if env.string("MEMCACHE_SRV").is_some_and(|s| !s.is_empty()) {
-            return Err(refused(
-                "MEMCACHE_SRV",
-                "DNS SRV discovery of memcached servers is not built: list them in MEMCACHE_HOST_PORT",
-            ));
-        }
+        let srv = env
+            .string("MEMCACHE_SRV")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
         let servers: Vec<String> = env
             .string("MEMCACHE_HOST_PORT")
             .unwrap_or_default()
@@ -173,12 +178,23 @@ impl Memcache {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        if servers.is_empty() {
-            return Err(refused(
-                "MEMCACHE_HOST_PORT",
-                "BACKEND_TYPE=memcache needs the servers, host:port separated by commas",
-            ));
+        match (&srv, servers.is_empty()) {
+            (Some(_), false) => {
+                return Err(refused(
+                    "MEMCACHE_SRV",
+                    "both MEMCACHE_HOST_PORT and MEMCACHE_SRV are set: name the servers one way",
+                ))
+            }
+            (None, true) => {
+                return Err(refused(
+                    "MEMCACHE_HOST_PORT",
+                    "BACKEND_TYPE=memcache needs the servers, host:port separated by commas (or MEMCACHE_SRV)",
+                ))
+            }
+            _ => {}
         }
+        let refresh = env.duration_or("MEMCACHE_SRV_REFRESH", Duration::ZERO)?;
+        let srv_refresh = (!refresh.is_zero()).then_some(refresh);
         let max_idle: usize = env.int_or("MEMCACHE_MAX_IDLE_CONNS", 2)?;
         if max_idle == 0 {
             return Err(refused("MEMCACHE_MAX_IDLE_CONNS", "`0`: at least 1"));
@@ -196,6 +212,8 @@ impl Memcache {
         )?;
         Ok(Some(Memcache {
             servers,
+            srv,
+            srv_refresh,
             max_idle,
             tls: env.bool_or("MEMCACHE_TLS", false)?,
             tls_files,

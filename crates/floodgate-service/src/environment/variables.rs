@@ -50,14 +50,6 @@ const fn no_effect(name: &'static str, note: &'static str) -> Variable {
     }
 }
 
-const fn unsupported(name: &'static str, note: &'static str) -> Variable {
-    Variable {
-        name,
-        support: Support::Unsupported,
-        note,
-    }
-}
-
 /// The variables that only count as upstream's settings being present along with another.
 const GENERIC: [&str; 4] = ["HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT"];
 
@@ -152,9 +144,9 @@ pub const VARIABLES: &[Variable] = &[
     honoured("REDIS_STARTUP_MAX_INTERVAL"),
     differs("REDIS_STARTUP_MAX_ELAPSED_TIME", "past it, start-up stops with an error naming the store (upstream panics); 0 retries for ever, as upstream"),
     honoured("MEMCACHE_HOST_PORT"),
-    differs("MEMCACHE_MAX_IDLE_CONNS", "the idle connections kept per server; a call that finds none opens one, as upstream"),
-    unsupported("MEMCACHE_SRV", "DNS SRV discovery is not built: start-up stops naming it; list the servers in MEMCACHE_HOST_PORT"),
-    unsupported("MEMCACHE_SRV_REFRESH", "as MEMCACHE_SRV"),
+    differs("MEMCACHE_MAX_IDLE_CONNS", "the connections kept per server, each carrying one batch of calls at a time; calls that overlap wait for the next batch (one write for all) rather than open connections of their own, as upstream's do"),
+    differs("MEMCACHE_SRV", "the servers the SRV record names, sorted as upstream sorts them; a lookup that fails at start-up is retried as any store's start-up is (upstream panics)"),
+    honoured("MEMCACHE_SRV_REFRESH"),
     honoured("MEMCACHE_TLS"),
     honoured("MEMCACHE_TLS_CACERT"),
     honoured("MEMCACHE_TLS_CLIENT_CERT"),

@@ -257,7 +257,10 @@ impl Startup {
             Some(url.to_string())
         } else {
             self.upstream.as_ref().map(|up| match &up.memcache {
-                Some(memcache) => format!("memcache://{}", memcache.servers.join(",")),
+                Some(memcache) => match &memcache.srv {
+                    Some(record) => format!("memcache+srv://{record}"),
+                    None => format!("memcache://{}", memcache.servers.join(",")),
+                },
                 None => store_url(&up.redis),
             })
         };
@@ -276,6 +279,11 @@ impl Startup {
                 }
                 if !writes("store.tls") {
                     config.store.tls = memcache.tls;
+                }
+                if !writes("store.srv_refresh") {
+                    config.store.srv_refresh = memcache
+                        .srv_refresh
+                        .map(floodgate::algorithm::spec::SpecDuration);
                 }
             }
             if !writes("store.tls_client_cert_file") && !writes("store.tls_client_key_file") {

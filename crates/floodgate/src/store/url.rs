@@ -12,6 +12,7 @@
 //! | `redis[s]-cluster://[user[:password]@]host:port,host:port,…` | a Redis Cluster (database 0 only) |
 //! | `redis[s]-sentinel://[…@]host:port,host:port/master[/db]` | the master the sentinels name |
 //! | `memcache://host:port[,host:port…]` | memcached servers, keys spread as gomemcache spreads them |
+//! | `memcache+srv://_service._proto.domain` | the memcached servers a DNS SRV record names |
 //! | `file:///absolute/directory` | the durable embedded store, in a directory it owns |
 //!
 //! Everything else is refused with a [`ConfigError`] for field `url`, the URL shown with its
@@ -43,6 +44,12 @@ pub enum StoreUrl {
         /// `host:port` of each server.
         servers: Vec<String>,
     },
+    /// The memcached servers a DNS SRV record names (`memcache+srv://_memcache._tcp.example`,
+    /// upstream's `MEMCACHE_SRV`), sorted as upstream sorts them.
+    MemcachedSrv {
+        /// The record's name, `_service._proto.domain`.
+        record: String,
+    },
     /// The durable embedded store in `dir` (`file:///var/lib/floodgate`).
     File {
         /// The directory the store owns.
@@ -71,7 +78,8 @@ impl std::fmt::Debug for StoreUrl {
 const NOT_A_STORE: &str =
     "not a store: expected `memory`, redis[s]://host:port[/db], unix:///path, \
      redis[s]-cluster://host:port,host:port, redis[s]-sentinel://host:port,host:port/master, \
-     memcache://host:port[,host:port] or file:///directory";
+     memcache://host:port[,host:port], memcache+srv://_service._proto.domain or \
+     file:///directory";
 
 impl StoreUrl {
     /// Reads `url` (see the [module documentation](self) for the forms). Errors are for field
@@ -93,6 +101,7 @@ impl StoreUrl {
                 });
             }
             "memcache" => return memcached(url, rest),
+            "memcache+srv" => return memcached_srv(url, rest),
             "file" => return file(url, rest),
             "redis" | "rediss" => Topology::Single,
             "redis-cluster" | "rediss-cluster" => Topology::Cluster,
@@ -159,7 +168,7 @@ impl StoreUrl {
                 ..
             } => "redis-cluster",
             StoreUrl::Redis { .. } => "redis",
-            StoreUrl::Memcached { .. } => "memcached",
+            StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. } => "memcached",
             StoreUrl::File { .. } => "file",
         }
     }
@@ -170,6 +179,7 @@ impl StoreUrl {
             StoreUrl::Memory => "memory".to_string(),
             StoreUrl::Redis { url, .. } => redacted(url),
             StoreUrl::Memcached { servers } => format!("memcache://{}", servers.join(",")),
+            StoreUrl::MemcachedSrv { record } => format!("memcache+srv://{record}"),
             StoreUrl::File { dir } => format!("file://{}", dir.display()),
         }
     }
@@ -199,6 +209,22 @@ fn memcached(url: &str, rest: &str) -> Result<StoreUrl, ConfigError> {
         }
     }
     Ok(StoreUrl::Memcached { servers })
+}
+
+/// `memcache+srv://_service._proto.domain`: the record's name, whose shape the memcached
+/// store's builder checks (field `srv`).
+fn memcached_srv(url: &str, rest: &str) -> Result<StoreUrl, ConfigError> {
+    let record = rest.trim_end_matches('/');
+    if record.is_empty() || record.contains(['@', '/', '?', ',', ':']) {
+        return Err(ConfigError::invalid(
+            "url",
+            url,
+            "names no SRV record: memcache+srv://_service._proto.domain",
+        ));
+    }
+    Ok(StoreUrl::MemcachedSrv {
+        record: record.to_string(),
+    })
 }
 
 /// `file:///absolute/directory`.
@@ -339,6 +365,7 @@ mod tests {
             ("rediss-cluster://h1:1,h2:2/", "redis-cluster"),
             ("redis-sentinel://s1:1,s2:2/mymaster/2", "redis"),
             ("memcache://m1:11211,m2:11211", "memcached"),
+            ("memcache+srv://_memcache._tcp.example.org", "memcached"),
             ("file:///var/lib/floodgate", "file"),
         ] {
             assert_eq!(StoreUrl::parse(url).unwrap().kind(), kind, "{url}");
@@ -372,6 +399,8 @@ mod tests {
             ("memcache://", "names no server"),
             ("memcache://m1", "`m1` in"),
             ("memcache://m1:0", "`m1:0` in"),
+            ("memcache+srv://", "names no SRV record"),
+            ("memcache+srv://a:1,b:2", "names no SRV record"),
             ("file://relative", "absolute"),
             ("file:///", "absolute"),
         ] {

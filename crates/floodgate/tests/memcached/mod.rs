@@ -2,6 +2,7 @@
 //! tests of `memcached_store.rs` (one test binary).
 
 mod claims;
+mod discovery;
 mod faults;
 mod tls;
 mod upstream;

@@ -99,9 +99,10 @@ fn what_cannot_be_honoured_is_refused_naming_the_variable() {
             vec![
                 ("BACKEND_TYPE", "memcache"),
                 ("MEMCACHE_SRV", "_mc._tcp.example"),
+                ("MEMCACHE_HOST_PORT", "m:11211"),
             ],
             "MEMCACHE_SRV",
-            "not built",
+            "both MEMCACHE_HOST_PORT and MEMCACHE_SRV",
         ),
         (
             vec![("BACKEND_TYPE", "cassandra")],

@@ -280,3 +280,34 @@ fn upstreams_memcache_backend_is_the_memcached_store_in_upstreams_layout() {
     // Upstream's memcache backend has no per-second store.
     assert_eq!(store.per_second_url, None);
 }
+
+#[test]
+fn upstreams_memcache_srv_is_the_memcached_store_on_that_record() {
+    let env = Environment::from_pairs([
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_SRV", "_memcache._tcp.cache.example.org"),
+        ("MEMCACHE_SRV_REFRESH", "30s"),
+    ]);
+    let none = args(&[]);
+    let startup = Startup::read(&none, env, false).unwrap();
+    let mut config = Config::default();
+    startup.apply_store(none.store.url.as_deref(), &mut config);
+    let store = &config.store;
+    assert_eq!(
+        store.url.as_deref(),
+        Some("memcache+srv://_memcache._tcp.cache.example.org")
+    );
+    assert_eq!(
+        store.srv_refresh.map(|d| d.0),
+        Some(std::time::Duration::from_secs(30))
+    );
+    // Upstream's default, 0: looked up only at start.
+    let env = Environment::from_pairs([
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_SRV", "_memcache._tcp.cache.example.org"),
+    ]);
+    let startup = Startup::read(&none, env, false).unwrap();
+    let mut config = Config::default();
+    startup.apply_store(none.store.url.as_deref(), &mut config);
+    assert_eq!(config.store.srv_refresh, None);
+}

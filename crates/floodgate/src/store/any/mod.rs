@@ -89,8 +89,12 @@ impl AnyStore {
             StoreUrl::Memcached { servers } => Ok(AnyStore::Memcached(
                 super::MemcachedStore::builder(servers.clone()).build()?,
             )),
+            #[cfg(feature = "memcached")]
+            StoreUrl::MemcachedSrv { record } => Ok(AnyStore::Memcached(
+                super::MemcachedStore::from_srv(record.clone()).build()?,
+            )),
             #[cfg(not(feature = "memcached"))]
-            StoreUrl::Memcached { .. } => {
+            StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. } => {
                 not_built("a memcached store needs the `memcached` feature of floodgate-core")
             }
             #[cfg(feature = "file")]

@@ -1,11 +1,13 @@
 //! [`MemcachedStoreBuilder`]: the servers and every setting of a [`MemcachedStore`], checked
 //! when it is built (a typed [`ConfigError`] naming the field and value).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::connection::{LinkSettings, Server};
+use super::discovery::Discovery;
 use super::tls::TlsSettings;
 use super::{ExplicitClock, Inner, MemcachedStore};
 use crate::{Clock, ConfigError, SystemClock};
@@ -20,6 +22,7 @@ pub struct MemcachedStoreBuilder {
     pub(super) max_idle: usize,
     pub(super) clock: Option<Arc<dyn Clock>>,
     pub(super) tls: TlsSettings,
+    pub(super) discovery: Option<Discovery>,
 }
 
 impl std::fmt::Debug for MemcachedStoreBuilder {
@@ -32,6 +35,7 @@ impl std::fmt::Debug for MemcachedStoreBuilder {
             .field("max_idle", &self.max_idle)
             .field("clock", &self.clock.as_ref().map(|_| "explicit"))
             .field("tls", &self.tls)
+            .field("discovery", &self.discovery)
             .finish()
     }
 }
@@ -107,13 +111,40 @@ impl MemcachedStoreBuilder {
         self
     }
 
+    /// How often the servers of [`MemcachedStore::from_srv`]'s record are looked up again
+    /// (upstream's `MEMCACHE_SRV_REFRESH`; default and `Duration::ZERO`: only at start).
+    /// Ignored for a store given its servers.
+    pub fn srv_refresh(mut self, every: Duration) -> Self {
+        if let Some(discovery) = &mut self.discovery {
+            discovery.refresh = (!every.is_zero()).then_some(every);
+        }
+        self
+    }
+
+    /// The DNS server asked for [`MemcachedStore::from_srv`]'s record (default: the system's,
+    /// from `/etc/resolv.conf`, read at every lookup). Ignored for a store given its servers.
+    pub fn srv_nameserver(mut self, at: SocketAddr) -> Self {
+        if let Some(discovery) = &mut self.discovery {
+            discovery.nameserver = Some(at);
+        }
+        self
+    }
+
     /// The store. Opens no connection (the first call, or [`MemcachedStore::probe`], does).
     ///
+    /// With an SRV record, the servers are looked up at once, in the background, and again
+    /// every [`MemcachedStoreBuilder::srv_refresh`], when there is a Tokio runtime (else by
+    /// the first [`MemcachedStore::probe`] or [`MemcachedStore::refresh_servers`]); until then
+    /// calls fail with [`StoreError::Unavailable`](crate::StoreError::Unavailable).
+    ///
     /// Errors: an empty server list (field `servers`, value `""`), a server that is not
-    /// `host:port` with a port from 1 to 65535 (field `servers`, the entry), a timeout under
-    /// 1 ms (`timeout`, `connect_timeout`), an unreadable or unusable TLS file.
+    /// `host:port` with a port from 1 to 65535 (field `servers`, the entry), an SRV record
+    /// name not `_service._proto.domain` (field `srv`), a timeout under 1 ms (`timeout`,
+    /// `connect_timeout`), an unreadable or unusable TLS file.
     pub fn build(self) -> Result<MemcachedStore, ConfigError> {
-        if self.servers.is_empty() {
+        if let Some(discovery) = &self.discovery {
+            discovery.check()?;
+        } else if self.servers.is_empty() {
             return Err(ConfigError::invalid(
                 "servers",
                 "",
@@ -153,14 +184,17 @@ impl MemcachedStoreBuilder {
             .map(|address| Arc::new(Server::new(address, &link)))
             .collect();
         let clock = ExplicitClock(self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())));
-        Ok(MemcachedStore {
+        let store = MemcachedStore {
             inner: Arc::new(Inner {
                 servers: RwLock::new(Arc::new(servers)),
                 link,
                 clock,
                 namespaces: crate::store::Namespaces::default(),
+                discovery: self.discovery,
             }),
-        })
+        };
+        store.start_discovering();
+        Ok(store)
     }
 }
 

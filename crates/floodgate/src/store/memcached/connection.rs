@@ -238,7 +238,7 @@ impl Server {
     }
 
     async fn connect(&self, settings: &LinkSettings) -> Result<Conn, StoreError> {
-        let tcp = TcpStream::connect(&self.address)
+        let tcp = TcpStream::connect(&*connect_address(&self.address))
             .await
             .map_err(|e| StoreError::Refused(format!("memcached at {}: {e}", self.address)))?;
         let _ = tcp.set_nodelay(true);
@@ -292,7 +292,20 @@ impl Server {
     }
 }
 
-/// The host of `host:port` (`[v6]:port` keeps its brackets).
+/// The host of `host:port` (`[v6]:port` keeps its brackets), without the final dot of an
+/// absolute name (SRV targets are written so): certificates name hosts without it.
 pub(crate) fn host_of(address: &str) -> &str {
-    address.rsplit_once(':').map_or(address, |(host, _)| host)
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.strip_suffix('.').unwrap_or(host)
+}
+
+/// `host:port` as connected to: without the final dot of an absolute host name, which
+/// glibc's resolver does not match against `/etc/hosts` (`localhost.` is not found there).
+fn connect_address(address: &str) -> std::borrow::Cow<'_, str> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if host.ends_with('.') => {
+            format!("{}:{port}", &host[..host.len() - 1]).into()
+        }
+        _ => address.into(),
+    }
 }

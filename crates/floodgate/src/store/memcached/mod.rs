@@ -34,8 +34,9 @@
 //!
 //! A key lives on one server, chosen as gomemcache chooses (CRC-32 of the key modulo the
 //! number of servers, in the order given; see `selector`), so that counters written by
-//! upstream's pods are found. [`MemcachedStore::set_servers`] replaces the list at run time
-//! (upstream's `MEMCACHE_SRV` refresh). Each server has a small pool of connections, a
+//! upstream's pods are found. [`MemcachedStore::from_srv`] takes the list from a DNS SRV
+//! record, refreshed on an interval (upstream's `MEMCACHE_SRV`, `MEMCACHE_SRV_REFRESH`; see
+//! `discovery`), and [`MemcachedStore::set_servers`] replaces it at run time. Each server has a small pool of connections, a
 //! timeout on every call, and a circuit breaker of its own (see `connection`). The calls
 //! waiting for one server go in one write (pipelined, see `batch`), the servers of a call at
 //! once.
@@ -60,6 +61,7 @@ mod capabilities;
 mod claims;
 mod connection;
 mod counters;
+mod discovery;
 mod job;
 mod protocol;
 mod selector;
@@ -103,6 +105,8 @@ struct Inner {
     link: LinkSettings,
     clock: ExplicitClock,
     namespaces: crate::store::Namespaces,
+    /// Where the server list comes from, when an SRV record names it.
+    discovery: Option<discovery::Discovery>,
 }
 
 impl MemcachedStore {
@@ -118,7 +122,67 @@ impl MemcachedStore {
             max_idle: 2,
             clock: None,
             tls: tls::TlsSettings::default(),
+            discovery: None,
         }
+    }
+
+    /// A builder for a store on the servers a DNS SRV record names (upstream's
+    /// `MEMCACHE_SRV`), `_service._proto.domain`: each record's `target:port`, sorted, as
+    /// upstream lists them (so keys land on the same servers), looked up when the store is
+    /// built and again every [`MemcachedStoreBuilder::srv_refresh`]. A lookup that fails or
+    /// finds nothing keeps the list as it was. Defaults as [`MemcachedStore::builder`].
+    pub fn from_srv(record: impl Into<String>) -> MemcachedStoreBuilder {
+        MemcachedStoreBuilder {
+            discovery: Some(discovery::Discovery {
+                record: record.into(),
+                refresh: None,
+                nameserver: None,
+            }),
+            ..MemcachedStore::builder(Vec::new())
+        }
+    }
+
+    /// Looks the SRV record up now and, when it names servers, makes them the list (as
+    /// [`MemcachedStore::set_servers`]); the list it set. A failed lookup, or one that
+    /// finds no record, changes nothing and is the `Err` ([`StoreError::Unavailable`]). A
+    /// store given its servers has no record: the list as it is.
+    pub async fn refresh_servers(&self) -> Result<Vec<String>, StoreError> {
+        let Some(discovery) = &self.inner.discovery else {
+            return Ok(self.servers());
+        };
+        let servers = discovery.servers().await?;
+        if servers != self.servers() {
+            tracing::info!(record = %discovery.record, ?servers, "memcached servers from SRV");
+            self.set_servers(servers.clone());
+        }
+        Ok(servers)
+    }
+
+    /// With an SRV record and a Tokio runtime: looks it up at once and then every refresh
+    /// interval, for as long as the store (any clone of it) lives.
+    fn start_discovering(&self) {
+        let Some(discovery) = &self.inner.discovery else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (record, every) = (discovery.record.clone(), discovery.refresh);
+        let store = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            loop {
+                let Some(inner) = store.upgrade() else {
+                    return;
+                };
+                if let Err(e) = (MemcachedStore { inner }).refresh_servers().await {
+                    tracing::warn!(%record, error = %e, "memcached servers not refreshed; the list stays as it was");
+                }
+                let Some(every) = every else {
+                    return;
+                };
+                tokio::time::sleep(every).await;
+            }
+        });
     }
 
     /// `Ok` when this store runs `algorithm` (the fixed window, any parameters); else the
@@ -223,7 +287,11 @@ impl MemcachedStore {
     /// (`floodgate:probe`, 1 s expiry) and its `delete`, in one write, under the server's
     /// breaker and the connect timeout plus the call timeout. A write, not `version`, so that a
     /// server out of memory fails it as it fails decisions. The first failure is the answer.
+    /// A store on an SRV record whose list is still empty looks the record up first.
     pub async fn probe(&self) -> Result<(), StoreError> {
+        if self.inner.servers().is_empty() && self.inner.discovery.is_some() {
+            self.refresh_servers().await?;
+        }
         let servers = self.inner.servers();
         if servers.is_empty() {
             return Err(no_servers());
