@@ -5,6 +5,8 @@
 # started by this script on free ports (never the machine's Redis on 6379), then p50/p99 of one
 # client sending one request at a time. A fixed window only (bench/stores.yaml), the one
 # algorithm every store runs.
+# With LIMITADOR=/path/to/limitador-server (Kuadrant's, built apart), the same command also
+# measures its memory and disk (RocksDB) storages on bench/limitador-limits.yaml, the same limit.
 # Needs redis-server, redis-cli, memcached, h2load, python3 and the release binary:
 #   cargo build --release -p floodgate-server --bin floodgate
 #   bash bench/stores.sh
@@ -53,6 +55,20 @@ serve() {
     --store "$store" 2>"$DIR/serve.log" &
   SERVE=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:19190/readyz >/dev/null && break; sleep 0.1; done
+  measure "$name"
+}
+# limitador-server on the same ports, with `storage` (memory, or disk PATH).
+limitador() {
+  local name=$1
+  shift
+  "$LIMITADOR" -b 127.0.0.1 -p 19191 -B 127.0.0.1 -P 19190 bench/limitador-limits.yaml "$@" \
+    2>"$DIR/limitador.log" >&2 &
+  SERVE=$!
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:19190/status >/dev/null && break; sleep 0.1; done
+  measure "$name"
+}
+measure() {
+  local name=$1
   local r log="$DIR/h2load.log"
   r=$(h2 -c 4 -m 32 -D 5 --warm-up-time 1 2>&1 | awk '/finished in/ {print $4}')
   rm -f "$log"
@@ -69,4 +85,9 @@ for run in 1 2; do
   serve "file" "file://$DIR/file-store"
   serve "redis" "redis://127.0.0.1:$REDIS_PORT"
   serve "memcached" "memcache://127.0.0.1:$MEMCACHED_PORT"
+  if [ -n "${LIMITADOR:-}" ]; then
+    limitador "limitador memory" memory
+    rm -rf "$DIR/limitador-disk"
+    limitador "limitador disk" disk "$DIR/limitador-disk"
+  fi
 done
