@@ -128,65 +128,7 @@ impl ServiceStore {
             StoreUrl::Memcached { servers } => (memcached(servers, None, config)?, None),
             StoreUrl::MemcachedSrv { record } => (memcached(&[], Some(record), config)?, None),
         };
-        if !matches!(url, StoreUrl::MemcachedSrv { .. }) && config.srv_refresh.is_some() {
-            return Err(ConfigFileError::invalid(
-                "store.srv_refresh",
-                "only a memcached store on an SRV record takes it (store.url: memcache+srv://_service._proto.domain)",
-            ));
-        }
-        if !matches!(
-            url,
-            StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. }
-        ) {
-            for (field, set) in [
-                (
-                    "store.max_idle_connections",
-                    config.max_idle_connections.is_some(),
-                ),
-                ("store.tls", config.tls),
-            ] {
-                if set {
-                    return Err(ConfigFileError::invalid(
-                        field,
-                        "only a memcached store takes it (store.url: memcache://host:port)",
-                    ));
-                }
-            }
-        }
-        for (field, value) in [
-            ("store.startup_retry_first", config.startup_retry_first),
-            ("store.startup_retry_max", config.startup_retry_max),
-        ] {
-            if value.is_some_and(|t| t.0.is_zero()) {
-                return Err(ConfigFileError::invalid(
-                    field,
-                    "invalid value 0s (must be above 0)",
-                ));
-            }
-        }
-        let journaled = matches!(url, StoreUrl::File { .. });
-        if config.mode == StoreMode::Exact {
-            for (field, set) in [
-                (
-                    "store.sync_interval",
-                    config.sync_interval.is_some() && !journaled,
-                ),
-                ("store.max_view_age", config.max_view_age.is_some()),
-                ("store.load_budget", config.load_budget.is_some()),
-            ] {
-                if set {
-                    return Err(ConfigFileError::invalid(
-                        field,
-                        "only cached mode takes it (store.mode: cached)",
-                    ));
-                }
-            }
-        } else if !matches!(url, StoreUrl::Redis { .. }) {
-            return Err(ConfigFileError::invalid(
-                "store.mode",
-                "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
-            ));
-        }
+        refuse_settings_of_other_stores(&url, config)?;
         let envoy = envoy_counters(config, &store, clock.clone())?;
         let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
         Ok(ServiceStore {
@@ -475,6 +417,74 @@ impl ServiceStore {
         self.health.record_call(call, &result, wrote);
         result
     }
+}
+
+/// Refuses a setting that `url`'s store (or `store.mode`) does not take, naming the field,
+/// and a start-up retry wait of 0.
+fn refuse_settings_of_other_stores(
+    url: &StoreUrl,
+    config: &StoreConfig,
+) -> Result<(), ConfigFileError> {
+    if !matches!(url, StoreUrl::MemcachedSrv { .. }) && config.srv_refresh.is_some() {
+        return Err(ConfigFileError::invalid(
+            "store.srv_refresh",
+            "only a memcached store on an SRV record takes it (store.url: memcache+srv://_service._proto.domain)",
+        ));
+    }
+    if !matches!(
+        url,
+        StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. }
+    ) {
+        for (field, set) in [
+            (
+                "store.max_idle_connections",
+                config.max_idle_connections.is_some(),
+            ),
+            ("store.tls", config.tls),
+        ] {
+            if set {
+                return Err(ConfigFileError::invalid(
+                    field,
+                    "only a memcached store takes it (store.url: memcache://host:port)",
+                ));
+            }
+        }
+    }
+    for (field, value) in [
+        ("store.startup_retry_first", config.startup_retry_first),
+        ("store.startup_retry_max", config.startup_retry_max),
+    ] {
+        if value.is_some_and(|t| t.0.is_zero()) {
+            return Err(ConfigFileError::invalid(
+                field,
+                "invalid value 0s (must be above 0)",
+            ));
+        }
+    }
+    let journaled = matches!(url, StoreUrl::File { .. });
+    if config.mode == StoreMode::Exact {
+        for (field, set) in [
+            (
+                "store.sync_interval",
+                config.sync_interval.is_some() && !journaled,
+            ),
+            ("store.max_view_age", config.max_view_age.is_some()),
+            ("store.load_budget", config.load_budget.is_some()),
+        ] {
+            if set {
+                return Err(ConfigFileError::invalid(
+                    field,
+                    "only cached mode takes it (store.mode: cached)",
+                ));
+            }
+        }
+    } else if !matches!(url, StoreUrl::Redis { .. }) {
+        return Err(ConfigFileError::invalid(
+            "store.mode",
+            "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+        ));
+    }
+    Ok(())
 }
 
 /// A memcached store over `servers`, or the servers of the SRV record `srv` (looked up again
