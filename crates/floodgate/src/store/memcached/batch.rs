@@ -9,10 +9,10 @@
 //! opened (and closed again) before.
 //!
 //! Each call keeps its own deadline: a call still waiting when its deadline passes is answered
-//! [`StoreError::Timeout`] without sending anything; one whose replies come after it is
-//! answered `Timeout` too (its commands were applied: as for any timed-out call, the caller
-//! cannot know). The time a batch takes to open its connection is not taken from its calls'
-//! budgets. A batch that times out, or whose connection fails, answers every call it still
+//! [`StoreError::Timeout`] then, and its batch sends nothing for it; one whose replies have not
+//! come by then is answered `Timeout` too (its commands may be applied: as for any timed-out
+//! call, the caller cannot know). The time a batch takes to open its connection is not taken
+//! from its calls' budgets. A batch that times out, or whose connection fails, answers every call it still
 //! holds with that failure and closes the connection (see `connection`).
 
 use std::collections::VecDeque;

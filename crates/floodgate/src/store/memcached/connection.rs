@@ -12,6 +12,7 @@
 //! Link failures (refused, reset, timed out) count toward the server's breaker, once per call;
 //! an answer, even `SERVER_ERROR`, does not.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,6 +113,8 @@ pub(crate) struct Server {
     idle: Mutex<Vec<Conn>>,
     /// The calls waiting for a batch, and how many batches are on the wire.
     pub(crate) queue: Mutex<Queue>,
+    /// How many batches are opening a connection now (their calls' deadlines wait for it).
+    connecting: AtomicUsize,
     /// The decisions' and counters' breaker.
     pub(crate) breaker: Breaker,
     /// The shared limits' claims' breaker, apart: a claims step has a longer budget, and no
@@ -150,6 +153,7 @@ impl Server {
             address,
             idle: Mutex::new(Vec::new()),
             queue: Mutex::new(Queue::default()),
+            connecting: AtomicUsize::new(0),
             breaker: Breaker::new(settings.breaker.0, settings.breaker.1),
             claims_breaker: Breaker::new(settings.breaker.0, settings.breaker.1),
         }
@@ -199,16 +203,25 @@ impl Server {
         if self.enqueue(call, settings) {
             tokio::spawn(Arc::clone(self).drain(settings.clone()));
         }
-        // The batch answers by the call's deadline, plus the time its connection took to
-        // open; this bound only guards against a batch that never answers.
+        // At its deadline the call is answered `Timeout`, even when it went out in a batch
+        // whose later calls are still awaited; unless a connection is being opened to the
+        // server, whose time is not taken from the budget: then the batch answers, by the
+        // deadline plus the time it took to connect (the guard only bounds a batch that never
+        // answers).
+        let mut answered = answered;
         let guard = deadline.at + settings.connect_timeout + deadline.budget;
-        match tokio::time::timeout_at(guard, answered).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(StoreError::Unavailable(format!(
+        let answer = match tokio::time::timeout_at(deadline.at, &mut answered).await {
+            Ok(answer) => Some(answer),
+            Err(_) if self.connecting.load(Ordering::Relaxed) == 0 => None,
+            Err(_) => tokio::time::timeout_at(guard, &mut answered).await.ok(),
+        };
+        match answer {
+            Some(Ok(answer)) => answer,
+            Some(Err(_)) => Err(StoreError::Unavailable(format!(
                 "the batch to memcached at {} ended without an answer",
                 self.address
             ))),
-            Err(_) => Err(StoreError::Timeout(deadline.budget)),
+            None => Err(StoreError::Timeout(deadline.budget)),
         }
     }
 
@@ -221,6 +234,7 @@ impl Server {
             return Ok((conn, Duration::ZERO));
         }
         let started = Instant::now();
+        let _connecting = Connecting::new(&self.connecting);
         let connected = tokio::time::timeout(settings.connect_timeout, self.connect(settings));
         let conn = connected
             .await
@@ -289,6 +303,22 @@ impl Server {
         if let Ok(mut idle) = self.idle.lock() {
             idle.clear();
         }
+    }
+}
+
+/// A connection being opened, counted in [`Server`]'s `connecting` while it lives.
+struct Connecting<'a>(&'a AtomicUsize);
+
+impl<'a> Connecting<'a> {
+    fn new(count: &'a AtomicUsize) -> Connecting<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Connecting(count)
+    }
+}
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
