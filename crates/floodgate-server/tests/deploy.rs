@@ -125,17 +125,40 @@ fn the_manifests_use_the_real_ports_probes_and_variables() {
         .as_str()
         .expect("the ConfigMap holds floodgate.yaml");
     let (_dir, path) = config_file(yaml);
-    let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    // As each manifest runs it: on the store its FLOODGATE_STORE names, which must take every
+    // store setting the shared file writes.
+    let mut said = String::new();
+    for (manifest_name, container) in [
+        ("deployment.yaml", container.clone()),
+        (
+            "statefulset-file-store.yaml",
+            get(
+                &manifest("statefulset-file-store.yaml"),
+                "spec.template.spec.containers.0",
+            )
+            .clone(),
+        ),
+    ] {
+        let store = get(&container, "env")
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| text(e, "name") == "FLOODGATE_STORE")
+            .map(|e| text(e, "value").to_string())
+            .expect("FLOODGATE_STORE is set");
+        let output = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("check-config")
+            .arg(&path)
+            .env("FLOODGATE_STORE", &store)
+            .output()
+            .unwrap();
+        said = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{manifest_name} ({store}): {said}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
     assert!(
         said.contains("pipeline: none"),
         "only Envoy's domains: {said}"

@@ -249,7 +249,7 @@ async fn second_windows_count_in_the_per_second_redis() {
 fn the_layout_refuses_what_it_cannot_keep() {
     let redis = RedisServer::start();
     for (text, says) in [
-        ("store: {layout: envoyproxy}\n", "store.url"),
+        ("store: {layout: envoyproxy}\n", "store.layout"),
         ("store: {key_prefix: 'p:'}\n", "store.key_prefix"),
         (
             "store: {layout: envoyproxy}\ndomains:\n  - domain: d\n    descriptors:\n      - key: k\n        all_or_nothing: true\n        rate_limit: {unit: hour, requests_per_unit: 1}\n",

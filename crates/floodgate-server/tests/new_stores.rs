@@ -235,7 +235,16 @@ async fn the_file_store_keeps_its_counts_across_a_graceful_restart() {
         rand_suffix()
     )));
     let url = format!("file://{}", dir.0.display());
-    let (_config, path) = config_file(WINDOW);
+    // The file store takes no link settings: written for it, the file leaves them out, and a
+    // file that writes one is refused naming it.
+    let (_config, written_for_memcached) = config_file(WINDOW);
+    let (code, stderr) = serve_refused(&written_for_memcached, &url, &[]);
+    assert_ne!(code, Some(0));
+    assert!(
+        stderr.contains("store.timeout") && stderr.contains("the file store does not take it"),
+        "{stderr}"
+    );
+    let (_config, path) = config_file(&WINDOW.replace("store: {timeout: 2s}\n", ""));
     let node = Arc::new(vec![serve(&path, &url, &[])]);
     assert_eq!(admitted(&node, "window", "alice", 10).await, 10);
     let mut service = Arc::try_unwrap(node).ok().unwrap().pop().unwrap();

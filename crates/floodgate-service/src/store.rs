@@ -26,7 +26,11 @@ use floodgate::store::{
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
 
-use crate::config::{ConfigFileError, StoreConfig, StoreLayout, StoreMode};
+use crate::config::store::{
+    Bound, CachedSettings, FileSettings, Link as StoreLink, MemcachedServers, MemcachedSettings,
+    RedisLink, RedisSettings, TlsFiles, UpstreamLayout,
+};
+use crate::config::{ConfigFileError, StoreConfig, StoreLayout, StoreMode, StoreSettings};
 use crate::descriptors::layout::EnvoyCounters;
 
 pub mod cached;
@@ -52,6 +56,8 @@ pub struct ServiceStore {
     health: Arc<StoreHealth>,
     /// With `store.layout: envoyproxy`: the Envoy windows' counters in upstream's layout.
     envoy: Option<EnvoyCounters>,
+    /// The settings it was opened with.
+    settings: StoreSettings,
 }
 
 /// What `store.url` (or `--store`) holds when it names the memory store.
@@ -65,13 +71,7 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// tokens ([`ServiceStore::shared_lease_secret`]).
 pub const LEASE_SECRET_KEY: &str = "floodgate:lease-secret";
 
-/// How long start-up tries to reach the store by default (`store.startup_timeout`).
-pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The first wait between two tries at start-up; each wait doubles, up to
-/// [`STARTUP_RETRY_MAX`].
-const STARTUP_RETRY_FIRST: Duration = Duration::from_millis(50);
-const STARTUP_RETRY_MAX: Duration = Duration::from_secs(1);
+pub use crate::config::store::kinds::{STARTUP_RETRY_FIRST, STARTUP_RETRY_MAX, STARTUP_TIMEOUT};
 
 impl ServiceStore {
     /// The store `config` names, its failures logged on the system clock. A Redis store must
@@ -109,34 +109,52 @@ impl ServiceStore {
         // A password named by `password_env` is read through the one reader of the process's
         // environment.
         let env = crate::environment::Environment::from_process();
-        let url = url::from_config(config, |name| env.string(name).map(str::to_string))?;
-        let (store, cached_metrics) = match &url {
-            StoreUrl::Memory => (memory_store(config)?, None),
-            StoreUrl::Redis { url, .. } => {
-                let redis = tune(redis_builder(url, config)?)
+        let password = |name: &str| env.string(name).map(str::to_string);
+        let settings = config.settings()?;
+        let url = url::from_settings(config, &settings, password)?;
+        let (store, cached_metrics, envoy) = match &settings {
+            StoreSettings::Memory(s) => (memory_store(&s.bound)?, None, None),
+            StoreSettings::File(s) => (file_store(s, open_files)?, None, None),
+            StoreSettings::Redis(s) => {
+                let url = url::with_password(&s.url.0, s.redis.password_env.as_deref(), password)?;
+                let redis = tune(redis_builder(&url, &s.link, &s.tls_files, &s.redis))
                     .build()
                     .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-                match config.mode {
-                    StoreMode::Exact => (AnyStore::from(redis), None),
-                    StoreMode::Cached => {
-                        let (store, metrics) = cached(redis, config)?;
-                        (AnyStore::from(store), Some(metrics))
-                    }
-                }
+                let store = AnyStore::from(redis);
+                let per_second = match &s.per_second_url {
+                    Some(written) => Some(per_second_redis(written, s)?),
+                    None => None,
+                };
+                let envoy = envoy_counters(&s.layout, per_second, &store, clock.clone())?;
+                (store, None, envoy)
             }
-            StoreUrl::File { dir } => (file_store(dir, config, open_files)?, None),
-            StoreUrl::Memcached { servers } => (memcached(servers, None, config)?, None),
-            StoreUrl::MemcachedSrv { record } => (memcached(&[], Some(record), config)?, None),
+            StoreSettings::Cached(s) => {
+                let url = url::with_password(&s.url.0, s.redis.password_env.as_deref(), password)?;
+                let redis = tune(redis_builder(&url, &s.link, &s.tls_files, &s.redis))
+                    .build()
+                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+                let (store, metrics) = cached(redis, s)?;
+                (AnyStore::from(store), Some(metrics), None)
+            }
+            StoreSettings::Memcached(s) => {
+                let store = memcached(s)?;
+                let envoy = envoy_counters(&s.layout, None, &store, clock.clone())?;
+                (store, None, envoy)
+            }
         };
-        refuse_settings_of_other_stores(&url, config)?;
-        let envoy = envoy_counters(config, &store, clock.clone())?;
         let health = StoreHealth::new(url.kind(), url.shown(), clock, LOG_EVERY);
         Ok(ServiceStore {
             store,
             cached_metrics,
             health: Arc::new(health),
             envoy,
+            settings,
         })
+    }
+
+    /// The store's settings, as [`StoreConfig::settings`] typed them.
+    pub fn settings(&self) -> &StoreSettings {
+        &self.settings
     }
 
     /// The counters of `store.layout: envoyproxy`, if that is the layout.
@@ -419,128 +437,39 @@ impl ServiceStore {
     }
 }
 
-/// Refuses a setting that `url`'s store (or `store.mode`) does not take, naming the field,
-/// and a start-up retry wait of 0.
-fn refuse_settings_of_other_stores(
-    url: &StoreUrl,
-    config: &StoreConfig,
-) -> Result<(), ConfigFileError> {
-    if !matches!(url, StoreUrl::MemcachedSrv { .. }) && config.srv_refresh.is_some() {
-        return Err(ConfigFileError::invalid(
-            "store.srv_refresh",
-            "only a memcached store on an SRV record takes it (store.url: memcache+srv://_service._proto.domain)",
-        ));
-    }
-    if !matches!(
-        url,
-        StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. }
-    ) {
-        for (field, set) in [
-            (
-                "store.max_idle_connections",
-                config.max_idle_connections.is_some(),
-            ),
-            ("store.tls", config.tls),
-        ] {
-            if set {
-                return Err(ConfigFileError::invalid(
-                    field,
-                    "only a memcached store takes it (store.url: memcache://host:port)",
-                ));
-            }
+/// A memcached store over the servers `settings` names (a list, or an SRV record's, looked up
+/// again every `store.srv_refresh`), with its link, idle connections and TLS.
+fn memcached(settings: &MemcachedSettings) -> Result<AnyStore, ConfigFileError> {
+    let mut builder = match &settings.servers {
+        MemcachedServers::Srv(record) => floodgate::store::MemcachedStore::from_srv(record),
+        MemcachedServers::List(servers) => {
+            floodgate::store::MemcachedStore::builder(servers.clone())
         }
-    }
-    for (field, value) in [
-        ("store.startup_retry_first", config.startup_retry_first),
-        ("store.startup_retry_max", config.startup_retry_max),
-    ] {
-        if value.is_some_and(|t| t.0.is_zero()) {
-            return Err(ConfigFileError::invalid(
-                field,
-                "invalid value 0s (must be above 0)",
-            ));
-        }
-    }
-    let journaled = matches!(url, StoreUrl::File { .. });
-    if config.mode == StoreMode::Exact {
-        for (field, set) in [
-            (
-                "store.sync_interval",
-                config.sync_interval.is_some() && !journaled,
-            ),
-            ("store.max_view_age", config.max_view_age.is_some()),
-            ("store.load_budget", config.load_budget.is_some()),
-        ] {
-            if set {
-                return Err(ConfigFileError::invalid(
-                    field,
-                    "only cached mode takes it (store.mode: cached)",
-                ));
-            }
-        }
-    } else if !matches!(url, StoreUrl::Redis { .. }) {
-        return Err(ConfigFileError::invalid(
-            "store.mode",
-            "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
-        ));
-    }
-    Ok(())
-}
-
-/// A memcached store over `servers`, or the servers of the SRV record `srv` (looked up again
-/// every `store.srv_refresh`), with `config`'s link settings, idle connections and TLS,
-/// checked.
-fn memcached(
-    servers: &[String],
-    srv: Option<&str>,
-    config: &StoreConfig,
-) -> Result<AnyStore, ConfigFileError> {
-    let link = LinkSettings::from_config(config)?;
-    let mut builder = match srv {
-        Some(record) => floodgate::store::MemcachedStore::from_srv(record),
-        None => floodgate::store::MemcachedStore::builder(servers.to_vec()),
     };
-    if let Some(every) = config.srv_refresh {
-        if every.0.is_zero() {
-            return Err(ConfigFileError::invalid(
-                "store.srv_refresh",
-                "invalid value 0s (must be above 0; leave it out to look the record up only at start)",
-            ));
-        }
+    if let Some(every) = settings.srv_refresh {
         builder = builder.srv_refresh(every.0);
     }
+    let link = &settings.link;
     if let Some(timeout) = link.timeout {
-        builder = builder.timeout(timeout);
+        builder = builder.timeout(timeout.0);
     }
     if let Some(timeout) = link.connect_timeout {
-        builder = builder.connect_timeout(timeout);
+        builder = builder.connect_timeout(timeout.0);
     }
-    if let Some((threshold, cool_down)) = link.breaker {
+    if let Some((threshold, cool_down)) = link.breaker() {
         builder = builder.breaker(threshold, cool_down);
     }
-    if let Some(idle) = config.max_idle_connections {
-        if idle == 0 {
-            return Err(ConfigFileError::invalid(
-                "store.max_idle_connections",
-                "invalid value 0 (at least 1)",
-            ));
-        }
+    if let Some(idle) = settings.max_idle_connections {
         builder = builder.max_idle(idle);
     }
-    let tls_files = config.tls_ca_file.is_some() || config.tls_client_cert_file.is_some();
-    if tls_files && !config.tls {
-        return Err(ConfigFileError::invalid(
-            "store.tls",
-            "the TLS files of a memcached store need store.tls: true",
-        ));
-    }
+    let tls = &settings.tls_files;
     builder = builder
-        .tls(config.tls)
-        .tls_skip_hostname_verification(config.tls_skip_hostname_verification);
-    if let Some(ca) = &config.tls_ca_file {
+        .tls(settings.tls)
+        .tls_skip_hostname_verification(tls.tls_skip_hostname_verification);
+    if let Some(ca) = &tls.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    if let Some((cert, key)) = link.client_cert {
+    if let Some((cert, key)) = tls.client_cert() {
         builder = builder.tls_client_cert(cert, key);
     }
     let store = builder
@@ -549,91 +478,31 @@ fn memcached(
     Ok(AnyStore::from(store))
 }
 
-/// What every remote store's link takes from `store:`, checked once for all of them: the
-/// timeouts (above 0), the breaker (a cool-down above 0 when it is on) and the client
-/// certificate (with its key).
-struct LinkSettings<'a> {
-    timeout: Option<Duration>,
-    connect_timeout: Option<Duration>,
-    breaker: Option<(u32, Duration)>,
-    client_cert: Option<(&'a std::path::Path, &'a std::path::Path)>,
-}
-
-impl<'a> LinkSettings<'a> {
-    fn from_config(config: &'a StoreConfig) -> Result<LinkSettings<'a>, ConfigFileError> {
-        let above_zero =
-            |field: &str, value: Option<floodgate::algorithm::spec::SpecDuration>| match value {
-                Some(t) if t.0.is_zero() => Err(ConfigFileError::invalid(
-                    field,
-                    "invalid value 0s (must be above 0)",
-                )),
-                other => Ok(other.map(|t| t.0)),
-            };
-        let timeout = above_zero("store.timeout", config.timeout)?;
-        let connect_timeout = above_zero("store.connect_timeout", config.connect_timeout)?;
-        let breaker = match config.breaker {
-            Some(b) if b.threshold > 0 && b.cool_down.0.is_zero() => {
-                return Err(ConfigFileError::invalid(
-                    "store.breaker.cool_down",
-                    "invalid value 0s (must be above 0 when the breaker is on, threshold > 0)",
-                ))
-            }
-            other => other.map(|b| (b.threshold, b.cool_down.0)),
-        };
-        let client_cert = match (&config.tls_client_cert_file, &config.tls_client_key_file) {
-            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(ConfigFileError::invalid(
-                    "store.tls_client_key_file",
-                    "missing: tls_client_cert_file needs its key",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ConfigFileError::invalid(
-                    "store.tls_client_cert_file",
-                    "missing: tls_client_key_file needs its certificate",
-                ))
-            }
-        };
-        Ok(LinkSettings {
-            timeout,
-            connect_timeout,
-            breaker,
-            client_cert,
-        })
-    }
-}
-
 /// The memory store bounded by `store.max_keys` and `store.overflow`.
-fn memory_store(config: &StoreConfig) -> Result<AnyStore, ConfigFileError> {
+fn memory_store(bound: &Bound) -> Result<AnyStore, ConfigFileError> {
     let store = MemoryStore::builder()
-        .max_keys(config.max_keys)
-        .overflow(config.overflow.into())
+        .max_keys(bound.max_keys)
+        .overflow(bound.overflow.into())
         .build()
         .map_err(|e| ConfigFileError::from_config_error("store", e))?;
     Ok(AnyStore::from(store))
 }
 
-/// The durable file store in `dir`, its journal synced every `store.sync_interval` (default
-/// 1 s), bounded like the memory store by `store.max_keys` and `store.overflow`; opened when
-/// `open` (else its settings are checked, and a memory store answers in its place).
-fn file_store(
-    dir: &std::path::Path,
-    config: &StoreConfig,
-    open: bool,
-) -> Result<AnyStore, ConfigFileError> {
-    let mut builder = floodgate::store::FileStore::builder(dir)
-        .max_keys(config.max_keys)
-        .overflow(config.overflow.into());
-    if let Some(interval) = config.sync_interval {
+/// The durable file store in its directory, its journal synced every `store.sync_interval`
+/// (default 1 s), bounded like the memory store by `store.max_keys` and `store.overflow`;
+/// opened when `open` (else its settings are checked, and a memory store answers in its place).
+fn file_store(settings: &FileSettings, open: bool) -> Result<AnyStore, ConfigFileError> {
+    let mut builder = floodgate::store::FileStore::builder(&settings.dir)
+        .max_keys(settings.bound.max_keys)
+        .overflow(settings.bound.overflow.into());
+    if let Some(interval) = settings.sync_interval {
         builder = builder.sync_interval(interval.0);
     }
     builder
         .check()
         .map_err(|e| ConfigFileError::from_config_error("store", e))?;
     if !open {
-        return memory_store(config);
+        return memory_store(&settings.bound);
     }
     let store = builder.build().map_err(|e| match e.config_error() {
         Some(config) => ConfigFileError::from_config_error("store", config.clone()),
@@ -642,22 +511,23 @@ fn file_store(
     Ok(AnyStore::from(store))
 }
 
-/// Cached mode over `redis` with `config`'s settings, its sync loop started on the current
-/// Tokio runtime (when there is one; `check-config` builds the store without running it).
+/// Cached mode over `redis` with `settings`, its sync loop started on the current Tokio
+/// runtime (when there is one; `check-config` builds the store without running it).
 fn cached(
     redis: RedisStore,
-    config: &StoreConfig,
+    settings: &CachedSettings,
 ) -> Result<(CachedStore, Arc<CachedMetrics>), ConfigFileError> {
-    let mut builder = CachedStore::builder(redis)
-        .nodes(config.nodes)
-        .max_keys(config.max_keys);
-    if let Some(d) = config.sync_interval {
+    let mut builder = CachedStore::builder(redis).nodes(settings.nodes);
+    if let Some(max_keys) = settings.max_keys {
+        builder = builder.max_keys(max_keys);
+    }
+    if let Some(d) = settings.sync_interval {
         builder = builder.sync_interval(d.0);
     }
-    if let Some(d) = config.max_view_age {
+    if let Some(d) = settings.max_view_age {
         builder = builder.max_view_age(d.0);
     }
-    if let Some(d) = config.load_budget {
+    if let Some(d) = settings.load_budget {
         builder = builder.load_budget(d.0);
     }
     let store = builder
@@ -671,50 +541,16 @@ fn cached(
     Ok((store, metrics))
 }
 
-/// Refuses, with Floodgate's key layout, a setting only `store.layout: envoyproxy` takes.
-fn refuse_envoyproxy_settings(config: &StoreConfig) -> Result<(), ConfigFileError> {
-    for (field, set) in [
-        ("store.key_prefix", !config.key_prefix.is_empty()),
-        (
-            "store.expiration_jitter",
-            config.expiration_jitter.is_some(),
-        ),
-        (
-            "store.stop_increment_when_over_limit",
-            config.stop_increment_when_over_limit,
-        ),
-        (
-            "store.over_limit_cache_bytes",
-            config.over_limit_cache_bytes > 0,
-        ),
-        ("store.per_second_url", config.per_second_url.is_some()),
-    ] {
-        if set {
-            return Err(ConfigFileError::invalid(
-                field,
-                "only store.layout: envoyproxy takes it",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The counters of the `envoyproxy` layout (`None` with Floodgate's), over the main Redis and
-/// `store.per_second_url`'s, or why the layout's settings cannot be used.
+/// The counters of the `envoyproxy` layout (`None` with Floodgate's), over the main store
+/// and, on Redis, the Redis of `store.per_second_url`, or why the layout cannot be used.
 fn envoy_counters(
-    config: &StoreConfig,
+    layout: &UpstreamLayout,
+    per_second: Option<RedisStore>,
     store: &AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Option<EnvoyCounters>, ConfigFileError> {
-    if config.layout == StoreLayout::Floodgate {
-        refuse_envoyproxy_settings(config)?;
+    if layout.layout == StoreLayout::Floodgate {
         return Ok(None);
-    }
-    if store.as_cached().is_some() {
-        return Err(ConfigFileError::invalid(
-            "store.layout",
-            "invalid value envoyproxy: upstream's layout counts every hit in Redis; set store.mode: exact",
-        ));
     }
     let Some(main) = store.upstream_counters() else {
         return Err(ConfigFileError::invalid(
@@ -722,42 +558,15 @@ fn envoy_counters(
             format!("invalid value envoyproxy: the {} store does not keep upstream's counters; give store.url a redis://, rediss:// or redis-cluster:// URL", store.kind()),
         ));
     };
-    let per_second = match &config.per_second_url {
-        None => None,
-        Some(url) => {
-            let settings = StoreConfig {
-                url: Some(url.clone()),
-                password_env: None,
-                ..config.clone()
-            };
-            let url = match url::from_config(&settings, |_| None) {
-                Ok(StoreUrl::Redis { url, .. }) => url,
-                Ok(_) => {
-                    return Err(ConfigFileError::invalid(
-                        "store.per_second_url",
-                        "invalid value memory: the per-second store is a Redis",
-                    ))
-                }
-                Err(ConfigFileError::Invalid { message, .. }) => {
-                    return Err(ConfigFileError::invalid("store.per_second_url", message))
-                }
-                Err(other) => return Err(other),
-            };
-            Some(floodgate::store::UpstreamCounters::Redis(
-                redis_builder(&url, config)?
-                    .build()
-                    .map_err(|e| ConfigFileError::from_config_error("store.per_second_url", e))?,
-            ))
-        }
-    };
-    let jitter = config.expiration_jitter.map_or(300, |d| d.0.as_secs());
+    let per_second = per_second.map(floodgate::store::UpstreamCounters::Redis);
+    let jitter = layout.expiration_jitter.map_or(300, |d| d.0.as_secs());
     Ok(Some(EnvoyCounters::new(
         main,
         per_second,
-        config.key_prefix.clone(),
+        layout.key_prefix.clone(),
         jitter,
-        config.stop_increment_when_over_limit,
-        config.over_limit_cache_bytes,
+        layout.stop_increment_when_over_limit,
+        layout.over_limit_cache_bytes,
         clock,
     )))
 }
@@ -785,55 +594,63 @@ impl crate::descriptors::layout::Counters for ServiceStore {
     }
 }
 
-/// A Redis store's builder for `url` (the password already in it) with `config`'s timeout
-/// and breaker, checked.
-fn redis_builder(url: &str, config: &StoreConfig) -> Result<RedisStoreBuilder, ConfigFileError> {
-    let link = LinkSettings::from_config(config)?;
+/// A Redis store's builder for `url` (the password already in it) with its link, TLS files
+/// and group commit.
+fn redis_builder(
+    url: &str,
+    link: &StoreLink,
+    tls: &TlsFiles,
+    redis: &RedisLink,
+) -> RedisStoreBuilder {
     let mut builder = RedisStore::builder(url);
     if let Some(timeout) = link.timeout {
-        builder = builder.timeout(timeout);
+        builder = builder.timeout(timeout.0);
     }
     if let Some(timeout) = link.connect_timeout {
-        builder = builder.connect_timeout(timeout);
+        builder = builder.connect_timeout(timeout.0);
     }
-    builder = builder.reconnect_on_readonly(config.reconnect_on_readonly);
-    if let Some((threshold, cool_down)) = link.breaker {
+    builder = builder.reconnect_on_readonly(redis.reconnect_on_readonly);
+    if let Some((threshold, cool_down)) = link.breaker() {
         builder = builder.breaker(threshold, cool_down);
     }
-    if let Some(ca) = &config.tls_ca_file {
+    if let Some(ca) = &tls.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }
-    if let Some((cert, key)) = link.client_cert {
+    if let Some((cert, key)) = tls.client_cert() {
         builder = builder.tls_client_cert(cert, key);
     }
-    if let Some(max_keys) = config.batch_max_keys {
-        if max_keys > 1024 {
-            return Err(ConfigFileError::invalid(
-                "store.batch_max_keys",
-                format!(
-                    "invalid value {max_keys} (must be at most 1024; 0 or 1 turns batching off)"
-                ),
-            ));
-        }
+    if let Some(max_keys) = redis.batch_max_keys {
         builder = builder.batch_max_keys(max_keys);
     }
-    if let Some(calls) = config.batch_in_flight {
-        if !(1..=8).contains(&calls) {
-            return Err(ConfigFileError::invalid(
-                "store.batch_in_flight",
-                format!("invalid value {calls} (must be from 1 to 8)"),
-            ));
-        }
+    if let Some(calls) = redis.batch_in_flight {
         builder = builder.batch_in_flight(calls);
     }
-    Ok(builder.tls_skip_hostname_verification(config.tls_skip_hostname_verification))
+    builder.tls_skip_hostname_verification(tls.tls_skip_hostname_verification)
+}
+
+/// The Redis of `store.per_second_url`, with the main Redis's settings.
+fn per_second_redis(
+    written: &str,
+    settings: &RedisSettings,
+) -> Result<RedisStore, ConfigFileError> {
+    let invalid = |why: String| ConfigFileError::invalid("store.per_second_url", why);
+    let url = match StoreUrl::parse(written).map_err(|e| invalid(e.to_string()))? {
+        StoreUrl::Redis { url, .. } => url,
+        other => {
+            return Err(invalid(format!(
+                "invalid value {}: the per-second store is a Redis",
+                other.shown()
+            )))
+        }
+    };
+    redis_builder(&url, &settings.link, &settings.tls_files, &settings.redis)
+        .build()
+        .map_err(|e| ConfigFileError::from_config_error("store.per_second_url", e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BreakerConfig;
-    use floodgate::algorithm::spec::SpecDuration;
 
     fn refused(config: StoreConfig) -> String {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -846,49 +663,80 @@ mod tests {
 
     #[test]
     fn bad_redis_settings_name_the_field() {
-        let redis = |config: StoreConfig| StoreConfig {
-            url: Some("redis://u:hunter2@127.0.0.1:1".into()),
-            ..config
-        };
-        let e = refused(redis(StoreConfig {
-            timeout: Some(SpecDuration(Duration::ZERO)),
-            ..StoreConfig::default()
-        }));
+        let redis = || StoreConfig::at("redis://u:hunter2@127.0.0.1:1");
+        let e = refused(redis().with("timeout", "0s"));
         assert!(e.contains("store.timeout"), "{e}");
-        let e = refused(redis(StoreConfig {
-            breaker: Some(BreakerConfig {
-                threshold: 3,
-                cool_down: SpecDuration(Duration::ZERO),
-            }),
-            ..StoreConfig::default()
-        }));
+        let e = refused(redis().with(
+            "breaker",
+            std::collections::BTreeMap::from([("cool_down", "0s")]),
+        ));
         assert!(e.contains("store.breaker.cool_down"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
+        for (field, value, says) in [
+            ("batch_max_keys", "2000", "at most 1024"),
+            ("batch_in_flight", "9", "from 1 to 8"),
+            ("nodes", "0", "at least 1"),
+            ("startup_retry_first", "0s", "above 0"),
+            ("tls_client_cert_file", "c.pem", "needs its key"),
+            ("key_prefix", "p", "only store.layout: envoyproxy"),
+        ] {
+            let value: serde_norway::Value = serde_norway::from_str(value).unwrap();
+            let e = refused(redis().with(field, value));
+            assert!(e.contains("store.") && e.contains(says), "{field}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]
     fn cached_settings_need_cached_mode_and_cached_mode_needs_redis() {
-        let e = refused(StoreConfig {
-            mode: StoreMode::Cached,
-            ..StoreConfig::default()
-        });
+        let e = refused(StoreConfig::default().with("mode", "cached"));
         assert!(e.contains("store.mode"), "{e}");
-        let e = refused(StoreConfig {
-            url: Some("redis://127.0.0.1:1".into()),
-            sync_interval: Some(SpecDuration(Duration::from_millis(50))),
-            ..StoreConfig::default()
-        });
+        let e = refused(StoreConfig::at("redis://127.0.0.1:1").with("sync_interval", "50ms"));
         assert!(e.contains("store.sync_interval"), "{e}");
-        let e = refused(StoreConfig {
-            url: Some("redis://127.0.0.1:1".into()),
-            mode: StoreMode::Cached,
-            sync_interval: Some(SpecDuration(Duration::from_secs(7200))),
-            ..StoreConfig::default()
-        });
+        let e = refused(
+            StoreConfig::at("redis://127.0.0.1:1")
+                .with("mode", "cached")
+                .with("sync_interval", "7200s"),
+        );
         assert!(
             e.contains("store.sync_interval") && e.contains("7200s"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn memcached_settings_are_checked_by_the_memcached_store() {
+        let mc = || StoreConfig::at("memcache://127.0.0.1:1");
+        for (config, field, says) in [
+            (
+                mc().with("max_idle_connections", 0),
+                "store.max_idle_connections",
+                "at least 1",
+            ),
+            (
+                mc().with("tls_ca_file", "ca.pem"),
+                "store.tls",
+                "need store.tls: true",
+            ),
+            (
+                mc().with("srv_refresh", "30s"),
+                "store.srv_refresh",
+                "SRV record",
+            ),
+            (
+                StoreConfig::at("memcache+srv://_m._tcp.example").with("srv_refresh", "0s"),
+                "store.srv_refresh",
+                "above 0",
+            ),
+            (
+                mc().with("batch_max_keys", 10),
+                "store.batch_max_keys",
+                "does not take it",
+            ),
+        ] {
+            let e = refused(config);
+            assert!(e.contains(field) && e.contains(says), "{field}: {e}");
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{AnyAlgorithm, SpecDuration};
+use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::Algorithm;
 use floodgate::store::redis::{BatchStats, ScriptTime};
 use floodgate::store::{Store, StoreStats};
@@ -282,16 +282,28 @@ fn store_config(args: &Args) -> Result<StoreConfig, BenchError> {
             })
         }
     };
-    Ok(StoreConfig {
-        url: args.store.or_env(),
-        mode,
-        sync_interval: args.sync_interval.map(SpecDuration),
-        max_keys: args.max_keys,
-        overflow: args.overflow,
-        batch_max_keys: args.batch_max_keys,
-        timeout: args.store_timeout.map(SpecDuration),
-        ..StoreConfig::default()
-    })
+    let mut config = StoreConfig::default();
+    config.url = args.store.or_env();
+    // Only what the command line sets is written, so that each store is given what it takes.
+    if mode == StoreMode::Cached {
+        config.set("mode", mode.name());
+    }
+    if let Some(every) = args.sync_interval {
+        config.set("sync_interval", StoreConfig::duration(every));
+    }
+    if config.takes("max_keys") {
+        config.set("max_keys", args.max_keys);
+    }
+    if config.takes("overflow") {
+        config.set("overflow", args.overflow);
+    }
+    if let Some(max_keys) = args.batch_max_keys {
+        config.set("batch_max_keys", max_keys);
+    }
+    if let Some(timeout) = args.store_timeout {
+        config.set("timeout", StoreConfig::duration(timeout));
+    }
+    Ok(config)
 }
 
 /// The store, built on `store_runtime` and checked as `serve` checks it at start-up: it runs

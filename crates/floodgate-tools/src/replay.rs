@@ -56,7 +56,7 @@ use serde_json::Value;
 
 use crate::report::{LimiterRun, Report, Sample, Tally};
 use floodgate_service::config::stage::AdaptiveConfig;
-use floodgate_service::config::{BreakerConfig, ConfigFileError, StoreConfig};
+use floodgate_service::config::{ConfigFileError, StoreConfig};
 use floodgate_service::store::ServiceStore;
 
 pub mod adaptive;
@@ -576,15 +576,10 @@ fn redis_decider(
         .enable_all()
         .build()
         .map_err(ReplayError::Runtime)?;
-    let config = StoreConfig {
-        url: Some(url.to_string()),
-        timeout: Some(SpecDuration(Duration::from_secs(1))),
-        breaker: Some(BreakerConfig {
-            threshold: 0,
-            ..BreakerConfig::default()
-        }),
-        ..StoreConfig::default()
-    };
+    let config = StoreConfig::at(url).with("timeout", "1s").with(
+        "breaker",
+        std::collections::BTreeMap::from([("threshold", 0)]),
+    );
     let store = {
         let _context = runtime.enter();
         let explicit = clock.clone();

@@ -100,7 +100,7 @@ pub mod runtime_dir;
 pub mod source;
 pub mod stage;
 pub mod stats;
-mod store;
+pub mod store;
 pub mod tls;
 mod validate;
 pub mod xds;
@@ -131,7 +131,9 @@ pub use self::stage::{
 pub use self::stats::{
     DogStatsdConfig, MogrifierConfig, PrometheusConfig, StatsConfig, StatsdConfig, StatsdProtocol,
 };
-pub use self::store::{BreakerConfig, OverflowPolicy, StoreConfig, StoreLayout, StoreMode};
+pub use self::store::{
+    BreakerConfig, OverflowPolicy, StoreConfig, StoreKind, StoreLayout, StoreMode, StoreSettings,
+};
 pub use self::tls::{ListenerTls, TlsConfig};
 pub use self::validate::ConfigFileError;
 pub use self::xds::XdsSource;
@@ -352,6 +354,7 @@ impl Config {
                 }
             }
             config.fill_absent(&value, true, base);
+            config.store.check_written().map_err(|e| source.place(e))?;
             config
         };
         overrides.apply(&mut config, &|path| source.writes(path));

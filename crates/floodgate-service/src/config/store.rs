@@ -1,167 +1,468 @@
 //! The `store` section: which store limits count in, and its settings (see [`crate::store`]).
+//!
+//! The section is read as written ([`StoreConfig`]: the URL, and the other fields kept as
+//! the file writes them), and typed once the store's kind is known ([`StoreConfig::settings`]):
+//! the URL, after `--store`, `FLOODGATE_STORE` and upstream's variables have had their say,
+//! names the kind, and the fields are read into that kind's settings ([`kinds`]), so that a
+//! field the kind does not take is refused, naming the field, the kind and the kinds that take
+//! it, and every value is checked once, by the type that holds it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use floodgate::algorithm::spec::SpecDuration;
+use floodgate::store::StoreUrl;
 use serde::Deserialize;
+use serde_norway::Value;
 
-/// The store's settings (see [`crate::store`]).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+use crate::config::ConfigFileError;
+
+pub mod kinds;
+
+use self::kinds::Kind;
+pub use self::kinds::{
+    Bound, CachedSettings, FileSettings, Link, MemcachedServers, MemcachedSettings, MemorySettings,
+    RedisLink, RedisSettings, RedisUrl, StartupWait, TlsFiles, UpstreamLayout,
+};
+
+/// The `store:` section as written (see the [module documentation](self)).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct StoreConfig {
-    /// Which store: `memory` (the default, also when absent), `redis://[user[:password]@]host:port[/db]`
-    /// or `redis-cluster://[user[:password]@]host:port,host:port,…`. `serve --store URL`
-    /// overrides it (and only it). Read once at start-up: a reload keeps the store.
+    /// Which store: `memory` (the default, also when absent), `file:///dir`,
+    /// `redis://[user[:password]@]host:port[/db]` (and the other Redis URLs) or
+    /// `memcache://host:port,…` (see [`StoreUrl`]). `serve --store URL` overrides it. Read
+    /// once at start-up: a reload keeps the store.
     #[serde(default)]
     pub url: Option<String>,
-    /// The memory store's bound: the most keys held at once (at least 1; default 1,000,000).
-    #[serde(default = "default_max_keys")]
-    pub max_keys: usize,
-    /// What the memory store does when a new key arrives and its shard is full of live keys
-    /// (after dropping every idle key, which changes no decision): `evict_live` (the default:
-    /// forget a live key, which may then be over-admitted by one burst) or `refuse_new` (keep
-    /// every tracked key exact and refuse requests of new keys until room frees up). Both are
-    /// counted in `/metrics`.
-    #[serde(default)]
-    pub overflow: OverflowPolicy,
-    /// The Redis store's bound on every call (above 0; default 50 ms).
-    #[serde(default)]
-    pub timeout: Option<SpecDuration>,
-    /// The Redis store's bound on setting a connection up: TCP, TLS, `AUTH`, `SELECT` (above
-    /// 0; default 2 s). Apart from `timeout`: a call waits at most `timeout` for a connection,
-    /// which goes on being made in the background, so a slow handshake (a busy node, a first
-    /// TLS handshake) delays no more than the calls that came while it lasted. Start-up's
-    /// probe waits for both.
-    #[serde(default)]
-    pub connect_timeout: Option<SpecDuration>,
-    /// Whether a single Redis answering `READONLY` (a master demoted by a failover) makes the
-    /// store drop its connection and connect anew to whatever the URL names now, such as a DNS
-    /// name or a proxy that follows the master (default true; envoyproxy/ratelimit's
-    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`). With false the connection is kept and
-    /// every call fails until that server is a master again. A cluster and the sentinels
-    /// follow the master either way.
-    #[serde(default = "yes")]
-    pub reconnect_on_readonly: bool,
-    /// The Redis store's circuit breaker (default: open after 3 failures in a row, for 1 s).
-    #[serde(default)]
-    pub breaker: Option<BreakerConfig>,
-    /// The name of an environment variable holding the Redis password, which is put into the
-    /// URL's user information (so that the password stays out of the file and the command
-    /// line). The variable must be set when the store is created.
-    #[serde(default)]
-    pub password_env: Option<String>,
-    /// For `rediss://`: a PEM file of the CAs that sign the Redis server's certificate, when
-    /// they are not among the system's trusted roots.
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// For TLS URLs: a PEM file of the client certificate chain presented when the server
-    /// requires one (Redis's `tls-auth-clients`); needs `tls_client_key_file`.
-    #[serde(default)]
-    pub tls_client_cert_file: Option<std::path::PathBuf>,
-    /// Its private key (PEM); needs `tls_client_cert_file`.
-    #[serde(default)]
-    pub tls_client_key_file: Option<std::path::PathBuf>,
-    /// For TLS URLs: check that the server's certificate chains to a trusted CA, but not that
-    /// it names the host connected to (default false): for servers reached by an address
-    /// their certificates do not name, such as the masters a Sentinel announces by IP.
-    #[serde(default)]
-    pub tls_skip_hostname_verification: bool,
-    /// The Redis store's group commit: the most keys one script call carries (default 128,
-    /// at most 1024; 0 or 1 turns it off, every decision then a call of its own). Decisions
-    /// waiting for the same Redis (on a cluster, the same slot) while a call is in flight go
-    /// together in the next one; a lone decision is sent at once. See
-    /// [`floodgate::store::redis`]'s "Group commit".
-    #[serde(default)]
-    pub batch_max_keys: Option<usize>,
-    /// The Redis store's group commit: the most script calls one lane (the Redis, or a
-    /// cluster slot) has in flight (1 to 8; default 2, so that Redis finds the next batch
-    /// waiting; 1 sends batches strictly in arrival order).
-    #[serde(default)]
-    pub batch_in_flight: Option<usize>,
-    /// How many `floodgate serve` processes share the store (at least 1; default 1), for the
-    /// failure policy that splits a limit between nodes while the store is down.
-    #[serde(default = "default_nodes")]
-    pub nodes: u32,
-    /// `exact` (the default: every decision is one call to the store) or `cached` (decisions
-    /// on this node's views, synced with Redis every `sync_interval`, with a stated bound on
-    /// what the nodes together admit beyond a limit: see [`floodgate::store::cached`]). Cached
-    /// mode needs a Redis URL.
-    #[serde(default)]
-    pub mode: StoreMode,
-    /// Cached mode: how often the node syncs with Redis (1 ms to 1 h; default 100 ms).
-    #[serde(default)]
-    pub sync_interval: Option<SpecDuration>,
-    /// Cached mode: how old the last successful sync may be before every key is decided at
-    /// this node's share (`1 / nodes`) of its limit (at least `sync_interval`; default 1 s).
-    #[serde(default)]
-    pub max_view_age: Option<SpecDuration>,
-    /// Cached mode: how long a decision on a key this node has never seen may wait for its
-    /// state from Redis (default 5 ms; 0 never waits); beyond it, the node's share decides.
-    #[serde(default)]
-    pub load_budget: Option<SpecDuration>,
-    /// How long `serve` tries to reach a Redis store at start-up, retrying with back-off, before
-    /// it refuses to start (default 5 s; `0s` tries for ever, as envoyproxy/ratelimit's
-    /// `REDIS_STARTUP_MAX_ELAPSED_TIME=0`). The memory store needs no check.
-    #[serde(default)]
-    pub startup_timeout: Option<SpecDuration>,
-    /// The wait after start-up's first failed try (above 0; default 50 ms); each later wait
-    /// doubles, up to `startup_retry_max`.
-    #[serde(default)]
-    pub startup_retry_first: Option<SpecDuration>,
-    /// The longest wait between start-up's tries (above 0; default 1 s).
-    #[serde(default)]
-    pub startup_retry_max: Option<SpecDuration>,
-    /// Start even when the store cannot be used at start-up (default `false`: refuse to start,
-    /// naming the store and the cause). When `true`, `serve` starts, logs an error saying so,
-    /// answers `/readyz` with 503 until the store works, and every stage follows its
-    /// `on_store_error` policy meanwhile (failing open by default).
-    #[serde(default)]
-    pub start_without: bool,
-    /// Where the Envoy rules' fixed windows count in Redis: `floodgate` (the default:
-    /// Floodgate's own keys, through the twins; a refused hit consumes nothing) or
-    /// `envoyproxy` (envoyproxy/ratelimit's keys and commands, so that upstream's pods and
-    /// Floodgate count together while one replaces the other; set when upstream's settings
-    /// are present). See [`crate::descriptors::layout`].
-    #[serde(default)]
-    pub layout: StoreLayout,
-    /// `envoyproxy` layout: written before every key (envoyproxy/ratelimit's
-    /// `CACHE_KEY_PREFIX`; default empty).
-    #[serde(default)]
-    pub key_prefix: String,
-    /// `envoyproxy` layout: a key's TTL is its window plus a whole number of seconds drawn
-    /// below this (`EXPIRATION_JITTER_MAX_SECONDS`; default 300 s; 0 adds none).
-    #[serde(default)]
-    pub expiration_jitter: Option<SpecDuration>,
-    /// `envoyproxy` layout: count a request's hits only on the descriptors it would take over
-    /// their limit when one would (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`; default false:
-    /// every hit counts, as upstream).
-    #[serde(default)]
-    pub stop_increment_when_over_limit: bool,
-    /// `envoyproxy` layout: keep the keys Redis found over their limit in this node's memory,
-    /// up to about this many bytes, and answer them over the limit without asking Redis until
-    /// their window ends (`LOCAL_CACHE_SIZE_IN_BYTES`; default 0: off).
-    #[serde(default)]
-    pub over_limit_cache_bytes: u64,
-    /// `envoyproxy` layout: a second Redis for the windows of unit `second`
-    /// (`REDIS_PERSECOND_URL`), with the same settings as the main one.
-    #[serde(default)]
-    pub per_second_url: Option<String>,
-    /// A memcached store's idle connections kept per server (at least 1; default 2;
-    /// envoyproxy/ratelimit's `MEMCACHE_MAX_IDLE_CONNS`).
-    #[serde(default)]
-    pub max_idle_connections: Option<usize>,
-    /// A memcached store: connect with TLS (`MEMCACHE_TLS`), trusting `tls_ca_file` (or the
-    /// system's CAs) and presenting `tls_client_cert_file` if set (default false).
-    #[serde(default)]
-    pub tls: bool,
-    /// A memcached store on a DNS SRV record (`memcache+srv://…`): how often the record is
-    /// looked up again (above 0; default: only at start; envoyproxy/ratelimit's
-    /// `MEMCACHE_SRV_REFRESH`). A failed lookup keeps the servers of the last good one.
-    #[serde(default)]
-    pub srv_refresh: Option<SpecDuration>,
+    /// Every other field, as written, until the kind is known.
+    #[serde(flatten)]
+    written: BTreeMap<String, Value>,
 }
 
-/// How the Envoy rules' fixed windows are kept in Redis (see [`StoreConfig::layout`]).
+/// The kinds of store, as the `store:` section types them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded memory store.
+    Memory,
+    /// The durable file store.
+    File,
+    /// A Redis deciding every call.
+    Redis,
+    /// A Redis behind this node's views (`mode: cached`).
+    Cached,
+    /// memcached servers.
+    Memcached,
+}
+
+impl StoreKind {
+    /// Every kind.
+    pub const ALL: [StoreKind; 5] = [
+        StoreKind::Memory,
+        StoreKind::File,
+        StoreKind::Redis,
+        StoreKind::Cached,
+        StoreKind::Memcached,
+    ];
+
+    /// How errors name it: `the memory store`, `cached mode`…
+    pub fn named(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "the memory store",
+            StoreKind::File => "the file store",
+            StoreKind::Redis => "a Redis store",
+            StoreKind::Cached => "cached mode (store.mode: cached)",
+            StoreKind::Memcached => "a memcached store",
+        }
+    }
+
+    /// Whether this kind's settings have a field `field`.
+    pub fn takes(self, field: &str) -> bool {
+        let one = BTreeMap::from([(field.to_string(), Value::Null)]);
+        // A field the kind has lands in its settings (or fails to, being null); one it has not
+        // lands among the unknown.
+        fn known<T: Kind>(one: &BTreeMap<String, Value>) -> bool {
+            !matches!(read::<T>(one), Ok(settings) if !settings.unknown().is_empty())
+        }
+        field == "mode"
+            || match self {
+                StoreKind::Memory => known::<MemorySettings>(&one),
+                StoreKind::File => known::<FileSettings>(&one),
+                StoreKind::Redis => known::<RedisSettings>(&one),
+                StoreKind::Cached => known::<CachedSettings>(&one),
+                StoreKind::Memcached => known::<MemcachedSettings>(&one),
+            }
+    }
+}
+
+/// The `store:` section typed by its kind: what [`StoreConfig::settings`] answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreSettings {
+    /// `memory`.
+    Memory(MemorySettings),
+    /// `file:///dir`.
+    File(FileSettings),
+    /// A Redis URL, `mode: exact`.
+    Redis(RedisSettings),
+    /// A Redis URL, `mode: cached`.
+    Cached(CachedSettings),
+    /// `memcache://…` or `memcache+srv://…`.
+    Memcached(MemcachedSettings),
+}
+
+impl StoreSettings {
+    /// Which kind.
+    pub fn kind(&self) -> StoreKind {
+        match self {
+            StoreSettings::Memory(_) => StoreKind::Memory,
+            StoreSettings::File(_) => StoreKind::File,
+            StoreSettings::Redis(_) => StoreKind::Redis,
+            StoreSettings::Cached(_) => StoreKind::Cached,
+            StoreSettings::Memcached(_) => StoreKind::Memcached,
+        }
+    }
+
+    /// What a store other processes share takes: how many share it, its link, its start-up
+    /// and its TLS files (`None` for the memory and file stores).
+    pub fn shared(&self) -> Option<(u32, &Link, &StartupWait, &TlsFiles)> {
+        match self {
+            StoreSettings::Memory(_) | StoreSettings::File(_) => None,
+            StoreSettings::Redis(s) => Some((s.nodes, &s.link, &s.startup, &s.tls_files)),
+            StoreSettings::Cached(s) => Some((s.nodes, &s.link, &s.startup, &s.tls_files)),
+            StoreSettings::Memcached(s) => Some((s.nodes, &s.link, &s.startup, &s.tls_files)),
+        }
+    }
+
+    /// How many processes share the store (1 for the memory and file stores).
+    pub fn nodes(&self) -> u32 {
+        self.shared().map_or(1, |(nodes, ..)| nodes)
+    }
+
+    /// How start-up waits for the store (the defaults where it needs no wait).
+    pub fn startup(&self) -> StartupWait {
+        self.shared()
+            .map(|(_, _, startup, _)| *startup)
+            .unwrap_or_default()
+    }
+
+    /// `store.password_env`, for a Redis.
+    pub fn password_env(&self) -> Option<&str> {
+        match self {
+            StoreSettings::Redis(s) => s.redis.password_env.as_deref(),
+            StoreSettings::Cached(s) => s.redis.password_env.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Where the Envoy rules' windows count, on a store that keeps upstream's counters.
+    pub fn layout(&self) -> Option<&UpstreamLayout> {
+        match self {
+            StoreSettings::Redis(s) => Some(&s.layout),
+            StoreSettings::Memcached(s) => Some(&s.layout),
+            _ => None,
+        }
+    }
+
+    /// Whether decisions are cached on this node (`mode: cached`).
+    pub fn is_cached(&self) -> bool {
+        matches!(self, StoreSettings::Cached(_))
+    }
+}
+
+/// What the memory store's `url` reads as when absent.
+const MEMORY: &str = "memory";
+
+impl StoreConfig {
+    /// The section with `url` and nothing else written.
+    pub fn at(url: impl Into<String>) -> StoreConfig {
+        StoreConfig {
+            url: Some(url.into()),
+            written: BTreeMap::new(),
+        }
+    }
+
+    /// This section with `field` written as `value` (see [`StoreConfig::set`]).
+    pub fn with(mut self, field: &str, value: impl serde::Serialize) -> StoreConfig {
+        self.set(field, value);
+        self
+    }
+
+    /// Writes `field` as `value` (a duration as its text, `"20ms"`, or as
+    /// [`StoreConfig::duration`] writes it), as the file would: checked with the rest by
+    /// [`StoreConfig::settings`]. A value that has no YAML form writes nothing.
+    pub fn set(&mut self, field: &str, value: impl serde::Serialize) {
+        if let Ok(value) = serde_norway::to_value(value) {
+            self.written.insert(field.to_string(), value);
+        }
+    }
+
+    /// `duration` as a field's value: its nanoseconds, `"1500000ns"`.
+    pub fn duration(duration: Duration) -> String {
+        format!("{}ns", duration.as_nanos())
+    }
+
+    /// Whether the section writes `field` (set by the file or by [`StoreConfig::set`]).
+    pub fn writes(&self, field: &str) -> bool {
+        self.written.contains_key(field)
+    }
+
+    /// The value written for `field`, if any.
+    pub fn written(&self, field: &str) -> Option<&Value> {
+        self.written.get(field)
+    }
+
+    /// The URL, read (`memory` when absent).
+    pub fn store_url(&self) -> Result<StoreUrl, ConfigFileError> {
+        StoreUrl::parse(self.url.as_deref().unwrap_or(MEMORY))
+            .map_err(|e| ConfigFileError::from_config_error("store", e))
+    }
+
+    /// `store.mode` (`exact` when absent).
+    fn mode(&self) -> Result<StoreMode, ConfigFileError> {
+        match self.written.get("mode") {
+            None => Ok(StoreMode::Exact),
+            Some(mode) => serde_norway::from_value(mode.clone())
+                .map_err(|e| ConfigFileError::invalid("store.mode", e.to_string())),
+        }
+    }
+
+    /// The kind the URL and `mode` name.
+    pub fn kind(&self) -> Result<StoreKind, ConfigFileError> {
+        let url = self.store_url()?;
+        Ok(match (url, self.mode()?) {
+            (StoreUrl::Redis { .. }, StoreMode::Cached) => StoreKind::Cached,
+            (_, StoreMode::Cached) => {
+                return Err(ConfigFileError::invalid(
+                    "store.mode",
+                    "invalid value cached: cached mode syncs with a Redis; give store.url a redis://, rediss:// or redis-cluster:// URL",
+                ))
+            }
+            (StoreUrl::Memory, _) => StoreKind::Memory,
+            (StoreUrl::File { .. }, _) => StoreKind::File,
+            (StoreUrl::Redis { .. }, _) => StoreKind::Redis,
+            (StoreUrl::Memcached { .. } | StoreUrl::MemcachedSrv { .. }, _) => StoreKind::Memcached,
+        })
+    }
+
+    /// Whether the store the section names now takes `field` (`false` when its URL or mode
+    /// cannot be read): for settings filled in from elsewhere (upstream's variables) only
+    /// where they apply.
+    pub fn takes(&self, field: &str) -> bool {
+        self.kind().is_ok_and(|kind| kind.takes(field))
+    }
+
+    /// The section typed by its kind, every value checked: the one check of the store's
+    /// settings. A field the kind does not take, or a value of the wrong type, is refused
+    /// naming the field (`store.tls: a Redis store does not take it (a memcached store does)`).
+    pub fn settings(&self) -> Result<StoreSettings, ConfigFileError> {
+        let url = self.store_url()?;
+        let kind = self.kind()?;
+        let mut fields = self.written.clone();
+        fields.remove("mode");
+        let settings = match (kind, url) {
+            (StoreKind::Memory, _) => StoreSettings::Memory(typed(kind, &fields)?),
+            (StoreKind::File, StoreUrl::File { dir }) => StoreSettings::File(FileSettings {
+                dir,
+                ..typed(kind, &fields)?
+            }),
+            (StoreKind::Redis, StoreUrl::Redis { url, .. }) => {
+                StoreSettings::Redis(RedisSettings {
+                    url: RedisUrl(url),
+                    ..typed(kind, &fields)?
+                })
+            }
+            (StoreKind::Cached, StoreUrl::Redis { url, .. }) => {
+                StoreSettings::Cached(CachedSettings {
+                    url: RedisUrl(url),
+                    ..typed(kind, &fields)?
+                })
+            }
+            (StoreKind::Memcached, StoreUrl::Memcached { servers }) => {
+                StoreSettings::Memcached(MemcachedSettings {
+                    servers: MemcachedServers::List(servers),
+                    ..typed(kind, &fields)?
+                })
+            }
+            (StoreKind::Memcached, StoreUrl::MemcachedSrv { record }) => {
+                StoreSettings::Memcached(MemcachedSettings {
+                    servers: MemcachedServers::Srv(record),
+                    ..typed(kind, &fields)?
+                })
+            }
+            (kind, url) => {
+                return Err(ConfigFileError::invalid(
+                    "store.url",
+                    format!("{} does not name {}", url.shown(), kind.named()),
+                ))
+            }
+        };
+        match &settings {
+            StoreSettings::Memory(s) => s.check(),
+            StoreSettings::File(s) => s.check(),
+            StoreSettings::Redis(s) => s.check(),
+            StoreSettings::Cached(s) => s.check(),
+            StoreSettings::Memcached(s) => s.check(),
+        }?;
+        Ok(settings)
+    }
+
+    /// The check made when the file is read, before the URL is final (`--store`,
+    /// `FLOODGATE_STORE` and upstream's variables may still name another store): a section
+    /// that writes its URL, or only what the memory store takes, is checked as
+    /// [`StoreConfig::settings`] checks it; any other must give every field a value of the
+    /// right type for some store that takes it.
+    pub fn check_written(&self) -> Result<(), ConfigFileError> {
+        let memory = || self.written.keys().all(|f| StoreKind::Memory.takes(f));
+        if self.url.is_some() || (self.mode()? == StoreMode::Exact && memory()) {
+            return self.settings().map(|_| ());
+        }
+        for (field, value) in &self.written {
+            if field == "mode" {
+                continue;
+            }
+            let one = BTreeMap::from([(field.clone(), value.clone())]);
+            let mut first_error = None;
+            for kind in StoreKind::ALL.into_iter().filter(|k| k.takes(field)) {
+                match typed_as(kind, &one) {
+                    Ok(()) => {
+                        first_error = None;
+                        break;
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            if !StoreKind::ALL.iter().any(|k| k.takes(field)) {
+                return Err(not_taken(None, field));
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts `url` in place of the URL the section wrote (or the memory store it meant by
+    /// writing none), and drops the fields written for that store that the store `url` names
+    /// does not take: their names, for a warning. A field the section's own store does not
+    /// take either stays, to be refused (or taken) as written.
+    pub fn replace_url(&mut self, url: String) -> Vec<String> {
+        let before = self.kind();
+        self.url = Some(url);
+        let mut dropped = Vec::new();
+        // Cached mode written for a Redis goes with it.
+        if before == Ok(StoreKind::Cached) && self.kind().is_err() {
+            self.written.remove("mode");
+            dropped.push("mode".to_string());
+        }
+        let (Ok(before), Ok(kind)) = (before, self.kind()) else {
+            return dropped;
+        };
+        dropped.extend(
+            self.written
+                .keys()
+                .filter(|field| before.takes(field) && !kind.takes(field))
+                .cloned(),
+        );
+        for field in &dropped {
+            self.written.remove(field);
+        }
+        dropped
+    }
+
+    /// The fields `new` writes otherwise than this section, each as `store.field`: `store.url`
+    /// first, then the fields in order.
+    pub fn changed_in(&self, new: &StoreConfig) -> Vec<String> {
+        let url = (self.url != new.url).then(|| "store.url".to_string());
+        let fields = self
+            .written
+            .keys()
+            .chain(
+                new.written
+                    .keys()
+                    .filter(|f| !self.written.contains_key(*f)),
+            )
+            .filter(|f| self.written.get(*f) != new.written.get(*f))
+            .map(|f| format!("store.{f}"));
+        url.into_iter().chain(fields).collect()
+    }
+
+    /// `store.nodes` as written (1 when absent or unreadable; [`StoreConfig::settings`]
+    /// refuses a bad value): what the pipeline's failure policy divides a limit by, read again
+    /// on every reload as the rest of the file is.
+    pub fn nodes(&self) -> u32 {
+        self.written
+            .get("nodes")
+            .and_then(|n| serde_norway::from_value::<u32>(n.clone()).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(1)
+    }
+}
+
+fn read<T: Kind>(fields: &BTreeMap<String, Value>) -> Result<T, serde_norway::Error> {
+    let map = fields
+        .iter()
+        .map(|(k, v)| (Value::String(k.clone()), v.clone()))
+        .collect();
+    serde_norway::from_value(Value::Mapping(map))
+}
+
+/// `fields` read as `kind`'s settings `T`, or the error naming the first field it does not
+/// take or cannot read.
+fn typed<T: Kind>(kind: StoreKind, fields: &BTreeMap<String, Value>) -> Result<T, ConfigFileError> {
+    match read::<T>(fields) {
+        Ok(settings) => match settings.unknown().keys().next() {
+            None => Ok(settings),
+            Some(field) => Err(not_taken(Some(kind), field)),
+        },
+        Err(whole) => {
+            // The error of the one field that fails alone (every field has a default), named.
+            for (field, value) in fields {
+                let one = BTreeMap::from([(field.clone(), value.clone())]);
+                if let Err(e) = read::<T>(&one) {
+                    return Err(ConfigFileError::invalid(
+                        format!("store.{field}"),
+                        e.to_string(),
+                    ));
+                }
+            }
+            Err(ConfigFileError::invalid("store", whole.to_string()))
+        }
+    }
+}
+
+/// [`typed`] for `kind`, the settings themselves not kept.
+fn typed_as(kind: StoreKind, fields: &BTreeMap<String, Value>) -> Result<(), ConfigFileError> {
+    match kind {
+        StoreKind::Memory => typed::<MemorySettings>(kind, fields).map(drop),
+        StoreKind::File => typed::<FileSettings>(kind, fields).map(drop),
+        StoreKind::Redis => typed::<RedisSettings>(kind, fields).map(drop),
+        StoreKind::Cached => typed::<CachedSettings>(kind, fields).map(drop),
+        StoreKind::Memcached => typed::<MemcachedSettings>(kind, fields).map(drop),
+    }
+}
+
+/// The error for `field`, which `kind` (or, with `None`, no store) does not take, naming the
+/// kinds that do.
+fn not_taken(kind: Option<StoreKind>, field: &str) -> ConfigFileError {
+    let takers: Vec<&str> = StoreKind::ALL
+        .into_iter()
+        .filter(|k| k.takes(field))
+        .map(StoreKind::named)
+        .collect();
+    let message = match (kind, takers.is_empty()) {
+        (_, true) => "unknown field: no store takes it".to_string(),
+        (Some(kind), false) => format!(
+            "{} does not take it (taken by {})",
+            kind.named(),
+            takers.join(", ")
+        ),
+        (None, false) => format!("taken by {}", takers.join(", ")),
+    };
+    ConfigFileError::invalid(format!("store.{field}"), message)
+}
+
+/// How the Envoy rules' fixed windows are kept (see [`UpstreamLayout::layout`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreLayout {
@@ -173,8 +474,10 @@ pub enum StoreLayout {
 }
 
 /// The memory store's overflow policy, as the config (and `bench --overflow`) writes it (see
-/// [`StoreConfig::overflow`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+/// [`Bound::overflow`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum OverflowPolicy {
@@ -194,7 +497,7 @@ impl From<OverflowPolicy> for floodgate::store::Overflow {
     }
 }
 
-/// How the service uses a Redis store (see [`StoreConfig::mode`]).
+/// How the service uses a Redis store (`store.mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreMode {
@@ -244,55 +547,4 @@ fn default_breaker_threshold() -> u32 {
 
 fn default_breaker_cool_down() -> SpecDuration {
     SpecDuration(Duration::from_secs(1))
-}
-
-fn default_nodes() -> u32 {
-    1
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            url: None,
-            max_keys: default_max_keys(),
-            overflow: OverflowPolicy::default(),
-            timeout: None,
-            connect_timeout: None,
-            reconnect_on_readonly: true,
-            breaker: None,
-            password_env: None,
-            tls_ca_file: None,
-            tls_client_cert_file: None,
-            tls_client_key_file: None,
-            tls_skip_hostname_verification: false,
-            batch_max_keys: None,
-            batch_in_flight: None,
-            nodes: default_nodes(),
-            mode: StoreMode::Exact,
-            sync_interval: None,
-            max_view_age: None,
-            load_budget: None,
-            startup_timeout: None,
-            startup_retry_first: None,
-            startup_retry_max: None,
-            layout: StoreLayout::Floodgate,
-            key_prefix: String::new(),
-            expiration_jitter: None,
-            stop_increment_when_over_limit: false,
-            over_limit_cache_bytes: 0,
-            per_second_url: None,
-            start_without: false,
-            max_idle_connections: None,
-            tls: false,
-            srv_refresh: None,
-        }
-    }
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn default_max_keys() -> usize {
-    1_000_000
 }

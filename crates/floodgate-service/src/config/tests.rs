@@ -93,10 +93,13 @@ fn the_native_example_is_the_builtin_config_written_out() {
     let example = Config::load(example_path("floodgate.yaml")).expect("loads");
     assert!(example.http.is_some() && example.grpc.is_some());
     assert!(!example.users.is_empty() && !example.endpoint_costs.is_empty());
+    let memory = crate::config::StoreSettings::Memory(Default::default());
+    assert_eq!(example.store.settings().unwrap(), memory);
     let trimmed = Config {
         http: None,
         grpc: None,
         debug: None,
+        store: StoreConfig::default(),
         users: BTreeMap::new(),
         endpoint_costs: BTreeMap::new(),
         ..example
@@ -147,7 +150,10 @@ domains:
     )
     .expect("valid");
     assert_eq!(config.http.map(|a| a.port()), Some(9000));
-    assert_eq!(config.store.max_keys, 10);
+    let crate::config::StoreSettings::Memory(memory) = config.store.settings().unwrap() else {
+        panic!("the memory store");
+    };
+    assert_eq!(memory.bound.max_keys, 10);
     assert_eq!(config.endpoint_costs.get("/v1/search"), Some(&5));
     let l = &config.limiters;
     assert_eq!(
@@ -332,7 +338,6 @@ fn typos_and_bad_yaml_are_refused() {
         ),
         ("http: not-an-address\n", "http"),
         ("plans: [1, 2]\n", "plans"),
-        ("store: {max_keys: -1}\n", "max_keys"),
         ("plans:\n  free: {algorithm: token_bucket\n", ""),
         (
             "domains:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limits: {}\n",
@@ -476,40 +481,76 @@ fn the_store_section_reads_its_settings_and_defaults() {
          breaker: {threshold: 5, cool_down: 2s}\n  password_env: REDIS_PASSWORD\n  nodes: 3\n",
     )
     .unwrap();
-    let store = &config.store;
     assert_eq!(
-        store.url.as_deref(),
+        config.store.url.as_deref(),
         Some("redis-cluster://h1:7000,h2:7001")
     );
-    assert_eq!(store.timeout, Some(SpecDuration(Duration::from_millis(20))));
+    let crate::config::StoreSettings::Redis(store) = config.store.settings().unwrap() else {
+        panic!("a Redis store");
+    };
     assert_eq!(
-        store.breaker,
+        store.link.timeout,
+        Some(SpecDuration(Duration::from_millis(20)))
+    );
+    assert_eq!(
+        store.link.breaker,
         Some(BreakerConfig {
             threshold: 5,
             cool_down: SpecDuration(Duration::from_secs(2)),
         })
     );
-    assert_eq!(store.password_env.as_deref(), Some("REDIS_PASSWORD"));
+    assert_eq!(store.redis.password_env.as_deref(), Some("REDIS_PASSWORD"));
     assert_eq!(store.nodes, 3);
-    let config = Config::from_yaml_str("store: {breaker: {threshold: 0}}\n").unwrap();
-    assert_eq!(config.store.nodes, 1);
+    let config =
+        Config::from_yaml_str("store: {url: 'redis://h:1', breaker: {threshold: 0}}\n").unwrap();
+    let crate::config::StoreSettings::Redis(store) = config.store.settings().unwrap() else {
+        panic!("a Redis store");
+    };
+    assert_eq!(store.nodes, 1);
     assert_eq!(
-        config.store.breaker.unwrap().cool_down,
+        store.link.breaker.unwrap().cool_down,
         SpecDuration(Duration::from_secs(1))
     );
-    for bad in [
-        "store: {breaker: {treshold: 1}}\n",
-        "store: {nodes: -1}\n",
-        "store: {password: x}\n",
+    for (bad, field, says) in [
+        ("store: {breaker: {treshold: 1}}\n", "store.breaker", "treshold"),
+        ("store: {max_keys: -1}\n", "store.max_keys", "-1"),
+        ("store: {max_keys: 0}\n", "store.max_keys", "at least 1"),
+        ("store: {nodes: -1}\n", "store.nodes", "-1"),
+        ("store: {password: x}\n", "store.password", "no store takes it"),
+        (
+            "store: {url: memory, timeout: 20ms}\n",
+            "store.timeout",
+            "the memory store does not take it (taken by a Redis store, cached mode (store.mode: cached), a memcached store)",
+        ),
+        (
+            "store: {url: 'redis://h:1', tls: true}\n",
+            "store.tls",
+            "a Redis store does not take it (taken by a memcached store)",
+        ),
+        (
+            "store: {url: 'memcache://h:1', password_env: PW}\n",
+            "store.password_env",
+            "a memcached store does not take it",
+        ),
+        (
+            "store: {url: 'redis://h:1', sync_interval: 1s}\n",
+            "store.sync_interval",
+            "a Redis store does not take it (taken by the file store, cached mode",
+        ),
     ] {
-        assert!(
-            matches!(
-                Config::from_yaml_str(bad),
-                Err(ConfigFileError::Yaml { .. })
-            ),
-            "{bad}"
-        );
+        let e = Config::from_yaml_str(bad).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains(says), "{bad}: {e}");
     }
+    // Without a URL the store is not known yet (`--store` may name it): each field must be
+    // one some store takes, with a value of its type.
+    let later = Config::from_yaml_str("store: {timeout: 20ms, max_keys: 5}\n").unwrap();
+    assert!(later.store.settings().is_err());
+    let mut on_redis = later.store.clone();
+    on_redis.url = Some("redis://h:1".into());
+    assert!(
+        on_redis.settings().is_err(),
+        "max_keys is not a Redis store's"
+    );
 }
 
 #[test]
@@ -598,4 +639,66 @@ fn the_rlqs_section_is_read_and_bounded() {
         let (p, _) = invalid(yaml);
         assert_eq!(p, path, "{yaml}");
     }
+}
+
+/// A URL from outside the file (`--store`, `FLOODGATE_STORE`, upstream's variables) drops the
+/// settings the file wrote for its own store that the store named does not take; what the
+/// file's own store does not take either stays, to be refused.
+#[test]
+fn a_url_from_outside_the_file_drops_what_was_written_for_the_files_store() {
+    let file = |yaml: &str| Config::from_yaml_str(yaml).unwrap().store;
+    let mut redis =
+        file("store: {url: 'redis://h:1', timeout: 20ms, tls_ca_file: ca.pem, nodes: 2}\n");
+    let dropped = redis.replace_url("memory".into());
+    assert_eq!(dropped, ["nodes", "timeout", "tls_ca_file"]);
+    assert_eq!(
+        redis.settings().unwrap(),
+        crate::config::StoreSettings::Memory(Default::default())
+    );
+    // The example file, written for the memory store, runs on a Redis named by `--store`.
+    let mut memory = file("store: {max_keys: 10, overflow: refuse_new}\n");
+    assert_eq!(
+        memory.replace_url("redis://h:1".into()),
+        ["max_keys", "overflow"]
+    );
+    assert!(matches!(
+        memory.settings(),
+        Ok(crate::config::StoreSettings::Redis(_))
+    ));
+    // Written for no store the file names: kept, and refused by the memory store.
+    let mut odd = file("store: {timeout: 20ms}\n");
+    assert!(odd.replace_url("memory".into()).is_empty());
+    let e = odd.settings().unwrap_err().to_string();
+    assert!(e.contains("store.timeout"), "{e}");
+    // ...and taken by the Redis it was written for.
+    let mut later = file("store: {timeout: 20ms}\n");
+    assert!(later.replace_url("redis://h:1".into()).is_empty());
+    assert!(later.settings().is_ok());
+    let mut cached = file("store: {url: 'redis://h:1', mode: cached, load_budget: 1ms}\n");
+    assert_eq!(cached.replace_url("memory".into()), ["mode", "load_budget"]);
+    assert!(cached.settings().is_ok());
+}
+
+/// Every `store:` block the docs show is one its store takes.
+#[test]
+fn the_docs_store_blocks_are_taken_by_their_stores() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let mut seen = 0;
+    for page in ["configuration.md", "running-several-nodes.md"] {
+        let text = std::fs::read_to_string(docs.join(page)).unwrap();
+        for block in text.split("```yaml\n").skip(1) {
+            let block = block.split("```").next().unwrap_or_default();
+            if !block.starts_with("store:") {
+                continue;
+            }
+            let config =
+                Config::from_yaml_str(block).unwrap_or_else(|e| panic!("{page}: {e}\n{block}"));
+            config
+                .store
+                .settings()
+                .unwrap_or_else(|e| panic!("{page}: {e}\n{block}"));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "{seen} blocks");
 }

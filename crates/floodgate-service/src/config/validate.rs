@@ -142,20 +142,6 @@ impl ConfigFileError {
         }
     }
 
-    /// `self` as an error in `file` at an unknown line: a [`ConfigFileError::Invalid`] is
-    /// wrapped in [`ConfigFileError::InFile`]; the other kinds already name the file (or are
-    /// not about one file) and are returned as they are.
-    pub fn in_file(self, file: &Path) -> ConfigFileError {
-        match self {
-            invalid @ ConfigFileError::Invalid { .. } => ConfigFileError::InFile {
-                file: Some(file.to_path_buf()),
-                line: None,
-                error: Box::new(invalid),
-            },
-            other => other,
-        }
-    }
-
     /// Shorthand for [`ConfigFileError::Invalid`] at `path`.
     pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigFileError {
         ConfigFileError::Invalid {
@@ -185,12 +171,7 @@ impl Config {
                 format!("invalid value {ttl:?} (must be 1s to 7 days)"),
             ));
         }
-        if self.store.max_keys == 0 {
-            return Err(ConfigFileError::invalid(
-                "store.max_keys",
-                "invalid value 0 (must be at least 1)",
-            ));
-        }
+        self.store.check_written()?;
         self.attributes.validate()?;
         self.rlqs.validate()?;
         if !self.pipeline.is_empty() && self.limiters != super::LimitersConfig::default() {

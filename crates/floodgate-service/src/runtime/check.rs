@@ -162,10 +162,11 @@ pub fn check(args: &CheckArgs, env: Environment) -> Result<Checked, CheckError> 
     store.check(&served).map_err(|e| config.place(e))?;
     // The listeners' TLS files, read as `serve` reads them.
     crate::service::ListenersTls::load(&config.tls)?;
-    let url = crate::store::url::from_config(&config.store, |_| None)?;
-    let mode = match config.store.mode {
-        StoreMode::Exact => "exact",
-        StoreMode::Cached => "cached",
+    let url = config.store.store_url()?;
+    let mode = if store.settings().is_cached() {
+        StoreMode::Cached.name()
+    } else {
+        StoreMode::Exact.name()
     };
     Ok(Checked {
         source: match &startup.source {

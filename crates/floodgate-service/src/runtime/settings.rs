@@ -55,7 +55,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::config::rls::ResponseHeadersConfig;
-use crate::config::{Config, ConfigSource, Defaults, Overrides, RuntimeDir, XdsSource};
+use crate::config::{
+    Config, ConfigSource, Defaults, Overrides, RuntimeDir, StoreConfig, XdsSource,
+};
 use crate::environment::upstream::{RedisKind, Upstream, UpstreamError};
 use crate::environment::{EnvError, Environment};
 
@@ -246,123 +248,57 @@ impl Startup {
     }
 
     /// Fills the store settings `config` leaves unwritten from the environment, and puts the
-    /// command line's `--store` over them.
+    /// command line's `--store` over them. A setting from upstream's variables is filled in
+    /// only where the store the URL names takes it; a URL from outside the file (`--store`,
+    /// `FLOODGATE_STORE`, upstream's) drops, with a warning, the settings the file wrote for its
+    /// own store (the one its `url` names, memory without one) that the store named does not
+    /// take.
     pub fn apply_store(&self, store_flag: Option<&str>, config: &mut Config) {
-        let writes = |path: &str| config.origin.writes(path);
-        let url = if let Some(url) = store_flag {
-            Some(url.to_string())
-        } else if writes("store.url") {
-            config.store.url.clone()
-        } else if let Some(url) = self.env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) {
-            Some(url.to_string())
-        } else {
-            self.upstream.as_ref().map(|up| match &up.memcache {
-                Some(memcache) => match &memcache.srv {
-                    Some(record) => format!("memcache+srv://{record}"),
-                    None => format!("memcache://{}", memcache.servers.join(",")),
-                },
-                None => store_url(&up.redis),
-            })
+        if let Some(url) = self.store_url_from_outside(store_flag, config) {
+            let dropped = config.store.replace_url(url);
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    store = %config.store.url.as_deref().map(floodgate::store::redacted).unwrap_or_default(),
+                    dropped = %dropped.join(", "),
+                    "the store named outside the file does not take the file's settings written for the file's own store: they are not used"
+                );
+            }
+        }
+        let writes = config.origin.clone();
+        if let Some(timeout) = self.store_timeout {
+            fill(&writes, &mut config.store, "timeout", duration(timeout));
+        }
+        let Some(up) = &self.upstream else {
+            return;
         };
-        let upstream_tls = |up: &Upstream| match &up.memcache {
-            Some(memcache) => memcache.tls_files.clone(),
-            None => up.redis_tls.clone(),
-        };
-        let tls_ca = (!writes("store.tls_ca_file"))
-            .then(|| upstream_tls(self.upstream.as_ref()?).ca_file)
-            .flatten();
-        if let Some(up) = &self.upstream {
-            let tls = &upstream_tls(up);
-            if let Some(memcache) = &up.memcache {
-                if !writes("store.max_idle_connections") {
-                    config.store.max_idle_connections = Some(memcache.max_idle);
-                }
-                if !writes("store.tls") {
-                    config.store.tls = memcache.tls;
-                }
-                if !writes("store.srv_refresh") {
-                    config.store.srv_refresh = memcache
-                        .srv_refresh
-                        .map(floodgate::algorithm::spec::SpecDuration);
-                }
-            }
-            if !writes("store.tls_client_cert_file") && !writes("store.tls_client_key_file") {
-                if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
-                    config.store.tls_client_cert_file = Some(cert.clone());
-                    config.store.tls_client_key_file = Some(key.clone());
-                }
-            }
-            if !writes("store.tls_skip_hostname_verification") {
-                config.store.tls_skip_hostname_verification = tls.skip_hostname_verification;
-            }
-        }
-        let startup = (!writes("store.startup_timeout"))
-            .then(|| self.upstream.as_ref().map(|up| up.startup))
-            .flatten();
-        config.store.url = url;
-        if let Some(timeout) = self.store_timeout.filter(|_| !writes("store.timeout")) {
-            config.store.timeout = Some(floodgate::algorithm::spec::SpecDuration(timeout));
-        }
-        if let Some(ca) = tls_ca {
-            config.store.tls_ca_file = Some(ca);
-        }
-        if let Some(startup) = startup {
-            config.store.startup_timeout = Some(floodgate::algorithm::spec::SpecDuration(
-                startup.max_elapsed.unwrap_or(std::time::Duration::ZERO),
-            ));
-            config.store.startup_retry_first = Some(floodgate::algorithm::spec::SpecDuration(
-                startup.initial_interval,
-            ));
-            config.store.startup_retry_max = Some(floodgate::algorithm::spec::SpecDuration(
-                startup.max_interval,
+        if !writes.writes("connections.grpc_max_age") {
+            config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(
+                up.listeners.max_connection_age,
             ));
         }
-        if let Some(up) = &self.upstream {
-            if !writes("store.connect_timeout") {
-                config.store.connect_timeout =
-                    Some(floodgate::algorithm::spec::SpecDuration(up.redis.timeout));
-            }
-            if let Some(close) = up.close_connection_on_readonly {
-                if !writes("store.reconnect_on_readonly") {
-                    config.store.reconnect_on_readonly = close;
-                }
-            }
-            // Upstream's pods and this node count in the same keys during a migration.
-            if !writes("store.layout") {
-                config.store.layout = crate::config::StoreLayout::Envoyproxy;
-            }
-            let b = &up.behaviour;
-            if !writes("store.key_prefix") {
-                config.store.key_prefix = b.cache_key_prefix.clone();
-            }
-            if !writes("store.expiration_jitter") {
-                config.store.expiration_jitter = Some(floodgate::algorithm::spec::SpecDuration(
-                    std::time::Duration::from_secs(b.expiration_jitter_max_seconds),
-                ));
-            }
-            if !writes("store.stop_increment_when_over_limit") {
-                config.store.stop_increment_when_over_limit = b.stop_increment_when_over_limit;
-            }
-            if !writes("store.over_limit_cache_bytes") {
-                config.store.over_limit_cache_bytes = b.local_cache_bytes;
-            }
-            if !writes("store.per_second_url") {
-                // Upstream's memcache backend has no per-second store.
-                config.store.per_second_url = up
-                    .per_second
-                    .as_ref()
-                    .filter(|_| up.memcache.is_none())
-                    .map(store_url);
-            }
-            if !writes("connections.grpc_max_age") {
-                config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(
-                    up.listeners.max_connection_age,
-                ));
-            }
-            if !writes("connections.grpc_max_age_grace") {
-                config.connections.grpc_max_age_grace =
-                    floodgate::algorithm::spec::SpecDuration(up.listeners.max_connection_age_grace);
-            }
+        if !writes.writes("connections.grpc_max_age_grace") {
+            config.connections.grpc_max_age_grace =
+                floodgate::algorithm::spec::SpecDuration(up.listeners.max_connection_age_grace);
+        }
+        fill_store_from_upstream(up, &writes, &mut config.store);
+    }
+
+    /// The store URL the command line (`--store`) or, where the file writes none,
+    /// `FLOODGATE_STORE` or upstream's variables give.
+    fn store_url_from_outside(&self, store_flag: Option<&str>, config: &Config) -> Option<String> {
+        match store_flag {
+            Some(url) => Some(url.to_string()),
+            None if config.origin.writes("store.url") => None,
+            None => match self.env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) {
+                Some(url) => Some(url.to_string()),
+                None => self.upstream.as_ref().map(|up| match &up.memcache {
+                    Some(memcache) => match &memcache.srv {
+                        Some(record) => format!("memcache+srv://{record}"),
+                        None => format!("memcache://{}", memcache.servers.join(",")),
+                    },
+                    None => store_url(&up.redis),
+                }),
+            },
         }
     }
 
@@ -589,11 +525,7 @@ pub fn store_from_env(env: &crate::environment::Environment) -> Result<(), Strin
     let Some(url) = env.string("FLOODGATE_STORE").filter(|s| !s.is_empty()) else {
         return Ok(());
     };
-    let config = crate::config::StoreConfig {
-        url: Some(url.to_string()),
-        ..crate::config::StoreConfig::default()
-    };
-    match crate::store::url::from_config(&config, |_| None) {
+    match StoreConfig::at(url).store_url() {
         Ok(_) => Ok(()),
         Err(crate::config::ConfigFileError::Invalid { message, .. }) => {
             Err(format!("environment variable FLOODGATE_STORE: {message}"))
@@ -729,3 +661,96 @@ fn encode(text: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Writes `field` as `value` in `store` where the file leaves it out and the store takes it:
+/// a setting from the environment.
+fn fill(
+    writes: &crate::config::Origin,
+    store: &mut StoreConfig,
+    field: &str,
+    value: serde_norway::Value,
+) {
+    if !writes.writes(&format!("store.{field}")) && store.takes(field) {
+        store.set(field, value);
+    }
+}
+
+/// `d` as a store field's value.
+fn duration(d: std::time::Duration) -> serde_norway::Value {
+    StoreConfig::duration(d).into()
+}
+
+/// Fills the store settings of upstream's variables (`up`) that the file (`writes`) leaves
+/// out, where the store takes them.
+fn fill_store_from_upstream(
+    up: &Upstream,
+    writes: &crate::config::Origin,
+    store: &mut StoreConfig,
+) {
+    // Upstream's pods and this node count in the same keys during a migration, unless the
+    // file says otherwise.
+    let envoyproxy = match store.written("layout") {
+        Some(layout) => layout.as_str() == Some("envoyproxy"),
+        None => store.takes("layout"),
+    };
+    let mut fill = |field: &str, value: serde_norway::Value| fill(writes, store, field, value);
+    let tls = match &up.memcache {
+        Some(memcache) => {
+            fill("max_idle_connections", memcache.max_idle.into());
+            fill("tls", memcache.tls.into());
+            if let Some(every) = memcache.srv_refresh {
+                fill("srv_refresh", duration(every));
+            }
+            &memcache.tls_files
+        }
+        None => &up.redis_tls,
+    };
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned().into();
+    if let Some(ca) = &tls.ca_file {
+        fill("tls_ca_file", path(ca));
+    }
+    if !writes.writes("store.tls_client_cert_file") && !writes.writes("store.tls_client_key_file") {
+        if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
+            fill("tls_client_cert_file", path(cert));
+            fill("tls_client_key_file", path(key));
+        }
+    }
+    fill(
+        "tls_skip_hostname_verification",
+        tls.skip_hostname_verification.into(),
+    );
+    let startup = up.startup;
+    fill(
+        "startup_timeout",
+        duration(startup.max_elapsed.unwrap_or(std::time::Duration::ZERO)),
+    );
+    fill("startup_retry_first", duration(startup.initial_interval));
+    fill("startup_retry_max", duration(startup.max_interval));
+    fill("connect_timeout", duration(up.redis.timeout));
+    if let Some(close) = up.close_connection_on_readonly {
+        fill("reconnect_on_readonly", close.into());
+    }
+    if !envoyproxy {
+        return;
+    }
+    fill("layout", "envoyproxy".into());
+    let b = &up.behaviour;
+    if !b.cache_key_prefix.is_empty() {
+        fill("key_prefix", b.cache_key_prefix.clone().into());
+    }
+    fill(
+        "expiration_jitter",
+        duration(std::time::Duration::from_secs(
+            b.expiration_jitter_max_seconds,
+        )),
+    );
+    fill(
+        "stop_increment_when_over_limit",
+        b.stop_increment_when_over_limit.into(),
+    );
+    fill("over_limit_cache_bytes", b.local_cache_bytes.into());
+    // Upstream's memcache backend has no per-second store.
+    if let Some(per_second) = up.per_second.as_ref().filter(|_| up.memcache.is_none()) {
+        fill("per_second_url", store_url(per_second).into());
+    }
+}

@@ -177,24 +177,12 @@ pub(super) fn build(
     tls: &crate::service::ListenersTls,
     store_runtime: &tokio::runtime::Runtime,
 ) -> Result<Server, ServeError> {
-    let store = &loaded.config.store;
-    let startup_budget = match store.startup_timeout {
-        None => Some(crate::store::STARTUP_TIMEOUT),
-        Some(d) if d.0.is_zero() => None,
-        Some(d) => Some(d.0),
-    };
-    let retry = match (store.startup_retry_first, store.startup_retry_max) {
-        (None, None) => None,
-        (first, max) => Some((
-            first.map_or(std::time::Duration::from_millis(50), |d| d.0),
-            max.map_or(std::time::Duration::from_secs(1), |d| d.0),
-        )),
-    };
-    let start_without = store.start_without;
     let server = {
         let _context = store_runtime.enter();
         Server::new(loaded.config, startup.source.clone(), admin_token)?
     };
+    let wait = server.store().settings().startup();
+    let (startup_budget, retry, start_without) = (wait.budget(), wait.retry(), wait.start_without);
     if loaded.missing {
         server.set_config_missing();
     }

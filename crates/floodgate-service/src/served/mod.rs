@@ -186,7 +186,7 @@ impl Config {
         S: Store<str, AnyAlgorithm> + Clone + 'static,
     {
         let mut builder = Pipeline::builder()
-            .nodes(self.store.nodes)
+            .nodes(self.store.nodes())
             .local_clock(clock.clone());
         if let Some(previous) = previous {
             builder = builder.counting_on_from(previous);

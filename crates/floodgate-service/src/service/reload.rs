@@ -241,12 +241,7 @@ fn startup_settings_changed(started: &Config, new: &Config) -> Vec<String> {
             }
         }};
     }
-    fields!(store: url, max_keys, overflow, timeout, connect_timeout, reconnect_on_readonly,
-        breaker, password_env, tls_ca_file, tls_client_cert_file, tls_client_key_file,
-        tls_skip_hostname_verification, batch_max_keys, batch_in_flight, nodes, mode,
-        sync_interval, max_view_age, load_budget, startup_timeout, startup_retry_first,
-        startup_retry_max, start_without, layout, key_prefix, expiration_jitter,
-        stop_increment_when_over_limit, over_limit_cache_bytes, per_second_url);
+    changed.extend(started.store.changed_in(&new.store));
     fields!(connections: max_connections, header_read_timeout, max_header_bytes,
         max_body_bytes, max_streams, max_in_flight, grpc_max_age, grpc_max_age_grace);
     fields!(stats: near_limit_ratio, max_series, statsd, prometheus);

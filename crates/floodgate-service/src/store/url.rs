@@ -5,32 +5,28 @@
 
 pub use floodgate::store::StoreUrl;
 
-use super::MEMORY;
-use crate::config::{ConfigFileError, StoreConfig};
+use crate::config::{ConfigFileError, StoreConfig, StoreSettings};
 
-/// `config.url` (`memory` when absent), checked, with the password of `config.password_env`
-/// (read with `env`) put in.
+/// `config.url` (`memory` when absent), checked with the rest of the section, with the
+/// password of `store.password_env` (read with `env`) put in.
 pub fn from_config(
     config: &StoreConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<StoreUrl, ConfigFileError> {
-    if config.nodes == 0 {
-        return Err(ConfigFileError::invalid(
-            "store.nodes",
-            "invalid value 0 (at least 1: the processes sharing the store)",
-        ));
-    }
-    let url = StoreUrl::parse(config.url.as_deref().unwrap_or(MEMORY))
-        .map_err(|e| ConfigFileError::from_config_error("store", e))?;
-    let Some(name) = &config.password_env else {
+    from_settings(config, &config.settings()?, env)
+}
+
+/// [`from_config`] for a section already typed as `settings`.
+pub fn from_settings(
+    config: &StoreConfig,
+    settings: &StoreSettings,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<StoreUrl, ConfigFileError> {
+    let url = config.store_url()?;
+    let Some(name) = settings.password_env() else {
         return Ok(url);
     };
     let invalid = |why: String| ConfigFileError::invalid("store.password_env", why);
-    if name.is_empty() {
-        return Err(invalid(
-            "invalid value `` (the name of an environment variable)".into(),
-        ));
-    }
     let password = env(name).filter(|p| !p.is_empty()).ok_or_else(|| {
         invalid(format!(
             "`{name}`: the environment variable is not set (or empty)"
@@ -44,6 +40,26 @@ pub fn from_config(
     })
 }
 
+/// The Redis URL `written` with the password of `password_env` (read with `env`) put in, as
+/// [`from_settings`] puts it: the URL to connect with, never shown.
+pub fn with_password(
+    written: &str,
+    password_env: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigFileError> {
+    if password_env.is_none() {
+        return Ok(written.to_string());
+    }
+    let config = StoreConfig::at(written).with("password_env", password_env);
+    match from_config(&config, env)? {
+        StoreUrl::Redis { url, .. } => Ok(url),
+        other => Err(ConfigFileError::invalid(
+            "store.password_env",
+            format!("only a Redis URL takes a password, not {}", other.shown()),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,11 +69,10 @@ mod tests {
         password_env: Option<&str>,
         env: &[(&str, &str)],
     ) -> Result<StoreUrl, String> {
-        let config = StoreConfig {
-            url: Some(url.to_string()),
-            password_env: password_env.map(str::to_string),
-            ..StoreConfig::default()
-        };
+        let mut config = StoreConfig::at(url);
+        if let Some(name) = password_env {
+            config.set("password_env", name);
+        }
         from_config(&config, |name| {
             env.iter()
                 .find(|(k, _)| *k == name)
@@ -145,10 +160,7 @@ mod tests {
             assert!(e.contains(field) && e.contains(says), "{u}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }
-        let config = StoreConfig {
-            nodes: 0,
-            ..StoreConfig::default()
-        };
+        let config = StoreConfig::at("redis://h:1").with("nodes", 0);
         let e = from_config(&config, |_| None).unwrap_err().to_string();
         assert!(e.contains("store.nodes") && e.contains('0'), "{e}");
         assert_eq!(url("memory", None, &[]).unwrap(), StoreUrl::Memory);

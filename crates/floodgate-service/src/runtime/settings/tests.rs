@@ -162,17 +162,28 @@ fn upstreams_readonly_and_timeout_settings_reach_the_store() {
         let startup = Startup::read(&args(&[]), env, false).unwrap();
         let mut config = Config::from_yaml_str(yaml).unwrap();
         startup.apply_store(None, &mut config);
-        config.store
+        match config.store.settings() {
+            Ok(crate::config::StoreSettings::Redis(redis)) => redis,
+            other => panic!("a Redis store: {other:?}"),
+        }
     };
     let close = "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR";
-    assert!(read(&[], "domains: []\n").reconnect_on_readonly);
-    assert!(read(&[(close, "true")], "domains: []\n").reconnect_on_readonly);
-    assert!(!read(&[(close, "false")], "domains: []\n").reconnect_on_readonly);
+    assert!(read(&[], "domains: []\n").redis.reconnect_on_readonly);
+    assert!(
+        read(&[(close, "true")], "domains: []\n")
+            .redis
+            .reconnect_on_readonly
+    );
+    assert!(
+        !read(&[(close, "false")], "domains: []\n")
+            .redis
+            .reconnect_on_readonly
+    );
     let file = "store: {reconnect_on_readonly: true}\ndomains: []\n";
-    assert!(read(&[(close, "false")], file).reconnect_on_readonly);
+    assert!(read(&[(close, "false")], file).redis.reconnect_on_readonly);
     let store = read(&[("REDIS_TIMEOUT", "5s")], "domains: []\n");
     assert_eq!(
-        store.connect_timeout.map(|d| d.0),
+        store.link.connect_timeout.map(|d| d.0),
         Some(std::time::Duration::from_secs(5))
     );
 }
@@ -268,17 +279,23 @@ fn upstreams_memcache_backend_is_the_memcached_store_in_upstreams_layout() {
     let startup = Startup::read(&none, env, false).unwrap();
     let mut config = Config::default();
     startup.apply_store(none.store.url.as_deref(), &mut config);
-    let store = &config.store;
-    assert_eq!(store.url.as_deref(), Some("memcache://mc1:11211,mc2:11211"));
-    assert_eq!(store.max_idle_connections, Some(5));
-    assert!(store.tls && store.tls_skip_hostname_verification);
     assert_eq!(
-        store.tls_ca_file.as_deref(),
+        config.store.url.as_deref(),
+        Some("memcache://mc1:11211,mc2:11211")
+    );
+    let crate::config::StoreSettings::Memcached(store) = config.store.settings().unwrap() else {
+        panic!("a memcached store");
+    };
+    assert_eq!(store.max_idle_connections, Some(5));
+    assert!(store.tls && store.tls_files.tls_skip_hostname_verification);
+    assert_eq!(
+        store.tls_files.tls_ca_file.as_deref(),
         Some(std::path::Path::new("/etc/ca.pem"))
     );
-    assert_eq!(store.layout, crate::config::StoreLayout::Envoyproxy);
-    // Upstream's memcache backend has no per-second store.
-    assert_eq!(store.per_second_url, None);
+    assert_eq!(store.layout.layout, crate::config::StoreLayout::Envoyproxy);
+    // Upstream's memcache backend has no per-second store (a memcached store has no such
+    // setting: nothing was filled in).
+    assert!(!config.store.writes("per_second_url"));
 }
 
 #[test]
@@ -292,11 +309,13 @@ fn upstreams_memcache_srv_is_the_memcached_store_on_that_record() {
     let startup = Startup::read(&none, env, false).unwrap();
     let mut config = Config::default();
     startup.apply_store(none.store.url.as_deref(), &mut config);
-    let store = &config.store;
     assert_eq!(
-        store.url.as_deref(),
+        config.store.url.as_deref(),
         Some("memcache+srv://_memcache._tcp.cache.example.org")
     );
+    let crate::config::StoreSettings::Memcached(store) = config.store.settings().unwrap() else {
+        panic!("a memcached store");
+    };
     assert_eq!(
         store.srv_refresh.map(|d| d.0),
         Some(std::time::Duration::from_secs(30))
@@ -309,5 +328,5 @@ fn upstreams_memcache_srv_is_the_memcached_store_on_that_record() {
     let startup = Startup::read(&none, env, false).unwrap();
     let mut config = Config::default();
     startup.apply_store(none.store.url.as_deref(), &mut config);
-    assert_eq!(config.store.srv_refresh, None);
+    assert!(!config.store.writes("srv_refresh"));
 }
