@@ -329,18 +329,6 @@ impl RateUnit {
             RateUnit::Year => 365 * DAY,
         })
     }
-
-    /// The same unit as floodgate's [`Unit`], which has no month or year (`None` for those).
-    pub fn fixed_window_unit(self) -> Option<Unit> {
-        Some(match self {
-            RateUnit::Second => Unit::Second,
-            RateUnit::Minute => Unit::Minute,
-            RateUnit::Hour => Unit::Hour,
-            RateUnit::Day => Unit::Day,
-            RateUnit::Week => Unit::Week,
-            RateUnit::Month | RateUnit::Year => return None,
-        })
-    }
 }
 
 impl From<Unit> for RateUnit {
