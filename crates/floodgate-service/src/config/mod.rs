@@ -452,11 +452,6 @@ impl Config {
                 (name.to_string(), spec)
             })
             .collect();
-        let descriptor = |key: &str, rate_limit: RateLimitConfig| DescriptorConfig {
-            key: key.to_string(),
-            rate_limit: Some(rate_limit),
-            ..DescriptorConfig::default()
-        };
         Config {
             http: None,
             grpc: None,
@@ -471,36 +466,7 @@ impl Config {
             users: BTreeMap::new(),
             pipeline: Vec::new(),
             attributes: AttributesConfig::default(),
-            limiters: LimitersConfig {
-                request_rate: Some(StageConfig::new(
-                    "request_rate",
-                    StageKind::Limit(LimitStage::default()),
-                )),
-                concurrency: Some(StageConfig::new(
-                    "concurrency",
-                    StageKind::Concurrency(ConcurrencyStage {
-                        key: None,
-                        capacity: 20,
-                        lease_ttl: minute,
-                        on_store_error: OnStoreError::FailOpen,
-                        all_or_nothing: false,
-                    }),
-                )),
-                fleet: Some(StageConfig::new(
-                    "fleet",
-                    StageKind::Fleet(FleetStage {
-                        capacity: 1000,
-                        reserved_for_critical: 0.2,
-                        lease_ttl: minute,
-                        on_store_error: OnStoreError::FailOpen,
-                        all_or_nothing: false,
-                    }),
-                )),
-                utilization: Some(StageConfig::new(
-                    "utilization",
-                    StageKind::Utilization(UtilizationStage::new(64)),
-                )),
-            },
+            limiters: builtin_limiters(minute),
             limits: BTreeMap::from([(
                 "login".to_string(),
                 AlgorithmSpec::SlidingLog {
@@ -510,29 +476,7 @@ impl Config {
             )]),
             response_dynamic_metadata: false,
             reservation_ttl: None,
-            domains: vec![DomainConfig {
-                domain: "example".to_string(),
-                descriptors: vec![
-                    descriptor(
-                        "remote_address",
-                        RateLimitConfig {
-                            unit: Some("second".to_string()),
-                            requests_per_unit: Some(10),
-                            ..RateLimitConfig::default()
-                        },
-                    ),
-                    descriptor(
-                        "api_key",
-                        RateLimitConfig {
-                            algorithm: Some(AlgorithmSpec::TokenBucket {
-                                rate: 100.0,
-                                capacity: 200,
-                            }),
-                            ..RateLimitConfig::default()
-                        },
-                    ),
-                ],
-            }],
+            domains: vec![builtin_domain()],
             rls: RlsConfig::default(),
             rlqs: RlqsConfig::default(),
             xds: None,
@@ -636,6 +580,72 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ConfigFileError> {
         file: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+/// The built-in configuration's limiters: Stripe's four (see [`Config::builtin`]).
+fn builtin_limiters(minute: SpecDuration) -> LimitersConfig {
+    LimitersConfig {
+        request_rate: Some(StageConfig::new(
+            "request_rate",
+            StageKind::Limit(LimitStage::default()),
+        )),
+        concurrency: Some(StageConfig::new(
+            "concurrency",
+            StageKind::Concurrency(ConcurrencyStage {
+                key: None,
+                capacity: 20,
+                lease_ttl: minute,
+                on_store_error: OnStoreError::FailOpen,
+                all_or_nothing: false,
+            }),
+        )),
+        fleet: Some(StageConfig::new(
+            "fleet",
+            StageKind::Fleet(FleetStage {
+                capacity: 1000,
+                reserved_for_critical: 0.2,
+                lease_ttl: minute,
+                on_store_error: OnStoreError::FailOpen,
+                all_or_nothing: false,
+            }),
+        )),
+        utilization: Some(StageConfig::new(
+            "utilization",
+            StageKind::Utilization(UtilizationStage::new(64)),
+        )),
+    }
+}
+
+/// The built-in configuration's Envoy domain, `example` (see [`Config::builtin`]).
+fn builtin_domain() -> DomainConfig {
+    let descriptor = |key: &str, rate_limit: RateLimitConfig| DescriptorConfig {
+        key: key.to_string(),
+        rate_limit: Some(rate_limit),
+        ..DescriptorConfig::default()
+    };
+    DomainConfig {
+        domain: "example".to_string(),
+        descriptors: vec![
+            descriptor(
+                "remote_address",
+                RateLimitConfig {
+                    unit: Some("second".to_string()),
+                    requests_per_unit: Some(10),
+                    ..RateLimitConfig::default()
+                },
+            ),
+            descriptor(
+                "api_key",
+                RateLimitConfig {
+                    algorithm: Some(AlgorithmSpec::TokenBucket {
+                        rate: 100.0,
+                        capacity: 200,
+                    }),
+                    ..RateLimitConfig::default()
+                },
+            ),
+        ],
+    }
 }
 
 #[cfg(test)]
