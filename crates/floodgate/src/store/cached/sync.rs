@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::entry::{overshoot, Entry};
 use super::{CachedStore, Shared};
-use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::algorithm::Algorithm;
 use crate::store::redis::{Exchange, Exchanged};
 use crate::{Clock, Nanos, StoreError};
@@ -77,25 +77,7 @@ impl CachedStore {
 
 impl Shared {
     async fn sync_once(&self) -> SyncReport {
-        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
-        // Take each key's unsent cost; a key dropped meanwhile has nothing to send.
-        let mut taken: Vec<(String, AnyAlgorithm, Nanos, u64)> = Vec::with_capacity(batch.len());
-        for (key, algorithm) in batch {
-            let took = self
-                .local
-                .update(key.as_str(), Entry::droppable, |entry, _| match entry {
-                    Some(e) => {
-                        let took = (e.first_at, e.pending);
-                        e.pending = 0;
-                        e.queued = false;
-                        (Some(took), None)
-                    }
-                    None => (None, None),
-                });
-            if let Some(Some((at, cost))) = took {
-                taken.push((key, algorithm, at, cost));
-            }
-        }
+        let taken = self.take_pending();
         let mut report = SyncReport {
             keys: taken.len(),
             ..SyncReport::default()
@@ -150,17 +132,7 @@ impl Shared {
                         let namespace = key.split_once(':').map_or("", |(ns, _)| ns);
                         report.overshoot.push((namespace.to_owned(), beyond));
                     }
-                    self.local
-                        .update(key.as_str(), Entry::droppable, |entry, local_now| {
-                            let Some(entry) = entry else {
-                                // Dropped while the sync was on its way: keep what Redis said.
-                                let mut entry = Entry::new(algorithm, local_now);
-                                entry.learn(algorithm, global, local_now);
-                                return ((), Some(entry));
-                            };
-                            entry.learn(algorithm, global, local_now);
-                            ((), None)
-                        });
+                    self.learn(key, algorithm, global);
                 }
                 Err(StoreError::StateConflict { .. }) => {
                     // Another algorithm's state in Redis: this cost can never be merged.
@@ -181,6 +153,45 @@ impl Shared {
         self.last_sync
             .store(self.local.clock().now().0, Ordering::Relaxed);
         report
+    }
+
+    /// Takes the queued keys' unsent cost (a key dropped meanwhile has nothing to send): each
+    /// key, its algorithm, when its cost began to gather and the cost.
+    fn take_pending(&self) -> Vec<(String, AnyAlgorithm, Nanos, u64)> {
+        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut taken = Vec::with_capacity(batch.len());
+        for (key, algorithm) in batch {
+            let took = self
+                .local
+                .update(key.as_str(), Entry::droppable, |entry, _| match entry {
+                    Some(e) => {
+                        let took = (e.first_at, e.pending);
+                        e.pending = 0;
+                        e.queued = false;
+                        (Some(took), None)
+                    }
+                    None => (None, None),
+                });
+            if let Some(Some((at, cost))) = took {
+                taken.push((key, algorithm, at, cost));
+            }
+        }
+        taken
+    }
+
+    /// Makes `global`, the state Redis answered for `key`, the base of its view.
+    fn learn(&self, key: &str, algorithm: &AnyAlgorithm, global: AnyState) {
+        self.local
+            .update(key, Entry::droppable, |entry, local_now| {
+                let Some(entry) = entry else {
+                    // Dropped while the sync was on its way: keep what Redis said.
+                    let mut entry = Entry::new(algorithm, local_now);
+                    entry.learn(algorithm, global, local_now);
+                    return ((), Some(entry));
+                };
+                entry.learn(algorithm, global, local_now);
+                ((), None)
+            });
     }
 
     /// Puts back cost a sync could not send, so that the next one sends it.
