@@ -325,21 +325,7 @@ impl Inner {
             let item = &items[i];
             pipe.add_command(self.script(false, item.key, item.now, item.call));
         }
-        // On a cluster, the group's slot's master in the store's map, as for one call.
-        let mut node = match group
-            .first()
-            .map(|&i| self.slot_master(items[i].key.slot()))
-        {
-            // Not open yet: made in the background, the group goes through the cluster client.
-            Some(Some(address)) if cluster => self.connection.nodes().and_then(|nodes| {
-                let node = nodes.opened(&address);
-                if node.is_none() {
-                    nodes.open_in_background(std::iter::once(address.as_str()));
-                }
-                node
-            }),
-            _ => None,
-        };
+        let mut node = self.group_master(items, group, cluster);
         let mut replies: Vec<RedisResult<Value>> = match &mut node {
             Some(node) => pipe.query_async(node).await?,
             None => pipe.query_async(&mut handle).await?,
@@ -393,6 +379,28 @@ impl Inner {
             }
         }
         Ok(replies)
+    }
+
+    /// On a cluster, the connection to the master of `items[group]`'s slot in the store's map,
+    /// as for one call; `None` on one Redis, or when that connection is not open yet (it is
+    /// then made in the background, and the group goes through the cluster client).
+    fn group_master(
+        &self,
+        items: &[Item<'_>],
+        group: &[usize],
+        cluster: bool,
+    ) -> Option<redis::aio::ConnectionManager> {
+        let &first = group.first()?;
+        let address = self.slot_master(items[first].key.slot())?;
+        if !cluster {
+            return None;
+        }
+        let nodes = self.connection.nodes()?;
+        let node = nodes.opened(&address);
+        if node.is_none() {
+            nodes.open_in_background(std::iter::once(address.as_str()));
+        }
+        node
     }
 
     /// Runs `calls` under the breaker and the timeout: refused at once while the breaker is
