@@ -60,8 +60,7 @@ pub struct ServiceStore {
     settings: StoreSettings,
 }
 
-/// What `store.url` (or `--store`) holds when it names the memory store.
-pub const MEMORY: &str = "memory";
+pub use crate::config::store::MEMORY;
 
 /// How often, at most, a failing store is logged per kind of error (the lines in between
 /// are counted and the next line says how many were suppressed).
@@ -116,10 +115,7 @@ impl ServiceStore {
             StoreSettings::Memory(s) => (memory_store(&s.bound)?, None, None),
             StoreSettings::File(s) => (file_store(s, open_files)?, None, None),
             StoreSettings::Redis(s) => {
-                let url = url::with_password(&s.url.0, s.redis.password_env.as_deref(), password)?;
-                let redis = tune(redis_builder(&url, &s.link, &s.tls_files, &s.redis))
-                    .build()
-                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+                let redis = open_redis(&s.url, &s.link, &s.tls_files, &s.redis, password, tune)?;
                 let store = AnyStore::from(redis);
                 let per_second = match &s.per_second_url {
                     Some(written) => Some(per_second_redis(written, s)?),
@@ -129,10 +125,7 @@ impl ServiceStore {
                 (store, None, envoy)
             }
             StoreSettings::Cached(s) => {
-                let url = url::with_password(&s.url.0, s.redis.password_env.as_deref(), password)?;
-                let redis = tune(redis_builder(&url, &s.link, &s.tls_files, &s.redis))
-                    .build()
-                    .map_err(|e| ConfigFileError::from_config_error("store", e))?;
+                let redis = open_redis(&s.url, &s.link, &s.tls_files, &s.redis, password, tune)?;
                 let (store, metrics) = cached(redis, s)?;
                 (AnyStore::from(store), Some(metrics), None)
             }
@@ -626,6 +619,22 @@ fn redis_builder(
         builder = builder.batch_in_flight(calls);
     }
     builder.tls_skip_hostname_verification(tls.tls_skip_hostname_verification)
+}
+
+/// The Redis at `url` (with the password of `redis.password_env`, read with `env`), its
+/// builder given the link, TLS and group commit settings and then `tune`; nothing sent yet.
+fn open_redis(
+    url: &crate::config::store::RedisUrl,
+    link: &StoreLink,
+    tls: &TlsFiles,
+    redis: &RedisLink,
+    env: impl Fn(&str) -> Option<String>,
+    tune: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+) -> Result<RedisStore, ConfigFileError> {
+    let url = url::with_password(&url.0, redis.password_env.as_deref(), env)?;
+    tune(redis_builder(&url, link, tls, redis))
+        .build()
+        .map_err(|e| ConfigFileError::from_config_error("store", e))
 }
 
 /// The Redis of `store.per_second_url`, with the main Redis's settings.

@@ -168,8 +168,9 @@ impl StoreSettings {
     }
 }
 
-/// What the memory store's `url` reads as when absent.
-const MEMORY: &str = "memory";
+/// What `store.url` (or `--store`) holds when it names the memory store, and what it reads as
+/// when absent.
+pub const MEMORY: &str = "memory";
 
 impl StoreConfig {
     /// The section with `url` and nothing else written.
@@ -320,23 +321,17 @@ impl StoreConfig {
                 continue;
             }
             let one = BTreeMap::from([(field.clone(), value.clone())]);
-            let mut first_error = None;
-            for kind in StoreKind::ALL.into_iter().filter(|k| k.takes(field)) {
-                match typed_as(kind, &one) {
-                    Ok(()) => {
-                        first_error = None;
-                        break;
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
-            if !StoreKind::ALL.iter().any(|k| k.takes(field)) {
+            let takers: Vec<StoreKind> = StoreKind::ALL
+                .into_iter()
+                .filter(|k| k.takes(field))
+                .collect();
+            let Some(&first) = takers.first() else {
                 return Err(not_taken(None, field));
+            };
+            // Refused only when no store that takes the field can read its value: then with
+            // the first such store's reason.
+            if !takers.iter().any(|&k| typed_as(k, &one).is_ok()) {
+                typed_as(first, &one)?;
             }
         }
         Ok(())

@@ -22,8 +22,35 @@ pub fn from_settings(
     settings: &StoreSettings,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<StoreUrl, ConfigFileError> {
-    let url = config.store_url()?;
-    let Some(name) = settings.password_env() else {
+    put_password(config.store_url()?, settings.password_env(), env)
+}
+
+/// The Redis URL `written` with the password of `password_env` (read with `env`) put in, as
+/// [`from_settings`] puts it: the URL to connect with, never shown.
+pub fn with_password(
+    written: &str,
+    password_env: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigFileError> {
+    let url =
+        StoreUrl::parse(written).map_err(|e| ConfigFileError::from_config_error("store", e))?;
+    match put_password(url, password_env, env)? {
+        StoreUrl::Redis { url, .. } => Ok(url),
+        other => Err(ConfigFileError::invalid(
+            "store.password_env",
+            format!("only a Redis URL takes a password, not {}", other.shown()),
+        )),
+    }
+}
+
+/// `url` with the password of the environment variable `name` (read with `env`) put in;
+/// `url` itself without a `name`.
+fn put_password(
+    url: StoreUrl,
+    name: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<StoreUrl, ConfigFileError> {
+    let Some(name) = name else {
         return Ok(url);
     };
     let invalid = |why: String| ConfigFileError::invalid("store.password_env", why);
@@ -38,26 +65,6 @@ pub fn from_settings(
         }
         other => invalid(format!("`{name}`: {other}")),
     })
-}
-
-/// The Redis URL `written` with the password of `password_env` (read with `env`) put in, as
-/// [`from_settings`] puts it: the URL to connect with, never shown.
-pub fn with_password(
-    written: &str,
-    password_env: Option<&str>,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<String, ConfigFileError> {
-    if password_env.is_none() {
-        return Ok(written.to_string());
-    }
-    let config = StoreConfig::at(written).with("password_env", password_env);
-    match from_config(&config, env)? {
-        StoreUrl::Redis { url, .. } => Ok(url),
-        other => Err(ConfigFileError::invalid(
-            "store.password_env",
-            format!("only a Redis URL takes a password, not {}", other.shown()),
-        )),
-    }
 }
 
 #[cfg(test)]
