@@ -77,7 +77,7 @@ struct Args {
 
 /// A duration as floodgate reads one everywhere.
 fn duration(text: &str) -> Result<Duration, String> {
-    floodgate::algorithm::spec::parse_duration(text).map_err(|e| e.to_string())
+    floodgate::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 #[derive(Default)]

@@ -16,7 +16,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use floodgate::algorithm::spec::parse_duration;
+use floodgate::duration::parse_duration;
 
 /// `--store URL` of the commands that read no configuration (`replay`, `bench`).
 #[derive(clap::Args, Debug, Clone, Default)]

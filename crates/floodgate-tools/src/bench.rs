@@ -136,7 +136,7 @@ pub enum BenchError {
     #[error("cannot start the runtime: {0}")]
     Runtime(#[source] std::io::Error),
     /// The store could not be used before the run (tried as `serve` tries it at start-up).
-    #[error("--store: cannot use the store {url}: {error} (tried for {})", floodgate::algorithm::spec::format_duration(*.waited))]
+    #[error("--store: cannot use the store {url}: {error} (tried for {})", floodgate::duration::format_duration(*.waited))]
     StoreDown {
         /// The store's URL, any password redacted.
         url: String,

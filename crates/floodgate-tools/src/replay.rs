@@ -43,8 +43,9 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use floodgate::algorithm::concurrency::{Concurrency, Fleet};
-use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, AnyState, SpecDuration};
+use floodgate::algorithm::spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
 use floodgate::algorithm::Algorithm;
+use floodgate::duration::SpecDuration;
 use floodgate::limiter::utilization::{
     ControllerSettings, SettableUtilization, UtilizationShedder,
 };

@@ -39,6 +39,7 @@
 pub mod algorithm;
 pub mod blocking;
 pub mod clock;
+pub mod duration;
 pub mod quota;
 // The guide (docs/limiters.md), its links made intra-doc links by build.rs.
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/guide.md"))]

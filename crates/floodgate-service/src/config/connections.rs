@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use serde::Deserialize;
 
 use super::ConfigFileError;

@@ -110,7 +110,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{AlgorithmSpec, SpecDuration};
+use floodgate::algorithm::spec::AlgorithmSpec;
+use floodgate::duration::SpecDuration;
 use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
 use floodgate::limiter::OnStoreError;
 use serde::de::{self, Deserializer};

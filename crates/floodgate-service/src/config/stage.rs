@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::{AlgorithmSpec, SpecDuration};
+use floodgate::algorithm::spec::AlgorithmSpec;
+use floodgate::duration::SpecDuration;
 use floodgate::limiter::adaptive::{Adaptive, Gradient2, Vegas};
 use floodgate::limiter::utilization::ControllerSettings;
 use floodgate::limiter::{Mode, OnStoreError};

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use serde::Deserialize;
 
 use super::ConfigFileError;

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use floodgate::store::StoreUrl;
 use serde::Deserialize;
 use serde_norway::Value;

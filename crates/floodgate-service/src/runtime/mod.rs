@@ -260,7 +260,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     /// The store could not be used within `store.startup_timeout`.
-    #[error("cannot use the store {url}: {error} (tried for {}; check store.url (or --store) and the store itself, or set store.start_without: true to start anyway, each stage following its on_store_error policy)", floodgate::algorithm::spec::format_duration(*.waited))]
+    #[error("cannot use the store {url}: {error} (tried for {}; check store.url (or --store) and the store itself, or set store.start_without: true to start anyway, each stage following its on_store_error policy)", floodgate::duration::format_duration(*.waited))]
     Store {
         /// The store's URL, any password redacted.
         url: String,

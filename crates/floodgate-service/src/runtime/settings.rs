@@ -272,13 +272,13 @@ impl Startup {
             return;
         };
         if !writes.writes("connections.grpc_max_age") {
-            config.connections.grpc_max_age = Some(floodgate::algorithm::spec::SpecDuration(
+            config.connections.grpc_max_age = Some(floodgate::duration::SpecDuration(
                 up.listeners.max_connection_age,
             ));
         }
         if !writes.writes("connections.grpc_max_age_grace") {
             config.connections.grpc_max_age_grace =
-                floodgate::algorithm::spec::SpecDuration(up.listeners.max_connection_age_grace);
+                floodgate::duration::SpecDuration(up.listeners.max_connection_age_grace);
         }
         fill_store_from_upstream(up, &writes, &mut config.store);
     }
@@ -329,9 +329,7 @@ impl Startup {
                 } else {
                     crate::config::StatsdProtocol::Tcp
                 },
-                flush_interval: Some(floodgate::algorithm::spec::SpecDuration(
-                    stats.flush_interval,
-                )),
+                flush_interval: Some(floodgate::duration::SpecDuration(stats.flush_interval)),
                 extra_tags: stats.extra_tags.iter().cloned().collect(),
             });
         }
@@ -342,7 +340,7 @@ impl Startup {
                     .as_ref()
                     .map(|mogrifiers| crate::config::DogStatsdConfig {
                         address: stats.statsd_address.clone(),
-                        flush_interval: Some(floodgate::algorithm::spec::SpecDuration(
+                        flush_interval: Some(floodgate::duration::SpecDuration(
                             stats.flush_interval,
                         )),
                         extra_tags: stats.extra_tags.iter().cloned().collect(),

@@ -4,7 +4,7 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use floodgate::algorithm::spec::parse_duration;
+use floodgate::duration::parse_duration;
 use floodgate::limiter::Priority;
 use floodgate::{LeaseId, Nanos, Op, OpKind, StoreError};
 use serde_json::{Map, Value};

@@ -40,7 +40,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use floodgate::Nanos;
 use floodgate_service::config::Config;
 use floodgate_service::descriptors::RuleSet;

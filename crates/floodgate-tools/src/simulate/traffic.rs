@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use floodgate::limiter::Priority;
 use floodgate::Nanos;
 use rand::rngs::StdRng;

@@ -37,7 +37,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use floodgate::algorithm::fixed_window::FixedWindow;
-use floodgate::algorithm::spec::{AnyState, SpecDuration};
+use floodgate::algorithm::spec::AnyState;
+use floodgate::duration::SpecDuration;
 use floodgate::limiter::KeyedLimit;
 use floodgate::store::{Key, MemoryStore};
 use floodgate::{ManualClock, Nanos, Op};

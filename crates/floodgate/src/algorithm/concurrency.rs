@@ -99,8 +99,11 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, LeaseId, Nanos, Op, OpKind};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// No slot: the end of a list.
 const NIL: usize = usize::MAX;
@@ -594,6 +597,47 @@ macro_rules! lease_algorithm {
 
 lease_algorithm!(Concurrency, "concurrency");
 lease_algorithm!(Fleet, "fleet");
+
+impl Parameters for Concurrency {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.capacity(), param::nanos(self.lease_ttl())]
+    }
+
+    /// None: an in-flight limit has no window.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        None
+    }
+
+    fn share(&self, nodes: u32) -> Result<Concurrency, ConfigError> {
+        Concurrency::new(param::part(self.capacity(), nodes), self.lease_ttl())
+    }
+}
+
+impl Parameters for Fleet {
+    fn fingerprint(&self) -> [u64; 2] {
+        [
+            self.capacity(),
+            param::mix(
+                param::nanos(self.lease_ttl()),
+                self.reserved_for_critical().to_bits(),
+            ),
+        ]
+    }
+
+    /// None: an in-flight limit has no window.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        None
+    }
+
+    /// The capacity is divided; the share reserved for critical traffic stays the same.
+    fn share(&self, nodes: u32) -> Result<Fleet, ConfigError> {
+        Fleet::new(
+            param::part(self.capacity(), nodes),
+            self.reserved_for_critical(),
+            self.lease_ttl(),
+        )
+    }
+}
 
 #[cfg(feature = "file")]
 mod parts;

@@ -64,8 +64,11 @@
 use std::time::Duration;
 
 use super::word::WordState;
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// A fixed window limiter: at most `limit` per epoch-aligned window of `window`. See the
 /// [module documentation](self) for the exact rule.
@@ -372,6 +375,21 @@ impl Algorithm for FixedWindow {
             Some(into) => state.count == 0 || into >= self.window,
             None => false,
         }
+    }
+}
+
+impl Parameters for FixedWindow {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.limit(), param::nanos(self.window())]
+    }
+
+    /// `limit` per `window`.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.limit() as f64, self.window()))
+    }
+
+    fn share(&self, nodes: u32) -> Result<FixedWindow, ConfigError> {
+        FixedWindow::new(param::part(self.limit(), nodes), self.window())
     }
 }
 

@@ -100,8 +100,11 @@
 use std::time::Duration;
 
 use super::word::WordState;
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// The generic cell rate algorithm with redis-cell's parameters: `count` units per `period`, and
 /// a burst of `max_burst + 1`. See the [module documentation](self) for the exact rule.
@@ -447,6 +450,29 @@ impl Reciprocal {
         let high = (self.magic >> 64) * x;
         // high ≤ (2⁶⁴ − 1)², low < 2⁶⁴: the sum fits in u128.
         (((high + low) >> 64) as u64) | (x as u64 & self.identity)
+    }
+}
+
+impl Parameters for Gcra {
+    fn fingerprint(&self) -> [u64; 2] {
+        [
+            self.max_burst(),
+            param::mix(self.count(), param::nanos(self.period())),
+        ]
+    }
+
+    /// `count` per `period`.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.count() as f64, self.period()))
+    }
+
+    /// The limit (`max_burst + 1`) and `count` are each divided.
+    fn share(&self, nodes: u32) -> Result<Gcra, ConfigError> {
+        Gcra::new(
+            param::part(self.max_burst() + 1, nodes) - 1,
+            param::part(self.count(), nodes),
+            self.period(),
+        )
     }
 }
 

@@ -66,9 +66,11 @@
 //!   Times in the decision are measured from the caller's `now`.
 //! - Huge values never panic, as for the token bucket.
 
+use std::time::Duration;
+
 use super::word::WordState;
 use crate::algorithm::token_bucket::{Bucket, TokenBucketState};
-use crate::algorithm::Algorithm;
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
 
 /// A leaky bucket meter: a level of at most `capacity`, drained at `rate` per second. See the
@@ -164,6 +166,24 @@ impl Algorithm for LeakyBucket {
 
     fn is_fresh(&self, state: &LeakyBucketState, now: Nanos) -> bool {
         self.bucket.is_full(&state.room, now)
+    }
+}
+
+impl Parameters for LeakyBucket {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.rate().to_bits(), self.capacity()]
+    }
+
+    /// `rate` per second.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.rate(), Duration::from_secs(1)))
+    }
+
+    fn share(&self, nodes: u32) -> Result<LeakyBucket, ConfigError> {
+        LeakyBucket::new(
+            self.rate() / f64::from(nodes),
+            param::part(self.capacity(), nodes),
+        )
     }
 }
 

@@ -66,8 +66,11 @@
 use std::time::Duration;
 
 use super::word::WordState;
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// A leaky bucket queue (shaper): one slot every `1/rate` seconds, at most `queue` requests
 /// waiting. See the [module documentation](self) for the exact rule.
@@ -256,6 +259,25 @@ impl Algorithm for LeakyQueue {
 
     fn supports(&self, op: OpKind) -> bool {
         matches!(op, OpKind::Check | OpKind::Reserve)
+    }
+}
+
+impl Parameters for LeakyQueue {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.rate().to_bits(), self.queue()]
+    }
+
+    /// `rate` per second.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.rate(), Duration::from_secs(1)))
+    }
+
+    /// A queue of 0 stays 0: a node's share of a queue may be no queue at all.
+    fn share(&self, nodes: u32) -> Result<LeakyQueue, ConfigError> {
+        LeakyQueue::new(
+            self.rate() / f64::from(nodes),
+            self.queue() / u64::from(nodes),
+        )
     }
 }
 

@@ -20,7 +20,9 @@
 //! - an instant earlier than one already seen counts as "no time passed": never negative, never
 //!   a panic.
 
-use crate::{Decision, Nanos, Op, OpKind};
+use std::time::Duration;
+
+use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
 #[cfg(test)]
 mod charges;
@@ -33,12 +35,13 @@ pub mod leaky_bucket;
 pub mod leaky_queue;
 #[cfg(test)]
 mod refunds;
-mod share;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod smooth;
 pub mod spec;
 pub mod token_bucket;
+#[cfg(feature = "redis")]
+pub(crate) mod twin;
 pub mod word;
 
 /// A rate-limiting algorithm: its parameters, and the transition it applies to one key's state.
@@ -89,10 +92,52 @@ pub trait Algorithm: Send + Sync + 'static {
     }
 }
 
+/// What the engine reads off an algorithm's parameters besides its transition: a fingerprint
+/// of them, the quota they allow, and one node's share of them. Every algorithm implements it
+/// in its own module; [`spec::AnyAlgorithm`] forwards to it.
+pub trait Parameters: Algorithm + Sized {
+    /// The parameters as two words, which [`spec::AnyAlgorithm`] mixes with the algorithm's
+    /// own number into the fingerprint its states carry: equal parameters give equal words,
+    /// and different ones different words (floats by their bits, durations in nanoseconds;
+    /// a third parameter is mixed into the second word). The words are
+    /// part of a durable store's files: they must not change for the same parameters.
+    fn fingerprint(&self) -> [u64; 2];
+
+    /// What the algorithm allows, as `(units, window)`: `rate` per one second for a rate,
+    /// `limit` per `window` for a window; `None` for an in-flight limit, which has no window.
+    fn quota(&self) -> Option<(f64, Duration)>;
+
+    /// The same algorithm at one node's share of its limit when `nodes` (at least 2) nodes
+    /// share it: rates divided by `nodes`, counts divided and rounded down but at least 1,
+    /// windows, periods, warm-up and lease times unchanged.
+    fn share(&self, nodes: u32) -> Result<Self, ConfigError>;
+}
+
 /// Validation and conversions shared by the algorithms' constructors and transitions.
 pub(crate) mod param {
     use crate::ConfigError;
     use std::time::Duration;
+
+    /// One step of a parameter fingerprint (`Parameters::fingerprint`): mixes `x`
+    /// into `h` (two multiplications and a rotation; no allocation).
+    pub(crate) fn mix(h: u64, x: u64) -> u64 {
+        (h ^ x)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(31)
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9)
+    }
+
+    /// `d` in whole nanoseconds, `u64::MAX` past 584 years.
+    pub(crate) fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// One of `nodes` nodes' part of `count` (`Parameters::share`): `count / nodes`,
+    /// rounded down, but at least 1, so that the parts of `nodes` nodes add up to at most
+    /// `count` unless `count < nodes` (then each node still admits one).
+    pub(crate) fn part(count: u64, nodes: u32) -> u64 {
+        (count / u64::from(nodes.max(1))).max(1)
+    }
 
     /// A rate (per second) must be finite and strictly positive.
     pub(crate) fn rate(field: &'static str, value: f64) -> Result<f64, ConfigError> {

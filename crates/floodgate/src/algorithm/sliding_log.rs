@@ -64,8 +64,11 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// The sliding log: at most `limit` cost in any window of length `window`, exactly. See the
 /// [module documentation](self) for the exact rule.
@@ -247,6 +250,21 @@ impl Algorithm for SlidingLog {
             None => true,
             Some(newest) => newest.at <= now.0 && now.0 - newest.at >= self.window_ns,
         }
+    }
+}
+
+impl Parameters for SlidingLog {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.limit(), param::nanos(self.window())]
+    }
+
+    /// `limit` per `window`.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.limit() as f64, self.window()))
+    }
+
+    fn share(&self, nodes: u32) -> Result<SlidingLog, ConfigError> {
+        SlidingLog::new(param::part(self.limit(), nodes), self.window())
     }
 }
 

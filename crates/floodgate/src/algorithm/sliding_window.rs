@@ -115,8 +115,11 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 /// The largest accepted number of sub-buckets.
 pub const MAX_BUCKETS: u32 = 3600;
@@ -733,5 +736,28 @@ impl Algorithm for SlidingWindow {
 
 #[cfg(feature = "file")]
 pub(crate) mod parts;
+impl Parameters for SlidingWindow {
+    fn fingerprint(&self) -> [u64; 2] {
+        let buckets = self.buckets().map_or(0, |b| u64::from(b) + 1);
+        [
+            self.limit(),
+            param::mix(param::nanos(self.window()), buckets),
+        ]
+    }
+
+    /// `limit` per `window`.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.limit() as f64, self.window()))
+    }
+
+    fn share(&self, nodes: u32) -> Result<SlidingWindow, ConfigError> {
+        SlidingWindow::new(
+            param::part(self.limit(), nodes),
+            self.window(),
+            self.buckets(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests;

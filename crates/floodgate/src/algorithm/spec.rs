@@ -15,9 +15,8 @@
 //! | `smooth_bursty` | `rate`, optional `max_burst_seconds` (default 1), optional `starts`: `full` (default) or `empty` |
 //! | `smooth_warming_up` | `rate`, `warmup`, optional `cold_factor` (default 3) |
 //!
-//! Rates are per second; counts are whole numbers; durations are seconds (a JSON number) or a
-//! string with a unit: `"250us"`, `"500ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"1d"`, `"1w"`, or
-//! several of them from the largest unit down, `"1h30m"`, `"1m30s"`, `"2d12h"` ([`parse_duration`]).
+//! Rates are per second; counts are whole numbers; durations are [`SpecDuration`]s: seconds (a
+//! JSON number) or a string with a unit, `"500ms"`, `"1h30m"` ([`crate::duration`]).
 
 use std::time::Duration;
 
@@ -32,158 +31,11 @@ use super::sliding_log::SlidingLog;
 use super::sliding_window::SlidingWindow;
 use super::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
 use super::token_bucket::TokenBucket;
-use super::Algorithm;
+#[cfg(feature = "redis")]
+use super::twin::{Lua, LuaTwin};
+use super::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
-
-/// A duration as users write it: seconds as a number, or a string with a unit (see the
-/// [module documentation](self)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "DurationRepr")]
-pub struct SpecDuration(pub Duration);
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum DurationRepr {
-    Seconds(f64),
-    Text(String),
-}
-
-impl TryFrom<DurationRepr> for SpecDuration {
-    type Error = DurationError;
-    fn try_from(repr: DurationRepr) -> Result<Self, DurationError> {
-        match repr {
-            DurationRepr::Seconds(s) => seconds_to_duration(s, || s.to_string()),
-            DurationRepr::Text(t) => parse_duration(&t),
-        }
-        .map(SpecDuration)
-    }
-}
-
-/// Why a duration was refused; each variant carries the text as written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DurationError {
-    /// No number where one was expected.
-    #[error("`{0}` is not a duration such as \"500ms\", \"1s\" or \"1h\"")]
-    NotANumber(String),
-    /// A unit that is not one of ns, us, ms, s, m, h, d, w.
-    #[error("`{text}` has an unknown unit `{unit}` (use ns, us, ms, s, m, h, d or w)")]
-    UnknownUnit {
-        /// The duration as written.
-        text: String,
-        /// The unit as written.
-        unit: String,
-    },
-    /// Negative, not finite, or too large for a `Duration`.
-    #[error("`{0}` is not a duration: expected a non-negative number of seconds")]
-    OutOfRange(String),
-    /// Several parts whose units do not go from the largest down (`"30m1h"`, `"1m1m"`).
-    #[error("`{0}` is not a duration: write its parts from the largest unit down, each unit once, e.g. \"1h30m\"")]
-    OutOfOrder(String),
-}
-
-fn seconds_to_duration(
-    secs: f64,
-    text: impl FnOnce() -> String,
-) -> Result<Duration, DurationError> {
-    Duration::try_from_secs_f64(secs).map_err(|_| DurationError::OutOfRange(text()))
-}
-
-/// Parses a duration as users write it, the same in every command, flag and file: a bare
-/// number of seconds (`"1.5"`), a number with a unit (`"10ns"`, `"250us"`, `"500ms"`,
-/// `"1.5s"`, `"2m"`, `"1h"`, `"1d"`, `"1w"`; `µs` and `min` too), or several of those from the
-/// largest unit down, with no space between them (`"1h30m"`, `"1m30s"`, `"2d12h"`,
-/// `"1s500ms"`), which add up. Negative, non-finite and out-of-range values are refused, and
-/// so is a part whose unit is not smaller than the one before it (`"30m1h"`, `"1m1m"`).
-pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let t = text.trim();
-    if t.is_empty() {
-        return Err(DurationError::NotANumber(text.to_string()));
-    }
-    let mut rest = t;
-    let mut total = 0.0;
-    // The last part's unit, as seconds: each part's must be smaller.
-    let mut previous = f64::INFINITY;
-    while !rest.is_empty() {
-        let split = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, after) = rest.split_at(split);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| DurationError::NotANumber(text.to_string()))?;
-        let unit_end = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_end);
-        let unit_secs = match unit.trim() {
-            // A bare number is seconds, alone only.
-            "" if total == 0.0 && previous.is_infinite() => 1.0,
-            "s" => 1.0,
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "m" | "min" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            "w" => 604_800.0,
-            other => {
-                return Err(DurationError::UnknownUnit {
-                    text: text.to_string(),
-                    unit: other.to_string(),
-                })
-            }
-        };
-        if unit_secs >= previous {
-            return Err(DurationError::OutOfOrder(text.to_string()));
-        }
-        previous = unit_secs;
-        total += value * unit_secs;
-        rest = next;
-    }
-    seconds_to_duration(total, || text.to_string())
-}
-
-/// `d` as [`parse_duration`] reads it back, in the largest units that write it exactly:
-/// `"1h30m"`, `"2d"`, `"1m30s"`, `"1.5s"`, `"500ms"`, `"250us"`, `"10ns"`, `"0s"`. For
-/// messages that quote a duration as a config would write it.
-pub fn format_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    let nanos = d.subsec_nanos();
-    if secs == 0 {
-        return match nanos {
-            0 => "0s".to_string(),
-            n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
-            n if n % 1_000 == 0 => format!("{}us", n / 1_000),
-            n => format!("{n}ns"),
-        };
-    }
-    let mut out = String::new();
-    let mut left = secs;
-    for (unit, size) in [("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if left >= size {
-            out.push_str(&format!("{}{unit}", left / size));
-            left %= size;
-        }
-    }
-    if left > 0 || nanos > 0 {
-        out.push_str(&left.to_string());
-        if nanos > 0 {
-            let fraction = format!("{nanos:09}");
-            out.push('.');
-            out.push_str(fraction.trim_end_matches('0'));
-        }
-        out.push('s');
-    }
-    out
-}
-
-impl std::fmt::Display for SpecDuration {
-    /// As [`format_duration`] writes it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&format_duration(self.0))
-    }
-}
 
 fn default_max_burst_seconds() -> f64 {
     1.0
@@ -345,75 +197,10 @@ impl AlgorithmSpec {
     }
 }
 
-impl AnyAlgorithm {
-    /// A fingerprint of the algorithm and all its parameters: equal for equal parameters,
-    /// different (but for a 2⁻⁶⁴ chance) otherwise. A few multiplications, no allocation.
-    pub(crate) fn params(&self) -> u64 {
-        fn mix(h: u64, x: u64) -> u64 {
-            (h ^ x)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(31)
-                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
-        }
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let fields: [u64; 3] = match self {
-            AnyAlgorithm::TokenBucket(a) => [1, a.rate().to_bits(), a.capacity()],
-            AnyAlgorithm::LeakyBucket(a) => [2, a.rate().to_bits(), a.capacity()],
-            AnyAlgorithm::LeakyQueue(a) => [3, a.rate().to_bits(), a.queue()],
-            AnyAlgorithm::FixedWindow(a) => [4, a.limit(), nanos(a.window())],
-            AnyAlgorithm::SlidingLog(a) => [5, a.limit(), nanos(a.window())],
-            AnyAlgorithm::SlidingWindow(a) => [
-                6,
-                a.limit(),
-                mix(
-                    nanos(a.window()),
-                    a.buckets().map_or(0, |b| u64::from(b) + 1),
-                ),
-            ],
-            AnyAlgorithm::Gcra(a) => [7, a.max_burst(), mix(a.count(), nanos(a.period()))],
-            AnyAlgorithm::SmoothBursty(a) => [
-                8,
-                a.rate().to_bits(),
-                mix(a.max_burst_seconds().to_bits(), a.start() as u64),
-            ],
-            AnyAlgorithm::SmoothWarmingUp(a) => [
-                9,
-                a.rate().to_bits(),
-                mix(nanos(a.warmup()), a.cold_factor().to_bits()),
-            ],
-            AnyAlgorithm::Concurrency(a) => [10, a.capacity(), nanos(a.lease_ttl())],
-            AnyAlgorithm::Fleet(a) => [
-                11,
-                a.capacity(),
-                mix(nanos(a.lease_ttl()), a.reserved_for_critical().to_bits()),
-            ],
-        };
-        fields.into_iter().fold(0, mix)
-    }
-
-    /// What the algorithm allows, as `(units, window)`: `rate` per second for the buckets, the
-    /// leaky queue and the smooth limiters, `limit` per `window` for the windows, `count` per
-    /// `period` for GCRA; `None` for the in-flight limits (concurrency, fleet), which have no
-    /// window. For messages ("50 requests per second") and `RateLimit-Policy`.
-    pub fn quota(&self) -> Option<(f64, Duration)> {
-        let second = Duration::from_secs(1);
-        Some(match self {
-            AnyAlgorithm::TokenBucket(a) => (a.rate(), second),
-            AnyAlgorithm::LeakyBucket(a) => (a.rate(), second),
-            AnyAlgorithm::LeakyQueue(a) => (a.rate(), second),
-            AnyAlgorithm::FixedWindow(a) => (a.limit() as f64, a.window()),
-            AnyAlgorithm::SlidingLog(a) => (a.limit() as f64, a.window()),
-            AnyAlgorithm::SlidingWindow(a) => (a.limit() as f64, a.window()),
-            AnyAlgorithm::Gcra(a) => (a.count() as f64, a.period()),
-            AnyAlgorithm::SmoothBursty(a) => (a.rate(), second),
-            AnyAlgorithm::SmoothWarmingUp(a) => (a.rate(), second),
-            AnyAlgorithm::Concurrency(_) | AnyAlgorithm::Fleet(_) => return None,
-        })
-    }
-}
-
+/// Builds [`AnyAlgorithm`], its state and every dispatch over it from the one list of
+/// algorithms below: a variant missing from a match is a compile error, never a run-time one.
 macro_rules! any_algorithm {
-    ($($variant:ident($ty:ty) = $name:literal),* $(,)?) => {
+    ($($variant:ident($ty:ty) = $name:literal, $number:literal;)*) => {
         /// Any of Floodgate's algorithms, chosen at run time (for example from a spec).
         #[derive(Clone, Debug)]
         pub enum AnyAlgorithm {
@@ -435,6 +222,115 @@ macro_rules! any_algorithm {
         #[derive(Clone, Debug)]
         pub(crate) enum StateKind {
             $($variant(<$ty as Algorithm>::State),)*
+        }
+
+        impl AnyAlgorithm {
+            /// Every algorithm's name, in the order of its number (`"token_bucket"` first).
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
+            /// The algorithm's number: fixed for ever, since it is part of the fingerprint a
+            /// durable store keeps with each state (1 for `token_bucket`, …; [`Self::NAMES`]
+            /// lists them in this order, from 1).
+            pub const fn number(&self) -> u64 {
+                match self {
+                    $(AnyAlgorithm::$variant(_) => $number,)*
+                }
+            }
+
+            /// A fingerprint of the algorithm and all its parameters: equal for equal
+            /// parameters, different (but for a 2⁻⁶⁴ chance) otherwise
+            /// ([`Parameters::fingerprint`], mixed with the algorithm's number). A few
+            /// multiplications, no allocation.
+            pub(crate) fn params(&self) -> u64 {
+                let [first, second] = match self {
+                    $(AnyAlgorithm::$variant(a) => a.fingerprint(),)*
+                };
+                [self.number(), first, second].into_iter().fold(0, param::mix)
+            }
+
+            /// What the algorithm allows, as `(units, window)`: `rate` per second for the
+            /// buckets, the leaky queue and the smooth limiters, `limit` per `window` for the
+            /// windows, `count` per `period` for GCRA; `None` for the in-flight limits
+            /// (concurrency, fleet), which have no window. For messages ("50 requests per
+            /// second") and `RateLimit-Policy`.
+            pub fn quota(&self) -> Option<(f64, Duration)> {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.quota(),)*
+                }
+            }
+
+            /// The same algorithm at one node's share of its limit when `nodes` nodes share
+            /// it (what one node admits on its own when the store they share is out of
+            /// reach): rates divided by `nodes`; counts (limits, capacities, bursts, queues)
+            /// divided and rounded down, but at least 1 (a queue of 0 stays 0); windows,
+            /// periods, warm-up and lease times unchanged. With `nodes` at most 1, the
+            /// algorithm itself.
+            ///
+            /// The shares of all nodes together admit at most the whole limit, except where a
+            /// count is smaller than `nodes` (each node keeps at least one).
+            pub fn share(&self, nodes: u32) -> Result<AnyAlgorithm, ConfigError> {
+                if nodes <= 1 {
+                    return Ok(self.clone());
+                }
+                Ok(match self {
+                    $(AnyAlgorithm::$variant(a) => a.share(nodes)?.into(),)*
+                })
+            }
+        }
+
+        /// Every algorithm's Lua twin, for a Redis store ([`super::twin`]): what it runs and
+        /// how an operation becomes its arguments.
+        #[cfg(feature = "redis")]
+        impl AnyAlgorithm {
+            /// Every algorithm's twin, in the order of its number (two algorithms may share
+            /// one script).
+            pub(crate) const TWINS: &'static [&'static Lua] = &[$(<$ty as LuaTwin>::LUA),*];
+
+            /// The twin's arguments for `op` ([`LuaTwin::arguments`]).
+            pub(crate) fn twin_arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.arguments(op),)*
+                }
+            }
+
+            /// [`LuaTwin::reply_limit`].
+            pub(crate) fn twin_reply_limit(&self) -> Option<u64> {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.reply_limit(),)*
+                }
+            }
+
+            /// [`LuaTwin::horizon_us`].
+            pub(crate) fn twin_horizon_us(&self) -> u64 {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.horizon_us(),)*
+                }
+            }
+
+            /// Whether the twin takes refunds ([`LuaTwin::REFUNDS`]).
+            pub(crate) fn twin_takes_refunds(&self) -> bool {
+                match self {
+                    $(AnyAlgorithm::$variant(_) => <$ty as LuaTwin>::REFUNDS,)*
+                }
+            }
+
+            /// Whether the twin counts charges past the limit ([`LuaTwin::CHARGES`]).
+            pub(crate) fn twin_takes_charges(&self) -> bool {
+                match self {
+                    $(AnyAlgorithm::$variant(_) => <$ty as LuaTwin>::CHARGES,)*
+                }
+            }
+
+            /// The name of the algorithm whose twin writes states starting with `tag`
+            /// ([`LuaTwin::TAGS`]), if any does.
+            pub(crate) fn of_twin_tag(tag: &[u8]) -> Option<&'static str> {
+                $(
+                    if <$ty as LuaTwin>::TAGS.iter().any(|t| t.as_bytes() == tag) {
+                        return Some($name);
+                    }
+                )*
+                None
+            }
         }
 
         $(
@@ -517,18 +413,19 @@ macro_rules! any_algorithm {
     };
 }
 
+// Every algorithm, once: its variant, its type, its name and its number (never reused).
 any_algorithm! {
-    TokenBucket(TokenBucket) = "token_bucket",
-    LeakyBucket(LeakyBucket) = "leaky_bucket",
-    LeakyQueue(LeakyQueue) = "leaky_queue",
-    FixedWindow(FixedWindow) = "fixed_window",
-    SlidingLog(SlidingLog) = "sliding_log",
-    SlidingWindow(SlidingWindow) = "sliding_window",
-    Gcra(Gcra) = "gcra",
-    SmoothBursty(SmoothBursty) = "smooth_bursty",
-    SmoothWarmingUp(SmoothWarmingUp) = "smooth_warming_up",
-    Concurrency(Concurrency) = "concurrency",
-    Fleet(Fleet) = "fleet",
+    TokenBucket(TokenBucket) = "token_bucket", 1;
+    LeakyBucket(LeakyBucket) = "leaky_bucket", 2;
+    LeakyQueue(LeakyQueue) = "leaky_queue", 3;
+    FixedWindow(FixedWindow) = "fixed_window", 4;
+    SlidingLog(SlidingLog) = "sliding_log", 5;
+    SlidingWindow(SlidingWindow) = "sliding_window", 6;
+    Gcra(Gcra) = "gcra", 7;
+    SmoothBursty(SmoothBursty) = "smooth_bursty", 8;
+    SmoothWarmingUp(SmoothWarmingUp) = "smooth_warming_up", 9;
+    Concurrency(Concurrency) = "concurrency", 10;
+    Fleet(Fleet) = "fleet", 11;
 }
 
 #[cfg(test)]
@@ -537,60 +434,6 @@ mod tests {
 
     fn spec(json: &str) -> Result<AlgorithmSpec, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn durations_accept_numbers_and_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(604_800)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("1 fortnight")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown unit"));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("").is_err());
-    }
-
-    #[test]
-    fn durations_of_several_parts_add_up_from_the_largest_unit_down() {
-        let secs = Duration::from_secs;
-        assert_eq!(parse_duration("1h30m"), Ok(secs(5400)));
-        assert_eq!(parse_duration("1m30s"), Ok(secs(90)));
-        assert_eq!(parse_duration("2d12h"), Ok(secs(216_000)));
-        assert_eq!(parse_duration("1h 30m"), Ok(secs(5400)));
-        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
-        for bad in ["30m1h", "1m1m", "1h30", "1h-5m", "h"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-        assert!(parse_duration("30m1h")
-            .unwrap_err()
-            .to_string()
-            .contains("largest unit down"));
-    }
-
-    #[test]
-    fn durations_are_written_as_they_are_read() {
-        let cases = [
-            (Duration::ZERO, "0s"),
-            (Duration::from_nanos(10), "10ns"),
-            (Duration::from_micros(250), "250us"),
-            (Duration::from_millis(500), "500ms"),
-            (Duration::from_millis(1500), "1.5s"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(5400), "1h30m"),
-            (Duration::from_secs(86_400 * 30), "4w2d"),
-            (Duration::from_secs(86_400 * 365), "52w1d"),
-            (Duration::from_nanos(90_000_000_001), "1m30.000000001s"),
-        ];
-        for (d, text) in cases {
-            assert_eq!(format_duration(d), text);
-            assert_eq!(SpecDuration(d).to_string(), text);
-            assert_eq!(parse_duration(text), Ok(d), "{text}");
-        }
     }
 
     #[test]
@@ -708,5 +551,84 @@ mod tests {
         let _ = small.apply(&mut state, Nanos::from_secs(50), Op::Check { cost: 0 });
         assert!(small.is_fresh(&state, Nanos::from_secs(50)));
         assert!(!big.is_fresh(&state, Nanos::from_secs(50)));
+    }
+
+    #[test]
+    fn shares_divide_rates_and_counts() {
+        let tb: AnyAlgorithm = TokenBucket::new(30.0, 100).unwrap().into();
+        let AnyAlgorithm::TokenBucket(t) = tb.share(3).unwrap() else {
+            panic!("same algorithm")
+        };
+        assert_eq!((t.rate(), t.capacity()), (10.0, 33));
+        let fw: AnyAlgorithm = FixedWindow::new(2, Duration::from_secs(60)).unwrap().into();
+        let AnyAlgorithm::FixedWindow(f) = fw.share(5).unwrap() else {
+            panic!("same algorithm")
+        };
+        assert_eq!((f.limit(), f.window()), (1, Duration::from_secs(60)));
+        let g: AnyAlgorithm = Gcra::new(9, 100, Duration::from_secs(1)).unwrap().into();
+        let AnyAlgorithm::Gcra(g) = g.share(4).unwrap() else {
+            panic!("same algorithm")
+        };
+        assert_eq!((g.limit(), g.count()), (2, 25));
+        let fleet: AnyAlgorithm = Fleet::new(1000, 0.2, Duration::from_secs(60))
+            .unwrap()
+            .into();
+        assert_eq!(fleet.share(4).unwrap().name(), "fleet");
+        assert_eq!(fleet.share(1).unwrap().name(), "fleet");
+    }
+
+    #[test]
+    fn numbers_follow_the_names_from_one() {
+        let every = every_algorithm();
+        assert_eq!(every.len(), AnyAlgorithm::NAMES.len());
+        for (i, algorithm) in every.iter().enumerate() {
+            assert_eq!(algorithm.number(), i as u64 + 1);
+            assert_eq!(AnyAlgorithm::NAMES[i], algorithm.name());
+        }
+    }
+
+    fn every_algorithm() -> Vec<AnyAlgorithm> {
+        let specs = [
+            r#"{"algorithm":"token_bucket","rate":100,"capacity":500}"#,
+            r#"{"algorithm":"leaky_bucket","rate":2.5,"capacity":10}"#,
+            r#"{"algorithm":"leaky_queue","rate":10,"queue":5}"#,
+            r#"{"algorithm":"fixed_window","limit":10,"window":"1m"}"#,
+            r#"{"algorithm":"sliding_log","limit":10,"window":60}"#,
+            r#"{"algorithm":"sliding_window","limit":10,"window":"1m","buckets":6}"#,
+            r#"{"algorithm":"gcra","max_burst":15,"count":30,"period":60}"#,
+            r#"{"algorithm":"smooth_bursty","rate":5}"#,
+            r#"{"algorithm":"smooth_warming_up","rate":2,"warmup":"4s"}"#,
+        ];
+        let mut every: Vec<AnyAlgorithm> = specs
+            .iter()
+            .map(|s| spec(s).unwrap().build().unwrap())
+            .collect();
+        let minute = Duration::from_secs(60);
+        every.push(Concurrency::new(10, minute).unwrap().into());
+        every.push(Fleet::new(1000, 0.2, minute).unwrap().into());
+        every
+    }
+
+    /// A durable store keeps each state's fingerprint on disk: the same parameters must give
+    /// the same fingerprint in every version (these values were written by an earlier one).
+    #[test]
+    fn fingerprints_stay_what_they_were() {
+        let expected: [u64; 11] = [
+            0x156f92f35cc92fc0,
+            0xbc007bc109429f30,
+            0x324059260133deb7,
+            0x0d1d2e48b5e0a7af,
+            0x58879cb2d0fa05bd,
+            0x14626f36b3e72dbe,
+            0x7b9dd411de576f20,
+            0x6b37c624c05f6032,
+            0xa64e68446dca7ae3,
+            0x0e631cf28a0c4509,
+            0xe2c01f760cea61a3,
+        ];
+        let every = every_algorithm();
+        for (algorithm, want) in every.iter().zip(expected) {
+            assert_eq!(algorithm.params(), want, "{}", algorithm.name());
+        }
     }
 }

@@ -83,8 +83,11 @@
 use std::time::Duration;
 
 use super::word::WordState;
-use crate::algorithm::{param, Algorithm};
+use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
+
+#[cfg(feature = "redis")]
+mod twin;
 
 const NANOS_PER_SEC: f64 = 1e9;
 
@@ -370,6 +373,24 @@ impl Bucket {
 /// `a + b` nanoseconds as a `Duration`, saturating.
 fn nanos(a: u64, b: u64) -> Duration {
     Duration::from_nanos(a.saturating_add(b))
+}
+
+impl Parameters for TokenBucket {
+    fn fingerprint(&self) -> [u64; 2] {
+        [self.rate().to_bits(), self.capacity()]
+    }
+
+    /// `rate` per second.
+    fn quota(&self) -> Option<(f64, Duration)> {
+        Some((self.rate(), Duration::from_secs(1)))
+    }
+
+    fn share(&self, nodes: u32) -> Result<TokenBucket, ConfigError> {
+        TokenBucket::new(
+            self.rate() / f64::from(nodes),
+            param::part(self.capacity(), nodes),
+        )
+    }
 }
 
 #[cfg(test)]

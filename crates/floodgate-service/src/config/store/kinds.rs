@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use floodgate::algorithm::spec::SpecDuration;
+use floodgate::duration::SpecDuration;
 use serde::Deserialize;
 
 use super::{BreakerConfig, OverflowPolicy, StoreLayout};

@@ -119,7 +119,7 @@ impl FileStoreBuilder {
         if !(Duration::from_millis(1)..=MAX_SYNC_INTERVAL).contains(&self.sync_interval) {
             return Err(ConfigError::invalid(
                 "sync_interval",
-                crate::algorithm::spec::format_duration(self.sync_interval),
+                crate::duration::format_duration(self.sync_interval),
                 "must be from 1ms to 1d",
             ));
         }

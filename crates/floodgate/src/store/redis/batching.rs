@@ -41,9 +41,8 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::call::Call;
-use super::keys::{group_by_slot, probe_key, Tagged};
+use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
-use super::redirect::Redirect;
 use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
@@ -57,6 +56,9 @@ pub(super) const MAX_BATCH_KEYS: usize = 1024;
 
 /// Batch sizes are counted in buckets by powers of two: `1`, `2`, `3–4`, …, `513–1024`.
 const SIZE_BUCKETS: usize = 11;
+
+mod wire;
+use wire::{bad_batch, Sent};
 
 /// One link of a job: its key (the store's, not yet tagged), its twin, flags and arguments.
 pub(super) struct JobLink {
@@ -620,204 +622,6 @@ impl Inner {
             }
         }
     }
-
-    /// One group sent now in a call of its own, without queueing (coalescing is off, or the
-    /// lane is idle): its replies.
-    pub(super) async fn send_alone(
-        &self,
-        links: &[JobLink],
-        now: &str,
-        refused: bool,
-    ) -> Result<Vec<Value>, Failed> {
-        let group = Group {
-            links,
-            now,
-            refused,
-        };
-        match self.send_batch(&[group]).await? {
-            Sent::Ran(mut replies) => replies
-                .pop()
-                .ok_or_else(|| StoreError::Protocol("a batch left a chain out".into()).into()),
-            Sent::Unstable => Err(bad_batch()),
-        }
-    }
-
-    /// One script call for `batch`: the batch script, or a lone plain link's own twin. The
-    /// replies, per group; or, on a cluster, the batch script's word that a slot it touches is
-    /// not served by the node it ran on, or is being moved (nothing written).
-    ///
-    /// On a cluster, one job (one slot) goes as the batch script with every key declared, so
-    /// that Redis itself checks them all before the script runs and answers a redirection
-    /// that is followed ([`Inner::send_script`]); several go as the cluster variant, which
-    /// declares one key and checks every slot itself.
-    async fn send_batch(&self, batch: &[Group<'_>]) -> Result<Sent, Failed> {
-        let mut handle = self.connection.handle();
-        if let [job] = batch {
-            if let ([link], false) = (job.links, job.refused) {
-                if let (Some(script), "-") = (self.scripts.twin(link.twin), &*link.flags) {
-                    let command = |by_source: bool| {
-                        let mut cmd = script.command(by_source);
-                        cmd.arg(1)
-                            .arg(Tagged(&link.key))
-                            .arg(job.now)
-                            .arg(self.min_ttl_ms)
-                            .arg(&link.args);
-                        cmd
-                    };
-                    let value = self.send_script(&mut handle, command).await?;
-                    return Ok(Sent::Ran(vec![vec![value]]));
-                }
-            }
-        }
-        // One job's keys share a slot: declared, Redis checks them all before the script runs.
-        let cluster = self.connection.is_cluster() && batch.len() > 1;
-        let script = if cluster {
-            &self.scripts.batch_cluster
-        } else {
-            &self.scripts.batch
-        };
-        let links: Vec<&JobLink> = batch.iter().flat_map(|job| job.links).collect();
-        // Links with the same twin and arguments (most of a batch: one limit, cost 1) share
-        // one spec, sent once.
-        let mut specs: Vec<&JobLink> = Vec::new();
-        let mut index: HashMap<(&str, &[String]), usize> = HashMap::new();
-        let spec_of: Vec<usize> = links
-            .iter()
-            .map(|link| {
-                *index
-                    .entry((link.twin, link.args.as_slice()))
-                    .or_insert_with(|| {
-                        specs.push(link);
-                        specs.len()
-                    })
-            })
-            .collect();
-        // On a cluster, the keys to read together, per slot.
-        let by_slot = if cluster {
-            group_by_slot(
-                links.iter().map(|link| Tagged(&link.key).slot()),
-                usize::MAX,
-            )
-        } else {
-            Vec::new()
-        };
-        let command = |by_source: bool| {
-            let mut cmd = script.command(by_source);
-            if cluster {
-                // Only the first key is declared: it routes the call (the keys follow).
-                cmd.arg(1).arg(links.first().map(|link| Tagged(&link.key)));
-            } else {
-                cmd.arg(links.len());
-                for link in &links {
-                    cmd.arg(Tagged(&link.key));
-                }
-            }
-            cmd.arg(batch[0].now).arg(self.min_ttl_ms).arg(specs.len());
-            for spec in &specs {
-                cmd.arg(spec.twin).arg(spec.args.len()).arg(&spec.args);
-            }
-            let mut spec_of = spec_of.iter();
-            for job in batch {
-                let lone = job.links.len() == 1
-                    && job.links[0].flags == "-"
-                    && !job.refused
-                    && job.now == batch[0].now;
-                if lone {
-                    cmd.arg(spec_of.next());
-                    continue;
-                }
-                let now = if job.now == batch[0].now { "" } else { job.now };
-                cmd.arg("g")
-                    .arg(now)
-                    .arg(u8::from(job.refused))
-                    .arg(job.links.len());
-                for link in job.links {
-                    cmd.arg(spec_of.next()).arg(&*link.flags);
-                }
-            }
-            if cluster {
-                for link in &links {
-                    cmd.arg(Tagged(&link.key));
-                }
-                let mut size = 0;
-                for (_, members) in &by_slot {
-                    cmd.arg(members.len())
-                        .arg(&*probe_key(&links[members[0]].key));
-                    for &i in members {
-                        cmd.arg(Tagged(&links[i].key));
-                    }
-                    size += 2 + members.len();
-                }
-                cmd.arg(links.len()).arg(size);
-            }
-            cmd
-        };
-        let bad = || {
-            Failed::from(StoreError::Protocol(
-                "unexpected reply from the batch script".into(),
-            ))
-        };
-        // A batch over several slots is never sent on where a redirection names: there (a
-        // slot being moved in, reached by `ASKING`) its other slots' keys may not be served.
-        // It goes request by request instead, each request following the redirection.
-        let sent = self.send_following(&mut handle, command, !cluster).await;
-        let sent = match sent {
-            Err(e) if cluster && Redirect::of(&e).is_some() => return Ok(Sent::Unstable),
-            other => other?,
-        };
-        let Value::Array(flat) = sent else {
-            return Err(bad());
-        };
-        if let [Value::BulkString(word)] = flat.as_slice() {
-            if word == b"unstable" {
-                return Ok(Sent::Unstable);
-            }
-        }
-        unflatten(flat, batch).map(Sent::Ran).ok_or_else(bad)
-    }
-}
-
-/// What one batch call came back with.
-enum Sent {
-    /// The replies, per group.
-    Ran(Vec<Vec<Value>>),
-    /// Nothing ran: a slot of the batch is served elsewhere or is being moved.
-    Unstable,
-}
-
-/// A batch whose reply left a job out.
-fn bad_batch() -> Failed {
-    Failed::from(StoreError::Protocol(
-        "a batch left a job out, or answered 'unstable' for one slot".into(),
-    ))
-}
-
-/// The batch script's flat reply, per group: its links' twin replies, each checked against the
-/// group's link count. `None` for a reply of another shape.
-fn unflatten(flat: Vec<Value>, batch: &[Group<'_>]) -> Option<Vec<Vec<Value>>> {
-    let mut items = flat.into_iter();
-    let count = |items: &mut std::vec::IntoIter<Value>| match items.next() {
-        Some(Value::Int(n)) => usize::try_from(n).ok(),
-        _ => None,
-    };
-    let mut groups = Vec::with_capacity(batch.len());
-    for job in batch {
-        let ran = count(&mut items)?;
-        if ran > job.links.len() {
-            return None;
-        }
-        let mut replies = Vec::with_capacity(ran);
-        for _ in 0..ran {
-            let len = count(&mut items)?;
-            let reply: Vec<Value> = items.by_ref().take(len).collect();
-            if reply.len() != len {
-                return None;
-            }
-            replies.push(Value::Array(reply));
-        }
-        groups.push(replies);
-    }
-    items.next().is_none().then_some(groups)
 }
 
 #[cfg(test)]

@@ -1,21 +1,14 @@
 //! From an algorithm and an operation to a script call: which Lua twin runs it, and the
 //! arguments it takes, or a refusal before anything is sent when the twin could not be exact.
 
-use std::time::Duration;
-
 use super::super::ensure_supported;
 use crate::algorithm::spec::AnyAlgorithm;
+use crate::algorithm::twin::{Helper, Lua};
 use crate::algorithm::Algorithm;
 use crate::{Op, StoreError};
 
-mod shapers;
-mod windows;
-use shapers::Smooth;
-
-/// The largest duration (ns) and count the Lua twins take: every sum they form stays exact.
-pub(super) const MAX_EXACT: u64 = 1 << 50;
-/// Instants the scripts take: whole microseconds below 2⁵³.
-pub(super) const MAX_MICROS: u64 = 1 << 53;
+pub(super) use crate::algorithm::param::nanos;
+pub(super) use crate::algorithm::twin::{MAX_EXACT, MAX_MICROS};
 
 pub(super) const PRELUDE: &str = include_str!("prelude.lua");
 
@@ -25,21 +18,25 @@ const EXACT: &str = include_str!("exact.lua");
 const SHAPING: &str = include_str!("shaping.lua");
 const ALIGN: &str = include_str!("align.lua");
 
-/// Every twin: its function's name, the file defining it, and the helper files it needs.
-const TWINS: [(&str, &str, &[&str]); 8] = [
-    ("gcra", include_str!("gcra.lua"), &[]),
-    ("fixed_window", include_str!("fixed_window.lua"), &[ALIGN]),
-    ("token_bucket", include_str!("token_bucket.lua"), &[]),
-    ("leases", include_str!("leases.lua"), &[]),
-    ("sliding_log", include_str!("sliding_log.lua"), &[]),
-    (
-        "sliding_window",
-        include_str!("sliding_window.lua"),
-        &[EXACT],
-    ),
-    ("leaky_queue", include_str!("leaky_queue.lua"), &[SHAPING]),
-    ("smooth", include_str!("smooth.lua"), &[SHAPING]),
-];
+/// A helper file's text.
+fn helper(helper: Helper) -> &'static str {
+    match helper {
+        Helper::Exact => EXACT,
+        Helper::Shaping => SHAPING,
+        Helper::Align => ALIGN,
+    }
+}
+
+/// Every twin once (two algorithms may share one), in the order of the algorithms' numbers.
+fn distinct_twins() -> Vec<&'static Lua> {
+    let mut twins: Vec<&'static Lua> = Vec::new();
+    for lua in AnyAlgorithm::TWINS {
+        if !twins.iter().any(|t| t.function == lua.function) {
+            twins.push(lua);
+        }
+    }
+    twins
+}
 
 /// One Lua script: its source, the SHA-1 Redis knows it by, and the twin it runs (empty for
 /// the batch script, which runs them all).
@@ -72,22 +69,19 @@ impl Script {
         }
     }
 
-    /// The script running the twin `name` of [`TWINS`] on `KEYS[1]` with `ARGV[3..]`.
-    fn twin(name: &'static str) -> Script {
-        let (body, helpers) = TWINS
-            .iter()
-            .find(|(n, _, _)| *n == name)
-            .map_or(("", &[][..]), |(_, body, helpers)| (*body, *helpers));
+    /// The script running the twin `lua` on `KEYS[1]` with `ARGV[3..]`.
+    fn twin(lua: &'static Lua) -> Script {
         let mut source = format!("{PRELUDE}\n");
-        for helper in helpers {
-            source.push_str(helper);
+        for &h in lua.helpers {
+            source.push_str(helper(h));
             source.push('\n');
         }
         // The arguments as a table built in one step (no loop over ARGV).
         source.push_str(&format!(
-            "{body}\nreturn {name}(KEYS[1], now_us, {{select(3, unpack(ARGV))}})\n"
+            "{}\nreturn {}(KEYS[1], now_us, {{select(3, unpack(ARGV))}})\n",
+            lua.source, lua.function
         ));
-        Script::from_source(source, name)
+        Script::from_source(source, lua.function)
     }
 
     /// The probe's script: writes `KEYS[1]` with a TTL of one second and deletes it again,
@@ -145,13 +139,14 @@ impl Script {
     /// The batch script, with `keys` defining `batch_keys` and `shebang` first.
     fn batch_with(keys: &str, shebang: &str) -> Script {
         let mut source = format!("{shebang}{PRELUDE}\n{EXACT}\n{SHAPING}\n{ALIGN}\n");
-        for (_, body, _) in TWINS {
-            source.push_str(body);
+        let twins = distinct_twins();
+        for lua in &twins {
+            source.push_str(lua.source);
             source.push('\n');
         }
         source.push_str("local twins = {");
-        for (name, _, _) in TWINS {
-            source.push_str(&format!("{name} = {name}, "));
+        for lua in &twins {
+            source.push_str(&format!("{0} = {0}, ", lua.function));
         }
         source.push_str("}\n");
         source.push_str(keys);
@@ -172,20 +167,17 @@ pub fn script_source(name: &str) -> Option<String> {
     if name == "cached" {
         return Some(Script::cached().source);
     }
-    let (name, _, _) = TWINS.iter().find(|(n, _, _)| *n == name)?;
-    Some(Script::twin(name).source)
+    let lua = AnyAlgorithm::TWINS
+        .iter()
+        .find(|lua| lua.function == name)?;
+    Some(Script::twin(lua).source)
 }
 
 #[derive(Debug)]
 pub(super) struct Scripts {
-    gcra: Script,
-    fixed_window: Script,
-    token_bucket: Script,
-    leases: Script,
-    sliding_log: Script,
-    sliding_window: Script,
-    leaky_queue: Script,
-    smooth: Script,
+    /// Each algorithm's twin, at its number - 1 ([`AnyAlgorithm::number`]); algorithms sharing
+    /// a twin have equal scripts.
+    twins: Vec<Script>,
     pub(super) batch: Script,
     /// The batch script allowed keys of several slots (of one node) on a cluster.
     pub(super) batch_cluster: Script,
@@ -202,14 +194,10 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
-            gcra: Script::twin("gcra"),
-            fixed_window: Script::twin("fixed_window"),
-            token_bucket: Script::twin("token_bucket"),
-            leases: Script::twin("leases"),
-            sliding_log: Script::twin("sliding_log"),
-            sliding_window: Script::twin("sliding_window"),
-            leaky_queue: Script::twin("leaky_queue"),
-            smooth: Script::twin("smooth"),
+            twins: AnyAlgorithm::TWINS
+                .iter()
+                .map(|lua| Script::twin(lua))
+                .collect(),
             batch: Script::batch(),
             batch_cluster: Script::batch_cluster(),
             cached: Script::cached(),
@@ -222,16 +210,14 @@ impl Scripts {
 
     /// Every script the store calls, each once: what the probe loads on each server before it
     /// says the store is usable, so that no call meets `NOSCRIPT` on a server at rest.
-    pub(super) fn all(&self) -> [&Script; 15] {
-        [
-            &self.gcra,
-            &self.fixed_window,
-            &self.token_bucket,
-            &self.leases,
-            &self.sliding_log,
-            &self.sliding_window,
-            &self.leaky_queue,
-            &self.smooth,
+    pub(super) fn all(&self) -> Vec<&Script> {
+        let mut all: Vec<&Script> = Vec::new();
+        for script in &self.twins {
+            if !all.iter().any(|s| s.sha == script.sha) {
+                all.push(script);
+            }
+        }
+        all.extend([
             &self.batch,
             &self.batch_cluster,
             &self.cached,
@@ -239,23 +225,13 @@ impl Scripts {
             &self.increment,
             &self.refund,
             &self.quota_claims,
-        ]
+        ]);
+        all
     }
 
     /// The script running the twin `name` alone (`None` for a name no twin has).
     pub(super) fn twin(&self, name: &str) -> Option<&Script> {
-        [
-            &self.gcra,
-            &self.fixed_window,
-            &self.token_bucket,
-            &self.leases,
-            &self.sliding_log,
-            &self.sliding_window,
-            &self.leaky_queue,
-            &self.smooth,
-        ]
-        .into_iter()
-        .find(|script| script.twin == name)
+        self.twins.iter().find(|script| script.twin == name)
     }
 
     /// Checks `op` and builds its script call, or refuses it before anything is sent.
@@ -265,164 +241,13 @@ impl Scripts {
         op: Op,
     ) -> Result<Call<'a>, StoreError> {
         ensure_supported(algorithm, op)?;
-        let too_large = || not_on_redis(algorithm, "its durations or counts exceed 2^50");
-        if let Some(lease) = lease_rule(algorithm) {
-            return lease.call(&self.leases, op).ok_or_else(too_large);
-        }
-        match algorithm {
-            AnyAlgorithm::SmoothBursty(b) => return Smooth::Bursty(b).call(&self.smooth, op),
-            AnyAlgorithm::SmoothWarmingUp(w) => return Smooth::WarmingUp(w).call(&self.smooth, op),
-            // Reserve is the same operation as check for the queue.
-            AnyAlgorithm::LeakyQueue(q) => {
-                return shapers::leaky_queue(&self.leaky_queue, q, op.cost())
-            }
-            _ => {}
-        }
-        // A refund or a charge goes to the same twin as a check, with a last argument saying
-        // which (a refund's cost negated).
-        let (cost, usage) = match op {
-            Op::Check { cost } => (cost, Usage::Take),
-            Op::Refund { cost } if super::RedisStore::takes_refunds(algorithm) => {
-                (cost, Usage::Refund)
-            }
-            Op::Charge { cost } if super::RedisStore::takes_charges(algorithm) => {
-                (cost, Usage::Charge)
-            }
-            Op::Refund { .. } | Op::Charge { .. } => {
-                return Err(not_on_redis(
-                    algorithm,
-                    "its refunds and charges do not run on Redis",
-                ))
-            }
-            _ => return Err(not_on_redis(algorithm, "only `check` runs on Redis yet")),
-        };
-        let (script, args) = match algorithm {
-            AnyAlgorithm::Gcra(g) => {
-                let tau = nanos(g.delay_variation_tolerance());
-                if tau > MAX_EXACT {
-                    return Err(too_large());
-                }
-                let e = nanos(g.emission_interval());
-                let mut args: Vec<String> =
-                    [e, tau, g.limit()].iter().map(u64::to_string).collect();
-                // A charge may schedule past the limit, and a refund give back a charge: up
-                // to 2^50 ns, where the twin's arithmetic is exact.
-                let most = match usage {
-                    Usage::Take => g.limit() + 1,
-                    Usage::Refund | Usage::Charge => MAX_EXACT / e.max(1),
-                };
-                usage.push(&mut args, cost.min(most));
-                (&self.gcra, args)
-            }
-            AnyAlgorithm::FixedWindow(f) => {
-                let Some((w_us, w_sub)) = window_pair(f) else {
-                    return Err(not_on_redis(
-                        algorithm,
-                        "its window exceeds 2^50 microseconds (35 years) or its limit 2^50",
-                    ));
-                };
-                // A refund may give back more than the limit (a cached view may count more),
-                // and a charge count past it.
-                let most = match usage {
-                    Usage::Take => f.limit() + 1,
-                    Usage::Refund | Usage::Charge => MAX_EXACT,
-                };
-                let mut args: Vec<String> = [w_us, w_sub, f.limit()]
-                    .iter()
-                    .map(u64::to_string)
-                    .collect();
-                usage.push(&mut args, cost.min(most));
-                (&self.fixed_window, args)
-            }
-            AnyAlgorithm::TokenBucket(t) => self
-                .bucket("T", t.rate(), t.capacity(), cost, usage)
-                .ok_or_else(too_large)?,
-            // The meter is the token bucket counting the room left: the same script.
-            AnyAlgorithm::LeakyBucket(l) => self
-                .bucket("M", l.rate(), l.capacity(), cost, usage)
-                .ok_or_else(too_large)?,
-            AnyAlgorithm::SlidingLog(l) => return windows::sliding_log(&self.sliding_log, l, cost),
-            AnyAlgorithm::SlidingWindow(w) => {
-                return windows::sliding_window(&self.sliding_window, w, cost, usage)
-            }
-            _ => return Err(not_on_redis(algorithm, "it has no Redis script yet")),
-        };
+        let args = algorithm
+            .twin_arguments(op)
+            .map_err(|reason| not_on_redis(algorithm, reason))?;
+        // Built from the same list, one per number: never out of range.
+        let script = &self.twins[algorithm.number() as usize - 1];
         Ok(Call { script, args })
     }
-
-    /// The token bucket script's arguments, or `None` beyond the exact limits.
-    fn bucket(
-        &self,
-        tag: &str,
-        rate: f64,
-        capacity: u64,
-        cost: u64,
-        usage: Usage,
-    ) -> Option<(&Script, Vec<String>)> {
-        let refill_ns = capacity as f64 * (1e9 / rate);
-        if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
-            return None;
-        }
-        // A charge may put the bucket in debt, and a refund pay one back: up to 2^50 tokens.
-        let most = match usage {
-            Usage::Take => capacity + 1,
-            Usage::Refund | Usage::Charge => MAX_EXACT,
-        };
-        // Rust prints the shortest decimal that reads back as the same f64.
-        let mut args = vec![
-            rate.to_string(),
-            capacity.to_string(),
-            usage.cost(cost.min(most)),
-            tag.to_owned(),
-        ];
-        args.extend(usage.flag());
-        Some((&self.token_bucket, args))
-    }
-}
-
-/// What a check, refund or charge does with its cost, as the twins take it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Usage {
-    /// Takes the cost if it fits ([`Op::Check`]): the cost as it is.
-    Take,
-    /// Gives the cost back ([`Op::Refund`]): the cost negated, and a last argument -1.
-    Refund,
-    /// Counts the cost even past the limit ([`Op::Charge`]): the cost, and a last argument 1.
-    Charge,
-}
-
-impl Usage {
-    /// The cost's argument: negative for a refund.
-    pub(super) fn cost(self, cost: u64) -> String {
-        match self {
-            Usage::Refund => format!("-{cost}"),
-            Usage::Take | Usage::Charge => cost.to_string(),
-        }
-    }
-
-    /// The twin's last argument: 1 for a charge, -1 for a refund (whose cost, negated, may be
-    /// -0: the sign alone cannot tell).
-    pub(super) fn flag(self) -> Option<String> {
-        match self {
-            Usage::Take => None,
-            Usage::Refund => Some("-1".to_owned()),
-            Usage::Charge => Some("1".to_owned()),
-        }
-    }
-
-    /// Appends the cost's arguments to `args`.
-    fn push(self, args: &mut Vec<String>, cost: u64) {
-        args.push(self.cost(cost));
-        args.extend(self.flag());
-    }
-}
-
-/// A fixed window's window as the twin takes it: whole microseconds and the nanoseconds
-/// beyond them; `None` beyond the exact range (a window over 2^50 µs, or a limit over 2^50).
-pub(super) fn window_pair(f: &crate::algorithm::fixed_window::FixedWindow) -> Option<(u64, u64)> {
-    let w = nanos(f.window());
-    let (w_us, w_sub) = (w / 1000, w % 1000);
-    (w_us <= MAX_EXACT && f.limit() <= MAX_EXACT).then_some((w_us, w_sub))
 }
 
 /// One operation, ready to send: the script and its algorithm arguments (`ARGV[3..]`).
@@ -436,79 +261,5 @@ pub(super) fn not_on_redis(algorithm: &AnyAlgorithm, reason: &'static str) -> St
         store: "redis",
         algorithm: algorithm.name(),
         reason,
-    }
-}
-
-/// The refusal of parameters beyond the exact limits, for `algorithm` (its name).
-pub(super) fn beyond_exact(algorithm: &'static str) -> StoreError {
-    StoreError::NotOnStore {
-        store: "redis",
-        algorithm,
-        reason: "its durations or counts exceed the exact limits",
-    }
-}
-
-pub(super) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The parameters `leases.lua` takes, for the `concurrency` and `fleet` algorithms.
-pub(super) struct LeaseRule {
-    tag: &'static str,
-    capacity: u64,
-    allowance: u64,
-    shed: bool,
-    pub(super) ttl_ns: u64,
-}
-
-pub(super) fn lease_rule(algorithm: &AnyAlgorithm) -> Option<LeaseRule> {
-    match algorithm {
-        AnyAlgorithm::Concurrency(c) => Some(LeaseRule {
-            tag: "C",
-            capacity: c.capacity(),
-            allowance: c.capacity(),
-            shed: false,
-            ttl_ns: nanos(c.lease_ttl()),
-        }),
-        AnyAlgorithm::Fleet(f) => Some(LeaseRule {
-            tag: "L",
-            capacity: f.capacity(),
-            allowance: f.non_critical_allowance(),
-            shed: true,
-            ttl_ns: nanos(f.lease_ttl()),
-        }),
-        _ => None,
-    }
-}
-
-impl LeaseRule {
-    /// The call for `op` (an op the algorithm supports), or `None` beyond the exact limits.
-    fn call<'a>(&self, script: &'a Script, op: Op) -> Option<Call<'a>> {
-        if self.ttl_ns > MAX_EXACT || self.capacity > MAX_EXACT {
-            return None;
-        }
-        let (kind, lease, critical, cost) = match op {
-            Op::Acquire { lease, critical } => ("a", lease.to_string(), critical, 0),
-            Op::Release { lease } => ("r", lease.to_string(), false, 0),
-            other => (
-                "c",
-                String::new(),
-                false,
-                other.cost().min(self.allowance + 1),
-            ),
-        };
-        let args = vec![
-            self.tag.to_owned(),
-            self.capacity.to_string(),
-            self.allowance.to_string(),
-            u8::from(self.shed).to_string(),
-            (self.ttl_ns / 1000).to_string(),
-            (self.ttl_ns % 1000).to_string(),
-            kind.to_owned(),
-            lease,
-            u8::from(critical).to_string(),
-            cost.to_string(),
-        ];
-        Some(Call { script, args })
     }
 }

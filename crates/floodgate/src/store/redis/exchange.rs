@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::call::{nanos, window_pair, MAX_EXACT};
+use super::call::{nanos, MAX_EXACT};
 use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
 use super::reply::tag_name;
@@ -44,9 +44,9 @@ pub(crate) struct Exchanged {
 /// algorithm the cached store does not decide locally (or parameters beyond the exact range).
 fn parameters(algorithm: &AnyAlgorithm) -> Option<(&'static str, String, String)> {
     match algorithm {
-        AnyAlgorithm::FixedWindow(f) => {
-            window_pair(f).map(|(w_us, w_sub)| ("F", w_us.to_string(), w_sub.to_string()))
-        }
+        AnyAlgorithm::FixedWindow(f) => f
+            .twin_window()
+            .map(|(w_us, w_sub)| ("F", w_us.to_string(), w_sub.to_string())),
         AnyAlgorithm::TokenBucket(t) => {
             let refill_ns = t.capacity() as f64 * (1e9 / t.rate());
             (t.capacity() <= MAX_EXACT && refill_ns <= MAX_EXACT as f64)

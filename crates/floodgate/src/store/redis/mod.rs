@@ -6,8 +6,9 @@
 //!
 //! # How a decision is made
 //!
-//! Each algorithm has a Lua twin of its transition (`store/redis/*.lua`,
-//! sharing `prelude.lua`). One operation is one script call: the script reads the key's state,
+//! Each algorithm has a Lua twin of its transition, declared in its own module
+//! (`algorithm/<name>/<name>.lua` and `twin.rs`); every script starts with this store's
+//! `prelude.lua`. One operation is one script call: the script reads the key's state,
 //! applies the rule and writes the new state, and Redis runs scripts one at a time, so the
 //! transition is atomic and linearizable per key. Scripts are called by their SHA-1 (`EVALSHA`);
 //! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store
@@ -326,7 +327,7 @@ pub use batching::BatchStats;
 use batching::{JobLink, Lanes};
 pub use builder::RedisStoreBuilder;
 pub use call::script_source;
-use call::{lease_rule, nanos, not_on_redis, Call, Scripts, MAX_MICROS};
+use call::{not_on_redis, Call, Scripts, MAX_MICROS};
 use connection::Connection;
 pub(crate) use exchange::{Exchange, Exchanged};
 pub use keys::redis_key;
@@ -437,19 +438,13 @@ impl RedisStore {
     /// sliding window counter), each in its Lua twin. The others' refunds are refused with
     /// [`StoreError::Unsupported`].
     pub fn takes_refunds(algorithm: &AnyAlgorithm) -> bool {
-        Self::takes_charges(algorithm) || matches!(algorithm, AnyAlgorithm::SlidingWindow(_))
+        algorithm.twin_takes_refunds()
     }
 
     /// Whether this store counts units past the limit ([`Op::Charge`]) under `algorithm`: the
     /// fixed window, the token and leaky buckets and GCRA, each in its Lua twin.
     pub fn takes_charges(algorithm: &AnyAlgorithm) -> bool {
-        matches!(
-            algorithm,
-            AnyAlgorithm::FixedWindow(_)
-                | AnyAlgorithm::TokenBucket(_)
-                | AnyAlgorithm::LeakyBucket(_)
-                | AnyAlgorithm::Gcra(_)
-        )
+        algorithm.twin_takes_charges()
     }
 
     /// Whether this store can run `algorithm` with its parameters (its `check`, at least):
@@ -585,10 +580,7 @@ impl Inner {
         for algorithm in algorithms {
             // A lease's expiry (in microseconds, plus 1), and a fixed window's end, must stay
             // below 2^53 too.
-            let ahead = match algorithm {
-                AnyAlgorithm::FixedWindow(f) => nanos(f.window()) / 1000 + 1,
-                _ => lease_rule(algorithm).map_or(0, |l| l.ttl_ns / 1000 + 2),
-            };
+            let ahead = algorithm.twin_horizon_us();
             if micros.saturating_add(ahead) >= MAX_MICROS {
                 return Err(not_on_redis(
                     algorithm,

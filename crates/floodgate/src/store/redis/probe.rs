@@ -104,7 +104,7 @@ impl Inner {
         let scripts = self.scripts.all();
         let mut exists = redis::cmd("SCRIPT");
         exists.arg("EXISTS");
-        for script in scripts {
+        for script in &scripts {
             exists.arg(&script.sha);
         }
         let known: Vec<bool> = match exists.query_async(connection).await {

@@ -10,20 +10,7 @@ use crate::{Decision, StoreError};
 
 /// Which algorithm a state tag belongs to, for [`StoreError::StateConflict`].
 pub(super) fn tag_name(tag: &[u8]) -> &'static str {
-    match tag {
-        b"G" => "gcra",
-        b"F" => "fixed_window",
-        b"T" => "token_bucket",
-        b"M" => "leaky_bucket",
-        b"C" => "concurrency",
-        b"L" => "fleet",
-        b"S" => "sliding_log",
-        b"W" | b"B" => "sliding_window",
-        b"Q" => "leaky_queue",
-        b"R" => "smooth_bursty",
-        b"U" => "smooth_warming_up",
-        _ => "a value Floodgate did not write",
-    }
+    AnyAlgorithm::of_twin_tag(tag).unwrap_or("a value Floodgate did not write")
 }
 
 /// The script's reply: `{allowed, remaining, reset_us, reset_sub}` (no retry instant), or
@@ -69,15 +56,12 @@ pub(super) fn decode(algorithm: &AnyAlgorithm, value: Value) -> Result<Decision,
         ints;
     let duration =
         |us: u64, sub: u64| Duration::from_nanos(us.saturating_mul(1000).saturating_add(sub));
-    let limit = match algorithm {
+    // A script leaves the limit out only when the parameters fix it; a twin that always
+    // sends it and did not broke the protocol.
+    let limit = match algorithm.twin_reply_limit() {
         _ if items.len() >= 8 => limit,
-        AnyAlgorithm::Gcra(g) => g.limit(),
-        AnyAlgorithm::FixedWindow(f) => f.limit(),
-        AnyAlgorithm::TokenBucket(t) => t.capacity(),
-        AnyAlgorithm::LeakyBucket(l) => l.capacity(),
-        AnyAlgorithm::SlidingLog(l) => l.limit(),
-        AnyAlgorithm::SlidingWindow(w) => w.limit(),
-        _ => return Err(bad()),
+        Some(limit) => limit,
+        None => return Err(bad()),
     };
     let reset_after = duration(reset_us, reset_sub);
     Ok(if allowed == 1 {

@@ -1,25 +1,34 @@
-//! Calls for the shapers, whose decisions carry a wait: the leaky queue and Guava's smooth
-//! limiters.
+//! Guava's smooth limiters' Lua twin (`smooth.lua`, with the shapers' `shaping.lua`), one
+//! script for both, told apart by their tag.
 
-use super::{beyond_exact, nanos, Call, Script, MAX_EXACT, MAX_MICROS};
-use crate::algorithm::leaky_queue::LeakyQueue;
-use crate::algorithm::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
-use crate::{Op, StoreError};
+use crate::algorithm::twin::{Helper, Lua, LuaTwin, BEYOND_EXACT, MAX_EXACT, MAX_MICROS};
+use crate::Op;
 
-/// `leaky_queue.lua`: the slot and the queue's length in time (`queue × slot`) at most 2⁵⁰ ns.
-pub(super) fn leaky_queue<'a>(
-    script: &'a Script,
-    queue: &LeakyQueue,
-    cost: u64,
-) -> Result<Call<'a>, StoreError> {
-    let slot = nanos(queue.slot());
-    let horizon = queue.queue().saturating_mul(slot);
-    if slot > MAX_EXACT || horizon > MAX_EXACT {
-        return Err(beyond_exact("leaky_queue"));
+use super::{BurstyStart, SmoothBursty, SmoothWarmingUp};
+
+/// `smooth.lua`, for both limiters.
+const SMOOTH: &Lua = &Lua {
+    function: "smooth",
+    source: include_str!("smooth.lua"),
+    helpers: &[Helper::Shaping],
+};
+
+impl LuaTwin for SmoothBursty {
+    const LUA: &'static Lua = SMOOTH;
+    const TAGS: &'static [&'static str] = &["R"];
+
+    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+        Smooth::Bursty(self).arguments(op)
     }
-    let cost = cost.min(queue.queue() + 2);
-    let args = [slot, queue.queue(), cost].map(|n| n.to_string()).to_vec();
-    Ok(Call { script, args })
+}
+
+impl LuaTwin for SmoothWarmingUp {
+    const LUA: &'static Lua = SMOOTH;
+    const TAGS: &'static [&'static str] = &["U"];
+
+    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+        Smooth::WarmingUp(self).arguments(op)
+    }
 }
 
 /// The most permits a smooth key may store on Redis: its `limit` and `remaining` are integers
@@ -27,19 +36,12 @@ pub(super) fn leaky_queue<'a>(
 const MAX_PERMITS: f64 = 9_007_199_254_740_992.0;
 
 /// Either smooth limiter, as `smooth.lua` takes it.
-pub(super) enum Smooth<'s> {
+enum Smooth<'s> {
     Bursty(&'s SmoothBursty),
     WarmingUp(&'s SmoothWarmingUp),
 }
 
 impl Smooth<'_> {
-    fn name(&self) -> &'static str {
-        match self {
-            Smooth::Bursty(_) => "smooth_bursty",
-            Smooth::WarmingUp(_) => "smooth_warming_up",
-        }
-    }
-
     /// The most permits stored at `rate`, or `None` if the limiter refuses that rate.
     fn max_permits(&self, rate: f64) -> Option<f64> {
         match self {
@@ -52,14 +54,15 @@ impl Smooth<'_> {
         }
     }
 
-    /// `smooth.lua`'s call for `op`. Refused: a time to fill up from empty above 2⁵⁰ µs (a
+    /// `smooth.lua`'s arguments for `op`:
+    /// `tag, rate, p1, p2, kind, cost, timeout_us, new_rate`. Refused: a time to fill up from empty above 2⁵⁰ µs (a
     /// burst of `max_burst_seconds`, or the warmup), and a maximum of stored permits, at the
     /// configured rate or a `set_rate`'s, of 2⁵³ or more.
-    pub(super) fn call<'a>(&self, script: &'a Script, op: Op) -> Result<Call<'a>, StoreError> {
+    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
         let (tag, rate, p1, p2) = match self {
             Smooth::Bursty(b) => {
                 if b.max_burst_seconds() * 1e6 > MAX_EXACT as f64 {
-                    return Err(beyond_exact(self.name()));
+                    return Err(BEYOND_EXACT);
                 }
                 let full = u8::from(b.start() == BurstyStart::Full);
                 (
@@ -72,7 +75,7 @@ impl Smooth<'_> {
             Smooth::WarmingUp(w) => {
                 let micros = u64::try_from(w.warmup().as_micros()).unwrap_or(u64::MAX);
                 if micros > MAX_EXACT {
-                    return Err(beyond_exact(self.name()));
+                    return Err(BEYOND_EXACT);
                 }
                 (
                     "U",
@@ -83,7 +86,7 @@ impl Smooth<'_> {
             }
         };
         if self.max_permits(rate).is_none_or(|m| m >= MAX_PERMITS) {
-            return Err(beyond_exact(self.name()));
+            return Err(BEYOND_EXACT);
         }
         let (kind, cost, timeout, new_rate) = match op {
             Op::Check { cost } => ("c", cost, 0, "0".to_owned()),
@@ -93,7 +96,7 @@ impl Smooth<'_> {
                 ("t", cost, micros.min(MAX_MICROS), "0".to_owned())
             }
             Op::SetRate { rate } => match self.max_permits(rate) {
-                Some(m) if m >= MAX_PERMITS => return Err(beyond_exact(self.name())),
+                Some(m) if m >= MAX_PERMITS => return Err(BEYOND_EXACT),
                 // A rate the limiter refuses is sent as 0, which the script refuses too.
                 Some(_) => ("s", 0, 0, rate.to_string()),
                 None => ("s", 0, 0, "0".to_owned()),
@@ -113,6 +116,6 @@ impl Smooth<'_> {
             timeout.to_string(),
             new_rate,
         ];
-        Ok(Call { script, args })
+        Ok(args)
     }
 }

@@ -1,0 +1,42 @@
+//! GCRA's Lua twin (`gcra.lua`): the theoretical arrival time in whole microseconds and the
+//! nanoseconds beyond them.
+
+use crate::algorithm::param::nanos;
+use crate::algorithm::twin::{Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
+use crate::Op;
+
+use super::Gcra;
+
+impl LuaTwin for Gcra {
+    const LUA: &'static Lua = &Lua {
+        function: "gcra",
+        source: include_str!("gcra.lua"),
+        helpers: &[],
+    };
+    const TAGS: &'static [&'static str] = &["G"];
+    const REFUNDS: bool = true;
+    const CHARGES: bool = true;
+
+    /// `e, τ, limit, cost[, flag]`; τ at most 2⁵⁰ ns.
+    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+        let (cost, usage) = Usage::of::<Gcra>(op)?;
+        let tau = nanos(self.delay_variation_tolerance());
+        if tau > MAX_EXACT {
+            return Err(PAST_2_50);
+        }
+        let e = nanos(self.emission_interval());
+        let mut args: Vec<String> = [e, tau, self.limit()].iter().map(u64::to_string).collect();
+        // A charge may schedule past the limit, and a refund give back a charge: up to 2^50
+        // ns, where the twin's arithmetic is exact.
+        let most = match usage {
+            Usage::Take => self.limit() + 1,
+            Usage::Refund | Usage::Charge => MAX_EXACT / e.max(1),
+        };
+        usage.push(&mut args, cost.min(most));
+        Ok(args)
+    }
+
+    fn reply_limit(&self) -> Option<u64> {
+        Some(self.limit())
+    }
+}
