@@ -3,6 +3,7 @@
 //! `unlimited`, hits per request and per descriptor, and the `/json` mapping around a decision.
 //! The store runs on a manual clock.
 
+use floodgate::algorithm::fixed_window::Unit;
 use floodgate::store::LocalStore;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use floodgate::Nanos;
 use floodgate_server::config::envoy::compile_file;
 use floodgate_server::descriptors::{Rule, RuleSet};
 use floodgate_server::rls::json::{rls_request_from_json, rls_response_to_json};
-use floodgate_server::rls::{Code, RateUnit, RlsLimit, RlsResponse, RlsStatus};
+use floodgate_server::rls::{Code, RlsLimit, RlsResponse, RlsStatus};
 use serde_json::json;
 
 mod common;
@@ -54,7 +55,7 @@ fn nested_descriptors_match_level_by_level() {
             &entries(&[("message_type", "marketing"), ("to_number", "2061111111")]),
         )
         .expect("nested rule");
-    assert_eq!(nested.quota(), Some((5, RateUnit::Day)));
+    assert_eq!(nested.quota(), Some((5, Unit::Day)));
     assert_eq!(
         nested.full_key(),
         "messaging.message_type_marketing.to_number"
@@ -62,7 +63,7 @@ fn nested_descriptors_match_level_by_level() {
     let top = set
         .lookup("messaging", &entries(&[("to_number", "2061111111")]))
         .expect("top rule");
-    assert_eq!(top.quota(), Some((100, RateUnit::Day)));
+    assert_eq!(top.quota(), Some((100, Unit::Day)));
     // The placeholder level has no limit of its own, and depth must match.
     assert!(set
         .lookup("messaging", &entries(&[("message_type", "marketing")]))
@@ -165,7 +166,7 @@ fn fixed_windows_count_per_unit_and_reset_at_the_boundary() {
         Some(RlsLimit {
             name: None,
             requests_per_unit: 100,
-            unit: RateUnit::Day
+            unit: Unit::Day
         })
     );
     assert_eq!(
@@ -406,10 +407,10 @@ descriptors:
     );
     let month = 30 * 86_400;
     let m = set.lookup("d", &entries(&[("m", "x")])).expect("rule");
-    assert_eq!(m.quota(), Some((2, RateUnit::Month)));
+    assert_eq!(m.quota(), Some((2, Unit::Month)));
     assert_eq!(
         m.rls_limit().map(|l| (l.requests_per_unit, l.unit)),
-        Some((2, RateUnit::Month))
+        Some((2, Unit::Month))
     );
     let (store, clock) = store_at(month * 7 + 5);
     let req = request("d", &[&[("m", "x")]]);
@@ -428,9 +429,9 @@ descriptors:
         y.algorithm().map(|a| a.quota()),
         Some(Some((1.0, Duration::from_secs(365 * 86_400))))
     );
-    assert_eq!(RateUnit::from_name("WeEk"), Some(RateUnit::Week));
+    assert_eq!(Unit::from_name("WeEk").ok(), Some(Unit::Week));
     assert_eq!(
-        RateUnit::Week.duration(),
+        Unit::Week.duration(),
         floodgate::algorithm::fixed_window::Unit::Week.duration()
     );
 }
@@ -455,10 +456,10 @@ descriptors:
         .lookup("d", &entries(&[("api_key", "k")]))
         .expect("rule");
     assert_eq!(rule.algorithm().map(Algorithm::name), Some("token_bucket"));
-    assert_eq!(rule.quota(), Some((2, RateUnit::Second)));
+    assert_eq!(rule.quota(), Some((2, Unit::Second)));
     assert_eq!(rule.name(), Some("keyed"));
     let login = set.lookup("d", &entries(&[("login", "u")])).expect("rule");
-    assert_eq!(login.quota(), Some((5, RateUnit::Minute)));
+    assert_eq!(login.quota(), Some((5, Unit::Minute)));
     let (store, clock) = store_at(0);
     let req = request("d", &[&[("api_key", "k")]]);
     for _ in 0..4 {

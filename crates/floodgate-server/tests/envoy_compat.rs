@@ -4,12 +4,13 @@
 //! run on Floodgate's own fixtures in `tests/fixtures/envoy/`. The store runs on a manual
 //! clock.
 
+use floodgate::algorithm::fixed_window::Unit;
 use std::path::PathBuf;
 
 use floodgate_server::config::{Config, ConfigFileError};
 use floodgate_server::descriptors::{Rule, RuleSet};
 use floodgate_server::rls::json::rls_response_to_json;
-use floodgate_server::rls::{Code, RateUnit, RlsDescriptor};
+use floodgate_server::rls::{Code, RlsDescriptor};
 use serde_json::json;
 
 mod common;
@@ -33,7 +34,7 @@ fn rules(name: &str) -> RuleSet {
 }
 
 /// The limit a descriptor gets, as `(requests_per_unit, unit)`.
-fn limit(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<(u32, RateUnit)> {
+fn limit(set: &RuleSet, domain: &str, pairs: &[(&str, &str)]) -> Option<(u32, Unit)> {
     set.lookup(domain, &entries(pairs)).and_then(Rule::quota)
 }
 
@@ -194,11 +195,11 @@ fn basic_limits_follow_the_match_rules() {
     // Children: the key-only default and the specific value.
     assert_eq!(
         limit(&set, d, &[("tenant", "acme"), ("route", "home")]),
-        Some((4, RateUnit::Second))
+        Some((4, Unit::Second))
     );
     assert_eq!(
         limit(&set, d, &[("tenant", "acme"), ("route", "checkout")]),
-        Some((8, RateUnit::Second))
+        Some((8, Unit::Second))
     );
     // More entries than the configured depth match nothing.
     assert_eq!(
@@ -211,29 +212,23 @@ fn basic_limits_follow_the_match_rules() {
     );
     assert_eq!(
         limit(&set, d, &[("plan", "gold"), ("feature", "export")]),
-        Some((30, RateUnit::Day))
+        Some((30, Unit::Day))
     );
-    assert_eq!(
-        limit(&set, d, &[("plan", "gold")]),
-        Some((12, RateUnit::Day))
-    );
+    assert_eq!(limit(&set, d, &[("plan", "gold")]), Some((12, Unit::Day)));
     // Key-only default, a specific value, and a value listed without a limit.
     assert_eq!(
         limit(&set, d, &[("client", "anyone")]),
-        Some((40, RateUnit::Minute))
+        Some((40, Unit::Minute))
     );
     assert_eq!(
         limit(&set, d, &[("client", "partner")]),
-        Some((90, RateUnit::Minute))
+        Some((90, Unit::Minute))
     );
     assert!(set.lookup(d, &entries(&[("client", "internal")])).is_none());
-    assert_eq!(
-        limit(&set, d, &[("region", "eu")]),
-        Some((3, RateUnit::Hour))
-    );
+    assert_eq!(limit(&set, d, &[("region", "eu")]), Some((3, Unit::Hour)));
     let named = set.lookup(d, &entries(&[("account", "a1")])).expect("rule");
     assert_eq!(named.name(), Some("per_account_daily"));
-    assert_eq!(named.quota(), Some((2, RateUnit::Day)));
+    assert_eq!(named.quota(), Some((2, Unit::Day)));
     let unlimited = set
         .lookup(d, &entries(&[("healthcheck", "lb")]))
         .expect("rule");
@@ -241,11 +236,11 @@ fn basic_limits_follow_the_match_rules() {
     // detailed_metric changes nothing but statistics: one limit, a counter per value.
     assert_eq!(
         limit(&set, d, &[("device", "phone")]),
-        Some((55, RateUnit::Minute))
+        Some((55, Unit::Minute))
     );
     assert_eq!(
         limit(&set, d, &[("device", "tablet")]),
-        Some((55, RateUnit::Minute))
+        Some((55, Unit::Minute))
     );
     assert_ne!(
         counter(&set, d, &[("device", "phone")]),
@@ -254,12 +249,9 @@ fn basic_limits_follow_the_match_rules() {
     // Units are case-insensitive, month and year included.
     assert_eq!(
         limit(&set, d, &[("session", "s")]),
-        Some((1000, RateUnit::Month))
+        Some((1000, Unit::Month))
     );
-    assert_eq!(
-        limit(&set, d, &[("license", "l")]),
-        Some((5, RateUnit::Year))
-    );
+    assert_eq!(limit(&set, d, &[("license", "l")]), Some((5, Unit::Year)));
 }
 
 /// Upstream's `TestBasicConfig`, `TestDomainMerge` and `TestMetadata` ask for the limit of a
@@ -344,7 +336,7 @@ fn shadow_mode_counts_but_answers_ok() {
 fn wildcards_match_anywhere_after_exact_values_and_before_key_only() {
     let set = rules("wildcard.yaml");
     let d = "files";
-    let six = Some((6, RateUnit::Minute));
+    let six = Some((6, Unit::Minute));
     // A trailing `*`: every value with the prefix gets the same limit, each its own counter.
     assert_eq!(limit(&set, d, &[("bucket", "logs-1")]), six);
     assert_eq!(limit(&set, d, &[("bucket", "logs-")]), six);
@@ -367,7 +359,7 @@ fn wildcards_match_anywhere_after_exact_values_and_before_key_only() {
     assert_eq!(limit(&set, d, &[("object", "img01.png")]), six);
     assert_eq!(limit(&set, d, &[("object", "img.png")]), six);
     assert_eq!(limit(&set, d, &[("object", "img01.jpg")]), None);
-    let three = Some((3, RateUnit::Minute));
+    let three = Some((3, Unit::Minute));
     assert_eq!(limit(&set, d, &[("route", "v1/users/list")]), three);
     assert_eq!(limit(&set, d, &[("route", "vusers-list")]), three);
     assert_eq!(limit(&set, d, &[("route", "v1/list")]), None);
@@ -399,7 +391,7 @@ fn share_threshold_values_share_one_counter() {
     assert!(same(&[("doc", "reports/q1")], &[("doc", "reports/q2")]));
     assert_eq!(
         limit(&set, d, &[("doc", "reports/q1")]),
-        Some((3, RateUnit::Minute))
+        Some((3, Unit::Minute))
     );
     // Nested under a value.
     assert!(same(
@@ -437,11 +429,11 @@ fn share_threshold_values_share_one_counter() {
     // An exact value wins and keeps its own counter and limit.
     assert_eq!(
         limit(&set, d, &[("sku", "basic1")]),
-        Some((2, RateUnit::Minute))
+        Some((2, Unit::Minute))
     );
     assert_eq!(
         limit(&set, d, &[("sku", "basic2")]),
-        Some((9, RateUnit::Minute))
+        Some((9, Unit::Minute))
     );
     assert!(same(&[("sku", "basic2")], &[("sku", "basic3")]));
     assert!(!same(&[("sku", "basic1")], &[("sku", "basic2")]));

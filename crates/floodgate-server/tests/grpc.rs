@@ -19,11 +19,9 @@ use floodgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_res
 };
 use floodgate_server::grpc::{
     self, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient,
-    RlsBackend,
+    GrpcServing, QuotaBackend, RlsBackend,
 };
-use floodgate_server::rls::{
-    Code, RateUnit, RlsLimit, RlsRequest, RlsResponse, RlsStatus, Undecided,
-};
+use floodgate_server::rls::{Code, RlsLimit, RlsRequest, RlsResponse, RlsStatus, Undecided};
 use prost::bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -59,6 +57,12 @@ impl TestBackend {
     }
 }
 
+/// The listener's defaults: no TLS, no gate, always serving.
+impl GrpcServing for TestBackend {}
+
+/// No Rate Limit Quota Service: every stream refused.
+impl QuotaBackend for TestBackend {}
+
 impl RlsBackend for TestBackend {
     fn should_rate_limit(
         &self,
@@ -89,7 +93,7 @@ impl RlsBackend for TestBackend {
                     current_limit: Some(RlsLimit {
                         name: Some("per_descriptor".into()),
                         requests_per_unit: LIMIT,
-                        unit: RateUnit::Minute,
+                        unit: Unit::Minute,
                     }),
                     limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
                     duration_until_reset: Some(decision.reset_after),

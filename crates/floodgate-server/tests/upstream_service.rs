@@ -10,11 +10,12 @@
 //! [`Server`] over day-long windows instead of upstream's minutes, so that no window can end
 //! in the middle of a case.
 
+use floodgate::algorithm::fixed_window::Unit;
 use floodgate_server::config::envoy::compile_file;
 use floodgate_server::config::Config;
 use floodgate_server::descriptors::RuleSet;
 use floodgate_server::metrics::Endpoint;
-use floodgate_server::rls::{Code, RateUnit, RlsRequest, RlsResponse};
+use floodgate_server::rls::{Code, RlsRequest, RlsResponse};
 use floodgate_server::service::Server;
 use serde_json::{json, Value};
 
@@ -71,7 +72,7 @@ fn statuses(response: &RlsResponse) -> Vec<(Code, u32, u32)> {
         .iter()
         .map(|s| {
             let limit = s.current_limit.as_ref().expect("a limit");
-            assert_eq!(limit.unit, RateUnit::Minute);
+            assert_eq!(limit.unit, Unit::Minute);
             (s.code, limit.requests_per_unit, s.limit_remaining)
         })
         .collect()

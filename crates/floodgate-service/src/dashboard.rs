@@ -25,8 +25,9 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floodgate::limiter::{LimiterKind, Mode, OnStoreError};
+use floodgate::limiter::LimiterKind;
 use floodgate::pipeline::{LimiterState, StageStats};
+use floodgate::pipeline::{Mode, OnStoreError};
 use floodgate::Nanos;
 use serde::Serialize;
 use serde_json::{json, Value};

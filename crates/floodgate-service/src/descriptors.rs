@@ -123,6 +123,7 @@ mod wildcard;
 
 pub use self::wildcard::Wildcard;
 
+use floodgate::algorithm::fixed_window::Unit;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,7 +139,7 @@ use self::checks::{decide, KEYS, MAX_KEPT_KEY_BYTES};
 use self::counter_key::counter_key;
 pub use self::counter_key::RLS_NAMESPACE;
 
-use crate::rls::{RateUnit, RlsDescriptor, RlsLimit, RlsRequest, RlsResponse};
+use crate::rls::{RlsDescriptor, RlsLimit, RlsRequest, RlsResponse};
 
 /// A compiled limit: what applies to request descriptors that end on its descriptor.
 #[derive(Clone, Debug)]
@@ -161,7 +162,7 @@ pub struct Rule {
 pub struct Limit {
     algorithm: AnyAlgorithm,
     requests_per_unit: u32,
-    unit: RateUnit,
+    unit: Unit,
     /// What statuses report.
     reported: RlsLimit,
     /// Whether it is an Envoy window (`requests_per_unit` per `unit`), which the `envoyproxy`
@@ -175,7 +176,7 @@ impl Limit {
     /// is counted). `name` is the limit's name as statuses report it.
     pub fn per_unit(
         requests_per_unit: u32,
-        unit: RateUnit,
+        unit: Unit,
         name: Option<String>,
     ) -> Result<Limit, ConfigError> {
         let algorithm = FixedWindow::new(u64::from(requests_per_unit.max(1)), unit.duration())?;
@@ -199,7 +200,7 @@ impl Limit {
     fn new(
         algorithm: AnyAlgorithm,
         requests_per_unit: u32,
-        unit: RateUnit,
+        unit: Unit,
         name: Option<String>,
     ) -> Limit {
         let reported = RlsLimit {
@@ -324,7 +325,7 @@ impl Rule {
     /// Floodgate algorithm: its quota in the shortest unit in which it is at least one request,
     /// rounded down (a token bucket of rate 10 is 10 per second; a sliding log of 5 per minute
     /// is 5 per minute).
-    pub fn quota(&self) -> Option<(u32, RateUnit)> {
+    pub fn quota(&self) -> Option<(u32, Unit)> {
         self.limit.as_ref().map(|l| (l.requests_per_unit, l.unit))
     }
 
@@ -699,13 +700,13 @@ impl RuleSet {
 
 /// A Floodgate algorithm's quota in envoy's terms: the shortest unit in which it allows at
 /// least one request, the count rounded down (see [`Rule::quota`]).
-fn envoy_quota(algorithm: &AnyAlgorithm) -> (u32, RateUnit) {
+fn envoy_quota(algorithm: &AnyAlgorithm) -> (u32, Unit) {
     let Some((units, window)) = algorithm.quota() else {
-        return (0, RateUnit::Second);
+        return (0, Unit::Second);
     };
     let per_second = units / window.as_secs_f64().max(f64::MIN_POSITIVE);
-    let mut best = (0, RateUnit::Year);
-    for unit in RateUnit::ALL {
+    let mut best = (0, Unit::Year);
+    for unit in Unit::ALL {
         let count = (per_second * unit.duration().as_secs_f64()).floor();
         if count >= 1.0 {
             // `as` saturates at u32::MAX.

@@ -476,7 +476,7 @@ pub struct Live {
     pub store: Option<StoreLive>,
     /// Each stage's mode as the configuration sets it, by stage name (the dashboard marks a
     /// stage switched away from it).
-    pub configured_modes: std::collections::BTreeMap<String, floodgate::limiter::Mode>,
+    pub configured_modes: std::collections::BTreeMap<String, floodgate::pipeline::Mode>,
     /// The Rate Limit Quota Service's streams, assignments and busiest buckets.
     pub rlqs: crate::rlqs::QuotasView,
 }

@@ -10,20 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use floodgate::{Clock, CoarseClock, Decision, StoreError, SystemClock};
+use floodgate::{CoarseClock, SystemClock};
 use serde_json::Value;
 
 use crate::config::ConnectionLimits;
 use crate::config::{Config, ConfigFileError, ConfigSource, Overrides};
 use crate::connections::{CallGuard, ConnectionGate, InFlight, Overloaded};
-use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
 use crate::dashboard::{Dashboard, DEFAULT_HEAVY_KEYS};
-use crate::metrics::{Endpoint, Metrics, Outcome};
-use crate::rls::headers::rate_limit_headers;
-use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
-use crate::rls::{
-    Code, OnStoreError as RlsOnStoreError, RlsRequest, RlsResponse, RlsStatus, Undecided,
-};
+use crate::metrics::Metrics;
 use crate::served::Served;
 
 pub use crate::store::Mem;
@@ -31,6 +25,8 @@ use crate::store::ServiceStore;
 
 mod admin;
 mod attributes;
+mod backend;
+mod decisions;
 mod evaluate;
 mod leases;
 mod observe;
@@ -431,215 +427,6 @@ impl Server {
             .draining
             .store(true, Ordering::Relaxed);
     }
-
-    /// `POST /v1/check`: one decision of the named limit on `key`. `Ok(None)` if no limit has
-    /// that name.
-    pub async fn check(
-        &self,
-        limiter: &str,
-        key: &str,
-        cost: u64,
-    ) -> Result<Option<Decision>, StoreError> {
-        let served = self.decisions.served.load();
-        let Some(limit) = served.limits.get(limiter) else {
-            return Ok(None);
-        };
-        self.observed.dashboard.count_key(|k| {
-            k.push_str("limit ");
-            k.push_str(limiter);
-            k.push_str(": ");
-            k.push_str(key);
-        });
-        let started = self.decisions.clock.now();
-        let decision = limit.check(key, cost).await;
-        self.observed
-            .metrics
-            .store_latency(self.decisions.clock.now().saturating_since(started));
-        match &decision {
-            Ok(d) => tracing::debug!(
-                target: "floodgate::decision",
-                limit = limiter,
-                key,
-                hits = cost,
-                allowed = d.allowed,
-                remaining = d.remaining,
-                limit_of = d.limit,
-                "limit decided"
-            ),
-            Err(error) => tracing::debug!(
-                target: "floodgate::decision",
-                limit = limiter,
-                key,
-                hits = cost,
-                %error,
-                "limit failed"
-            ),
-        }
-        decision.map(Some)
-    }
-
-    /// `POST /json`: envoyproxy/ratelimit's JSON API. Returns whether the answer is over the
-    /// limit (the HTTP status is then 429) and the JSON answer; a call the store left
-    /// [`Undecided`] (`rls.on_store_error: unavailable`) is answered 503 by the caller.
-    pub async fn envoy_json(
-        &self,
-        body: &Value,
-    ) -> Result<Result<(bool, Value), Undecided>, RlsJsonError> {
-        let request = rls_request_from_json(body)?;
-        Ok(self
-            .should_rate_limit(&request, Endpoint::Json)
-            .await
-            .map(|response| {
-                (
-                    response.overall_code == Code::OverLimit,
-                    rls_response_to_json(&response),
-                )
-            }))
-    }
-
-    /// Envoy's `ShouldRateLimit`, over any transport. When the running config turns them on,
-    /// the answer carries the rate limit headers ([`crate::rls::headers`]), their reset computed
-    /// with the service's clock. A store failure answers as `rls.on_store_error` says: every
-    /// descriptor `OK` (the default), every descriptor `OVER_LIMIT`, or no answer
-    /// ([`Undecided`]).
-    pub async fn should_rate_limit(
-        &self,
-        request: &RlsRequest,
-        endpoint: Endpoint,
-    ) -> Result<RlsResponse, Undecided> {
-        for descriptor in &request.descriptors {
-            self.observed.dashboard.count_key(|k| {
-                k.push_str("domain ");
-                k.push_str(&request.domain);
-                for (i, (key, value)) in descriptor.entries.iter().enumerate() {
-                    if k.len() > MAX_KEY_BYTES {
-                        break; // the sketch keeps no more of a key
-                    }
-                    k.push_str(if i == 0 { ": " } else { ", " });
-                    k.push_str(key);
-                    k.push('=');
-                    k.push_str(value);
-                }
-            });
-        }
-        let served = self.decisions.served.load();
-        if request.descriptors.iter().any(|d| d.negative_hits) {
-            let takes = |algorithm: &_| self.decisions.store.takes_refunds(algorithm);
-            if let Some(why) = served.rules.refund_refused(request, takes) {
-                self.observed.metrics.call(endpoint, Outcome::Invalid);
-                return Err(Undecided::Invalid(why));
-            }
-        }
-        let started = self.decisions.clock.now();
-        let counters = self
-            .decisions
-            .store
-            .envoy_counters()
-            .map(|_| &self.decisions.store);
-        let stats = Some(&*self.observed.descriptor_stats);
-        let rules = &served.rules;
-        let result = crate::traces::within(
-            || crate::traces::store_call(self.decisions.store.kind()),
-            || rules.should_rate_limit_in(&self.decisions.store, counters, stats, request),
-            |span, result| {
-                if let Err(e) = result {
-                    crate::traces::store_failed(span, e);
-                }
-            },
-        )
-        .await;
-        let took = self.decisions.clock.now().saturating_since(started);
-        let answered = self.settle_rls(result, request, endpoint, &served, took);
-        crate::traces::record_rls(
-            &request.domain,
-            request.descriptors.len(),
-            match &answered {
-                Ok(response) if response.overall_code == Code::OverLimit => "OVER_LIMIT",
-                Ok(_) => "OK",
-                Err(_) => "UNAVAILABLE",
-            },
-        );
-        answered
-    }
-
-    /// The answer to an Envoy call the store decided (headers, global shadow mode) or failed
-    /// (as `rls.on_store_error` says), with its times and outcome counted; `took`: the
-    /// store's part.
-    fn settle_rls(
-        &self,
-        result: Result<RlsResponse, StoreError>,
-        request: &RlsRequest,
-        endpoint: Endpoint,
-        served: &Served<ServiceStore>,
-        took: std::time::Duration,
-    ) -> Result<RlsResponse, Undecided> {
-        self.observed.metrics.store_latency(took);
-        if let Some(times) = self
-            .observed
-            .response_times
-            .as_ref()
-            .filter(|_| endpoint == Endpoint::Grpc)
-        {
-            times.record(took);
-        }
-        match result {
-            Ok(mut response) => {
-                if let Some(names) = &served.response_headers {
-                    response.response_headers_to_add =
-                        rate_limit_headers(&response.statuses, names, self.decisions.clock.now());
-                }
-                // Global shadow mode, after the headers (as upstream): the answer goes
-                // through, each status still saying what the limit decided.
-                if served.rls_shadow_mode && response.overall_code == Code::OverLimit {
-                    response.overall_code = Code::Ok;
-                    self.observed.metrics.global_shadow_mode();
-                }
-                let outcome = if response.overall_code == Code::OverLimit {
-                    Outcome::Refused
-                } else {
-                    Outcome::Allowed
-                };
-                self.observed.metrics.call(endpoint, outcome);
-                self.observed
-                    .metrics
-                    .shadow_over_limit(response.shadow_over_limit);
-                Ok(response)
-            }
-            Err(e) => {
-                // The store logs its failures, at a bounded rate (`store::health`).
-                let policy = served.rls_on_store_error;
-                tracing::debug!(error = %e, on_store_error = policy.name(), "store failed on ShouldRateLimit");
-                let code = match policy {
-                    RlsOnStoreError::Ok => Code::Ok,
-                    RlsOnStoreError::OverLimit => Code::OverLimit,
-                    RlsOnStoreError::Unavailable => {
-                        self.observed.metrics.call(endpoint, Outcome::Unavailable);
-                        return Err(Undecided::Unavailable(e.to_string()));
-                    }
-                };
-                let outcome = match code {
-                    Code::Ok => Outcome::FailedOpen,
-                    _ => Outcome::FailedClosed,
-                };
-                self.observed.metrics.call(endpoint, outcome);
-                Ok(RlsResponse {
-                    overall_code: code,
-                    statuses: request
-                        .descriptors
-                        .iter()
-                        .map(|_| RlsStatus {
-                            code,
-                            ..RlsStatus::default()
-                        })
-                        .collect(),
-                    shadow_over_limit: 0,
-                    dynamic_metadata: None,
-                    // No status reports a limit: no rate limit headers.
-                    response_headers_to_add: Vec::new(),
-                })
-            }
-        }
-    }
 }
 
 /// The mapping `config`'s Prometheus listener names upstream's series with: its
@@ -718,82 +505,6 @@ impl ListenersTls {
     }
 }
 
-impl crate::grpc::RlsBackend for Server {
-    fn tls(&self) -> Option<Arc<crate::connections::tls::TlsTerminator>> {
-        self.edge.tls.grpc.clone()
-    }
-
-    async fn should_rate_limit(&self, request: RlsRequest) -> Result<RlsResponse, Undecided> {
-        Server::should_rate_limit(self, &request, Endpoint::Grpc).await
-    }
-
-    fn connection_limits(&self) -> (ConnectionLimits, Option<Arc<ConnectionGate>>) {
-        (self.edge.limits.clone(), Some(self.edge.gate.clone()))
-    }
-
-    fn enter_call(&self) -> Result<Option<CallGuard<'_>>, Overloaded> {
-        self.edge.in_flight.enter().map(Some)
-    }
-
-    /// The server as a whole (the empty name) serves while it runs, as `/livez` says;
-    /// `ratelimit` serves while the service is ready, as `/readyz` says (not while shutting
-    /// down, while the store's breaker is open, nor while its last call failed).
-    fn serving(&self, service: &str) -> Option<bool> {
-        match service {
-            "" => Some(self.is_ready()),
-            crate::grpc::HEALTH_SERVICE => Some(self.readiness().0),
-            _ => None,
-        }
-    }
-
-    fn stopping(&self) -> bool {
-        !self.is_ready()
-    }
-
-    fn quota_stream(&self) -> Result<crate::rlqs::Session, crate::grpc::QuotaRefused> {
-        let max = self.decisions.served.load().rlqs.max_streams;
-        self.decisions
-            .quotas
-            .session(max)
-            .ok_or(crate::grpc::QuotaRefused::TooManyStreams)
-    }
-
-    async fn quota_report(
-        &self,
-        session: &mut crate::rlqs::Session,
-        reports: crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports,
-    ) -> Result<Vec<crate::grpc::QuotaAction>, crate::rlqs::SessionError> {
-        let served = self.decisions.served.load_full();
-        let now = self.decisions.clock.now();
-        let actions = session
-            .report(reports, &served.rules, &served.rlqs, now)
-            .await?;
-        self.decisions.quotas.counters().sent(&actions);
-        Ok(actions)
-    }
-
-    async fn quota_tick(
-        &self,
-        session: &mut crate::rlqs::Session,
-    ) -> Vec<crate::grpc::QuotaAction> {
-        let now = self.decisions.clock.now();
-        let served = self.decisions.served.load_full();
-        let ledger = self.decisions.quotas.ledger();
-        ledger.expire_due(now, served.rlqs.unreported_after);
-        let actions = session.tick(&served.rlqs, now).await;
-        self.decisions.quotas.counters().sent(&actions);
-        actions
-    }
-
-    async fn quota_close(&self, session: crate::rlqs::Session) {
-        let served = self.decisions.served.load_full();
-        session
-            .close(&served.rlqs, self.decisions.clock.now())
-            .await;
-        self.decisions.quotas.counters().closed();
-    }
-}
-/// What statsd pushes read: the service's counters under upstream's names.
 impl crate::xds::Target for Server {
     fn run(&self, pushed: crate::config::xds::Pushed) -> Result<(), ConfigFileError> {
         self.reload_pushed(pushed).map(drop)

@@ -21,7 +21,7 @@ use std::time::Duration;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
 use floodgate::store::redis::BreakerState;
 use floodgate::store::{
-    AnyStore, CachedStore, Key, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder, Request,
+    AnyStore, CachedStore, Key, KeyedOp, Link, Linked, MemoryStore, RedisStore, RedisStoreBuilder,
     Store,
 };
 use floodgate::{Clock, Decision, Op, StoreError, SystemClock};
@@ -368,7 +368,7 @@ impl Store<str, AnyAlgorithm> for ServiceStore {
 
     async fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         let call = self.health.begin();
         let result = self.store.apply_many(requests).await;

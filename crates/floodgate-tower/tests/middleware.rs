@@ -15,9 +15,9 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter, RequestRateLimiterBuilder};
 use floodgate::limiter::utilization::{UtilizationShedder, WorkerGauge};
-use floodgate::limiter::Mode;
+use floodgate::pipeline::Mode;
 use floodgate::pipeline::{Pipeline, Stage};
-use floodgate::store::{Request as StoreRequest, Store};
+use floodgate::store::{KeyedOp, Store};
 use floodgate::{Decision, Op, StoreError};
 use floodgate_tower::{CredentialKey, Extractor, FloodgateLayer, RequestInfo};
 use http::{Request, Response};
@@ -328,7 +328,7 @@ impl Store<str, AnyAlgorithm> for Recording {
 
     async fn apply_many(
         &self,
-        requests: &[StoreRequest<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         self.1
             .lock()
@@ -509,7 +509,7 @@ impl Store<str, AnyAlgorithm> for Buggy {
 
     async fn apply_many(
         &self,
-        _: &[StoreRequest<'_, str, AnyAlgorithm>],
+        _: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         bug();
         Ok(Vec::new())

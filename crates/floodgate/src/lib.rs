@@ -70,7 +70,8 @@ pub use limiter::concurrency::ConcurrencyLimiter;
 pub use limiter::fleet::FleetShedder;
 pub use limiter::request_rate::{Plan, RequestRateLimiter};
 pub use limiter::utilization::UtilizationShedder;
-pub use limiter::{KeyedLimit, Lease, Mode, OnStoreError, Priority};
+pub use limiter::{KeyedLimit, Lease, Priority};
+pub use pipeline::{Mode, OnStoreError};
 pub use pipeline::{Pipeline, Scope, Stage, Verdict};
 pub use store::{AnyStore, LocalStore, MemoryStore, Namespace, Store};
 #[cfg(feature = "redis")]

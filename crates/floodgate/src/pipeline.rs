@@ -35,8 +35,7 @@ use crate::limiter::fleet::FleetShedder;
 use crate::limiter::request_rate::RequestRateLimiter;
 use crate::limiter::utilization::UtilizationShedder;
 use crate::limiter::{
-    whole_seconds_up, Lease, LeaseHandle, LimiterKind, Mode, OnStoreError, Priority,
-    RateLimitHeaders,
+    whole_seconds_up, Lease, LeaseHandle, LimiterKind, Priority, RateLimitHeaders,
 };
 use crate::store::{MemoryStore, Namespace, Store};
 use crate::{Clock, ConfigError, Decision, StoreError, SystemClock};
@@ -52,7 +51,7 @@ pub use reservation::{Hold, PipelineReservation, SettleError};
 pub use scope::{MissingField, Scope};
 pub use snapshot::{LimiterState, PlanSnapshot, StageSnapshot, StageStats};
 use stage::{bump, check_scopes, Counters};
-pub use stage::{Level, Stage};
+pub use stage::{Level, Mode, OnStoreError, Stage};
 
 /// How long shed clients are asked to wait: a shedder cannot know when load will drop, so it
 /// asks for a short back-off.

@@ -46,7 +46,7 @@ impl Store<str, AnyAlgorithm> for InTurn {
 
     fn apply_many(
         &self,
-        requests: &[store::Request<'_, str, AnyAlgorithm>],
+        requests: &[store::KeyedOp<'_, str, AnyAlgorithm>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         self.0.apply_many(requests)
     }
@@ -132,7 +132,7 @@ fn links<'a>(
         .map(|(spec, key)| {
             let algorithm = &algorithms[spec.0];
             Link {
-                request: store::Request {
+                request: store::KeyedOp {
                     algorithm,
                     key: key.as_str(),
                     op: op_of(algorithm, spec.2),

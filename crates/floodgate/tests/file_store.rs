@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use floodgate::algorithm::concurrency::Concurrency;
 use floodgate::algorithm::spec::AnyAlgorithm;
-use floodgate::store::{FileStore, FileStoreError, Link, Linked, Request, Store};
+use floodgate::store::{FileStore, FileStoreError, KeyedOp, Link, Linked, Store};
 use floodgate::{FixedWindow, Gcra, LeaseId, ManualClock, Nanos, Op, TokenBucket};
 
 // The suite every store runs lives with the Redis tests' helpers, which need the `redis` feature.
@@ -110,7 +110,7 @@ fn link<'a>(
     all_or_nothing: bool,
 ) -> Link<'a, str, AnyAlgorithm> {
     Link {
-        request: Request {
+        request: KeyedOp {
             algorithm: a,
             key,
             op: Op::Check { cost: 1 },

@@ -13,7 +13,7 @@ use floodgate::algorithm::sliding_window::SlidingWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{
-    BreakerState, CounterIncrement, MemcachedStore, MemoryStore, Request, Store,
+    BreakerState, CounterIncrement, KeyedOp, MemcachedStore, MemoryStore, Store,
 };
 use floodgate::{Clock, ManualClock, Nanos, Op, OpKind, StoreError, SystemClock};
 use floodgate_redis_harness::MemcachedServer;
@@ -152,10 +152,10 @@ fn apply_many_decides_each_in_order() {
     let fw: AnyAlgorithm = FixedWindow::new(3, Duration::from_secs(60)).unwrap().into();
     let keys: Vec<String> = (0..12).map(|i| format!("many:{i}")).collect();
     for round in 0..3 {
-        let requests: Vec<Request<'_, str, AnyAlgorithm>> = keys
+        let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = keys
             .iter()
             .enumerate()
-            .map(|(i, key)| Request {
+            .map(|(i, key)| KeyedOp {
                 algorithm: &fw,
                 key: key.as_str(),
                 op: check((i as u64 + round) % 3),
@@ -213,9 +213,9 @@ fn exact_under_concurrency_across_nodes() {
     assert_eq!(admitted, vec![limit; keys]);
     // Every refusal gave its unit back: each counter stands at the limit.
     let names: Vec<String> = (0..keys).map(|k| format!("race:{k}")).collect();
-    let probes: Vec<Request<'_, str, AnyAlgorithm>> = names
+    let probes: Vec<KeyedOp<'_, str, AnyAlgorithm>> = names
         .iter()
-        .map(|key| Request {
+        .map(|key| KeyedOp {
             algorithm: &*fw,
             key: key.as_str(),
             op: check(0),
@@ -295,12 +295,12 @@ fn other_algorithms_are_refused_before_anything_is_sent() {
             ));
             assert!(!live.takes_refunds(other) && !live.supports(other));
             let batch = [
-                Request {
+                KeyedOp {
                     algorithm: &fw,
                     key: "mixed",
                     op: check(1),
                 },
-                Request {
+                KeyedOp {
                     algorithm: other,
                     key: "mixed2",
                     op: check(1),

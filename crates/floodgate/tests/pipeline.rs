@@ -15,12 +15,11 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::limiter::utilization::{SettableUtilization, UtilizationShedder};
-use floodgate::limiter::{
-    KeyedLimit, Lease, LeaseHandle, LimiterKind, Mode, OnStoreError, Priority,
-};
+use floodgate::limiter::{KeyedLimit, Lease, LeaseHandle, LimiterKind, Priority};
 use floodgate::pipeline::{
     Limiter, LimiterState, Pipeline, ReleaseError, Request, Stage, StageStats, Verdict,
 };
+use floodgate::pipeline::{Mode, OnStoreError};
 use floodgate::store::{self, Key, MemoryStore, Namespace, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
 use proptest::prelude::*;
@@ -84,7 +83,7 @@ impl Store<str, AnyAlgorithm> for Switchable {
 
     fn apply_many(
         &self,
-        requests: &[store::Request<'_, str, AnyAlgorithm>],
+        requests: &[store::KeyedOp<'_, str, AnyAlgorithm>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         let result = requests
             .iter()

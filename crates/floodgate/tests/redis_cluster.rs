@@ -14,7 +14,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
-use floodgate::store::{RedisStore, Request, Store};
+use floodgate::store::{KeyedOp, RedisStore, Store};
 use floodgate::{Clock, ManualClock, Nanos, SystemClock};
 use floodgate_redis_harness::RedisCluster;
 
@@ -128,8 +128,8 @@ fn apply_many_across_slots_agrees_with_one_by_one_and_survives_script_flush() {
                     assert!(cluster.cli(server.port(), &["SCRIPT", "FLUSH"]).is_some());
                 }
             }
-            let requests: Vec<Request<'_, str, AnyAlgorithm>> = (0..names.len())
-                .map(|i| Request {
+            let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = (0..names.len())
+                .map(|i| KeyedOp {
                     algorithm: &algorithms[i],
                     key: many[i].as_str(),
                     op: check(costs[i]),
@@ -197,9 +197,9 @@ fn failovers_under_load_bound_every_call_and_counting_resumes() {
                 } else {
                     vec![k]
                 };
-                let requests: Vec<Request<'_, str, AnyAlgorithm>> = batch
+                let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = batch
                     .iter()
-                    .map(|&b| Request {
+                    .map(|&b| KeyedOp {
                         algorithm: &big,
                         key: keys[b].as_str(),
                         op: check(1),
@@ -445,9 +445,9 @@ fn a_paused_master_opens_only_its_own_breaker() {
             }
             assert_eq!(allowed, 4, "{key}");
         }
-        let requests: Vec<Request<'_, str, AnyAlgorithm>> = healthy
+        let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = healthy
             .iter()
-            .map(|k| Request {
+            .map(|k| KeyedOp {
                 algorithm: &limited,
                 key: k.as_str(),
                 op: check(1),

@@ -26,7 +26,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::{CounterIncrement, RedirectStats};
 use floodgate::store::Linked;
-use floodgate::store::{Link, RedisStore, Request, Store};
+use floodgate::store::{KeyedOp, Link, RedisStore, Store};
 use floodgate::{Clock, LeaseId, Op, SystemClock};
 use floodgate_redis_harness::RedisCluster;
 
@@ -134,7 +134,7 @@ async fn call(
 /// A check of 1 on `key`, refusing the request when denied, undone when the request is.
 fn link<'a>(algorithm: &'a AnyAlgorithm, key: &'a str) -> Link<'a, str, AnyAlgorithm> {
     Link {
-        request: Request {
+        request: KeyedOp {
             algorithm,
             key,
             op: Op::Check { cost: 1 },

@@ -23,7 +23,7 @@ use floodgate::algorithm::smooth::{SmoothBursty, SmoothWarmingUp};
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
-use floodgate::store::{RedisStore, Request, Store};
+use floodgate::store::{KeyedOp, RedisStore, Store};
 use floodgate::{LeaseId, Op};
 use floodgate_redis_harness::RedisServer;
 use redis_common::{raw, runtime};
@@ -89,9 +89,9 @@ fn a_flood_of_distinct_keys_expires_entirely_after_the_longest_window() {
         for (i, (algorithm, op)) in algorithms.iter().enumerate() {
             let keys: Vec<String> = (0..KEYS).map(|k| format!("flood:{i}:{k}")).collect();
             for chunk in keys.chunks(500) {
-                let requests: Vec<Request<'_, str, AnyAlgorithm>> = chunk
+                let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = chunk
                     .iter()
-                    .map(|key| Request {
+                    .map(|key| KeyedOp {
                         algorithm,
                         key: key.as_str(),
                         op: *op,

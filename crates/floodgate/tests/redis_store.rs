@@ -670,7 +670,7 @@ fn the_breaker_opens_on_a_paused_redis_and_closes_when_it_is_back() {
 /// scripts (`NOSCRIPT`: only the calls that did not run are sent again).
 #[test]
 fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
-    use floodgate::store::Request;
+    use floodgate::store::KeyedOp;
     let server = RedisServer::start();
     let rt = runtime();
     let clock = ManualClock::new(Nanos(START));
@@ -707,8 +707,8 @@ fn apply_many_in_one_pipeline_agrees_with_one_by_one() {
                     .await
                     .unwrap(),
             );
-            let requests: Vec<Request<'_, str, AnyAlgorithm>> = (0..4)
-                .map(|i| Request {
+            let requests: Vec<KeyedOp<'_, str, AnyAlgorithm>> = (0..4)
+                .map(|i| KeyedOp {
                     algorithm: &algorithms[i],
                     key: many_keys[i].as_str(),
                     op: check(costs[i]),

@@ -65,7 +65,7 @@ use serde_json::{Map, Value};
 
 use super::ConfigFileError;
 use crate::descriptors::{DescriptorTree, Limit, Rule, RuleSet, Wildcard};
-use crate::rls::RateUnit;
+use floodgate::algorithm::fixed_window::Unit;
 
 /// One domain as written in a configuration file: envoyproxy/ratelimit's top level, or one
 /// entry of a native config's `domains`. Checked by [`compile_domains`] and [`compile_file`].
@@ -635,7 +635,7 @@ fn compile_limit(
                      month or year), or `unlimited: true`, or an `algorithm`",
                 ))
             }
-            Some(name) => RateUnit::from_name(name).ok_or_else(|| {
+            Some(name) => Unit::from_name(name).map_err(|_| {
                 ConfigFileError::invalid(
                     &unit_path,
                     format!(

@@ -1,7 +1,7 @@
 //! The `limiters` section: Stripe's four limiters, each optional, each a stage of the same
 //! schema as a `pipeline:` entry of its kind ([`StageConfig`]), named after its section.
 
-use floodgate::limiter::{Mode, OnStoreError};
+use floodgate::pipeline::{Mode, OnStoreError};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 

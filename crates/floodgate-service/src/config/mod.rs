@@ -113,7 +113,7 @@ use std::time::Duration;
 use floodgate::algorithm::spec::AlgorithmSpec;
 use floodgate::duration::SpecDuration;
 use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
-use floodgate::limiter::OnStoreError;
+use floodgate::pipeline::OnStoreError;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 

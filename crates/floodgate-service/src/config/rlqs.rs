@@ -20,7 +20,7 @@ use floodgate::duration::SpecDuration;
 use serde::Deserialize;
 
 use super::ConfigFileError;
-use crate::rls::RateUnit;
+use floodgate::algorithm::fixed_window::Unit;
 
 /// The Rate Limit Quota Service's settings, as written.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -109,7 +109,7 @@ impl RlqsConfig {
     /// The unit of `unmatched`, once validated (`None` without `unmatched`).
     pub fn unmatched_unit(&self) -> Option<Duration> {
         let limit = self.unmatched.as_ref()?;
-        Some(RateUnit::from_name(&limit.unit).map_or(Duration::from_secs(1), RateUnit::duration))
+        Some(Unit::from_name(&limit.unit).map_or(Duration::from_secs(1), Unit::duration))
     }
 
     /// Refuses a value out of its range, naming the field.
@@ -161,7 +161,7 @@ impl RlqsConfig {
             }
         }
         if let Some(limit) = &self.unmatched {
-            if RateUnit::from_name(&limit.unit).is_none() {
+            if Unit::from_name(&limit.unit).is_err() {
                 return Err(ConfigFileError::invalid(
                     "rlqs.unmatched.unit",
                     format!(

@@ -69,7 +69,7 @@ pub struct RlsConfig {
     /// `over_limit` (it is refused) or `unavailable` (no answer: gRPC `UNAVAILABLE`, `/json`
     /// 503, so that Envoy's `failure_mode_deny` decides, as envoyproxy/ratelimit does).
     #[serde(default)]
-    pub on_store_error: crate::rls::OnStoreError,
+    pub on_store_error: crate::rls::StoreFailureAnswer,
     /// Answer `OK` where the answer would be `OVER_LIMIT` (default false).
     #[serde(default)]
     pub shadow_mode: bool,
@@ -192,7 +192,7 @@ pub struct Defaults {
     /// `rls.response_headers`, whole.
     pub response_headers: Option<ResponseHeadersConfig>,
     /// `rls.on_store_error`.
-    pub on_store_error: Option<crate::rls::OnStoreError>,
+    pub on_store_error: Option<crate::rls::StoreFailureAnswer>,
     /// `rls.shadow_mode`.
     pub shadow_mode: Option<bool>,
     /// `rls.quota_mode`.
@@ -319,7 +319,7 @@ mod tests {
             defaults: Defaults {
                 merge_domains: Some(true),
                 shadow_mode: Some(true),
-                on_store_error: Some(crate::rls::OnStoreError::Unavailable),
+                on_store_error: Some(crate::rls::StoreFailureAnswer::Unavailable),
                 ..Defaults::default()
             },
             ..Overrides::default()
@@ -331,7 +331,7 @@ mod tests {
         assert!(!config.rls.shadow_mode);
         assert_eq!(
             config.rls.on_store_error,
-            crate::rls::OnStoreError::Unavailable
+            crate::rls::StoreFailureAnswer::Unavailable
         );
         // The flag still turns merging on over a file that writes it off.
         let mut config = super::super::Config::default();

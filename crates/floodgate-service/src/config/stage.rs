@@ -16,7 +16,7 @@ use floodgate::algorithm::spec::AlgorithmSpec;
 use floodgate::duration::SpecDuration;
 use floodgate::limiter::adaptive::{Adaptive, Gradient2, Vegas};
 use floodgate::limiter::utilization::ControllerSettings;
-use floodgate::limiter::{Mode, OnStoreError};
+use floodgate::pipeline::{Mode, OnStoreError};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_norway::{Mapping, Value};

@@ -125,7 +125,7 @@ impl<'a> Matched<'a> {
     /// `unit`) of `unit`, counted under the descriptor's values as sent (no `share_threshold`
     /// pattern): its counter is then the one an override of `unit` counts in, as upstream
     /// keys both by descriptor and window start.
-    fn window_of_unit(&self, i: usize, unit: crate::rls::RateUnit) -> bool {
+    fn window_of_unit(&self, i: usize, unit: floodgate::algorithm::fixed_window::Unit) -> bool {
         self.rules[i]
             .and_then(|rule| rule.limit.as_ref())
             .is_some_and(|l| l.envoy_window && l.unit == unit)

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 
 use floodgate::algorithm::spec::AnyAlgorithm;
-use floodgate::store::{Link, Linked, Request, Store};
+use floodgate::store::{KeyedOp, Link, Linked, Store};
 use floodgate::{Decision, Op, StoreError};
 use smallvec::SmallVec;
 
@@ -73,8 +73,8 @@ pub(super) async fn decide<S: Store<str, AnyAlgorithm>>(
         c: &'a Check<'_>,
         keys: &'a str,
         blocked: bool,
-    ) -> Request<'a, str, AnyAlgorithm> {
-        Request {
+    ) -> KeyedOp<'a, str, AnyAlgorithm> {
+        KeyedOp {
             algorithm: &c.limit.algorithm,
             key: &keys[c.key.clone()],
             op: op(c, blocked),

@@ -2,7 +2,8 @@
 //! module's "Counter keys"), written into a caller's buffer so that a call builds all of its
 //! keys in one.
 
-use crate::rls::{RateUnit, RlsDescriptor};
+use crate::rls::RlsDescriptor;
+use floodgate::algorithm::fixed_window::Unit;
 
 /// The namespace of the Envoy rules' counters in the store: no pipeline stage or named limit
 /// may take it.
@@ -54,7 +55,7 @@ pub(super) fn push_override_counter_key(
     key: &mut String,
     domain: &str,
     descriptor: &RlsDescriptor,
-    unit: RateUnit,
+    unit: Unit,
 ) {
     push_counter_key(key, domain, descriptor, &[]);
     push_part(key, unit.name(), ':');

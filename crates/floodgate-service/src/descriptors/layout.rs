@@ -43,6 +43,7 @@
 //! keep Floodgate's keys; `all_or_nothing` cannot be kept by upstream's commands and is refused
 //! with this layout.
 
+use floodgate::algorithm::fixed_window::Unit;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,7 +52,7 @@ use floodgate::store::redis::CounterIncrement;
 use floodgate::store::UpstreamCounters;
 use floodgate::{Clock, StoreError};
 
-use crate::rls::{RateUnit, RlsDescriptor};
+use crate::rls::RlsDescriptor;
 
 /// The settings and the Redis stores of the `envoyproxy` layout (see the [module
 /// documentation](self)).
@@ -84,7 +85,7 @@ pub struct Counting {
     /// Its key (without the window start, which the call adds).
     pub key: String,
     /// Its limit's unit.
-    pub unit: RateUnit,
+    pub unit: Unit,
     /// Its limit's `requests_per_unit`.
     pub limit: u32,
     /// Its hits.
@@ -287,9 +288,9 @@ impl EnvoyCounters {
         }
     }
 
-    fn store_for(&self, unit: RateUnit) -> &UpstreamCounters {
+    fn store_for(&self, unit: Unit) -> &UpstreamCounters {
         match (&self.per_second, unit) {
-            (Some(per_second), RateUnit::Second) => per_second,
+            (Some(per_second), Unit::Second) => per_second,
             _ => &self.main,
         }
     }
@@ -308,7 +309,7 @@ impl EnvoyCounters {
             let chosen: Vec<usize> = (0..sent.len())
                 .filter(|&j| {
                     let unit = counting[sent[j]].unit;
-                    (self.per_second.is_some() && unit == RateUnit::Second) == per_second
+                    (self.per_second.is_some() && unit == Unit::Second) == per_second
                 })
                 .collect();
             let Some(&first) = chosen.first() else {
@@ -343,8 +344,7 @@ impl EnvoyCounters {
         for per_second in [false, true] {
             let chosen: Vec<usize> = (0..keys.len())
                 .filter(|&i| {
-                    (self.per_second.is_some() && counting[i].unit == RateUnit::Second)
-                        == per_second
+                    (self.per_second.is_some() && counting[i].unit == Unit::Second) == per_second
                 })
                 .collect();
             let Some(&first) = chosen.first() else {

@@ -93,7 +93,7 @@ fn override_text(limit: &RlsLimitOverride) -> String {
     if limit.requests_per_unit != 0 {
         fields.push(format!("requests_per_unit:{}", limit.requests_per_unit));
     }
-    fields.push(format!("unit:{}", limit.unit.proto_name()));
+    fields.push(format!("unit:{}", limit.unit.envoy_name()));
     fields.join(" ")
 }
 
@@ -116,7 +116,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::rls::RateUnit;
+    use floodgate::algorithm::fixed_window::Unit;
 
     fn object(value: Value) -> Map<String, Value> {
         match value {
@@ -158,7 +158,7 @@ mod tests {
             hits_addend: Some(0),
             limit: Some(RlsLimitOverride {
                 requests_per_unit: 10,
-                unit: RateUnit::Minute,
+                unit: Unit::Minute,
             }),
             negative_hits: false,
         };
@@ -168,7 +168,7 @@ mod tests {
         );
         let blocked = RlsLimitOverride {
             requests_per_unit: 0,
-            unit: RateUnit::Week,
+            unit: Unit::Week,
         };
         assert_eq!(override_text(&blocked), "unit:WEEK");
     }

@@ -1,3 +1,4 @@
+use floodgate::algorithm::fixed_window::Unit;
 use floodgate::algorithm::spec::AlgorithmSpec;
 
 use super::*;
@@ -11,15 +12,15 @@ fn envoy_quota_picks_the_shortest_unit_with_one_request() {
     };
     assert_eq!(
         quota(r#"{"algorithm":"gcra","max_burst":1,"count":30,"period":60}"#),
-        (30, RateUnit::Minute)
+        (30, Unit::Minute)
     );
     assert_eq!(
         quota(r#"{"algorithm":"fixed_window","limit":1,"window":90}"#),
-        (40, RateUnit::Hour)
+        (40, Unit::Hour)
     );
     assert_eq!(
         quota(r#"{"algorithm":"smooth_bursty","rate":0.5}"#),
-        (30, RateUnit::Minute)
+        (30, Unit::Minute)
     );
 }
 

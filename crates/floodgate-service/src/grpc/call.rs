@@ -24,7 +24,7 @@ use prost::Message;
 use tokio_stream::Stream;
 
 use super::{
-    HealthCheckRequest, HealthCheckResponse, RateLimitRequest, RateLimitResponse, RlsBackend,
+    Backend, HealthCheckRequest, HealthCheckResponse, RateLimitRequest, RateLimitResponse,
     ServingStatus, HEALTH_SERVICE, MAX_REQUEST_BYTES,
 };
 use crate::connections::{KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT};
@@ -53,7 +53,7 @@ const PREFIX: usize = 5;
 /// connection is taken.
 pub async fn serve<B, S, T, F>(backend: Arc<B>, connections: S, shutdown: F)
 where
-    B: RlsBackend,
+    B: Backend,
     S: Stream<Item = std::io::Result<T>>,
     T: Into<crate::connections::Conn>,
     F: Future<Output = ()>,
@@ -92,7 +92,7 @@ struct Calls<B> {
     backend: Arc<B>,
 }
 
-impl<B: RlsBackend> hyper::service::Service<Request<Incoming>> for Calls<B> {
+impl<B: Backend> hyper::service::Service<Request<Incoming>> for Calls<B> {
     type Response = Response<GrpcBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<GrpcBody>, Infallible>> + Send>>;
@@ -104,7 +104,7 @@ impl<B: RlsBackend> hyper::service::Service<Request<Incoming>> for Calls<B> {
 }
 
 /// Answers one HTTP request: the call's response, or the reason it was refused.
-async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> Response<GrpcBody> {
+async fn answer<B: Backend>(backend: Arc<B>, request: Request<Incoming>) -> Response<GrpcBody> {
     if request.method() != Method::POST {
         let mut response = http_refusal(StatusCode::METHOD_NOT_ALLOWED);
         response
@@ -133,7 +133,7 @@ async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> R
         quota::PATH => quota::stream(backend, request.into_body()).await,
         HEALTH_CHECK => check(&*backend, request.into_body()).await,
         HEALTH_WATCH => watch(backend, request.into_body()).await,
-        other => Err(Refusal::new(
+        other => Err(GrpcStatus::new(
             GrpcCode::Unimplemented,
             format!(
                 "unknown method {other}; this service has {PATH}, {}, {HEALTH_CHECK} and {HEALTH_WATCH}",
@@ -141,16 +141,16 @@ async fn answer<B: RlsBackend>(backend: Arc<B>, request: Request<Incoming>) -> R
             ),
         )),
     };
-    answered.unwrap_or_else(Refusal::into_response)
+    answered.unwrap_or_else(GrpcStatus::into_response)
 }
 
 /// The service name a health call asks about.
-async fn health_request(body: Incoming) -> Result<String, Refusal> {
+async fn health_request(body: Incoming) -> Result<String, GrpcStatus> {
     let message = read_message(body).await?;
     HealthCheckRequest::decode(message)
         .map(|request| request.service)
         .map_err(|e| {
-            Refusal::new(
+            GrpcStatus::new(
                 GrpcCode::InvalidArgument,
                 format!("malformed protobuf message: {e}"),
             )
@@ -166,10 +166,10 @@ fn status_of(serving: Option<bool>) -> ServingStatus {
 }
 
 /// `grpc.health.v1.Health/Check`: the service's status now; `NOT_FOUND` for an unknown one.
-async fn check<B: RlsBackend>(backend: &B, body: Incoming) -> Result<Response<GrpcBody>, Refusal> {
+async fn check<B: Backend>(backend: &B, body: Incoming) -> Result<Response<GrpcBody>, GrpcStatus> {
     let service = health_request(body).await?;
     let Some(serving) = backend.serving(&service) else {
-        return Err(Refusal::new(
+        return Err(GrpcStatus::new(
             GrpcCode::NotFound,
             format!("unknown service `{service}`; this server reports `` and `{HEALTH_SERVICE}`"),
         ));
@@ -182,10 +182,10 @@ async fn check<B: RlsBackend>(backend: &B, body: Incoming) -> Result<Response<Gr
 
 /// `grpc.health.v1.Health/Watch`: the service's status now, then each change, until the call
 /// ends or the server shuts down (after a last status).
-async fn watch<B: RlsBackend>(
+async fn watch<B: Backend>(
     backend: Arc<B>,
     body: Incoming,
-) -> Result<Response<GrpcBody>, Refusal> {
+) -> Result<Response<GrpcBody>, GrpcStatus> {
     let service = health_request(body).await?;
     let mut interval = tokio::time::interval(WATCH_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -213,8 +213,8 @@ struct Watch<B> {
     ended: bool,
 }
 
-impl<B: RlsBackend> Stream for Watch<B> {
-    type Item = Result<Bytes, Refusal>;
+impl<B: Backend> Stream for Watch<B> {
+    type Item = Result<Bytes, GrpcStatus>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
@@ -243,29 +243,30 @@ impl<B: RlsBackend> Stream for Watch<B> {
     }
 }
 
-async fn call<B: RlsBackend>(backend: &B, body: Incoming) -> Result<RateLimitResponse, Refusal> {
+async fn call<B: Backend>(backend: &B, body: Incoming) -> Result<RateLimitResponse, GrpcStatus> {
     let message = read_message(body).await?;
     // Counted once its message is in (a peer that never sends one holds no place), then shed
     // at once if the service is answering `max_in_flight` calls already.
     let _call = backend
         .enter_call()
-        .map_err(|e| Refusal::new(GrpcCode::Unavailable, e.to_string()))?;
+        .map_err(|e| GrpcStatus::new(GrpcCode::Unavailable, e.to_string()))?;
     let request = RateLimitRequest::decode(message).map_err(|e| {
-        Refusal::new(
+        GrpcStatus::new(
             GrpcCode::InvalidArgument,
             format!("malformed protobuf message: {e}"),
         )
     })?;
     let request = RlsRequest::try_from(request).map_err(|e| {
         tracing::debug!(error = %e, "ShouldRateLimit: invalid request");
-        Refusal::new(GrpcCode::InvalidArgument, e.to_string())
+        GrpcStatus::new(GrpcCode::InvalidArgument, e.to_string())
     })?;
     match backend.should_rate_limit(request).await {
         Ok(response) => Ok(response.into()),
-        Err(unavailable @ Undecided::Unavailable(_)) => {
-            Err(Refusal::new(GrpcCode::Unavailable, unavailable.to_string()))
-        }
-        Err(Undecided::Invalid(why)) => Err(Refusal::new(GrpcCode::InvalidArgument, why)),
+        Err(unavailable @ Undecided::Unavailable(_)) => Err(GrpcStatus::new(
+            GrpcCode::Unavailable,
+            unavailable.to_string(),
+        )),
+        Err(Undecided::Invalid(why)) => Err(GrpcStatus::new(GrpcCode::InvalidArgument, why)),
     }
 }
 
@@ -280,11 +281,11 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 
 /// Reads the request body and returns the one message in it, without its prefix. A body that
 /// arrives in one DATA frame, as Envoy's do, is not copied.
-async fn read_message(mut body: Incoming) -> Result<Bytes, Refusal> {
+async fn read_message(mut body: Incoming) -> Result<Bytes, GrpcStatus> {
     let mut received = Received::Nothing;
     while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame.map_err(|e| {
-            Refusal::new(GrpcCode::Internal, format!("the request body failed: {e}"))
+            GrpcStatus::new(GrpcCode::Internal, format!("the request body failed: {e}"))
         })?;
         // Request trailers carry nothing for a unary call.
         let Ok(data) = frame.into_data() else {
@@ -293,7 +294,7 @@ async fn read_message(mut body: Incoming) -> Result<Bytes, Refusal> {
         received.push(data);
         if let Some(length) = received.announced()? {
             if received.len() > PREFIX + length {
-                return Err(Refusal::new(
+                return Err(GrpcStatus::new(
                     GrpcCode::Internal,
                     "a unary call carries exactly one message; the body holds more",
                 ));
@@ -309,10 +310,10 @@ async fn read_message(mut body: Incoming) -> Result<Bytes, Refusal> {
                 received.len()
             )
         };
-        return Err(Refusal::new(GrpcCode::Internal, message));
+        return Err(GrpcStatus::new(GrpcCode::Internal, message));
     };
     if received.len() < PREFIX + length {
-        return Err(Refusal::new(
+        return Err(GrpcStatus::new(
             GrpcCode::Internal,
             format!(
                 "the request body ends inside the message: {length} bytes announced, {} received",
@@ -360,7 +361,7 @@ impl Received {
     }
 
     /// The message length its prefix announces, once the prefix is in (see [`announced`]).
-    fn announced(&self) -> Result<Option<usize>, Refusal> {
+    fn announced(&self) -> Result<Option<usize>, GrpcStatus> {
         announced(self.bytes())
     }
 
@@ -376,12 +377,12 @@ impl Received {
 /// The length the message prefix at the start of `received` announces, once the prefix is
 /// in; refuses a compressed message and one above [`MAX_REQUEST_BYTES`] before any more of it
 /// is read. For a unary call's body and for each message of a stream alike.
-fn announced(received: &[u8]) -> Result<Option<usize>, Refusal> {
+fn announced(received: &[u8]) -> Result<Option<usize>, GrpcStatus> {
     let Some(mut prefix) = received.get(..PREFIX) else {
         return Ok(None);
     };
     if prefix.get_u8() != 0 {
-        return Err(Refusal::new(
+        return Err(GrpcStatus::new(
             GrpcCode::Unimplemented,
             "compressed messages are not supported; send them uncompressed (identity)",
         ));
@@ -389,7 +390,7 @@ fn announced(received: &[u8]) -> Result<Option<usize>, Refusal> {
     let length = prefix.get_u32();
     match usize::try_from(length) {
         Ok(length) if length <= MAX_REQUEST_BYTES => Ok(Some(length)),
-        _ => Err(Refusal::new(
+        _ => Err(GrpcStatus::new(
             GrpcCode::ResourceExhausted,
             format!(
                 "the request message is {length} bytes, above the limit of {MAX_REQUEST_BYTES}"
@@ -411,14 +412,14 @@ enum GrpcCode {
 
 /// A call refused with a gRPC status.
 #[derive(Debug)]
-struct Refusal {
+struct GrpcStatus {
     code: GrpcCode,
     message: String,
 }
 
-impl Refusal {
-    fn new(code: GrpcCode, message: impl Into<String>) -> Refusal {
-        Refusal {
+impl GrpcStatus {
+    fn new(code: GrpcCode, message: impl Into<String>) -> GrpcStatus {
+        GrpcStatus {
             code,
             message: message.into(),
         }
@@ -473,7 +474,7 @@ fn http_refusal(status: StatusCode) -> Response<GrpcBody> {
 /// The answer to a call: the message, then `grpc-status: 0`.
 fn message_response(message: &impl Message) -> Response<GrpcBody> {
     if u32::try_from(message.encoded_len()).is_err() {
-        return Refusal::new(GrpcCode::Internal, "the response is too large to send")
+        return GrpcStatus::new(GrpcCode::Internal, "the response is too large to send")
             .into_response();
     }
     let mut response = Response::new(GrpcBody::message(framed(message)));
@@ -499,14 +500,14 @@ fn framed(message: &impl Message) -> Bytes {
 /// A gRPC response body: one message (or a stream of them), then the OK trailers; or nothing,
 /// when the status went in the headers.
 /// A response's messages as they come, until one that ends the call with a status of its own.
-type Messages = Pin<Box<dyn Stream<Item = Result<Bytes, Refusal>> + Send>>;
+type Messages = Pin<Box<dyn Stream<Item = Result<Bytes, GrpcStatus>> + Send>>;
 
 struct GrpcBody {
     message: Option<Bytes>,
     stream: Option<Messages>,
     trailers: bool,
     /// The status the stream ended the call with (`OK` if none).
-    ended: Option<Refusal>,
+    ended: Option<GrpcStatus>,
 }
 
 impl std::fmt::Debug for GrpcBody {

@@ -51,10 +51,10 @@
 //!
 //! The same port serves gRPC's health checking protocol, `grpc.health.v1.Health` (what
 //! Kubernetes gRPC probes and `grpc_health_probe` ask): `Check` answers the status of a service
-//! name, [`RlsBackend::serving`] (`SERVING` or `NOT_SERVING`; `NOT_FOUND` for a name the
+//! name, [`GrpcServing::serving`] (`SERVING` or `NOT_SERVING`; `NOT_FOUND` for a name the
 //! backend does not know); `Watch` sends the status at once, then each change (checked every
 //! second), and `SERVICE_UNKNOWN` for an unknown name; it ends, after a last status, when the
-//! server shuts down ([`RlsBackend::stopping`]).
+//! server shuts down ([`GrpcServing::stopping`]).
 //!
 //! # Benchmark body
 //!
@@ -68,12 +68,12 @@ mod call;
 
 pub use call::serve;
 
+use floodgate::algorithm::fixed_window::Unit;
 use std::future::Future;
 use std::time::Duration;
 
 use crate::rls::{
-    Code, RateUnit, RlsDescriptor, RlsLimit, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus,
-    Undecided,
+    Code, RlsDescriptor, RlsLimit, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus, Undecided,
 };
 
 /// The generated messages, under the path they had here.
@@ -95,7 +95,7 @@ pub use rls_v3::{RateLimitRequest, RateLimitResponse};
 /// 1 KiB). A larger one is refused with `RESOURCE_EXHAUSTED` before it is read.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// What answers `ShouldRateLimit` calls: the transport-free half of the service.
+/// What answers `ShouldRateLimit` calls: the decisions, without the transport.
 ///
 /// The request given is valid: a non-empty domain, at least one descriptor, each with at least
 /// one entry, every key non-empty. The response should hold one status per descriptor, in the
@@ -107,7 +107,12 @@ pub trait RlsBackend: Send + Sync + 'static {
         &self,
         request: RlsRequest,
     ) -> impl Future<Output = Result<RlsResponse, Undecided>> + Send;
+}
 
+/// How the gRPC listener serves a backend's connections: their limits, TLS, the count of
+/// calls in flight, and what gRPC health checking answers. Every method has a default (no TLS,
+/// no gate, always serving), so a backend that needs none of this writes an empty impl.
+pub trait GrpcServing: Send + Sync + 'static {
     /// The limits the gRPC connections are served with, and the gate counting them against
     /// `max_connections` (the defaults and no gate unless the backend says otherwise).
     fn connection_limits(
@@ -144,7 +149,11 @@ pub trait RlsBackend: Send + Sync + 'static {
     fn stopping(&self) -> bool {
         false
     }
+}
 
+/// The Rate Limit Quota Service's side of a backend: one session per stream, its usage
+/// reports answered with bucket actions. The defaults refuse every stream (`NOT_SERVED`).
+pub trait QuotaBackend: Send + Sync + 'static {
     /// A new Rate Limit Quota Service stream's session: `Err` with the reason when the call
     /// is refused (the default: this backend does not serve RLQS).
     fn quota_stream(&self) -> Result<crate::rlqs::Session, QuotaRefused> {
@@ -178,6 +187,12 @@ pub trait RlsBackend: Send + Sync + 'static {
     }
 }
 
+/// Everything the gRPC server needs of its backend: the three traits above together (any type
+/// implementing them is one).
+pub trait Backend: RlsBackend + GrpcServing + QuotaBackend {}
+
+impl<T: RlsBackend + GrpcServing + QuotaBackend> Backend for T {}
+
 /// Why a Rate Limit Quota Service stream is refused before it starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuotaRefused {
@@ -202,7 +217,7 @@ pub use crate::rls::InvalidRequest;
 fn check_units(request: &RateLimitRequest) -> Result<(), InvalidRequest> {
     for (descriptor, d) in request.descriptors.iter().enumerate() {
         if let Some(limit) = &d.limit {
-            if RateUnit::from_proto_number(limit.unit).is_none() {
+            if Unit::from_envoy_number(limit.unit).is_none() {
                 return Err(InvalidRequest::UnknownOverrideUnit {
                     descriptor,
                     unit: limit.unit,
@@ -234,7 +249,7 @@ impl TryFrom<RateLimitRequest> for RlsRequest {
                     limit: d.limit.and_then(|l| {
                         Some(RlsLimitOverride {
                             requests_per_unit: l.requests_per_unit,
-                            unit: RateUnit::from_proto_number(l.unit)?,
+                            unit: Unit::from_envoy_number(l.unit)?,
                         })
                     }),
                 })
@@ -270,15 +285,15 @@ fn code_to_proto(code: Code) -> response::Code {
 }
 
 /// Envoy's number for each unit (WEEK, added last, is 7).
-fn unit_to_proto(unit: RateUnit) -> rate_limit::Unit {
+fn unit_to_proto(unit: Unit) -> rate_limit::Unit {
     match unit {
-        RateUnit::Second => rate_limit::Unit::Second,
-        RateUnit::Minute => rate_limit::Unit::Minute,
-        RateUnit::Hour => rate_limit::Unit::Hour,
-        RateUnit::Day => rate_limit::Unit::Day,
-        RateUnit::Week => rate_limit::Unit::Week,
-        RateUnit::Month => rate_limit::Unit::Month,
-        RateUnit::Year => rate_limit::Unit::Year,
+        Unit::Second => rate_limit::Unit::Second,
+        Unit::Minute => rate_limit::Unit::Minute,
+        Unit::Hour => rate_limit::Unit::Hour,
+        Unit::Day => rate_limit::Unit::Day,
+        Unit::Week => rate_limit::Unit::Week,
+        Unit::Month => rate_limit::Unit::Month,
+        Unit::Year => rate_limit::Unit::Year,
     }
 }
 
@@ -465,11 +480,7 @@ mod tests {
         }
         assert!(RlsRequest::try_from(ok()).is_ok());
         // Every defined unit maps to its own.
-        for (number, unit) in [
-            (1, RateUnit::Second),
-            (5, RateUnit::Month),
-            (7, RateUnit::Week),
-        ] {
+        for (number, unit) in [(1, Unit::Second), (5, Unit::Month), (7, Unit::Week)] {
             let request = RateLimitRequest {
                 descriptors: vec![RateLimitDescriptor {
                     limit: Some(RateLimitOverride {
@@ -503,14 +514,14 @@ mod tests {
             statuses: vec![
                 RlsStatus {
                     code: Code::Ok,
-                    current_limit: Some(limit(Some("per-ip"), RateUnit::Minute)),
+                    current_limit: Some(limit(Some("per-ip"), Unit::Minute)),
                     limit_remaining: 9,
                     duration_until_reset: Some(Duration::from_millis(1_500)),
                     quota_mode: false,
                 },
                 RlsStatus {
                     code: Code::OverLimit,
-                    current_limit: Some(limit(None, RateUnit::Week)),
+                    current_limit: Some(limit(None, Unit::Week)),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::MAX),
                     quota_mode: false,
@@ -607,15 +618,16 @@ mod tests {
     #[test]
     fn units_have_envoys_numbers() {
         for (unit, number) in [
-            (RateUnit::Second, 1),
-            (RateUnit::Minute, 2),
-            (RateUnit::Hour, 3),
-            (RateUnit::Day, 4),
-            (RateUnit::Month, 5),
-            (RateUnit::Year, 6),
-            (RateUnit::Week, 7),
+            (Unit::Second, 1),
+            (Unit::Minute, 2),
+            (Unit::Hour, 3),
+            (Unit::Day, 4),
+            (Unit::Month, 5),
+            (Unit::Year, 6),
+            (Unit::Week, 7),
         ] {
             assert_eq!(unit_to_proto(unit) as i32, number, "{unit}");
+            assert_eq!(unit.envoy_number(), number, "{unit}");
         }
         assert_eq!(
             (

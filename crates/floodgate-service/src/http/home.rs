@@ -243,7 +243,8 @@ pub fn escape(text: &str) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use floodgate::limiter::{LimiterKind, Mode};
+    use floodgate::limiter::LimiterKind;
+    use floodgate::pipeline::Mode;
 
     use super::*;
 

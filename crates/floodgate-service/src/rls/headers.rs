@@ -76,7 +76,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::rls::{Code, RateUnit, RlsLimit};
+    use crate::rls::{Code, RlsLimit};
+    use floodgate::algorithm::fixed_window::Unit;
 
     fn names() -> ResponseHeaderNames {
         ResponseHeaderNames {
@@ -86,7 +87,7 @@ mod tests {
         }
     }
 
-    fn status(limit: Option<(u32, RateUnit)>, remaining: u32, reset: Option<f64>) -> RlsStatus {
+    fn status(limit: Option<(u32, Unit)>, remaining: u32, reset: Option<f64>) -> RlsStatus {
         RlsStatus {
             code: Code::Ok,
             current_limit: limit.map(|(requests_per_unit, unit)| RlsLimit {
@@ -116,9 +117,9 @@ mod tests {
     fn the_descriptor_closest_to_its_limit_is_described() {
         let statuses = [
             status(None, u32::MAX, None), // unlimited: never described
-            status(Some((10, RateUnit::Minute)), 7, Some(44.2)),
-            status(Some((3, RateUnit::Hour)), 2, Some(100.0)),
-            status(Some((5, RateUnit::Day)), 2, Some(9.0)), // a tie: the first one wins
+            status(Some((10, Unit::Minute)), 7, Some(44.2)),
+            status(Some((3, Unit::Hour)), 2, Some(100.0)),
+            status(Some((5, Unit::Day)), 2, Some(9.0)), // a tie: the first one wins
         ];
         assert_eq!(headers(&statuses, 0), expect("3", "2", "100"));
         assert_eq!(headers(&statuses[..2], 0), expect("10", "7", "45"));
@@ -129,11 +130,11 @@ mod tests {
         let over = |limit: u32, quota_mode: bool| RlsStatus {
             code: Code::OverLimit,
             quota_mode,
-            ..status(Some((limit, RateUnit::Minute)), 0, Some(30.0))
+            ..status(Some((limit, Unit::Minute)), 0, Some(30.0))
         };
         // Exactly at its limit, a status is as close as one over it: the one over is told.
         let statuses = [
-            status(Some((7, RateUnit::Minute)), 0, Some(30.0)),
+            status(Some((7, Unit::Minute)), 0, Some(30.0)),
             over(8, false),
             over(9, false),
             over(10, true),
@@ -143,7 +144,7 @@ mod tests {
         assert_eq!(
             headers(
                 &[
-                    status(Some((7, RateUnit::Minute)), 0, Some(30.0)),
+                    status(Some((7, Unit::Minute)), 0, Some(30.0)),
                     over(10, true)
                 ],
                 0
@@ -157,7 +158,7 @@ mod tests {
         assert!(headers(&[status(None, 0, None)], 0).is_empty());
         assert!(headers(&[], 0).is_empty());
         // A block has no reset of its own: the rest of its unit's window, from the epoch.
-        let blocked = [status(Some((0, RateUnit::Minute)), 0, None)];
+        let blocked = [status(Some((0, Unit::Minute)), 0, None)];
         assert_eq!(headers(&blocked, 60 * 1000 + 15), expect("0", "0", "45"));
         assert_eq!(headers(&blocked, 60 * 1000), expect("0", "0", "60"));
     }

@@ -4,11 +4,12 @@
 //! at their default value omitted on output), read into and written from [`RlsRequest`] and
 //! [`RlsResponse`].
 
+use floodgate::algorithm::fixed_window::Unit;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Code, RateUnit, RlsDescriptor, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus};
+use super::{Code, RlsDescriptor, RlsLimitOverride, RlsRequest, RlsResponse, RlsStatus};
 
 /// Why a `POST /json` body is not a `RateLimitRequest`. Every variant names the field by its
 /// path in the body (`descriptors[0].entries[1].key`).
@@ -173,11 +174,11 @@ fn limit_from_json(json: &Value, path: &str) -> Result<Option<RlsLimitOverride>,
                 let unit_path = format!("{path}.unit");
                 unit = match value {
                     Value::Null => None,
-                    Value::String(name) => Some(RateUnit::from_name(name)),
+                    Value::String(name) => Some(Unit::from_name(name).ok()),
                     Value::Number(n) => Some(
                         n.as_i64()
                             .and_then(|n| i32::try_from(n).ok())
-                            .and_then(RateUnit::from_proto_number),
+                            .and_then(Unit::from_envoy_number),
                     ),
                     other => return Err(wrong_type(&unit_path, "a string", other)),
                 }
@@ -321,7 +322,7 @@ fn status_to_json(status: &RlsStatus) -> Value {
         if limit.requests_per_unit != 0 {
             l.insert("requestsPerUnit".into(), limit.requests_per_unit.into());
         }
-        l.insert("unit".into(), limit.unit.proto_name().into());
+        l.insert("unit".into(), limit.unit.envoy_name().into());
         out.insert("currentLimit".into(), Value::Object(l));
     }
     if status.limit_remaining != 0 {
@@ -395,9 +396,9 @@ mod tests {
         assert_eq!(
             limits,
             [
-                limit(5, RateUnit::Minute),
-                limit(u32::MAX, RateUnit::Week),
-                limit(0, RateUnit::Week)
+                limit(5, Unit::Minute),
+                limit(u32::MAX, Unit::Week),
+                limit(0, Unit::Week)
             ]
         );
     }
@@ -507,7 +508,7 @@ mod tests {
                     current_limit: Some(RlsLimit {
                         name: None,
                         requests_per_unit: 1,
-                        unit: RateUnit::Minute,
+                        unit: Unit::Minute,
                     }),
                     limit_remaining: 0,
                     duration_until_reset: Some(Duration::from_secs(60)),
@@ -518,7 +519,7 @@ mod tests {
                     current_limit: Some(RlsLimit {
                         name: Some("per_user".into()),
                         requests_per_unit: 2,
-                        unit: RateUnit::Week,
+                        unit: Unit::Week,
                     }),
                     limit_remaining: 1,
                     duration_until_reset: Some(Duration::from_millis(1500)),

@@ -17,7 +17,7 @@ pub mod json;
 /// `rls.on_store_error`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum OnStoreError {
+pub enum StoreFailureAnswer {
     /// Answer `OK` for every descriptor: the request goes through (fail open; the default).
     #[default]
     Ok,
@@ -28,13 +28,13 @@ pub enum OnStoreError {
     Unavailable,
 }
 
-impl OnStoreError {
+impl StoreFailureAnswer {
     /// Its name in the config.
     pub fn name(self) -> &'static str {
         match self {
-            OnStoreError::Ok => "ok",
-            OnStoreError::OverLimit => "over_limit",
-            OnStoreError::Unavailable => "unavailable",
+            StoreFailureAnswer::Ok => "ok",
+            StoreFailureAnswer::OverLimit => "over_limit",
+            StoreFailureAnswer::Unavailable => "unavailable",
         }
     }
 }
@@ -159,7 +159,7 @@ pub struct RlsLimitOverride {
     /// Requests allowed per unit.
     pub requests_per_unit: u32,
     /// The unit of time.
-    pub unit: RateUnit,
+    pub unit: Unit,
 }
 
 impl RlsRequest {
@@ -193,7 +193,7 @@ pub struct RlsLimit {
     /// Requests allowed per unit.
     pub requests_per_unit: u32,
     /// The unit of time, any of Envoy's.
-    pub unit: RateUnit,
+    pub unit: Unit,
 }
 
 /// The status of one descriptor.
@@ -234,119 +234,6 @@ pub struct RlsResponse {
     /// Headers for Envoy to add to its response, `(name, value)` in order: the rate limit
     /// headers when they are turned on ([`headers`]), else none.
     pub response_headers_to_add: Vec<(String, String)>,
-}
-
-/// Envoy's rate limit units (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`),
-/// each a fixed number of seconds counted from the epoch, as envoyproxy/ratelimit counts them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RateUnit {
-    /// 1 second.
-    Second,
-    /// 60 seconds.
-    Minute,
-    /// 3 600 seconds.
-    Hour,
-    /// 86 400 seconds.
-    Day,
-    /// 604 800 seconds (7 days).
-    Week,
-    /// 2 592 000 seconds (30 days), not a calendar month.
-    Month,
-    /// 31 536 000 seconds (365 days), not a calendar year.
-    Year,
-}
-
-impl RateUnit {
-    /// Every unit, shortest first.
-    pub const ALL: [RateUnit; 7] = [
-        RateUnit::Second,
-        RateUnit::Minute,
-        RateUnit::Hour,
-        RateUnit::Day,
-        RateUnit::Week,
-        RateUnit::Month,
-        RateUnit::Year,
-    ];
-
-    /// Parses a unit name ignoring case (`minute`, `Minute`, `MINUTE`); `None` if unknown.
-    pub fn from_name(name: &str) -> Option<RateUnit> {
-        RateUnit::ALL
-            .into_iter()
-            .find(|u| u.name().eq_ignore_ascii_case(name))
-    }
-
-    /// The name in lower case, as config files write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RateUnit::Second => "second",
-            RateUnit::Minute => "minute",
-            RateUnit::Hour => "hour",
-            RateUnit::Day => "day",
-            RateUnit::Week => "week",
-            RateUnit::Month => "month",
-            RateUnit::Year => "year",
-        }
-    }
-
-    /// The unit of Envoy's enum number (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6,
-    /// WEEK 7); `None` for UNKNOWN (0) and numbers Envoy does not define.
-    pub fn from_proto_number(number: i32) -> Option<RateUnit> {
-        Some(match number {
-            1 => RateUnit::Second,
-            2 => RateUnit::Minute,
-            3 => RateUnit::Hour,
-            4 => RateUnit::Day,
-            5 => RateUnit::Month,
-            6 => RateUnit::Year,
-            7 => RateUnit::Week,
-            _ => return None,
-        })
-    }
-
-    /// The protobuf enum name (`"MINUTE"`), as the JSON mapping writes it.
-    pub fn proto_name(self) -> &'static str {
-        match self {
-            RateUnit::Second => "SECOND",
-            RateUnit::Minute => "MINUTE",
-            RateUnit::Hour => "HOUR",
-            RateUnit::Day => "DAY",
-            RateUnit::Week => "WEEK",
-            RateUnit::Month => "MONTH",
-            RateUnit::Year => "YEAR",
-        }
-    }
-
-    /// The window's length.
-    pub fn duration(self) -> Duration {
-        const DAY: u64 = 86_400;
-        Duration::from_secs(match self {
-            RateUnit::Second => 1,
-            RateUnit::Minute => 60,
-            RateUnit::Hour => 3_600,
-            RateUnit::Day => DAY,
-            RateUnit::Week => 7 * DAY,
-            RateUnit::Month => 30 * DAY,
-            RateUnit::Year => 365 * DAY,
-        })
-    }
-}
-
-impl From<Unit> for RateUnit {
-    fn from(unit: Unit) -> RateUnit {
-        match unit {
-            Unit::Second => RateUnit::Second,
-            Unit::Minute => RateUnit::Minute,
-            Unit::Hour => RateUnit::Hour,
-            Unit::Day => RateUnit::Day,
-            Unit::Week => RateUnit::Week,
-        }
-    }
-}
-
-impl std::fmt::Display for RateUnit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// Descriptor entries from `(key, value)` pairs, for tests.

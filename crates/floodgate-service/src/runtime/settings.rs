@@ -551,7 +551,7 @@ fn defaults(env: &Environment, upstream: Option<&Upstream>) -> Result<Defaults, 
             reset: b.header_names[2].clone(),
         });
         // Upstream answers a store failure with an error, for Envoy's own failure mode.
-        defaults.on_store_error = Some(crate::rls::OnStoreError::Unavailable);
+        defaults.on_store_error = Some(crate::rls::StoreFailureAnswer::Unavailable);
         defaults.shadow_mode = Some(b.shadow_mode);
         defaults.quota_mode = Some(b.quota_mode);
         defaults.require_domains = Some(b.healthy_with_a_domain);

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::request_rate::Plan;
 use floodgate::limiter::utilization::WorkerGauge;
-use floodgate::limiter::{KeyedLimit, Mode};
+use floodgate::limiter::KeyedLimit;
+use floodgate::pipeline::Mode;
 use floodgate::pipeline::{Limiter, Pipeline};
 use floodgate::store::Store;
 use floodgate::Clock;
@@ -49,7 +50,7 @@ pub struct Served<S> {
     /// modes may differ, switched at run time ([`Pipeline::set_mode`]).
     pub configured_modes: BTreeMap<String, Mode>,
     /// What a `ShouldRateLimit` call answers when the store fails (`rls.on_store_error`).
-    pub rls_on_store_error: crate::rls::OnStoreError,
+    pub rls_on_store_error: crate::rls::StoreFailureAnswer,
     /// `rls.shadow_mode`: over-limit answers are answered `OK`.
     pub rls_shadow_mode: bool,
     /// `rls.require_domains`: not ready without a domain.

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use floodgate::limiter::Mode;
+use floodgate::pipeline::Mode;
 
 use super::switches::{PlanSwitch, Switches};
 use super::{has_plan, plan_list, Server};

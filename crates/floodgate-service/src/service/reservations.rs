@@ -27,7 +27,7 @@ use floodgate::algorithm::gcra::Gcra;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::limiter::Reservation;
 use floodgate::pipeline::PipelineReservation;
-use floodgate::store::{Link, Linked, Namespace, Request, ScopedKey, Store};
+use floodgate::store::{KeyedOp, Link, Linked, Namespace, ScopedKey, Store};
 use floodgate::{Clock, Decision, LeaseId, Nanos, Op, StoreError};
 
 use super::evaluate::{EvaluateAnswer, EvaluateError, EvaluateRequest};
@@ -387,9 +387,9 @@ impl Server {
                 tracing::warn!(error = %failed.error, settled = failed.settled.len(), left = left.len(), "a pipeline reservation was settled in part: a store failed; a retry settles the rest");
                 let (marker, keys) =
                     settled_markers(held.id, held.expires, self.decisions.clock.now(), &left)?;
-                let refunds: Vec<Request<'_, str, AnyAlgorithm>> = keys
+                let refunds: Vec<KeyedOp<'_, str, AnyAlgorithm>> = keys
                     .iter()
-                    .map(|key| Request {
+                    .map(|key| KeyedOp {
                         algorithm: &marker,
                         key: &**key,
                         op: Op::Refund { cost: 1 },
@@ -421,7 +421,7 @@ impl Server {
         let links: Vec<Link<'_, str, AnyAlgorithm>> = keys
             .iter()
             .map(|key| Link {
-                request: Request {
+                request: KeyedOp {
                     algorithm: &marker,
                     key: &**key,
                     op: Op::Charge { cost: 1 },

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use floodgate::limiter::Mode;
+use floodgate::pipeline::Mode;
 
 /// A stage's mode set at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

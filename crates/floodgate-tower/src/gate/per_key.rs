@@ -25,7 +25,7 @@
 //! Each layer counts in its own namespace. Without [`PerKey::namespace`] it takes `per_ip`,
 //! `per_api_key` or `per_<header>` for itself: on a store it shares (a Redis given to several
 //! layers), a second layer in the same namespace is refused at build time (see
-//! [`floodgate::store::claims`]), rather than two routes counting in one bucket.
+//! [`floodgate::store::holds`]), rather than two routes counting in one bucket.
 
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;

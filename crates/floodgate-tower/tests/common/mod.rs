@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::algorithm::spec::{AnyAlgorithm, AnyState};
-use floodgate::store::{Key, MemoryStore, Request as StoreRequest, Store};
+use floodgate::store::{Key, KeyedOp, MemoryStore, Store};
 use floodgate::{Clock, Decision, ManualClock, Nanos, Op, StoreError};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
@@ -99,7 +99,7 @@ impl Store<str, AnyAlgorithm> for Later {
 
     async fn apply_many(
         &self,
-        requests: &[StoreRequest<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         tokio::task::yield_now().await;
         self.0.apply_many(requests).await

@@ -10,8 +10,9 @@
 //! again from 0.
 //!
 //! With [`crate::SystemClock`], whose epoch is the Unix epoch, windows of a [`Unit`] line up
-//! with UTC: seconds, minutes and hours on the clock, days at midnight UTC, and weeks starting on
-//! Thursdays at midnight UTC (1970-01-01 was a Thursday). This is what envoyproxy/ratelimit does
+//! with UTC: seconds, minutes and hours on the clock, days at midnight UTC, weeks starting on
+//! Thursdays at midnight UTC (1970-01-01 was a Thursday), and "months" and "years" of 30 and
+//! 365 days counted from the epoch, not calendar ones. This is what envoyproxy/ratelimit does
 //! (`now / unit × unit`), so its `requests_per_unit` limits count the same windows here.
 //!
 //! # Decision
@@ -79,8 +80,9 @@ pub struct FixedWindow {
     window: u64,
 }
 
-/// A calendar unit for [`FixedWindow::per_unit`]: Envoy's rate limit units (`SECOND`, `MINUTE`,
-/// `HOUR`, `DAY`, `WEEK`), each a fixed number of seconds.
+/// A unit of time for [`FixedWindow::per_unit`]: Envoy's rate limit units
+/// (`envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`), each a fixed number of
+/// seconds counted from the Unix epoch, as envoyproxy/ratelimit counts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// 1 second.
@@ -93,31 +95,40 @@ pub enum Unit {
     Day,
     /// 604 800 seconds (weeks start on Thursdays at midnight UTC on a Unix-epoch clock).
     Week,
+    /// 2 592 000 seconds (30 days), not a calendar month.
+    Month,
+    /// 31 536 000 seconds (365 days), not a calendar year.
+    Year,
 }
 
 impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
     /// Parses a unit name, ignoring case: `"minute"`, `"Minute"` and Envoy's `"MINUTE"` are the
     /// same unit. An unknown name is a [`ConfigError`] for field `unit`.
     pub fn from_name(name: &str) -> Result<Unit, ConfigError> {
-        [
-            Unit::Second,
-            Unit::Minute,
-            Unit::Hour,
-            Unit::Day,
-            Unit::Week,
-        ]
-        .into_iter()
-        .find(|unit| unit.name().eq_ignore_ascii_case(name))
-        .ok_or_else(|| {
-            ConfigError::invalid(
-                "unit",
-                name,
-                "must be one of second, minute, hour, day, week",
-            )
-        })
+        Unit::ALL
+            .into_iter()
+            .find(|unit| unit.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    "unit",
+                    name,
+                    "must be one of second, minute, hour, day, week, month, year",
+                )
+            })
     }
 
-    /// The unit's name in lower case, as [`Unit::from_name`] reads it.
+    /// The unit's name in lower case, as [`Unit::from_name`] reads it and config files write it.
     pub fn name(self) -> &'static str {
         match self {
             Unit::Second => "second",
@@ -125,17 +136,63 @@ impl Unit {
             Unit::Hour => "hour",
             Unit::Day => "day",
             Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The name of Envoy's enum value (`"MINUTE"`), as the protobuf's JSON mapping writes it.
+    pub fn envoy_name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+
+    /// The unit of Envoy's enum number (SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6,
+    /// WEEK 7); `None` for UNKNOWN (0) and numbers Envoy does not define.
+    pub fn from_envoy_number(number: i32) -> Option<Unit> {
+        Some(match number {
+            1 => Unit::Second,
+            2 => Unit::Minute,
+            3 => Unit::Hour,
+            4 => Unit::Day,
+            5 => Unit::Month,
+            6 => Unit::Year,
+            7 => Unit::Week,
+            _ => return None,
+        })
+    }
+
+    /// Envoy's enum number for the unit ([`Unit::from_envoy_number`] reads it back).
+    pub fn envoy_number(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
         }
     }
 
     /// The unit's length.
     pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
         Duration::from_secs(match self {
             Unit::Second => 1,
             Unit::Minute => 60,
             Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 604_800,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
         })
     }
 }
@@ -442,13 +499,19 @@ mod tests {
             ("Hour", Unit::Hour, 3_600),
             ("day", Unit::Day, 86_400),
             ("WEEK", Unit::Week, 604_800),
+            ("Month", Unit::Month, 2_592_000),
+            ("YEAR", Unit::Year, 31_536_000),
         ] {
             assert_eq!(Unit::from_name(name), Ok(unit));
             assert_eq!(name.parse::<Unit>(), Ok(unit));
             assert_eq!(unit.duration(), Duration::from_secs(secs));
             assert_eq!(Unit::from_name(&unit.to_string()), Ok(unit));
+            assert_eq!(Unit::from_name(unit.envoy_name()), Ok(unit));
+            assert_eq!(Unit::from_envoy_number(unit.envoy_number()), Some(unit));
         }
-        for bad in ["", "minutes", "fortnight", "MONTH", " second"] {
+        assert_eq!(Unit::from_envoy_number(0), None);
+        assert_eq!(Unit::from_envoy_number(8), None);
+        for bad in ["", "minutes", "fortnight", "quarter", " second"] {
             let err = Unit::from_name(bad).unwrap_err();
             assert!(
                 matches!(&err, ConfigError::Invalid { field: "unit", value, .. } if value == bad)

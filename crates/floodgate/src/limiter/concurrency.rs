@@ -14,7 +14,7 @@ use super::LeaseHandle;
 use crate::algorithm::concurrency::Concurrency;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
-use crate::store::claims::Claim;
+use crate::store::holds::NamespaceHold;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
@@ -39,8 +39,8 @@ pub struct ConcurrencyLimiter<S> {
     leases: InFlight<S>,
     capacity: u64,
     lease_ttl: Duration,
-    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
-    _claim: Option<Claim>,
+    /// The hold on the namespace in the store's record (see [`crate::store::holds`]).
+    _claim: Option<NamespaceHold>,
 }
 
 /// Builds a [`ConcurrencyLimiter`]: `capacity` is required; `lease_ttl` defaults to
@@ -68,7 +68,7 @@ impl ConcurrencyLimiterBuilder {
     ///
     /// Without one, the limiter takes `concurrency` for itself on its store: a second limiter
     /// of the same store building in `concurrency` is refused while this one lives, since the
-    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// two would count in the same keys (see [`crate::store::holds`]). Name the namespace on
     /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.settings.namespace = Some(namespace.into());

@@ -16,7 +16,7 @@ use super::LeaseHandle;
 use crate::algorithm::concurrency::Fleet;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::blocking::block_on;
-use crate::store::claims::Claim;
+use crate::store::holds::NamespaceHold;
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, LeaseId, StoreError};
 
@@ -45,8 +45,8 @@ pub struct FleetShedder<S> {
     capacity: u64,
     reserved_for_critical: f64,
     lease_ttl: Duration,
-    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
-    _claim: Option<Claim>,
+    /// The hold on the namespace in the store's record (see [`crate::store::holds`]).
+    _claim: Option<NamespaceHold>,
 }
 
 /// Builds a [`FleetShedder`]: `capacity` is required; `reserved_for_critical` defaults to 0
@@ -81,7 +81,7 @@ impl FleetShedderBuilder {
     ///
     /// Without one, the limiter takes `fleet` for itself on its store: a second limiter
     /// of the same store building in `fleet` is refused while this one lives, since the
-    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// two would count in the same keys (see [`crate::store::holds`]). Name the namespace on
     /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.settings.namespace = Some(namespace.into());

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Lease, LeaseHandle, ReturnLease};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::store::claims::{claim_on, Claim};
+use crate::store::holds::{hold_on, NamespaceHold};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, LeaseId, Op, StoreError};
 
@@ -34,15 +34,15 @@ impl LeaseSettings {
     }
 
     /// The leases of `algorithm` on `store`, in the namespace set (else `default`, claimed
-    /// for this limiter alone: see [`crate::store::claims`]), and the claim to hold.
+    /// for this limiter alone: see [`crate::store::holds`]), and the claim to hold.
     pub(crate) fn leases<S: Store<str, AnyAlgorithm> + 'static>(
         &self,
         default: &str,
         algorithm: AnyAlgorithm,
         store: S,
-    ) -> Result<(InFlight<S>, Option<Claim>), ConfigError> {
+    ) -> Result<(InFlight<S>, Option<NamespaceHold>), ConfigError> {
         let namespace = Namespace::new(self.namespace.as_deref().unwrap_or(default))?;
-        let claim = claim_on(&store, &namespace, self.namespace.is_some())?;
+        let claim = hold_on(&store, &namespace, self.namespace.is_some())?;
         Ok((InFlight::new(namespace, algorithm, store), claim))
     }
 }

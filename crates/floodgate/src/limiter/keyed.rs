@@ -3,7 +3,7 @@
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::Algorithm;
 use crate::blocking::block_on;
-use crate::store::claims::{claim_on, Claim};
+use crate::store::holds::{hold_on, NamespaceHold};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
@@ -53,8 +53,8 @@ pub struct KeyedLimit<S, A = AnyAlgorithm> {
     namespace: Namespace,
     algorithm: A,
     store: S,
-    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
-    _claim: Option<Claim>,
+    /// The hold on the namespace in the store's record (see [`crate::store::holds`]).
+    _claim: Option<NamespaceHold>,
 }
 
 impl<S: Store<str, AnyAlgorithm>> KeyedLimit<S> {
@@ -74,7 +74,7 @@ impl<S: Store<str, A>, A: Algorithm> KeyedLimit<S, A> {
     pub fn typed(namespace: &str, algorithm: A, store: S) -> Result<Self, ConfigError> {
         let namespace = Namespace::new(namespace)?;
         // Named by the caller: shared with any other limiter that names it.
-        let claim = claim_on(&store, &namespace, true)?;
+        let claim = hold_on(&store, &namespace, true)?;
         Ok(KeyedLimit {
             namespace,
             algorithm,

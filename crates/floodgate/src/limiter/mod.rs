@@ -102,63 +102,6 @@ impl fmt::Display for LimiterKind {
     }
 }
 
-/// How a limiter acts on its decisions; switchable at run time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// Decide and refuse.
-    #[default]
-    Enforce,
-    /// Dark launch: decide and count what would be refused, but let it through.
-    Shadow,
-    /// Kill switch: not consulted at all.
-    Off,
-}
-
-impl Mode {
-    /// `enforce`, `shadow` or `off`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Shadow => "shadow",
-            Mode::Off => "off",
-        }
-    }
-
-    /// Parses [`Mode::name`]'s output.
-    pub fn from_name(name: &str) -> Option<Mode> {
-        [Mode::Enforce, Mode::Shadow, Mode::Off]
-            .into_iter()
-            .find(|m| m.name() == name)
-    }
-
-    pub(crate) fn to_u8(self) -> u8 {
-        self as u8
-    }
-
-    pub(crate) fn from_u8(v: u8) -> Mode {
-        match v {
-            0 => Mode::Enforce,
-            1 => Mode::Shadow,
-            _ => Mode::Off,
-        }
-    }
-}
-
-/// What a limiter does when its store fails (an `Err`, never a denial).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OnStoreError {
-    /// Let the request through and count it (the default: a rate limiter must not become the
-    /// outage).
-    #[default]
-    FailOpen,
-    /// Refuse the request with 503.
-    FailClosed,
-    /// Decide on this node's own memory store, at this node's share of the limit (`1/nodes`
-    /// of it, with the pipeline's `nodes`): see [`crate::pipeline`]'s `local` module docs.
-    Local,
-}
-
 /// A place taken in a concurrency or fleet limiter. Dropping it gives the place back, on every
 /// path: success, error, panic unwinding, a cancelled future. [`Lease::keep`] detaches it into a
 /// [`LeaseHandle`] for callers that return it later (the HTTP service's `/v1/release`).
@@ -441,10 +384,6 @@ mod tests {
     fn names_round_trip() {
         for k in LimiterKind::ALL {
             assert_eq!(LimiterKind::from_name(k.name()), Some(k));
-        }
-        for m in [Mode::Enforce, Mode::Shadow, Mode::Off] {
-            assert_eq!(Mode::from_name(m.name()), Some(m));
-            assert_eq!(Mode::from_u8(m.to_u8()), m);
         }
         assert_eq!(whole_seconds_up(std::time::Duration::from_millis(120)), 1);
         assert_eq!(whole_seconds_up(std::time::Duration::from_secs(2)), 2);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::token_bucket::TokenBucket;
 use crate::blocking::block_on;
-use crate::store::claims::{claim_on, Claim};
+use crate::store::holds::{hold_on, NamespaceHold};
 use crate::store::{Namespace, Store};
 use crate::{ConfigError, Decision, Op, StoreError};
 
@@ -163,8 +163,8 @@ pub struct RequestRateLimiter<S> {
     default_plan: String,
     endpoint_costs: HashMap<String, u64>,
     store: S,
-    /// The hold on the namespace in the store's record (see [`crate::store::claims`]).
-    _claim: Option<Claim>,
+    /// The hold on the namespace in the store's record (see [`crate::store::holds`]).
+    _claim: Option<NamespaceHold>,
 }
 
 /// A request rate decision, with the plan that made it.
@@ -220,7 +220,7 @@ impl RequestRateLimiterBuilder {
     ///
     /// Without one, the limiter takes `request_rate` for itself on its store: a second limiter
     /// of the same store building in `request_rate` is refused while this one lives, since the
-    /// two would count in the same keys (see [`crate::store::claims`]). Name the namespace on
+    /// two would count in the same keys (see [`crate::store::holds`]). Name the namespace on
     /// both to share their counts on purpose.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
@@ -279,7 +279,7 @@ impl RequestRateLimiterBuilder {
         }
         let namespace = Namespace::new(self.namespace.as_deref().unwrap_or("request_rate"))?;
         let named = self.namespace.is_some() && !self.defaulted;
-        let claim = claim_on(&store, &namespace, named)?;
+        let claim = hold_on(&store, &namespace, named)?;
         Ok(RequestRateLimiter {
             namespace,
             plans,

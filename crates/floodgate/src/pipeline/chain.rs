@@ -34,7 +34,8 @@ use std::ops::Range;
 
 use super::{settle, Limiter, Pipeline, Refusal, Stage, Step, SHED_RETRY_AFTER};
 use crate::algorithm::spec::AnyAlgorithm;
-use crate::limiter::{Lease, Mode, OnStoreError, Priority, RateLimitHeaders};
+use crate::limiter::{Lease, Priority, RateLimitHeaders};
+use crate::pipeline::{Mode, OnStoreError};
 use crate::store::{self, Link, Linked, ScopedKey, Store};
 use crate::{Decision, LeaseId, Op, StoreError};
 
@@ -502,7 +503,7 @@ impl<S: Store<str, AnyAlgorithm> + 'static> Pipeline<S> {
             .iter()
             .enumerate()
             .map(|(i, p)| Link {
-                request: store::Request {
+                request: store::KeyedOp {
                     algorithm: p.algorithm,
                     key: &*p.key,
                     op: p.op,

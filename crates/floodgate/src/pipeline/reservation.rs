@@ -24,7 +24,7 @@
 
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::limiter::reservation::settlement;
-use crate::limiter::Mode;
+use crate::pipeline::Mode;
 use crate::store::{Namespace, ScopedKey, Store};
 use crate::{Decision, Op, StoreError};
 

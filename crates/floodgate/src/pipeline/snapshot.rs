@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::{Limiter, Pipeline, Stage};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::algorithm::Algorithm;
-use crate::limiter::{LimiterKind, Mode, OnStoreError, Priority};
+use crate::limiter::{LimiterKind, Priority};
+use crate::pipeline::{Mode, OnStoreError};
 use crate::store::{Namespace, Store};
 
 /// A stage's counters since the pipeline was built (or since the stage was first built, for a
@@ -31,7 +32,7 @@ pub struct StageStats {
     /// Store errors that refused the request.
     pub fail_closed: u64,
     /// Store errors after which the stage decided on this node's share of its limit
-    /// ([`OnStoreError::Local`](crate::limiter::OnStoreError::Local)).
+    /// ([`OnStoreError::Local`](crate::pipeline::OnStoreError::Local)).
     pub decided_locally: u64,
 }
 

@@ -8,9 +8,66 @@ use std::sync::Arc;
 use super::{local, scope, Limiter, Request, Scope};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::limiter::request_rate::RequestRateLimiter;
-use crate::limiter::{LimiterKind, Mode, OnStoreError};
+use crate::limiter::LimiterKind;
 use crate::store::{Namespace, Store};
 use crate::ConfigError;
+
+/// How a stage acts on its limiter's decisions; switchable at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Decide and refuse.
+    #[default]
+    Enforce,
+    /// Dark launch: decide and count what would be refused, but let it through.
+    Shadow,
+    /// Kill switch: not consulted at all.
+    Off,
+}
+
+impl Mode {
+    /// `enforce`, `shadow` or `off`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Off => "off",
+        }
+    }
+
+    /// Parses [`Mode::name`]'s output.
+    pub fn from_name(name: &str) -> Option<Mode> {
+        [Mode::Enforce, Mode::Shadow, Mode::Off]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+
+    pub(crate) fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Mode {
+        match v {
+            0 => Mode::Enforce,
+            1 => Mode::Shadow,
+            _ => Mode::Off,
+        }
+    }
+}
+
+/// What a stage does when its limiter's store fails (an `Err`, never a denial).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnStoreError {
+    /// Let the request through and count it (the default: a rate limiter must not become the
+    /// outage).
+    #[default]
+    FailOpen,
+    /// Refuse the request with 503.
+    FailClosed,
+    /// Decide on this node's own memory store, at this node's share of the limit (`1/nodes`
+    /// of it, with the pipeline's `nodes`): see the [pipeline](super)'s `local` module docs.
+    Local,
+}
 
 /// One stage of a pipeline: a limiter, named by its namespace, with its mode, failure policy and
 /// refusal status. Build one with [`Stage::new`] and the setters, then add it with
@@ -303,4 +360,17 @@ pub(super) fn check_scopes<S: Store<str, AnyAlgorithm> + 'static>(
         stage.all_or_nothing = true;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mode;
+
+    #[test]
+    fn modes_round_trip() {
+        for m in [Mode::Enforce, Mode::Shadow, Mode::Off] {
+            assert_eq!(Mode::from_name(m.name()), Some(m));
+            assert_eq!(Mode::from_u8(m.to_u8()), m);
+        }
+    }
 }

@@ -30,7 +30,7 @@
 //! An `Err` from `apply_chain` is a failure of the whole call (the store unreachable): none or
 //! some links may have been applied, each fully or not at all.
 
-use super::{ensure_supported, Request, Store};
+use super::{ensure_supported, KeyedOp, Store};
 use crate::algorithm::Algorithm;
 use crate::{Decision, StoreError};
 
@@ -38,7 +38,7 @@ use crate::{Decision, StoreError};
 #[derive(Debug)]
 pub struct Link<'a, K: ?Sized, A> {
     /// The operation, its key and its algorithm.
-    pub request: Request<'a, K, A>,
+    pub request: KeyedOp<'a, K, A>,
     /// A denial of this link refuses the request, so all-or-nothing links are undone (the
     /// stage or limit enforces; a shadow one does not).
     pub refuses: bool,

@@ -34,11 +34,11 @@ mod breaker;
 pub mod cached;
 pub mod capabilities;
 pub mod chain;
-pub mod claims;
 mod counters;
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub mod file;
+pub mod holds;
 mod key;
 mod local;
 #[cfg(feature = "memcached")]
@@ -64,11 +64,11 @@ pub use breaker::BreakerState;
 pub use cached::{CachedStats, CachedStore, CachedStoreBuilder};
 pub use capabilities::Capabilities;
 pub use chain::{Link, Linked};
-pub use claims::Namespaces;
 pub use counters::CounterIncrement;
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use file::{FileStore, FileStoreBuilder, FileStoreError, JournalStats};
+pub use holds::Namespaces;
 pub use key::{Key, OwnedKey};
 pub use local::LocalStore;
 #[cfg(feature = "memcached")]
@@ -84,7 +84,7 @@ pub use word::{WordState, WordStore};
 
 /// One operation of a batch given to [`Store::apply_many`].
 #[derive(Debug)]
-pub struct Request<'a, K: ?Sized, A> {
+pub struct KeyedOp<'a, K: ?Sized, A> {
     /// The algorithm (with its parameters) that decides this operation.
     pub algorithm: &'a A,
     /// The key whose state the operation reads and updates.
@@ -93,13 +93,13 @@ pub struct Request<'a, K: ?Sized, A> {
     pub op: Op,
 }
 
-impl<K: ?Sized, A> Clone for Request<'_, K, A> {
+impl<K: ?Sized, A> Clone for KeyedOp<'_, K, A> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<K: ?Sized, A> Copy for Request<'_, K, A> {}
+impl<K: ?Sized, A> Copy for KeyedOp<'_, K, A> {}
 
 impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
     for std::sync::Arc<T>
@@ -115,7 +115,7 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, K, A>],
+        requests: &[KeyedOp<'_, K, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         (**self).apply_many(requests)
     }
@@ -157,8 +157,8 @@ impl<K: ?Sized, A: Algorithm, T: Store<K, A> + ?Sized + Send + Sync> Store<K, A>
 /// first (an unsupported one anywhere refuses the batch before anything is applied), then
 /// `apply` applies each in order.
 pub(crate) fn apply_each<Q: ?Sized, A: Algorithm>(
-    requests: &[Request<'_, Q, A>],
-    mut apply: impl FnMut(&Request<'_, Q, A>) -> Result<Decision, StoreError>,
+    requests: &[KeyedOp<'_, Q, A>],
+    mut apply: impl FnMut(&KeyedOp<'_, Q, A>) -> Result<Decision, StoreError>,
 ) -> Result<Vec<Decision>, StoreError> {
     requests
         .iter()
@@ -199,7 +199,7 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
     /// may have been applied (each one either fully or not at all).
     fn apply_many(
         &self,
-        requests: &[Request<'_, K, A>],
+        requests: &[KeyedOp<'_, K, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
     /// Applies a chain of operations in order, in one call: the operations one request makes
@@ -248,7 +248,7 @@ pub trait Store<K: ?Sized, A: Algorithm>: Send + Sync {
     }
 
     /// The namespaces this store's live limiters hold, so that two limiters never count in
-    /// one namespace by accident (see [`claims`]). `None`, the default, keeps no record and
+    /// one namespace by accident (see [`holds`]). `None`, the default, keeps no record and
     /// checks nothing; the stores of this crate keep one, shared by their clones.
     fn namespaces(&self) -> Option<&Namespaces> {
         None

@@ -19,8 +19,8 @@ use hyper::body::Incoming;
 use prost::Message;
 use tokio::sync::mpsc;
 
-use super::{announced, framed, grpc_content_type, GrpcBody, GrpcCode, Refusal, PREFIX};
-use crate::grpc::{QuotaAction, QuotaRefused, RlsBackend};
+use super::{announced, framed, grpc_content_type, GrpcBody, GrpcCode, GrpcStatus, PREFIX};
+use crate::grpc::{Backend, QuotaAction, QuotaRefused};
 use crate::proto::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -35,20 +35,20 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Answers one `StreamRateLimitQuotas` call: the response's messages come from the call's own
 /// task.
-pub(super) async fn stream<B: RlsBackend>(
+pub(super) async fn stream<B: Backend>(
     backend: Arc<B>,
     body: Incoming,
-) -> Result<Response<GrpcBody>, Refusal> {
+) -> Result<Response<GrpcBody>, GrpcStatus> {
     let session = match backend.quota_stream() {
         Ok(session) => session,
         Err(QuotaRefused::NotServed) => {
-            return Err(Refusal::new(
+            return Err(GrpcStatus::new(
                 GrpcCode::Unimplemented,
                 "this server does not serve the Rate Limit Quota Service",
             ))
         }
         Err(QuotaRefused::TooManyStreams) => {
-            return Err(Refusal::new(
+            return Err(GrpcStatus::new(
                 GrpcCode::ResourceExhausted,
                 "rlqs.max_streams Rate Limit Quota Service streams are open already",
             ))
@@ -65,10 +65,10 @@ pub(super) async fn stream<B: RlsBackend>(
     Ok(response)
 }
 
-type Answers = mpsc::Sender<Result<Bytes, Refusal>>;
+type Answers = mpsc::Sender<Result<Bytes, GrpcStatus>>;
 
 /// The call's task: reports and ticks until something ends the call; then the claims leave.
-async fn run<B: RlsBackend>(
+async fn run<B: Backend>(
     backend: Arc<B>,
     mut session: Session,
     mut messages: Messages,
@@ -85,7 +85,7 @@ async fn run<B: RlsBackend>(
                 Some(Ok(bytes)) => {
                     let reports = match RateLimitQuotaUsageReports::decode(bytes) {
                         Ok(reports) => reports,
-                        Err(e) => break Some(Refusal::new(
+                        Err(e) => break Some(GrpcStatus::new(
                             GrpcCode::InvalidArgument,
                             format!("malformed protobuf message: {e}"),
                         )),
@@ -102,7 +102,7 @@ async fn run<B: RlsBackend>(
             },
             _ = tick.tick() => {
                 if backend.stopping() {
-                    break Some(Refusal::new(GrpcCode::Unavailable, "the server is shutting down"));
+                    break Some(GrpcStatus::new(GrpcCode::Unavailable, "the server is shutting down"));
                 }
                 let actions = backend.quota_tick(&mut session).await;
                 if send(&answers, actions).await.is_err() {
@@ -132,12 +132,12 @@ async fn send(answers: &Answers, actions: Vec<QuotaAction>) -> Result<(), ()> {
     answers.send(Ok(framed(&response))).await.map_err(drop)
 }
 
-fn refusal_of(error: SessionError) -> Refusal {
+fn refusal_of(error: SessionError) -> GrpcStatus {
     let code = match error {
         SessionError::Invalid(_) => GrpcCode::InvalidArgument,
         SessionError::TooMany(_) => GrpcCode::ResourceExhausted,
     };
-    Refusal::new(code, error.to_string())
+    GrpcStatus::new(code, error.to_string())
 }
 
 /// The messages of a request body that streams them, one at a time.
@@ -158,7 +158,7 @@ impl Messages {
 
     /// The next message, without its prefix; `None` once the client has ended its side.
     /// Cancel-safe: what was read stays in the buffer.
-    async fn next(&mut self) -> Option<Result<Bytes, Refusal>> {
+    async fn next(&mut self) -> Option<Result<Bytes, GrpcStatus>> {
         loop {
             match announced(&self.buffer) {
                 Err(refusal) => return Some(Err(refusal)),
@@ -170,7 +170,7 @@ impl Messages {
             }
             if self.ended {
                 return (!self.buffer.is_empty()).then(|| {
-                    Err(Refusal::new(
+                    Err(GrpcStatus::new(
                         GrpcCode::Internal,
                         "the request body ends inside a message",
                     ))
@@ -180,7 +180,7 @@ impl Messages {
             match std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)).await {
                 None => self.ended = true,
                 Some(Err(e)) => {
-                    return Some(Err(Refusal::new(
+                    return Some(Err(GrpcStatus::new(
                         GrpcCode::Internal,
                         format!("the request body failed: {e}"),
                     )))

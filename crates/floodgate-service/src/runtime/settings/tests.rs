@@ -91,7 +91,7 @@ fn precedence_is_flag_config_floodgate_upstream_default() {
     assert_eq!(startup.overrides.defaults.merge_domains, Some(true));
     assert_eq!(
         startup.overrides.defaults.on_store_error,
-        Some(crate::rls::OnStoreError::Unavailable)
+        Some(crate::rls::StoreFailureAnswer::Unavailable)
     );
     // FLOODGATE_* beats upstream.
     let mut both = env.clone();

@@ -8,7 +8,7 @@ mod counters;
 #[cfg(any(feature = "redis", feature = "memcached"))]
 pub use counters::UpstreamCounters;
 
-use super::{Capabilities, Link, Linked, MemoryStore, Namespaces, Request, Store, StoreUrl};
+use super::{Capabilities, KeyedOp, Link, Linked, MemoryStore, Namespaces, Store, StoreUrl};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::quota::{ClaimStep, ClaimTerms, Claimed};
 use crate::{ConfigError, Decision, Nanos, Op, StoreError};
@@ -328,7 +328,7 @@ impl Store<str, AnyAlgorithm> for AnyStore {
 
     async fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         each_boxed!(self, s => s.apply_many(requests))
     }

@@ -405,7 +405,7 @@ impl Store<str, AnyAlgorithm> for CachedStore {
 
     async fn apply_many(
         &self,
-        requests: &[super::Request<'_, str, AnyAlgorithm>],
+        requests: &[super::KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::with_capacity(requests.len());
         for r in requests {

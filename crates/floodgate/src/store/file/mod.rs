@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::chain::{Link, Linked};
-use super::{Key, LocalStore, MemoryStore, Namespaces, Request, Store, StoreStats};
+use super::{Key, KeyedOp, LocalStore, MemoryStore, Namespaces, Store, StoreStats};
 use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::{Clock, Decision, Op, StoreError};
 
@@ -302,7 +302,7 @@ impl Store<str, AnyAlgorithm> for FileStore {
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> impl std::future::Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         self.inner.core.memory.apply_many(requests)
     }

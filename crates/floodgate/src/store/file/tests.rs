@@ -14,7 +14,7 @@ use crate::algorithm::smooth::BurstyStart;
 use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::algorithm::Algorithm;
 use crate::store::chain::Link;
-use crate::store::{Request, Store};
+use crate::store::{KeyedOp, Store};
 use crate::{
     FixedWindow, Gcra, LeakyBucket, LeakyQueue, LeaseId, ManualClock, Nanos, Op, OpKind,
     SlidingLog, SlidingWindow, SmoothBursty, SmoothWarmingUp, TokenBucket,
@@ -279,7 +279,7 @@ fn run(store: &FileStore, clock: &ManualClock, steps: &[Step]) -> BTreeMap<Strin
                 let a = &algorithms[alg];
                 let (k1, k2) = (key(alg, keys.0), key(alg, keys.1));
                 let link = |key, op, all_or_nothing| Link {
-                    request: Request {
+                    request: KeyedOp {
                         algorithm: a,
                         key,
                         op,

@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::breaker::BreakerState;
-use crate::store::{ensure_supported, Request, Store};
+use crate::store::{ensure_supported, KeyedOp, Store};
 use crate::{Clock, Decision, Op, StoreError};
 
 mod batch;
@@ -437,7 +437,7 @@ impl Inner {
     /// not for this store; `now` read once.
     fn calls(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<WindowCall>, StoreError> {
         let now = self.clock.0.now();
         requests
@@ -469,7 +469,7 @@ impl Store<str, AnyAlgorithm> for MemcachedStore {
         key: &str,
         op: Op,
     ) -> Result<Decision, StoreError> {
-        let request = Request { algorithm, key, op };
+        let request = KeyedOp { algorithm, key, op };
         let mut decisions = self.apply_many(std::slice::from_ref(&request)).await?;
         decisions
             .pop()
@@ -478,7 +478,7 @@ impl Store<str, AnyAlgorithm> for MemcachedStore {
 
     async fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         let mut calls = self.inner.calls(requests)?;
         if calls.is_empty() {

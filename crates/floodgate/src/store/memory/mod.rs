@@ -36,7 +36,7 @@ use hashbrown::HashTable;
 
 use super::chain::{self, Link, Linked};
 use super::shard_lock::ShardLock;
-use super::{apply_each, ensure_supported, Key, LocalStore, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, KeyedOp, LocalStore, OwnedKey, Store};
 use crate::algorithm::spec::AnyState;
 use crate::algorithm::Algorithm;
 use crate::{Clock, CoarseClock, ConfigError, Decision, Nanos, Op, StoreError};
@@ -628,7 +628,7 @@ where
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, Q, A>],
+        requests: &[KeyedOp<'_, Q, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         ready(apply_each(requests, |r| {
             self.apply_locked(r.algorithm, r.key, r.op)

@@ -181,12 +181,12 @@ fn threads_on_one_key_admit_exactly_the_bound() {
 fn apply_many_checks_every_op_before_applying_any() {
     let (s, _) = store(100, 4, Overflow::EvictLive);
     let alg = PerSecond(5);
-    let ok = Request {
+    let ok = KeyedOp {
         algorithm: &alg,
         key: "a",
         op: check(1),
     };
-    let bad = Request {
+    let bad = KeyedOp {
         algorithm: &alg,
         key: "b",
         op: Op::SetRate { rate: 1.0 },

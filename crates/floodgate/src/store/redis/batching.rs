@@ -47,7 +47,7 @@ use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::breaker::Breaker;
-use crate::store::Request;
+use crate::store::KeyedOp;
 use crate::{Decision, StoreError};
 
 /// The most keys one batch may carry: the script unpacks them onto Lua's stack (`MGET`,
@@ -454,7 +454,7 @@ impl Inner {
     /// request order, or the first failure in that order.
     pub(super) async fn decided_many(
         self: &Arc<Self>,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
         nows: Vec<String>,
         calls: Vec<Call<'_>>,
     ) -> Result<Vec<Decision>, StoreError> {

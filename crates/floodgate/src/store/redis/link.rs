@@ -15,7 +15,7 @@ use super::reply::decode;
 use super::Inner;
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::store::breaker::Breaker;
-use crate::store::Request;
+use crate::store::KeyedOp;
 use crate::{Decision, StoreError};
 
 /// A failed call: the error, and whether it is a link failure (a timeout, a connection error,
@@ -256,7 +256,7 @@ impl Inner {
     /// error.
     pub(super) async fn run_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
         nows: &[String],
         calls: &[Call<'_>],
     ) -> Result<Vec<Decision>, Failed> {

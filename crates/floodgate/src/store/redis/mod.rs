@@ -296,7 +296,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Link, Linked, Request, Store};
+use super::{KeyedOp, Link, Linked, Store};
 use crate::algorithm::spec::AnyAlgorithm;
 use crate::{Clock, Decision, Op, StoreError};
 
@@ -624,7 +624,7 @@ impl Store<str, AnyAlgorithm> for RedisStore {
 
     async fn apply_many(
         &self,
-        requests: &[Request<'_, str, AnyAlgorithm>],
+        requests: &[KeyedOp<'_, str, AnyAlgorithm>],
     ) -> Result<Vec<Decision>, StoreError> {
         let inner = &self.inner;
         // Refuse the batch before sending anything if any operation cannot run here.

@@ -59,7 +59,7 @@ use std::marker::PhantomData;
 use self::table::{Slot, Table, Unpublished};
 use super::memory::{MemoryStoreBuilder, Overflow, StoreStats};
 use super::shard_lock::ShardLock;
-use super::{apply_each, ensure_supported, Key, LocalStore, OwnedKey, Request, Store};
+use super::{apply_each, ensure_supported, Key, KeyedOp, LocalStore, OwnedKey, Store};
 use crate::algorithm::gcra::GcraState;
 use crate::algorithm::word::Atom;
 pub use crate::algorithm::word::{Word, WordState};
@@ -588,7 +588,7 @@ where
 
     fn apply_many(
         &self,
-        requests: &[Request<'_, Q, A>],
+        requests: &[KeyedOp<'_, Q, A>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         ready(apply_each(requests, |r| {
             self.apply_supported(r.algorithm, r.key, r.op)

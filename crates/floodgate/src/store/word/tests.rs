@@ -412,7 +412,7 @@ fn chains_go_link_by_link_and_refuse_all_or_nothing() {
     let store = word_store(10, 1, Overflow::RefuseNew, &clock);
     let gcra = Gcra::new(0, 1, Duration::from_secs(1)).unwrap();
     let link = |key, all_or_nothing| Link {
-        request: Request {
+        request: KeyedOp {
             algorithm: &gcra,
             key,
             op: check(1),

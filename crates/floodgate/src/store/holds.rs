@@ -54,11 +54,11 @@ impl Namespaces {
         Namespaces::default()
     }
 
-    /// Takes `namespace` for one limiter until the returned claim is dropped. `named` says the
+    /// Takes `namespace` for one limiter until the returned hold is dropped. `named` says the
     /// namespace was given explicitly: it may then be shared with other limiters that named it
     /// too. A default namespace (`named == false`) is taken alone: refused if any live limiter
     /// holds it, and while held, refused to any other limiter.
-    pub fn claim(&self, namespace: &Namespace, named: bool) -> Result<Claim, ConfigError> {
+    pub fn hold(&self, namespace: &Namespace, named: bool) -> Result<NamespaceHold, ConfigError> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let now = match (held.get(namespace).copied(), named) {
             (None, false) => Held::Alone,
@@ -85,7 +85,7 @@ impl Namespaces {
             }
         };
         held.insert(namespace.clone(), now);
-        Ok(Claim {
+        Ok(NamespaceHold {
             namespaces: self.clone(),
             namespace: namespace.clone(),
         })
@@ -99,18 +99,20 @@ impl Namespaces {
 }
 
 /// A limiter's hold on its namespace in a store's [`Namespaces`]; let go when dropped.
-pub struct Claim {
+pub struct NamespaceHold {
     namespaces: Namespaces,
     namespace: Namespace,
 }
 
-impl fmt::Debug for Claim {
+impl fmt::Debug for NamespaceHold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Claim").field(&self.namespace).finish()
+        f.debug_tuple("NamespaceHold")
+            .field(&self.namespace)
+            .finish()
     }
 }
 
-impl Drop for Claim {
+impl Drop for NamespaceHold {
     fn drop(&mut self) {
         let mut held = self
             .namespaces
@@ -130,14 +132,14 @@ impl Drop for Claim {
 
 /// Takes `namespace` on `store`'s record, if it keeps one (see the [module
 /// documentation](self)).
-pub(crate) fn claim_on<K: ?Sized, A: crate::algorithm::Algorithm>(
+pub(crate) fn hold_on<K: ?Sized, A: crate::algorithm::Algorithm>(
     store: &impl super::Store<K, A>,
     namespace: &Namespace,
     named: bool,
-) -> Result<Option<Claim>, ConfigError> {
+) -> Result<Option<NamespaceHold>, ConfigError> {
     store
         .namespaces()
-        .map(|record| record.claim(namespace, named))
+        .map(|record| record.hold(namespace, named))
         .transpose()
 }
 
@@ -152,9 +154,9 @@ mod tests {
     #[test]
     fn a_default_namespace_is_held_alone_until_let_go() {
         let record = Namespaces::new();
-        let first = record.claim(&ns("request_rate"), false).unwrap();
+        let first = record.hold(&ns("request_rate"), false).unwrap();
         for named in [false, true] {
-            let e = record.claim(&ns("request_rate"), named).unwrap_err();
+            let e = record.hold(&ns("request_rate"), named).unwrap_err();
             let text = e.to_string();
             assert!(
                 text.contains("`namespace`") && text.contains("request_rate"),
@@ -163,22 +165,22 @@ mod tests {
             assert!(text.contains(".namespace("), "{text}");
         }
         // Another namespace is free.
-        let _other = record.claim(&ns("concurrency"), false).unwrap();
+        let _other = record.hold(&ns("concurrency"), false).unwrap();
         drop(first);
         assert!(!record.is_held("request_rate"));
-        let _again = record.claim(&ns("request_rate"), false).unwrap();
+        let _again = record.hold(&ns("request_rate"), false).unwrap();
     }
 
     #[test]
     fn a_named_namespace_is_shared_by_those_who_name_it() {
         let record = Namespaces::new();
-        let a = record.claim(&ns("api"), true).unwrap();
-        let b = record.clone().claim(&ns("api"), true).unwrap();
-        assert!(record.claim(&ns("api"), false).is_err());
+        let a = record.hold(&ns("api"), true).unwrap();
+        let b = record.clone().hold(&ns("api"), true).unwrap();
+        assert!(record.hold(&ns("api"), false).is_err());
         drop(a);
         assert!(record.is_held("api"));
         drop(b);
         assert!(!record.is_held("api"));
-        let _default = record.claim(&ns("api"), false).unwrap();
+        let _default = record.hold(&ns("api"), false).unwrap();
     }
 }
