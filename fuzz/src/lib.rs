@@ -10,7 +10,7 @@ use floodgate::{ManualClock, Nanos};
 use floodgate_client::signal::{Signal, MAX_HORIZON, MAX_QUOTAS};
 use floodgate_server::config::{Config, ConfigFileError};
 use floodgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
-use floodgate_server::grpc::{RateLimitRequest, RlsBackend};
+use floodgate_server::grpc::{QuotaBackend, RateLimitRequest};
 use floodgate_server::metrics::Endpoint;
 use floodgate_server::rls::RlsRequest;
 use floodgate_server::service::Server;
