@@ -53,13 +53,16 @@ impl LeaseRule {
             cost.to_string(),
         ])
     }
+
+    /// A lease's expiry, in microseconds ahead of now, rounded up.
+    fn horizon_us(&self) -> u64 {
+        self.ttl_ns / 1000 + 2
+    }
 }
 
-impl LuaTwin for Concurrency {
-    const LUA: &'static Lua = LEASES;
-    const TAGS: &'static [&'static str] = &["C"];
-
-    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+impl Concurrency {
+    /// The rule `leases.lua` keeps for this limit: all of its capacity for any lease.
+    fn lease_rule(&self) -> LeaseRule {
         LeaseRule {
             tag: "C",
             capacity: self.capacity(),
@@ -67,12 +70,34 @@ impl LuaTwin for Concurrency {
             shed: false,
             ttl_ns: nanos(self.lease_ttl()),
         }
-        .arguments(op)
+    }
+}
+
+impl Fleet {
+    /// The rule `leases.lua` keeps for this limit: the allowance below the critical reserve
+    /// for non-critical leases, shedding them past it.
+    fn lease_rule(&self) -> LeaseRule {
+        LeaseRule {
+            tag: "L",
+            capacity: self.capacity(),
+            allowance: self.non_critical_allowance(),
+            shed: true,
+            ttl_ns: nanos(self.lease_ttl()),
+        }
+    }
+}
+
+impl LuaTwin for Concurrency {
+    const LUA: &'static Lua = LEASES;
+    const TAGS: &'static [&'static str] = &["C"];
+
+    fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
+        self.lease_rule().arguments(op)
     }
 
     /// A lease's expiry.
     fn horizon_us(&self) -> u64 {
-        nanos(self.lease_ttl()) / 1000 + 2
+        self.lease_rule().horizon_us()
     }
 }
 
@@ -81,18 +106,11 @@ impl LuaTwin for Fleet {
     const TAGS: &'static [&'static str] = &["L"];
 
     fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
-        LeaseRule {
-            tag: "L",
-            capacity: self.capacity(),
-            allowance: self.non_critical_allowance(),
-            shed: true,
-            ttl_ns: nanos(self.lease_ttl()),
-        }
-        .arguments(op)
+        self.lease_rule().arguments(op)
     }
 
     /// A lease's expiry.
     fn horizon_us(&self) -> u64 {
-        nanos(self.lease_ttl()) / 1000 + 2
+        self.lease_rule().horizon_us()
     }
 }

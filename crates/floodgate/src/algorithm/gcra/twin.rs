@@ -7,6 +7,19 @@ use crate::Op;
 
 use super::Gcra;
 
+impl Gcra {
+    /// Whether the twin's arithmetic is exact for this GCRA: τ at most 2⁵⁰ ns.
+    pub(crate) fn twin_fits(&self) -> bool {
+        nanos(self.delay_variation_tolerance()) <= MAX_EXACT
+    }
+
+    /// The most cost one call may add to a key past its limit (a charge, a refund): `cost × e`
+    /// stays within 2⁵⁰ ns, a schedule 13 days ahead, far past any refusal it could cause.
+    pub(crate) fn twin_most_cost(&self) -> u64 {
+        MAX_EXACT / nanos(self.emission_interval()).max(1)
+    }
+}
+
 impl LuaTwin for Gcra {
     const LUA: &'static Lua = &Lua {
         function: "gcra",
@@ -20,17 +33,17 @@ impl LuaTwin for Gcra {
     /// `e, τ, limit, cost[, flag]`; τ at most 2⁵⁰ ns.
     fn arguments(&self, op: Op) -> Result<Vec<String>, &'static str> {
         let (cost, usage) = Usage::of::<Gcra>(op)?;
-        let tau = nanos(self.delay_variation_tolerance());
-        if tau > MAX_EXACT {
+        if !self.twin_fits() {
             return Err(PAST_2_50);
         }
+        let tau = nanos(self.delay_variation_tolerance());
         let e = nanos(self.emission_interval());
         let mut args: Vec<String> = [e, tau, self.limit()].iter().map(u64::to_string).collect();
         // A charge may schedule past the limit, and a refund give back a charge: up to 2^50
         // ns, where the twin's arithmetic is exact.
         let most = match usage {
             Usage::Take => self.limit() + 1,
-            Usage::Refund | Usage::Charge => MAX_EXACT / e.max(1),
+            Usage::Refund | Usage::Charge => self.twin_most_cost(),
         };
         usage.push(&mut args, cost.min(most));
         Ok(args)

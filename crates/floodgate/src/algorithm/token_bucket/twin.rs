@@ -14,6 +14,19 @@ const BUCKET: &Lua = &Lua {
     helpers: &[],
 };
 
+/// Whether the twin's arithmetic is exact for a bucket of `capacity` filling at `rate` per
+/// second: the capacity, and the time to refill it in nanoseconds, at most 2⁵⁰.
+fn bucket_fits(rate: f64, capacity: u64) -> bool {
+    capacity <= MAX_EXACT && capacity as f64 * (1e9 / rate) <= MAX_EXACT as f64
+}
+
+impl TokenBucket {
+    /// Whether the twin's arithmetic is exact for this bucket ([`bucket_fits`]).
+    pub(crate) fn twin_fits(&self) -> bool {
+        bucket_fits(self.rate(), self.capacity())
+    }
+}
+
 /// `rate, capacity, cost, tag[, flag]` for a bucket of `capacity` filling at `rate` per
 /// second; refused when the capacity, or the time to refill it, passes 2⁵⁰ (ns).
 fn bucket<T: LuaTwin>(
@@ -23,8 +36,7 @@ fn bucket<T: LuaTwin>(
     op: Op,
 ) -> Result<Vec<String>, &'static str> {
     let (cost, usage) = Usage::of::<T>(op)?;
-    let refill_ns = capacity as f64 * (1e9 / rate);
-    if capacity > MAX_EXACT || refill_ns > MAX_EXACT as f64 {
+    if !bucket_fits(rate, capacity) {
         return Err(PAST_2_50);
     }
     // A charge may put the bucket in debt, and a refund pay one back: up to 2^50 tokens.

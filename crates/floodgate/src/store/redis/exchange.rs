@@ -47,24 +47,21 @@ fn parameters(algorithm: &AnyAlgorithm) -> Option<(&'static str, String, String)
         AnyAlgorithm::FixedWindow(f) => f
             .twin_window()
             .map(|(w_us, w_sub)| ("F", w_us.to_string(), w_sub.to_string())),
-        AnyAlgorithm::TokenBucket(t) => {
-            let refill_ns = t.capacity() as f64 * (1e9 / t.rate());
-            (t.capacity() <= MAX_EXACT && refill_ns <= MAX_EXACT as f64)
-                .then(|| ("T", t.rate().to_string(), t.capacity().to_string()))
-        }
-        AnyAlgorithm::Gcra(g) => {
-            let tau = nanos(g.delay_variation_tolerance());
-            (tau <= MAX_EXACT).then(|| ("G", nanos(g.emission_interval()).to_string(), "0".into()))
-        }
+        AnyAlgorithm::TokenBucket(t) => t
+            .twin_fits()
+            .then(|| ("T", t.rate().to_string(), t.capacity().to_string())),
+        AnyAlgorithm::Gcra(g) => g
+            .twin_fits()
+            .then(|| ("G", nanos(g.emission_interval()).to_string(), "0".into())),
         _ => None,
     }
 }
 
-/// The most cost one call may add to a GCRA key: `cost × e` stays below 2⁵⁰ ns (a schedule
-/// 13 days ahead, far past any refusal it could cause).
+/// The most cost one call may add to a key: for GCRA, as its twin bounds a charge
+/// (`Gcra::twin_most_cost`).
 fn sent_cost(algorithm: &AnyAlgorithm, cost: u64) -> u64 {
     match algorithm {
-        AnyAlgorithm::Gcra(g) => cost.min(MAX_EXACT / nanos(g.emission_interval()).max(1)),
+        AnyAlgorithm::Gcra(g) => cost.min(g.twin_most_cost()),
         _ => cost.min(MAX_EXACT),
     }
 }
