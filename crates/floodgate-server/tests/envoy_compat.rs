@@ -270,14 +270,9 @@ fn a_descriptor_without_entries_has_no_limit_in_any_domain() {
                 .expect("a descriptor without entries is taken");
         request.validate().expect("and valid");
         let stats = DescriptorStats::new(100, 0.8);
-        let counters = None::<&floodgate_server::descriptors::layout::EnvoyCounters>;
-        let response = floodgate::blocking::block_on(set.should_rate_limit_in(
-            &store,
-            counters,
-            Some(&stats),
-            &request,
-        ))
-        .unwrap();
+        let response =
+            floodgate::blocking::block_on(set.matched(&request).decide(&store, Some(&stats)))
+                .unwrap();
         assert_eq!(response.overall_code, Code::Ok, "{domain}");
         assert!(response
             .statuses

@@ -110,11 +110,11 @@
 //!
 //! With `store.layout: envoyproxy`, the Envoy windows (not Floodgate's algorithms) count in
 //! envoyproxy/ratelimit's keys instead, with its commands and answers ([`layout`]), through
-//! [`RuleSet::should_rate_limit_in`].
+//! [`MatchedRequest::decide`] on a [`DescriptorStore`].
 
 mod answer;
 mod checks;
-mod counter_key;
+pub(crate) mod keys;
 pub mod layout;
 mod listing;
 mod metadata;
@@ -136,8 +136,8 @@ use serde_json::{Map, Value};
 
 use self::answer::{Answer, Matched};
 use self::checks::{decide, KEYS, MAX_KEPT_KEY_BYTES};
-use self::counter_key::counter_key;
-pub use self::counter_key::RLS_NAMESPACE;
+use self::keys::counter_key;
+pub use self::keys::RLS_NAMESPACE;
 
 use crate::rls::{RlsDescriptor, RlsLimit, RlsRequest, RlsResponse};
 
@@ -537,40 +537,6 @@ impl RuleSet {
         self.lookup_match(domain, entries).map(|m| m.rule)
     }
 
-    /// Why `request` cannot be answered as it asks, if it cannot: a descriptor that gives its
-    /// hits back (`is_negative_hits`) matched a limit under whose algorithm the store cannot
-    /// give back (`takes_refunds` says no: the sliding log, the smooth limiters). Named by its index, entries and the algorithm. Checked before anything is
-    /// counted, so that such a call changes nothing. (A descriptor's own `limit`, and upstream's
-    /// layout, are fixed windows, which every store gives back under.)
-    pub fn refund_refused(
-        &self,
-        request: &RlsRequest,
-        takes_refunds: impl Fn(&AnyAlgorithm) -> bool,
-    ) -> Option<String> {
-        request
-            .descriptors
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.negative_hits && d.limit.is_none())
-            .find_map(|(i, d)| {
-                let algorithm = &self
-                    .lookup(&request.domain, &d.entries)?
-                    .limit
-                    .as_ref()?
-                    .algorithm;
-                use floodgate::algorithm::Algorithm as _;
-                (!takes_refunds(algorithm)).then(|| {
-                    format!(
-                        "descriptors[{i}] ({}) gives its hits back (is_negative_hits), and its \
-                         limit's algorithm {} cannot give back on this store: nothing was \
-                         counted",
-                        crate::rls::Entries(d),
-                        algorithm.name()
-                    )
-                })
-            })
-    }
-
     /// Like [`RuleSet::lookup`], with the entries whose counter `share_threshold` shares.
     pub fn lookup_match(
         &self,
@@ -601,31 +567,134 @@ impl RuleSet {
         self.quota_mode
     }
 
-    /// Decides a `ShouldRateLimit` request: one status per request descriptor, in order, and
-    /// the overall code (see the module's "Deciding"). The limited descriptors are decided in
-    /// one [`Store::apply`] (one of them) or one [`Store::apply_many`] call; a store failure is
-    /// returned as is and the caller chooses to fail open or closed.
+    /// `request` matched against the rules, once: what each of its descriptors is held to,
+    /// from which the call is checked ([`MatchedRequest::refund_refused`]) and decided
+    /// ([`MatchedRequest::decide`]).
+    pub fn matched<'r>(&'r self, request: &'r RlsRequest) -> MatchedRequest<'r> {
+        MatchedRequest {
+            rules: self,
+            request,
+            matched: self
+                .domains
+                .get(&request.domain)
+                .map(|root| Matched::new(root, request)),
+        }
+    }
+
+    /// Decides a `ShouldRateLimit` request in Floodgate's layout of `store`, without
+    /// statistics: [`RuleSet::matched`], then [`MatchedRequest::decide`].
     pub async fn should_rate_limit<S: Store<str, AnyAlgorithm>>(
         &self,
         store: &S,
         request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
-        self.should_rate_limit_in(store, None::<&layout::EnvoyCounters>, None, request)
+        self.matched(request)
+            .decide_in(store, None::<&layout::EnvoyCounters>, None)
             .await
     }
+}
 
-    /// [`RuleSet::should_rate_limit`], the Envoy windows counted in upstream's layout when
-    /// `counters` are given ([`layout`]): those descriptors in one call to them, the others in
-    /// the store as above; every decided descriptor counted in `stats` when given ([`stats`]).
-    pub async fn should_rate_limit_in<S: Store<str, AnyAlgorithm>, C: layout::Counters>(
+/// The store a `ShouldRateLimit` call counts in: Floodgate's algorithms ([`Store`]) and, when
+/// it keeps upstream's layout (`store.layout: envoyproxy`), the Envoy windows there
+/// ([`layout`]).
+pub trait DescriptorStore: Store<str, AnyAlgorithm> {
+    /// Where the Envoy windows count in upstream's layout.
+    type Layout: layout::Counters;
+
+    /// The Envoy windows' counters in upstream's layout; `None`: they are fixed windows in
+    /// this store, under Floodgate's counter keys.
+    fn upstream_layout(&self) -> Option<&Self::Layout>;
+}
+
+impl<C: floodgate::Clock> DescriptorStore
+    for floodgate::store::MemoryStore<
+        floodgate::store::Key,
+        floodgate::algorithm::spec::AnyState,
+        C,
+    >
+{
+    type Layout = layout::EnvoyCounters;
+
+    fn upstream_layout(&self) -> Option<&layout::EnvoyCounters> {
+        None
+    }
+}
+
+/// A `ShouldRateLimit` request matched once against a [`RuleSet`] ([`RuleSet::matched`]):
+/// each descriptor's rule, its own limit, the rules it replaces. Checking and deciding the
+/// call both read this; neither walks the rules again.
+pub struct MatchedRequest<'r> {
+    rules: &'r RuleSet,
+    request: &'r RlsRequest,
+    /// `None`: the request's domain is not configured.
+    matched: Option<Matched<'r>>,
+}
+
+impl std::fmt::Debug for MatchedRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MatchedRequest")
+            .field("domain", &self.request.domain)
+            .field("domain_known", &self.matched.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MatchedRequest<'_> {
+    /// Why the request cannot be answered as it asks, if it cannot: a descriptor that gives
+    /// its hits back (`is_negative_hits`) is held to a limit under whose algorithm the store
+    /// cannot give back (`takes_refunds` says no: the sliding log, the smooth limiters). Named
+    /// by its index, entries and the algorithm. Checked before anything is counted, so that
+    /// such a call changes nothing. (A descriptor's own `limit`, and upstream's layout, are
+    /// fixed windows, which every store gives back under.)
+    pub fn refund_refused(&self, takes_refunds: impl Fn(&AnyAlgorithm) -> bool) -> Option<String> {
+        use floodgate::algorithm::Algorithm as _;
+        let matched = self.matched.as_ref()?;
+        let request = self.request;
+        request
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.negative_hits)
+            .find_map(|(i, d)| {
+                let answer::Held::Limited { limit, .. } = matched.held(i) else {
+                    return None;
+                };
+                (!takes_refunds(&limit.algorithm)).then(|| {
+                    format!(
+                        "descriptors[{i}] ({}) gives its hits back (is_negative_hits), and its \
+                         limit's algorithm {} cannot give back on this store: nothing was \
+                         counted",
+                        crate::rls::Entries(d),
+                        limit.algorithm.name()
+                    )
+                })
+            })
+    }
+
+    /// Decides the request: one status per request descriptor, in order, and the overall
+    /// code (see the module's "Deciding"). The descriptors limited by Floodgate's algorithms
+    /// are decided in one [`Store::apply`] (one of them) or one [`Store::apply_many`] call; the
+    /// Envoy windows, when `store` keeps upstream's layout, in one call to it ([`layout`]).
+    /// Every decided descriptor is counted in `stats` when given ([`stats`]). A store failure
+    /// is returned as is and the caller chooses to fail open or closed.
+    pub async fn decide<S: DescriptorStore>(
+        &self,
+        store: &S,
+        stats: Option<&stats::DescriptorStats>,
+    ) -> Result<RlsResponse, StoreError> {
+        self.decide_in(store, store.upstream_layout(), stats).await
+    }
+
+    /// [`MatchedRequest::decide`], the Envoy windows counted in `counters` when given.
+    async fn decide_in<S: Store<str, AnyAlgorithm>, C: layout::Counters>(
         &self,
         store: &S,
         counters: Option<&C>,
         stats: Option<&stats::DescriptorStats>,
-        request: &RlsRequest,
     ) -> Result<RlsResponse, StoreError> {
-        let mut answer = Answer::new(self, request, stats);
-        let Some(root) = self.domains.get(&request.domain) else {
+        let request = self.request;
+        let mut answer = Answer::new(self.rules, request, stats);
+        let Some(matched) = &self.matched else {
             if let Some(stats) = stats {
                 for _ in &request.descriptors {
                     stats.domain_not_found(&request.domain);
@@ -633,12 +702,11 @@ impl RuleSet {
             }
             return Ok(answer.into_response(None));
         };
-        let matched = Matched::new(root, request);
         // The counter keys go in one buffer for them all, this thread's from the last call
         // (see `KEYS`).
         let mut keys = KEYS.try_with(Cell::take).unwrap_or_default();
         keys.clear();
-        let planned = answer::plan(&matched, request, counters, &mut keys, &mut answer);
+        let planned = answer::plan(matched, request, counters, &mut keys, &mut answer);
         let decided = decide(store, &planned.checks, &keys, answer.blocked()).await;
         // A buffer grown by an unusually large request is not kept.
         if keys.capacity() <= MAX_KEPT_KEY_BYTES {
@@ -662,20 +730,17 @@ impl RuleSet {
             } else {
                 stats::Outcome::counted(count, limit.requests_per_unit, hits, shadow_mode)
             };
-            let remaining = u64::from(limit.requests_per_unit).saturating_sub(count.after);
-            let remaining = if count.over {
-                0
-            } else {
-                u32::try_from(remaining).unwrap_or(u32::MAX)
-            };
-            answer.settle(&matched, i, outcome, limit, remaining, Some(count.reset));
+            answer.settle(matched, i, outcome, limit, Some(count.reset));
         }
         for (check, decision) in planned.checks.iter().zip(decisions) {
             let limit = check.limit;
             let outcome = if check.refund {
-                let cap = u64::from(limit.requests_per_unit);
-                let after = cap.saturating_sub(decision.remaining);
-                stats::Outcome::refunded(check.hits, cap, after, check.shadow_mode)
+                stats::Outcome::refunded_from(
+                    &decision,
+                    limit.requests_per_unit,
+                    check.hits,
+                    check.shadow_mode,
+                )
             } else {
                 stats::Outcome::decided(
                     &decision,
@@ -684,17 +749,15 @@ impl RuleSet {
                     check.shadow_mode,
                 )
             };
-            let remaining = u32::try_from(decision.remaining).unwrap_or(u32::MAX);
             answer.settle(
-                &matched,
+                matched,
                 check.index,
                 outcome,
                 limit,
-                remaining,
                 Some(decision.reset_after),
             );
         }
-        Ok(answer.into_response(Some(&matched)))
+        Ok(answer.into_response(Some(matched)))
     }
 }
 

@@ -150,11 +150,6 @@ impl ServiceStore {
         &self.settings
     }
 
-    /// The counters of `store.layout: envoyproxy`, if that is the layout.
-    pub fn envoy_counters(&self) -> Option<&EnvoyCounters> {
-        self.envoy.as_ref()
-    }
-
     /// The store's health: counters, the last call's outcome.
     pub fn health(&self) -> &StoreHealth {
         &self.health
@@ -562,6 +557,16 @@ fn envoy_counters(
         layout.over_limit_cache_bytes,
         clock,
     )))
+}
+
+/// The Envoy windows count in upstream's layout when the store keeps it, through the store
+/// itself so that each call is recorded in its health.
+impl crate::descriptors::DescriptorStore for ServiceStore {
+    type Layout = ServiceStore;
+
+    fn upstream_layout(&self) -> Option<&ServiceStore> {
+        self.envoy.as_ref().map(|_| self)
+    }
 }
 
 impl crate::descriptors::layout::Counters for ServiceStore {

@@ -64,6 +64,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::ConfigFileError;
+use crate::descriptors::keys::stat_key;
 use crate::descriptors::{DescriptorTree, Limit, Rule, RuleSet, Wildcard};
 use floodgate::algorithm::fixed_window::Unit;
 
@@ -431,7 +432,7 @@ fn compile_level(
                 format!("duplicate descriptor: {what} is also {prefix}descriptors[{first}]"),
             ));
         }
-        let own_key = descriptor_key(full_key, &config.key, value);
+        let own_key = stat_key(full_key, &config.key, value);
         if config.share_threshold && Wildcard::parse(value).is_none() {
             return Err(ConfigFileError::invalid(
                 format!("{path}.share_threshold"),
@@ -499,17 +500,6 @@ fn refuse_quota_beside_all_or_nothing(
     Ok(())
 }
 
-/// The statistics key of a descriptor of `key` and `value` (empty: none) below `parent`'s
-/// (the domain, at the top level): `parent.key` or `parent.key_value`, as envoyproxy/ratelimit
-/// writes it ([`Rule::full_key`]).
-pub(super) fn descriptor_key(parent: &str, key: &str, value: &str) -> String {
-    if value.is_empty() {
-        format!("{parent}.{key}")
-    } else {
-        format!("{parent}.{key}_{value}")
-    }
-}
-
 /// Where each descriptor of `domains` is written, by its statistics key.
 pub(crate) fn written_by_key(domains: &[DomainConfig]) -> HashMap<String, super::Written> {
     fn walk(
@@ -518,7 +508,7 @@ pub(crate) fn written_by_key(domains: &[DomainConfig]) -> HashMap<String, super:
         out: &mut HashMap<String, super::Written>,
     ) {
         for d in descriptors {
-            let key = descriptor_key(parent, &d.key, d.value.as_deref().unwrap_or(""));
+            let key = stat_key(parent, &d.key, d.value.as_deref().unwrap_or(""));
             walk(&d.descriptors, &key, out);
             out.insert(key, d.written.clone());
         }

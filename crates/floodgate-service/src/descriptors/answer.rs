@@ -10,7 +10,7 @@ use floodgate::algorithm::Algorithm as _;
 use serde_json::{Map, Value};
 
 use super::checks::{Check, PerDescriptor};
-use super::counter_key::{push_counter_key, push_override_counter_key};
+use super::keys::{push_counter_key, push_override_counter_key};
 use super::stats::{DescriptorStats, Outcome};
 use super::{layout, DescriptorTree, Limit, Rule, RuleMatch, RuleSet};
 use crate::rls::{Code, RlsRequest, RlsResponse, RlsStatus};
@@ -221,7 +221,7 @@ pub(super) fn plan<'m, C: layout::Counters>(
             } else {
                 Outcome::blocked(hits, shadow_mode)
             };
-            answer.settle(matched, i, outcome, limit, 0, None);
+            answer.settle(matched, i, outcome, limit, None);
         } else {
             planned.checks.push(Check {
                 index: i,
@@ -297,8 +297,8 @@ impl<'r> Answer<'r> {
         self.statuses[i].quota_mode |= by_rule;
     }
 
-    /// Settles descriptor `i` of the rules `matched` from its `outcome` under `limit`, with
-    /// `remaining` and the time until its window resets (`reset`): over its limit, it is
+    /// Settles descriptor `i` of the rules `matched` from its `outcome` under `limit`, with the
+    /// time until its window resets (`reset`): over its limit, it is
     /// OVER_LIMIT, and refuses the request unless it is in quota mode; in shadow mode it is OK
     /// instead, counted in `shadow_over_limit`.
     pub(super) fn settle(
@@ -307,7 +307,6 @@ impl<'r> Answer<'r> {
         i: usize,
         outcome: Outcome,
         limit: &Limit,
-        remaining: u32,
         reset: Option<Duration>,
     ) {
         self.record(matched, i, &outcome);
@@ -324,7 +323,7 @@ impl<'r> Answer<'r> {
         self.statuses[i] = RlsStatus {
             code,
             current_limit: Some(limit.reported.clone()),
-            limit_remaining: remaining,
+            limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
             duration_until_reset: reset,
             quota_mode,
         };

@@ -52,7 +52,7 @@ use floodgate::store::redis::CounterIncrement;
 use floodgate::store::UpstreamCounters;
 use floodgate::{Clock, StoreError};
 
-use crate::rls::RlsDescriptor;
+use super::keys::push_envoy_key;
 
 /// The settings and the Redis stores of the `envoyproxy` layout (see the [module
 /// documentation](self)).
@@ -368,30 +368,6 @@ impl EnvoyCounters {
     }
 }
 
-/// Appends upstream's key of `descriptor` in `domain`, without the window start, to `key`:
-/// `prefix`, the domain, `_`, then `key_value_` for each entry (the pattern of `shared`
-/// entries instead of their values).
-pub(super) fn push_envoy_key(
-    key: &mut String,
-    prefix: &str,
-    domain: &str,
-    descriptor: &RlsDescriptor,
-    shared: &[(usize, &str)],
-) {
-    key.push_str(prefix);
-    key.push_str(domain);
-    key.push('_');
-    for (i, (k, v)) in descriptor.entries.iter().enumerate() {
-        key.push_str(k);
-        key.push('_');
-        match shared.iter().find(|(at, _)| *at == i) {
-            Some((_, pattern)) => key.push_str(pattern),
-            None => key.push_str(v),
-        }
-        key.push('_');
-    }
-}
-
 /// The keys Redis found over their limit, until their window ends: a bounded map, about
 /// `bytes` in all (each entry costs its key's length and [`OverLimitCache::ENTRY`] bytes),
 /// the oldest forgotten first when full.
@@ -494,6 +470,7 @@ pub(super) fn envoy_counting<C: Counters>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rls::RlsDescriptor;
 
     #[test]
     fn keys_are_upstreams() {

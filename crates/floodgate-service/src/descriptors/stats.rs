@@ -45,6 +45,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::keys::push_stat_part;
 use super::{DescriptorTree, Node, RuleSet};
 use crate::prometheus::{Exposition, Kind};
 use crate::rls::{RlsDescriptor, RlsRequest};
@@ -111,6 +112,8 @@ pub struct Outcome {
     /// Whether the hits were given back (`is_negative_hits`): they count in
     /// [`REFUNDED`] alone.
     pub refunded: bool,
+    /// What the descriptor's status reports as `limit_remaining`: 0 over the limit.
+    pub remaining: u64,
 }
 
 impl Outcome {
@@ -125,6 +128,7 @@ impl Outcome {
             shadow,
             from_cache: false,
             refunded: false,
+            remaining: 0,
         }
     }
 
@@ -140,6 +144,23 @@ impl Outcome {
             shadow,
             from_cache: false,
             refunded: true,
+            remaining: limit.saturating_sub(after),
+        }
+    }
+
+    /// A descriptor whose `hits` a store gave back under a limit of `limit`, its count after
+    /// them read from what `decision` left.
+    pub fn refunded_from(
+        decision: &floodgate::Decision,
+        limit: u32,
+        hits: u64,
+        shadow: bool,
+    ) -> Outcome {
+        let cap = u64::from(limit);
+        let after = cap.saturating_sub(decision.remaining);
+        Outcome {
+            remaining: decision.remaining,
+            ..Outcome::refunded(hits, cap, after, shadow)
         }
     }
 
@@ -157,6 +178,11 @@ impl Outcome {
             shadow,
             from_cache: count.from_cache,
             refunded: false,
+            remaining: if count.over {
+                0
+            } else {
+                u64::from(limit).saturating_sub(count.after)
+            },
         }
     }
 
@@ -180,6 +206,7 @@ impl Outcome {
             shadow,
             from_cache: false,
             refunded: false,
+            remaining: decision.remaining,
         }
     }
 }
@@ -219,6 +246,7 @@ impl DescriptorStats {
             shadow,
             from_cache,
             refunded,
+            remaining: _,
         } = *outcome;
         if refunded {
             counts.add(6, hits);
@@ -379,7 +407,7 @@ impl RuleSet {
         let mut key = String::from(domain);
         if overridden {
             for (k, v) in &descriptor.entries {
-                push_part(&mut key, k, v);
+                push_stat_part(&mut key, k, v);
             }
             return Some(key);
         }
@@ -416,7 +444,7 @@ impl RuleSet {
                     (None, None) => v,
                 }
             };
-            push_part(&mut key, k, shown);
+            push_stat_part(&mut key, k, shown);
         }
         Some(key)
     }
@@ -435,16 +463,6 @@ pub(super) fn names_by_values(tree: &DescriptorTree) -> bool {
                     || names_by_values(&n.children)
             })
     })
-}
-
-/// `.key`, then `_value` when the value is not empty.
-fn push_part(key: &mut String, k: &str, v: &str) {
-    key.push('.');
-    key.push_str(k);
-    if !v.is_empty() {
-        key.push('_');
-        key.push_str(v);
-    }
 }
 
 /// One level of a walk down the tree: the node matched, the wildcard pattern that matched (if
@@ -557,6 +575,7 @@ mod tests {
             shadow: false,
             from_cache: false,
             refunded: false,
+            remaining: 10u64.saturating_sub(before + hits),
         };
         // 8 → 9 within, past near (8): near 1, within 1.
         stats.record("a", &outcome(8, 1, false));
@@ -612,6 +631,7 @@ mod tests {
                     shadow,
                     from_cache: false,
                     refunded: false,
+                    remaining: limit.saturating_sub(after),
                 });
                 hits += n;
             }

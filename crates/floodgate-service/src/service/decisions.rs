@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Server;
 use crate::dashboard::heavy_keys::MAX_KEY_BYTES;
+use crate::descriptors::keys::push_dashboard_key;
 use crate::metrics::{Endpoint, Outcome};
 use crate::rls::headers::rate_limit_headers;
 use crate::rls::json::{rls_request_from_json, rls_response_to_json, RlsJsonError};
@@ -90,39 +91,24 @@ impl Server {
         endpoint: Endpoint,
     ) -> Result<RlsResponse, Undecided> {
         for descriptor in &request.descriptors {
-            self.observed.dashboard.count_key(|k| {
-                k.push_str("domain ");
-                k.push_str(&request.domain);
-                for (i, (key, value)) in descriptor.entries.iter().enumerate() {
-                    if k.len() > MAX_KEY_BYTES {
-                        break; // the sketch keeps no more of a key
-                    }
-                    k.push_str(if i == 0 { ": " } else { ", " });
-                    k.push_str(key);
-                    k.push('=');
-                    k.push_str(value);
-                }
-            });
+            self.observed
+                .dashboard
+                .count_key(|k| push_dashboard_key(k, &request.domain, descriptor, MAX_KEY_BYTES));
         }
         let served = self.decisions.served.load();
+        let store = &self.decisions.store;
+        let matched = served.rules.matched(request);
         if request.descriptors.iter().any(|d| d.negative_hits) {
-            let takes = |algorithm: &_| self.decisions.store.takes_refunds(algorithm);
-            if let Some(why) = served.rules.refund_refused(request, takes) {
+            if let Some(why) = matched.refund_refused(|algorithm| store.takes_refunds(algorithm)) {
                 self.observed.metrics.call(endpoint, Outcome::Invalid);
                 return Err(Undecided::Invalid(why));
             }
         }
         let started = self.decisions.clock.now();
-        let counters = self
-            .decisions
-            .store
-            .envoy_counters()
-            .map(|_| &self.decisions.store);
         let stats = Some(&*self.observed.descriptor_stats);
-        let rules = &served.rules;
         let result = crate::traces::within(
-            || crate::traces::store_call(self.decisions.store.kind()),
-            || rules.should_rate_limit_in(&self.decisions.store, counters, stats, request),
+            || crate::traces::store_call(store.kind()),
+            || matched.decide(store, stats),
             |span, result| {
                 if let Err(e) = result {
                     crate::traces::store_failed(span, e);
