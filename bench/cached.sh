@@ -50,4 +50,4 @@ done
 
 echo "three nodes at ten times the limit (the bound tests):"
 cargo test -q -p floodgate-core --features redis --test cached -- --nocapture three_nodes 2>&1 | grep -E 'overshoot'
-cargo test -q -p floodgate-server --test cached_nodes -- --nocapture 2>&1 | grep -E 'admitted'
+cargo test -q -p floodgate-server --test e2e cached_nodes -- --nocapture 2>&1 | grep -E 'admitted'

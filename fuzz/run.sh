@@ -25,7 +25,7 @@ done
 cp "$repo"/examples/config/floodgate.yaml "$corpus/config_native/example.yaml"
 cp "$repo"/crates/floodgate-server/tests/fixtures/runtime/floodgate.yaml "$corpus/config_native/runtime.yaml"
 i=0
-for f in "$repo"/crates/floodgate-server/tests/fixtures/envoy/*.yaml "$repo"/crates/floodgate-server/tests/fixtures/envoy/refused/*.yaml \
+for f in "$repo"/crates/floodgate-service/tests/fixtures/envoy/*.yaml "$repo"/crates/floodgate-service/tests/fixtures/envoy/refused/*.yaml \
          "$repo"/crates/floodgate-server/tests/fixtures/runtime/*.y*ml "$repo"/examples/config/envoy.yaml; do
   cp "$f" "$corpus/config_envoy/fixture-$i.yaml"; i=$((i + 1))
 done

@@ -10,7 +10,8 @@
 //! only those). The traffic is generated with a fixed seed, so the reports are the same on
 //! every run; the dashboard shows what 40 s of real traffic did.
 
-#[path = "../tests/common/browser.rs"]
+#[allow(dead_code)] // the example drives the browser, not every helper the tests use
+#[path = "../tests/e2e/common/browser.rs"]
 mod browser;
 
 use std::io::{BufRead, BufReader};

@@ -34,24 +34,24 @@ use serde_json::{json, Value};
 
 use crate::metrics::{Live, StoreLive};
 
-pub mod heavy_keys;
+pub(crate) mod heavy_keys;
 
 use heavy_keys::{Counted, HeavyKeys};
 
 /// Points kept: five minutes at one a second.
-pub const HISTORY: usize = 300;
+pub(crate) const HISTORY: usize = 300;
 
 /// How often the service takes a point.
-pub const INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long one heavy-keys sketch counts before it is set aside (and the one before dropped).
-pub const KEYS_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const KEYS_WINDOW: Duration = Duration::from_secs(60);
 
 /// Counters kept for the heavy keys, in all (see [`HeavyKeys`]).
-pub const DEFAULT_HEAVY_KEYS: usize = 256;
+pub(crate) const DEFAULT_HEAVY_KEYS: usize = 256;
 
 /// The most counters `serve --heavy-keys` takes (about 700 MB at most, in the two windows).
-pub const MAX_HEAVY_KEYS: usize = 1_000_000;
+pub(crate) const MAX_HEAVY_KEYS: usize = 1_000_000;
 
 /// The heavy keys shown.
 const SHOWN_KEYS: usize = 20;
@@ -76,7 +76,7 @@ pub struct Overview {
 
 /// One stage at one point: rates per second since the previous point, and gauges.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct StagePoint {
+pub(crate) struct StagePoint {
     /// Requests the stage decided, per second.
     pub decisions: f64,
     /// Requests it refused (enforce mode), per second.
@@ -116,7 +116,7 @@ pub struct StagePoint {
 
 /// One point of the history.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Point {
+pub(crate) struct Point {
     /// Its number: one more than the previous point's.
     pub seq: u64,
     /// When it was taken: seconds since the Unix epoch, by the service's monotonic clock
@@ -157,7 +157,7 @@ struct History {
 
 /// The dashboard's state: the history of points and the heavy-keys sketches.
 #[derive(Debug)]
-pub struct Dashboard {
+pub(crate) struct Dashboard {
     history: Mutex<History>,
     /// The sketch counting now, and the previous window's.
     keys: [HeavyKeys; 2],
@@ -172,7 +172,7 @@ pub struct Dashboard {
 
 impl Dashboard {
     /// A dashboard keeping `heavy_keys` counters per window (0: no heavy keys).
-    pub fn new(heavy_keys: usize) -> Dashboard {
+    pub(crate) fn new(heavy_keys: usize) -> Dashboard {
         Dashboard {
             history: Mutex::new(History::default()),
             keys: [HeavyKeys::new(heavy_keys), HeavyKeys::new(heavy_keys)],
@@ -183,7 +183,7 @@ impl Dashboard {
     }
 
     /// Counts one request of the key `write` puts in a buffer (see [`HeavyKeys::add_with`]).
-    pub fn count_key(&self, write: impl FnOnce(&mut String)) {
+    pub(crate) fn count_key(&self, write: impl FnOnce(&mut String)) {
         let current = self.current.load(std::sync::atomic::Ordering::Relaxed) & 1;
         self.keys[current].add_with(write);
     }
@@ -196,7 +196,7 @@ impl Dashboard {
     }
 
     /// Whether the latest point is at least [`INTERVAL`] old at `now` (or there is none).
-    pub fn due(&self, now: Nanos) -> bool {
+    pub(crate) fn due(&self, now: Nanos) -> bool {
         let history = self.history();
         history
             .previous
@@ -208,7 +208,7 @@ impl Dashboard {
     /// when it is due, and reads the heaviest keys. Does nothing (`false`) if another point
     /// was taken less than [`INTERVAL`] before `now`: the sampler and a page's request may both
     /// have found a point due, and a second point a moment later would divide by nothing.
-    pub fn record(&self, live: &Live, now: Nanos) -> bool {
+    pub(crate) fn record(&self, live: &Live, now: Nanos) -> bool {
         let mut history = self.history();
         if history
             .previous
@@ -302,7 +302,7 @@ impl Dashboard {
     }
 
     /// The points after `since` (all kept points when `None`).
-    pub fn points_after(&self, since: Option<u64>) -> Vec<Point> {
+    pub(crate) fn points_after(&self, since: Option<u64>) -> Vec<Point> {
         self.history()
             .points
             .iter()
@@ -344,7 +344,7 @@ impl Dashboard {
 
     /// The heaviest keys as of the latest point, in full when `plain`, else as keyed hashes;
     /// and the requests counted.
-    pub fn heavy_keys(&self, plain: bool) -> (Vec<Counted>, u64) {
+    pub(crate) fn heavy_keys(&self, plain: bool) -> (Vec<Counted>, u64) {
         let (mut keys, total) = self.history().keys.clone();
         if !plain {
             for c in &mut keys {
@@ -356,18 +356,18 @@ impl Dashboard {
 
     /// This process's points' identity, as hex: a page that sees it change starts over
     /// (sequence numbers start again at 0 in another process).
-    pub fn instance(&self) -> String {
+    pub(crate) fn instance(&self) -> String {
         format!("{:016x}", self.instance)
     }
 
     /// Whether heavy keys are counted.
-    pub fn counts_keys(&self) -> bool {
+    pub(crate) fn counts_keys(&self) -> bool {
         self.keys[0].enabled()
     }
 }
 
 /// A stage's settings and totals, as the page shows them beside its points.
-pub fn stage_json(stage: &floodgate::pipeline::StageSnapshot) -> Value {
+pub(crate) fn stage_json(stage: &floodgate::pipeline::StageSnapshot) -> Value {
     let s = &stage.stats;
     let on_error = match stage.on_store_error {
         OnStoreError::FailOpen => "fail_open",
@@ -437,7 +437,10 @@ pub fn stage_json(stage: &floodgate::pipeline::StageSnapshot) -> Value {
 }
 
 /// The store's health, as the page shows it.
-pub fn store_json(status: &crate::store::health::StoreStatus, live: Option<&StoreLive>) -> Value {
+pub(crate) fn store_json(
+    status: &crate::store::health::StoreStatus,
+    live: Option<&StoreLive>,
+) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
     if let Some(live) = live {
         value["calls"] = live.calls.into();

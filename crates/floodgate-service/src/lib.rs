@@ -11,7 +11,7 @@
 //! `statsd` (and `dogstatsd` over it), `dashboard` and `upstream_metrics`, then `grpc` and `xds`, `service`, `http`, and
 //! `runtime` on top
 //! (ARCHITECTURE.md draws the rows and says where each concern lives).
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 /// This build's version, as `GET /` and `/v1/dashboard` show it.
@@ -19,8 +19,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub mod cli;
 pub mod config;
-pub mod connections;
-pub mod dashboard;
+mod connections;
+mod dashboard;
 pub mod descriptors;
 pub mod dogstatsd;
 pub mod environment;
@@ -38,6 +38,6 @@ pub mod served;
 pub mod service;
 pub mod statsd;
 pub mod store;
-pub mod traces;
-pub mod upstream_metrics;
-pub mod xds;
+mod traces;
+mod upstream_metrics;
+mod xds;

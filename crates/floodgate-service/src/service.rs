@@ -282,7 +282,7 @@ impl Server {
     }
 
     /// Keeps `counters` counters for the dashboard's heaviest keys (0: counts no keys). The
-    /// default is [`DEFAULT_HEAVY_KEYS`].
+    /// default is 256 (`DEFAULT_HEAVY_KEYS`).
     pub fn with_heavy_keys(mut self, counters: usize) -> Server {
         self.observed.dashboard = Dashboard::new(counters);
         self
@@ -313,7 +313,7 @@ impl Server {
     }
 
     /// Counts a decision call in, or sheds it when `connections.max_in_flight` are being
-    /// answered (see [`crate::connections`]).
+    /// answered (see `crate::connections`).
     pub fn enter_call(&self) -> Result<CallGuard<'_>, Overloaded> {
         self.edge.in_flight.enter()
     }

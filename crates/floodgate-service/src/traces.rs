@@ -33,19 +33,19 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::environment::traces::{TraceProtocol, Traces};
 
-pub mod b3;
+pub(crate) mod b3;
 mod limits;
 mod tls;
 
 /// The target every span here has: the exporting layer takes these and nothing else.
-pub const TARGET: &str = "floodgate::traces";
+pub(crate) const TARGET: &str = "floodgate::traces";
 
 /// Whether spans are made: set once an exporter runs ([`Exporting::start`]).
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// Whether traces are on (an exporter runs in this process).
 #[inline]
-pub fn on() -> bool {
+pub(crate) fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
@@ -186,7 +186,7 @@ impl Exporting {
 /// How a caller's context is read, in upstream's order (its `CompositeTextMapPropagator`
 /// of trace context, B3 and baggage): each reader in turn, a later one replacing what an
 /// earlier one found only when it finds a valid context itself.
-pub fn propagator() -> opentelemetry::propagation::TextMapCompositePropagator {
+pub(crate) fn propagator() -> opentelemetry::propagation::TextMapCompositePropagator {
     opentelemetry::propagation::TextMapCompositePropagator::new(vec![
         Box::new(TraceContextPropagator::new()),
         Box::new(b3::B3Propagator),
@@ -224,7 +224,7 @@ fn exporter(traces: &Traces) -> Result<opentelemetry_otlp::SpanExporter, TracesE
 
 /// The span of one `ShouldRateLimit` (`grpc`) or `POST /json` call, child of the trace
 /// `headers` carry (none: a new trace); [`Span::none`] when traces are off.
-pub fn rls_call(grpc: bool, headers: &http::HeaderMap) -> Span {
+pub(crate) fn rls_call(grpc: bool, headers: &http::HeaderMap) -> Span {
     if !on() {
         return Span::none();
     }
@@ -258,7 +258,7 @@ pub fn rls_call(grpc: bool, headers: &http::HeaderMap) -> Span {
 }
 
 /// The span of one `POST /v1/evaluate` call, as [`rls_call`].
-pub fn evaluate_call(headers: &http::HeaderMap) -> Span {
+pub(crate) fn evaluate_call(headers: &http::HeaderMap) -> Span {
     if !on() {
         return Span::none();
     }
@@ -277,7 +277,7 @@ pub fn evaluate_call(headers: &http::HeaderMap) -> Span {
 }
 
 /// The span of one store call made for the current span's request; `store`: its kind.
-pub fn store_call(store: &'static str) -> Span {
+pub(crate) fn store_call(store: &'static str) -> Span {
     if !on() {
         return Span::none();
     }
@@ -296,7 +296,7 @@ pub fn store_call(store: &'static str) -> Span {
 /// made and nothing recorded. The decision paths go through this, so they hold no branch on
 /// whether traces are on. It takes a builder rather than a future so that the future is made
 /// where it is awaited (moving one already made costs a copy of it on every call).
-pub async fn within<F: std::future::Future>(
+pub(crate) async fn within<F: std::future::Future>(
     span: impl FnOnce() -> Span,
     make: impl FnOnce() -> F,
     record: impl FnOnce(&Span, &F::Output),
@@ -313,7 +313,7 @@ pub async fn within<F: std::future::Future>(
 
 /// Marks `span` (a [`store_call`]) failed with `error` (the store's message, which names
 /// no secret: passwords are never in a store's errors).
-pub fn store_failed(span: &Span, error: &dyn std::fmt::Display) {
+pub(crate) fn store_failed(span: &Span, error: &dyn std::fmt::Display) {
     if on() {
         span.record("otel.status_code", "ERROR");
         span.record("error.message", tracing::field::display(error));
@@ -321,7 +321,7 @@ pub fn store_failed(span: &Span, error: &dyn std::fmt::Display) {
 }
 
 /// Records on `span` (a gRPC [`rls_call`]) the status it was refused with.
-pub fn refused(span: &Span, grpc_status: i64) {
+pub(crate) fn refused(span: &Span, grpc_status: i64) {
     if on() {
         span.record("rpc.grpc.status_code", grpc_status);
     }
@@ -329,7 +329,7 @@ pub fn refused(span: &Span, grpc_status: i64) {
 
 /// Records an Envoy call's domain, descriptor count and overall code on the current span
 /// (the [`rls_call`] it runs in).
-pub fn record_rls(domain: &str, descriptors: usize, code: &'static str) {
+pub(crate) fn record_rls(domain: &str, descriptors: usize, code: &'static str) {
     if on() {
         let span = Span::current();
         span.record("ratelimit.domain", domain);
@@ -340,7 +340,7 @@ pub fn record_rls(domain: &str, descriptors: usize, code: &'static str) {
 
 /// Records a `/v1/evaluate` answer on the current span (the [`evaluate_call`] it runs in):
 /// its HTTP status, whether it was allowed, and the stage that refused it.
-pub fn record_evaluate(status: u16, allowed: bool, limiter: Option<&str>) {
+pub(crate) fn record_evaluate(status: u16, allowed: bool, limiter: Option<&str>) {
     if on() {
         let span = Span::current();
         span.record("http.response.status_code", status);

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::pipeline::Pipeline;
 use floodgate::store::AnyStore;
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 use floodgate_tower::{Admitted, ClientAddress, FloodgateLayer, PerKey, TrustedProxies};
 use http::header::HeaderValue;
 use http::Request;

@@ -14,7 +14,7 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::pipeline::{Pipeline, Stage};
 use floodgate::store::RedisStore;
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 use floodgate_tower::FloodgateLayer;
 use http::Request;
 use tower::ServiceExt;

@@ -18,7 +18,7 @@ use floodgate::algorithm::sliding_log::SlidingLog;
 use floodgate::limiter::KeyedLimit;
 use floodgate::store::{AnyStore, Store};
 use floodgate::Op;
-use floodgate_redis_harness::{RedisCluster, RedisServer};
+use floodgate_harness::{RedisCluster, RedisServer};
 use floodgate_tower::extract::{Extractor, KeyBy};
 use floodgate_tower::{TokenBudgetLayer, UsageTokens};
 use http::{HeaderMap, Request, Response};

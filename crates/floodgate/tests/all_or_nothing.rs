@@ -351,7 +351,7 @@ mod redis_common;
 #[cfg(feature = "redis")]
 #[test]
 fn a_refused_request_leaves_every_all_or_nothing_stage_as_it_was_on_redis() {
-    use floodgate_redis_harness::RedisServer;
+    use floodgate_harness::RedisServer;
     let server = RedisServer::start();
     let rt = redis_common::runtime();
     let clock = ManualClock::new(Nanos(redis_common::START));

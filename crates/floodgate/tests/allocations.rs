@@ -3,8 +3,7 @@
 //! are not counted).
 
 use floodgate::store::LocalStore;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use floodgate_harness::allocations::{allocations, CountingAllocator};
 
 use floodgate::algorithm::gcra::{Gcra, GcraState};
 use floodgate::algorithm::spec::AnyAlgorithm;
@@ -13,42 +12,8 @@ use floodgate::limiter::request_rate::{Plan, RequestRateLimiter};
 use floodgate::store::{Key, MemoryStore, WordStore};
 use floodgate::{Decision, Op, StoreError};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged; the tally is a
-// thread-local counter, which allocates nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations `f` makes on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// Allocations for 10,000 decisions on 1,000 keys (`user-0` …) already held: `decide` makes one
 /// decision on a key; each key's first, made before counting, must be allowed.

@@ -13,7 +13,7 @@ use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
 use floodgate::store::{CachedStore, Key, MemoryStore, Store};
 use floodgate::{Decision, ManualClock, Nanos, StoreError};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 use redis::AsyncCommands;
 
 mod redis_common;

@@ -24,7 +24,7 @@ use floodgate::limiter::Priority;
 use floodgate::pipeline::{Pipeline, Request, Stage};
 use floodgate::store::{self, Key, Link, Linked, MemoryStore, RedisStore, Store};
 use floodgate::{Decision, LeaseId, ManualClock, Nanos, Op, StoreError};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use proptest::test_runner::{Config, TestRunner};
@@ -414,7 +414,7 @@ fn two_calls_in_flight_decide_as_in_turn_on_memory() {
 /// group on one slot, and requests of several users spread over the masters.
 #[test]
 fn batches_on_a_cluster_decide_as_in_turn_on_memory() {
-    let cluster = floodgate_redis_harness::RedisCluster::start(3, 0);
+    let cluster = floodgate_harness::RedisCluster::start(3, 0);
     batches_decide_as_in_turn(&cluster.url(), 1, Keys::OneUserPerRequest);
 }
 

@@ -16,7 +16,7 @@ use floodgate::store::{
     BreakerState, CounterIncrement, KeyedOp, MemcachedStore, MemoryStore, Store,
 };
 use floodgate::{Clock, ManualClock, Nanos, Op, OpKind, StoreError, SystemClock};
-use floodgate_redis_harness::MemcachedServer;
+use floodgate_harness::MemcachedServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

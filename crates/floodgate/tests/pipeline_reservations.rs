@@ -18,7 +18,7 @@ use floodgate::pipeline::Mode;
 use floodgate::pipeline::{Pipeline, PipelineReservation, Request, Scope, Stage};
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod redis_common;
 use redis_common::{runtime, store_on_clock, START};

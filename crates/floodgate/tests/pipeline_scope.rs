@@ -355,7 +355,7 @@ mod redis {
     use super::redis_common::{runtime, store_on_clock};
     use super::*;
     use floodgate::store::RedisStore;
-    use floodgate_redis_harness::{RedisCluster, RedisServer};
+    use floodgate_harness::{RedisCluster, RedisServer};
 
     /// The story on `store`, asked from a blocking thread of the runtime that runs its
     /// connection, as a synchronous caller would.

@@ -16,7 +16,7 @@ use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::redis::redis_key;
 use floodgate::store::{KeyedOp, RedisStore, Store};
 use floodgate::{Clock, ManualClock, Nanos, SystemClock};
-use floodgate_redis_harness::RedisCluster;
+use floodgate_harness::RedisCluster;
 
 /// A cluster connection of the test's own, to look at what the store wrote.
 async fn raw(cluster: &RedisCluster) -> redis::cluster_async::ClusterConnection {

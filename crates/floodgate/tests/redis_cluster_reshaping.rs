@@ -28,7 +28,7 @@ use floodgate::store::redis::{CounterIncrement, RedirectStats};
 use floodgate::store::Linked;
 use floodgate::store::{KeyedOp, Link, RedisStore, Store};
 use floodgate::{Clock, LeaseId, Op, SystemClock};
-use floodgate_redis_harness::RedisCluster;
+use floodgate_harness::RedisCluster;
 
 /// Every limit's size: each key is asked far more often, so exactly this many pass.
 const N: u64 = 20;

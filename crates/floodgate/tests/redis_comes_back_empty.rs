@@ -18,7 +18,7 @@ use floodgate::limiter::concurrency::ConcurrencyLimiter;
 use floodgate::limiter::fleet::FleetShedder;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod redis_common;
 use redis_common::{runtime, store_on_clock, START};

@@ -9,7 +9,7 @@ use floodgate::algorithm::sliding_window::SlidingWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod conformance;
 mod redis_common;

@@ -14,7 +14,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{RedisStore, Store};
 use floodgate::StoreError;
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod redis_common;
 use redis_common::{check, runtime};

@@ -25,7 +25,7 @@ use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::algorithm::Algorithm;
 use floodgate::store::{KeyedOp, RedisStore, Store};
 use floodgate::{LeaseId, Op};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 use redis_common::{raw, runtime};
 
 /// Distinct keys per algorithm.

@@ -13,7 +13,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::Rejection;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{ManualClock, Nanos, StoreError};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod redis_common;
 use redis_common::{check, raw, runtime, START};

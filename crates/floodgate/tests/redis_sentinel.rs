@@ -15,7 +15,7 @@ use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{Clock, StoreError, SystemClock};
-use floodgate_redis_harness::{RedisSentinels, SentinelOptions};
+use floodgate_harness::{RedisSentinels, SentinelOptions};
 use redis_common::{check, runtime};
 
 fn options() -> SentinelOptions {

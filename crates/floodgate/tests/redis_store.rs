@@ -19,7 +19,7 @@ use floodgate::algorithm::Algorithm;
 use floodgate::store::redis::redis_key;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{Clock, LeaseId, ManualClock, Nanos, Op, StoreError, SystemClock};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 mod redis_common;
 use redis_common::{check, raw, runtime, store_on_clock, SCHEDULING_SLACK, START};

@@ -14,7 +14,7 @@ use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{RedisStore, Store};
 use floodgate::{ConfigError, Op, StoreError};
-use floodgate_redis_harness::{RedisCluster, RedisServer, TestCa};
+use floodgate_harness::{RedisCluster, RedisServer, TestCa};
 
 #[tokio::test]
 async fn decides_over_tls_and_checks_the_certificate() {

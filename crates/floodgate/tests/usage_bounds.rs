@@ -22,7 +22,7 @@ use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::algorithm::token_bucket::TokenBucket;
 use floodgate::store::{MemoryStore, Store};
 use floodgate::{ManualClock, Nanos, Op};
-use floodgate_redis_harness::{RedisCluster, RedisServer};
+use floodgate_harness::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 
 mod redis_common;

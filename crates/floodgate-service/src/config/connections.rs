@@ -1,5 +1,5 @@
 //! The `connections` section: limits on the connections a hostile or broken peer can hold
-//! (what they do is [`crate::connections`]'s), read once at start-up.
+//! (what they do is `crate::connections`'s), read once at start-up.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::ConfigFileError;
 
-/// The `connections` section (see [`crate::connections`]).
+/// The `connections` section (see `crate::connections`).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionLimits {

@@ -216,7 +216,7 @@ pub struct Config {
     /// The store's settings.
     #[serde(default)]
     pub store: StoreConfig,
-    /// Limits on connections (read once at start-up; see [`crate::connections`]).
+    /// Limits on connections (read once at start-up; see `crate::connections`).
     #[serde(default)]
     pub connections: ConnectionLimits,
     /// The Envoy rules' statistics (read once at start-up; see [`stats`]).

@@ -67,25 +67,25 @@ pub struct PerUnitConfig {
 mod defaults {
     use super::*;
 
-    pub fn assignment_ttl() -> SpecDuration {
+    pub(super) fn assignment_ttl() -> SpecDuration {
         SpecDuration(Duration::from_secs(15))
     }
-    pub fn unreported_after() -> SpecDuration {
+    pub(super) fn unreported_after() -> SpecDuration {
         SpecDuration(Duration::from_secs(15))
     }
-    pub fn abandon_idle_after() -> SpecDuration {
+    pub(super) fn abandon_idle_after() -> SpecDuration {
         SpecDuration(Duration::from_secs(60))
     }
-    pub fn max_streams() -> usize {
+    pub(super) fn max_streams() -> usize {
         10_000
     }
-    pub fn max_buckets_per_stream() -> usize {
+    pub(super) fn max_buckets_per_stream() -> usize {
         1_000
     }
-    pub fn max_pairs() -> usize {
+    pub(super) fn max_pairs() -> usize {
         16
     }
-    pub fn max_pair_bytes() -> usize {
+    pub(super) fn max_pair_bytes() -> usize {
         256
     }
 }

@@ -1,5 +1,5 @@
 //! The `tls` section: TLS, and mutual TLS, on the gRPC and HTTP listeners
-//! ([`crate::connections::tls`]). Read at start-up; the files themselves are read again
+//! (`crate::connections::tls`). Read at start-up; the files themselves are read again
 //! whenever they change.
 //!
 //! ```yaml

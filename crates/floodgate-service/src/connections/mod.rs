@@ -38,8 +38,8 @@ use tokio::sync::Semaphore;
 use tokio_stream::{Stream, StreamExt};
 
 mod stream;
-pub mod tls;
-pub use self::stream::{Conn, Watched, PREFACE};
+pub(crate) mod tls;
+pub(crate) use self::stream::{Conn, Watched, PREFACE};
 
 /// The count of open connections against `max_connections`, shared by both APIs.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ pub struct ConnectionGate {
 }
 
 /// A connection's place, given back when dropped (also when its task unwinds).
-pub type Place = tokio::sync::OwnedSemaphorePermit;
+pub(crate) type Place = tokio::sync::OwnedSemaphorePermit;
 
 impl ConnectionGate {
     /// A gate of `max` places.
@@ -76,7 +76,7 @@ impl ConnectionGate {
 /// backend that does not count), and how long a new connection may take to send its first
 /// [`PREFACE`] bytes.
 #[derive(Clone, Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// The gate counting connections against `max_connections`.
     pub gate: Option<Arc<ConnectionGate>>,
     /// `header_read_timeout`.
@@ -94,7 +94,7 @@ pub struct Admission {
 /// new ones start), and closed `grace` later if calls are still running. Clients reconnect, and
 /// so spread over the pods a deployment adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MaxAge {
+pub(crate) struct MaxAge {
     /// The age.
     pub age: Duration,
     /// The grace after it.
@@ -103,7 +103,7 @@ pub struct MaxAge {
 
 impl MaxAge {
     /// The gRPC connections' maximum age that `limits` set, if any.
-    pub fn of(limits: &crate::config::ConnectionLimits) -> Option<MaxAge> {
+    pub(crate) fn of(limits: &crate::config::ConnectionLimits) -> Option<MaxAge> {
         limits.grpc_max_age.map(|age| MaxAge {
             age: age.0,
             grace: limits.grpc_max_age_grace.0,
@@ -118,7 +118,7 @@ impl MaxAge {
 
 /// The decisions being answered, against `max_in_flight`.
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     now: AtomicUsize,
     max: usize,
     shed: AtomicU64,
@@ -147,7 +147,7 @@ pub struct Overloaded {
 
 impl InFlight {
     /// A count of at most `max` calls.
-    pub fn new(max: usize) -> InFlight {
+    pub(crate) fn new(max: usize) -> InFlight {
         InFlight {
             now: AtomicUsize::new(0),
             max,
@@ -157,7 +157,7 @@ impl InFlight {
 
     /// Counts a call in, or sheds it (counted) when `max` are in flight already. The count
     /// never passes `max`, even for a moment, so no call is shed below the limit.
-    pub fn enter(&self) -> Result<CallGuard<'_>, Overloaded> {
+    pub(crate) fn enter(&self) -> Result<CallGuard<'_>, Overloaded> {
         let taken = self
             .now
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
@@ -173,12 +173,12 @@ impl InFlight {
     }
 
     /// Calls in flight now.
-    pub fn now(&self) -> usize {
+    pub(crate) fn now(&self) -> usize {
         self.now.load(Ordering::Relaxed)
     }
 
     /// Calls shed since the start.
-    pub fn shed(&self) -> u64 {
+    pub(crate) fn shed(&self) -> u64 {
         self.shed.load(Ordering::Relaxed)
     }
 }

@@ -79,18 +79,18 @@ impl AsyncWrite for Conn {
 
 /// The bytes a connection must send within [`Admission::first_bytes`](super::Admission::first_bytes): an HTTP/2 preface's
 /// length (an HTTP/1.1 request head this long is timed by hyper's header timer instead).
-pub const PREFACE: usize = 24;
+pub(crate) const PREFACE: usize = 24;
 
 /// A connection's stream, counting the bytes read from it up to [`PREFACE`].
 #[derive(Debug)]
-pub struct Watched {
+pub(crate) struct Watched {
     inner: Conn,
     seen: Arc<AtomicUsize>,
 }
 
 impl Watched {
     /// `inner`, its first bytes counted in `seen`.
-    pub fn new(inner: Conn, seen: Arc<AtomicUsize>) -> Watched {
+    pub(crate) fn new(inner: Conn, seen: Arc<AtomicUsize>) -> Watched {
         Watched { inner, seen }
     }
 }

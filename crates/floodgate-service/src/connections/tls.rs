@@ -126,7 +126,7 @@ impl TlsTerminator {
 
 /// Appends `floodgate_tls_reloads_total` and `floodgate_tls_handshake_failures_total` for
 /// `terminators` (each its listener's series) to a Prometheus text page; nothing without any.
-pub fn render(terminators: &[&TlsTerminator], out: &mut String) {
+pub(crate) fn render(terminators: &[&TlsTerminator], out: &mut String) {
     if terminators.is_empty() {
         return;
     }

@@ -12,11 +12,11 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 
 /// The longest key kept, in bytes; longer keys are cut at a character boundary.
-pub const MAX_KEY_BYTES: usize = 128;
+pub(crate) const MAX_KEY_BYTES: usize = 128;
 
 /// One counter of a sketch.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Counted {
+pub(crate) struct Counted {
     /// The key.
     pub key: String,
     /// Its estimated count: at least the true count, at most `error` more.
@@ -27,7 +27,7 @@ pub struct Counted {
 
 /// A space-saving sketch of `capacity` counters, the smallest at the root of a binary heap.
 #[derive(Debug)]
-pub struct SpaceSaving {
+pub(crate) struct SpaceSaving {
     capacity: usize,
     /// Counters, in slots that do not move.
     slots: Vec<Counted>,
@@ -42,7 +42,7 @@ pub struct SpaceSaving {
 
 impl SpaceSaving {
     /// An empty sketch of `capacity` counters (at least 1).
-    pub fn new(capacity: usize) -> SpaceSaving {
+    pub(crate) fn new(capacity: usize) -> SpaceSaving {
         let capacity = capacity.max(1);
         // Nothing is reserved up front: the counters grow as keys arrive.
         SpaceSaving {
@@ -56,7 +56,7 @@ impl SpaceSaving {
     }
 
     /// Counts `weight` more for `key`.
-    pub fn add(&mut self, key: &str, weight: u64) {
+    pub(crate) fn add(&mut self, key: &str, weight: u64) {
         let key = cut(key);
         self.total += weight;
         if let Some(&slot) = self.index.get(key) {
@@ -87,12 +87,12 @@ impl SpaceSaving {
     }
 
     /// Everything counted so far.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.total
     }
 
     /// The `n` largest counters, the largest first (only those `n` keys are copied).
-    pub fn top(&self, n: usize) -> Vec<Counted> {
+    pub(crate) fn top(&self, n: usize) -> Vec<Counted> {
         let mut slots: Vec<usize> = (0..self.slots.len()).collect();
         let by_count = |a: &usize, b: &usize| {
             let (a, b) = (&self.slots[*a], &self.slots[*b]);
@@ -108,7 +108,7 @@ impl SpaceSaving {
 
     /// `key`'s estimate: its counter when held; otherwise its true count is at most the
     /// smallest counter (0 while the sketch has room), given as both count and error.
-    pub fn estimate(&self, key: &str) -> (u64, u64) {
+    pub(crate) fn estimate(&self, key: &str) -> (u64, u64) {
         match self.index.get(cut(key)) {
             Some(&slot) => (self.slots[slot].count, self.slots[slot].error),
             None if self.slots.len() < self.capacity => (0, 0),
@@ -177,7 +177,7 @@ const SHARDS: usize = 8;
 /// Space-saving sketches for concurrent use: `SHARDS` (8) of them, a key always in the same one,
 /// each behind its own lock; `capacity` counters in all (0 turns counting off).
 #[derive(Debug)]
-pub struct HeavyKeys {
+pub(crate) struct HeavyKeys {
     shards: Vec<Mutex<SpaceSaving>>,
     hasher: foldhash::fast::RandomState,
 }
@@ -185,7 +185,7 @@ pub struct HeavyKeys {
 impl HeavyKeys {
     /// Sketches of `capacity` counters in all, rounded up to a multiple of the shards; 0 counts
     /// nothing.
-    pub fn new(capacity: usize) -> HeavyKeys {
+    pub(crate) fn new(capacity: usize) -> HeavyKeys {
         let per_shard = capacity.div_ceil(SHARDS);
         let shards = if capacity == 0 {
             Vec::new()
@@ -201,7 +201,7 @@ impl HeavyKeys {
     }
 
     /// Whether counting is on.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !self.shards.is_empty()
     }
 
@@ -214,7 +214,7 @@ impl HeavyKeys {
     }
 
     /// Counts one request of `key`.
-    pub fn add(&self, key: &str) {
+    pub(crate) fn add(&self, key: &str) {
         if self.shards.is_empty() {
             return;
         }
@@ -222,7 +222,7 @@ impl HeavyKeys {
     }
 
     /// `key`'s estimate in its shard (see [`SpaceSaving::estimate`]); (0, 0) when off.
-    pub fn estimate(&self, key: &str) -> (u64, u64) {
+    pub(crate) fn estimate(&self, key: &str) -> (u64, u64) {
         if self.shards.is_empty() {
             return (0, 0);
         }
@@ -232,7 +232,7 @@ impl HeavyKeys {
     /// Counts one request of the key `write` puts into a buffer (reused per thread, so that
     /// building a key allocates nothing). `write` may stop once the buffer holds more than
     /// [`MAX_KEY_BYTES`]: the rest would be cut anyway.
-    pub fn add_with(&self, write: impl FnOnce(&mut String)) {
+    pub(crate) fn add_with(&self, write: impl FnOnce(&mut String)) {
         if self.shards.is_empty() {
             return;
         }
@@ -252,7 +252,7 @@ impl HeavyKeys {
     }
 
     /// The `n` largest counters of every shard, merged, the largest first, and the total count.
-    pub fn top(&self, n: usize) -> (Vec<Counted>, u64) {
+    pub(crate) fn top(&self, n: usize) -> (Vec<Counted>, u64) {
         let mut all = Vec::new();
         let mut total = 0;
         for shard in &self.shards {
@@ -268,7 +268,7 @@ impl HeavyKeys {
     }
 
     /// Forgets every count.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for shard in &self.shards {
             let mut sketch = shard
                 .lock()

@@ -42,7 +42,7 @@
 //!   one message), as gRPC's status code guide says.
 //! - `UNIMPLEMENTED`: another method, or a compressed message (Envoy does not compress).
 //! - `UNAVAILABLE`: the service is answering `connections.max_in_flight` calls already (see
-//!   [`crate::connections`]); the call is shed at once, once its message is read. Also a call
+//!   `crate::connections`); the call is shed at once, once its message is read. Also a call
 //!   the backend left [`Undecided`] (its store failed, `rls.on_store_error: unavailable`).
 //! - Not gRPC at all: HTTP 405 for a method other than `POST`, 415 for a `content-type` other
 //!   than `application/grpc[+proto]`.
@@ -61,7 +61,7 @@
 //! `bench/rls_body.bin` is one gRPC-framed `ShouldRateLimit` request (5-byte prefix: 0, then
 //! the big-endian u32 length; domain `"bench"`, one descriptor `[("key", "value")]`,
 //! `hits_addend` 1) for `h2load -d`. It is written by
-//! `cargo test -p floodgate-server --test grpc -- --ignored write_bench_body`, and the test
+//! `cargo test -p floodgate-service --test service -- --ignored write_bench_body`, and the test
 //! `bench_body_is_current` fails if the checked-in file differs from what that would write.
 
 mod call;

@@ -2,7 +2,7 @@
 //! serves (the pipeline's limiters and their modes, the named limits of `POST /v1/check`, the
 //! Envoy domains, the endpoints), then its script (`dashboard.js`, inlined) polls
 //! `GET /v1/dashboard` once a second and fills in the rates, charts, heaviest keys and store
-//! health ([`crate::dashboard`]). The page is self-contained: no fonts, images, scripts or style
+//! health (`crate::dashboard`). The page is self-contained: no fonts, images, scripts or style
 //! sheets from elsewhere. Every configured name is HTML-escaped here, and the script writes
 //! every value as text.
 

@@ -86,7 +86,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the HTTP API on every connection `connections` yields (HTTP/1.1, or HTTP/2 with
 /// prior knowledge), each on its own task, until `shutdown` completes; then lets the requests
-/// in progress finish and returns. See [`crate::connections`] for the connection handling.
+/// in progress finish and returns. See `crate::connections` for the connection handling.
 pub async fn serve<S, T, F>(server: Arc<Server>, connections: S, shutdown: F)
 where
     S: Stream<Item = std::io::Result<T>>,

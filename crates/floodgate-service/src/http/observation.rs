@@ -20,7 +20,7 @@ pub(super) async fn metrics(State(server): State<Arc<Server>>) -> Response {
         .into_response()
 }
 
-/// `GET /v1/dashboard[?since=SEQ]`: the dashboard's data ([`crate::dashboard`]); the heaviest
+/// `GET /v1/dashboard[?since=SEQ]`: the dashboard's data (`crate::dashboard`); the heaviest
 /// keys in full only with the admin token as a bearer token.
 pub(super) async fn dashboard(
     State(server): State<Arc<Server>>,

@@ -143,8 +143,8 @@ impl Server {
         text
     }
 
-    /// Takes the dashboard's next point if one is due (see [`crate::dashboard`]); `serve`
-    /// calls it every [`dashboard::INTERVAL`].
+    /// Takes the dashboard's next point if one is due (see `crate::dashboard`); `serve`
+    /// calls it every `dashboard::INTERVAL` (one second).
     pub async fn sample_dashboard(&self) {
         if self.observed.dashboard.due(self.decisions.clock.now()) {
             let live = self.live().await;

@@ -46,17 +46,17 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, Tra
 use opentelemetry::Context;
 
 /// The single header.
-pub const SINGLE: &str = "b3";
+pub(crate) const SINGLE: &str = "b3";
 /// The multiple headers: the trace id.
-pub const TRACE_ID: &str = "x-b3-traceid";
+pub(crate) const TRACE_ID: &str = "x-b3-traceid";
 /// The span id.
-pub const SPAN_ID: &str = "x-b3-spanid";
+pub(crate) const SPAN_ID: &str = "x-b3-spanid";
 /// The parent's span id.
-pub const PARENT_SPAN_ID: &str = "x-b3-parentspanid";
+pub(crate) const PARENT_SPAN_ID: &str = "x-b3-parentspanid";
 /// The sampling state.
-pub const SAMPLED: &str = "x-b3-sampled";
+pub(crate) const SAMPLED: &str = "x-b3-sampled";
 /// The debug flag.
-pub const FLAGS: &str = "x-b3-flags";
+pub(crate) const FLAGS: &str = "x-b3-flags";
 
 /// Stands for a header that is present but not text: it is invalid in every place a B3
 /// value can be, as the bytes it holds are.
@@ -64,7 +64,7 @@ const UNREADABLE: &str = "\u{fffd}";
 
 /// B3's propagator, extraction only (see the [module documentation](self)).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct B3Propagator;
+pub(crate) struct B3Propagator;
 
 impl TextMapPropagator for B3Propagator {
     /// Injects nothing: Floodgate sends no call on with a caller's context.
@@ -86,7 +86,7 @@ impl TextMapPropagator for B3Propagator {
 
 /// The remote span context the B3 headers of `extractor` carry, if valid: the single
 /// header's, else the multiple headers'.
-pub fn extract(extractor: &dyn Extractor) -> Option<SpanContext> {
+pub(crate) fn extract(extractor: &dyn Extractor) -> Option<SpanContext> {
     let single = value(extractor, SINGLE);
     if !single.is_empty() {
         if let Some(context) = from_single(single.as_bytes()) {

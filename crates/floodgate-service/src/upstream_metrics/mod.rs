@@ -23,7 +23,7 @@
 //! milliseconds). The response-time histogram has Floodgate's bucket bounds (10 µs to 1 s,
 //! in the series' unit), not statsd_exporter's, and times the `/json` calls too.
 
-pub mod mapping;
+pub(crate) mod mapping;
 
 use std::collections::BTreeMap;
 
@@ -37,7 +37,7 @@ const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
 /// Appends upstream's series for `totals` (from [`crate::statsd::totals`]) and the response
 /// time histogram of `metrics` to a Prometheus text page, named by `mapping`.
-pub fn render(totals: &Totals, metrics: &Metrics, mapping: &Mapping, out: &mut String) {
+pub(crate) fn render(totals: &Totals, metrics: &Metrics, mapping: &Mapping, out: &mut String) {
     // name → labels → value, so that each name's TYPE line comes once and merged series add.
     let mut series: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for (name, &n) in totals {

@@ -47,7 +47,7 @@ use crate::proto::ratelimit::config::ratelimit::v3::RateLimitConfig;
 
 /// Why a stream to the control plane could not be opened or ended.
 #[derive(Debug, thiserror::Error)]
-pub enum XdsError {
+pub(crate) enum XdsError {
     /// `CONFIG_GRPC_XDS_SERVER_URL` cannot be read.
     #[error("CONFIG_GRPC_XDS_SERVER_URL {0}")]
     Address(String),
@@ -71,7 +71,7 @@ pub enum XdsError {
 }
 
 /// What the client hands each set of resources to: the running service.
-pub trait Target: Send + Sync + 'static {
+pub(crate) trait Target: Send + Sync + 'static {
     /// Checks and runs `pushed`; an error names what is wrong, and the service keeps what it
     /// ran before.
     fn run(&self, pushed: Pushed) -> Result<(), ConfigFileError>;
@@ -136,7 +136,7 @@ impl XdsStatus {
 /// Follows the control plane `settings` name for as long as the process runs, handing each
 /// set of resources to `target`; `first` turns true when a first set is running. `version`
 /// says which version the service runs (sent when a stream subscribes again).
-pub async fn follow<T: Target>(
+pub(crate) async fn follow<T: Target>(
     target: Arc<T>,
     status: Arc<XdsStatus>,
     settings: Xds,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use floodgate::quota::{ClaimStep, ClaimTerms, Claims, Group};
 use floodgate::store::CounterIncrement;
 use floodgate::StoreError;
-use floodgate_redis_harness::MemcachedServer;
+use floodgate_harness::MemcachedServer;
 
 use crate::{clock_at_now, runtime, store};
 

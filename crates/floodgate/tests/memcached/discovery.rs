@@ -10,7 +10,7 @@ use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{MemcachedStore, Store};
 use floodgate::{ConfigError, StoreError};
-use floodgate_redis_harness::{DnsServer, MemcachedServer, SrvRecord};
+use floodgate_harness::{DnsServer, MemcachedServer, SrvRecord};
 
 use crate::{check, clock_at_now, runtime};
 

@@ -9,7 +9,7 @@ use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{BreakerState, MemcachedStore, Store};
 use floodgate::StoreError;
-use floodgate_redis_harness::MemcachedServer;
+use floodgate_harness::MemcachedServer;
 
 use crate::{check, clock_at_now, runtime};
 

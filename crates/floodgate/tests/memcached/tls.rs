@@ -7,7 +7,7 @@ use floodgate::algorithm::fixed_window::FixedWindow;
 use floodgate::algorithm::spec::AnyAlgorithm;
 use floodgate::store::{MemcachedStore, Store};
 use floodgate::StoreError;
-use floodgate_redis_harness::{Issued, MemcachedServer, TestCa};
+use floodgate_harness::{Issued, MemcachedServer, TestCa};
 
 use crate::{check, clock_at_now, runtime};
 

@@ -8,7 +8,7 @@
 //! open when `GetMulti` errs) are the service's to port.
 
 use floodgate::store::{CounterIncrement, MemcachedStore};
-use floodgate_redis_harness::MemcachedServer;
+use floodgate_harness::MemcachedServer;
 
 use crate::{clock_at_now, runtime};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use floodgate::store::redis::RedisStoreBuilder;
 use floodgate::store::RedisStore;
 use floodgate::{ManualClock, Op};
-use floodgate_redis_harness::RedisServer;
+use floodgate_harness::RedisServer;
 
 /// The store at `url` deciding at `clock`'s instants (not Redis `TIME`), with a timeout
 /// generous enough for a loaded machine, and every key kept at least an hour, since the manual
