@@ -23,10 +23,10 @@ for t in config_native config_envoy http_api rls_proto replay_trace client_heade
 done
 # The configs the tests and examples use.
 cp "$repo"/examples/config/floodgate.yaml "$corpus/config_native/example.yaml"
-cp "$repo"/crates/floodgate-server/tests/fixtures/runtime/floodgate.yaml "$corpus/config_native/runtime.yaml"
+cp "$repo"/crates/floodgate-service/tests/fixtures/runtime/floodgate.yaml "$corpus/config_native/runtime.yaml"
 i=0
 for f in "$repo"/crates/floodgate-service/tests/fixtures/envoy/*.yaml "$repo"/crates/floodgate-service/tests/fixtures/envoy/refused/*.yaml \
-         "$repo"/crates/floodgate-server/tests/fixtures/runtime/*.y*ml "$repo"/examples/config/envoy.yaml; do
+         "$repo"/crates/floodgate-service/tests/fixtures/runtime/*.y*ml "$repo"/examples/config/envoy.yaml; do
   cp "$f" "$corpus/config_envoy/fixture-$i.yaml"; i=$((i + 1))
 done
 # The shipped trace, under a few of the limiters.
