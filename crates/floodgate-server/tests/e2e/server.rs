@@ -11,13 +11,25 @@ use std::time::Duration;
 use common::serve::{self, TempDir};
 use serde_json::{json, Value};
 
-/// A running `floodgate serve` ([`serve::Service`]) and the directory of its config file.
+/// A running `floodgate serve` ([`serve::Service`]: its addresses, pid and exit) and the
+/// directory of its config file.
 struct Service {
     service: serve::Service,
-    /// The Envoy RLS gRPC address, `http://ADDR`.
-    grpc: String,
-    http: String,
     _dir: Option<TempDir>,
+}
+
+impl std::ops::Deref for Service {
+    type Target = serve::Service;
+
+    fn deref(&self) -> &serve::Service {
+        &self.service
+    }
+}
+
+impl std::ops::DerefMut for Service {
+    fn deref_mut(&mut self) -> &mut serve::Service {
+        &mut self.service
+    }
 }
 
 /// Starts the binary with `config` (YAML text, or the built-in config when `None`) on ports
@@ -33,11 +45,8 @@ async fn start(config: Option<&str>, admin_token: Option<&str>) -> Service {
         command.arg("--config").arg(&path);
         dir
     });
-    let service = serve::start(command);
     Service {
-        grpc: service.grpc.clone(),
-        http: service.http.clone(),
-        service,
+        service: serve::start(command),
         _dir: dir,
     }
 }
@@ -603,7 +612,7 @@ async fn reload_applies_a_good_file_and_keeps_the_running_config_on_a_broken_one
     // SIGHUP reloads too: a valid file with a new limit name.
     let renamed = CONFIG.replace("login:", "signin:");
     std::fs::write(s.config_path(), renamed).unwrap();
-    let pid = s.service.pid().to_string();
+    let pid = s.pid().to_string();
     assert!(Command::new("kill")
         .args(["-HUP", &pid])
         .status()
@@ -748,7 +757,7 @@ async fn sigterm_drains_and_exits_zero() {
             .overall_code,
         1
     );
-    let pid = s.service.pid().to_string();
+    let pid = s.pid().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -756,7 +765,7 @@ async fn sigterm_drains_and_exits_zero() {
         .success());
     let mut exit = None;
     for _ in 0..200 {
-        if let Some(status) = s.service.exited() {
+        if let Some(status) = s.exited() {
             exit = Some(status);
             break;
         }

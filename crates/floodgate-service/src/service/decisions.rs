@@ -98,11 +98,9 @@ impl Server {
         let served = self.decisions.served.load();
         let store = &self.decisions.store;
         let matched = served.rules.matched(request);
-        if request.descriptors.iter().any(|d| d.negative_hits) {
-            if let Some(why) = matched.refund_refused(|algorithm| store.takes_refunds(algorithm)) {
-                self.observed.metrics.call(endpoint, Outcome::Invalid);
-                return Err(Undecided::Invalid(why));
-            }
+        if let Some(why) = matched.refund_refused(|algorithm| store.takes_refunds(algorithm)) {
+            self.observed.metrics.call(endpoint, Outcome::Invalid);
+            return Err(Undecided::Invalid(why));
         }
         let started = self.decisions.clock.now();
         let stats = Some(&*self.observed.descriptor_stats);
