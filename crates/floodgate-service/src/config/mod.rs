@@ -110,7 +110,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use floodgate::algorithm::sliding_log::SlidingLogSpec;
 use floodgate::algorithm::spec::AlgorithmSpec;
+use floodgate::algorithm::token_bucket::TokenBucketSpec;
 use floodgate::duration::SpecDuration;
 use floodgate::limiter::request_rate::{Plan, EXAMPLE_PLANS};
 use floodgate::pipeline::OnStoreError;
@@ -446,10 +448,10 @@ impl Config {
         let plans = EXAMPLE_PLANS
             .into_iter()
             .map(|(name, rate, burst)| {
-                let spec = AlgorithmSpec::TokenBucket {
+                let spec = AlgorithmSpec::TokenBucket(TokenBucketSpec {
                     rate,
                     capacity: burst,
-                };
+                });
                 (name.to_string(), spec)
             })
             .collect();
@@ -470,10 +472,10 @@ impl Config {
             limiters: builtin_limiters(minute),
             limits: BTreeMap::from([(
                 "login".to_string(),
-                AlgorithmSpec::SlidingLog {
+                AlgorithmSpec::SlidingLog(SlidingLogSpec {
                     limit: 5,
                     window: minute,
-                },
+                }),
             )]),
             response_dynamic_metadata: false,
             reservation_ttl: None,
@@ -638,10 +640,10 @@ fn builtin_domain() -> DomainConfig {
             descriptor(
                 "api_key",
                 RateLimitConfig {
-                    algorithm: Some(AlgorithmSpec::TokenBucket {
+                    algorithm: Some(AlgorithmSpec::TokenBucket(TokenBucketSpec {
                         rate: 100.0,
                         capacity: 200,
-                    }),
+                    })),
                     ..RateLimitConfig::default()
                 },
             ),

@@ -64,8 +64,11 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::word::WordState;
 use crate::algorithm::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 #[cfg(feature = "redis")]
@@ -432,6 +435,24 @@ impl Algorithm for FixedWindow {
             Some(into) => state.count == 0 || into >= self.window,
             None => false,
         }
+    }
+}
+
+/// A fixed window as a user writes it: `{"algorithm": "fixed_window", "limit": 10,
+/// "window": "1m"}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedWindowSpec {
+    /// Cost allowed per window, at least 1.
+    pub limit: u64,
+    /// Window length: seconds, or a string with a unit.
+    pub window: SpecDuration,
+}
+
+impl FixedWindowSpec {
+    /// Validates the parameters and builds the window ([`FixedWindow::new`]).
+    pub fn build(&self) -> Result<FixedWindow, ConfigError> {
+        FixedWindow::new(self.limit, self.window.0)
     }
 }
 

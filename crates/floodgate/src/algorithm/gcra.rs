@@ -99,8 +99,11 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::word::WordState;
 use crate::algorithm::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 #[cfg(feature = "redis")]
@@ -450,6 +453,26 @@ impl Reciprocal {
         let high = (self.magic >> 64) * x;
         // high ≤ (2⁶⁴ − 1)², low < 2⁶⁴: the sum fits in u128.
         (((high + low) >> 64) as u64) | (x as u64 & self.identity)
+    }
+}
+
+/// GCRA as a user writes it, with redis-cell's parameters: `{"algorithm": "gcra",
+/// "max_burst": 15, "count": 30, "period": 60}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcraSpec {
+    /// Burst beyond the first request (`limit` = `max_burst` + 1).
+    pub max_burst: u64,
+    /// Requests per `period`, at least 1.
+    pub count: u64,
+    /// The period `count` is measured over: seconds, or a string with a unit.
+    pub period: SpecDuration,
+}
+
+impl GcraSpec {
+    /// Validates the parameters and builds the algorithm ([`Gcra::new`]).
+    pub fn build(&self) -> Result<Gcra, ConfigError> {
+        Gcra::new(self.max_burst, self.count, self.period.0)
     }
 }
 

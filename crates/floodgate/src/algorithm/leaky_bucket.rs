@@ -68,6 +68,8 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::word::WordState;
 use crate::algorithm::token_bucket::{Bucket, TokenBucketState};
 use crate::algorithm::{param, Algorithm, Parameters};
@@ -166,6 +168,25 @@ impl Algorithm for LeakyBucket {
 
     fn is_fresh(&self, state: &LeakyBucketState, now: Nanos) -> bool {
         self.bucket.is_full(&state.room, now)
+    }
+}
+
+/// A leaky bucket (the meter) as a user writes it: `{"algorithm": "leaky_bucket", "rate": 2.5,
+/// "capacity": 10}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeakyBucketSpec {
+    /// Drain rate per second, from [`MIN_SPEC_RATE`](crate::algorithm::MIN_SPEC_RATE) to
+    /// [`MAX_SPEC_RATE`](crate::algorithm::MAX_SPEC_RATE).
+    pub rate: f64,
+    /// Bucket size, at least 1.
+    pub capacity: u64,
+}
+
+impl LeakyBucketSpec {
+    /// Validates the parameters and builds the bucket ([`LeakyBucket::new`]).
+    pub fn build(&self) -> Result<LeakyBucket, ConfigError> {
+        LeakyBucket::new(param::spec_rate(self.rate)?, self.capacity)
     }
 }
 

@@ -65,6 +65,8 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::word::WordState;
 use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
@@ -259,6 +261,25 @@ impl Algorithm for LeakyQueue {
 
     fn supports(&self, op: OpKind) -> bool {
         matches!(op, OpKind::Check | OpKind::Reserve)
+    }
+}
+
+/// A leaky queue (the shaper) as a user writes it: `{"algorithm": "leaky_queue", "rate": 10,
+/// "queue": 5}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeakyQueueSpec {
+    /// Release rate per second, from [`MIN_SPEC_RATE`](crate::algorithm::MIN_SPEC_RATE) to
+    /// [`MAX_SPEC_RATE`](crate::algorithm::MAX_SPEC_RATE).
+    pub rate: f64,
+    /// Places in the queue (0: no queue, only what the rate releases now).
+    pub queue: u64,
+}
+
+impl LeakyQueueSpec {
+    /// Validates the parameters and builds the queue ([`LeakyQueue::new`]).
+    pub fn build(&self) -> Result<LeakyQueue, ConfigError> {
+        LeakyQueue::new(param::spec_rate(self.rate)?, self.queue)
     }
 }
 

@@ -113,10 +113,34 @@ pub trait Parameters: Algorithm + Sized {
     fn share(&self, nodes: u32) -> Result<Self, ConfigError>;
 }
 
+/// The slowest rate a spec takes, per second: one a nanosecond short of 32 years.
+pub const MIN_SPEC_RATE: f64 = 1e-9;
+/// The fastest rate a spec takes, per second: one a nanosecond, the clock's resolution.
+pub const MAX_SPEC_RATE: f64 = 1e9;
+
 /// Validation and conversions shared by the algorithms' constructors and transitions.
 pub(crate) mod param {
+    use super::{MAX_SPEC_RATE, MIN_SPEC_RATE};
     use crate::ConfigError;
     use std::time::Duration;
+
+    /// A rate as a user writes it in a spec (the buckets', the leaky queue's, the smooth
+    /// limiters'): bounded to what a clock in nanoseconds can express, from
+    /// [`MIN_SPEC_RATE`] to [`MAX_SPEC_RATE`] per second. Beyond them a bucket would refill
+    /// more than once a nanosecond, or less than once in 32 years, and the quota it
+    /// announces (`RateLimit-Policy`) would be meaningless. The algorithms themselves take
+    /// any finite positive rate; a rate that is not finite is left to their own check.
+    pub(crate) fn spec_rate(rate: f64) -> Result<f64, ConfigError> {
+        if rate.is_finite() && !(MIN_SPEC_RATE..=MAX_SPEC_RATE).contains(&rate) {
+            // Debug writes 1e300 as such, where Display would write 301 digits.
+            return Err(ConfigError::invalid(
+                "rate",
+                format!("{rate:?}"),
+                "must be from 1e-9 to 1e9 per second: at most one a nanosecond, the clock's resolution",
+            ));
+        }
+        Ok(rate)
+    }
 
     /// One step of a parameter fingerprint (`Parameters::fingerprint`): mixes `x`
     /// into `h` (two multiplications and a rotation; no allocation).

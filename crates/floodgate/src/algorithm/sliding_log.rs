@@ -64,7 +64,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use crate::algorithm::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 #[cfg(feature = "redis")]
@@ -250,6 +253,24 @@ impl Algorithm for SlidingLog {
             None => true,
             Some(newest) => newest.at <= now.0 && now.0 - newest.at >= self.window_ns,
         }
+    }
+}
+
+/// A sliding log as a user writes it: `{"algorithm": "sliding_log", "limit": 10,
+/// "window": 60}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlidingLogSpec {
+    /// Cost allowed in any window, at least 1.
+    pub limit: u64,
+    /// Window length: seconds, or a string with a unit.
+    pub window: SpecDuration,
+}
+
+impl SlidingLogSpec {
+    /// Validates the parameters and builds the log ([`SlidingLog::new`]).
+    pub fn build(&self) -> Result<SlidingLog, ConfigError> {
+        SlidingLog::new(self.limit, self.window.0)
     }
 }
 

@@ -115,7 +115,10 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use crate::algorithm::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op};
 
 #[cfg(feature = "redis")]
@@ -736,6 +739,27 @@ impl Algorithm for SlidingWindow {
 
 #[cfg(feature = "file")]
 pub(crate) mod parts;
+/// A sliding window as a user writes it: `{"algorithm": "sliding_window", "limit": 10,
+/// "window": "1m", "buckets": 6}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlidingWindowSpec {
+    /// Cost allowed per window, at least 1.
+    pub limit: u64,
+    /// Window length: seconds, or a string with a unit.
+    pub window: SpecDuration,
+    /// Sub-buckets; absent for the two-window weighted estimate.
+    #[serde(default)]
+    pub buckets: Option<u32>,
+}
+
+impl SlidingWindowSpec {
+    /// Validates the parameters and builds the window ([`SlidingWindow::new`]).
+    pub fn build(&self) -> Result<SlidingWindow, ConfigError> {
+        SlidingWindow::new(self.limit, self.window.0, self.buckets)
+    }
+}
+
 impl Parameters for SlidingWindow {
     fn fingerprint(&self) -> [u64; 2] {
         let buckets = self.buckets().map_or(0, |b| u64::from(b) + 1);

@@ -131,6 +131,8 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
@@ -144,7 +146,7 @@ mod parts;
 #[cfg(test)]
 mod tests;
 mod warming_up;
-pub use warming_up::SmoothWarmingUp;
+pub use warming_up::{SmoothWarmingUp, SmoothWarmingUpSpec};
 
 /// Guava's `SECONDS.toMicros(1L)`, as the `double` it divides.
 const MICROS_PER_SECOND: f64 = 1_000_000.0;
@@ -227,7 +229,7 @@ pub struct SmoothBursty {
 }
 
 /// How many permits a [`SmoothBursty`] key holds when it is first seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BurstyStart {
     /// `stored = M`: the key behaves as if idle since forever, and an idle key that refilled is
@@ -605,6 +607,36 @@ impl Algorithm for SmoothBursty {
             op,
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         )
+    }
+}
+
+/// Guava's bursty limiter as a user writes it: `{"algorithm": "smooth_bursty", "rate": 5}`
+/// ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmoothBurstySpec {
+    /// Permits per second, from [`MIN_SPEC_RATE`](crate::algorithm::MIN_SPEC_RATE) to
+    /// [`MAX_SPEC_RATE`](crate::algorithm::MAX_SPEC_RATE).
+    pub rate: f64,
+    /// Seconds of unused permits that may be saved up (default
+    /// [`SmoothBursty::DEFAULT_MAX_BURST_SECONDS`]).
+    #[serde(default = "default_max_burst_seconds")]
+    pub max_burst_seconds: f64,
+    /// How a new key starts: `full` (the default; idle keys become evictable) or `empty`
+    /// (exactly Guava's `RateLimiter.create`).
+    #[serde(default)]
+    pub starts: BurstyStart,
+}
+
+fn default_max_burst_seconds() -> f64 {
+    SmoothBursty::DEFAULT_MAX_BURST_SECONDS
+}
+
+impl SmoothBurstySpec {
+    /// Validates the parameters and builds the limiter ([`SmoothBursty::starting`]).
+    pub fn build(&self) -> Result<SmoothBursty, ConfigError> {
+        let rate = param::spec_rate(self.rate)?;
+        SmoothBursty::starting(rate, self.max_burst_seconds, self.starts)
     }
 }
 

@@ -1,206 +1,69 @@
 //! Choosing an algorithm at run time: [`AlgorithmSpec`] is what a user writes (in a replay
 //! `--limiter` spec or a config file), [`AnyAlgorithm`] the validated algorithm it builds.
 //!
-//! A spec is an object tagged by `algorithm`, with these parameters:
+//! A spec is an object tagged by `algorithm` (`{"algorithm": "token_bucket", "rate": 100,
+//! "capacity": 500}`); the other fields are the parameters of that algorithm's spec, declared
+//! in its own module ([`TokenBucketSpec`], …, one per variant of [`AlgorithmSpec`]), and an
+//! unknown field is refused. Rates are per second; counts are whole numbers; durations are
+//! [`SpecDuration`](crate::duration::SpecDuration)s: seconds (a JSON number) or a string with
+//! a unit, `"500ms"`, `"1h30m"` ([`crate::duration`]).
 //!
-//! | `algorithm` | parameters |
-//! |---|---|
-//! | `token_bucket` | `rate`, `capacity` |
-//! | `leaky_bucket` | `rate`, `capacity` |
-//! | `leaky_queue` | `rate`, `queue` |
-//! | `fixed_window` | `limit`, `window` |
-//! | `sliding_log` | `limit`, `window` |
-//! | `sliding_window` | `limit`, `window`, optional `buckets` |
-//! | `gcra` | `max_burst`, `count`, `period` |
-//! | `smooth_bursty` | `rate`, optional `max_burst_seconds` (default 1), optional `starts`: `full` (default) or `empty` |
-//! | `smooth_warming_up` | `rate`, `warmup`, optional `cold_factor` (default 3) |
-//!
-//! Rates are per second; counts are whole numbers; durations are [`SpecDuration`]s: seconds (a
-//! JSON number) or a string with a unit, `"500ms"`, `"1h30m"` ([`crate::duration`]).
+//! Every algorithm is declared once, in the list at the end of this file: [`AlgorithmSpec`],
+//! [`AnyAlgorithm`], its state, every dispatch over them and the Redis store's table of twins
+//! are generated from it.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::concurrency::{Concurrency, Fleet};
-use super::fixed_window::FixedWindow;
-use super::gcra::Gcra;
-use super::leaky_bucket::LeakyBucket;
-use super::leaky_queue::LeakyQueue;
-use super::sliding_log::SlidingLog;
-use super::sliding_window::SlidingWindow;
-use super::smooth::{BurstyStart, SmoothBursty, SmoothWarmingUp};
-use super::token_bucket::TokenBucket;
+use super::fixed_window::{FixedWindow, FixedWindowSpec};
+use super::gcra::{Gcra, GcraSpec};
+use super::leaky_bucket::{LeakyBucket, LeakyBucketSpec};
+use super::leaky_queue::{LeakyQueue, LeakyQueueSpec};
+use super::sliding_log::{SlidingLog, SlidingLogSpec};
+use super::sliding_window::{SlidingWindow, SlidingWindowSpec};
+use super::smooth::{SmoothBursty, SmoothBurstySpec, SmoothWarmingUp, SmoothWarmingUpSpec};
+use super::token_bucket::{TokenBucket, TokenBucketSpec};
 #[cfg(feature = "redis")]
 use super::twin::{Lua, LuaTwin};
 use super::{param, Algorithm, Parameters};
-use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
-
-fn default_max_burst_seconds() -> f64 {
-    1.0
-}
-
-fn default_cold_factor() -> f64 {
-    3.0
-}
-
-/// An algorithm and its parameters, as written by a user; [`AlgorithmSpec::build`] validates it.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "algorithm", rename_all = "snake_case", deny_unknown_fields)]
-pub enum AlgorithmSpec {
-    /// [`TokenBucket`]
-    TokenBucket {
-        /// Tokens per second.
-        rate: f64,
-        /// Bucket size (the burst).
-        capacity: u64,
-    },
-    /// [`LeakyBucket`] (meter)
-    LeakyBucket {
-        /// Drain rate per second.
-        rate: f64,
-        /// Bucket size.
-        capacity: u64,
-    },
-    /// [`LeakyQueue`] (shaper)
-    LeakyQueue {
-        /// Release rate per second.
-        rate: f64,
-        /// Places in the queue.
-        queue: u64,
-    },
-    /// [`FixedWindow`]
-    FixedWindow {
-        /// Cost allowed per window.
-        limit: u64,
-        /// Window length.
-        window: SpecDuration,
-    },
-    /// [`SlidingLog`]
-    SlidingLog {
-        /// Cost allowed in any window.
-        limit: u64,
-        /// Window length.
-        window: SpecDuration,
-    },
-    /// [`SlidingWindow`]
-    SlidingWindow {
-        /// Cost allowed per window.
-        limit: u64,
-        /// Window length.
-        window: SpecDuration,
-        /// Sub-buckets; absent for the two-window weighted estimate.
-        #[serde(default)]
-        buckets: Option<u32>,
-    },
-    /// [`Gcra`], with redis-cell's parameters.
-    Gcra {
-        /// Burst beyond the first request (`limit` = `max_burst` + 1).
-        max_burst: u64,
-        /// Requests per `period`.
-        count: u64,
-        /// The period `count` is measured over.
-        period: SpecDuration,
-    },
-    /// [`SmoothBursty`] (Guava)
-    SmoothBursty {
-        /// Permits per second.
-        rate: f64,
-        /// Seconds of unused permits that may be saved up.
-        #[serde(default = "default_max_burst_seconds")]
-        max_burst_seconds: f64,
-        /// How a new key starts: `full` (the default; idle keys become evictable) or `empty`
-        /// (exactly Guava's `RateLimiter.create`).
-        #[serde(default)]
-        starts: BurstyStart,
-    },
-    /// [`SmoothWarmingUp`] (Guava)
-    SmoothWarmingUp {
-        /// Stable permits per second.
-        rate: f64,
-        /// Time to go from cold to the stable rate.
-        warmup: SpecDuration,
-        /// How much slower than stable the cold rate is.
-        #[serde(default = "default_cold_factor")]
-        cold_factor: f64,
-    },
-}
-
-/// The slowest rate a spec takes, per second: one a nanosecond short of 32 years.
-pub const MIN_SPEC_RATE: f64 = 1e-9;
-/// The fastest rate a spec takes, per second: one a nanosecond, the clock's resolution.
-pub const MAX_SPEC_RATE: f64 = 1e9;
-
-impl AlgorithmSpec {
-    /// Validates the parameters and builds the algorithm. A spec's `rate` (the buckets', the
-    /// leaky queue's, the smooth limiters') is also bounded to what a clock in nanoseconds can
-    /// express, from [`MIN_SPEC_RATE`] to [`MAX_SPEC_RATE`] per second: beyond them a bucket
-    /// would refill more than once a nanosecond, or less than once in 32 years, and the quota
-    /// it announces (`RateLimit-Policy`) would be meaningless. The algorithms themselves take
-    /// any finite positive rate.
-    pub fn build(&self) -> Result<AnyAlgorithm, ConfigError> {
-        if let AlgorithmSpec::TokenBucket { rate, .. }
-        | AlgorithmSpec::LeakyBucket { rate, .. }
-        | AlgorithmSpec::LeakyQueue { rate, .. }
-        | AlgorithmSpec::SmoothBursty { rate, .. }
-        | AlgorithmSpec::SmoothWarmingUp { rate, .. } = *self
-        {
-            if rate.is_finite() && !(MIN_SPEC_RATE..=MAX_SPEC_RATE).contains(&rate) {
-                // Debug writes 1e300 as such, where Display would write 301 digits.
-                return Err(ConfigError::invalid(
-                    "rate",
-                    format!("{rate:?}"),
-                    "must be from 1e-9 to 1e9 per second: at most one a nanosecond, the clock's resolution",
-                ));
-            }
-        }
-        Ok(match *self {
-            AlgorithmSpec::TokenBucket { rate, capacity } => {
-                AnyAlgorithm::TokenBucket(TokenBucket::new(rate, capacity)?)
-            }
-            AlgorithmSpec::LeakyBucket { rate, capacity } => {
-                AnyAlgorithm::LeakyBucket(LeakyBucket::new(rate, capacity)?)
-            }
-            AlgorithmSpec::LeakyQueue { rate, queue } => {
-                AnyAlgorithm::LeakyQueue(LeakyQueue::new(rate, queue)?)
-            }
-            AlgorithmSpec::FixedWindow { limit, window } => {
-                AnyAlgorithm::FixedWindow(FixedWindow::new(limit, window.0)?)
-            }
-            AlgorithmSpec::SlidingLog { limit, window } => {
-                AnyAlgorithm::SlidingLog(SlidingLog::new(limit, window.0)?)
-            }
-            AlgorithmSpec::SlidingWindow {
-                limit,
-                window,
-                buckets,
-            } => AnyAlgorithm::SlidingWindow(SlidingWindow::new(limit, window.0, buckets)?),
-            AlgorithmSpec::Gcra {
-                max_burst,
-                count,
-                period,
-            } => AnyAlgorithm::Gcra(Gcra::new(max_burst, count, period.0)?),
-            AlgorithmSpec::SmoothBursty {
-                rate,
-                max_burst_seconds,
-                starts,
-            } => {
-                AnyAlgorithm::SmoothBursty(SmoothBursty::starting(rate, max_burst_seconds, starts)?)
-            }
-            AlgorithmSpec::SmoothWarmingUp {
-                rate,
-                warmup,
-                cold_factor,
-            } => AnyAlgorithm::SmoothWarmingUp(SmoothWarmingUp::new(rate, warmup.0, cold_factor)?),
-        })
-    }
-}
 
 /// Builds [`AnyAlgorithm`], its state and every dispatch over it from the one list of
 /// algorithms below: a variant missing from a match is a compile error, never a run-time one.
 macro_rules! any_algorithm {
-    ($($variant:ident($ty:ty) = $name:literal, $number:literal;)*) => {
+    (
+        written { $($w:ident($wty:ty, $spec:ty) = $wname:literal, $wnumber:literal;)* }
+        built { $($b:ident($bty:ty) = $bname:literal, $bnumber:literal;)* }
+    ) => {
+        /// An algorithm and its parameters, as written by a user; [`AlgorithmSpec::build`]
+        /// validates it. Each variant holds the spec its algorithm's module declares.
+        #[derive(Clone, Debug, PartialEq, Deserialize)]
+        #[serde(tag = "algorithm")]
+        pub enum AlgorithmSpec {
+            $(
+                #[doc = concat!("`\"algorithm\": \"", $wname, "\"`: [`", stringify!($spec), "`]")]
+                #[serde(rename = $wname)]
+                $w($spec),
+            )*
+        }
+
+        impl AlgorithmSpec {
+            /// Validates the parameters and builds the algorithm (each spec's own `build`).
+            /// Errors name the field and its value.
+            pub fn build(&self) -> Result<AnyAlgorithm, ConfigError> {
+                Ok(match self {
+                    $(AlgorithmSpec::$w(spec) => spec.build()?.into(),)*
+                })
+            }
+        }
+
+        any_algorithm! {
+            @all $($w($wty) = $wname, $wnumber;)* $($b($bty) = $bname, $bnumber;)*
+        }
+    };
+    (@all $($variant:ident($ty:ty) = $name:literal, $number:literal;)*) => {
         /// Any of Floodgate's algorithms, chosen at run time (for example from a spec).
         #[derive(Clone, Debug)]
         pub enum AnyAlgorithm {
@@ -414,23 +277,30 @@ macro_rules! any_algorithm {
 }
 
 // Every algorithm, once: its variant, its type, its name and its number (never reused).
+// Users write the first group in specs (with the spec type its module declares); the
+// limiters build the second from their own configuration.
 any_algorithm! {
-    TokenBucket(TokenBucket) = "token_bucket", 1;
-    LeakyBucket(LeakyBucket) = "leaky_bucket", 2;
-    LeakyQueue(LeakyQueue) = "leaky_queue", 3;
-    FixedWindow(FixedWindow) = "fixed_window", 4;
-    SlidingLog(SlidingLog) = "sliding_log", 5;
-    SlidingWindow(SlidingWindow) = "sliding_window", 6;
-    Gcra(Gcra) = "gcra", 7;
-    SmoothBursty(SmoothBursty) = "smooth_bursty", 8;
-    SmoothWarmingUp(SmoothWarmingUp) = "smooth_warming_up", 9;
-    Concurrency(Concurrency) = "concurrency", 10;
-    Fleet(Fleet) = "fleet", 11;
+    written {
+        TokenBucket(TokenBucket, TokenBucketSpec) = "token_bucket", 1;
+        LeakyBucket(LeakyBucket, LeakyBucketSpec) = "leaky_bucket", 2;
+        LeakyQueue(LeakyQueue, LeakyQueueSpec) = "leaky_queue", 3;
+        FixedWindow(FixedWindow, FixedWindowSpec) = "fixed_window", 4;
+        SlidingLog(SlidingLog, SlidingLogSpec) = "sliding_log", 5;
+        SlidingWindow(SlidingWindow, SlidingWindowSpec) = "sliding_window", 6;
+        Gcra(Gcra, GcraSpec) = "gcra", 7;
+        SmoothBursty(SmoothBursty, SmoothBurstySpec) = "smooth_bursty", 8;
+        SmoothWarmingUp(SmoothWarmingUp, SmoothWarmingUpSpec) = "smooth_warming_up", 9;
+    }
+    built {
+        Concurrency(Concurrency) = "concurrency", 10;
+        Fleet(Fleet) = "fleet", 11;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::smooth::BurstyStart;
 
     fn spec(json: &str) -> Result<AlgorithmSpec, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
@@ -613,7 +483,7 @@ mod tests {
     /// the same fingerprint in every version (these values were written by an earlier one).
     #[test]
     fn fingerprints_stay_what_they_were() {
-        let expected: [u64; 11] = [
+        let expected: &[u64] = &[
             0x156f92f35cc92fc0,
             0xbc007bc109429f30,
             0x324059260133deb7,
@@ -627,7 +497,12 @@ mod tests {
             0xe2c01f760cea61a3,
         ];
         let every = every_algorithm();
-        for (algorithm, want) in every.iter().zip(expected) {
+        assert_eq!(
+            every.len(),
+            expected.len(),
+            "pin the new algorithm's fingerprint"
+        );
+        for (algorithm, &want) in every.iter().zip(expected) {
             assert_eq!(algorithm.params(), want, "{}", algorithm.name());
         }
     }

@@ -82,6 +82,8 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::word::WordState;
 use crate::algorithm::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op};
@@ -373,6 +375,25 @@ impl Bucket {
 /// `a + b` nanoseconds as a `Duration`, saturating.
 fn nanos(a: u64, b: u64) -> Duration {
     Duration::from_nanos(a.saturating_add(b))
+}
+
+/// A token bucket as a user writes it: `{"algorithm": "token_bucket", "rate": 100,
+/// "capacity": 500}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucketSpec {
+    /// Tokens per second, from [`MIN_SPEC_RATE`](crate::algorithm::MIN_SPEC_RATE) to
+    /// [`MAX_SPEC_RATE`](crate::algorithm::MAX_SPEC_RATE).
+    pub rate: f64,
+    /// Bucket size (the burst), at least 1.
+    pub capacity: u64,
+}
+
+impl TokenBucketSpec {
+    /// Validates the parameters and builds the bucket ([`TokenBucket::new`]).
+    pub fn build(&self) -> Result<TokenBucket, ConfigError> {
+        TokenBucket::new(param::spec_rate(self.rate)?, self.capacity)
+    }
 }
 
 impl Parameters for TokenBucket {

@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use super::{
     apply_smooth, fresh_state, is_fresh_smooth, java_min, Derived, Flavour, SmoothState,
     MICROS_PER_SECOND,
 };
 use crate::algorithm::{param, Algorithm, Parameters};
+use crate::duration::SpecDuration;
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
 /// `SmoothWarmingUp`: a key idle for the warmup period goes cold and then serves at
@@ -198,6 +201,34 @@ impl Algorithm for SmoothWarmingUp {
             op,
             OpKind::Check | OpKind::Reserve | OpKind::TryAcquire | OpKind::SetRate
         )
+    }
+}
+
+/// Guava's warm-up limiter as a user writes it: `{"algorithm": "smooth_warming_up",
+/// "rate": 2, "warmup": "4s"}` ([`crate::algorithm::spec::AlgorithmSpec`]).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmoothWarmingUpSpec {
+    /// Stable permits per second, from [`MIN_SPEC_RATE`](crate::algorithm::MIN_SPEC_RATE) to
+    /// [`MAX_SPEC_RATE`](crate::algorithm::MAX_SPEC_RATE).
+    pub rate: f64,
+    /// Time to go from cold to the stable rate: seconds, or a string with a unit.
+    pub warmup: SpecDuration,
+    /// How much slower than stable the cold rate is (default
+    /// [`SmoothWarmingUp::DEFAULT_COLD_FACTOR`]).
+    #[serde(default = "default_cold_factor")]
+    pub cold_factor: f64,
+}
+
+fn default_cold_factor() -> f64 {
+    SmoothWarmingUp::DEFAULT_COLD_FACTOR
+}
+
+impl SmoothWarmingUpSpec {
+    /// Validates the parameters and builds the limiter ([`SmoothWarmingUp::new`]).
+    pub fn build(&self) -> Result<SmoothWarmingUp, ConfigError> {
+        let rate = param::spec_rate(self.rate)?;
+        SmoothWarmingUp::new(rate, self.warmup.0, self.cold_factor)
     }
 }
 
