@@ -376,26 +376,6 @@ impl WordState for FixedWindowState {
     }
 }
 
-impl FixedWindow {
-    /// Counts `cost` admitted at `at` by someone else, without deciding anything: the cached
-    /// store merging what several nodes admitted. The cost counts in the window of `at` when
-    /// that is the state's window; a later window starts with it; a cost from an earlier window
-    /// than the state's is dropped (it can no longer change a decision). The count may exceed
-    /// the limit (saturating at `u64::MAX`).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
-    pub(crate) fn absorb(&self, state: &mut FixedWindowState, at: Nanos, cost: u64) {
-        let start = at.0 - at.0 % self.window;
-        if start == state.start.0 {
-            state.count = state.count.saturating_add(cost);
-        } else if start > state.start.0 {
-            *state = FixedWindowState {
-                start: Nanos(start),
-                count: cost,
-            };
-        }
-    }
-}
-
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 

@@ -26,7 +26,7 @@ use super::sliding_window::{SlidingWindow, SlidingWindowSpec};
 use super::smooth::{SmoothBursty, SmoothBurstySpec, SmoothWarmingUp, SmoothWarmingUpSpec};
 use super::token_bucket::{TokenBucket, TokenBucketSpec};
 #[cfg(feature = "redis")]
-use super::twin::{Lua, LuaTwin};
+use super::twin::{Absorb, CachedParameters, CachedTwin, Lua, LuaTwin};
 use super::{param, Algorithm, Parameters};
 use crate::{ConfigError, Decision, Nanos, Op, OpKind};
 
@@ -193,6 +193,63 @@ macro_rules! any_algorithm {
                     }
                 )*
                 None
+            }
+        }
+
+        /// Every algorithm's side of the cached store ([`CachedTwin`]): whether a node decides
+        /// it on its own view, and how a sync adds to and reads back its state.
+        #[cfg(feature = "redis")]
+        impl AnyAlgorithm {
+            /// Every algorithm's part of `cached.lua`, in the order of its number (`None`: no
+            /// cached form).
+            pub(crate) const ABSORBS: &'static [Option<&'static Absorb>] =
+                &[$(<$ty as CachedTwin>::ABSORB),*];
+
+            /// What `cached.lua` takes for this algorithm ([`CachedTwin`]); `None` when the
+            /// cached store does not decide it locally.
+            pub(crate) fn cached_parameters(&self) -> Option<CachedParameters> {
+                let (absorb, parameters) = match self {
+                    $(AnyAlgorithm::$variant(a) => (<$ty as CachedTwin>::ABSORB, a.cached_parameters()),)*
+                };
+                let [first, second] = parameters?;
+                Some(CachedParameters { tag: absorb?.tag, first, second })
+            }
+
+            /// [`CachedTwin::cached_cost`].
+            pub(crate) fn cached_cost(&self, cost: u64) -> u64 {
+                match self {
+                    $(AnyAlgorithm::$variant(a) => a.cached_cost(cost),)*
+                }
+            }
+
+            /// The state `cached.lua` returned, from the fields after its tag, fingerprinted
+            /// with these parameters ([`CachedTwin::cached_state`]).
+            pub(crate) fn cached_state<'a>(
+                &self,
+                fields: &mut impl Iterator<Item = &'a str>,
+            ) -> Option<AnyState> {
+                let kind = match self {
+                    $(AnyAlgorithm::$variant(a) => StateKind::$variant(a.cached_state(fields)?),)*
+                };
+                Some(AnyState { params: self.params(), kind })
+            }
+
+            /// [`CachedTwin::absorb`]; a state of another algorithm is left as it is.
+            pub(crate) fn absorb(&self, state: &mut AnyState, at: Nanos, cost: u64) {
+                match (self, &mut state.kind) {
+                    $((AnyAlgorithm::$variant(a), StateKind::$variant(s)) => {
+                        CachedTwin::absorb(a, s, at, cost)
+                    })*
+                    _ => {}
+                }
+            }
+
+            /// [`CachedTwin::overshoot`]; 0 for a state of another algorithm.
+            pub(crate) fn overshoot(&self, state: &AnyState, now: Nanos) -> u64 {
+                match (self, &state.kind) {
+                    $((AnyAlgorithm::$variant(a), StateKind::$variant(s)) => a.overshoot(s, now),)*
+                    _ => 0,
+                }
             }
         }
 

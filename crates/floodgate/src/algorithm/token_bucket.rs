@@ -170,19 +170,6 @@ impl WordState for TokenBucketState {
     }
 }
 
-impl TokenBucket {
-    /// Takes `cost` tokens admitted at `at` by someone else, without deciding anything: the
-    /// cached store merging what several nodes admitted. The bucket is refilled up to `at` (or
-    /// its last update, if later) and `cost` is taken even if that leaves it below zero: the
-    /// debt is refilled before anything passes again, so the long-run rate stays exact.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // used by the cached store
-    pub(crate) fn absorb(&self, state: &mut TokenBucketState, at: Nanos, cost: u64) {
-        let last = state.last.max(at);
-        let tokens = self.bucket.tokens_at(state, last) - cost as f64;
-        *state = TokenBucketState { tokens, last };
-    }
-}
-
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 

@@ -11,7 +11,8 @@
 //! Nothing here does I/O: building a twin's arguments is a pure function of the parameters and
 //! the operation, like the transition itself.
 
-use crate::Op;
+use super::Algorithm;
+use crate::{Nanos, Op};
 
 /// The largest duration (ns) and count the Lua twins take: every sum they form stays exact in
 /// Lua's doubles.
@@ -73,6 +74,72 @@ pub(crate) trait LuaTwin {
     /// How far ahead of now, in microseconds, the twin writes an instant (a window's end, a
     /// lease's expiry): the store refuses a clock so late that it would pass [`MAX_MICROS`].
     fn horizon_us(&self) -> u64 {
+        0
+    }
+}
+
+/// What `cached.lua` takes for one key besides its instant and cost: the tag of the state it
+/// keeps, and the algorithm's two parameters as decimal numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CachedParameters {
+    /// The state's tag ([`Absorb::tag`]).
+    pub(crate) tag: &'static str,
+    /// The first parameter (a window's whole microseconds, a bucket's rate, an emission
+    /// interval in nanoseconds).
+    pub(crate) first: String,
+    /// The second parameter (the window's nanoseconds beyond them, the bucket's capacity, 0).
+    pub(crate) second: String,
+}
+
+/// An algorithm's part of the cached store's sync script (`cached.lua`): the tag of the states
+/// it keeps in Redis, and the Lua function, in its own file beside the twin, that adds a node's
+/// admissions to one: `local function name(key, p1, p2, at_us, cost)`, with `p1` and `p2`
+/// the [`CachedTwin::cached_parameters`], returning the tag of another algorithm's state when
+/// the key holds one (left as it is), nil otherwise.
+#[derive(Debug)]
+pub(crate) struct Absorb {
+    /// The tag the function writes and reads (`"F"`, …): the twin's own ([`LuaTwin::TAGS`]).
+    pub(crate) tag: &'static str,
+    /// The function, its file and the helpers it calls.
+    pub(crate) lua: &'static Lua,
+}
+
+/// The cached store's side of a twin (`store::cached`, `cached.lua`): a node decides the
+/// algorithm on its own view of the shared state, and a sync adds what it admitted to that
+/// state in Redis without deciding anything (the store's module documentation gives each
+/// algorithm's rule and bound).
+///
+/// Every algorithm implements it in its `twin` module, most of them with the defaults, which
+/// say the cached store does not decide it locally: it then sends every decision to the
+/// algorithm's exact twin ([`LuaTwin`]), and says so at start-up.
+pub(crate) trait CachedTwin: Algorithm {
+    /// The Lua that absorbs admissions in Redis; `None` (the default): no cached form.
+    const ABSORB: Option<&'static Absorb> = None;
+
+    /// The two parameters [`Self::ABSORB`] takes for these parameters; `None` when they are
+    /// beyond its exact range (or there is no cached form, the default).
+    fn cached_parameters(&self) -> Option<[String; 2]> {
+        None
+    }
+
+    /// The most of `cost` one sync adds to a key (at most [`MAX_EXACT`]).
+    fn cached_cost(&self, cost: u64) -> u64 {
+        cost.min(MAX_EXACT)
+    }
+
+    /// The state `cached.lua` returned, from the `:`-separated fields after its tag; `None`
+    /// when they are not a state of this algorithm.
+    fn cached_state<'a>(&self, _fields: &mut impl Iterator<Item = &'a str>) -> Option<Self::State> {
+        None
+    }
+
+    /// Adds `cost`, admitted at `at` by some node, to `state` without deciding anything: the
+    /// Rust side of `cached.lua`'s rule, which a node applies to its view.
+    fn absorb(&self, _state: &mut Self::State, _at: Nanos, _cost: u64) {}
+
+    /// How many units `state` holds beyond the limit at `now` (0 within it): what the nodes
+    /// admitted together past it, for the sync's report.
+    fn overshoot(&self, _state: &Self::State, _now: Nanos) -> u64 {
         0
     }
 }

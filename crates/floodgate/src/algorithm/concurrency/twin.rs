@@ -2,7 +2,7 @@
 //! a fleet limit that sheds nothing and keeps nothing for critical traffic.
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Lua, LuaTwin, MAX_EXACT, PAST_2_50};
+use crate::algorithm::twin::{CachedTwin, Lua, LuaTwin, MAX_EXACT, PAST_2_50};
 use crate::Op;
 
 use super::{Concurrency, Fleet};
@@ -114,3 +114,9 @@ impl LuaTwin for Fleet {
         self.lease_rule().horizon_us()
     }
 }
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for Concurrency {}
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for Fleet {}

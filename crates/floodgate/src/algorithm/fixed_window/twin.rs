@@ -2,10 +2,10 @@
 //! nanoseconds beyond them, its start aligned to the epoch (`align.lua`).
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Helper, Lua, LuaTwin, Usage, MAX_EXACT};
-use crate::Op;
+use crate::algorithm::twin::{Absorb, CachedTwin, Helper, Lua, LuaTwin, Usage, MAX_EXACT};
+use crate::{Nanos, Op};
 
-use super::FixedWindow;
+use super::{FixedWindow, FixedWindowState};
 
 impl FixedWindow {
     /// The window as the twins take it: whole microseconds and the nanoseconds beyond them;
@@ -54,5 +54,52 @@ impl LuaTwin for FixedWindow {
     /// The window's end.
     fn horizon_us(&self) -> u64 {
         nanos(self.window()) / 1000 + 1
+    }
+}
+
+/// `F:start_us:start_sub:count`, the window `window_us` µs and `window_sub` ns long.
+impl CachedTwin for FixedWindow {
+    const ABSORB: Option<&'static Absorb> = Some(&Absorb {
+        tag: "F",
+        lua: &Lua {
+            function: "absorb_window",
+            source: include_str!("absorb.lua"),
+            helpers: &[Helper::Align],
+        },
+    });
+
+    fn cached_parameters(&self) -> Option<[String; 2]> {
+        let (w_us, w_sub) = self.twin_window()?;
+        Some([w_us.to_string(), w_sub.to_string()])
+    }
+
+    fn cached_state<'a>(
+        &self,
+        fields: &mut impl Iterator<Item = &'a str>,
+    ) -> Option<FixedWindowState> {
+        let mut int = || fields.next()?.parse::<u64>().ok();
+        let (us, sub, count) = (int()?, int()?, int()?);
+        let start = Nanos(us.saturating_mul(1000).saturating_add(sub));
+        Some(FixedWindowState::from_parts(start, count))
+    }
+
+    /// The cost counts in the window of `at` when that is the state's window; a later window
+    /// starts with it; a cost from an earlier window than the state's is dropped (it can no
+    /// longer change a decision). The count may exceed the limit (saturating at `u64::MAX`).
+    fn absorb(&self, state: &mut FixedWindowState, at: Nanos, cost: u64) {
+        let start = at.0 - at.0 % self.window;
+        if start == state.start.0 {
+            state.count = state.count.saturating_add(cost);
+        } else if start > state.start.0 {
+            *state = FixedWindowState {
+                start: Nanos(start),
+                count: cost,
+            };
+        }
+    }
+
+    /// The count past the limit.
+    fn overshoot(&self, state: &FixedWindowState, now: Nanos) -> u64 {
+        self.count(state, now).saturating_sub(self.limit())
     }
 }

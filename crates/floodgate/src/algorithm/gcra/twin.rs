@@ -2,10 +2,10 @@
 //! nanoseconds beyond them.
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
-use crate::Op;
+use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
+use crate::{Nanos, Op};
 
-use super::Gcra;
+use super::{Gcra, GcraState};
 
 impl Gcra {
     /// Whether the twin's arithmetic is exact for this GCRA: τ at most 2⁵⁰ ns.
@@ -51,5 +51,50 @@ impl LuaTwin for Gcra {
 
     fn reply_limit(&self) -> Option<u64> {
         Some(self.limit())
+    }
+}
+
+/// `G:tat_us:tat_sub`, the schedule advancing by the emission interval (ns) per unit.
+impl CachedTwin for Gcra {
+    const ABSORB: Option<&'static Absorb> = Some(&Absorb {
+        tag: "G",
+        lua: &Lua {
+            function: "absorb_gcra",
+            source: include_str!("absorb.lua"),
+            helpers: &[],
+        },
+    });
+
+    fn cached_parameters(&self) -> Option<[String; 2]> {
+        self.twin_fits()
+            .then(|| [nanos(self.emission_interval()).to_string(), "0".into()])
+    }
+
+    /// As a charge is bounded ([`Gcra::twin_most_cost`]).
+    fn cached_cost(&self, cost: u64) -> u64 {
+        cost.min(self.twin_most_cost())
+    }
+
+    fn cached_state<'a>(&self, fields: &mut impl Iterator<Item = &'a str>) -> Option<GcraState> {
+        let mut int = || fields.next()?.parse::<u64>().ok();
+        let (us, sub) = (int()?, int()?);
+        Some(GcraState::from_tat(Nanos(
+            us.saturating_mul(1000).saturating_add(sub),
+        )))
+    }
+
+    /// The schedule's own absorb, which a charge also uses.
+    fn absorb(&self, state: &mut GcraState, at: Nanos, cost: u64) {
+        Gcra::absorb(self, state, at, cost);
+    }
+
+    /// The units the schedule runs beyond `τ`, rounded up.
+    fn overshoot(&self, state: &GcraState, now: Nanos) -> u64 {
+        let beyond = state
+            .tat()
+            .0
+            .saturating_sub(now.0)
+            .saturating_sub(nanos(self.delay_variation_tolerance()));
+        beyond.div_ceil(nanos(self.emission_interval()).max(1))
     }
 }

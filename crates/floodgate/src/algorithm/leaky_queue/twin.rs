@@ -2,7 +2,7 @@
 //! and the queue's length in time (`queue × slot`), at most 2⁵⁰ ns.
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Helper, Lua, LuaTwin, BEYOND_EXACT, MAX_EXACT};
+use crate::algorithm::twin::{CachedTwin, Helper, Lua, LuaTwin, BEYOND_EXACT, MAX_EXACT};
 use crate::Op;
 
 use super::LeakyQueue;
@@ -26,3 +26,6 @@ impl LuaTwin for LeakyQueue {
         Ok([slot, self.queue(), cost].map(|n| n.to_string()).to_vec())
     }
 }
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for LeakyQueue {}

@@ -2,7 +2,7 @@
 //! instant difference it compares and every sum of costs stays exact.
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Lua, LuaTwin, Usage, BEYOND_EXACT, MAX_EXACT};
+use crate::algorithm::twin::{CachedTwin, Lua, LuaTwin, Usage, BEYOND_EXACT, MAX_EXACT};
 use crate::Op;
 
 use super::SlidingLog;
@@ -30,3 +30,6 @@ impl LuaTwin for SlidingLog {
         Some(self.limit())
     }
 }
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for SlidingLog {}

@@ -4,7 +4,7 @@
 //! (`exact.lua`), not in doubles.
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Helper, Lua, LuaTwin, Usage, BEYOND_EXACT, MAX_EXACT};
+use crate::algorithm::twin::{CachedTwin, Helper, Lua, LuaTwin, Usage, BEYOND_EXACT, MAX_EXACT};
 use crate::Op;
 
 use super::SlidingWindow;
@@ -48,3 +48,6 @@ impl LuaTwin for SlidingWindow {
         Some(self.limit())
     }
 }
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for SlidingWindow {}

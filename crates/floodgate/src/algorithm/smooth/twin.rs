@@ -1,7 +1,9 @@
 //! Guava's smooth limiters' Lua twin (`smooth.lua`, with the shapers' `shaping.lua`), one
 //! script for both, told apart by their tag.
 
-use crate::algorithm::twin::{Helper, Lua, LuaTwin, BEYOND_EXACT, MAX_EXACT, MAX_MICROS};
+use crate::algorithm::twin::{
+    CachedTwin, Helper, Lua, LuaTwin, BEYOND_EXACT, MAX_EXACT, MAX_MICROS,
+};
 use crate::Op;
 
 use super::{BurstyStart, SmoothBursty, SmoothWarmingUp};
@@ -119,3 +121,9 @@ impl Smooth<'_> {
         Ok(args)
     }
 }
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for SmoothBursty {}
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for SmoothWarmingUp {}

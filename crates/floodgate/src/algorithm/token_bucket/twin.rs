@@ -2,10 +2,10 @@
 //! is the same bucket counting the room left, under its own tag.
 
 use crate::algorithm::leaky_bucket::LeakyBucket;
-use crate::algorithm::twin::{Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
-use crate::Op;
+use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
+use crate::{Nanos, Op};
 
-use super::TokenBucket;
+use super::{TokenBucket, TokenBucketState};
 
 /// `token_bucket.lua`, for both buckets.
 const BUCKET: &Lua = &Lua {
@@ -84,3 +84,54 @@ impl LuaTwin for LeakyBucket {
         Some(self.capacity())
     }
 }
+
+/// `T:tokens:last_us`, the bucket filling at `rate` per second up to `capacity`.
+impl CachedTwin for TokenBucket {
+    const ABSORB: Option<&'static Absorb> = Some(&Absorb {
+        tag: "T",
+        lua: &Lua {
+            function: "absorb_bucket",
+            source: include_str!("absorb.lua"),
+            helpers: &[],
+        },
+    });
+
+    fn cached_parameters(&self) -> Option<[String; 2]> {
+        self.twin_fits()
+            .then(|| [self.rate().to_string(), self.capacity().to_string()])
+    }
+
+    fn cached_state<'a>(
+        &self,
+        fields: &mut impl Iterator<Item = &'a str>,
+    ) -> Option<TokenBucketState> {
+        let tokens: f64 = fields.next()?.parse().ok()?;
+        let last_us: u64 = fields.next()?.parse().ok()?;
+        Some(TokenBucketState::from_parts(
+            tokens,
+            Nanos(last_us.saturating_mul(1000)),
+        ))
+    }
+
+    /// The bucket is refilled up to `at` (or its last update, if later) and `cost` is taken
+    /// even if that leaves it below zero: the debt is refilled before anything passes again,
+    /// so the long-run rate stays exact.
+    fn absorb(&self, state: &mut TokenBucketState, at: Nanos, cost: u64) {
+        let last = state.last.max(at);
+        let tokens = self.bucket.tokens_at(state, last) - cost as f64;
+        *state = TokenBucketState { tokens, last };
+    }
+
+    /// The debt below zero, in whole units.
+    fn overshoot(&self, state: &TokenBucketState, now: Nanos) -> u64 {
+        let tokens = self.tokens(state, now);
+        if tokens < 0.0 {
+            (-tokens).ceil() as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// No cached form: the cached store sends its operations to Redis exactly, one round trip each.
+impl CachedTwin for LeakyBucket {}

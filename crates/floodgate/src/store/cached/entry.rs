@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Shared;
-use crate::algorithm::spec::{AnyAlgorithm, AnyState, StateKind};
+use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::algorithm::Algorithm;
 use crate::store::redis::Exchange;
 use crate::{Clock, Decision, Nanos, Op, StoreError};
@@ -61,7 +61,7 @@ impl Entry {
     pub(super) fn learn(&mut self, algorithm: &AnyAlgorithm, global: AnyState, now: Nanos) {
         self.view = global;
         if self.pending > 0 {
-            absorb(algorithm, &mut self.view, self.first_at, self.pending);
+            algorithm.absorb(&mut self.view, self.first_at, self.pending);
         }
         self.loaded = true;
         self.alone = None;
@@ -69,49 +69,10 @@ impl Entry {
     }
 }
 
-/// Adds `cost`, admitted at `at`, to `state` without deciding anything: the Rust side of
-/// `cached.lua`'s absorb (see the module documentation's table).
-pub(super) fn absorb(algorithm: &AnyAlgorithm, state: &mut AnyState, at: Nanos, cost: u64) {
-    match (algorithm, &mut state.kind) {
-        (AnyAlgorithm::FixedWindow(a), StateKind::FixedWindow(s)) => a.absorb(s, at, cost),
-        (AnyAlgorithm::TokenBucket(a), StateKind::TokenBucket(s)) => a.absorb(s, at, cost),
-        (AnyAlgorithm::Gcra(a), StateKind::Gcra(s)) => a.absorb(s, at, cost),
-        _ => {}
-    }
-}
-
 /// The instant from which `state` is fresh: `now` plus the time a probe says it takes.
 fn fresh_at(algorithm: &AnyAlgorithm, state: &AnyState, now: Nanos) -> Nanos {
     let probe = algorithm.apply(&mut state.clone(), now, Op::Check { cost: 0 });
     now.saturating_add(probe.reset_after)
-}
-
-/// How many units `state` holds beyond its limit at `now` (0 when within it): a fixed window's
-/// count past the limit, a token bucket's debt below zero, a GCRA schedule's units beyond `τ`.
-pub(super) fn overshoot(algorithm: &AnyAlgorithm, state: &AnyState, now: Nanos) -> u64 {
-    match (algorithm, &state.kind) {
-        (AnyAlgorithm::FixedWindow(a), StateKind::FixedWindow(s)) => {
-            a.count(s, now).saturating_sub(a.limit())
-        }
-        (AnyAlgorithm::TokenBucket(a), StateKind::TokenBucket(s)) => {
-            let tokens = a.tokens(s, now);
-            if tokens < 0.0 {
-                (-tokens).ceil() as u64
-            } else {
-                0
-            }
-        }
-        (AnyAlgorithm::Gcra(a), StateKind::Gcra(s)) => {
-            let beyond = s
-                .tat()
-                .0
-                .saturating_sub(now.0)
-                .saturating_sub(a.delay_variation_tolerance().as_nanos() as u64);
-            let e = a.emission_interval().as_nanos() as u64;
-            beyond.div_ceil(e.max(1))
-        }
-        _ => 0,
-    }
 }
 
 impl Shared {
@@ -153,7 +114,7 @@ impl Shared {
             let alone = entry.alone.get_or_insert_with(|| share.fresh(now));
             let decision = share.apply(alone, now, op);
             if decision.allowed && cost > 0 {
-                absorb(algorithm, &mut entry.view, now, cost);
+                algorithm.absorb(&mut entry.view, now, cost);
             }
             entry.fresh_at = fresh_at(algorithm, &entry.view, now);
             decision

@@ -27,7 +27,8 @@
 //! One round trip per sync: one script call per cluster slot (at most 256 keys each), all sent
 //! at once over the multiplexed connection. For each key the script adds the unsent cost to the
 //! shared state **unconditionally** (it was already admitted; the same "absorb" transition as
-//! the Rust algorithm's, a Lua twin in `redis/cached.lua`):
+//! the Rust algorithm's, each algorithm's `CachedTwin` and its `absorb.lua` beside its twin,
+//! which `redis/cached.lua` calls by the state's tag):
 //!
 //! | algorithm | absorbing `cost` first admitted at `at` |
 //! |---|---|

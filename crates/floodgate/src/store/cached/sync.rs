@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::entry::{overshoot, Entry};
+use super::entry::Entry;
 use super::{CachedStore, Shared};
 use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::algorithm::Algorithm;
@@ -127,7 +127,7 @@ impl Shared {
                 Ok(Exchanged { now, state }) => {
                     report.sent_cost += cost;
                     let global = state.unwrap_or_else(|| algorithm.fresh(now));
-                    let beyond = overshoot(algorithm, &global, now);
+                    let beyond = algorithm.overshoot(&global, now);
                     if beyond > 0 {
                         let namespace = key.split_once(':').map_or("", |(ns, _)| ns);
                         report.overshoot.push((namespace.to_owned(), beyond));

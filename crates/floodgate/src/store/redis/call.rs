@@ -7,8 +7,7 @@ use crate::algorithm::twin::{Helper, Lua};
 use crate::algorithm::Algorithm;
 use crate::{Op, StoreError};
 
-pub(super) use crate::algorithm::param::nanos;
-pub(super) use crate::algorithm::twin::{MAX_EXACT, MAX_MICROS};
+pub(super) use crate::algorithm::twin::MAX_MICROS;
 
 pub(super) const PRELUDE: &str = include_str!("prelude.lua");
 
@@ -94,9 +93,32 @@ impl Script {
         Script::from_source(source.to_owned(), "probe")
     }
 
-    /// The cached store's sync script (cached.lua).
+    /// The cached store's sync script (cached.lua), after the helpers and the absorbing
+    /// function of every algorithm with a cached form, and `absorbs`, the table of those
+    /// functions by state tag.
     fn cached() -> Script {
-        let source = format!("{PRELUDE}\n{ALIGN}\n{}", include_str!("cached.lua"));
+        let absorbs: Vec<_> = AnyAlgorithm::ABSORBS.iter().flatten().collect();
+        let mut source = format!("{PRELUDE}\n");
+        let mut helpers: Vec<Helper> = Vec::new();
+        for absorb in &absorbs {
+            for &h in absorb.lua.helpers {
+                if !helpers.contains(&h) {
+                    helpers.push(h);
+                    source.push_str(helper(h));
+                    source.push('\n');
+                }
+            }
+        }
+        for absorb in &absorbs {
+            source.push_str(absorb.lua.source);
+            source.push('\n');
+        }
+        source.push_str("local absorbs = {");
+        for absorb in &absorbs {
+            source.push_str(&format!("{} = {}, ", absorb.tag, absorb.lua.function));
+        }
+        source.push_str("}\n");
+        source.push_str(include_str!("cached.lua"));
         Script::from_source(source, "cached")
     }
 

@@ -6,15 +6,11 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::call::{nanos, MAX_EXACT};
 use super::keys::{group_by_slot, Tagged};
 use super::link::Failed;
 use super::reply::tag_name;
 use super::RedisStore;
-use crate::algorithm::fixed_window::FixedWindowState;
-use crate::algorithm::gcra::GcraState;
-use crate::algorithm::spec::{AnyAlgorithm, AnyState, StateKind};
-use crate::algorithm::token_bucket::TokenBucketState;
+use crate::algorithm::spec::{AnyAlgorithm, AnyState};
 use crate::algorithm::Algorithm;
 use crate::{Nanos, StoreError};
 
@@ -40,32 +36,6 @@ pub(crate) struct Exchanged {
     pub(crate) state: Option<AnyState>,
 }
 
-/// The state's tag and the two parameters `cached.lua` takes for `algorithm`, or `None` for an
-/// algorithm the cached store does not decide locally (or parameters beyond the exact range).
-fn parameters(algorithm: &AnyAlgorithm) -> Option<(&'static str, String, String)> {
-    match algorithm {
-        AnyAlgorithm::FixedWindow(f) => f
-            .twin_window()
-            .map(|(w_us, w_sub)| ("F", w_us.to_string(), w_sub.to_string())),
-        AnyAlgorithm::TokenBucket(t) => t
-            .twin_fits()
-            .then(|| ("T", t.rate().to_string(), t.capacity().to_string())),
-        AnyAlgorithm::Gcra(g) => g
-            .twin_fits()
-            .then(|| ("G", nanos(g.emission_interval()).to_string(), "0".into())),
-        _ => None,
-    }
-}
-
-/// The most cost one call may add to a key: for GCRA, as its twin bounds a charge
-/// (`Gcra::twin_most_cost`).
-fn sent_cost(algorithm: &AnyAlgorithm, cost: u64) -> u64 {
-    match algorithm {
-        AnyAlgorithm::Gcra(g) => cost.min(g.twin_most_cost()),
-        _ => cost.min(MAX_EXACT),
-    }
-}
-
 /// Reads a value `cached.lua` returned back into `algorithm`'s state.
 fn state_of(algorithm: &AnyAlgorithm, value: &[u8]) -> Result<Option<AnyState>, StoreError> {
     if value.is_empty() {
@@ -82,37 +52,21 @@ fn state_of(algorithm: &AnyAlgorithm, value: &[u8]) -> Result<Option<AnyState>, 
     let text = std::str::from_utf8(value).map_err(|_| bad())?;
     let mut fields = text.split(':');
     let tag = fields.next().unwrap_or("");
-    let mut int = || -> Result<u64, StoreError> {
-        fields.next().and_then(|f| f.parse().ok()).ok_or_else(bad)
-    };
-    let instant = |us: u64, sub: u64| Nanos(us.saturating_mul(1000).saturating_add(sub));
-    let kind = match (algorithm, tag) {
-        (AnyAlgorithm::FixedWindow(_), "F") => {
-            let (us, sub, count) = (int()?, int()?, int()?);
-            StateKind::FixedWindow(FixedWindowState::from_parts(instant(us, sub), count))
-        }
-        (AnyAlgorithm::Gcra(_), "G") => {
-            let (us, sub) = (int()?, int()?);
-            StateKind::Gcra(GcraState::from_tat(instant(us, sub)))
-        }
-        (AnyAlgorithm::TokenBucket(_), "T") => {
-            let tokens: f64 = fields.next().and_then(|f| f.parse().ok()).ok_or_else(bad)?;
-            let last = fields.next().and_then(|f| f.parse().ok()).ok_or_else(bad)?;
-            StateKind::TokenBucket(TokenBucketState::from_parts(tokens, instant(last, 0)))
-        }
+    match algorithm.cached_parameters() {
+        Some(parameters) if parameters.tag == tag => {}
         _ => return Err(conflict(tag.as_bytes())),
-    };
-    Ok(Some(AnyState {
-        params: algorithm.params(),
-        kind,
-    }))
+    }
+    algorithm
+        .cached_state(&mut fields)
+        .map(Some)
+        .ok_or_else(bad)
 }
 
 impl RedisStore {
     /// Whether the cached store can decide `algorithm` locally and sync it through this store:
     /// a fixed window, a token bucket or GCRA, within the Lua twins' exact range.
     pub(crate) fn exchanges(algorithm: &AnyAlgorithm) -> bool {
-        parameters(algorithm).is_some()
+        algorithm.cached_parameters().is_some()
     }
 
     /// Sends every item in as few script calls as possible (one per cluster slot, at most
@@ -127,7 +81,7 @@ impl RedisStore {
         let inner = &self.inner;
         let mut args = Vec::with_capacity(items.len());
         for item in items {
-            let Some(parameters) = parameters(item.algorithm) else {
+            let Some(parameters) = item.algorithm.cached_parameters() else {
                 return Err(StoreError::NotOnStore {
                     store: "cached",
                     algorithm: item.algorithm.name(),
@@ -158,10 +112,12 @@ impl RedisStore {
             cmd.arg(&now).arg(inner.min_ttl_ms);
             for &i in group {
                 let item = &items[i];
-                let (tag, p1, p2) = &args[i];
-                cmd.arg(*tag).arg(p1).arg(p2);
+                let parameters = &args[i];
+                cmd.arg(parameters.tag)
+                    .arg(&parameters.first)
+                    .arg(&parameters.second);
                 cmd.arg(item.at.0 / 1000)
-                    .arg(sent_cost(item.algorithm, item.cost));
+                    .arg(item.algorithm.cached_cost(item.cost));
             }
             cmd
         };
@@ -243,9 +199,11 @@ fn decode(value: Value, keys: usize) -> Result<(Nanos, Vec<Vec<u8>>), StoreError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::fixed_window::FixedWindow;
+    use crate::algorithm::fixed_window::{FixedWindow, FixedWindowState};
     use crate::algorithm::gcra::Gcra;
-    use crate::algorithm::token_bucket::TokenBucket;
+    use crate::algorithm::sliding_log::SlidingLog;
+    use crate::algorithm::spec::StateKind;
+    use crate::algorithm::token_bucket::{TokenBucket, TokenBucketState};
 
     #[test]
     fn values_read_back_into_states() {
@@ -281,5 +239,32 @@ mod tests {
             state_of(&fw, b"F:x"),
             Err(StoreError::Protocol(_))
         ));
+        // An algorithm with no cached form reads no cached state back.
+        let log: AnyAlgorithm = SlidingLog::new(3, Duration::from_secs(1)).unwrap().into();
+        assert!(!RedisStore::exchanges(&log));
+        assert!(matches!(
+            state_of(&log, b"F:1:2:3"),
+            Err(StoreError::StateConflict { .. })
+        ));
+    }
+
+    /// `cached.lua` finds each function by its state's tag, and a conflict names the
+    /// algorithm by it: each tag must be its own twin's, and no two alike.
+    #[test]
+    fn every_cached_form_keeps_its_own_twins_tag() {
+        let mut tags = Vec::new();
+        for (i, absorb) in AnyAlgorithm::ABSORBS.iter().enumerate() {
+            let Some(absorb) = absorb else { continue };
+            assert_eq!(
+                AnyAlgorithm::of_twin_tag(absorb.tag.as_bytes()),
+                Some(AnyAlgorithm::NAMES[i])
+            );
+            assert!(!tags.contains(&absorb.tag), "{} twice", absorb.tag);
+            tags.push(absorb.tag);
+        }
+        assert_eq!(tags, ["T", "F", "G"]);
+        let source = crate::store::redis::script_source("cached").unwrap();
+        assert!(source
+            .contains("local absorbs = {T = absorb_bucket, F = absorb_window, G = absorb_gcra, }"));
     }
 }
