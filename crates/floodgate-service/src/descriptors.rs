@@ -598,14 +598,17 @@ impl RuleSet {
 /// it keeps upstream's layout (`store.layout: envoyproxy`), the Envoy windows there
 /// ([`layout`]).
 pub trait DescriptorStore: Store<str, AnyAlgorithm> {
-    /// Where the Envoy windows count in upstream's layout.
-    type Layout: layout::Counters;
+    /// Where the Envoy windows count in upstream's layout, borrowed from the store.
+    type Layout<'a>: layout::Counters
+    where
+        Self: 'a;
 
     /// The Envoy windows' counters in upstream's layout; `None`: they are fixed windows in
     /// this store, under Floodgate's counter keys.
-    fn upstream_layout(&self) -> Option<&Self::Layout>;
+    fn upstream_layout(&self) -> Option<Self::Layout<'_>>;
 }
 
+/// The memory store keeps no upstream layout: its Envoy windows are its own fixed windows.
 impl<C: floodgate::Clock> DescriptorStore
     for floodgate::store::MemoryStore<
         floodgate::store::Key,
@@ -613,7 +616,10 @@ impl<C: floodgate::Clock> DescriptorStore
         C,
     >
 {
-    type Layout = layout::EnvoyCounters;
+    type Layout<'a>
+        = &'a layout::EnvoyCounters
+    where
+        C: 'a;
 
     fn upstream_layout(&self) -> Option<&layout::EnvoyCounters> {
         None
@@ -682,7 +688,8 @@ impl MatchedRequest<'_> {
         store: &S,
         stats: Option<&stats::DescriptorStats>,
     ) -> Result<RlsResponse, StoreError> {
-        self.decide_in(store, store.upstream_layout(), stats).await
+        self.decide_in(store, store.upstream_layout().as_ref(), stats)
+            .await
     }
 
     /// [`MatchedRequest::decide`], the Envoy windows counted in `counters` when given.

@@ -559,34 +559,39 @@ fn envoy_counters(
     )))
 }
 
-/// The Envoy windows count in upstream's layout when the store keeps it, through the store
-/// itself so that each call is recorded in its health.
+/// The Envoy windows count in upstream's layout when the store keeps it, each call recorded
+/// in the store's health.
 impl crate::descriptors::DescriptorStore for ServiceStore {
-    type Layout = ServiceStore;
+    type Layout<'a> = RecordedCounters<'a>;
 
-    fn upstream_layout(&self) -> Option<&ServiceStore> {
-        self.envoy.as_ref().map(|_| self)
+    fn upstream_layout(&self) -> Option<RecordedCounters<'_>> {
+        let envoy = self.envoy.as_ref()?;
+        Some(RecordedCounters {
+            envoy,
+            health: &self.health,
+        })
     }
 }
 
-impl crate::descriptors::layout::Counters for ServiceStore {
+/// The service store's counters in upstream's layout, each call recorded in its health like a
+/// decision's.
+#[derive(Debug)]
+pub struct RecordedCounters<'a> {
+    envoy: &'a EnvoyCounters,
+    health: &'a StoreHealth,
+}
+
+impl crate::descriptors::layout::Counters for RecordedCounters<'_> {
     fn key_prefix(&self) -> &str {
-        self.envoy
-            .as_ref()
-            .map_or("", |e| crate::descriptors::layout::Counters::key_prefix(e))
+        crate::descriptors::layout::Counters::key_prefix(self.envoy)
     }
 
     async fn count(
         &self,
         counting: &[crate::descriptors::layout::Counting],
     ) -> Result<Vec<crate::descriptors::layout::Counted>, StoreError> {
-        let Some(envoy) = &self.envoy else {
-            return Err(StoreError::Unavailable(
-                "the store does not keep upstream's layout".into(),
-            ));
-        };
         let call = self.health.begin();
-        let counted = envoy.count_all(counting).await;
+        let counted = self.envoy.count_all(counting).await;
         self.health.record(call, &counted);
         counted
     }
