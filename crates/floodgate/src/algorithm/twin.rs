@@ -7,6 +7,9 @@
 //! store (`store::redis`) runs whatever twin an algorithm names and knows none of them by
 //! name; [`super::spec::AnyAlgorithm`] forwards to every algorithm's twin from the one list
 //! of algorithms, so an algorithm without a twin does not compile with the `redis` feature.
+//! The same submodule implements [`CachedTwin`], the cached store's side: whether a node may
+//! decide the algorithm on its own view, and, if it may, the Lua that adds a node's
+//! admissions to the shared state (`algorithm/<name>/absorb.lua`).
 //!
 //! Nothing here does I/O: building a twin's arguments is a pure function of the parameters and
 //! the operation, like the transition itself.

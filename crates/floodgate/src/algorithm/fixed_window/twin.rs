@@ -1,5 +1,7 @@
 //! The fixed window's Lua twin (`fixed_window.lua`): the window as whole microseconds and the
 //! nanoseconds beyond them, its start aligned to the epoch (`align.lua`).
+//!
+//! The cached store decides it on a node's view (`absorb.lua`).
 
 use crate::algorithm::param::nanos;
 use crate::algorithm::twin::{Absorb, CachedTwin, Helper, Lua, LuaTwin, Usage, MAX_EXACT};

@@ -1,5 +1,7 @@
 //! GCRA's Lua twin (`gcra.lua`): the theoretical arrival time in whole microseconds and the
 //! nanoseconds beyond them.
+//!
+//! The cached store decides it on a node's view (`absorb.lua`).
 
 use crate::algorithm::param::nanos;
 use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};

@@ -1,5 +1,7 @@
 //! The token bucket's Lua twin (`token_bucket.lua`), which the leaky bucket shares: the meter
 //! is the same bucket counting the room left, under its own tag.
+//!
+//! The cached store decides the token bucket on a node's view (`absorb.lua`).
 
 use crate::algorithm::leaky_bucket::LeakyBucket;
 use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
