@@ -7,7 +7,6 @@
 //! store and on a real Redis (a `redis-server` of the test's own), against a model of what
 //! each stage takes.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -352,6 +351,7 @@ mod redis_common;
 #[test]
 fn a_refused_request_leaves_every_all_or_nothing_stage_as_it_was_on_redis() {
     use floodgate_harness::RedisServer;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let server = RedisServer::start();
     let rt = redis_common::runtime();
     let clock = ManualClock::new(Nanos(redis_common::START));
