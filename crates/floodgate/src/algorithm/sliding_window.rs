@@ -739,6 +739,7 @@ impl Algorithm for SlidingWindow {
 
 #[cfg(feature = "file")]
 pub(crate) mod parts;
+
 /// A sliding window as a user writes it: `{"algorithm": "sliding_window", "limit": 10,
 /// "window": "1m", "buckets": 6}` ([`crate::algorithm::spec::AlgorithmSpec`]).
 #[derive(Clone, Debug, PartialEq, Deserialize)]

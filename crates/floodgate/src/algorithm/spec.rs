@@ -205,14 +205,23 @@ macro_rules! any_algorithm {
             pub(crate) const ABSORBS: &'static [Option<&'static Absorb>] =
                 &[$(<$ty as CachedTwin>::ABSORB),*];
 
+            /// The tag of the states `cached.lua` keeps for this algorithm ([`Absorb::tag`]);
+            /// `None`: no cached form.
+            pub(crate) fn cached_tag(&self) -> Option<&'static str> {
+                let absorb = match self {
+                    $(AnyAlgorithm::$variant(_) => <$ty as CachedTwin>::ABSORB,)*
+                };
+                absorb.map(|absorb| absorb.tag)
+            }
+
             /// What `cached.lua` takes for this algorithm ([`CachedTwin`]); `None` when the
             /// cached store does not decide it locally.
             pub(crate) fn cached_parameters(&self) -> Option<CachedParameters> {
-                let (absorb, parameters) = match self {
-                    $(AnyAlgorithm::$variant(a) => (<$ty as CachedTwin>::ABSORB, a.cached_parameters()),)*
-                };
-                let [first, second] = parameters?;
-                Some(CachedParameters { tag: absorb?.tag, first, second })
+                let tag = self.cached_tag()?;
+                let [first, second] = match self {
+                    $(AnyAlgorithm::$variant(a) => a.cached_parameters(),)*
+                }?;
+                Some(CachedParameters { tag, first, second })
             }
 
             /// [`CachedTwin::cached_cost`].

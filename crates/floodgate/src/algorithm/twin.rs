@@ -147,6 +147,17 @@ pub(crate) trait CachedTwin: Algorithm {
     }
 }
 
+/// The next `:`-separated field of a state `cached.lua` returned, as a whole number; `None`
+/// when there is none or it is not one ([`CachedTwin::cached_state`]).
+pub(crate) fn cached_int<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Option<u64> {
+    fields.next()?.parse().ok()
+}
+
+/// An instant the Lua twins write as whole microseconds and the nanoseconds beyond them.
+pub(crate) fn instant_of(us: u64, sub: u64) -> Nanos {
+    Nanos(us.saturating_mul(1000).saturating_add(sub))
+}
+
 /// The refusal of parameters past the twins' exact range.
 pub(crate) const BEYOND_EXACT: &str = "its durations or counts exceed the exact limits";
 /// The refusal of parameters past [`MAX_EXACT`], for the twins that compare with it alone.

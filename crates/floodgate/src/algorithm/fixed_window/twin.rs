@@ -4,7 +4,9 @@
 //! The cached store decides it on a node's view (`absorb.lua`).
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Absorb, CachedTwin, Helper, Lua, LuaTwin, Usage, MAX_EXACT};
+use crate::algorithm::twin::{
+    cached_int, instant_of, Absorb, CachedTwin, Helper, Lua, LuaTwin, Usage, MAX_EXACT,
+};
 use crate::{Nanos, Op};
 
 use super::{FixedWindow, FixedWindowState};
@@ -79,10 +81,9 @@ impl CachedTwin for FixedWindow {
         &self,
         fields: &mut impl Iterator<Item = &'a str>,
     ) -> Option<FixedWindowState> {
-        let mut int = || fields.next()?.parse::<u64>().ok();
-        let (us, sub, count) = (int()?, int()?, int()?);
-        let start = Nanos(us.saturating_mul(1000).saturating_add(sub));
-        Some(FixedWindowState::from_parts(start, count))
+        let (us, sub) = (cached_int(fields)?, cached_int(fields)?);
+        let count = cached_int(fields)?;
+        Some(FixedWindowState::from_parts(instant_of(us, sub), count))
     }
 
     /// The cost counts in the window of `at` when that is the state's window; a later window

@@ -4,7 +4,9 @@
 //! The cached store decides it on a node's view (`absorb.lua`).
 
 use crate::algorithm::param::nanos;
-use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
+use crate::algorithm::twin::{
+    cached_int, instant_of, Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50,
+};
 use crate::{Nanos, Op};
 
 use super::{Gcra, GcraState};
@@ -78,11 +80,8 @@ impl CachedTwin for Gcra {
     }
 
     fn cached_state<'a>(&self, fields: &mut impl Iterator<Item = &'a str>) -> Option<GcraState> {
-        let mut int = || fields.next()?.parse::<u64>().ok();
-        let (us, sub) = (int()?, int()?);
-        Some(GcraState::from_tat(Nanos(
-            us.saturating_mul(1000).saturating_add(sub),
-        )))
+        let (us, sub) = (cached_int(fields)?, cached_int(fields)?);
+        Some(GcraState::from_tat(instant_of(us, sub)))
     }
 
     /// The schedule's own absorb, which a charge also uses.

@@ -4,7 +4,9 @@
 //! The cached store decides the token bucket on a node's view (`absorb.lua`).
 
 use crate::algorithm::leaky_bucket::LeakyBucket;
-use crate::algorithm::twin::{Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50};
+use crate::algorithm::twin::{
+    cached_int, instant_of, Absorb, CachedTwin, Lua, LuaTwin, Usage, MAX_EXACT, PAST_2_50,
+};
 use crate::{Nanos, Op};
 
 use super::{TokenBucket, TokenBucketState};
@@ -108,11 +110,8 @@ impl CachedTwin for TokenBucket {
         fields: &mut impl Iterator<Item = &'a str>,
     ) -> Option<TokenBucketState> {
         let tokens: f64 = fields.next()?.parse().ok()?;
-        let last_us: u64 = fields.next()?.parse().ok()?;
-        Some(TokenBucketState::from_parts(
-            tokens,
-            Nanos(last_us.saturating_mul(1000)),
-        ))
+        let last = instant_of(cached_int(fields)?, 0);
+        Some(TokenBucketState::from_parts(tokens, last))
     }
 
     /// The bucket is refilled up to `at` (or its last update, if later) and `cost` is taken

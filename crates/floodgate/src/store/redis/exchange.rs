@@ -52,9 +52,8 @@ fn state_of(algorithm: &AnyAlgorithm, value: &[u8]) -> Result<Option<AnyState>, 
     let text = std::str::from_utf8(value).map_err(|_| bad())?;
     let mut fields = text.split(':');
     let tag = fields.next().unwrap_or("");
-    match algorithm.cached_parameters() {
-        Some(parameters) if parameters.tag == tag => {}
-        _ => return Err(conflict(tag.as_bytes())),
+    if algorithm.cached_tag() != Some(tag) {
+        return Err(conflict(tag.as_bytes()));
     }
     algorithm
         .cached_state(&mut fields)
