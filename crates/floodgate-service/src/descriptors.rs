@@ -617,11 +617,11 @@ impl<C: floodgate::Clock> DescriptorStore
     >
 {
     type Layout<'a>
-        = &'a layout::EnvoyCounters
+        = layout::EnvoyCounters
     where
         C: 'a;
 
-    fn upstream_layout(&self) -> Option<&layout::EnvoyCounters> {
+    fn upstream_layout(&self) -> Option<layout::EnvoyCounters> {
         None
     }
 }

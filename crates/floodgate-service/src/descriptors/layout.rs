@@ -107,19 +107,6 @@ pub trait Counters: Sync {
     ) -> impl std::future::Future<Output = Result<Vec<Counted>, StoreError>> + Send + 'a;
 }
 
-impl<T: Counters + Send> Counters for &T {
-    fn key_prefix(&self) -> &str {
-        T::key_prefix(self)
-    }
-
-    fn count<'a>(
-        &'a self,
-        counting: &'a [Counting],
-    ) -> impl std::future::Future<Output = Result<Vec<Counted>, StoreError>> + Send + 'a {
-        T::count(self, counting)
-    }
-}
-
 impl Counters for EnvoyCounters {
     fn key_prefix(&self) -> &str {
         &self.prefix
